@@ -1,0 +1,1 @@
+//! Per-host request budgets that learn from 429s.

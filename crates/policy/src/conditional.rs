@@ -1,0 +1,1 @@
+//! Conditional requests: which responses may be stored and replayed.

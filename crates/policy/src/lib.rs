@@ -1,0 +1,14 @@
+//! Sans-IO crawl policy for mannerly: every rule the proxy applies, as plain functions of data and a passed-in `now`; no sockets, no runtime, no clock.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod address;
+mod audit;
+pub mod budget;
+pub mod conditional;
+mod outcome;
+pub mod robots;
+
+pub use address::{classify_ip, parse_host_ip, AddressClass};
+pub use audit::{chain_line, verify_chain, AuditRecord, ChainError, GENESIS};
+pub use outcome::Outcome;

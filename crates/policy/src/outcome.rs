@@ -1,0 +1,79 @@
+use serde::Serialize;
+
+/// What the proxy decided for one request: the `outcome` of an audit line and
+/// the value of the `Mannerly-Decision` header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Forwarded and answered by the origin.
+    Fetched,
+    /// Our validators were sent and the origin said 304: the stored page was served.
+    Revalidated,
+    /// The client's own validators were sent and the origin said 304.
+    Unchanged,
+    /// robots.txt disallows the URL for this crawler.
+    Disallowed,
+    /// robots.txt could not be fetched (5xx, 429, network): everything is refused for now.
+    RobotsUnavailable,
+    /// The site's Content-Signal refuses the crawl's declared purpose.
+    SignalRefused,
+    /// The origin answered 429 (or 503 with Retry-After).
+    Throttled,
+    /// The host is paused longer than a request may be held.
+    Paused,
+    /// Too many 429s in a short time: the host is left alone.
+    BreakerOpen,
+    /// The host's wait queue is full.
+    QueueFull,
+    /// The target is not allowed (private address, port not allowed, bad request).
+    Blocked,
+    /// Something failed: upstream unreachable, timed out, or invalid input.
+    Error,
+    /// A robots.txt fetch made by the proxy itself.
+    RobotsFetched,
+    /// A CONNECT tunnel passed through without interception.
+    Tunneled,
+}
+
+impl Outcome {
+    /// The snake_case name used in audit lines and the `Mannerly-Decision` header.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Fetched => "fetched",
+            Outcome::Revalidated => "revalidated",
+            Outcome::Unchanged => "unchanged",
+            Outcome::Disallowed => "disallowed",
+            Outcome::RobotsUnavailable => "robots_unavailable",
+            Outcome::SignalRefused => "signal_refused",
+            Outcome::Throttled => "throttled",
+            Outcome::Paused => "paused",
+            Outcome::BreakerOpen => "breaker_open",
+            Outcome::QueueFull => "queue_full",
+            Outcome::Blocked => "blocked",
+            Outcome::Error => "error",
+            Outcome::RobotsFetched => "robots_fetched",
+            Outcome::Tunneled => "tunneled",
+        }
+    }
+
+    /// The status the proxy answers with when it makes the answer itself.
+    pub fn refusal_status(self) -> u16 {
+        match self {
+            Outcome::Disallowed | Outcome::SignalRefused | Outcome::Blocked => 403,
+            Outcome::RobotsUnavailable | Outcome::QueueFull => 503,
+            Outcome::Paused | Outcome::BreakerOpen | Outcome::Throttled => 429,
+            Outcome::Error => 502,
+            Outcome::Fetched
+            | Outcome::Revalidated
+            | Outcome::Unchanged
+            | Outcome::RobotsFetched
+            | Outcome::Tunneled => 200,
+        }
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

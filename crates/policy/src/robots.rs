@@ -1,0 +1,1 @@
+//! robots.txt (RFC 9309): parser and matcher.

@@ -1,0 +1,1 @@
+//! Host budget state behind a trait.

@@ -1,0 +1,6 @@
+//! Where mannerly keeps state between requests: host budgets and stored responses, behind traits so a shared backend can replace the in-process one; no policy rules live here.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod hosts;
+pub mod responses;

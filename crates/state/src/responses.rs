@@ -1,0 +1,1 @@
+//! Stored responses for conditional requests.
