@@ -10,5 +10,5 @@ mod outcome;
 pub mod robots;
 
 pub use address::{classify_ip, parse_host_ip, AddressClass};
-pub use audit::{chain_line, verify_chain, AuditRecord, ChainError, GENESIS};
+pub use audit::{chain_line, last_chain, verify_chain, AuditRecord, ChainError, GENESIS};
 pub use outcome::Outcome;
