@@ -1,0 +1,404 @@
+//! Budget configuration: the `[budget]` table, its defaults and its checks.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// The most 429s the breaker can be set to count: the throttle history per
+/// host is a fixed ring of this many entries, to keep a host at 64 bytes.
+pub const MAX_BREAKER_THRESHOLD: u32 = 5;
+
+/// Highest rate a host may be given, in requests per second. Rates are kept
+/// as whole micro-requests per second in a `u32`.
+const MAX_RATE: f64 = 4000.0;
+/// Longest pause, breaker or ceiling memory the compact clock of a host can
+/// hold (see `host.rs`, which re-bases its clock every ~24 days and keeps
+/// 8 days of history).
+const MAX_LONG_SECS: f64 = 7.0 * 86_400.0;
+
+/// A budget parameter that makes no sense, named by its config key
+/// (`budget.max_rate`, `budget.hosts."example.com".burst`).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{key}: {reason}")]
+pub struct BudgetError {
+    /// The full config key, e.g. `budget.ceiling_factor`.
+    pub key: String,
+    /// What is wrong with its value.
+    pub reason: String,
+}
+
+macro_rules! budget_params {
+    ($( $(#[$doc:meta])* $name:ident : $ty:ty = $default:expr, )*) => {
+        /// The `[budget]` config table. Every number of the budget lives
+        /// here, with the defaults documented on each field; a host may
+        /// override any of them under `[budget.hosts."name"]`.
+        ///
+        /// Durations are seconds (`f64`) in keys ending `_secs`.
+        #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+        #[serde(default, deny_unknown_fields)]
+        pub struct BudgetParams {
+            $( $(#[$doc])* pub $name: $ty, )*
+            /// Per-host overrides, keyed by host name (no port; matched
+            /// case-insensitively, exact name — not subdomains).
+            pub hosts: BTreeMap<String, HostOverride>,
+        }
+
+        impl Default for BudgetParams {
+            fn default() -> Self {
+                BudgetParams { $( $name: $default, )* hosts: BTreeMap::new() }
+            }
+        }
+
+        /// The budget parameters of one host: the global `[budget]` values
+        /// with that host's overrides applied. See [`BudgetParams`] for the
+        /// meaning of each field.
+        #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+        pub struct HostParams {
+            $( $(#[$doc])* pub $name: $ty, )*
+        }
+
+        /// `[budget.hosts."name"]`: any budget number, for one host only.
+        /// Absent keys take the global value.
+        #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+        #[serde(default, deny_unknown_fields)]
+        pub struct HostOverride {
+            $( $(#[$doc])* pub $name: Option<$ty>, )*
+        }
+
+        impl BudgetParams {
+            fn global(&self) -> HostParams {
+                HostParams { $( $name: self.$name, )* }
+            }
+        }
+
+        impl HostParams {
+            fn overridden(mut self, o: &HostOverride) -> HostParams {
+                $( if let Some(v) = o.$name { self.$name = v; } )*
+                self
+            }
+        }
+    };
+}
+
+budget_params! {
+    /// Rate of a host never seen before, requests/s. Default 1.
+    start_rate: f64 = 1.0,
+    /// Highest rate a host ever gets, requests/s. Default 8.
+    max_rate: f64 = 8.0,
+    /// Lowest rate slow-downs go to, requests/s (a robots Crawl-delay may
+    /// still go lower). Default 0.1.
+    floor_rate: f64 = 0.1,
+    /// Requests that may go back to back before spacing applies. Default 1.
+    burst: u32 = 1,
+    /// Requests in flight at once to a host. Default 2.
+    concurrency: u32 = 2,
+    /// Requests that may wait for a rate slot per host; one more is answered
+    /// `queue_full`. Default 64.
+    queue_limit: u32 = 64,
+    /// Longest a request is held (rate queue, pause, concurrency, retries)
+    /// before it is answered by the proxy itself. Default 30 s.
+    max_hold_secs: f64 = 30.0,
+    /// Longest pause a Retry-After can ask for; longer values are clamped.
+    /// Default 3600 s.
+    max_pause_secs: f64 = 3600.0,
+    /// First pause after a 429 without a usable Retry-After; doubles with
+    /// each further 429 before a success. Default 5 s.
+    backoff_base_secs: f64 = 5.0,
+    /// Largest exponential backoff pause. Default 300 s.
+    backoff_max_secs: f64 = 300.0,
+    /// Share of the backoff pause taken off at random: the pause is
+    /// `backoff × (1 − backoff_jitter × jitter)`. Default 0.5.
+    backoff_jitter: f64 = 0.5,
+    /// The rate is multiplied by this on a 429. Default 0.5 (halved).
+    throttle_rate_factor: f64 = 0.5,
+    /// The ceiling becomes this share of the rate that drew a 429. Default 0.8.
+    ceiling_factor: f64 = 0.8,
+    /// The concurrency limit is multiplied by this on a 429 (rounded down,
+    /// at least 1). Default 0.5.
+    concurrency_factor: f64 = 0.5,
+    /// The rate is multiplied by this on a 5xx that is not a throttle (no
+    /// pause, ceiling kept). Default 0.75.
+    server_error_factor: f64 = 0.75,
+    /// Requests/s added to the rate by each successful response (additive
+    /// recovery, never above the ceiling). Default 0.05.
+    recovery_step: f64 = 0.05,
+    /// Successes in a row that give back one concurrency slot after a 429.
+    /// Default 20.
+    concurrency_recovery_successes: u32 = 20,
+    /// Time for a lowered ceiling to climb back (linearly) to `max_rate`
+    /// after the last 429. Default 21600 s (6 h).
+    ceiling_relax_secs: f64 = 21_600.0,
+    /// 429s inside `breaker_window_secs` that open the breaker (at most 5).
+    /// Default 5.
+    breaker_threshold: u32 = 5,
+    /// The breaker's window: a 429 counts while younger than this. Default 60 s.
+    breaker_window_secs: f64 = 60.0,
+    /// How long an open breaker leaves the host alone. Default 300 s.
+    breaker_open_secs: f64 = 300.0,
+    /// Times the proxy may resend a throttled GET/HEAD/OPTIONS after its
+    /// pause, within `max_hold_secs`. Default 2.
+    retry_attempts: u32 = 2,
+}
+
+// === impl BudgetParams ===
+
+impl BudgetParams {
+    /// Checks every value (global and per host) and normalises the host
+    /// names of the overrides; the error names the offending key.
+    pub fn validate(mut self) -> Result<Self, BudgetError> {
+        self.global().check("budget")?;
+        let mut hosts = BTreeMap::new();
+        for (name, o) in std::mem::take(&mut self.hosts) {
+            let key = super::host_key(&name).into_owned();
+            let prefix = format!("budget.hosts.{name:?}");
+            if key.is_empty() {
+                return Err(err(&prefix, "", "host name is empty"));
+            }
+            self.global().overridden(&o).check(&prefix)?;
+            if hosts.insert(key, o).is_some() {
+                return Err(err(&prefix, "", "host is listed twice"));
+            }
+        }
+        self.hosts = hosts;
+        Ok(self)
+    }
+
+    /// The resolved parameters of `host` (any case, port ignored).
+    pub fn for_host(&self, host: &str) -> HostParams {
+        let global = self.global();
+        if self.hosts.is_empty() {
+            return global;
+        }
+        match self.hosts.get(super::host_key(host).as_ref()) {
+            Some(o) => global.overridden(o),
+            None => global,
+        }
+    }
+}
+
+fn err(prefix: &str, key: &str, reason: &str) -> BudgetError {
+    let key = if key.is_empty() {
+        prefix.to_owned()
+    } else {
+        format!("{prefix}.{key}")
+    };
+    BudgetError {
+        key,
+        reason: reason.to_owned(),
+    }
+}
+
+// === impl HostParams ===
+
+impl HostParams {
+    fn check(&self, prefix: &str) -> Result<(), BudgetError> {
+        let e = |key: &str, reason: &str| Err(err(prefix, key, reason));
+        let rate_ok = |r: f64| r.is_finite() && r > 0.0 && r <= MAX_RATE;
+        for (key, r) in [
+            ("start_rate", self.start_rate),
+            ("max_rate", self.max_rate),
+            ("floor_rate", self.floor_rate),
+        ] {
+            if !rate_ok(r) {
+                return e(key, "must be a rate above 0 and at most 4000 requests/s");
+            }
+        }
+        if self.floor_rate > self.max_rate {
+            return e("floor_rate", "must not be above max_rate");
+        }
+        if self.start_rate < self.floor_rate || self.start_rate > self.max_rate {
+            return e("start_rate", "must be between floor_rate and max_rate");
+        }
+        if !(1..=1000).contains(&self.burst) {
+            return e("burst", "must be between 1 and 1000");
+        }
+        if !(1..=10_000).contains(&self.concurrency) {
+            return e("concurrency", "must be between 1 and 10000");
+        }
+        if self.queue_limit > 100_000 {
+            return e("queue_limit", "must be at most 100000");
+        }
+        let secs = |s: f64, max: f64| s.is_finite() && s >= 0.0 && s <= max;
+        if !secs(self.max_hold_secs, 3600.0) {
+            return e("max_hold_secs", "must be between 0 and 3600 seconds");
+        }
+        for (key, s) in [
+            ("max_pause_secs", self.max_pause_secs),
+            ("backoff_base_secs", self.backoff_base_secs),
+            ("backoff_max_secs", self.backoff_max_secs),
+            ("ceiling_relax_secs", self.ceiling_relax_secs),
+            ("breaker_open_secs", self.breaker_open_secs),
+        ] {
+            if !secs(s, MAX_LONG_SECS) || s == 0.0 {
+                return e(key, "must be above 0 and at most 604800 seconds (7 days)");
+            }
+        }
+        if self.backoff_max_secs < self.backoff_base_secs {
+            return e("backoff_max_secs", "must not be below backoff_base_secs");
+        }
+        if !secs(self.breaker_window_secs, 86_400.0) || self.breaker_window_secs == 0.0 {
+            return e(
+                "breaker_window_secs",
+                "must be above 0 and at most 86400 seconds",
+            );
+        }
+        if !secs(self.backoff_jitter, 1.0) {
+            return e("backoff_jitter", "must be between 0 and 1");
+        }
+        for (key, f) in [
+            ("throttle_rate_factor", self.throttle_rate_factor),
+            ("ceiling_factor", self.ceiling_factor),
+            ("concurrency_factor", self.concurrency_factor),
+            ("server_error_factor", self.server_error_factor),
+        ] {
+            if !(f.is_finite() && f > 0.0 && f <= 1.0) {
+                return e(key, "must be a factor in (0, 1]");
+            }
+        }
+        if !secs(self.recovery_step, MAX_RATE) {
+            return e("recovery_step", "must be between 0 and 4000 requests/s");
+        }
+        if !(1..=u32::from(u16::MAX)).contains(&self.concurrency_recovery_successes) {
+            return e("concurrency_recovery_successes", "must be between 1 and 65535");
+        }
+        if !(1..=MAX_BREAKER_THRESHOLD).contains(&self.breaker_threshold) {
+            return e("breaker_threshold", "must be between 1 and 5");
+        }
+        if self.retry_attempts > 10 {
+            return e("retry_attempts", "must be at most 10");
+        }
+        Ok(())
+    }
+
+    /// Longest a request is held before the proxy answers it itself.
+    pub fn max_hold(&self) -> Duration {
+        secs(self.max_hold_secs)
+    }
+
+    /// Longest pause a Retry-After may impose.
+    pub fn max_pause(&self) -> Duration {
+        secs(self.max_pause_secs)
+    }
+
+    /// Whether the proxy should resend a request that drew a throttle:
+    /// only GET, HEAD and OPTIONS, at most `retry_attempts` times, and only
+    /// when the pause ends within what is left of the hold.
+    pub fn may_retry(
+        &self,
+        method: &http::Method,
+        attempts_so_far: u32,
+        pause: Duration,
+        hold_left: Duration,
+    ) -> bool {
+        let idempotent_read = *method == http::Method::GET
+            || *method == http::Method::HEAD
+            || *method == http::Method::OPTIONS;
+        idempotent_read && attempts_so_far < self.retry_attempts && pause <= hold_left
+    }
+
+    // Internal units: micro-requests per second and milliseconds, so that
+    // the budget arithmetic is exact and compact.
+
+    pub(crate) fn start_u(&self) -> u32 {
+        micro(self.start_rate)
+    }
+    pub(crate) fn max_u(&self) -> u32 {
+        micro(self.max_rate)
+    }
+    pub(crate) fn floor_u(&self) -> u32 {
+        micro(self.floor_rate).min(self.max_u())
+    }
+    pub(crate) fn step_u(&self) -> u32 {
+        micro(self.recovery_step)
+    }
+    pub(crate) fn concurrency_u(&self) -> u16 {
+        u16::try_from(self.concurrency).unwrap_or(u16::MAX).max(1)
+    }
+    pub(crate) fn backoff_base_ms(&self) -> u64 {
+        millis(self.backoff_base_secs)
+    }
+    pub(crate) fn backoff_max_ms(&self) -> u64 {
+        millis(self.backoff_max_secs)
+    }
+    pub(crate) fn max_pause_ms(&self) -> u64 {
+        millis(self.max_pause_secs)
+    }
+    pub(crate) fn relax_ms(&self) -> u64 {
+        millis(self.ceiling_relax_secs).max(1)
+    }
+    pub(crate) fn window_ms(&self) -> u64 {
+        millis(self.breaker_window_secs)
+    }
+    pub(crate) fn breaker_open_ms(&self) -> u64 {
+        millis(self.breaker_open_secs)
+    }
+}
+
+/// Requests/s to whole micro-requests/s (saturating; NaN → 0).
+pub(crate) fn micro(rate: f64) -> u32 {
+    (rate * 1e6).round().clamp(0.0, f64::from(u32::MAX)) as u32
+}
+
+/// Seconds to whole milliseconds (saturating; NaN → 0).
+pub(crate) fn millis(secs: f64) -> u64 {
+    (secs * 1000.0).round().clamp(0.0, 1e15) as u64
+}
+
+fn secs(s: f64) -> Duration {
+    Duration::from_millis(millis(s))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_documented_numbers() {
+        let p = BudgetParams::default().validate().unwrap();
+        assert_eq!((p.start_rate, p.max_rate, p.burst, p.concurrency), (1.0, 8.0, 1, 2));
+        assert_eq!(p.max_hold_secs, 30.0);
+        assert_eq!((p.breaker_threshold, p.breaker_window_secs, p.breaker_open_secs), (5, 60.0, 300.0));
+    }
+
+    #[test]
+    fn nonsense_is_rejected_with_its_key() {
+        let p = BudgetParams { start_rate: 0.0, ..Default::default() };
+        assert_eq!(p.validate().unwrap_err().key, "budget.start_rate");
+        let p = BudgetParams { ceiling_factor: 1.5, ..Default::default() };
+        assert_eq!(p.validate().unwrap_err().key, "budget.ceiling_factor");
+        let p = BudgetParams { breaker_threshold: 6, ..Default::default() };
+        assert_eq!(p.validate().unwrap_err().key, "budget.breaker_threshold");
+        let mut p = BudgetParams::default();
+        p.hosts.insert(
+            "Slow.Example".into(),
+            HostOverride { burst: Some(0), ..Default::default() },
+        );
+        let e = p.validate().unwrap_err();
+        assert_eq!(e.key, "budget.hosts.\"Slow.Example\".burst");
+        assert!(e.to_string().starts_with("budget.hosts.\"Slow.Example\".burst: "));
+    }
+
+    #[test]
+    fn host_overrides_resolve_case_insensitively() {
+        let mut p = BudgetParams::default();
+        p.hosts.insert(
+            "Slow.Example".into(),
+            HostOverride { max_rate: Some(0.5), start_rate: Some(0.5), ..Default::default() },
+        );
+        let p = p.validate().unwrap();
+        assert_eq!(p.for_host("slow.example:443").max_rate, 0.5);
+        assert_eq!(p.for_host("slow.example").concurrency, 2);
+        assert_eq!(p.for_host("other.example").max_rate, 8.0);
+    }
+
+    #[test]
+    fn retry_only_reads_within_the_hold() {
+        let p = BudgetParams::default().for_host("a");
+        let s = Duration::from_secs;
+        assert!(p.may_retry(&http::Method::GET, 0, s(5), s(30)));
+        assert!(!p.may_retry(&http::Method::POST, 0, s(5), s(30)));
+        assert!(!p.may_retry(&http::Method::GET, 2, s(5), s(30)));
+        assert!(!p.may_retry(&http::Method::GET, 0, s(31), s(30)));
+    }
+}
