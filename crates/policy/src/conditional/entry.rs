@@ -1,0 +1,149 @@
+//! What is remembered about a stored response, apart from its body.
+
+use std::time::SystemTime;
+
+use http::{HeaderMap, StatusCode};
+use http_cache_semantics::CachePolicy;
+use serde::{Deserialize, Serialize};
+
+use super::key::CacheKey;
+
+/// Everything about a stored response except its body: the key it answers,
+/// its status and headers exactly as received (hop-by-hop fields removed),
+/// its validators, and the RFC 9111 policy state, serialised so that
+/// freshness and revalidation are exact after a restart.
+///
+/// Built only by [`storable`](super::storable) and
+/// [`merge_not_modified`](super::merge_not_modified); the store keeps it as
+/// JSON next to the body.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CacheEntryMeta {
+    pub(crate) key: CacheKey,
+    pub(crate) variant: String,
+    pub(crate) vary: Vec<String>,
+    #[serde(with = "status_serde")]
+    pub(crate) status: StatusCode,
+    #[serde(with = "headers_serde")]
+    pub(crate) headers: HeaderMap,
+    pub(crate) etag: Option<String>,
+    pub(crate) last_modified: Option<String>,
+    pub(crate) stored_at: SystemTime,
+    pub(crate) policy: CachePolicy,
+}
+
+impl CacheEntryMeta {
+    /// The primary key (method + normalised URL).
+    pub fn key(&self) -> &CacheKey {
+        &self.key
+    }
+
+    /// The secondary key this entry is stored under (see
+    /// [`variant_key`](super::variant_key)).
+    pub fn variant(&self) -> &str {
+        &self.variant
+    }
+
+    /// The header names this response's `Vary` nominates (lower-case, sorted).
+    pub fn vary(&self) -> &[String] {
+        &self.vary
+    }
+
+    /// The stored status (200 in almost every case).
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// The stored response headers, as received (hop-by-hop fields removed,
+    /// `Content-Encoding` and `Content-Length` untouched: the body is stored
+    /// exactly as received).
+    pub fn headers(&self) -> &HeaderMap {
+        &self.headers
+    }
+
+    /// The `ETag`, if the origin sent one.
+    pub fn etag(&self) -> Option<&str> {
+        self.etag.as_deref()
+    }
+
+    /// The `Last-Modified`, if the origin sent one.
+    pub fn last_modified(&self) -> Option<&str> {
+        self.last_modified.as_deref()
+    }
+
+    /// When the response was stored or last revalidated (the `now` passed in).
+    pub fn stored_at(&self) -> SystemTime {
+        self.stored_at
+    }
+
+    /// The `Content-Length` the origin declared, if any; a store uses it to
+    /// refuse a body that arrived shorter or longer than announced.
+    pub fn declared_length(&self) -> Option<u64> {
+        declared_length(&self.headers)
+    }
+}
+
+pub(crate) fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Header values are bytes; most are text, so text is kept readable in the
+/// JSON and anything else (obs-text) falls back to a byte array.
+mod headers_serde {
+    use http::header::{HeaderName, HeaderValue};
+    use http::HeaderMap;
+    use serde::de::Error as _;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(untagged)]
+    enum Value {
+        Text(String),
+        Bytes(Vec<u8>),
+    }
+
+    pub fn serialize<S: Serializer>(map: &HeaderMap, s: S) -> Result<S::Ok, S::Error> {
+        let pairs: Vec<(&str, Value)> = map
+            .iter()
+            .map(|(name, value)| {
+                let value = match value.to_str() {
+                    Ok(text) => Value::Text(text.to_owned()),
+                    Err(_) => Value::Bytes(value.as_bytes().to_vec()),
+                };
+                (name.as_str(), value)
+            })
+            .collect();
+        pairs.serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<HeaderMap, D::Error> {
+        let pairs: Vec<(String, Value)> = Vec::deserialize(d)?;
+        let mut map = HeaderMap::with_capacity(pairs.len());
+        for (name, value) in pairs {
+            let name = HeaderName::from_bytes(name.as_bytes()).map_err(D::Error::custom)?;
+            let value = match value {
+                Value::Text(text) => HeaderValue::from_str(&text),
+                Value::Bytes(bytes) => HeaderValue::from_bytes(&bytes),
+            }
+            .map_err(D::Error::custom)?;
+            map.append(name, value);
+        }
+        Ok(map)
+    }
+}
+
+mod status_serde {
+    use http::StatusCode;
+    use serde::de::Error as _;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(status: &StatusCode, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u16(status.as_u16())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<StatusCode, D::Error> {
+        StatusCode::from_u16(u16::deserialize(d)?).map_err(D::Error::custom)
+    }
+}
