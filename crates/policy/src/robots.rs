@@ -1,1 +1,460 @@
-//! robots.txt (RFC 9309): parser and matcher.
+//! robots.txt (RFC 9309): parser and matcher, plus the `Crawl-delay`,
+//! `Sitemap` and `Content-Signal` extensions.
+//!
+//! [`Robots::parse`] does all the work once (groups merged per product token,
+//! patterns normalised and indexed); [`Robots::check`] then answers with the
+//! deciding rule and its line number without allocating unless the URL needs
+//! percent-encoding normalisation.
+//!
+//! Choices where RFC 9309 leaves room or other parsers differ:
+//! - only `key: value` lines count (a missing colon makes a line unknown), and
+//!   keys are the RFC names without Google's typo tolerance;
+//! - a `User-agent` value is a product token (`[a-zA-Z_-]+`, an optional
+//!   `/version` ignored) or `*`; any other value (`Foo Bar`) starts a group that
+//!   no crawler matches;
+//! - `Allow`, `Disallow`, `Crawl-delay` and `Content-Signal` are the records of
+//!   a group: a `User-agent` line after one of them starts a new group; any other
+//!   line (`Sitemap`, unknown keys, comments, blank lines) never ends a group;
+//! - the agent's groups apply, else the `*` groups; they never combine;
+//! - of several `Crawl-delay` lines for one crawler, the largest counts.
+
+mod index;
+mod pattern;
+mod signal;
+
+use std::fmt;
+
+use index::{IndexedRule, RuleIndex};
+use pattern::{normalise_path, Pattern};
+
+pub use signal::{ContentSignal, Purpose, SignalRefusal, SignalUse};
+
+/// Only this much of a robots.txt is parsed (RFC 9309 sec. 2.5 asks for at
+/// least 500 KiB).
+pub const MAX_ROBOTS_BYTES: usize = 500 * 1024;
+
+/// An `Allow` or `Disallow` rule as the site wrote it.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    /// `true` for `Allow`, `false` for `Disallow`.
+    pub allow: bool,
+    /// The path pattern as written (trimmed, comment removed).
+    pub pattern: String,
+    /// 1-based line number in the robots.txt.
+    pub line: usize,
+    compiled: Pattern,
+}
+
+impl IndexedRule for Rule {
+    fn pattern(&self) -> &Pattern {
+        &self.compiled
+    }
+    fn allow(&self) -> bool {
+        self.allow
+    }
+}
+
+impl fmt::Display for Rule {
+    /// `Disallow: /private/`, the form an audit line quotes.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let key = if self.allow { "Allow" } else { "Disallow" };
+        write!(f, "{key}: {}", self.pattern)
+    }
+}
+
+/// The answer to "may this agent fetch this URL?".
+#[derive(Debug, Clone, Copy)]
+pub struct Verdict<'a> {
+    /// Whether the fetch is allowed.
+    pub allowed: bool,
+    /// The deciding rule; `None` when no rule matched (allowed), and for
+    /// `/robots.txt` itself, which is always allowed.
+    pub rule: Option<&'a Rule>,
+    /// The product token of the group that applied, as written in the file,
+    /// or `*`; `None` when no group applies to this agent.
+    pub group: Option<&'a str>,
+}
+
+impl fmt::Display for Verdict<'_> {
+    /// E.g. `disallowed by Disallow: /private/ (line 7, group *)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let word = if self.allowed {
+            "allowed"
+        } else {
+            "disallowed"
+        };
+        match (self.rule, self.group) {
+            (Some(rule), Some(group)) => {
+                write!(f, "{word} by {rule} (line {}, group {group})", rule.line)
+            }
+            (Some(rule), None) => write!(f, "{word} by {rule} (line {})", rule.line),
+            (None, Some(group)) => write!(f, "{word}: no rule matched (group {group})"),
+            (None, None) => write!(f, "{word}: no rule applies"),
+        }
+    }
+}
+
+/// The merged rules of every group naming one product token (or `*`).
+#[derive(Debug, Clone)]
+struct Group {
+    /// As first written in the file; `*` for the global group.
+    token: String,
+    index: RuleIndex,
+    crawl_delay: Option<f64>,
+    /// Indices into `Robots::signals`, in file order (global lines included).
+    signals: Vec<u32>,
+}
+
+/// A parsed robots.txt.
+#[derive(Debug, Clone, Default)]
+pub struct Robots {
+    rules: Vec<Rule>,
+    /// Specific groups; the `*` group is kept apart.
+    groups: Vec<Group>,
+    star: Option<Group>,
+    signals: Vec<ContentSignal>,
+    /// Content-Signal lines before the first group: they apply to everyone.
+    global_signals: Vec<u32>,
+    sitemaps: Vec<String>,
+}
+
+/// A group as it stands in the file, before groups of one token are merged.
+#[derive(Default)]
+struct RawGroup {
+    /// `None` for a user-agent value that is no valid token: kept so the line
+    /// still opens the group, never matched.
+    agents: Vec<Option<String>>,
+    rules: Vec<u32>,
+    crawl_delay: Option<f64>,
+    signals: Vec<u32>,
+}
+
+// === impl Robots ===
+
+impl Robots {
+    /// Parses a robots.txt body (any bytes; only the first [`MAX_ROBOTS_BYTES`]).
+    pub fn parse(body: &[u8]) -> Robots {
+        let body = match body.get(..MAX_ROBOTS_BYTES) {
+            // A line cut at the limit would be a different rule (a shorter
+            // Allow allows more): keep whole lines only.
+            Some(head) if body.len() > MAX_ROBOTS_BYTES => {
+                let end = head
+                    .iter()
+                    .rposition(|&b| b == b'\n' || b == b'\r')
+                    .map_or(0, |i| i + 1);
+                &head[..end]
+            }
+            _ => body,
+        };
+        let body = skip_bom(body);
+
+        let mut robots = Robots::default();
+        let mut raw: Vec<RawGroup> = Vec::new();
+        // The UA list of the last group is still open until its first record.
+        let mut open = false;
+
+        for (number, line) in lines(body) {
+            let text = String::from_utf8_lossy(line);
+            let text = match text.find('#') {
+                Some(at) => &text[..at],
+                None => &text[..],
+            };
+            let text = text.trim();
+            let Some((key, value)) = text.split_once(':') else {
+                continue;
+            };
+            let key = key.trim();
+            let value = value.trim();
+            let is = |name: &str| key.eq_ignore_ascii_case(name);
+
+            if is("user-agent") {
+                if !open || raw.is_empty() {
+                    raw.push(RawGroup::default());
+                    open = true;
+                }
+                if let Some(group) = raw.last_mut() {
+                    group.agents.push(agent_token(value).map(str::to_string));
+                }
+            } else if is("sitemap") {
+                if !value.is_empty() {
+                    robots.sitemaps.push(value.to_string());
+                }
+            } else if is("allow") || is("disallow") {
+                let Some(group) = raw.last_mut() else {
+                    continue;
+                };
+                open = false;
+                if value.is_empty() {
+                    continue;
+                }
+                let id = robots.rules.len() as u32;
+                robots.rules.push(Rule {
+                    allow: is("allow"),
+                    pattern: value.to_string(),
+                    line: number,
+                    compiled: Pattern::new(value),
+                });
+                group.rules.push(id);
+            } else if is("crawl-delay") {
+                let Some(group) = raw.last_mut() else {
+                    continue;
+                };
+                open = false;
+                if let Some(delay) = parse_delay(value) {
+                    group.crawl_delay = Some(group.crawl_delay.map_or(delay, |d| d.max(delay)));
+                }
+            } else if is("content-signal") {
+                let id = robots.signals.len() as u32;
+                robots
+                    .signals
+                    .push(ContentSignal::parse(number, text, value));
+                match raw.last_mut() {
+                    Some(group) => {
+                        open = false;
+                        group.signals.push(id);
+                    }
+                    None => robots.global_signals.push(id),
+                }
+            }
+        }
+
+        robots.merge(raw);
+        robots
+    }
+
+    /// No rules at all: what a 4xx (other than 429) robots.txt means.
+    pub fn allow_all() -> Robots {
+        Robots::default()
+    }
+
+    /// Builds one [`Group`] per distinct token, merging groups wherever they stand.
+    fn merge(&mut self, raw: Vec<RawGroup>) {
+        let mut tokens: Vec<(String, Vec<usize>)> = Vec::new();
+        for (i, group) in raw.iter().enumerate() {
+            for token in group.agents.iter().flatten() {
+                match tokens
+                    .iter_mut()
+                    .find(|(t, _)| t.eq_ignore_ascii_case(token))
+                {
+                    Some((_, members)) => {
+                        if !members.contains(&i) {
+                            members.push(i);
+                        }
+                    }
+                    None => tokens.push((token.clone(), vec![i])),
+                }
+            }
+        }
+        for (token, members) in tokens {
+            let mut rules: Vec<u32> = members
+                .iter()
+                .flat_map(|&i| raw[i].rules.iter().copied())
+                .collect();
+            rules.sort_unstable();
+            let mut signals = self.global_signals.clone();
+            signals.extend(members.iter().flat_map(|&i| raw[i].signals.iter().copied()));
+            signals.sort_unstable();
+            let crawl_delay = members
+                .iter()
+                .filter_map(|&i| raw[i].crawl_delay)
+                .fold(None, |acc: Option<f64>, d| {
+                    Some(acc.map_or(d, |a| a.max(d)))
+                });
+            let group = Group {
+                index: RuleIndex::build(&self.rules, &rules),
+                token,
+                crawl_delay,
+                signals,
+            };
+            if group.token == "*" {
+                self.star = Some(group);
+            } else {
+                self.groups.push(group);
+            }
+        }
+    }
+
+    /// The group that applies to a product token: its own, else `*`.
+    fn group(&self, agent: &str) -> Option<&Group> {
+        if !agent.is_empty() {
+            if let Some(group) = self
+                .groups
+                .iter()
+                .find(|g| g.token.eq_ignore_ascii_case(agent))
+            {
+                return Some(group);
+            }
+        }
+        self.star.as_ref()
+    }
+
+    /// May `agent` fetch `url`?
+    ///
+    /// `agent` is the crawler's product token (see [`product_token`]); `""`
+    /// means none, so only `*` groups apply. `url` is a path+query (`/a/b?c`)
+    /// or an absolute `http(s)://` URL.
+    pub fn check(&self, agent: &str, url: &str) -> Verdict<'_> {
+        let path = normalise_path(url);
+        let group = self.group(agent);
+        let token = group.map(|g| g.token.as_str());
+        if is_robots_txt(&path) {
+            return Verdict {
+                allowed: true,
+                rule: None,
+                group: token,
+            };
+        }
+        let rule = group
+            .and_then(|g| g.index.decide(&self.rules, &path))
+            .and_then(|id| self.rules.get(id as usize));
+        Verdict {
+            allowed: match rule {
+                Some(r) => r.allow,
+                None => true,
+            },
+            rule,
+            group: token,
+        }
+    }
+
+    /// Shorthand for `check(agent, url).allowed`.
+    pub fn is_allowed(&self, agent: &str, url: &str) -> bool {
+        self.check(agent, url).allowed
+    }
+
+    /// `Crawl-delay` (seconds) of the group that applies to `agent`.
+    pub fn crawl_delay(&self, agent: &str) -> Option<f64> {
+        self.group(agent).and_then(|g| g.crawl_delay)
+    }
+
+    /// Every `Sitemap` URL, in file order, wherever it stood.
+    pub fn sitemaps(&self) -> &[String] {
+        &self.sitemaps
+    }
+
+    /// Every rule of the file, in line order (for display and tooling).
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
+    }
+
+    /// The `Content-Signal` lines that apply to `agent`, in file order: those
+    /// of its group (else of `*`) and those before the first group.
+    pub fn content_signals(&self, agent: &str) -> impl Iterator<Item = &ContentSignal> + '_ {
+        let ids = match self.group(agent) {
+            Some(group) => &group.signals,
+            None => &self.global_signals,
+        };
+        ids.iter().filter_map(|&id| self.signals.get(id as usize))
+    }
+
+    /// The first of `purposes` (in the order given) the site refuses for
+    /// `url`, with the deciding `Content-Signal` line; `None` if none is
+    /// refused. Precedence is described in the `signal` module docs: longest
+    /// matching path wins, `no` wins a tie, absence refuses nothing.
+    pub fn signal_check(
+        &self,
+        agent: &str,
+        url: &str,
+        purposes: &[Purpose],
+    ) -> Option<SignalRefusal<'_>> {
+        let path = normalise_path(url);
+        if is_robots_txt(&path) {
+            return None;
+        }
+        for &purpose in purposes {
+            let mut best: Option<(usize, bool, &ContentSignal)> = None;
+            for signal in self.content_signals(agent) {
+                let (Some(value), Some(len)) = (signal.get(purpose), signal.coverage(&path)) else {
+                    continue;
+                };
+                let wins = match best {
+                    None => true,
+                    Some((best_len, best_value, _)) => {
+                        len > best_len || (len == best_len && best_value && !value)
+                    }
+                };
+                if wins {
+                    best = Some((len, value, signal));
+                }
+            }
+            if let Some((_, false, signal)) = best {
+                return Some(SignalRefusal {
+                    purpose,
+                    line: signal.line,
+                    text: &signal.text,
+                });
+            }
+        }
+        None
+    }
+}
+
+/// The first product token of a `User-Agent` header value: `Mozilla/5.0 (…)`
+/// gives `Mozilla`, `MyBot/1.2` gives `MyBot`; `""` if it starts with no token
+/// character (`a-zA-Z_-`, RFC 9309 sec. 2.2.1).
+pub fn product_token(user_agent: &str) -> &str {
+    let s = user_agent.trim_start();
+    let end = s.find(|c: char| !is_token_char(c)).unwrap_or(s.len());
+    &s[..end]
+}
+
+fn is_token_char(c: char) -> bool {
+    c.is_ascii_alphabetic() || c == '_' || c == '-'
+}
+
+/// The token a `User-agent` line names: `*`, or an identifier with an
+/// optional `/version` (which a product token may carry and which says nothing
+/// about the crawler).
+fn agent_token(value: &str) -> Option<&str> {
+    if value == "*" {
+        return Some("*");
+    }
+    let name = value.split_once('/').map_or(value, |(name, _)| name);
+    (!name.is_empty() && name.chars().all(is_token_char)).then_some(name)
+}
+
+/// Seconds, fractional allowed; negative, NaN, infinite and non-numeric values
+/// are ignored rather than guessed at.
+fn parse_delay(value: &str) -> Option<f64> {
+    let delay: f64 = value.parse().ok()?;
+    (delay.is_finite() && delay >= 0.0).then_some(delay)
+}
+
+fn is_robots_txt(path: &[u8]) -> bool {
+    let end = path.iter().position(|&b| b == b'?').unwrap_or(path.len());
+    &path[..end] == b"/robots.txt"
+}
+
+/// A UTF-8 byte order mark, or the start of one cut short, is skipped.
+fn skip_bom(body: &[u8]) -> &[u8] {
+    const BOM: &[u8] = b"\xEF\xBB\xBF";
+    let n = body.iter().zip(BOM).take_while(|(a, b)| a == b).count();
+    &body[n..]
+}
+
+/// Lines split on LF, CRLF or CR, numbered from 1.
+fn lines(body: &[u8]) -> impl Iterator<Item = (usize, &[u8])> {
+    let mut rest = body;
+    let mut number = 0;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        number += 1;
+        let end = rest
+            .iter()
+            .position(|&b| b == b'\n' || b == b'\r')
+            .unwrap_or(rest.len());
+        let line = &rest[..end];
+        let skip = match rest.get(end..end + 2) {
+            Some(b"\r\n") => 2,
+            _ if end < rest.len() => 1,
+            _ => 0,
+        };
+        rest = &rest[end + skip..];
+        Some((number, line))
+    })
+}
+
+#[cfg(test)]
+mod tests;
