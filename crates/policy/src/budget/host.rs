@@ -171,7 +171,8 @@ pub struct HostView {
     pub concurrency: u32,
     /// Requests in flight.
     pub in_flight: u32,
-    /// Requests holding a future rate slot.
+    /// Requests holding a future rate slot, estimated from the reserved time
+    /// ahead at the current rate (exact while the rate is steady).
     pub queued: u32,
     /// Remaining pause (any cause, breaker included), in seconds when serialised.
     #[serde(serialize_with = "opt_secs")]
@@ -281,7 +282,7 @@ impl HostBudget {
             return Admission::Refuse(refusal);
         }
         let interval = self.interval_ms(p, n);
-        let tau = u64::from(p.burst.max(1) - 1) * interval;
+        let tau = self.tau_ms(p, n);
         let pause = get(self.pause).unwrap_or(0);
         let tat = get(self.tat).unwrap_or(0);
         let slot = n.max(tat.saturating_sub(tau)).max(pause);
@@ -358,9 +359,11 @@ impl HostBudget {
         let rate = self.rate_u(p, n);
         if (500..600).contains(&status) {
             self.streak = 0;
+            let tau = self.tau_ms(p, n);
             self.rate = scale(rate, p.server_error_factor)
                 .max(p.floor_u())
                 .min(rate);
+            self.keep_next_slot(p, n, tau);
             return Reaction::SlowedDown {
                 rate: f(self.rate_u(p, n)),
                 ceiling: f(self.ceiling_u(p, n)),
@@ -384,13 +387,16 @@ impl HostBudget {
     /// 1/delay. `None`, zero, negative or non-finite lift the cap; a delay
     /// above a day counts as a day. Cheap and idempotent, so the proxy may
     /// call it after every robots lookup.
-    pub fn set_crawl_delay(&mut self, delay_secs: Option<f64>) {
+    pub fn set_crawl_delay(&mut self, p: &HostParams, now: Instant, delay_secs: Option<f64>) {
+        let n = self.tick(now);
+        let tau = self.tau_ms(p, n);
         self.crawl_delay_ms = match delay_secs {
             Some(d) if d.is_finite() && d > 0.0 => {
                 millis(d).min(MAX_INTERVAL_MS) as u32 // bounded just above
             }
             _ => 0,
         };
+        self.keep_next_slot(p, n, tau);
     }
 
     /// The host as seen at `now`.
@@ -422,16 +428,17 @@ impl HostBudget {
             && get(self.pause).map_or(true, |u| u <= n)
     }
 
-    /// Idle and with nothing learned that a fresh host would not know: no
-    /// pause or breaker, ceiling fully relaxed, rate not below the start
-    /// rate, concurrency not lowered. Such a host may be dropped. A
-    /// Crawl-delay is not kept: robots.txt gives it again.
+    /// Idle and with nothing left to remember: no pause or breaker, the
+    /// ceiling fully relaxed, and the rate not below the start rate (a rate
+    /// slowed by 5xx is forgotten too once the host has been idle for
+    /// `ceiling_relax_secs`). Such a host may be dropped; a fresh one is
+    /// indistinguishable. A Crawl-delay is not kept: robots.txt gives it
+    /// again.
     pub fn forgettable(&self, p: &HostParams, now: Instant) -> bool {
         let n = self.ms(now);
-        self.is_idle(now)
-            && self.ceiling_u(p, n) >= p.max_u()
-            && self.rate_u(p, n) >= p.start_u().min(self.cap_u(p, n))
-            && self.concurrency_limit(p) >= p.concurrency_u()
+        let slow = self.rate_u(p, n) < p.start_u().min(self.cap_u(p, n));
+        let long_idle = get(self.tat).map_or(true, |t| n >= t.saturating_add(p.relax_ms()));
+        self.is_idle(now) && self.ceiling_u(p, n) >= p.max_u() && (!slow || long_idle)
     }
 
     /// The state worth keeping across a restart, or `None` when there is no
@@ -470,7 +477,12 @@ impl HostBudget {
 
     /// Rebuilds a host from [`HostBudget::persist`] output, trusting none of
     /// it: values are clamped to the parameters, past deadlines dropped.
-    pub fn restore(p: &HostParams, saved: &PersistedHost, now: Instant, wall: SystemTime) -> HostBudget {
+    pub fn restore(
+        p: &HostParams,
+        saved: &PersistedHost,
+        now: Instant,
+        wall: SystemTime,
+    ) -> HostBudget {
         // The base lies in the past so that past throttles fit the clock.
         let (base, n) = match now.checked_sub(Duration::from_millis(KEEP_MS)) {
             Some(base) => (base, KEEP_MS),
@@ -483,11 +495,14 @@ impl HostBudget {
             if unix >= wall_ms {
                 n.checked_add(unix - wall_ms)
             } else {
-                n.checked_sub(wall_ms - unix)
+                // Where the clock cannot reach that far back, a past event
+                // counts as just now: the conservative side.
+                Some(n.saturating_sub(wall_ms - unix))
             }
         };
         let mut b = HostBudget::new(p, now);
         b.base = base;
+        b.set_crawl_delay(p, now, saved.crawl_delay_secs);
         let floor = p.floor_u();
         b.rate = micro(saved.rate).clamp(1, p.max_u());
         b.ceiling = micro(saved.ceiling).clamp(floor, p.max_u());
@@ -508,14 +523,12 @@ impl HostBudget {
             let u = u.min(n + KEEP_MS);
             b.pause = put(u);
             b.breaker = saved.breaker;
-            let interval = b.interval_ms(p, n);
-            b.tat = put(u + u64::from(p.burst.max(1) - 1) * interval);
+            b.tat = put(u + b.tau_ms(p, n));
         }
         b.concurrency = u16::try_from(saved.concurrency)
             .unwrap_or(u16::MAX)
             .clamp(1, p.concurrency_u());
         b.strikes = saved.strikes;
-        b.set_crawl_delay(saved.crawl_delay_secs);
         b
     }
 
@@ -531,6 +544,7 @@ impl HostBudget {
         jitter: f64,
     ) -> Throttle {
         let rate_before = self.rate_u(p, n);
+        let tau_before = self.tau_ms(p, n);
         let floor = p.floor_u();
         let ceiling = scale(rate_before, p.ceiling_factor).max(floor);
         let rate = scale(rate_before, p.throttle_rate_factor)
@@ -570,9 +584,10 @@ impl HostBudget {
         }
         let until = until.max(get(self.pause).unwrap_or(0));
         self.pause = put(until);
-        // No burst after a pause: the first slot is its end, then one per interval.
-        let tau = u64::from(p.burst.max(1) - 1) * self.interval_ms(p, n);
-        self.tat = put(get(self.tat).unwrap_or(0).max(until + tau));
+        // No burst after a pause: the first slot is its end, then one per
+        // interval. Slots already promised keep their place.
+        let next = get(self.tat).map_or(0, |t| t.saturating_sub(tau_before));
+        self.tat = put(next.max(until) + self.tau_ms(p, n));
 
         Throttle {
             pause: self.at(until).saturating_duration_since(now),
@@ -676,13 +691,28 @@ impl HostBudget {
             .clamp(1, MAX_INTERVAL_MS)
     }
 
+    /// How far `tat` runs ahead of the next slot: the unused burst.
+    fn tau_ms(&self, p: &HostParams, n: u64) -> u64 {
+        u64::from(p.burst.max(1) - 1) * self.interval_ms(p, n)
+    }
+
+    /// After a rate drop the burst allowance is longer in time; moving `tat`
+    /// with it keeps the next slot where it was, so that no reservation
+    /// lands before one already given.
+    fn keep_next_slot(&mut self, p: &HostParams, n: u64, tau_before: u64) {
+        if let Some(tat) = get(self.tat) {
+            let next = tat.saturating_sub(tau_before);
+            self.tat = put(next + self.tau_ms(p, n));
+        }
+    }
+
     fn concurrency_limit(&self, p: &HostParams) -> u16 {
         self.concurrency.min(p.concurrency_u()).max(1)
     }
 
     fn queued(&self, p: &HostParams, n: u64) -> u64 {
         let interval = self.interval_ms(p, n);
-        let tau = u64::from(p.burst.max(1) - 1) * interval;
+        let tau = self.tau_ms(p, n);
         let pause = get(self.pause).filter(|&u| u > n).unwrap_or(0);
         let tat = get(self.tat).unwrap_or(0);
         let next = n.max(tat.saturating_sub(tau)).max(pause);
@@ -721,7 +751,9 @@ fn f(micro: u32) -> f64 {
 }
 
 fn scale(micro: u32, factor: f64) -> u32 {
-    (f64::from(micro) * factor).round().clamp(0.0, f64::from(u32::MAX)) as u32
+    (f64::from(micro) * factor)
+        .round()
+        .clamp(0.0, f64::from(u32::MAX)) as u32
 }
 
 fn scale_count(n: u16, factor: f64) -> u16 {

@@ -260,7 +260,10 @@ impl HostParams {
             return e("recovery_step", "must be between 0 and 4000 requests/s");
         }
         if !(1..=u32::from(u16::MAX)).contains(&self.concurrency_recovery_successes) {
-            return e("concurrency_recovery_successes", "must be between 1 and 65535");
+            return e(
+                "concurrency_recovery_successes",
+                "must be between 1 and 65535",
+            );
         }
         if !(1..=MAX_BREAKER_THRESHOLD).contains(&self.breaker_threshold) {
             return e("breaker_threshold", "must be between 1 and 5");
@@ -356,27 +359,51 @@ mod tests {
     #[test]
     fn defaults_are_valid_and_documented_numbers() {
         let p = BudgetParams::default().validate().unwrap();
-        assert_eq!((p.start_rate, p.max_rate, p.burst, p.concurrency), (1.0, 8.0, 1, 2));
+        assert_eq!(
+            (p.start_rate, p.max_rate, p.burst, p.concurrency),
+            (1.0, 8.0, 1, 2)
+        );
         assert_eq!(p.max_hold_secs, 30.0);
-        assert_eq!((p.breaker_threshold, p.breaker_window_secs, p.breaker_open_secs), (5, 60.0, 300.0));
+        assert_eq!(
+            (
+                p.breaker_threshold,
+                p.breaker_window_secs,
+                p.breaker_open_secs
+            ),
+            (5, 60.0, 300.0)
+        );
     }
 
     #[test]
     fn nonsense_is_rejected_with_its_key() {
-        let p = BudgetParams { start_rate: 0.0, ..Default::default() };
+        let p = BudgetParams {
+            start_rate: 0.0,
+            ..Default::default()
+        };
         assert_eq!(p.validate().unwrap_err().key, "budget.start_rate");
-        let p = BudgetParams { ceiling_factor: 1.5, ..Default::default() };
+        let p = BudgetParams {
+            ceiling_factor: 1.5,
+            ..Default::default()
+        };
         assert_eq!(p.validate().unwrap_err().key, "budget.ceiling_factor");
-        let p = BudgetParams { breaker_threshold: 6, ..Default::default() };
+        let p = BudgetParams {
+            breaker_threshold: 6,
+            ..Default::default()
+        };
         assert_eq!(p.validate().unwrap_err().key, "budget.breaker_threshold");
         let mut p = BudgetParams::default();
         p.hosts.insert(
             "Slow.Example".into(),
-            HostOverride { burst: Some(0), ..Default::default() },
+            HostOverride {
+                burst: Some(0),
+                ..Default::default()
+            },
         );
         let e = p.validate().unwrap_err();
         assert_eq!(e.key, "budget.hosts.\"Slow.Example\".burst");
-        assert!(e.to_string().starts_with("budget.hosts.\"Slow.Example\".burst: "));
+        assert!(e
+            .to_string()
+            .starts_with("budget.hosts.\"Slow.Example\".burst: "));
     }
 
     #[test]
@@ -384,7 +411,11 @@ mod tests {
         let mut p = BudgetParams::default();
         p.hosts.insert(
             "Slow.Example".into(),
-            HostOverride { max_rate: Some(0.5), start_rate: Some(0.5), ..Default::default() },
+            HostOverride {
+                max_rate: Some(0.5),
+                start_rate: Some(0.5),
+                ..Default::default()
+            },
         );
         let p = p.validate().unwrap();
         assert_eq!(p.for_host("slow.example:443").max_rate, 0.5);

@@ -42,7 +42,10 @@ mod tests {
 
     #[test]
     fn delta_seconds() {
-        assert_eq!(parse_retry_after("120", wall(), HOUR), Some(Duration::from_secs(120)));
+        assert_eq!(
+            parse_retry_after("120", wall(), HOUR),
+            Some(Duration::from_secs(120))
+        );
         assert_eq!(parse_retry_after(" 0 ", wall(), HOUR), Some(Duration::ZERO));
         assert_eq!(parse_retry_after("86400", wall(), HOUR), Some(HOUR));
     }
@@ -50,8 +53,14 @@ mod tests {
     #[test]
     fn http_dates_in_all_three_forms() {
         let s = |v| parse_retry_after(v, wall(), HOUR);
-        assert_eq!(s("Sun, 06 Nov 1994 08:50:37 GMT"), Some(Duration::from_secs(60)));
-        assert_eq!(s("Sunday, 06-Nov-94 08:50:37 GMT"), Some(Duration::from_secs(60)));
+        assert_eq!(
+            s("Sun, 06 Nov 1994 08:50:37 GMT"),
+            Some(Duration::from_secs(60))
+        );
+        assert_eq!(
+            s("Sunday, 06-Nov-94 08:50:37 GMT"),
+            Some(Duration::from_secs(60))
+        );
         assert_eq!(s("Sun Nov  6 08:50:37 1994"), Some(Duration::from_secs(60)));
         assert_eq!(s("Sun, 06 Nov 1994 10:49:37 GMT"), Some(HOUR));
     }
@@ -59,8 +68,17 @@ mod tests {
     #[test]
     fn garbage_negative_past_and_absurd_are_absent() {
         for raw in [
-            "", "soon", "-5", "+5", "1.5", "5s", "0x10", "Sun, 06 Nov 1994 08:48:37 GMT",
-            "99999999999999999999999", "31536001", "Sun, 06 Nov 2094 08:49:37 GMT",
+            "",
+            "soon",
+            "-5",
+            "+5",
+            "1.5",
+            "5s",
+            "0x10",
+            "Sun, 06 Nov 1994 08:48:37 GMT",
+            "99999999999999999999999",
+            "31536001",
+            "Sun, 06 Nov 2094 08:49:37 GMT",
         ] {
             assert_eq!(parse_retry_after(raw, wall(), HOUR), None, "{raw:?}");
         }

@@ -1,0 +1,525 @@
+//! Exact tests of the per-host budget on a hand-moved clock.
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use mannerly_policy::budget::{
+    Admission, BudgetParams, HostBudget, HostParams, PersistedHost, Reaction, Refusal, Start,
+    Throttle,
+};
+use mannerly_policy::Outcome;
+
+const HOLD: Duration = Duration::from_secs(30);
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+fn wall() -> SystemTime {
+    UNIX_EPOCH + secs(1_700_000_000)
+}
+
+fn defaults() -> HostParams {
+    BudgetParams::default()
+        .validate()
+        .unwrap()
+        .for_host("example.com")
+}
+
+fn with(f: impl FnOnce(&mut BudgetParams)) -> HostParams {
+    let mut p = BudgetParams::default();
+    f(&mut p);
+    p.validate().unwrap().for_host("example.com")
+}
+
+/// A response at `t`, with the wall clock moving along with the monotonic one.
+fn respond(
+    b: &mut HostBudget,
+    p: &HostParams,
+    t0: Instant,
+    at: Duration,
+    status: u16,
+    ra: Option<&str>,
+) -> Reaction {
+    b.on_response(p, t0 + at, wall() + at, status, ra, 0.0)
+}
+
+fn throttled(r: Reaction) -> Throttle {
+    match r {
+        Reaction::Throttled(t) => t,
+        other => panic!("expected a throttle, got {other:?}"),
+    }
+}
+
+fn ok_rate(r: Reaction) -> (f64, f64) {
+    match r {
+        Reaction::Ok { rate, ceiling } => (rate, ceiling),
+        other => panic!("expected Ok, got {other:?}"),
+    }
+}
+
+#[test]
+fn rate_and_ceiling_follow_a_scripted_sequence() {
+    let p = defaults();
+    let t0 = Instant::now();
+    let mut b = HostBudget::new(&p, t0);
+
+    let t = throttled(respond(&mut b, &p, t0, secs(0), 429, Some("1")));
+    assert_eq!(
+        t,
+        Throttle {
+            pause: secs(1),
+            retry_after: Some(secs(1)),
+            retry_after_raw: Some("1".into()),
+            rate_before: 1.0,
+            rate: 0.5,
+            ceiling: 0.8,
+            concurrency: 1,
+            breaker_opened: false,
+        }
+    );
+
+    // Additive recovery, 0.05 per success, while the ceiling relaxes by
+    // (8 − 0.8) / 21600 s = 0.000333… per second.
+    let mut rates = Vec::new();
+    for s in 1..=9 {
+        rates.push(ok_rate(respond(&mut b, &p, t0, secs(s), 200, None)));
+    }
+    assert_eq!(
+        rates,
+        [
+            (0.55, 0.800333),
+            (0.60, 0.800666),
+            (0.65, 0.801),
+            (0.70, 0.801333),
+            (0.75, 0.801666),
+            (0.80, 0.802),
+            (0.802333, 0.802333), // capped by the ceiling, not 0.85
+            (0.802666, 0.802666),
+            (0.803, 0.803),
+        ]
+    );
+
+    // A second 429, without Retry-After: 5 s backoff (first strike since the
+    // last success), ceiling 80% of the 0.803 that drew it.
+    let t = throttled(respond(&mut b, &p, t0, secs(10), 429, None));
+    assert_eq!((t.rate_before, t.rate, t.ceiling), (0.803, 0.4015, 0.6424));
+    assert_eq!((t.pause, t.retry_after), (secs(5), None));
+
+    let mut rates = Vec::new();
+    for s in 15..=19 {
+        rates.push(ok_rate(respond(&mut b, &p, t0, secs(s), 200, None)).0);
+    }
+    assert_eq!(rates, [0.4515, 0.5015, 0.5515, 0.6015, 0.645465]);
+}
+
+#[test]
+fn recovery_from_the_start_rate_stops_at_max_rate() {
+    let p = defaults();
+    let t0 = Instant::now();
+    let mut b = HostBudget::new(&p, t0);
+    for i in 0..200 {
+        respond(&mut b, &p, t0, ms(i * 125), 200, None);
+    }
+    assert_eq!(b.view(&p, t0 + secs(25)).rate, 8.0);
+}
+
+#[test]
+fn the_ceiling_relaxes_over_hours_not_minutes() {
+    let p = defaults();
+    let t0 = Instant::now();
+    let mut b = HostBudget::new(&p, t0);
+    throttled(respond(&mut b, &p, t0, secs(0), 429, Some("1")));
+
+    assert_eq!(b.view(&p, t0 + secs(60)).ceiling, 0.82);
+    assert_eq!(b.view(&p, t0 + secs(3 * 3600)).ceiling, 4.4);
+    assert_eq!(b.view(&p, t0 + secs(6 * 3600)).ceiling, 8.0);
+    // The rate itself only climbs with successes.
+    assert_eq!(b.view(&p, t0 + secs(6 * 3600)).rate, 0.5);
+
+    assert!(b.persist(&p, t0 + secs(3 * 3600), wall()).is_some());
+    assert!(!b.forgettable(&p, t0 + secs(3 * 3600)));
+    assert!(b.persist(&p, t0 + secs(6 * 3600), wall()).is_none());
+    // The slowed rate is remembered for a relaxation period of idleness
+    // after the last slot (the end of the pause, 1 s).
+    assert!(!b.forgettable(&p, t0 + secs(6 * 3600)));
+    assert!(b.forgettable(&p, t0 + secs(6 * 3600 + 1)));
+}
+
+#[test]
+fn five_429s_inside_60s_open_the_breaker_for_300s() {
+    let p = defaults();
+    let t0 = Instant::now();
+    let mut b = HostBudget::new(&p, t0);
+    let mut trail = Vec::new();
+    for s in [0, 10, 20, 30] {
+        let t = throttled(respond(&mut b, &p, t0, secs(s), 429, Some("1")));
+        assert!(!t.breaker_opened);
+        trail.push((t.rate, t.ceiling));
+    }
+    // Halved each time down to floor_rate 0.1; the ceiling never below it.
+    assert_eq!(trail, [(0.5, 0.8), (0.25, 0.4), (0.125, 0.2), (0.1, 0.1)]);
+
+    let t = throttled(respond(&mut b, &p, t0, secs(40), 429, Some("1")));
+    assert!(t.breaker_opened);
+    assert_eq!(t.pause, secs(300));
+    let v = b.view(&p, t0 + secs(40));
+    assert_eq!(
+        (v.breaker_open_for, v.paused_for),
+        (Some(secs(300)), Some(secs(300)))
+    );
+
+    assert_eq!(
+        b.admit(&p, t0 + secs(41)),
+        Admission::Refuse(Refusal::BreakerOpen {
+            retry_after: secs(299)
+        })
+    );
+    // Held once the breaker closes within max_hold; the next one would wait
+    // a further 10 s (rate 0.1) and is refused.
+    assert_eq!(b.admit(&p, t0 + secs(310)), Admission::Wait(secs(30)));
+    assert_eq!(
+        b.admit(&p, t0 + secs(310)),
+        Admission::Refuse(Refusal::QueueFull {
+            retry_after: secs(40)
+        })
+    );
+
+    let v = b.view(&p, t0 + secs(340));
+    assert_eq!((v.breaker_open_for, v.paused_for), (None, None));
+    // History starts afresh: one more 429 does not reopen it.
+    let t = throttled(respond(&mut b, &p, t0, secs(341), 429, Some("1")));
+    assert!(!t.breaker_opened);
+    assert_eq!(t.pause, secs(1));
+}
+
+#[test]
+fn the_breaker_window_is_exactly_60s() {
+    let p = defaults();
+    let t0 = Instant::now();
+
+    let mut b = HostBudget::new(&p, t0);
+    for at in [0, 15_000, 30_000, 45_000] {
+        respond(&mut b, &p, t0, ms(at), 429, Some("0"));
+    }
+    assert!(throttled(respond(&mut b, &p, t0, ms(59_999), 429, Some("0"))).breaker_opened);
+
+    let mut b = HostBudget::new(&p, t0);
+    for at in [0, 15_000, 30_000, 45_000] {
+        respond(&mut b, &p, t0, ms(at), 429, Some("0"));
+    }
+    assert!(!throttled(respond(&mut b, &p, t0, ms(60_000), 429, Some("0"))).breaker_opened);
+    assert_eq!(b.view(&p, t0 + ms(60_000)).recent_throttles, 4);
+}
+
+#[test]
+fn reservations_are_fifo_and_spaced_at_one_over_rate() {
+    let t0 = Instant::now();
+
+    let p = defaults();
+    let mut b = HostBudget::new(&p, t0);
+    let got: Vec<_> = (0..4).map(|_| b.admit(&p, t0)).collect();
+    assert_eq!(
+        got,
+        [
+            Admission::Go,
+            Admission::Wait(secs(1)),
+            Admission::Wait(secs(2)),
+            Admission::Wait(secs(3))
+        ]
+    );
+    assert_eq!(b.view(&p, t0).queued, 3);
+
+    let p = with(|p| p.start_rate = 8.0);
+    let mut b = HostBudget::new(&p, t0);
+    assert_eq!(b.admit(&p, t0), Admission::Go);
+    assert_eq!(b.admit(&p, t0 + ms(30)), Admission::Wait(ms(95)));
+    assert_eq!(b.admit(&p, t0 + ms(30)), Admission::Wait(ms(220)));
+    // An idle host's bucket refills: no wait after a gap.
+    assert_eq!(b.admit(&p, t0 + ms(2000)), Admission::Go);
+
+    let p = with(|p| p.burst = 3);
+    let mut b = HostBudget::new(&p, t0);
+    let got: Vec<_> = (0..5).map(|_| b.admit(&p, t0)).collect();
+    assert_eq!(
+        got,
+        [
+            Admission::Go,
+            Admission::Go,
+            Admission::Go,
+            Admission::Wait(secs(1)),
+            Admission::Wait(secs(2))
+        ]
+    );
+}
+
+#[test]
+fn a_wait_beyond_max_hold_or_the_queue_bound_is_refused_and_reserves_nothing() {
+    let t0 = Instant::now();
+    let p = defaults();
+    let mut b = HostBudget::new(&p, t0);
+    for i in 0..=30 {
+        let want = if i == 0 {
+            Admission::Go
+        } else {
+            Admission::Wait(secs(i))
+        };
+        assert_eq!(b.admit(&p, t0), want);
+    }
+    let full = Admission::Refuse(Refusal::QueueFull {
+        retry_after: secs(31),
+    });
+    assert_eq!(b.admit(&p, t0), full);
+    assert_eq!(b.admit(&p, t0), full);
+    assert_eq!(
+        Refusal::QueueFull {
+            retry_after: secs(31)
+        }
+        .status(),
+        503
+    );
+    assert_eq!(
+        Refusal::QueueFull {
+            retry_after: secs(31)
+        }
+        .outcome(),
+        Outcome::QueueFull
+    );
+
+    let p = with(|p| p.queue_limit = 2);
+    let mut b = HostBudget::new(&p, t0);
+    let got: Vec<_> = (0..4).map(|_| b.admit(&p, t0)).collect();
+    assert_eq!(
+        got,
+        [
+            Admission::Go,
+            Admission::Wait(secs(1)),
+            Admission::Wait(secs(2)),
+            Admission::Refuse(Refusal::QueueFull {
+                retry_after: secs(3)
+            })
+        ]
+    );
+}
+
+#[test]
+fn a_paused_host_holds_what_fits_in_max_hold_and_refuses_the_rest() {
+    let p = defaults();
+    let t0 = Instant::now();
+    let mut b = HostBudget::new(&p, t0);
+    throttled(respond(&mut b, &p, t0, secs(0), 429, Some("60")));
+
+    let paused = Refusal::Paused {
+        retry_after: secs(60),
+    };
+    assert_eq!(b.admit(&p, t0), Admission::Refuse(paused));
+    assert_eq!((paused.status(), paused.outcome()), (429, Outcome::Paused));
+    // The first slot is the end of the pause, then one per 2 s (rate 0.5).
+    assert_eq!(b.admit(&p, t0 + secs(31)), Admission::Wait(secs(29)));
+    assert_eq!(
+        b.admit(&p, t0 + secs(31)),
+        Admission::Refuse(Refusal::QueueFull {
+            retry_after: secs(31)
+        })
+    );
+    assert_eq!(b.admit(&p, t0 + secs(32)), Admission::Wait(secs(30)));
+    assert_eq!(b.view(&p, t0 + secs(32)).queued, 2);
+}
+
+#[test]
+fn a_woken_waiter_rechecks_the_pause() {
+    let p = defaults();
+    let t0 = Instant::now();
+    for (ra, want) in [
+        ("10", Start::Wait(ms(9500))),
+        (
+            "40",
+            Start::Refuse(Refusal::Paused {
+                retry_after: ms(39_500),
+            }),
+        ),
+    ] {
+        let mut b = HostBudget::new(&p, t0);
+        assert_eq!(b.admit(&p, t0), Admission::Go);
+        assert_eq!(b.try_start(&p, t0, HOLD), Start::Go);
+        assert_eq!(b.admit(&p, t0), Admission::Wait(secs(1)));
+        // The first request draws a 429 while the second sleeps.
+        throttled(respond(&mut b, &p, t0, ms(500), 429, Some(ra)));
+        assert_eq!(b.try_start(&p, t0 + secs(1), HOLD - secs(1)), want);
+    }
+}
+
+#[test]
+fn the_concurrency_gate_halves_on_429_with_min_1_and_recovers() {
+    let t0 = Instant::now();
+    let p = with(|p| p.burst = 4);
+    let mut b = HostBudget::new(&p, t0);
+    for _ in 0..3 {
+        assert_eq!(b.admit(&p, t0), Admission::Go);
+    }
+    assert_eq!(b.try_start(&p, t0, HOLD), Start::Go);
+    assert_eq!(b.try_start(&p, t0, HOLD), Start::Go);
+    assert_eq!(b.try_start(&p, t0, HOLD), Start::WaitConcurrency);
+    assert!(b.finish(&p, t0 + ms(10)));
+    assert_eq!(b.try_start(&p, t0 + ms(10), HOLD), Start::Go);
+    assert_eq!(b.view(&p, t0 + ms(10)).in_flight, 2);
+
+    let p = with(|p| p.concurrency = 5);
+    let mut b = HostBudget::new(&p, t0);
+    let c: Vec<_> = (0..3)
+        .map(|i| throttled(respond(&mut b, &p, t0, secs(i), 429, Some("0"))).concurrency)
+        .collect();
+    assert_eq!(c, [2, 1, 1]);
+    for i in 0..19 {
+        respond(&mut b, &p, t0, secs(10 + i), 200, None);
+    }
+    assert_eq!(b.view(&p, t0 + secs(30)).concurrency, 1);
+    respond(&mut b, &p, t0, secs(30), 200, None);
+    assert_eq!(b.view(&p, t0 + secs(30)).concurrency, 2);
+}
+
+#[test]
+fn crawl_delay_caps_the_rate_at_one_over_delay() {
+    let p = defaults();
+    let t0 = Instant::now();
+    let mut b = HostBudget::new(&p, t0);
+    b.set_crawl_delay(&p, t0, Some(4.0));
+    assert_eq!(b.view(&p, t0).rate, 0.25);
+    assert_eq!(b.view(&p, t0).crawl_delay, Some(secs(4)));
+    let got: Vec<_> = (0..3).map(|_| b.admit(&p, t0)).collect();
+    assert_eq!(
+        got,
+        [
+            Admission::Go,
+            Admission::Wait(secs(4)),
+            Admission::Wait(secs(8))
+        ]
+    );
+    for i in 0..10 {
+        assert_eq!(ok_rate(respond(&mut b, &p, t0, secs(i), 200, None)).0, 0.25);
+    }
+
+    // A Crawl-delay looser than the rate changes nothing.
+    let mut b = HostBudget::new(&p, t0);
+    b.set_crawl_delay(&p, t0, Some(0.5));
+    assert_eq!(b.view(&p, t0).rate, 1.0);
+    // Nonsense lifts the cap.
+    b.set_crawl_delay(&p, t0, Some(f64::NAN));
+    assert_eq!(b.view(&p, t0).crawl_delay, None);
+}
+
+#[test]
+fn server_errors_slow_down_mildly_and_503_with_retry_after_throttles() {
+    let p = defaults();
+    let t0 = Instant::now();
+    let mut b = HostBudget::new(&p, t0);
+    assert_eq!(
+        respond(&mut b, &p, t0, secs(0), 500, None),
+        Reaction::SlowedDown {
+            rate: 0.75,
+            ceiling: 8.0
+        }
+    );
+    assert_eq!(
+        respond(&mut b, &p, t0, secs(1), 503, None),
+        Reaction::SlowedDown {
+            rate: 0.5625,
+            ceiling: 8.0
+        }
+    );
+    assert_eq!(b.admit(&p, t0 + secs(1)), Admission::Go);
+
+    let t = throttled(respond(&mut b, &p, t0, secs(2), 503, Some("5")));
+    assert_eq!(
+        (t.pause, t.rate_before, t.rate, t.ceiling),
+        (secs(5), 0.5625, 0.28125, 0.45)
+    );
+}
+
+#[test]
+fn backoff_without_retry_after_doubles_up_to_its_maximum() {
+    let p = defaults();
+    let t0 = Instant::now();
+    let mut b = HostBudget::new(&p, t0);
+    // 100 s apart: never five inside the breaker window.
+    let pauses: Vec<_> = (0..7)
+        .map(|i| {
+            throttled(respond(&mut b, &p, t0, secs(100 * i), 429, None))
+                .pause
+                .as_secs()
+        })
+        .collect();
+    assert_eq!(pauses, [5, 10, 20, 40, 80, 160, 300]);
+
+    let mut b = HostBudget::new(&p, t0);
+    let t = throttled(b.on_response(&p, t0, wall(), 429, None, 0.5));
+    assert_eq!(t.pause, ms(3750));
+}
+
+#[test]
+fn retry_after_forms_reach_the_pause() {
+    let p = defaults();
+    let t0 = Instant::now();
+    let date = httpdate::fmt_http_date(wall() + secs(120));
+    for (raw, pause, used) in [
+        (date.as_str(), secs(120), Some(secs(120))),
+        ("7200", secs(3600), Some(secs(3600))),
+        ("soon", secs(5), None),
+        ("-5", secs(5), None),
+        ("99999999999", secs(5), None),
+    ] {
+        let mut b = HostBudget::new(&p, t0);
+        let t = throttled(b.on_response(&p, t0, wall(), 429, Some(raw), 0.0));
+        assert_eq!((t.pause, t.retry_after), (pause, used), "{raw:?}");
+        assert_eq!(t.retry_after_raw.as_deref(), Some(raw));
+        assert_eq!(b.view(&p, t0).paused_for, Some(pause));
+    }
+}
+
+#[test]
+fn persisted_state_survives_a_restart_with_wall_clock_deadlines() {
+    let p = defaults();
+    let t0 = Instant::now();
+    let mut b = HostBudget::new(&p, t0);
+    throttled(respond(&mut b, &p, t0, secs(0), 429, Some("60")));
+
+    let saved = b.persist(&p, t0 + secs(10), wall() + secs(10)).unwrap();
+    let wall_ms = 1_700_000_000_000;
+    assert_eq!(saved.paused_until_ms, Some(wall_ms + 60_000));
+    assert_eq!(saved.throttled_at_ms, Some(wall_ms));
+    let json = serde_json::to_string(&saved).unwrap();
+    let saved: PersistedHost = serde_json::from_str(&json).unwrap();
+
+    // The new process has its own monotonic clock; 30 s of wall time passed.
+    let t1 = t0 + secs(5000);
+    let r = HostBudget::restore(&p, &saved, t1, wall() + secs(30));
+    let v = r.view(&p, t1);
+    let before = b.view(&p, t0 + secs(30));
+    assert_eq!(v.paused_for, Some(secs(30)));
+    assert_eq!(
+        (v.rate, v.ceiling, v.concurrency),
+        (before.rate, before.ceiling, before.concurrency)
+    );
+    assert_eq!(v.ceiling, 0.81);
+    let mut r = r;
+    assert_eq!(r.admit(&p, t1), Admission::Wait(secs(30)));
+
+    // Nothing is persisted for a host with nothing to remember.
+    assert!(HostBudget::new(&p, t0).persist(&p, t0, wall()).is_none());
+}
+
+#[test]
+fn an_idle_host_is_forgettable_once_its_bucket_has_refilled() {
+    let p = defaults();
+    let t0 = Instant::now();
+    let mut b = HostBudget::new(&p, t0);
+    assert_eq!(b.admit(&p, t0), Admission::Go);
+    assert_eq!(b.try_start(&p, t0, HOLD), Start::Go);
+    assert!(!b.is_idle(t0 + secs(2)));
+    ok_rate(respond(&mut b, &p, t0, ms(200), 200, None));
+    assert!(!b.forgettable(&p, t0 + ms(999)));
+    assert!(b.forgettable(&p, t0 + secs(1)));
+}

@@ -1,0 +1,105 @@
+//! Invariants of the per-host budget under any sequence of events.
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use mannerly_policy::budget::{Admission, BudgetParams, HostBudget, HostParams, Start};
+use proptest::prelude::*;
+
+#[derive(Clone, Debug)]
+enum Event {
+    Advance(u64),
+    Admit,
+    TryStart,
+    Finish,
+    Response(u16, Option<&'static str>, f64),
+    CrawlDelay(Option<f64>),
+}
+
+fn event() -> impl Strategy<Value = Event> {
+    prop_oneof![
+        3 => (0u64..5_000).prop_map(Event::Advance),
+        4 => Just(Event::Admit),
+        2 => Just(Event::TryStart),
+        1 => Just(Event::Finish),
+        4 => (
+            prop::sample::select(vec![200u16, 304, 404, 429, 429, 500, 503]),
+            prop::sample::select(vec![None, Some("0"), Some("3"), Some("soon"), Some("100000")]),
+            0.0f64..1.0,
+        )
+            .prop_map(|(s, ra, j)| Event::Response(s, ra, j)),
+        1 => prop::option::of(prop::sample::select(vec![0.5f64, 2.0, 10.0, -1.0]))
+            .prop_map(Event::CrawlDelay),
+    ]
+}
+
+fn params() -> impl Strategy<Value = HostParams> {
+    (
+        1u32..4,
+        1u32..4,
+        prop::sample::select(vec![1.0f64, 2.0, 8.0]),
+        0u32..8,
+    )
+        .prop_map(|(burst, concurrency, max_rate, queue_limit)| {
+            let p = BudgetParams {
+                burst,
+                concurrency,
+                max_rate,
+                start_rate: 1.0,
+                queue_limit,
+                ..Default::default()
+            };
+            p.validate().unwrap().for_host("example.com")
+        })
+}
+
+proptest! {
+    #[test]
+    fn rate_stays_under_ceiling_and_slots_never_go_back(
+        p in params(),
+        events in prop::collection::vec(event(), 1..200),
+    ) {
+        let t0 = Instant::now();
+        let wall0 = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let mut b = HostBudget::new(&p, t0);
+        let mut now = t0;
+        let mut last_slot = t0;
+        let floor = p.floor_rate;
+        for e in events {
+            let wall: SystemTime = wall0 + (now - t0);
+            let slot = match e {
+                Event::Advance(ms) => { now += Duration::from_millis(ms); None }
+                Event::Admit => match b.admit(&p, now) {
+                    Admission::Go => Some(now),
+                    Admission::Wait(d) => {
+                        prop_assert!(d <= p.max_hold());
+                        Some(now + d)
+                    }
+                    Admission::Refuse(_) => None,
+                },
+                Event::TryStart => match b.try_start(&p, now, p.max_hold()) {
+                    Start::Wait(d) => Some(now + d),
+                    _ => None,
+                },
+                Event::Finish => { b.finish(&p, now); None }
+                Event::Response(status, ra, jitter) => {
+                    let r = b.on_response(&p, now, wall, status, ra, jitter);
+                    prop_assert!(r.rate() <= r.ceiling());
+                    None
+                }
+                Event::CrawlDelay(d) => { b.set_crawl_delay(&p, now, d); None }
+            };
+            if let Some(slot) = slot {
+                prop_assert!(slot >= last_slot, "slot went back: {:?} < {:?}", slot, last_slot);
+                last_slot = slot;
+            }
+            let v = b.view(&p, now);
+            prop_assert!(v.rate <= v.ceiling, "{v:?}");
+            prop_assert!(v.ceiling <= p.max_rate, "{v:?}");
+            prop_assert!(v.rate > 0.0);
+            if v.crawl_delay.is_none() {
+                prop_assert!(v.rate >= floor, "{v:?}");
+            }
+            prop_assert!(v.concurrency >= 1 && v.concurrency <= p.concurrency);
+        }
+    }
+}
