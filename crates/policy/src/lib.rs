@@ -8,6 +8,7 @@ pub mod budget;
 pub mod conditional;
 mod outcome;
 pub mod robots;
+pub mod robots_cache;
 
 pub use address::{classify_ip, parse_host_ip, AddressClass};
 pub use audit::{chain_line, last_chain, verify_chain, AuditRecord, ChainError, GENESIS};

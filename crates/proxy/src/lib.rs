@@ -1,1 +1,44 @@
-//! placeholder
+//! The I/O side of mannerly: listener, CONNECT and TLS interception, the upstream client and the pipeline that carries each request through the policy crate's decisions; no policy rule is decided here.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod audit;
+mod body;
+mod ca;
+mod config;
+mod error;
+mod intake;
+mod pipeline;
+mod respond;
+mod robots;
+mod server;
+mod tunnel;
+mod upstream;
+
+pub use audit::{open as open_audit, AuditSink, AuditWriter};
+pub use ca::CertificateAuthority;
+pub use config::{
+    AuditConfig, AuditTarget, Config, CrawlerConfig, PolicyConfig, ProxyConfig, UpstreamConfig,
+};
+pub use error::{CaError, ConfigError, StartError};
+pub use server::Proxy;
+
+/// Fetches the robots.txt of `url`'s origin once, as the proxy would (same
+/// client, guard and redirect rules): `Some(body)` on 2xx, `None` when the
+/// site has none (4xx other than 429), an error when it cannot be known.
+pub async fn fetch_robots_once(cfg: &Config, url: &str) -> Result<Option<Vec<u8>>, String> {
+    use mannerly_policy::robots_cache::FetchResult;
+    let uri: http::Uri = url.parse().map_err(|e| format!("{url}: {e}"))?;
+    let target = pipeline::Target::from_absolute(&uri)?;
+    let guard = upstream::Guard::new(&cfg.upstream);
+    let client = upstream::client(&cfg.upstream, guard).map_err(|e| e.to_string())?;
+    let robots_url = format!("{}robots.txt", target.url(None));
+    let report = robots::fetch(&client, &robots_url, None, cfg.robots.max_redirects).await;
+    match report.result {
+        FetchResult::Body(b) => Ok(Some(b)),
+        FetchResult::Status(s) if (400..500).contains(&s) && s != 429 => Ok(None),
+        other => Err(mannerly_policy::robots_cache::classify(&other)
+            .err()
+            .unwrap_or_else(|| "unexpected answer".into())),
+    }
+}

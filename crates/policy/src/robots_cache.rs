@@ -1,0 +1,357 @@
+//! What to do with a robots.txt fetch result, and when to fetch again
+//! (RFC 9309 §2.3.1, §2.4): the sans-IO half of the proxy's robots cache.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+
+use crate::robots::Robots;
+
+/// `[robots]`: fetching and caching robots.txt.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct RobotsParams {
+    /// Seconds a fetched robots.txt is used before it is fetched again (at most 24 h).
+    pub max_age_secs: f64,
+    /// First wait, in seconds, before fetching again after a failed fetch; doubles per failure.
+    pub retry_min_secs: f64,
+    /// Longest wait between fetch attempts after failures.
+    pub retry_max_secs: f64,
+    /// Redirects followed before the file counts as unavailable.
+    pub max_redirects: u32,
+    /// Seconds a whole fetch (all redirects, the body) may take.
+    pub fetch_timeout_secs: f64,
+    /// Origins whose robots.txt is kept in memory.
+    pub max_entries: usize,
+}
+
+impl Default for RobotsParams {
+    fn default() -> Self {
+        RobotsParams {
+            max_age_secs: 86_400.0,
+            retry_min_secs: 5.0,
+            retry_max_secs: 600.0,
+            max_redirects: 5,
+            fetch_timeout_secs: 20.0,
+            max_entries: 100_000,
+        }
+    }
+}
+
+/// A `[robots]` value that cannot be used.
+#[derive(Debug, thiserror::Error, PartialEq)]
+#[error("config key robots.{key}: {why}")]
+pub struct RobotsParamsError {
+    /// The key.
+    pub key: &'static str,
+    /// What is wrong.
+    pub why: String,
+}
+
+impl RobotsParams {
+    /// Checks the values, naming the key at fault.
+    pub fn validate(self) -> Result<Self, RobotsParamsError> {
+        let secs = [
+            ("max_age_secs", self.max_age_secs),
+            ("retry_min_secs", self.retry_min_secs),
+            ("retry_max_secs", self.retry_max_secs),
+            ("fetch_timeout_secs", self.fetch_timeout_secs),
+        ];
+        for (key, v) in secs {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(RobotsParamsError {
+                    key,
+                    why: format!("must be a positive number of seconds, got {v}"),
+                });
+            }
+        }
+        if self.max_age_secs > 86_400.0 {
+            return Err(RobotsParamsError {
+                key: "max_age_secs",
+                why: "RFC 9309 caps caching at 24 hours (86400)".into(),
+            });
+        }
+        if self.retry_max_secs < self.retry_min_secs {
+            return Err(RobotsParamsError {
+                key: "retry_max_secs",
+                why: "must not be below retry_min_secs".into(),
+            });
+        }
+        if self.max_entries == 0 {
+            return Err(RobotsParamsError {
+                key: "max_entries",
+                why: "must be at least 1".into(),
+            });
+        }
+        Ok(self)
+    }
+
+    fn max_age(&self) -> Duration {
+        Duration::from_secs_f64(self.max_age_secs)
+    }
+}
+
+/// How a fetch of robots.txt ended, as the proxy saw it.
+#[derive(Clone, Debug)]
+pub enum FetchResult {
+    /// A 2xx with this body.
+    Body(Vec<u8>),
+    /// The final status (after redirects) was not 2xx.
+    Status(u16),
+    /// More redirects than allowed.
+    TooManyRedirects,
+    /// Timeout, refused connection, TLS failure, blocked address: the words why.
+    Failed(String),
+}
+
+/// The rules in force for one origin.
+#[derive(Clone, Debug)]
+pub enum Rules {
+    /// Parsed rules (a 4xx gives an empty, allow-all file).
+    Known(Arc<Robots>),
+    /// The site's wishes cannot be known: everything is refused until `retry_in`.
+    Unavailable {
+        /// Plain words on what went wrong.
+        reason: String,
+        /// Time until the next fetch attempt.
+        retry_in: Duration,
+    },
+}
+
+/// What the cache holds for one origin.
+#[derive(Clone, Debug)]
+pub struct RobotsEntry {
+    rules: Option<Arc<Robots>>,
+    fetched_at: Instant,
+    /// Last parsed copy, used while the file is unavailable (RFC 9309 §2.4).
+    good: Option<Arc<Robots>>,
+    failures: u32,
+    retry_at: Instant,
+    reason: String,
+}
+
+/// What the proxy should do for a request to an origin.
+#[derive(Clone, Debug)]
+pub enum Lookup {
+    /// Use these rules.
+    Use(Rules),
+    /// Fetch robots.txt first (nothing cached, expired, or retry time reached).
+    Fetch,
+}
+
+/// Classifies a fetch: 2xx parse, 4xx other than 429 no rules, anything else unavailable.
+pub fn classify(result: &FetchResult) -> Result<Robots, String> {
+    match result {
+        FetchResult::Body(body) => Ok(Robots::parse(body)),
+        FetchResult::Status(s) if (400..500).contains(s) && *s != 429 => Ok(Robots::allow_all()),
+        FetchResult::Status(429) => Err("robots.txt answered 429".into()),
+        FetchResult::Status(s) => Err(format!("robots.txt answered {s}")),
+        FetchResult::TooManyRedirects => Err("robots.txt redirected too many times".into()),
+        FetchResult::Failed(why) => Err(format!("robots.txt unreachable: {why}")),
+    }
+}
+
+impl RobotsEntry {
+    /// The entry after a fetch that ended with `result` at `now`, given the
+    /// entry it replaces (for the failure count and the last good copy).
+    pub fn after_fetch(
+        previous: Option<&RobotsEntry>,
+        result: &FetchResult,
+        params: &RobotsParams,
+        now: Instant,
+    ) -> RobotsEntry {
+        match classify(result) {
+            Ok(robots) => {
+                let robots = Arc::new(robots);
+                RobotsEntry {
+                    rules: Some(robots.clone()),
+                    fetched_at: now,
+                    good: Some(robots),
+                    failures: 0,
+                    retry_at: now,
+                    reason: String::new(),
+                }
+            }
+            Err(reason) => {
+                let failures = previous.map_or(0, |p| p.failures).saturating_add(1);
+                let backoff = params.retry_min_secs * 2f64.powi(failures.min(30) as i32 - 1);
+                let wait = Duration::from_secs_f64(backoff.min(params.retry_max_secs));
+                let good = previous.and_then(|p| p.good.clone());
+                RobotsEntry {
+                    rules: None,
+                    fetched_at: now,
+                    good,
+                    failures,
+                    retry_at: now + wait,
+                    reason,
+                }
+            }
+        }
+    }
+
+    /// What applies at `now`.
+    pub fn lookup(&self, params: &RobotsParams, now: Instant) -> Lookup {
+        match &self.rules {
+            Some(r) if now.saturating_duration_since(self.fetched_at) < params.max_age() => {
+                Lookup::Use(Rules::Known(r.clone()))
+            }
+            Some(_) => Lookup::Fetch,
+            None if now >= self.retry_at => Lookup::Fetch,
+            None => match &self.good {
+                Some(g) => Lookup::Use(Rules::Known(g.clone())),
+                None => Lookup::Use(Rules::Unavailable {
+                    reason: self.reason.clone(),
+                    retry_in: self.retry_at - now,
+                }),
+            },
+        }
+    }
+
+    /// The rules this entry gives right after it was made (no refetch).
+    pub fn rules_now(&self, now: Instant) -> Rules {
+        match (&self.rules, &self.good) {
+            (Some(r), _) | (None, Some(r)) => Rules::Known(r.clone()),
+            (None, None) => Rules::Unavailable {
+                reason: self.reason.clone(),
+                retry_in: self.retry_at.saturating_duration_since(now),
+            },
+        }
+    }
+
+    /// Consecutive failed fetches.
+    pub fn failures(&self) -> u32 {
+        self.failures
+    }
+
+    /// Whether the entry is still worth keeping at `now`.
+    pub fn is_live(&self, params: &RobotsParams, now: Instant) -> bool {
+        !matches!(self.lookup(params, now), Lookup::Fetch)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params() -> RobotsParams {
+        RobotsParams::default()
+    }
+
+    fn allowed(rules: &Rules, path: &str) -> Option<bool> {
+        match rules {
+            Rules::Known(r) => Some(r.check("bot", path).allowed),
+            Rules::Unavailable { .. } => None,
+        }
+    }
+
+    #[test]
+    fn a_fetched_file_is_used_for_24_hours_then_fetched_again() {
+        let t0 = Instant::now();
+        let p = params();
+        let e = RobotsEntry::after_fetch(
+            None,
+            &FetchResult::Body(b"User-agent: *\nDisallow: /x".to_vec()),
+            &p,
+            t0,
+        );
+        match e.lookup(&p, t0 + Duration::from_secs(86_399)) {
+            Lookup::Use(r) => assert_eq!(allowed(&r, "/x"), Some(false)),
+            Lookup::Fetch => panic!("still fresh"),
+        }
+        assert!(matches!(
+            e.lookup(&p, t0 + Duration::from_secs(86_400)),
+            Lookup::Fetch
+        ));
+    }
+
+    #[test]
+    fn client_errors_mean_no_rules_but_429_and_5xx_mean_unavailable() {
+        let t0 = Instant::now();
+        let p = params();
+        for s in [400, 401, 403, 404, 410] {
+            let e = RobotsEntry::after_fetch(None, &FetchResult::Status(s), &p, t0);
+            assert_eq!(allowed(&e.rules_now(t0), "/anything"), Some(true), "{s}");
+        }
+        for r in [
+            FetchResult::Status(429),
+            FetchResult::Status(500),
+            FetchResult::Status(503),
+            FetchResult::Status(301),
+            FetchResult::TooManyRedirects,
+            FetchResult::Failed("connection refused".into()),
+        ] {
+            let e = RobotsEntry::after_fetch(None, &r, &p, t0);
+            assert!(
+                matches!(e.rules_now(t0), Rules::Unavailable { .. }),
+                "{r:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn failures_back_off_exponentially_up_to_the_cap() {
+        let t0 = Instant::now();
+        let p = RobotsParams {
+            retry_min_secs: 5.0,
+            retry_max_secs: 30.0,
+            ..params()
+        };
+        let mut e = RobotsEntry::after_fetch(None, &FetchResult::Status(500), &p, t0);
+        let mut waits = vec![];
+        for _ in 0..5 {
+            match e.lookup(&p, t0) {
+                Lookup::Use(Rules::Unavailable { retry_in, .. }) => waits.push(retry_in.as_secs()),
+                other => panic!("{other:?}"),
+            }
+            e = RobotsEntry::after_fetch(Some(&e), &FetchResult::Status(500), &p, t0);
+        }
+        assert_eq!(waits, vec![5, 10, 20, 30, 30]);
+        assert!(matches!(
+            e.lookup(&p, t0 + Duration::from_secs(30)),
+            Lookup::Fetch
+        ));
+        let healed = RobotsEntry::after_fetch(Some(&e), &FetchResult::Status(404), &p, t0);
+        assert_eq!(healed.failures(), 0);
+    }
+
+    #[test]
+    fn a_good_copy_is_used_while_the_file_is_unavailable() {
+        let t0 = Instant::now();
+        let p = params();
+        let good = RobotsEntry::after_fetch(
+            None,
+            &FetchResult::Body(b"User-agent: *\nDisallow: /x".to_vec()),
+            &p,
+            t0,
+        );
+        let t1 = t0 + Duration::from_secs(86_400);
+        let failed = RobotsEntry::after_fetch(Some(&good), &FetchResult::Status(503), &p, t1);
+        match failed.lookup(&p, t1) {
+            Lookup::Use(r) => {
+                assert_eq!(allowed(&r, "/x"), Some(false));
+                assert_eq!(allowed(&r, "/y"), Some(true));
+            }
+            Lookup::Fetch => panic!("retry time not reached"),
+        }
+    }
+
+    #[test]
+    fn params_are_validated() {
+        assert!(RobotsParams::default().validate().is_ok());
+        let e = RobotsParams {
+            max_age_secs: 90_000.0,
+            ..params()
+        }
+        .validate()
+        .unwrap_err();
+        assert_eq!(e.key, "max_age_secs");
+        let e = RobotsParams {
+            retry_min_secs: -1.0,
+            ..params()
+        }
+        .validate()
+        .unwrap_err();
+        assert_eq!(e.key, "retry_min_secs");
+    }
+}

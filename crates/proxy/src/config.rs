@@ -1,0 +1,230 @@
+//! The proxy's configuration: plain serde structs with the documented
+//! defaults. Loading files and `MANNERLY_*` variables is the binary's job.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use mannerly_policy::robots::Purpose;
+use mannerly_policy::robots_cache::RobotsParams;
+use serde::Deserialize;
+
+use crate::error::ConfigError;
+
+/// Everything the proxy needs to run. See `config/mannerly.toml` for every
+/// key with its default and meaning.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Where the CA, the audit log and stored state live.
+    /// Empty: `$MANNERLY_DATA_DIR`, else `$XDG_DATA_HOME/mannerly`, else `~/.local/share/mannerly`.
+    pub data_dir: PathBuf,
+    /// The listener.
+    pub proxy: ProxyConfig,
+    /// The client towards origins.
+    pub upstream: UpstreamConfig,
+    /// The audit log.
+    pub audit: AuditConfig,
+    /// Who the crawl is.
+    pub crawler: CrawlerConfig,
+    /// Enforcement switch.
+    pub policy: PolicyConfig,
+    /// Fetching and caching robots.txt.
+    pub robots: RobotsParams,
+}
+
+/// `[proxy]`: the listener and what it accepts.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ProxyConfig {
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// Ports a CONNECT may name.
+    pub connect_ports: Vec<u16>,
+    /// Intercept TLS inside CONNECT (needed to apply the policy to HTTPS).
+    /// `false` passes tunnels through untouched, with one `tunneled` audit line each.
+    pub intercept: bool,
+    /// Largest request head (request line + headers) in bytes; larger gets 431.
+    pub max_header_bytes: usize,
+    /// Most header lines in a request; more gets 431.
+    pub max_headers: usize,
+    /// Time a client has to send a complete request head.
+    pub header_read_timeout_secs: f64,
+    /// Time in-flight requests and tunnels get to finish on shutdown.
+    pub shutdown_grace_secs: f64,
+    /// Leaf certificates kept in memory.
+    pub leaf_cache: usize,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        ProxyConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 3128)),
+            connect_ports: vec![443],
+            intercept: true,
+            max_header_bytes: 64 * 1024,
+            max_headers: 100,
+            header_read_timeout_secs: 10.0,
+            shutdown_grace_secs: 10.0,
+            leaf_cache: 1024,
+        }
+    }
+}
+
+/// `[upstream]`: how the proxy reaches origins.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct UpstreamConfig {
+    /// Allow loopback, private, link-local and metadata targets. Off by default:
+    /// a crawler fed hostile links must not reach the machine's own network.
+    pub allow_private: bool,
+    /// PEM files with extra root certificates trusted for origins (corporate CAs, tests).
+    pub extra_roots: Vec<PathBuf>,
+    /// `"name:port" = "ip:port"` overrides of name resolution, like curl --resolve.
+    pub resolve: BTreeMap<String, SocketAddr>,
+    /// TCP connect timeout.
+    pub connect_timeout_secs: f64,
+    /// Time from sending a request to the response head.
+    pub first_byte_timeout_secs: f64,
+    /// Longest silence inside a response body.
+    pub idle_timeout_secs: f64,
+    /// How long an idle pooled connection to an origin is kept.
+    pub pool_idle_secs: f64,
+    /// Idle pooled connections kept per origin.
+    pub pool_max_idle_per_host: usize,
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        UpstreamConfig {
+            allow_private: false,
+            extra_roots: Vec::new(),
+            resolve: BTreeMap::new(),
+            connect_timeout_secs: 10.0,
+            first_byte_timeout_secs: 30.0,
+            idle_timeout_secs: 60.0,
+            pool_idle_secs: 90.0,
+            pool_max_idle_per_host: 32,
+        }
+    }
+}
+
+/// `[audit]`: where decisions are written.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuditConfig {
+    /// File to append to; empty means `audit.jsonl` in the data dir, `-` means stdout.
+    pub path: String,
+}
+
+/// `[crawler]`: who the crawl is and what it is for.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CrawlerConfig {
+    /// robots.txt product token; empty means the first product token of each
+    /// client's User-Agent.
+    pub agent: String,
+    /// Declared purposes (`search`, `ai-input`, `ai-train`) checked against Content-Signal.
+    pub purposes: Vec<Purpose>,
+}
+
+/// `[policy]`: enforcement.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PolicyConfig {
+    /// `false` = observe mode: everything is forwarded and the audit log says
+    /// what would have been decided (`would`).
+    pub enforce: bool,
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        PolicyConfig { enforce: true }
+    }
+}
+
+pub(crate) fn secs(v: f64) -> Duration {
+    Duration::from_secs_f64(v.max(0.0))
+}
+
+fn positive(key: &str, v: f64) -> Result<(), ConfigError> {
+    if v.is_finite() && v > 0.0 && v < 1e9 {
+        Ok(())
+    } else {
+        Err(ConfigError::Invalid {
+            key: key.to_string(),
+            why: format!("must be a positive number of seconds, got {v}"),
+        })
+    }
+}
+
+impl Config {
+    /// Checks values that parse but make no sense, naming the key.
+    pub fn validate(self) -> Result<Self, ConfigError> {
+        let p = &self.proxy;
+        positive("proxy.header_read_timeout_secs", p.header_read_timeout_secs)?;
+        positive("proxy.shutdown_grace_secs", p.shutdown_grace_secs)?;
+        if p.max_header_bytes < 1024 {
+            return Err(ConfigError::Invalid {
+                key: "proxy.max_header_bytes".into(),
+                why: "must be at least 1024".into(),
+            });
+        }
+        if p.max_headers == 0 {
+            return Err(ConfigError::Invalid {
+                key: "proxy.max_headers".into(),
+                why: "must be at least 1".into(),
+            });
+        }
+        if p.leaf_cache == 0 {
+            return Err(ConfigError::Invalid {
+                key: "proxy.leaf_cache".into(),
+                why: "must be at least 1".into(),
+            });
+        }
+        let u = &self.upstream;
+        positive("upstream.connect_timeout_secs", u.connect_timeout_secs)?;
+        positive(
+            "upstream.first_byte_timeout_secs",
+            u.first_byte_timeout_secs,
+        )?;
+        positive("upstream.idle_timeout_secs", u.idle_timeout_secs)?;
+        positive("upstream.pool_idle_secs", u.pool_idle_secs)?;
+        for key in u.resolve.keys() {
+            let ok = key
+                .rsplit_once(':')
+                .is_some_and(|(h, port)| !h.is_empty() && port.parse::<u16>().is_ok());
+            if !ok {
+                return Err(ConfigError::Invalid {
+                    key: format!("upstream.resolve.\"{key}\""),
+                    why: "keys are \"name:port\"".into(),
+                });
+            }
+        }
+        let mut cfg = self;
+        cfg.robots = cfg.robots.validate().map_err(|e| ConfigError::Invalid {
+            key: format!("robots.{}", e.key),
+            why: e.why,
+        })?;
+        Ok(cfg)
+    }
+
+    /// The audit log path, resolved against the data dir.
+    pub fn audit_target(&self) -> AuditTarget {
+        match self.audit.path.as_str() {
+            "-" => AuditTarget::Stdout,
+            "" => AuditTarget::File(self.data_dir.join("audit.jsonl")),
+            p => AuditTarget::File(PathBuf::from(p)),
+        }
+    }
+}
+
+/// Where audit lines go.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AuditTarget {
+    /// Standard output.
+    Stdout,
+    /// Appended to a file.
+    File(PathBuf),
+}

@@ -1,0 +1,92 @@
+//! Errors of the proxy crate, one enum per domain.
+
+use std::path::PathBuf;
+
+/// A configuration value that parses but cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The key and what is wrong with its value.
+    #[error("config key {key}: {why}")]
+    Invalid {
+        /// Dotted key, e.g. `proxy.listen`.
+        key: String,
+        /// What is wrong.
+        why: String,
+    },
+}
+
+/// Creating, loading or using the interception CA.
+#[derive(Debug, thiserror::Error)]
+pub enum CaError {
+    /// Reading or writing a CA file failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The key file can be read by group or others.
+    #[error(
+        "{path}: CA key is readable by group or others (mode {mode:o}); run `chmod 600 {path}`"
+    )]
+    KeyPermissions {
+        /// The key file.
+        path: PathBuf,
+        /// Its mode bits.
+        mode: u32,
+    },
+    /// Certificate generation or parsing failed.
+    #[error("certificate: {0}")]
+    Cert(#[from] rcgen::Error),
+    /// The TLS library refused a certificate or key.
+    #[error("tls: {0}")]
+    Tls(#[from] rustls::Error),
+}
+
+/// Starting the proxy.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The configuration is unusable.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The CA could not be loaded or created.
+    #[error(transparent)]
+    Ca(#[from] CaError),
+    /// A listener, data dir or audit log could not be opened.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being opened.
+        what: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// An extra root certificate could not be used.
+    #[error("upstream.extra_roots: {0}")]
+    Roots(String),
+}
+
+/// Where an error came from, for the audit log's `source` field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The client sent something we cannot accept.
+    Client,
+    /// The origin failed or misbehaved.
+    Upstream,
+    /// A policy rule refused the request.
+    Policy,
+    /// mannerly itself failed.
+    Internal,
+}
+
+impl Source {
+    /// The audit log's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Client => "client",
+            Source::Upstream => "upstream",
+            Source::Policy => "policy",
+            Source::Internal => "internal",
+        }
+    }
+}

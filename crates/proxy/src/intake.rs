@@ -1,0 +1,286 @@
+//! Reading the first request head of a client connection ourselves, before
+//! hyper sees it: malformed heads, smuggling-shaped framing (Content-Length
+//! with Transfer-Encoding, conflicting lengths) and oversize heads get a
+//! plain answer with `Mannerly-Decision` and an audit line, and the
+//! connection is closed. hyper's own strict parser guards later requests on
+//! a kept-alive connection.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::{Buf, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
+
+/// What was wrong with a request head.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadHead {
+    /// Status to answer with.
+    pub status: u16,
+    /// Plain words for the client and the audit log.
+    pub reason: String,
+    /// Method, if the request line got that far.
+    pub method: String,
+    /// Request target, if the request line got that far.
+    pub target: String,
+}
+
+/// The first read of a connection.
+pub enum Intake {
+    /// A complete, acceptable head; the bytes read so far (head and any body
+    /// that came with it) must be replayed to the HTTP parser.
+    Ready(BytesMut),
+    /// The client closed or sent nothing before the timeout: nothing to answer.
+    Gone,
+    /// A head we refuse.
+    Bad(BadHead),
+}
+
+/// Reads until a complete head, the size limit or the timeout.
+pub async fn read_head<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    max_bytes: usize,
+    max_headers: usize,
+    timeout: Duration,
+) -> Intake {
+    let mut buf = BytesMut::with_capacity(4096);
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        match check(&buf, max_bytes, max_headers) {
+            Check::Complete => return Intake::Ready(buf),
+            Check::Bad(b) => return Intake::Bad(b),
+            Check::Partial => {}
+        }
+        let read = tokio::time::timeout_at(deadline, stream.read_buf(&mut buf)).await;
+        match read {
+            Ok(Ok(0)) | Ok(Err(_)) => return Intake::Gone,
+            Ok(Ok(_)) => {}
+            Err(_) if buf.is_empty() => return Intake::Gone,
+            Err(_) => {
+                return Intake::Bad(BadHead {
+                    status: 408,
+                    reason: format!("request head not complete within {timeout:?}"),
+                    method: String::new(),
+                    target: String::new(),
+                })
+            }
+        }
+    }
+}
+
+enum Check {
+    Complete,
+    Partial,
+    Bad(BadHead),
+}
+
+fn bad(status: u16, reason: impl Into<String>, req: &httparse::Request<'_, '_>) -> Check {
+    Check::Bad(BadHead {
+        status,
+        reason: reason.into(),
+        method: req.method.unwrap_or("").to_string(),
+        target: req.path.unwrap_or("").to_string(),
+    })
+}
+
+fn check(buf: &[u8], max_bytes: usize, max_headers: usize) -> Check {
+    if buf.is_empty() {
+        return Check::Partial;
+    }
+    let mut headers = vec![httparse::EMPTY_HEADER; max_headers];
+    let mut req = httparse::Request::new(&mut headers);
+    let parsed = req.parse(buf);
+    match parsed {
+        Ok(httparse::Status::Partial) => {
+            if buf.len() > max_bytes {
+                return bad(
+                    431,
+                    format!("request head larger than {max_bytes} bytes"),
+                    &req,
+                );
+            }
+            Check::Partial
+        }
+        Err(httparse::Error::TooManyHeaders) => {
+            bad(431, format!("more than {max_headers} header lines"), &req)
+        }
+        Err(e) => bad(400, format!("malformed request head: {e}"), &req),
+        Ok(httparse::Status::Complete(len)) => {
+            if len > max_bytes {
+                return bad(
+                    431,
+                    format!("request head larger than {max_bytes} bytes"),
+                    &req,
+                );
+            }
+            framing(&req)
+        }
+    }
+}
+
+/// RFC 9112 §6.3: a request with both Content-Length and Transfer-Encoding,
+/// or with disagreeing lengths, is how requests get smuggled past a proxy.
+fn framing(req: &httparse::Request<'_, '_>) -> Check {
+    let mut length: Option<&[u8]> = None;
+    let mut te = false;
+    let mut te_last_chunked = false;
+    for h in req.headers.iter() {
+        if h.name.eq_ignore_ascii_case("content-length") {
+            for part in h.value.split(|b| *b == b',') {
+                let v = part.trim_ascii();
+                if v.is_empty() || !v.iter().all(u8::is_ascii_digit) || v.len() > 18 {
+                    return bad(400, "invalid Content-Length", req);
+                }
+                match length {
+                    Some(prev) if prev != v => {
+                        return bad(400, "conflicting Content-Length values", req)
+                    }
+                    _ => length = Some(v),
+                }
+            }
+        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+            te = true;
+            te_last_chunked = h
+                .value
+                .rsplit(|b| *b == b',')
+                .next()
+                .map(|v| v.trim_ascii().eq_ignore_ascii_case(b"chunked"))
+                .unwrap_or(false);
+        }
+    }
+    if te && length.is_some() {
+        return bad(400, "both Content-Length and Transfer-Encoding", req);
+    }
+    if te && !te_last_chunked {
+        return bad(400, "Transfer-Encoding does not end in chunked", req);
+    }
+    Check::Complete
+}
+
+/// A stream that first yields bytes already read from it.
+pub struct Prefixed<S> {
+    prefix: BytesMut,
+    inner: S,
+}
+
+impl<S> Prefixed<S> {
+    /// `prefix` is replayed before reading from `inner`.
+    pub fn new(prefix: BytesMut, inner: S) -> Self {
+        Prefixed { prefix, inner }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if !self.prefix.is_empty() {
+            let n = self.prefix.len().min(buf.remaining());
+            buf.put_slice(&self.prefix[..n]);
+            self.prefix.advance(n);
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(head: &str) -> Option<u16> {
+        match check(head.as_bytes(), 1024, 8) {
+            Check::Complete => None,
+            Check::Partial => Some(0),
+            Check::Bad(b) => Some(b.status),
+        }
+    }
+
+    #[test]
+    fn good_heads_pass() {
+        assert_eq!(
+            status("GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n"),
+            None
+        );
+        assert_eq!(
+            status(
+                "POST http://a.test/ HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc"
+            ),
+            None
+        );
+        assert_eq!(
+            status("POST http://a.test/ HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"),
+            None
+        );
+        assert_eq!(status("GET http://a.test/ HTTP/1.1\r\nHost: a"), Some(0));
+    }
+
+    #[test]
+    fn smuggling_shapes_and_garbage_are_refused() {
+        assert_eq!(
+            status("POST http://a.test/ HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n"),
+            Some(400)
+        );
+        assert_eq!(
+            status(
+                "POST http://a.test/ HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n"
+            ),
+            Some(400)
+        );
+        assert_eq!(
+            status("POST http://a.test/ HTTP/1.1\r\nContent-Length: 3, 4\r\n\r\n"),
+            Some(400)
+        );
+        assert_eq!(
+            status("POST http://a.test/ HTTP/1.1\r\nContent-Length: -1\r\n\r\n"),
+            Some(400)
+        );
+        assert_eq!(
+            status("POST http://a.test/ HTTP/1.1\r\nTransfer-Encoding: chunked, gzip\r\n\r\n"),
+            Some(400)
+        );
+        assert_eq!(status("GARBAGE\x01 / HTTP/1.1\r\n\r\n"), Some(400));
+        assert_eq!(status("GET / HTTP/1.1\r\nBad Header: x\r\n\r\n"), Some(400));
+    }
+
+    #[test]
+    fn oversize_heads_get_431() {
+        let many: String = (0..9).map(|i| format!("X-{i}: v\r\n")).collect();
+        assert_eq!(status(&format!("GET / HTTP/1.1\r\n{many}\r\n")), Some(431));
+        let long = "a".repeat(2000);
+        assert_eq!(status(&format!("GET / HTTP/1.1\r\nX: {long}")), Some(431));
+    }
+}

@@ -1,0 +1,327 @@
+//! The one path every request walks (DESIGN §1), top to bottom. Each step
+//! asks the policy crate for a decision and acts on it; no rule lives here.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use http::header::{HeaderValue, HOST, USER_AGENT};
+use http::uri::{Authority, PathAndQuery};
+use http::{Request, Response, Uri, Version};
+use hyper::body::Incoming;
+use mannerly_policy::robots_cache::Rules;
+use mannerly_policy::{parse_host_ip, AuditRecord, Outcome};
+
+use crate::body::{boxed, AuditedBody, ProxyBody};
+use crate::config::secs;
+use crate::error::Source;
+use crate::respond::{decision_value, header_text, strip_hop_by_hop, Refusal, DECISION, ID};
+use crate::robots;
+use crate::server::Shared;
+use crate::upstream::{connect_error, ConnectError};
+
+/// http or https.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scheme {
+    /// Plain HTTP.
+    Http,
+    /// HTTP over TLS.
+    Https,
+}
+
+impl Scheme {
+    fn as_str(self) -> &'static str {
+        match self {
+            Scheme::Http => "http",
+            Scheme::Https => "https",
+        }
+    }
+
+    fn default_port(self) -> u16 {
+        match self {
+            Scheme::Http => 80,
+            Scheme::Https => 443,
+        }
+    }
+}
+
+/// Where a request goes: robots.txt scope and budget key derive from it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    /// Scheme.
+    pub scheme: Scheme,
+    /// Lower-case host; IPv6 literals keep their brackets.
+    pub host: String,
+    /// Port (explicit or the scheme's default).
+    pub port: u16,
+}
+
+impl Target {
+    /// The target of an absolute-form request URI; anything else is an error
+    /// in plain words.
+    pub fn from_absolute(uri: &Uri) -> Result<Target, String> {
+        let scheme = match uri.scheme_str() {
+            Some(s) if s.eq_ignore_ascii_case("http") => Scheme::Http,
+            Some(s) if s.eq_ignore_ascii_case("https") => Scheme::Https,
+            Some(s) => return Err(format!("scheme {s:?} is not proxied (http and https are)")),
+            None => {
+                return Err(format!(
+                    "{uri} is not a proxy request: send absolute-form (GET http://host/path) or use CONNECT"
+                ))
+            }
+        };
+        let authority = uri.authority().ok_or("request URI has no host")?;
+        if authority.as_str().contains('@') {
+            return Err("user info in the request URI is not accepted".into());
+        }
+        let host = authority.host().to_ascii_lowercase();
+        if host.is_empty() {
+            return Err("request URI has an empty host".into());
+        }
+        Ok(Target {
+            scheme,
+            port: authority.port_u16().unwrap_or(scheme.default_port()),
+            host,
+        })
+    }
+
+    /// `host[:port]`, the port only when it is not the scheme's default.
+    pub fn authority(&self) -> String {
+        if self.port == self.scheme.default_port() {
+            self.host.clone()
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+
+    /// The absolute URL of `path` on this target.
+    pub fn url(&self, path: Option<&PathAndQuery>) -> String {
+        format!(
+            "{}://{}{}",
+            self.scheme.as_str(),
+            self.authority(),
+            path.map(PathAndQuery::as_str).unwrap_or("/")
+        )
+    }
+}
+
+/// Carries one request through the pipeline and answers it.
+pub(crate) async fn handle(
+    shared: Arc<Shared>,
+    req: Request<Incoming>,
+    target: Target,
+    client: SocketAddr,
+) -> Response<ProxyBody> {
+    let url = target.url(req.uri().path_and_query());
+    let mut rec = shared.record(req.method().as_str(), &url, &target.host, client);
+    rec.agent = Some(agent(&shared, &req));
+
+    // 0. The target must be one the proxy may reach. Names are checked
+    //    again, address by address, when the connection is made.
+    if let Some(ip) = parse_host_ip(&target.host) {
+        let addr = SocketAddr::new(ip, target.port);
+        if let Err(e) = shared.guard.check(&target.host, &[addr]) {
+            return shared.refuse(
+                rec,
+                Refusal::new(Outcome::Blocked, e.to_string()),
+                Source::Policy,
+            );
+        }
+    }
+
+    // 1. robots.txt. Its own URL is always allowed and never waits for itself.
+    let path = req
+        .uri()
+        .path_and_query()
+        .map_or("/", PathAndQuery::as_str)
+        .to_string();
+    if req.uri().path() != "/robots.txt" {
+        let ua = req.headers().get(USER_AGENT).cloned();
+        let rules = shared
+            .robots
+            .rules(&shared.client, &target, ua.as_ref(), |report| {
+                let r = shared.record("GET", &report.url, &target.host, client);
+                shared.audit.send(robots::fetch_record(r, report));
+            })
+            .await;
+        let agent = rec.agent.clone().unwrap_or_default();
+        let refusal = robots_step(&shared, &rules, &agent, &path, &mut rec);
+        if let Some(refusal) = refusal {
+            if shared.cfg.policy.enforce {
+                return shared.refuse(rec, refusal, Source::Policy);
+            }
+            rec.would = Some(refusal.outcome);
+        }
+    }
+
+    // 5. Upstream.
+    let upstream_req = match upstream_request(req, &target, &url) {
+        Ok(r) => r,
+        Err(why) => {
+            let r = Refusal::new(Outcome::Error, why).status(400);
+            return shared.refuse(rec, r, Source::Client);
+        }
+    };
+    let first_byte = secs(shared.cfg.upstream.first_byte_timeout_secs);
+    let sent = tokio::time::timeout(first_byte, shared.client.request(upstream_req)).await;
+    let resp = match sent {
+        Ok(Ok(resp)) => resp,
+        Ok(Err(e)) => return upstream_failure(&shared, rec, &e),
+        Err(_) => {
+            let r = Refusal::new(
+                Outcome::Error,
+                format!("no response from the origin within {first_byte:?}"),
+            )
+            .status(504);
+            return shared.refuse(rec, r, Source::Upstream);
+        }
+    };
+
+    // 7. Audit: the line is written when the body has been passed on.
+    forward_response(&shared, rec, resp, Outcome::Fetched, 0)
+}
+
+/// What robots.txt says about this request: `None` to go on, or the refusal.
+fn robots_step(
+    shared: &Shared,
+    rules: &Rules,
+    agent: &str,
+    path: &str,
+    rec: &mut AuditRecord,
+) -> Option<Refusal> {
+    let robots = match rules {
+        Rules::Known(r) => r,
+        Rules::Unavailable { reason, retry_in } => {
+            let secs = retry_in.as_secs_f64().ceil().max(1.0) as u64;
+            return Some(
+                Refusal::new(
+                    Outcome::RobotsUnavailable,
+                    format!("{reason}; the site's rules cannot be known, so nothing is fetched"),
+                )
+                .retry_after(secs),
+            );
+        }
+    };
+    let verdict = robots.check(agent, path);
+    rec.rule = Some(verdict.to_string());
+    if !verdict.allowed {
+        let mut r = Refusal::new(Outcome::Disallowed, format!("robots.txt: {verdict}"));
+        if let Some(rule) = verdict.rule {
+            r = r
+                .detail("rule", rule.to_string())
+                .detail("line", rule.line.to_string());
+        }
+        if let Some(group) = verdict.group {
+            r = r.detail("group", group);
+        }
+        return Some(r);
+    }
+    let purposes = &shared.cfg.crawler.purposes;
+    if !purposes.is_empty() {
+        if let Some(refusal) = robots.signal_check(agent, path, purposes) {
+            rec.rule = Some(format!(
+                "Content-Signal line {}: {}",
+                refusal.line, refusal.text
+            ));
+            return Some(
+                Refusal::new(Outcome::SignalRefused, format!("robots.txt: {refusal}"))
+                    .detail("purpose", refusal.purpose.as_str())
+                    .detail("line", refusal.line.to_string()),
+            );
+        }
+    }
+    None
+}
+
+/// The product token decisions are made for: configured, else the first
+/// token of the client's User-Agent.
+fn agent(shared: &Shared, req: &Request<Incoming>) -> String {
+    if !shared.cfg.crawler.agent.is_empty() {
+        return shared.cfg.crawler.agent.clone();
+    }
+    let ua = req
+        .headers()
+        .get(USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    mannerly_policy::robots::product_token(ua).to_string()
+}
+
+/// Turns the client's request into the origin's: absolute URI, HTTP/1.1
+/// (the client upgrades to h2 by ALPN), hop-by-hop headers gone, Host set to
+/// the target.
+fn upstream_request(
+    req: Request<Incoming>,
+    target: &Target,
+    url: &str,
+) -> Result<Request<ProxyBody>, String> {
+    let (mut parts, body) = req.into_parts();
+    parts.uri = url
+        .parse::<Uri>()
+        .map_err(|e| format!("cannot forward {url}: {e}"))?;
+    parts.version = Version::HTTP_11;
+    strip_hop_by_hop(&mut parts.headers);
+    let host = Authority::try_from(target.authority())
+        .map_err(|e| format!("bad host {}: {e}", target.host))?;
+    parts.headers.insert(
+        HOST,
+        HeaderValue::from_str(host.as_str()).map_err(|e| e.to_string())?,
+    );
+    Ok(Request::from_parts(parts, boxed(body)))
+}
+
+/// Passes an origin response on, with the decision header and the audit
+/// line attached to the end of its body.
+fn forward_response(
+    shared: &Shared,
+    mut rec: AuditRecord,
+    resp: Response<Incoming>,
+    outcome: Outcome,
+    waited_ms: u64,
+) -> Response<ProxyBody> {
+    let (mut parts, body) = resp.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    parts.headers.insert(
+        DECISION,
+        decision_value(outcome, &[("waited_ms", waited_ms.to_string())]),
+    );
+    parts.headers.insert(ID, header_text(&rec.id));
+    rec.outcome = Some(outcome);
+    rec.status = Some(parts.status.as_u16());
+    rec.waited_ms = Some(waited_ms);
+    let idle = Some(secs(shared.cfg.upstream.idle_timeout_secs));
+    let body = AuditedBody::new(boxed(body), rec, shared.audit.clone(), idle);
+    Response::from_parts(parts, boxed(body))
+}
+
+fn upstream_failure(
+    shared: &Shared,
+    rec: AuditRecord,
+    err: &hyper_util::client::legacy::Error,
+) -> Response<ProxyBody> {
+    match connect_error(err) {
+        Some(e @ ConnectError::Blocked { .. }) => shared.refuse(
+            rec,
+            Refusal::new(Outcome::Blocked, e.to_string()),
+            Source::Policy,
+        ),
+        Some(e @ ConnectError::Timeout { .. }) => {
+            let r = Refusal::new(Outcome::Error, e.to_string()).status(504);
+            shared.refuse(rec, r, Source::Upstream)
+        }
+        Some(e) => {
+            let r = Refusal::new(Outcome::Error, e.to_string()).status(502);
+            shared.refuse(rec, r, Source::Upstream)
+        }
+        None => {
+            let mut why = err.to_string();
+            let mut src = std::error::Error::source(err);
+            while let Some(s) = src {
+                why.push_str(": ");
+                why.push_str(&s.to_string());
+                src = s.source();
+            }
+            let r = Refusal::new(Outcome::Error, format!("origin failed: {why}")).status(502);
+            shared.refuse(rec, r, Source::Upstream)
+        }
+    }
+}

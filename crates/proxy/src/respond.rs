@@ -1,0 +1,205 @@
+//! What the client sees: the `Mannerly-Decision` header on every answer,
+//! plain-text bodies on the answers the proxy makes itself, and the header
+//! hygiene of a proxy (hop-by-hop headers never cross it).
+
+use http::header::{HeaderName, HeaderValue, CONNECTION, CONTENT_TYPE, RETRY_AFTER};
+use http::{HeaderMap, Response, StatusCode};
+use mannerly_policy::Outcome;
+
+use crate::body::{full, ProxyBody};
+
+/// Header naming the decision made for a request.
+pub const DECISION: &str = "mannerly-decision";
+/// Header carrying the audit id of the request.
+pub const ID: &str = "mannerly-id";
+
+/// Headers that belong to one connection, never forwarded (RFC 9110 §7.6.1).
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "proxy-connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Removes hop-by-hop headers and every header named in `Connection` or
+/// `Proxy-Connection`.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = ["connection", "proxy-connection"]
+        .iter()
+        .flat_map(|h| headers.get_all(*h).iter())
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .collect();
+    for n in named {
+        headers.remove(n);
+    }
+    for h in HOP_BY_HOP {
+        headers.remove(*h);
+    }
+}
+
+/// A header value made from any text: characters a header cannot carry are
+/// replaced, so a rule with odd bytes still produces a valid answer.
+pub fn header_text(s: &str) -> HeaderValue {
+    let clean: String = s
+        .chars()
+        .take(512)
+        .map(|c| {
+            if c.is_ascii_graphic() || c == ' ' {
+                c
+            } else {
+                '?'
+            }
+        })
+        .collect();
+    HeaderValue::from_str(&clean).unwrap_or_else(|_| HeaderValue::from_static("?"))
+}
+
+/// The `Mannerly-Decision` value: the outcome, then `; key=value` details.
+pub fn decision_value(outcome: Outcome, details: &[(&str, String)]) -> HeaderValue {
+    let mut v = outcome.as_str().to_string();
+    for (k, d) in details {
+        v.push_str("; ");
+        v.push_str(k);
+        v.push('=');
+        if d.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+        {
+            v.push_str(d);
+        } else {
+            v.push('"');
+            v.push_str(&d.replace(['"', '\\'], "'"));
+            v.push('"');
+        }
+    }
+    header_text(&v)
+}
+
+/// An answer the proxy makes itself.
+pub struct Refusal {
+    /// What was decided.
+    pub outcome: Outcome,
+    /// Status to send.
+    pub status: u16,
+    /// Why, in plain words.
+    pub reason: String,
+    /// Extra `; key=value` details for the decision header.
+    pub details: Vec<(&'static str, String)>,
+    /// Seconds after which the client may try again.
+    pub retry_after: Option<u64>,
+    /// Close the client connection after answering (bad input).
+    pub close: bool,
+}
+
+impl Refusal {
+    /// A refusal with the outcome's usual status.
+    pub fn new(outcome: Outcome, reason: impl Into<String>) -> Self {
+        Refusal {
+            outcome,
+            status: outcome.refusal_status(),
+            reason: reason.into(),
+            details: Vec::new(),
+            retry_after: None,
+            close: false,
+        }
+    }
+
+    /// Sets the status.
+    pub fn status(mut self, status: u16) -> Self {
+        self.status = status;
+        self
+    }
+
+    /// Adds Retry-After.
+    pub fn retry_after(mut self, secs: u64) -> Self {
+        self.retry_after = Some(secs);
+        self
+    }
+
+    /// Adds a detail to the decision header.
+    pub fn detail(mut self, key: &'static str, value: impl Into<String>) -> Self {
+        self.details.push((key, value.into()));
+        self
+    }
+
+    /// Closes the connection after the answer.
+    pub fn close(mut self) -> Self {
+        self.close = true;
+        self
+    }
+
+    /// The plain-text body.
+    pub fn body_text(&self) -> String {
+        let mut s = format!("mannerly: {}: {}\n", self.outcome, self.reason);
+        if let Some(r) = self.retry_after {
+            s.push_str(&format!("retry after {r} s\n"));
+        }
+        s
+    }
+
+    /// Builds the response.
+    pub fn into_response(self, id: &str) -> Response<ProxyBody> {
+        let text = self.body_text();
+        let mut resp = Response::new(full(text));
+        *resp.status_mut() =
+            StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let h = resp.headers_mut();
+        h.insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        h.insert(DECISION, decision_value(self.outcome, &self.details));
+        h.insert(ID, header_text(id));
+        if let Some(r) = self.retry_after {
+            h.insert(RETRY_AFTER, HeaderValue::from(r));
+        }
+        if self.close {
+            h.insert(CONNECTION, HeaderValue::from_static("close"));
+        }
+        resp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_and_connection_named_headers_go() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "connection",
+            HeaderValue::from_static("keep-alive, X-Secret"),
+        );
+        h.insert("proxy-connection", HeaderValue::from_static("X-Other"));
+        h.insert("x-secret", HeaderValue::from_static("1"));
+        h.insert("x-other", HeaderValue::from_static("1"));
+        h.insert(
+            "proxy-authorization",
+            HeaderValue::from_static("Basic eA=="),
+        );
+        h.insert("te", HeaderValue::from_static("trailers"));
+        h.insert("x-keep", HeaderValue::from_static("1"));
+        strip_hop_by_hop(&mut h);
+        let left: Vec<_> = h.keys().map(|k| k.as_str()).collect();
+        assert_eq!(left, vec!["x-keep"]);
+    }
+
+    #[test]
+    fn decision_header_quotes_details() {
+        let v = decision_value(
+            Outcome::Disallowed,
+            &[("rule", "Disallow: /private/".into()), ("line", "3".into())],
+        );
+        assert_eq!(v, "disallowed; rule=\"Disallow: /private/\"; line=3");
+        let v = decision_value(Outcome::Fetched, &[("waited_ms", "0".into())]);
+        assert_eq!(v, "fetched; waited_ms=0");
+        assert_eq!(header_text("ü\n"), "??");
+    }
+}

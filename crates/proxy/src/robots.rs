@@ -1,0 +1,292 @@
+//! The robots.txt cache: one entry per (scheme, host, port), filled by a
+//! single fetch however many requests arrive for a cold origin, through the
+//! same guarded upstream client as every request. What a fetch result means
+//! is decided by `mannerly_policy::robots_cache`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use dashmap::DashMap;
+use http::header::{HeaderValue, LOCATION, USER_AGENT};
+use http::{Method, Request, Uri};
+use http_body_util::BodyExt;
+use mannerly_policy::robots::MAX_ROBOTS_BYTES;
+use mannerly_policy::robots_cache::{FetchResult, Lookup, RobotsEntry, RobotsParams, Rules};
+use mannerly_policy::{AuditRecord, Outcome};
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+
+use crate::body::empty;
+use crate::pipeline::Target;
+use crate::upstream::{connect_error, UpstreamClient};
+
+struct Slot {
+    entry: std::sync::RwLock<Option<RobotsEntry>>,
+    // Held while fetching, so concurrent requests to a cold origin wait for
+    // the one fetch instead of starting their own.
+    fetching: Mutex<()>,
+}
+
+/// One fetch as it happened, for its `robots_fetched` audit line.
+pub(crate) struct FetchReport {
+    pub url: String,
+    pub status: Option<u16>,
+    pub bytes: u64,
+    pub result: FetchResult,
+}
+
+/// robots.txt per origin.
+pub(crate) struct RobotsCache {
+    params: RobotsParams,
+    slots: DashMap<String, Arc<Slot>>,
+}
+
+impl RobotsCache {
+    pub fn new(params: RobotsParams) -> Self {
+        RobotsCache {
+            params,
+            slots: DashMap::new(),
+        }
+    }
+
+    /// The rules for `target`, fetching robots.txt first when needed.
+    /// `on_fetch` is called for every fetch actually made (for its audit line).
+    pub async fn rules(
+        &self,
+        client: &UpstreamClient,
+        target: &Target,
+        user_agent: Option<&HeaderValue>,
+        on_fetch: impl FnOnce(&FetchReport),
+    ) -> Rules {
+        let key = target.url(None);
+        let slot = self.slot(&key);
+        if let Some(rules) = self.cached(&slot) {
+            return rules;
+        }
+        let _fetching = slot.fetching.lock().await;
+        // Another request may have fetched while this one waited.
+        if let Some(rules) = self.cached(&slot) {
+            return rules;
+        }
+        let timeout = Duration::from_secs_f64(self.params.fetch_timeout_secs);
+        let url = format!("{key}robots.txt");
+        let report = match tokio::time::timeout(
+            timeout,
+            fetch(client, &url, user_agent, self.params.max_redirects),
+        )
+        .await
+        {
+            Ok(r) => r,
+            Err(_) => FetchReport {
+                url: url.clone(),
+                status: None,
+                bytes: 0,
+                result: FetchResult::Failed(format!("no complete answer within {timeout:?}")),
+            },
+        };
+        on_fetch(&report);
+        let now = Instant::now().into_std();
+        let mut guard = slot.entry.write().unwrap_or_else(|p| p.into_inner());
+        let entry = RobotsEntry::after_fetch(guard.as_ref(), &report.result, &self.params, now);
+        let rules = entry.rules_now(now);
+        *guard = Some(entry);
+        rules
+    }
+
+    fn cached(&self, slot: &Slot) -> Option<Rules> {
+        let now = Instant::now().into_std();
+        let guard = slot.entry.read().unwrap_or_else(|p| p.into_inner());
+        match guard.as_ref()?.lookup(&self.params, now) {
+            Lookup::Use(rules) => Some(rules),
+            Lookup::Fetch => None,
+        }
+    }
+
+    fn slot(&self, key: &str) -> Arc<Slot> {
+        if let Some(s) = self.slots.get(key) {
+            return s.clone();
+        }
+        if self.slots.len() >= self.params.max_entries {
+            self.evict();
+        }
+        self.slots
+            .entry(key.to_string())
+            .or_insert_with(|| {
+                Arc::new(Slot {
+                    entry: std::sync::RwLock::new(None),
+                    fetching: Mutex::new(()),
+                })
+            })
+            .clone()
+    }
+
+    // Stale entries go first; if every entry is live the oldest half of the
+    // map's iteration order goes, which bounds memory at the cost of refetches.
+    fn evict(&self) {
+        let now = Instant::now().into_std();
+        self.slots.retain(|_, s| {
+            s.entry
+                .read()
+                .map(|e| e.as_ref().is_some_and(|e| e.is_live(&self.params, now)))
+                .unwrap_or(false)
+        });
+        if self.slots.len() >= self.params.max_entries {
+            let drop: Vec<String> = self
+                .slots
+                .iter()
+                .take(self.slots.len() / 2 + 1)
+                .map(|e| e.key().clone())
+                .collect();
+            for k in drop {
+                self.slots.remove(&k);
+            }
+        }
+    }
+}
+
+/// Fetches `url`, following redirects; the guard applies to every hop
+/// because every hop goes through the same connector.
+pub(crate) async fn fetch(
+    client: &UpstreamClient,
+    url: &str,
+    user_agent: Option<&HeaderValue>,
+    max_redirects: u32,
+) -> FetchReport {
+    let mut current = url.to_string();
+    let mut hops = 0;
+    loop {
+        let uri: Uri = match current.parse() {
+            Ok(u) => u,
+            Err(e) => {
+                return report(
+                    url,
+                    None,
+                    FetchResult::Failed(format!("bad URL {current}: {e}")),
+                )
+            }
+        };
+        let mut req = Request::builder().method(Method::GET).uri(uri.clone());
+        if let Some(ua) = user_agent {
+            req = req.header(USER_AGENT, ua.clone());
+        }
+        if let Some(a) = uri.authority() {
+            req = req.header(http::header::HOST, a.as_str());
+        }
+        let req = match req.body(empty()) {
+            Ok(r) => r,
+            Err(e) => return report(url, None, FetchResult::Failed(e.to_string())),
+        };
+        let resp = match client.request(req).await {
+            Ok(r) => r,
+            Err(e) => {
+                let why = connect_error(&e).map_or_else(|| format!("{e}"), |c| c.to_string());
+                return report(url, None, FetchResult::Failed(why));
+            }
+        };
+        let status = resp.status().as_u16();
+        if resp.status().is_redirection() {
+            let next = resp
+                .headers()
+                .get(LOCATION)
+                .and_then(|l| l.to_str().ok())
+                .and_then(|l| resolve_location(&uri, l));
+            match next {
+                Some(n) if hops < max_redirects => {
+                    hops += 1;
+                    current = n;
+                    continue;
+                }
+                Some(_) => return report(url, Some(status), FetchResult::TooManyRedirects),
+                None => return report(url, Some(status), FetchResult::Status(status)),
+            }
+        }
+        if !resp.status().is_success() {
+            return report(url, Some(status), FetchResult::Status(status));
+        }
+        let mut body = resp.into_body();
+        let mut buf = BytesMut::new();
+        // Only the first 500 KiB are parsed, so only that much is read.
+        while buf.len() < MAX_ROBOTS_BYTES {
+            match body.frame().await {
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        buf.extend_from_slice(&data);
+                    }
+                }
+                Some(Err(e)) => {
+                    return report(url, Some(status), FetchResult::Failed(format!("body: {e}")))
+                }
+                None => break,
+            }
+        }
+        let body: Bytes = buf.freeze();
+        return FetchReport {
+            url: url.to_string(),
+            status: Some(status),
+            bytes: body.len() as u64,
+            result: FetchResult::Body(body.to_vec()),
+        };
+    }
+}
+
+fn report(url: &str, status: Option<u16>, result: FetchResult) -> FetchReport {
+    FetchReport {
+        url: url.to_string(),
+        status,
+        bytes: 0,
+        result,
+    }
+}
+
+fn resolve_location(base: &Uri, location: &str) -> Option<String> {
+    if location.starts_with("http://") || location.starts_with("https://") {
+        return Some(location.to_string());
+    }
+    let scheme = base.scheme_str()?;
+    let authority = base.authority()?;
+    if let Some(rest) = location.strip_prefix("//") {
+        return Some(format!("{scheme}://{rest}"));
+    }
+    if location.starts_with('/') {
+        return Some(format!("{scheme}://{authority}{location}"));
+    }
+    let path = base.path();
+    let dir = &path[..path.rfind('/').map_or(0, |i| i + 1)];
+    Some(format!("{scheme}://{authority}{dir}{location}"))
+}
+
+/// Fills the audit record of a robots.txt fetch.
+pub(crate) fn fetch_record(mut rec: AuditRecord, r: &FetchReport) -> AuditRecord {
+    rec.outcome = Some(Outcome::RobotsFetched);
+    rec.status = r.status;
+    rec.bytes = Some(r.bytes);
+    rec.reason = match &r.result {
+        FetchResult::Body(_) => None,
+        FetchResult::Status(s) if (400..500).contains(s) && *s != 429 => {
+            Some(format!("status {s}: no rules, everything allowed"))
+        }
+        other => mannerly_policy::robots_cache::classify(other).err(),
+    };
+    rec
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locations_resolve_against_the_request() {
+        let base: Uri = "http://a.test/robots.txt".parse().unwrap();
+        assert_eq!(resolve_location(&base, "/r2").unwrap(), "http://a.test/r2");
+        assert_eq!(resolve_location(&base, "r3").unwrap(), "http://a.test/r3");
+        assert_eq!(
+            resolve_location(&base, "//b.test/x").unwrap(),
+            "http://b.test/x"
+        );
+        assert_eq!(
+            resolve_location(&base, "https://c.test/y").unwrap(),
+            "https://c.test/y"
+        );
+    }
+}

@@ -1,0 +1,263 @@
+//! The client towards origins: name resolution with overrides, the guard
+//! against internal addresses (applied to every address that is connected
+//! to), TLS with webpki roots plus configured extras, HTTP/1.1 or h2 by ALPN.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::Uri;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use mannerly_policy::{classify_ip, parse_host_ip, AddressClass};
+use rustls::RootCertStore;
+use tokio::net::TcpStream;
+
+use crate::body::ProxyBody;
+use crate::config::{secs, UpstreamConfig};
+use crate::error::StartError;
+
+/// Why a connection to an origin was not made.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// The target resolves to an address the configuration does not allow.
+    #[error("{host} resolves to {addr}, a {} address; set upstream.allow_private to allow it", class.as_str())]
+    Blocked {
+        /// The host as requested.
+        host: String,
+        /// The refused address.
+        addr: std::net::IpAddr,
+        /// Its kind.
+        class: AddressClass,
+    },
+    /// The name did not resolve.
+    #[error("cannot resolve {host}: {why}")]
+    Resolve {
+        /// The host.
+        host: String,
+        /// The resolver's words.
+        why: String,
+    },
+    /// No address accepted a connection in time.
+    #[error("connect to {host} timed out")]
+    Timeout {
+        /// The host.
+        host: String,
+    },
+    /// Every address refused or failed.
+    #[error("connect to {host}: {source}")]
+    Io {
+        /// The host.
+        host: String,
+        /// The last failure.
+        source: std::io::Error,
+    },
+    /// The URI has no host.
+    #[error("no host in {0}")]
+    NoHost(String),
+}
+
+/// Resolves names (overrides first) and refuses internal addresses.
+#[derive(Debug, Clone)]
+pub struct Guard {
+    allow_private: bool,
+    overrides: Arc<BTreeMap<String, SocketAddr>>,
+}
+
+impl Guard {
+    /// A guard from the `[upstream]` section.
+    pub fn new(cfg: &UpstreamConfig) -> Self {
+        let overrides = cfg
+            .resolve
+            .iter()
+            .map(|(k, v)| (k.to_ascii_lowercase(), *v))
+            .collect();
+        Guard {
+            allow_private: cfg.allow_private,
+            overrides: Arc::new(overrides),
+        }
+    }
+
+    /// Every address `host:port` may be reached at, or why none may. All
+    /// resolved addresses must pass: a name that mixes public and internal
+    /// addresses is how DNS rebinding gets in.
+    pub async fn resolve(&self, host: &str, port: u16) -> Result<Vec<SocketAddr>, ConnectError> {
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        let key = format!("{}:{port}", host.to_ascii_lowercase());
+        let addrs = if let Some(addr) = self.overrides.get(&key) {
+            vec![*addr]
+        } else if let Some(ip) = parse_host_ip(host) {
+            vec![SocketAddr::new(ip, port)]
+        } else {
+            let found =
+                tokio::net::lookup_host((bare, port))
+                    .await
+                    .map_err(|e| ConnectError::Resolve {
+                        host: host.to_string(),
+                        why: e.to_string(),
+                    })?;
+            found.collect()
+        };
+        if addrs.is_empty() {
+            return Err(ConnectError::Resolve {
+                host: host.to_string(),
+                why: "no addresses".into(),
+            });
+        }
+        self.check(host, &addrs)?;
+        Ok(addrs)
+    }
+
+    /// Refuses the first internal address, unless those are allowed.
+    pub fn check(&self, host: &str, addrs: &[SocketAddr]) -> Result<(), ConnectError> {
+        if self.allow_private {
+            return Ok(());
+        }
+        for a in addrs {
+            let class = classify_ip(a.ip());
+            if class.is_internal() {
+                return Err(ConnectError::Blocked {
+                    host: host.to_string(),
+                    addr: a.ip(),
+                    class,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A connector that resolves through the [`Guard`] and connects only to the
+/// addresses it checked.
+#[derive(Clone)]
+pub struct GuardedConnector {
+    guard: Guard,
+    connect_timeout: Duration,
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl tower_service::Service<Uri> for GuardedConnector {
+    type Response = TokioIo<TcpStream>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let guard = self.guard.clone();
+        let timeout = self.connect_timeout;
+        Box::pin(async move {
+            let host = uri
+                .host()
+                .ok_or_else(|| ConnectError::NoHost(uri.to_string()))?
+                .to_string();
+            let port = uri.port_u16().unwrap_or(match uri.scheme_str() {
+                Some("https") => 443,
+                _ => 80,
+            });
+            let addrs = guard.resolve(&host, port).await?;
+            let stream = connect_any(&host, &addrs, timeout).await?;
+            Ok(TokioIo::new(stream))
+        })
+    }
+}
+
+/// Connects to the first of `addrs` that answers within `timeout` in all.
+pub async fn connect_any(
+    host: &str,
+    addrs: &[SocketAddr],
+    timeout: Duration,
+) -> Result<TcpStream, ConnectError> {
+    let attempt = async {
+        let mut last = None;
+        for a in addrs {
+            match TcpStream::connect(a).await {
+                Ok(s) => {
+                    let _ = s.set_nodelay(true);
+                    return Ok(s);
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(ConnectError::Io {
+            host: host.to_string(),
+            source: last.unwrap_or_else(|| std::io::Error::other("no address")),
+        })
+    };
+    tokio::time::timeout(timeout, attempt)
+        .await
+        .unwrap_or_else(|_| {
+            Err(ConnectError::Timeout {
+                host: host.to_string(),
+            })
+        })
+}
+
+/// The pooled client towards origins.
+pub type UpstreamClient = Client<HttpsConnector<GuardedConnector>, ProxyBody>;
+
+/// Builds the client: webpki roots plus `extra_roots`, ALPN h2 + http/1.1.
+pub fn client(cfg: &UpstreamConfig, guard: Guard) -> Result<UpstreamClient, StartError> {
+    let mut roots = RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    for path in &cfg.extra_roots {
+        let pem = std::fs::read(path)
+            .map_err(|e| StartError::Roots(format!("{}: {e}", path.display())))?;
+        let mut n = 0;
+        for cert in
+            <rustls_pki_types::CertificateDer as rustls_pki_types::pem::PemObject>::pem_slice_iter(
+                &pem,
+            )
+        {
+            let cert = cert.map_err(|e| StartError::Roots(format!("{}: {e}", path.display())))?;
+            roots
+                .add(cert)
+                .map_err(|e| StartError::Roots(format!("{}: {e}", path.display())))?;
+            n += 1;
+        }
+        if n == 0 {
+            return Err(StartError::Roots(format!(
+                "{}: no certificate in the file",
+                path.display()
+            )));
+        }
+    }
+    let tls = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .enable_http2()
+        .wrap_connector(GuardedConnector {
+            guard,
+            connect_timeout: secs(cfg.connect_timeout_secs),
+        });
+    Ok(Client::builder(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .pool_timer(TokioTimer::new())
+        .pool_idle_timeout(secs(cfg.pool_idle_secs))
+        .pool_max_idle_per_host(cfg.pool_max_idle_per_host)
+        .build(connector))
+}
+
+/// Finds our [`ConnectError`] inside a client error, if that is what it was.
+pub fn connect_error<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a ConnectError> {
+    let mut cur: Option<&'a (dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = cur {
+        if let Some(c) = e.downcast_ref::<ConnectError>() {
+            return Some(c);
+        }
+        cur = e.source();
+    }
+    None
+}
