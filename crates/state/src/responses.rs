@@ -1,1 +1,173 @@
-//! Stored responses for conditional requests.
+//! Stored responses for conditional requests, and small per-host records that
+//! must survive a restart, behind [`ResponseStore`]: [`DiskStore`] (embedded
+//! redb file, the default) and [`MemoryStore`] (tests, or no disk).
+//!
+//! The store keeps bytes and recency; every rule about what may be stored,
+//! which variant a request selects and when to revalidate is in
+//! `mannerly_policy::conditional`.
+//!
+//! # Blocking
+//!
+//! Every method blocks (redb is synchronous and commits with `fsync`). From
+//! async code call them inside `tokio::task::spawn_blocking`, and do not make
+//! the client's response wait for a write: spawn the `put` once the body has
+//! been sent (and fully received), and move on.
+//!
+//! # Failure
+//!
+//! A [`StoreError`] means "serve this request as a pass-through and audit
+//! `cache: \"error\"`". A damaged entry is not an error: its checksum fails,
+//! it is removed, and the lookup is a miss.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use mannerly_policy::conditional::http::HeaderMap;
+use mannerly_policy::conditional::{CacheEntryMeta, CacheKey, CacheParams};
+
+mod disk;
+mod error;
+mod lru;
+mod memory;
+mod record;
+
+pub use disk::DiskStore;
+pub use error::StoreError;
+pub use memory::MemoryStore;
+
+/// A stored response: its metadata and its body, exactly as received (still
+/// compressed if the origin compressed it).
+#[derive(Clone, Debug)]
+pub struct StoredResponse {
+    /// Status, headers, validators and RFC 9111 state.
+    pub meta: CacheEntryMeta,
+    /// The body bytes.
+    pub body: Vec<u8>,
+}
+
+/// What [`ResponseStore::put`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PutOutcome {
+    /// Stored (replacing the previous variant, if any); `evicted` least
+    /// recently used entries made room for it.
+    Stored {
+        /// How many other entries were evicted to stay under `max_size`.
+        evicted: usize,
+    },
+    /// Body above `max_body`, or the whole entry above `max_size`: not stored.
+    TooLarge,
+    /// The body's length differs from the `Content-Length` the origin sent:
+    /// a cut-off transfer, never stored.
+    LengthMismatch,
+}
+
+/// Counters for `/metrics` and the dashboard.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Entries (variants) stored now.
+    pub entries: u64,
+    /// Bytes they take (records + keys).
+    pub bytes: u64,
+    /// Entries evicted to stay under `max_size` since start.
+    pub evicted: u64,
+    /// Damaged entries found and removed since start.
+    pub corrupt_removed: u64,
+}
+
+/// Where responses (and per-host records) are kept. Implementations are
+/// shared between request tasks (`Arc<dyn ResponseStore>`) and block: see
+/// the module docs.
+pub trait ResponseStore: Send + Sync {
+    /// The stored response for `key` that matches `request_headers` on the
+    /// fields its `Vary` names, if any. A damaged entry is removed and
+    /// reported as `None`. Marks the entry as recently used.
+    fn get(
+        &self,
+        key: &CacheKey,
+        request_headers: &HeaderMap,
+    ) -> Result<Option<StoredResponse>, StoreError>;
+
+    /// Stores `body` under `meta`'s key and variant, replacing what was there.
+    /// When the response's `Vary` differs from the stored one for this URL,
+    /// the URL's other variants are dropped. Evicts least recently used
+    /// entries to stay under `max_size`.
+    fn put(&self, meta: &CacheEntryMeta, body: &[u8]) -> Result<PutOutcome, StoreError>;
+
+    /// Removes every variant stored for `key`; returns how many there were.
+    fn remove(&self, key: &CacheKey) -> Result<usize, StoreError>;
+
+    /// Current counters.
+    fn stats(&self) -> StoreStats;
+
+    /// Saves an opaque record for `host` (budget state: pauses, breakers,
+    /// ceilings), replacing the previous one. Durable once this returns.
+    fn put_host_record(&self, host: &str, record: &[u8]) -> Result<(), StoreError>;
+
+    /// Every saved host record, sorted by host.
+    fn host_records(&self) -> Result<Vec<(String, Vec<u8>)>, StoreError>;
+
+    /// Forgets `host`'s record (no error if there was none).
+    fn remove_host_record(&self, host: &str) -> Result<(), StoreError>;
+}
+
+/// Size limits a store enforces, from `[cache]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoreLimits {
+    /// Largest body stored, in bytes.
+    pub max_body: u64,
+    /// Total bytes of all entries.
+    pub max_size: u64,
+}
+
+impl From<&CacheParams> for StoreLimits {
+    fn from(params: &CacheParams) -> Self {
+        StoreLimits {
+            max_body: params.max_body,
+            max_size: params.max_size,
+        }
+    }
+}
+
+impl StoreLimits {
+    /// Why `body` may not be stored under `meta`, before any encoding.
+    fn refuse(&self, meta: &CacheEntryMeta, body: &[u8]) -> Option<PutOutcome> {
+        let len = u64::try_from(body.len()).unwrap_or(u64::MAX);
+        if len > self.max_body {
+            return Some(PutOutcome::TooLarge);
+        }
+        match meta.declared_length() {
+            Some(declared) if declared != len => Some(PutOutcome::LengthMismatch),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    evicted: AtomicU64,
+    corrupt_removed: AtomicU64,
+}
+
+impl Counters {
+    fn stats(&self, entries: usize, bytes: u64) -> StoreStats {
+        StoreStats {
+            entries: u64::try_from(entries).unwrap_or(u64::MAX),
+            bytes,
+            evicted: self.evicted.load(Ordering::Relaxed),
+            corrupt_removed: self.corrupt_removed.load(Ordering::Relaxed),
+        }
+    }
+
+    fn add_evicted(&self, n: usize) {
+        self.evicted
+            .fetch_add(u64::try_from(n).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    fn add_corrupt(&self) {
+        self.corrupt_removed.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Bytes an entry counts against `max_size`.
+fn entry_size(variant: &str, record: &[u8]) -> u64 {
+    u64::try_from(variant.len() + record.len()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,131 @@
+//! Which entries to evict first: an in-memory recency index over entry keys.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+/// Recency and size of every entry. Reads only touch this index; the ticks
+/// reach the disk with the next write, so a read never costs a disk write.
+#[derive(Debug, Default)]
+pub(crate) struct Lru {
+    clock: u64,
+    entries: HashMap<String, (u64, u64)>,
+    order: BTreeMap<u64, String>,
+    total: u64,
+    dirty: HashSet<String>,
+}
+
+impl Lru {
+    /// Rebuilds the index from persisted `(key, tick, size)` rows.
+    pub(crate) fn from_rows(rows: impl IntoIterator<Item = (String, u64, u64)>) -> Self {
+        let mut lru = Lru::default();
+        for (key, tick, size) in rows {
+            lru.clock = lru.clock.max(tick);
+            lru.insert_at(key, tick, size);
+        }
+        lru
+    }
+
+    pub(crate) fn total(&self) -> u64 {
+        self.total
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub(crate) fn size_of(&self, key: &str) -> Option<u64> {
+        self.entries.get(key).map(|(_, size)| *size)
+    }
+
+    fn next_tick(&mut self) -> u64 {
+        self.clock += 1;
+        self.clock
+    }
+
+    /// Records a read of `key`.
+    pub(crate) fn touch(&mut self, key: &str) {
+        let tick = self.next_tick();
+        if let Some((old, size)) = self.entries.get(key).copied() {
+            self.order.remove(&old);
+            self.order.insert(tick, key.to_owned());
+            self.entries.insert(key.to_owned(), (tick, size));
+            self.dirty.insert(key.to_owned());
+        }
+    }
+
+    /// Records a write of `key`; returns the tick to persist with it.
+    pub(crate) fn insert(&mut self, key: &str, size: u64) -> u64 {
+        let tick = self.next_tick();
+        self.insert_at(key.to_owned(), tick, size);
+        self.dirty.remove(key);
+        tick
+    }
+
+    fn insert_at(&mut self, key: String, tick: u64, size: u64) {
+        self.remove(&key);
+        self.order.insert(tick, key.clone());
+        self.total += size;
+        self.entries.insert(key, (tick, size));
+    }
+
+    pub(crate) fn remove(&mut self, key: &str) -> Option<u64> {
+        let (tick, size) = self.entries.remove(key)?;
+        self.order.remove(&tick);
+        self.total -= size;
+        self.dirty.remove(key);
+        Some(size)
+    }
+
+    /// Least recently used keys, other than `keep`, whose removal brings the
+    /// total to at most `cap` once `incoming` bytes replace `keep`'s entry.
+    pub(crate) fn victims(&self, keep: &str, incoming: u64, cap: u64) -> Vec<String> {
+        let mut total = self.total - self.size_of(keep).unwrap_or(0) + incoming;
+        let mut out = Vec::new();
+        for key in self.order.values() {
+            if total <= cap {
+                break;
+            }
+            if key == keep {
+                continue;
+            }
+            total -= self.size_of(key).unwrap_or(0);
+            out.push(key.clone());
+        }
+        out
+    }
+
+    /// Reads since the last write, to persist with it: `(key, tick, size)`.
+    pub(crate) fn take_dirty(&mut self) -> Vec<(String, u64, u64)> {
+        let dirty = std::mem::take(&mut self.dirty);
+        dirty
+            .into_iter()
+            .filter_map(|key| {
+                let (tick, size) = self.entries.get(&key).copied()?;
+                Some((key, tick, size))
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn least_recently_read_goes_first() {
+        let mut lru = Lru::default();
+        lru.insert("a", 10);
+        lru.insert("b", 10);
+        lru.insert("c", 10);
+        lru.touch("a");
+        assert_eq!(lru.victims("d", 10, 30), vec!["b".to_string()]);
+        assert_eq!(
+            lru.victims("d", 20, 30),
+            vec!["b".to_string(), "c".to_string()]
+        );
+        // Replacing an entry frees its own size first.
+        assert!(lru.victims("a", 10, 30).is_empty());
+        assert_eq!(lru.total(), 30);
+        lru.remove("b");
+        assert_eq!((lru.total(), lru.len()), (20, 2));
+    }
+}

@@ -1,0 +1,305 @@
+//! Both response stores, through the trait the proxy uses; the disk store
+//! also across a reopen and with a damaged record.
+
+use std::time::{Duration, SystemTime};
+
+use mannerly_policy::conditional::http::{request, response, HeaderMap, Method, Request, Response};
+use mannerly_policy::conditional::{storable, CacheEntryMeta, CacheKey, CacheParams};
+use mannerly_state::responses::{DiskStore, MemoryStore, PutOutcome, ResponseStore, StoreLimits};
+use redb::ReadableTable;
+
+fn t0() -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000)
+}
+
+fn req(headers: &[(&str, &str)]) -> request::Parts {
+    let mut b = Request::builder().method(Method::GET).uri("/");
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    b.body(()).unwrap().into_parts().0
+}
+
+fn headers(h: &[(&str, &str)]) -> HeaderMap {
+    req(h).headers
+}
+
+fn key(path: &str) -> CacheKey {
+    CacheKey::new(&Method::GET, &format!("https://example.com{path}")).unwrap()
+}
+
+/// The meta the policy would produce for `path` answered with `etag`.
+fn meta(path: &str, req_h: &[(&str, &str)], resp_h: &[(&str, &str)]) -> CacheEntryMeta {
+    let mut b = Response::builder().status(200);
+    for (k, v) in resp_h {
+        b = b.header(*k, *v);
+    }
+    let resp: response::Parts = b.body(()).unwrap().into_parts().0;
+    storable(
+        &req(req_h),
+        &key(path),
+        &resp,
+        &CacheParams::default(),
+        t0(),
+    )
+    .unwrap()
+}
+
+fn limits(max_body: u64, max_size: u64) -> StoreLimits {
+    StoreLimits { max_body, max_size }
+}
+
+fn body_of(store: &dyn ResponseStore, path: &str, h: &[(&str, &str)]) -> Option<Vec<u8>> {
+    store.get(&key(path), &headers(h)).unwrap().map(|r| r.body)
+}
+
+/// Every behaviour both backends must share.
+fn common(store: &dyn ResponseStore) {
+    // Miss, then stored exactly as received (gzip bytes stay gzip bytes).
+    assert!(body_of(store, "/a", &[]).is_none());
+    let gz = meta(
+        "/a",
+        &[],
+        &[("etag", "\"v1\""), ("content-encoding", "gzip")],
+    );
+    let raw = vec![0x1f, 0x8b, 8, 0, 1, 2, 3];
+    assert_eq!(
+        store.put(&gz, &raw).unwrap(),
+        PutOutcome::Stored { evicted: 0 }
+    );
+    let got = store.get(&key("/a"), &HeaderMap::new()).unwrap().unwrap();
+    assert_eq!(got.body, raw);
+    assert_eq!(got.meta.etag(), Some("\"v1\""));
+
+    // A changed page replaces the stored one.
+    let v2 = meta("/a", &[], &[("etag", "\"v2\"")]);
+    store.put(&v2, b"new page").unwrap();
+    let got = store.get(&key("/a"), &HeaderMap::new()).unwrap().unwrap();
+    assert_eq!(
+        (got.body.as_slice(), got.meta.etag()),
+        (&b"new page"[..], Some("\"v2\""))
+    );
+    assert_eq!(store.stats().entries, 1);
+
+    // Vary: one entry per variant; a request selects its own.
+    let ae = |v| {
+        meta(
+            "/v",
+            &[("accept-encoding", v)],
+            &[("etag", "\"x\""), ("vary", "Accept-Encoding")],
+        )
+    };
+    store.put(&ae("gzip"), b"gzipped").unwrap();
+    store.put(&ae("identity"), b"plain").unwrap();
+    assert_eq!(
+        body_of(store, "/v", &[("accept-encoding", "gzip")]).unwrap(),
+        b"gzipped"
+    );
+    assert_eq!(
+        body_of(store, "/v", &[("accept-encoding", "identity")]).unwrap(),
+        b"plain"
+    );
+    assert!(body_of(store, "/v", &[("accept-encoding", "br")]).is_none());
+    // When the origin starts varying on something else, old variants go.
+    let custom = meta(
+        "/v",
+        &[("x-lang", "de")],
+        &[("etag", "\"de\""), ("vary", "X-Lang")],
+    );
+    store.put(&custom, b"deutsch").unwrap();
+    assert!(body_of(store, "/v", &[("accept-encoding", "gzip")]).is_none());
+    assert_eq!(
+        body_of(store, "/v", &[("x-lang", "de")]).unwrap(),
+        b"deutsch"
+    );
+    assert!(body_of(store, "/v", &[("x-lang", "fr")]).is_none());
+    assert_eq!(store.stats().entries, 2);
+
+    // A body cut short (or padded) against its Content-Length is never stored.
+    let cl = meta("/cl", &[], &[("etag", "\"c\""), ("content-length", "10")]);
+    assert_eq!(
+        store.put(&cl, b"short").unwrap(),
+        PutOutcome::LengthMismatch
+    );
+    assert_eq!(
+        store.put(&cl, b"0123456789").unwrap(),
+        PutOutcome::Stored { evicted: 0 }
+    );
+
+    // remove drops every variant of a URL.
+    assert_eq!(store.remove(&key("/v")).unwrap(), 1);
+    assert!(body_of(store, "/v", &[("x-lang", "de")]).is_none());
+
+    // Host records: opaque bytes per host.
+    store
+        .put_host_record("b.example", b"{\"pause\":1}")
+        .unwrap();
+    store.put_host_record("a.example", b"one").unwrap();
+    store.put_host_record("a.example", b"two").unwrap();
+    assert_eq!(
+        store.host_records().unwrap(),
+        vec![
+            ("a.example".to_string(), b"two".to_vec()),
+            ("b.example".to_string(), b"{\"pause\":1}".to_vec())
+        ]
+    );
+    store.remove_host_record("b.example").unwrap();
+    store.remove_host_record("never.example").unwrap();
+    assert_eq!(store.host_records().unwrap().len(), 1);
+}
+
+fn size_caps(store: &dyn ResponseStore) {
+    // Bodies above max_body are not stored.
+    let big = meta("/big", &[], &[("etag", "\"b\"")]);
+    assert_eq!(store.put(&big, &[0u8; 1025]).unwrap(), PutOutcome::TooLarge);
+    assert!(body_of(store, "/big", &[]).is_none());
+    // Fill to the cap; the least recently *read* entry is evicted first.
+    let body = [7u8; 1000];
+    for p in ["/1", "/2", "/3"] {
+        assert_eq!(
+            store
+                .put(&meta(p, &[], &[("etag", "\"e\"")]), &body)
+                .unwrap(),
+            PutOutcome::Stored { evicted: 0 }
+        );
+    }
+    assert!(body_of(store, "/1", &[]).is_some());
+    let out = store
+        .put(&meta("/4", &[], &[("etag", "\"e\"")]), &body)
+        .unwrap();
+    assert_eq!(out, PutOutcome::Stored { evicted: 1 });
+    assert!(
+        body_of(store, "/2", &[]).is_none(),
+        "least recently used went"
+    );
+    for p in ["/1", "/3", "/4"] {
+        assert!(body_of(store, p, &[]).is_some(), "{p}");
+    }
+    let stats = store.stats();
+    assert_eq!((stats.entries, stats.evicted), (3, 1));
+    assert!(stats.bytes <= cap().max_size);
+}
+
+/// Limits under which three of `size_caps`'s entries fit and four do not.
+fn cap() -> StoreLimits {
+    let probe = MemoryStore::new(limits(1 << 20, 1 << 30));
+    probe
+        .put(&meta("/0", &[], &[("etag", "\"e\"")]), &[0u8; 1000])
+        .unwrap();
+    let one = probe.stats().bytes;
+    limits(1024, 3 * one + one / 2)
+}
+
+#[test]
+fn memory_store_behaves() {
+    common(&MemoryStore::new(limits(1 << 20, 1 << 30)));
+    size_caps(&MemoryStore::new(cap()));
+}
+
+#[test]
+fn disk_store_behaves() {
+    let dir = tempfile::tempdir().unwrap();
+    common(&DiskStore::open(dir.path().join("a.redb"), limits(1 << 20, 1 << 30)).unwrap());
+    size_caps(&DiskStore::open(dir.path().join("b.redb"), cap()).unwrap());
+}
+
+#[test]
+fn reopen_keeps_entries_records_and_recency() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.redb");
+    let body = [1u8; 1000];
+    {
+        let store = DiskStore::open(&path, cap()).unwrap();
+        for p in ["/1", "/2", "/3"] {
+            store
+                .put(&meta(p, &[], &[("etag", "\"e\"")]), &body)
+                .unwrap();
+        }
+        store.put_host_record("slow.example", b"paused").unwrap();
+        // A read, persisted with the next write.
+        assert!(body_of(&store, "/1", &[]).is_some());
+        store.put_host_record("x", b"y").unwrap();
+        store
+            .put(&meta("/3", &[], &[("etag", "\"e2\"")]), &body)
+            .unwrap();
+    }
+    let store = DiskStore::open(&path, cap()).unwrap();
+    let got = store.get(&key("/3"), &HeaderMap::new()).unwrap().unwrap();
+    assert_eq!(got.meta.etag(), Some("\"e2\""));
+    assert_eq!(got.body, body);
+    assert_eq!(store.stats().entries, 3);
+    assert!(store
+        .host_records()
+        .unwrap()
+        .contains(&("slow.example".into(), b"paused".to_vec())));
+    // Recency survived: /2 is the oldest now, so it goes first.
+    store
+        .put(&meta("/4", &[], &[("etag", "\"e\"")]), &body)
+        .unwrap();
+    assert!(body_of(&store, "/2", &[]).is_none());
+    assert!(body_of(&store, "/1", &[]).is_some());
+}
+
+#[test]
+fn a_damaged_entry_is_a_miss_and_is_removed() {
+    const ENTRIES: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("responses_v1");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.redb");
+    let m = meta("/page", &[], &[("etag", "\"v1\"")]);
+    let variant = m.variant().to_owned();
+    {
+        let store = DiskStore::open(&path, limits(1 << 20, 1 << 30)).unwrap();
+        store.put(&m, b"the page body").unwrap();
+        store
+            .put(&meta("/other", &[], &[("etag", "\"o\"")]), b"fine")
+            .unwrap();
+    }
+    // Flip one body byte behind the store's back, then truncate another
+    // record as a torn write would.
+    {
+        let db = redb::Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut table = txn.open_table(ENTRIES).unwrap();
+            let mut bytes = table
+                .get(variant.as_str())
+                .unwrap()
+                .unwrap()
+                .value()
+                .to_vec();
+            let at = bytes.len() - 40;
+            bytes[at] ^= 0xff;
+            table.insert(variant.as_str(), bytes.as_slice()).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    let store = DiskStore::open(&path, limits(1 << 20, 1 << 30)).unwrap();
+    assert!(store
+        .get(&key("/page"), &HeaderMap::new())
+        .unwrap()
+        .is_none());
+    let stats = store.stats();
+    assert_eq!((stats.corrupt_removed, stats.entries), (1, 1));
+    assert!(store
+        .get(&key("/page"), &HeaderMap::new())
+        .unwrap()
+        .is_none());
+    assert_eq!(store.stats().corrupt_removed, 1, "removed, not found again");
+    assert_eq!(body_of(&store, "/other", &[]).unwrap(), b"fine");
+    // The slot is usable again.
+    store.put(&m, b"the page body").unwrap();
+    assert_eq!(body_of(&store, "/page", &[]).unwrap(), b"the page body");
+}
+
+#[test]
+fn a_torn_record_in_memory_is_a_miss_too() {
+    let store = MemoryStore::new(limits(1 << 20, 1 << 30));
+    let m = meta("/page", &[], &[("etag", "\"v1\"")]);
+    store.put(&m, b"body").unwrap();
+    store
+        .overwrite_raw(m.variant(), b"MNR1\x05\x00\x00\x00{\"ke".to_vec())
+        .unwrap();
+    assert!(body_of(&store, "/page", &[]).is_none());
+    assert_eq!(store.stats().corrupt_removed, 1);
+    assert_eq!(store.stats().entries, 0);
+}
