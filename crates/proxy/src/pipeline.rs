@@ -115,17 +115,26 @@ pub(crate) async fn handle(
     let mut rec = shared.record(req.method().as_str(), &url, &target.host, client);
     rec.agent = Some(agent(&shared, &req));
 
-    // 0. The target must be one the proxy may reach. Names are checked
-    //    again, address by address, when the connection is made.
-    if let Some(ip) = parse_host_ip(&target.host) {
-        let addr = SocketAddr::new(ip, target.port);
-        if let Err(e) = shared.guard.check(&target.host, &[addr]) {
-            return shared.refuse(
-                rec,
-                Refusal::new(Outcome::Blocked, e.to_string()),
-                Source::Policy,
-            );
-        }
+    // 0. The target must be one the proxy may reach. The connector checks
+    //    every address again when it connects; checking here too means a
+    //    blocked target is refused as such, before robots.txt is fetched.
+    let reachable = match parse_host_ip(&target.host) {
+        Some(ip) => shared
+            .guard
+            .check(&target.host, &[SocketAddr::new(ip, target.port)]),
+        None if !shared.guard.allows_private() => shared
+            .guard
+            .resolve(&target.host, target.port)
+            .await
+            .map(drop),
+        None => Ok(()),
+    };
+    if let Err(e @ ConnectError::Blocked { .. }) = reachable {
+        return shared.refuse(
+            rec,
+            Refusal::new(Outcome::Blocked, e.to_string()),
+            Source::Policy,
+        );
     }
 
     // 1. robots.txt. Its own URL is always allowed and never waits for itself.

@@ -113,6 +113,11 @@ impl Guard {
         Ok(addrs)
     }
 
+    /// Whether internal addresses are allowed (`upstream.allow_private`).
+    pub fn allows_private(&self) -> bool {
+        self.allow_private
+    }
+
     /// Refuses the first internal address, unless those are allowed.
     pub fn check(&self, host: &str, addrs: &[SocketAddr]) -> Result<(), ConnectError> {
         if self.allow_private {

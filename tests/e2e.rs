@@ -1,0 +1,10 @@
+//! End-to-end tests: in-process origins on loopback, the real proxy, real
+//! clients (reqwest trusting our CA, curl where installed, raw sockets).
+
+mod e2e {
+    pub mod support;
+
+    mod audit;
+    mod forwarding;
+    mod robots;
+}

@@ -1,0 +1,482 @@
+//! The forwarding path: HTTP and intercepted HTTPS, streaming, reuse,
+//! refusals of internal targets and of bad input.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::Frame;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::support::*;
+
+fn echo() -> Handler {
+    handler(|req| async move {
+        let method = req.method().to_string();
+        let path = req.uri().path().to_string();
+        match path.as_str() {
+            "/robots.txt" => text(404, "none"),
+            "/chunked" => {
+                let chunks: Vec<Result<Frame<Bytes>, Box<dyn std::error::Error + Send + Sync>>> =
+                    (0..5)
+                        .map(|i| Ok(Frame::data(Bytes::from(format!("chunk{i};")))))
+                        .collect();
+                let body = StreamBody::new(futures_stream(chunks));
+                Response::new(body.boxed())
+            }
+            "/hop" => {
+                let mut r = text(200, "hop");
+                r.headers_mut()
+                    .insert("connection", "X-Resp-Secret".parse().unwrap());
+                r.headers_mut()
+                    .insert("x-resp-secret", "1".parse().unwrap());
+                r
+            }
+            _ => {
+                let body = req.into_body().collect().await.unwrap().to_bytes();
+                let mut r = text(
+                    200,
+                    format!("{method} {path} {}", String::from_utf8_lossy(&body)),
+                );
+                r.headers_mut().insert("x-origin", "yes".parse().unwrap());
+                r
+            }
+        }
+    })
+}
+
+type Frames = Vec<Result<Frame<Bytes>, Box<dyn std::error::Error + Send + Sync>>>;
+
+fn futures_stream(
+    frames: Frames,
+) -> impl futures_core::Stream<Item = Result<Frame<Bytes>, Box<dyn std::error::Error + Send + Sync>>>
+       + Send
+       + Sync {
+    tokio_stream::iter(frames)
+}
+
+use hyper::Response;
+
+#[tokio::test]
+async fn get_head_post_and_chunked_over_http() {
+    let origin = Origin::http(echo()).await;
+    let proxy = TestProxy::start(|_| {}).await;
+    let c = proxy.client();
+    let base = format!("http://127.0.0.1:{}", origin.port());
+
+    let r = c.get(format!("{base}/page?q=1")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(decision(&r), "fetched; waited_ms=0");
+    assert_eq!(r.headers()["x-origin"], "yes");
+    assert_eq!(r.text().await.unwrap(), "GET /page ");
+
+    let r = c.head(format!("{base}/page")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-length"], "11");
+    assert_eq!(r.bytes().await.unwrap().len(), 0);
+
+    let r = c
+        .post(format!("{base}/form"))
+        .body("a=1&b=2")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.text().await.unwrap(), "POST /form a=1&b=2");
+
+    let r = c.get(format!("{base}/chunked")).send().await.unwrap();
+    assert!(r.headers().get("content-length").is_none());
+    assert_eq!(
+        r.text().await.unwrap(),
+        "chunk0;chunk1;chunk2;chunk3;chunk4;"
+    );
+
+    let lines = proxy.stop().await;
+    let fetched = with_outcome(&lines, "fetched");
+    assert_eq!(fetched.len(), 4, "{lines:#?}");
+    assert_eq!(fetched[3]["bytes"], 35);
+    assert_eq!(with_outcome(&lines, "robots_fetched").len(), 1);
+}
+
+#[tokio::test]
+async fn https_is_intercepted_and_reaches_an_h2_origin() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new(dir.path());
+    let origin = Origin::https(echo(), &ca, &["secure.test"]).await;
+    let port = origin.port();
+    let roots = ca.pem_path.clone();
+    let proxy = TestProxy::start(move |c| {
+        c.upstream.extra_roots = vec![roots];
+        c.upstream.resolve.insert(
+            "secure.test:443".into(),
+            format!("127.0.0.1:{port}").parse().unwrap(),
+        );
+    })
+    .await;
+    let c = proxy.client();
+    for _ in 0..3 {
+        let r = c.get("https://secure.test/over-tls").send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(decision(&r), "fetched; waited_ms=0");
+        assert_eq!(r.text().await.unwrap(), "GET /over-tls ");
+    }
+    let seen = origin.seen.all();
+    let page: Vec<_> = seen.iter().filter(|r| r.path == "/over-tls").collect();
+    assert_eq!(page.len(), 3);
+    assert!(
+        page.iter().all(|r| r.version == hyper::Version::HTTP_2),
+        "{seen:?}"
+    );
+    assert_eq!(
+        origin
+            .seen
+            .connections
+            .load(std::sync::atomic::Ordering::SeqCst),
+        1
+    );
+    let lines = proxy.stop().await;
+    let fetched = with_outcome(&lines, "fetched");
+    assert_eq!(fetched.len(), 3);
+    assert_eq!(fetched[0]["url"], "https://secure.test/over-tls");
+}
+
+#[tokio::test]
+async fn fifty_mib_body_is_streamed_not_buffered() {
+    const CHUNK: usize = 1 << 20;
+    const CHUNKS: usize = 50;
+    let (first_seen_tx, first_seen_rx) = tokio::sync::watch::channel(false);
+    let first_seen_rx = std::sync::Arc::new(first_seen_rx);
+    let h = handler(move |req| {
+        let mut gate = (*first_seen_rx).clone();
+        async move {
+            if req.uri().path() == "/robots.txt" {
+                return text(404, "");
+            }
+            let (tx, rx) = tokio::sync::mpsc::channel::<
+                Result<Frame<Bytes>, Box<dyn std::error::Error + Send + Sync>>,
+            >(2);
+            tokio::spawn(async move {
+                let chunk = Bytes::from(vec![b'x'; CHUNK]);
+                tx.send(Ok(Frame::data(chunk.clone()))).await.unwrap();
+                // The rest is sent only once the client holds the first
+                // megabyte: a proxy that buffered whole bodies would hang here.
+                gate.wait_for(|seen| *seen).await.unwrap();
+                for _ in 1..CHUNKS {
+                    if tx.send(Ok(Frame::data(chunk.clone()))).await.is_err() {
+                        return;
+                    }
+                }
+            });
+            let body = StreamBody::new(tokio_stream::wrappers::ReceiverStream::new(rx));
+            Response::new(body.boxed())
+        }
+    });
+    let origin = Origin::http(h).await;
+    let proxy = TestProxy::start(|_| {}).await;
+    let mut r = proxy
+        .client()
+        .get(format!("http://127.0.0.1:{}/big", origin.port()))
+        .send()
+        .await
+        .unwrap();
+    let mut total = 0usize;
+    let read = async {
+        while let Some(chunk) = r.chunk().await.unwrap() {
+            total += chunk.len();
+            if total >= CHUNK {
+                let _ = first_seen_tx.send(true);
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), read)
+        .await
+        .expect("body did not stream: the first megabyte never arrived alone");
+    assert_eq!(total, CHUNK * CHUNKS);
+    let lines = proxy.stop().await;
+    assert_eq!(
+        with_outcome(&lines, "fetched")[0]["bytes"],
+        (CHUNK * CHUNKS) as u64
+    );
+}
+
+#[tokio::test]
+async fn keep_alive_connections_are_reused_both_sides() {
+    let origin = Origin::http(echo()).await;
+    let proxy = TestProxy::start(|_| {}).await;
+    let c = proxy.client();
+    for i in 0..10 {
+        let r = c
+            .get(format!("http://127.0.0.1:{}/k{i}", origin.port()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        r.bytes().await.unwrap();
+    }
+    assert_eq!(
+        origin
+            .seen
+            .connections
+            .load(std::sync::atomic::Ordering::SeqCst),
+        1
+    );
+    let lines = proxy.stop().await;
+    let fetched = with_outcome(&lines, "fetched");
+    assert_eq!(fetched.len(), 10);
+    let clients: std::collections::BTreeSet<_> =
+        fetched.iter().map(|l| l["client"].to_string()).collect();
+    assert_eq!(
+        clients.len(),
+        1,
+        "one client connection carried all requests"
+    );
+}
+
+#[tokio::test]
+async fn hop_by_hop_headers_are_stripped_and_host_is_the_target() {
+    let origin = Origin::http(echo()).await;
+    let port = origin.port();
+    let proxy = TestProxy::start(move |c| {
+        c.upstream.resolve.insert(
+            format!("origin.test:{port}"),
+            format!("127.0.0.1:{port}").parse().unwrap(),
+        );
+    })
+    .await;
+    let r = proxy
+        .client()
+        .get(format!("http://origin.test:{port}/h"))
+        .header("connection", "X-Secret")
+        .header("x-secret", "1")
+        .header("x-kept", "1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let seen = origin.seen.all();
+    let req = seen.iter().find(|r| r.path == "/h").unwrap();
+    assert!(req.headers.get("x-secret").is_none());
+    assert!(req.headers.get("proxy-authorization").is_none());
+    assert_eq!(req.headers["x-kept"], "1");
+    assert_eq!(req.headers["host"], format!("origin.test:{port}").as_str());
+
+    let r = proxy
+        .client()
+        .get(format!("http://origin.test:{port}/hop"))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.headers().get("x-resp-secret").is_none());
+    assert_eq!(r.text().await.unwrap(), "hop");
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn curl_through_the_proxy_http_and_https() {
+    if !curl_available() {
+        assert!(std::env::var_os("CI").is_none(), "CI must install curl");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new(dir.path());
+    let origin = Origin::https(echo(), &ca, &["secure.test"]).await;
+    let plain = Origin::http(echo()).await;
+    let port = origin.port();
+    let roots = ca.pem_path.clone();
+    let proxy = TestProxy::start(move |c| {
+        c.upstream.extra_roots = vec![roots];
+        c.upstream.resolve.insert(
+            "secure.test:443".into(),
+            format!("127.0.0.1:{port}").parse().unwrap(),
+        );
+    })
+    .await;
+    let ca_file = proxy.dir.path().join("ca.pem");
+    let proxy_url = proxy.url();
+    let plain_url = format!("http://127.0.0.1:{}/via-curl", plain.port());
+    let out = tokio::task::spawn_blocking(move || {
+        let https = std::process::Command::new("curl")
+            .args(["-sS", "-i", "--noproxy", "", "-x", &proxy_url, "--cacert"])
+            .arg(&ca_file)
+            .arg("https://secure.test/via-curl")
+            .output()
+            .unwrap();
+        let http = std::process::Command::new("curl")
+            .args([
+                "-sS",
+                "-i",
+                "--noproxy",
+                "",
+                "-x",
+                &proxy_url,
+                "-d",
+                "x=1",
+                &plain_url,
+            ])
+            .output()
+            .unwrap();
+        (https, http)
+    })
+    .await
+    .unwrap();
+    let https = String::from_utf8_lossy(&out.0.stdout).to_string();
+    assert!(
+        out.0.status.success(),
+        "{https} {}",
+        String::from_utf8_lossy(&out.0.stderr)
+    );
+    assert!(https.contains("mannerly-decision: fetched"), "{https}");
+    assert!(https.ends_with("GET /via-curl "), "{https}");
+    let http = String::from_utf8_lossy(&out.1.stdout).to_string();
+    assert!(http.ends_with("POST /via-curl x=1"), "{http}");
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn internal_targets_are_blocked_by_default() {
+    let origin = Origin::http(echo()).await;
+    let port = origin.port();
+    let proxy = TestProxy::start(move |c| {
+        c.upstream.allow_private = false;
+        c.upstream.resolve.insert(
+            format!("sneaky.test:{port}"),
+            format!("127.0.0.1:{port}").parse().unwrap(),
+        );
+    })
+    .await;
+    let c = proxy.client();
+    for host in [
+        "127.0.0.1".to_string(),
+        "127.1".into(),
+        "2130706433".into(),
+        "0x7f.0.0.1".into(),
+        "[::ffff:127.0.0.1]".into(),
+        "sneaky.test".into(),
+        "169.254.169.254".into(),
+        "10.0.0.1".into(),
+    ] {
+        let r = c
+            .get(format!("http://{host}:{port}/secret"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 403, "{host}");
+        assert!(decision(&r).starts_with("blocked"), "{host}");
+        let body = r.text().await.unwrap();
+        assert!(body.contains("allow_private"), "{body}");
+    }
+    assert_eq!(origin.seen.total(), 0, "nothing reached the origin");
+    let lines = proxy.stop().await;
+    assert_eq!(with_outcome(&lines, "blocked").len(), 8, "{lines:#?}");
+}
+
+#[tokio::test]
+async fn connect_to_a_port_not_allowed_is_blocked() {
+    let proxy = TestProxy::start(|_| {}).await;
+    let mut s = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    s.write_all(b"CONNECT example.test:8443 HTTP/1.1\r\nHost: example.test:8443\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = vec![0; 1024];
+    let n = s.read(&mut buf).await.unwrap();
+    let resp = String::from_utf8_lossy(&buf[..n]).to_string();
+    assert!(resp.starts_with("HTTP/1.1 403"), "{resp}");
+    assert!(resp.contains("mannerly-decision: blocked"), "{resp}");
+    assert!(resp.contains("connect_ports"), "{resp}");
+    let lines = proxy.stop().await;
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0]["outcome"], "blocked");
+    assert_eq!(lines[0]["method"], "CONNECT");
+}
+
+async fn raw(proxy: &TestProxy, request: &[u8]) -> String {
+    let mut s = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    s.write_all(request).await.unwrap();
+    let mut out = Vec::new();
+    // The proxy closes the connection after a refusal of bad input: reading
+    // to the end must finish.
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
+        .await
+        .expect("connection was not closed")
+        .unwrap();
+    String::from_utf8_lossy(&out).to_string()
+}
+
+#[tokio::test]
+async fn bad_input_gets_a_plain_4xx_a_closed_connection_and_an_audit_line() {
+    let origin = Origin::http(echo()).await;
+    let proxy = TestProxy::start(|c| c.proxy.max_header_bytes = 4096).await;
+    let target = format!("http://127.0.0.1:{}/x", origin.port());
+    let cases: Vec<(Vec<u8>, &str, &str)> = vec![
+        (b"GARBAGE\x01LINE\r\n\r\n".to_vec(), "400", "malformed"),
+        (
+            format!("POST {target} HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n").into_bytes(),
+            "400",
+            "both Content-Length and Transfer-Encoding",
+        ),
+        (
+            format!("POST {target} HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!").into_bytes(),
+            "400",
+            "conflicting Content-Length",
+        ),
+        (
+            format!("GET {target} HTTP/1.1\r\nHost: a\r\nX-Big: {}\r\n\r\n", "a".repeat(8000)).into_bytes(),
+            "431",
+            "larger than 4096",
+        ),
+        (b"GET /origin-form HTTP/1.1\r\nHost: a\r\n\r\n".to_vec(), "400", "not a proxy request"),
+    ];
+    for (req, status, words) in &cases {
+        let resp = raw(&proxy, req).await;
+        assert!(resp.starts_with(&format!("HTTP/1.1 {status}")), "{resp}");
+        assert!(resp.contains("mannerly-decision: error"), "{resp}");
+        assert!(resp.contains(words), "{words}: {resp}");
+    }
+    assert_eq!(origin.seen.total(), 0);
+    let lines = proxy.stop().await;
+    let errors = with_outcome(&lines, "error");
+    assert_eq!(errors.len(), cases.len(), "{lines:#?}");
+    assert!(errors.iter().all(|l| l["source"] == "client"));
+}
+
+#[tokio::test]
+async fn origin_failures_are_502_and_504() {
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent_port = silent.local_addr().unwrap().port();
+    let keep = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = silent.accept().await {
+            held.push(s);
+        }
+    });
+    let closed_port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let proxy = TestProxy::start(|c| {
+        c.upstream.first_byte_timeout_secs = 0.5;
+        c.robots.fetch_timeout_secs = 0.5;
+        c.policy.enforce = false;
+    })
+    .await;
+    let c = proxy.client();
+    let r = c
+        .get(format!("http://127.0.0.1:{closed_port}/"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 502);
+    assert!(decision(&r).starts_with("error"));
+    let r = c
+        .get(format!("http://127.0.0.1:{silent_port}/"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 504);
+    assert!(r
+        .text()
+        .await
+        .unwrap()
+        .contains("no response from the origin"));
+    keep.abort();
+    proxy.stop().await;
+}

@@ -1,0 +1,1 @@
+//! robots.txt through the proxy.

@@ -1,0 +1,326 @@
+//! Test origins, a proxy started in-process, clients that use it.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use mannerly_proxy::{Config, Proxy};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+pub type OriginBody = BoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
+pub type Handler = Arc<
+    dyn Fn(Request<Incoming>) -> Pin<Box<dyn Future<Output = Response<OriginBody>> + Send>>
+        + Send
+        + Sync,
+>;
+
+pub fn text(status: u16, body: impl Into<Bytes>) -> Response<OriginBody> {
+    let mut r = Response::new(Full::new(body.into()).map_err(|e| match e {}).boxed());
+    *r.status_mut() = hyper::StatusCode::from_u16(status).unwrap();
+    r
+}
+
+/// What an origin saw.
+#[derive(Default)]
+pub struct Seen {
+    pub requests: Mutex<Vec<SeenRequest>>,
+    pub connections: AtomicUsize,
+}
+
+#[derive(Clone, Debug)]
+pub struct SeenRequest {
+    pub method: String,
+    pub path: String,
+    pub version: hyper::Version,
+    pub headers: hyper::HeaderMap,
+}
+
+impl Seen {
+    pub fn count(&self, path: &str) -> usize {
+        self.requests
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|r| r.path == path)
+            .count()
+    }
+    pub fn total(&self) -> usize {
+        self.requests.lock().unwrap().len()
+    }
+    pub fn all(&self) -> Vec<SeenRequest> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+/// An origin server on 127.0.0.1, HTTP or HTTPS (h2 + http/1.1 by ALPN).
+pub struct Origin {
+    pub addr: SocketAddr,
+    pub seen: Arc<Seen>,
+    _stop: oneshot::Sender<()>,
+}
+
+pub struct TestCa {
+    pub pem: String,
+    pub pem_path: PathBuf,
+    cert: rcgen::Certificate,
+    key: rcgen::KeyPair,
+}
+
+impl TestCa {
+    pub fn new(dir: &std::path::Path) -> TestCa {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::default();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "origin test CA");
+        params.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::DigitalSignature,
+        ];
+        let cert = params.self_signed(&key).unwrap();
+        let pem_path = dir.join("origin-ca.pem");
+        std::fs::write(&pem_path, cert.pem()).unwrap();
+        TestCa {
+            pem: cert.pem(),
+            pem_path,
+            cert,
+            key,
+        }
+    }
+
+    fn server_config(&self, names: &[&str]) -> Arc<rustls::ServerConfig> {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let params =
+            rcgen::CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+                .unwrap();
+        let leaf = params.signed_by(&key, &self.cert, &self.key).unwrap();
+        let mut cfg = rustls::ServerConfig::builder()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![leaf.der().clone()],
+                rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+            )
+            .unwrap();
+        cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Arc::new(cfg)
+    }
+}
+
+pub fn handler<F, Fut>(f: F) -> Handler
+where
+    F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Response<OriginBody>> + Send + 'static,
+{
+    Arc::new(move |req| Box::pin(f(req)))
+}
+
+impl Origin {
+    pub async fn http(h: Handler) -> Origin {
+        Self::start(h, None).await
+    }
+
+    pub async fn https(h: Handler, ca: &TestCa, names: &[&str]) -> Origin {
+        Self::start(h, Some(ca.server_config(names))).await
+    }
+
+    async fn start(h: Handler, tls: Option<Arc<rustls::ServerConfig>>) -> Origin {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Seen::default());
+        let (stop, mut stopped) = oneshot::channel::<()>();
+        let seen2 = seen.clone();
+        tokio::spawn(async move {
+            loop {
+                let (stream, _) = tokio::select! {
+                    a = listener.accept() => match a { Ok(a) => a, Err(_) => continue },
+                    _ = &mut stopped => return,
+                };
+                seen2.connections.fetch_add(1, Ordering::SeqCst);
+                let h = h.clone();
+                let seen = seen2.clone();
+                let tls = tls.clone();
+                tokio::spawn(async move {
+                    let svc = service_fn(move |req: Request<Incoming>| {
+                        let h = h.clone();
+                        let seen = seen.clone();
+                        async move {
+                            seen.requests.lock().unwrap().push(SeenRequest {
+                                method: req.method().to_string(),
+                                path: req
+                                    .uri()
+                                    .path_and_query()
+                                    .map(|p| p.to_string())
+                                    .unwrap_or_default(),
+                                version: req.version(),
+                                headers: req.headers().clone(),
+                            });
+                            Ok::<_, Infallible>(h(req).await)
+                        }
+                    });
+                    let builder = auto::Builder::new(TokioExecutor::new());
+                    match tls {
+                        Some(cfg) => {
+                            let Ok(tls) = tokio_rustls::TlsAcceptor::from(cfg).accept(stream).await
+                            else {
+                                return;
+                            };
+                            let _ = builder.serve_connection(TokioIo::new(tls), svc).await;
+                        }
+                        None => {
+                            let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
+                        }
+                    }
+                });
+            }
+        });
+        Origin {
+            addr,
+            seen,
+            _stop: stop,
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+}
+
+/// A proxy running in this process, with its own data dir and audit log.
+pub struct TestProxy {
+    pub addr: SocketAddr,
+    pub ca_pem: String,
+    pub audit_path: PathBuf,
+    pub dir: tempfile::TempDir,
+    stop: Option<oneshot::Sender<()>>,
+    done: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// A config for tests: loopback allowed (the origins live there), a fresh
+/// data dir, robots retries fast.
+pub fn test_config(dir: &std::path::Path) -> Config {
+    let mut cfg: Config = Config::default();
+    cfg.data_dir = dir.to_path_buf();
+    cfg.proxy.listen = "127.0.0.1:0".parse().unwrap();
+    cfg.upstream.allow_private = true;
+    cfg.upstream.resolve = BTreeMap::new();
+    cfg.robots.retry_min_secs = 0.2;
+    cfg.robots.retry_max_secs = 0.4;
+    cfg
+}
+
+impl TestProxy {
+    pub async fn start(edit: impl FnOnce(&mut Config)) -> TestProxy {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = test_config(dir.path());
+        edit(&mut cfg);
+        let audit_path = dir.path().join("audit.jsonl");
+        cfg.audit.path = audit_path.display().to_string();
+        let ca = mannerly_proxy::CertificateAuthority::load_or_create(&cfg.data_dir, 64).unwrap();
+        let ca_pem = ca.cert_pem().to_string();
+        let (sink, writer) = mannerly_proxy::open_audit(&cfg.audit_target()).unwrap();
+        let proxy = Proxy::bind(cfg, Arc::new(ca), sink).await.unwrap();
+        let addr = proxy.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let done = tokio::spawn(async move {
+            proxy
+                .run(async {
+                    let _ = stopped.await;
+                })
+                .await;
+            tokio::task::spawn_blocking(move || writer.close().unwrap())
+                .await
+                .unwrap();
+        });
+        TestProxy {
+            addr,
+            ca_pem,
+            audit_path,
+            dir,
+            stop: Some(stop),
+            done: Some(done),
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A reqwest client that uses the proxy and trusts its CA.
+    pub fn client(&self) -> reqwest::Client {
+        reqwest::Client::builder()
+            .proxy(reqwest::Proxy::all(self.url()).unwrap())
+            .add_root_certificate(reqwest::Certificate::from_pem(self.ca_pem.as_bytes()).unwrap())
+            .timeout(Duration::from_secs(60))
+            .build()
+            .unwrap()
+    }
+
+    /// Stops the proxy, flushes the audit log and returns its lines.
+    pub async fn stop(mut self) -> Vec<serde_json::Value> {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(d) = self.done.take() {
+            d.await.unwrap();
+        }
+        audit_lines(&self.audit_path)
+    }
+
+    /// The audit lines written so far (the writer flushes whenever idle).
+    pub async fn audit_now(&self, at_least: usize) -> Vec<serde_json::Value> {
+        for _ in 0..100 {
+            let lines = audit_lines(&self.audit_path);
+            if lines.len() >= at_least {
+                return lines;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        audit_lines(&self.audit_path)
+    }
+}
+
+pub fn audit_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Lines of one outcome.
+pub fn with_outcome<'a>(
+    lines: &'a [serde_json::Value],
+    outcome: &str,
+) -> Vec<&'a serde_json::Value> {
+    lines.iter().filter(|l| l["outcome"] == outcome).collect()
+}
+
+pub fn decision(resp: &reqwest::Response) -> String {
+    resp.headers()
+        .get("mannerly-decision")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default()
+}
+
+pub fn curl_available() -> bool {
+    std::process::Command::new("curl")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
