@@ -1,1 +1,89 @@
 //! Host budget state behind a trait.
+//!
+//! [`HostStore`] is what the proxy calls. Each method is one whole operation
+//! on one host (reserve a slot, start, learn from a response), so that a
+//! shared backend can run each as a single atomic step — for redis, one Lua
+//! script per call — and never needs a lock held across calls. The rules
+//! themselves are [`mannerly_policy::budget`]; a backend only keeps the
+//! state and applies them.
+//!
+//! Host keys are normalised by every method with
+//! [`mannerly_policy::budget::host_key`]: `Example.com:443` and
+//! `example.com` are one budget.
+//!
+//! Methods are infallible on purpose: a backend that loses its shared store
+//! falls back to local state at the floor rate and reports that through its
+//! own metrics; it never fails open.
+
+mod memory;
+
+pub use memory::MemoryHosts;
+
+use std::time::{Duration, Instant, SystemTime};
+
+use mannerly_policy::budget::{Admission, HostParams, HostView, PersistedHost, Reaction, Start};
+
+/// Where per-host budgets live. See the module docs for the contract.
+pub trait HostStore: Send + Sync {
+    /// The resolved budget parameters of `host` (global values with its
+    /// overrides): `max_hold`, `may_retry` and friends for the proxy.
+    fn params(&self, host: &str) -> HostParams;
+
+    /// Reserves the next rate slot of `host` if it comes within `hold_left`
+    /// ([`mannerly_policy::budget::HostBudget::admit_within`]); pass
+    /// `params(host).max_hold()` for a new request.
+    fn admit(&self, host: &str, now: Instant, hold_left: Duration) -> Admission;
+
+    /// Re-checks the pause and takes an in-flight slot once the reserved
+    /// slot has come ([`mannerly_policy::budget::HostBudget::try_start`]).
+    fn try_start(&self, host: &str, now: Instant, hold_left: Duration) -> Start;
+
+    /// Releases an in-flight slot without a response; `true` when a
+    /// concurrency waiter could start now.
+    fn finish(&self, host: &str, now: Instant) -> bool;
+
+    /// Learns from a response and releases its in-flight slot
+    /// ([`mannerly_policy::budget::HostBudget::on_response`]). `jitter` is a
+    /// random number in [0, 1) drawn by the caller.
+    fn on_response(
+        &self,
+        host: &str,
+        now: Instant,
+        wall: SystemTime,
+        status: u16,
+        retry_after: Option<&str>,
+        jitter: f64,
+    ) -> Reaction;
+
+    /// Applies the Crawl-delay of the robots.txt group that matched
+    /// (`None` lifts it). Idempotent: call it after every robots lookup.
+    fn set_crawl_delay(&self, host: &str, now: Instant, delay_secs: Option<f64>);
+
+    /// The state of one host, `None` when the store holds nothing for it.
+    fn view(&self, host: &str, now: Instant) -> Option<HostView>;
+
+    /// Up to `limit` hosts with their state, sorted by name (for `/hosts`).
+    fn views(&self, now: Instant, limit: usize) -> Vec<(String, HostView)>;
+
+    /// Drops every host with nothing to remember
+    /// ([`mannerly_policy::budget::HostBudget::forgettable`]); returns how
+    /// many were dropped. A paused host, an open breaker or a lowered
+    /// ceiling is never dropped.
+    fn sweep(&self, now: Instant) -> usize;
+
+    /// What must survive a restart: hosts with a live pause, an open
+    /// breaker or a lowered ceiling, sorted by name.
+    fn persisted(&self, now: Instant, wall: SystemTime) -> Vec<(String, PersistedHost)>;
+
+    /// Loads what [`HostStore::persisted`] returned in an earlier process;
+    /// replaces any state held for those hosts.
+    fn restore(&self, saved: Vec<(String, PersistedHost)>, now: Instant, wall: SystemTime);
+
+    /// Number of hosts held.
+    fn len(&self) -> usize;
+
+    /// No host is held.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

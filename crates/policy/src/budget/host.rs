@@ -424,8 +424,8 @@ impl HostBudget {
     pub fn is_idle(&self, now: Instant) -> bool {
         let n = self.ms(now);
         self.in_flight == 0
-            && get(self.tat).map_or(true, |t| t <= n)
-            && get(self.pause).map_or(true, |u| u <= n)
+            && get(self.tat).is_none_or(|t| t <= n)
+            && get(self.pause).is_none_or(|u| u <= n)
     }
 
     /// Idle and with nothing left to remember: no pause or breaker, the
@@ -437,7 +437,7 @@ impl HostBudget {
     pub fn forgettable(&self, p: &HostParams, now: Instant) -> bool {
         let n = self.ms(now);
         let slow = self.rate_u(p, n) < p.start_u().min(self.cap_u(p, n));
-        let long_idle = get(self.tat).map_or(true, |t| n >= t.saturating_add(p.relax_ms()));
+        let long_idle = get(self.tat).is_none_or(|t| n >= t.saturating_add(p.relax_ms()));
         self.is_idle(now) && self.ceiling_u(p, n) >= p.max_u() && (!slow || long_idle)
     }
 
@@ -643,7 +643,7 @@ impl HostBudget {
     fn ms_ceil(&self, t: Instant) -> u64 {
         let d = t.saturating_duration_since(self.base);
         let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-        ms.saturating_add(u64::from(d.subsec_nanos() % 1_000_000 != 0))
+        ms.saturating_add(u64::from(!d.subsec_nanos().is_multiple_of(1_000_000)))
     }
 
     fn at(&self, ms: u64) -> Instant {

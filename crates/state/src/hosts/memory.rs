@@ -1,0 +1,167 @@
+//! The in-process host store: one `HostBudget` per host in a `DashMap`.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use dashmap::DashMap;
+use mannerly_policy::budget::{
+    host_key, Admission, BudgetError, BudgetParams, HostBudget, HostParams, HostView,
+    PersistedHost, Reaction, Start,
+};
+
+use super::HostStore;
+
+/// Host budgets of one process. Operations on one host are serialised by the
+/// map's shard lock, held only for the few arithmetic steps of one call;
+/// other hosts on other shards are never slowed.
+#[derive(Debug)]
+pub struct MemoryHosts {
+    params: BudgetParams,
+    hosts: DashMap<Box<str>, HostBudget>,
+}
+
+// === impl MemoryHosts ===
+
+impl MemoryHosts {
+    /// An empty store with these parameters (validated here, so that a
+    /// store never runs on nonsense).
+    pub fn new(params: BudgetParams) -> Result<MemoryHosts, BudgetError> {
+        Ok(MemoryHosts {
+            params: params.validate()?,
+            hosts: DashMap::new(),
+        })
+    }
+
+    /// The parameters the store runs on.
+    pub fn budget_params(&self) -> &BudgetParams {
+        &self.params
+    }
+
+    /// Runs `f` on the budget of `host`, creating it if new.
+    fn with<R>(
+        &self,
+        host: &str,
+        now: Instant,
+        f: impl FnOnce(&mut HostBudget, &HostParams) -> R,
+    ) -> R {
+        let key = host_key(host);
+        let p = self.params.for_host(&key);
+        // The common case is a known host: look it up without allocating
+        // the key.
+        if let Some(mut b) = self.hosts.get_mut(key.as_ref()) {
+            return f(&mut b, &p);
+        }
+        let mut b = self
+            .hosts
+            .entry(Box::from(key.as_ref()))
+            .or_insert_with(|| HostBudget::new(&p, now));
+        f(&mut b, &p)
+    }
+}
+
+impl Default for MemoryHosts {
+    fn default() -> Self {
+        MemoryHosts {
+            params: BudgetParams::default(),
+            hosts: DashMap::new(),
+        }
+    }
+}
+
+impl HostStore for MemoryHosts {
+    fn params(&self, host: &str) -> HostParams {
+        self.params.for_host(host)
+    }
+
+    fn admit(&self, host: &str, now: Instant, hold_left: Duration) -> Admission {
+        self.with(host, now, |b, p| b.admit_within(p, now, hold_left))
+    }
+
+    fn try_start(&self, host: &str, now: Instant, hold_left: Duration) -> Start {
+        self.with(host, now, |b, p| b.try_start(p, now, hold_left))
+    }
+
+    fn finish(&self, host: &str, now: Instant) -> bool {
+        let key = host_key(host);
+        let p = self.params.for_host(&key);
+        match self.hosts.get_mut(key.as_ref()) {
+            Some(mut b) => b.finish(&p, now),
+            None => true,
+        }
+    }
+
+    fn on_response(
+        &self,
+        host: &str,
+        now: Instant,
+        wall: SystemTime,
+        status: u16,
+        retry_after: Option<&str>,
+        jitter: f64,
+    ) -> Reaction {
+        self.with(host, now, |b, p| {
+            b.on_response(p, now, wall, status, retry_after, jitter)
+        })
+    }
+
+    fn set_crawl_delay(&self, host: &str, now: Instant, delay_secs: Option<f64>) {
+        let key = host_key(host);
+        if delay_secs.is_none() && !self.hosts.contains_key(key.as_ref()) {
+            return;
+        }
+        self.with(&key, now, |b, p| b.set_crawl_delay(p, now, delay_secs));
+    }
+
+    fn view(&self, host: &str, now: Instant) -> Option<HostView> {
+        let key = host_key(host);
+        let p = self.params.for_host(&key);
+        self.hosts.get(key.as_ref()).map(|b| b.view(&p, now))
+    }
+
+    fn views(&self, now: Instant, limit: usize) -> Vec<(String, HostView)> {
+        let mut out: Vec<_> = self
+            .hosts
+            .iter()
+            .take(limit)
+            .map(|e| {
+                let p = self.params.for_host(e.key());
+                (e.key().to_string(), e.value().view(&p, now))
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    fn sweep(&self, now: Instant) -> usize {
+        let before = self.hosts.len();
+        self.hosts
+            .retain(|host, b| !b.forgettable(&self.params.for_host(host), now));
+        before.saturating_sub(self.hosts.len())
+    }
+
+    fn persisted(&self, now: Instant, wall: SystemTime) -> Vec<(String, PersistedHost)> {
+        let mut out: Vec<_> = self
+            .hosts
+            .iter()
+            .filter_map(|e| {
+                let p = self.params.for_host(e.key());
+                let saved = e.value().persist(&p, now, wall)?;
+                Some((e.key().to_string(), saved))
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    fn restore(&self, saved: Vec<(String, PersistedHost)>, now: Instant, wall: SystemTime) {
+        for (host, saved) in saved {
+            let key = host_key(&host);
+            let p = self.params.for_host(&key);
+            let b = HostBudget::restore(&p, &saved, now, wall);
+            self.hosts.insert(Box::from(key.as_ref()), b);
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.hosts.len()
+    }
+}

@@ -1,0 +1,177 @@
+//! The in-memory host store: isolation, key normalisation, sweeping, restarts.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use mannerly_policy::budget::{Admission, BudgetParams, HostOverride, Reaction, Refusal, Start};
+use mannerly_state::hosts::{HostStore, MemoryHosts};
+
+const HOLD: Duration = Duration::from_secs(30);
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+fn wall() -> SystemTime {
+    UNIX_EPOCH + secs(1_700_000_000)
+}
+
+#[test]
+fn a_throttled_host_does_not_slow_another() {
+    let store = MemoryHosts::default();
+    let t0 = Instant::now();
+    assert_eq!(store.admit("a.example", t0, HOLD), Admission::Go);
+    assert_eq!(store.try_start("a.example", t0, HOLD), Start::Go);
+    let r = store.on_response("a.example", t0, wall(), 429, Some("120"), 0.0);
+    assert!(matches!(r, Reaction::Throttled(ref t) if t.pause == secs(120)));
+
+    assert_eq!(
+        store.admit("a.example", t0, HOLD),
+        Admission::Refuse(Refusal::Paused {
+            retry_after: secs(120)
+        })
+    );
+    assert_eq!(store.admit("b.example", t0, HOLD), Admission::Go);
+    assert_eq!(store.admit("b.example", t0, HOLD), Admission::Wait(secs(1)));
+    assert_eq!(store.view("b.example", t0).unwrap().rate, 1.0);
+    assert_eq!(store.view("a.example", t0).unwrap().rate, 0.5);
+    assert_eq!(store.len(), 2);
+}
+
+#[test]
+fn the_key_is_the_host_name_without_port_or_case() {
+    let store = MemoryHosts::default();
+    let t0 = Instant::now();
+    assert_eq!(store.admit("Example.COM:443", t0, HOLD), Admission::Go);
+    assert_eq!(
+        store.admit("example.com:8080", t0, HOLD),
+        Admission::Wait(secs(1))
+    );
+    assert_eq!(
+        store.admit("example.com.", t0, HOLD),
+        Admission::Wait(secs(2))
+    );
+    assert_eq!(store.len(), 1);
+    assert_eq!(store.views(t0, 10)[0].0, "example.com");
+}
+
+#[test]
+fn per_host_overrides_apply_to_that_host_only() {
+    let mut p = BudgetParams::default();
+    p.hosts.insert(
+        "Slow.Example".into(),
+        HostOverride {
+            start_rate: Some(0.25),
+            max_rate: Some(0.5),
+            ..Default::default()
+        },
+    );
+    let store = MemoryHosts::new(p).unwrap();
+    let t0 = Instant::now();
+    assert_eq!(store.admit("slow.example", t0, HOLD), Admission::Go);
+    assert_eq!(
+        store.admit("slow.example", t0, HOLD),
+        Admission::Wait(secs(4))
+    );
+    assert_eq!(store.params("slow.example").max_rate, 0.5);
+    assert_eq!(store.params("fast.example").max_rate, 8.0);
+
+    let bad = BudgetParams {
+        max_rate: -1.0,
+        ..Default::default()
+    };
+    assert_eq!(MemoryHosts::new(bad).unwrap_err().key, "budget.max_rate");
+}
+
+#[test]
+fn sweep_drops_idle_hosts_and_keeps_paused_ones() {
+    let store = MemoryHosts::default();
+    let t0 = Instant::now();
+    for host in ["idle.example", "busy.example", "paused.example"] {
+        assert_eq!(store.admit(host, t0, HOLD), Admission::Go);
+        assert_eq!(store.try_start(host, t0, HOLD), Start::Go);
+    }
+    store.on_response("idle.example", t0, wall(), 200, None, 0.0);
+    store.on_response("paused.example", t0, wall(), 429, Some("600"), 0.0);
+    // busy.example is still in flight.
+
+    assert_eq!(store.sweep(t0 + secs(2)), 1);
+    assert!(store.view("idle.example", t0).is_none());
+    assert!(store.view("busy.example", t0).is_some());
+    assert!(store.view("paused.example", t0).is_some());
+
+    // The pause ends, but the lowered ceiling is remembered for hours.
+    store.finish("busy.example", t0 + secs(3));
+    assert_eq!(store.sweep(t0 + secs(700)), 1);
+    assert_eq!(store.len(), 1);
+    assert_eq!(store.sweep(t0 + secs(6 * 3600)), 0);
+    assert_eq!(store.sweep(t0 + secs(6 * 3600 + 600)), 1);
+    assert!(store.is_empty());
+}
+
+#[test]
+fn persisted_hosts_round_trip_through_a_restart() {
+    let store = MemoryHosts::default();
+    let t0 = Instant::now();
+    store.on_response("paused.example", t0, wall(), 429, Some("600"), 0.0);
+    store.on_response("fine.example", t0, wall(), 200, None, 0.0);
+    store.set_crawl_delay("paused.example", t0, Some(10.0));
+
+    let saved = store.persisted(t0 + secs(100), wall() + secs(100));
+    assert_eq!(saved.len(), 1);
+    let json = serde_json::to_string(&saved).unwrap();
+
+    // A new process: its own monotonic clock, 60 s of wall time later.
+    let restarted = MemoryHosts::default();
+    let t1 = t0 + secs(10_000);
+    restarted.restore(serde_json::from_str(&json).unwrap(), t1, wall() + secs(160));
+    let v = restarted.view("paused.example", t1).unwrap();
+    assert_eq!(v.paused_for, Some(secs(440)));
+    assert_eq!(v.crawl_delay, Some(secs(10)));
+    assert_eq!(v.rate, 0.1);
+    assert_eq!(
+        v.ceiling,
+        store
+            .view("paused.example", t0 + secs(160))
+            .unwrap()
+            .ceiling
+    );
+    assert_eq!(
+        restarted.admit("paused.example", t1, HOLD),
+        Admission::Refuse(Refusal::Paused {
+            retry_after: secs(440)
+        })
+    );
+    assert!(restarted.view("fine.example", t1).is_none());
+}
+
+#[test]
+fn the_store_is_shared_across_threads() {
+    let store: Arc<dyn HostStore> = Arc::new(MemoryHosts::default());
+    let t0 = Instant::now();
+    let handles: Vec<_> = (0..4)
+        .map(|_| {
+            let store = Arc::clone(&store);
+            std::thread::spawn(move || {
+                (0..10)
+                    .map(|_| store.admit("shared.example", t0, HOLD))
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let (mut waits, mut refused) = (Vec::new(), 0);
+    for a in handles.into_iter().flat_map(|h| h.join().unwrap()) {
+        match a {
+            Admission::Go => waits.push(Duration::ZERO),
+            Admission::Wait(d) => waits.push(d),
+            Admission::Refuse(Refusal::QueueFull { .. }) => refused += 1,
+            Admission::Refuse(r) => panic!("refused: {r:?}"),
+        }
+    }
+    waits.sort();
+    // 40 requests at one instant, 1/s, 30 s hold: every slot from 0 to 30 s
+    // given exactly once, the other 9 refused.
+    let want: Vec<Duration> = (0..=30).map(secs).collect();
+    assert_eq!(waits, want);
+    assert_eq!(refused, 9);
+}
