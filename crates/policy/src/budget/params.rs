@@ -424,6 +424,22 @@ mod tests {
     }
 
     #[test]
+    fn config_keys_deserialize_and_typos_are_errors() {
+        let p: BudgetParams = serde_json::from_str(
+            r#"{"max_rate": 4.0, "max_hold_secs": 10.0, "hosts": {"a.example": {"burst": 2}}}"#,
+        )
+        .unwrap();
+        let p = p.validate().unwrap();
+        assert_eq!((p.max_rate, p.start_rate), (4.0, 1.0));
+        assert_eq!(p.for_host("a.example").burst, 2);
+        assert_eq!(p.for_host("a.example").max_hold(), Duration::from_secs(10));
+        let typo = serde_json::from_str::<BudgetParams>(r#"{"max_rate_": 4.0}"#);
+        assert!(typo.unwrap_err().to_string().contains("max_rate_"));
+        let typo = serde_json::from_str::<BudgetParams>(r#"{"hosts": {"a": {"brust": 2}}}"#);
+        assert!(typo.is_err());
+    }
+
+    #[test]
     fn retry_only_reads_within_the_hold() {
         let p = BudgetParams::default().for_host("a");
         let s = Duration::from_secs;
