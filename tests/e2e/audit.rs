@@ -1,1 +1,197 @@
-//! The audit log.
+//! The audit log: one line per decision, a chain that verifies, breaks
+//! where the log was edited, and survives SIGTERM under load.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use super::support::*;
+
+fn verify(path: &std::path::Path) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_mannerly"))
+        .args(["audit", "verify"])
+        .arg(path)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+fn ok_origin() -> Handler {
+    handler(|req| async move {
+        if req.uri().path() == "/robots.txt" {
+            return text(404, "");
+        }
+        tokio::time::sleep(Duration::from_millis(
+            req.uri().query().and_then(|q| q.parse().ok()).unwrap_or(0),
+        ))
+        .await;
+        text(200, "page")
+    })
+}
+
+#[tokio::test]
+async fn n_requests_give_n_lines_and_edits_break_the_chain_at_that_line() {
+    let origin = Origin::http(ok_origin()).await;
+    let mut proxy = TestProxy::start(|_| {}).await;
+    let c = proxy.client();
+    for i in 0..20 {
+        let r = c
+            .get(format!("http://127.0.0.1:{}/p{i}", origin.port()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        r.bytes().await.unwrap();
+    }
+    let path = proxy.audit_path.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let lines = proxy.stop().await;
+    assert_eq!(with_outcome(&lines, "fetched").len(), 20);
+    assert_eq!(with_outcome(&lines, "robots_fetched").len(), 1);
+    assert_eq!(lines.len(), 21);
+    for l in &lines {
+        let ts = l["ts"].as_str().unwrap();
+        assert_eq!(ts.len(), "2026-11-29T19:30:59.799Z".len(), "{ts}");
+        assert!(ts.ends_with('Z'));
+    }
+
+    let (code, out) = verify(&path);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("21 lines, chain intact"), "{out}");
+
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut rows: Vec<&str> = text.lines().collect();
+
+    let edited_path = dir.path().join("edited.jsonl");
+    let edited = rows[7].replace("\"status\":200", "\"status\":404");
+    assert_ne!(edited, rows[7]);
+    let mut e = rows.clone();
+    e[7] = &edited;
+    std::fs::write(&edited_path, e.join("\n") + "\n").unwrap();
+    let (code, out) = verify(&edited_path);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("line 8:"), "{out}");
+
+    let deleted_path = dir.path().join("deleted.jsonl");
+    rows.remove(12);
+    std::fs::write(&deleted_path, rows.join("\n") + "\n").unwrap();
+    let (code, out) = verify(&deleted_path);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("line 13:"), "{out}");
+}
+
+#[tokio::test]
+async fn a_restarted_proxy_continues_the_chain() {
+    let origin = Origin::http(ok_origin()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("audit.jsonl");
+    for _ in 0..2 {
+        let audit = audit.clone();
+        let mut proxy = TestProxy::start(move |c| c.audit.path = audit.display().to_string()).await;
+        let r = proxy
+            .client()
+            .get(format!("http://127.0.0.1:{}/again", origin.port()))
+            .send()
+            .await
+            .unwrap();
+        r.bytes().await.unwrap();
+        proxy.stop().await;
+    }
+    let (code, out) = verify(&audit);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("4 lines"), "{out}");
+}
+
+#[tokio::test]
+async fn sigterm_during_load_answers_every_accepted_request_and_logs_it() {
+    let origin = Origin::http(ok_origin()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("audit.jsonl");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mannerly"))
+        .arg("run")
+        .env("MANNERLY_DATA_DIR", dir.path())
+        .env("MANNERLY_PROXY__LISTEN", "127.0.0.1:0")
+        .env("MANNERLY_UPSTREAM__ALLOW_PRIVATE", "true")
+        .env("MANNERLY_AUDIT__PATH", &audit)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(a) = line.strip_prefix("mannerly listening on http://") {
+                let _ = addr_tx.send(a.to_string());
+            }
+        }
+    });
+    let addr = addr_rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("proxy started");
+    let client = reqwest::Client::builder()
+        .proxy(reqwest::Proxy::all(format!("http://{addr}")).unwrap())
+        .build()
+        .unwrap();
+    // Warm robots.txt so every request below is in flight at the origin.
+    client
+        .get(format!("http://127.0.0.1:{}/warm", origin.port()))
+        .send()
+        .await
+        .unwrap();
+    const N: usize = 24;
+    let mut tasks = Vec::new();
+    for i in 0..N {
+        let c = client.clone();
+        let url = format!("http://127.0.0.1:{}/slow{i}?800", origin.port());
+        tasks.push(tokio::spawn(async move {
+            let r = c.get(url).send().await?;
+            let status = r.status();
+            r.bytes().await?;
+            Ok::<_, reqwest::Error>(status)
+        }));
+    }
+    // Wait until the origin holds all of them, then ask the proxy to stop.
+    for _ in 0..200 {
+        if origin.seen.total() >= N + 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        origin.seen.total(),
+        N + 2,
+        "all requests reached the origin"
+    );
+    let pid = child.id().to_string();
+    let killed = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(killed.success());
+    for t in tasks {
+        let status = t.await.unwrap().expect("request answered despite SIGTERM");
+        assert_eq!(status, 200);
+    }
+    let exit = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(exit.success(), "{exit:?}");
+    let lines = audit_lines(&audit);
+    let slow: Vec<_> = with_outcome(&lines, "fetched")
+        .into_iter()
+        .filter(|l| l["url"].as_str().unwrap().contains("/slow"))
+        .collect();
+    assert_eq!(slow.len(), N, "every accepted request has its line");
+    assert!(
+        slow.iter()
+            .all(|l| l["bytes"] == 4 && l["reason"].is_null()),
+        "{slow:#?}"
+    );
+    let (code, out) = verify(&audit);
+    assert_eq!(code, 0, "{out}");
+}

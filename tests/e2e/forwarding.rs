@@ -60,7 +60,7 @@ use hyper::Response;
 #[tokio::test]
 async fn get_head_post_and_chunked_over_http() {
     let origin = Origin::http(echo()).await;
-    let proxy = TestProxy::start(|_| {}).await;
+    let mut proxy = TestProxy::start(|_| {}).await;
     let c = proxy.client();
     let base = format!("http://127.0.0.1:{}", origin.port());
 
@@ -104,7 +104,7 @@ async fn https_is_intercepted_and_reaches_an_h2_origin() {
     let origin = Origin::https(echo(), &ca, &["secure.test"]).await;
     let port = origin.port();
     let roots = ca.pem_path.clone();
-    let proxy = TestProxy::start(move |c| {
+    let mut proxy = TestProxy::start(move |c| {
         c.upstream.extra_roots = vec![roots];
         c.upstream.resolve.insert(
             "secure.test:443".into(),
@@ -171,7 +171,7 @@ async fn fifty_mib_body_is_streamed_not_buffered() {
         }
     });
     let origin = Origin::http(h).await;
-    let proxy = TestProxy::start(|_| {}).await;
+    let mut proxy = TestProxy::start(|_| {}).await;
     let mut r = proxy
         .client()
         .get(format!("http://127.0.0.1:{}/big", origin.port()))
@@ -201,7 +201,7 @@ async fn fifty_mib_body_is_streamed_not_buffered() {
 #[tokio::test]
 async fn keep_alive_connections_are_reused_both_sides() {
     let origin = Origin::http(echo()).await;
-    let proxy = TestProxy::start(|_| {}).await;
+    let mut proxy = TestProxy::start(|_| {}).await;
     let c = proxy.client();
     for i in 0..10 {
         let r = c
@@ -235,7 +235,7 @@ async fn keep_alive_connections_are_reused_both_sides() {
 async fn hop_by_hop_headers_are_stripped_and_host_is_the_target() {
     let origin = Origin::http(echo()).await;
     let port = origin.port();
-    let proxy = TestProxy::start(move |c| {
+    let mut proxy = TestProxy::start(move |c| {
         c.upstream.resolve.insert(
             format!("origin.test:{port}"),
             format!("127.0.0.1:{port}").parse().unwrap(),
@@ -282,7 +282,7 @@ async fn curl_through_the_proxy_http_and_https() {
     let plain = Origin::http(echo()).await;
     let port = origin.port();
     let roots = ca.pem_path.clone();
-    let proxy = TestProxy::start(move |c| {
+    let mut proxy = TestProxy::start(move |c| {
         c.upstream.extra_roots = vec![roots];
         c.upstream.resolve.insert(
             "secure.test:443".into(),
@@ -335,7 +335,7 @@ async fn curl_through_the_proxy_http_and_https() {
 async fn internal_targets_are_blocked_by_default() {
     let origin = Origin::http(echo()).await;
     let port = origin.port();
-    let proxy = TestProxy::start(move |c| {
+    let mut proxy = TestProxy::start(move |c| {
         c.upstream.allow_private = false;
         c.upstream.resolve.insert(
             format!("sneaky.test:{port}"),
@@ -371,7 +371,7 @@ async fn internal_targets_are_blocked_by_default() {
 
 #[tokio::test]
 async fn connect_to_a_port_not_allowed_is_blocked() {
-    let proxy = TestProxy::start(|_| {}).await;
+    let mut proxy = TestProxy::start(|_| {}).await;
     let mut s = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
     s.write_all(b"CONNECT example.test:8443 HTTP/1.1\r\nHost: example.test:8443\r\n\r\n")
         .await
@@ -404,7 +404,7 @@ async fn raw(proxy: &TestProxy, request: &[u8]) -> String {
 #[tokio::test]
 async fn bad_input_gets_a_plain_4xx_a_closed_connection_and_an_audit_line() {
     let origin = Origin::http(echo()).await;
-    let proxy = TestProxy::start(|c| c.proxy.max_header_bytes = 4096).await;
+    let mut proxy = TestProxy::start(|c| c.proxy.max_header_bytes = 4096).await;
     let target = format!("http://127.0.0.1:{}/x", origin.port());
     let cases: Vec<(Vec<u8>, &str, &str)> = vec![
         (b"GARBAGE\x01LINE\r\n\r\n".to_vec(), "400", "malformed"),
@@ -452,7 +452,7 @@ async fn origin_failures_are_502_and_504() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
     };
-    let proxy = TestProxy::start(|c| {
+    let mut proxy = TestProxy::start(|c| {
         c.upstream.first_byte_timeout_secs = 0.5;
         c.robots.fetch_timeout_secs = 0.5;
         c.policy.enforce = false;

@@ -228,9 +228,9 @@ impl TestProxy {
     pub async fn start(edit: impl FnOnce(&mut Config)) -> TestProxy {
         let dir = tempfile::tempdir().unwrap();
         let mut cfg = test_config(dir.path());
+        cfg.audit.path = dir.path().join("audit.jsonl").display().to_string();
         edit(&mut cfg);
-        let audit_path = dir.path().join("audit.jsonl");
-        cfg.audit.path = audit_path.display().to_string();
+        let audit_path = PathBuf::from(&cfg.audit.path);
         let ca = mannerly_proxy::CertificateAuthority::load_or_create(&cfg.data_dir, 64).unwrap();
         let ca_pem = ca.cert_pem().to_string();
         let (sink, writer) = mannerly_proxy::open_audit(&cfg.audit_target()).unwrap();
@@ -272,7 +272,7 @@ impl TestProxy {
     }
 
     /// Stops the proxy, flushes the audit log and returns its lines.
-    pub async fn stop(mut self) -> Vec<serde_json::Value> {
+    pub async fn stop(&mut self) -> Vec<serde_json::Value> {
         if let Some(s) = self.stop.take() {
             let _ = s.send(());
         }
