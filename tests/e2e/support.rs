@@ -135,12 +135,21 @@ impl Origin {
         Self::start(h, None).await
     }
 
+    /// An origin on a given loopback port (to bring a dead origin back).
+    pub async fn http_on(h: Handler, port: u16) -> Origin {
+        Self::start_on(h, None, port).await
+    }
+
     pub async fn https(h: Handler, ca: &TestCa, names: &[&str]) -> Origin {
         Self::start(h, Some(ca.server_config(names))).await
     }
 
     async fn start(h: Handler, tls: Option<Arc<rustls::ServerConfig>>) -> Origin {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Self::start_on(h, tls, 0).await
+    }
+
+    async fn start_on(h: Handler, tls: Option<Arc<rustls::ServerConfig>>, port: u16) -> Origin {
+        let listener = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let seen = Arc::new(Seen::default());
         let (stop, mut stopped) = oneshot::channel::<()>();

@@ -69,7 +69,7 @@ pub fn decision_value(outcome: Outcome, details: &[(&str, String)]) -> HeaderVal
         v.push_str(k);
         v.push('=');
         if d.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+            .all(|b| b.is_ascii_alphanumeric() || b"._-*".contains(&b))
         {
             v.push_str(d);
         } else {

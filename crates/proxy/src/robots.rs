@@ -220,6 +220,7 @@ pub(crate) async fn fetch(
                 None => break,
             }
         }
+        buf.truncate(MAX_ROBOTS_BYTES);
         let body: Bytes = buf.freeze();
         return FetchReport {
             url: url.to_string(),
