@@ -5,6 +5,8 @@ mod e2e {
     pub mod support;
 
     mod audit;
+    mod budget;
+    mod cache;
     mod forwarding;
     mod robots;
 }

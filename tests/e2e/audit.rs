@@ -120,6 +120,10 @@ async fn sigterm_during_load_answers_every_accepted_request_and_logs_it() {
         .env("MANNERLY_PROXY__LISTEN", "127.0.0.1:0")
         .env("MANNERLY_UPSTREAM__ALLOW_PRIVATE", "true")
         .env("MANNERLY_AUDIT__PATH", &audit)
+        .env("MANNERLY_BUDGET__START_RATE", "1000")
+        .env("MANNERLY_BUDGET__MAX_RATE", "1000")
+        .env("MANNERLY_BUDGET__BURST", "1000")
+        .env("MANNERLY_BUDGET__CONCURRENCY", "1000")
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();

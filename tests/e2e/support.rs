@@ -230,6 +230,12 @@ pub fn test_config(dir: &std::path::Path) -> Config {
     cfg.upstream.resolve = BTreeMap::new();
     cfg.robots.retry_min_secs = 0.2;
     cfg.robots.retry_max_secs = 0.4;
+    // Budgets out of the way: tests about budgets set their own numbers.
+    cfg.budget.start_rate = 1000.0;
+    cfg.budget.max_rate = 1000.0;
+    cfg.budget.burst = 1000;
+    cfg.budget.concurrency = 1000;
+    cfg.budget.queue_limit = 10_000;
     cfg
 }
 

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use mannerly_policy::budget::BudgetParams;
 use mannerly_policy::robots::Purpose;
 use mannerly_policy::robots_cache::RobotsParams;
 use serde::Deserialize;
@@ -32,6 +33,8 @@ pub struct Config {
     pub policy: PolicyConfig,
     /// Fetching and caching robots.txt.
     pub robots: RobotsParams,
+    /// Per-host budgets.
+    pub budget: BudgetParams,
 }
 
 /// `[proxy]`: the listener and what it accepts.
@@ -206,6 +209,10 @@ impl Config {
         cfg.robots = cfg.robots.validate().map_err(|e| ConfigError::Invalid {
             key: format!("robots.{}", e.key),
             why: e.why,
+        })?;
+        cfg.budget = cfg.budget.validate().map_err(|e| ConfigError::Invalid {
+            key: e.key,
+            why: e.reason,
         })?;
         Ok(cfg)
     }

@@ -4,6 +4,7 @@
 
 mod audit;
 mod body;
+mod budget;
 mod ca;
 mod config;
 mod error;

@@ -4,14 +4,17 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use http::header::{HeaderValue, HOST, USER_AGENT};
+use http::header::{HeaderValue, HOST, RETRY_AFTER, USER_AGENT};
 use http::uri::{Authority, PathAndQuery};
-use http::{Request, Response, Uri, Version};
+use http::{Method, Request, Response, Uri, Version};
+use http_body::Body as _;
 use hyper::body::Incoming;
+use mannerly_policy::budget::{host_key, Reaction, Refusal as BudgetRefusal};
 use mannerly_policy::robots_cache::Rules;
 use mannerly_policy::{parse_host_ip, AuditRecord, Outcome};
+use tokio::time::Instant;
 
-use crate::body::{boxed, AuditedBody, ProxyBody};
+use crate::body::{boxed, empty, AuditedBody, ProxyBody};
 use crate::config::secs;
 use crate::error::Source;
 use crate::respond::{decision_value, header_text, strip_hop_by_hop, Refusal, DECISION, ID};
@@ -114,6 +117,9 @@ pub(crate) async fn handle(
     let url = target.url(req.uri().path_and_query());
     let mut rec = shared.record(req.method().as_str(), &url, &target.host, client);
     rec.agent = Some(agent(&shared, &req));
+    let enforce = shared.cfg.policy.enforce;
+    let held_since = Instant::now();
+    let deadline = held_since + shared.budgets.max_hold(&target.host);
 
     // 0. The target must be one the proxy may reach. The connector checks
     //    every address again when it connects; checking here too means a
@@ -130,11 +136,8 @@ pub(crate) async fn handle(
         None => Ok(()),
     };
     if let Err(e @ ConnectError::Blocked { .. }) = reachable {
-        return shared.refuse(
-            rec,
-            Refusal::new(Outcome::Blocked, e.to_string()),
-            Source::Policy,
-        );
+        let r = Refusal::new(Outcome::Blocked, e.to_string());
+        return shared.refuse(rec, r, Source::Policy);
     }
 
     // 1. robots.txt. Its own URL is always allowed and never waits for itself.
@@ -145,58 +148,144 @@ pub(crate) async fn handle(
         .to_string();
     if req.uri().path() != "/robots.txt" {
         let ua = req.headers().get(USER_AGENT).cloned();
-        let rules = shared
+        let fetched = shared
             .robots
-            .rules(&shared.client, &target, ua.as_ref(), |report| {
-                let r = shared.record("GET", &report.url, &target.host, client);
-                shared.audit.send(robots::fetch_record(r, report));
-            })
+            .rules(
+                &shared.client,
+                &shared.budgets,
+                &target,
+                deadline,
+                ua.as_ref(),
+                |report| {
+                    let r = shared.record("GET", &report.url, &target.host, client);
+                    shared.audit.send(robots::fetch_record(r, report));
+                },
+            )
             .await;
-        let agent = rec.agent.clone().unwrap_or_default();
-        let refusal = robots_step(&shared, &rules, &agent, &path, &mut rec);
+        let refusal = match fetched {
+            Ok(rules) => robots_step(&shared, &rules, &target.host, &path, &mut rec),
+            Err(budget) => Some(budget_refusal(&budget, "robots.txt cannot be fetched: ")),
+        };
         if let Some(refusal) = refusal {
-            if shared.cfg.policy.enforce {
+            if enforce {
                 return shared.refuse(rec, refusal, Source::Policy);
             }
             rec.would = Some(refusal.outcome);
         }
     }
 
-    // 5. Upstream.
-    let upstream_req = match upstream_request(req, &target, &url) {
-        Ok(r) => r,
-        Err(why) => {
-            let r = Refusal::new(Outcome::Error, why).status(400);
-            return shared.refuse(rec, r, Source::Client);
+    // 2.-6. Budget, upstream, learn; a throttled read is sent again once
+    //    its pause is over, as long as the hold allows.
+    let (parts, body) = req.into_parts();
+    let resendable = matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS)
+        && body.is_end_stream();
+    let mut body = Some(boxed(body));
+    let mut attempts = 0u32;
+    let mut waited = std::time::Duration::ZERO;
+    loop {
+        let waiting_since = Instant::now();
+        let permit = if enforce {
+            match shared.budgets.acquire(&target.host, deadline).await {
+                Ok(p) => Some(p),
+                Err(r) => {
+                    waited += waiting_since.elapsed();
+                    rec.waited_ms = Some(waited.as_millis() as u64);
+                    return shared.refuse(rec, budget_refusal(&r, ""), Source::Policy);
+                }
+            }
+        } else {
+            None
+        };
+        waited += waiting_since.elapsed();
+        rec.waited_ms = Some(waited.as_millis() as u64);
+        let send_body = body.take().unwrap_or_else(empty);
+        let upstream_req = match upstream_request(&parts, send_body, &target, &url) {
+            Ok(r) => r,
+            Err(why) => {
+                let r = Refusal::new(Outcome::Error, why).status(400);
+                return shared.refuse(rec, r, Source::Client);
+            }
+        };
+        let first_byte = secs(shared.cfg.upstream.first_byte_timeout_secs);
+        let sent = tokio::time::timeout(first_byte, shared.client.request(upstream_req)).await;
+        let resp = match sent {
+            Ok(Ok(resp)) => resp,
+            Ok(Err(e)) => return upstream_failure(&shared, rec, &e),
+            Err(_) => {
+                let r = Refusal::new(
+                    Outcome::Error,
+                    format!("no response from the origin within {first_byte:?}"),
+                )
+                .status(504);
+                return shared.refuse(rec, r, Source::Upstream);
+            }
+        };
+        let retry_after = resp
+            .headers()
+            .get(RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let reaction = permit.map(|p| p.respond(resp.status().as_u16(), retry_after.as_deref()));
+        if let Some(r) = &reaction {
+            rec.rate = Some(r.rate());
+            rec.ceiling = Some(r.ceiling());
         }
-    };
-    let first_byte = secs(shared.cfg.upstream.first_byte_timeout_secs);
-    let sent = tokio::time::timeout(first_byte, shared.client.request(upstream_req)).await;
-    let resp = match sent {
-        Ok(Ok(resp)) => resp,
-        Ok(Err(e)) => return upstream_failure(&shared, rec, &e),
-        Err(_) => {
-            let r = Refusal::new(
-                Outcome::Error,
-                format!("no response from the origin within {first_byte:?}"),
-            )
-            .status(504);
-            return shared.refuse(rec, r, Source::Upstream);
+        let Some(Reaction::Throttled(t)) = reaction else {
+            // 7. Audit: the line is written when the body has been passed on.
+            return forward_response(&shared, rec, resp, Outcome::Fetched);
+        };
+        rec.retry_after = t.retry_after_raw.clone();
+        rec.pause_s = Some(t.pause.as_secs_f64());
+        let hold_left = deadline.saturating_duration_since(Instant::now());
+        let params = shared.budgets.store().params(&host_key(&target.host));
+        if !(resendable && params.may_retry(&parts.method, attempts, t.pause, hold_left)) {
+            // The client gets the origin's answer, Retry-After included.
+            return forward_response(&shared, rec, resp, Outcome::Throttled);
         }
-    };
+        attempts += 1;
+        let mut line = rec.clone();
+        line.id = shared.record("", "", "", client).id;
+        line.outcome = Some(Outcome::Throttled);
+        line.status = Some(resp.status().as_u16());
+        line.reason = Some(format!(
+            "origin throttled; host paused {:.1} s, request sent again after the pause (attempt {})",
+            t.pause.as_secs_f64(),
+            attempts + 1
+        ));
+        line.source = Some(Source::Upstream.as_str());
+        shared.audit.send(line);
+    }
+}
 
-    // 7. Audit: the line is written when the body has been passed on.
-    forward_response(&shared, rec, resp, Outcome::Fetched, 0)
+/// The answer for a request the budget will not hold.
+fn budget_refusal(r: &BudgetRefusal, prefix: &str) -> Refusal {
+    let wait = r.retry_after().as_secs_f64().ceil().max(1.0) as u64;
+    let why = match r {
+        BudgetRefusal::Paused { .. } => {
+            format!("{prefix}the host is paused for {wait} s after the origin asked to slow down")
+        }
+        BudgetRefusal::BreakerOpen { .. } => {
+            format!("{prefix}the host drew too many 429s and is left alone for {wait} s")
+        }
+        BudgetRefusal::QueueFull { .. } => {
+            format!("{prefix}too many requests are waiting for this host")
+        }
+    };
+    Refusal::new(r.outcome(), why)
+        .status(r.status())
+        .retry_after(wait)
 }
 
 /// What robots.txt says about this request: `None` to go on, or the refusal.
 fn robots_step(
     shared: &Shared,
     rules: &Rules,
-    agent: &str,
+    host: &str,
     path: &str,
     rec: &mut AuditRecord,
 ) -> Option<Refusal> {
+    let agent = rec.agent.clone().unwrap_or_default();
+    let agent = agent.as_str();
     let robots = match rules {
         Rules::Known(r) => r,
         Rules::Unavailable { reason, retry_in } => {
@@ -210,6 +299,9 @@ fn robots_step(
             );
         }
     };
+    shared
+        .budgets
+        .set_crawl_delay(host, robots.crawl_delay(agent));
     let verdict = robots.check(agent, path);
     rec.rule = Some(verdict.to_string());
     if !verdict.allowed {
@@ -259,11 +351,12 @@ fn agent(shared: &Shared, req: &Request<Incoming>) -> String {
 /// (the client upgrades to h2 by ALPN), hop-by-hop headers gone, Host set to
 /// the target.
 fn upstream_request(
-    req: Request<Incoming>,
+    parts: &http::request::Parts,
+    body: ProxyBody,
     target: &Target,
     url: &str,
 ) -> Result<Request<ProxyBody>, String> {
-    let (mut parts, body) = req.into_parts();
+    let mut parts = parts.clone();
     parts.uri = url
         .parse::<Uri>()
         .map_err(|e| format!("cannot forward {url}: {e}"))?;
@@ -275,7 +368,7 @@ fn upstream_request(
         HOST,
         HeaderValue::from_str(host.as_str()).map_err(|e| e.to_string())?,
     );
-    Ok(Request::from_parts(parts, boxed(body)))
+    Ok(Request::from_parts(parts, body))
 }
 
 /// Passes an origin response on, with the decision header and the audit
@@ -285,8 +378,8 @@ fn forward_response(
     mut rec: AuditRecord,
     resp: Response<Incoming>,
     outcome: Outcome,
-    waited_ms: u64,
 ) -> Response<ProxyBody> {
+    let waited_ms = rec.waited_ms.unwrap_or(0);
     let (mut parts, body) = resp.into_parts();
     strip_hop_by_hop(&mut parts.headers);
     parts.headers.insert(
@@ -296,7 +389,6 @@ fn forward_response(
     parts.headers.insert(ID, header_text(&rec.id));
     rec.outcome = Some(outcome);
     rec.status = Some(parts.status.as_u16());
-    rec.waited_ms = Some(waited_ms);
     let idle = Some(secs(shared.cfg.upstream.idle_timeout_secs));
     let body = AuditedBody::new(boxed(body), rec, shared.audit.clone(), idle);
     Response::from_parts(parts, boxed(body))

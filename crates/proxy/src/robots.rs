@@ -11,6 +11,7 @@ use dashmap::DashMap;
 use http::header::{HeaderValue, LOCATION, USER_AGENT};
 use http::{Method, Request, Uri};
 use http_body_util::BodyExt;
+use mannerly_policy::budget::Refusal;
 use mannerly_policy::robots::MAX_ROBOTS_BYTES;
 use mannerly_policy::robots_cache::{FetchResult, Lookup, RobotsEntry, RobotsParams, Rules};
 use mannerly_policy::{AuditRecord, Outcome};
@@ -18,6 +19,7 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 use crate::body::empty;
+use crate::budget::Budgets;
 use crate::pipeline::Target;
 use crate::upstream::{connect_error, UpstreamClient};
 
@@ -32,6 +34,7 @@ struct Slot {
 pub(crate) struct FetchReport {
     pub url: String,
     pub status: Option<u16>,
+    pub retry_after: Option<String>,
     pub bytes: u64,
     pub result: FetchResult,
 }
@@ -52,23 +55,28 @@ impl RobotsCache {
 
     /// The rules for `target`, fetching robots.txt first when needed.
     /// `on_fetch` is called for every fetch actually made (for its audit line).
+    /// The fetch spends from the host's budget like any request; a host
+    /// that is paused longer than `deadline` allows gives the budget's refusal.
     pub async fn rules(
         &self,
         client: &UpstreamClient,
+        budgets: &Arc<Budgets>,
         target: &Target,
+        deadline: Instant,
         user_agent: Option<&HeaderValue>,
         on_fetch: impl FnOnce(&FetchReport),
-    ) -> Rules {
+    ) -> Result<Rules, Refusal> {
         let key = target.url(None);
         let slot = self.slot(&key);
         if let Some(rules) = self.cached(&slot) {
-            return rules;
+            return Ok(rules);
         }
         let _fetching = slot.fetching.lock().await;
         // Another request may have fetched while this one waited.
         if let Some(rules) = self.cached(&slot) {
-            return rules;
+            return Ok(rules);
         }
+        let permit = budgets.acquire(&target.host, deadline).await?;
         let timeout = Duration::from_secs_f64(self.params.fetch_timeout_secs);
         let url = format!("{key}robots.txt");
         let report = match tokio::time::timeout(
@@ -81,17 +89,24 @@ impl RobotsCache {
             Err(_) => FetchReport {
                 url: url.clone(),
                 status: None,
+                retry_after: None,
                 bytes: 0,
                 result: FetchResult::Failed(format!("no complete answer within {timeout:?}")),
             },
         };
+        match report.status {
+            Some(status) => {
+                permit.respond(status, report.retry_after.as_deref());
+            }
+            None => drop(permit),
+        }
         on_fetch(&report);
         let now = Instant::now().into_std();
         let mut guard = slot.entry.write().unwrap_or_else(|p| p.into_inner());
         let entry = RobotsEntry::after_fetch(guard.as_ref(), &report.result, &self.params, now);
         let rules = entry.rules_now(now);
         *guard = Some(entry);
-        rules
+        Ok(rules)
     }
 
     fn cached(&self, slot: &Slot) -> Option<Rules> {
@@ -185,6 +200,11 @@ pub(crate) async fn fetch(
             }
         };
         let status = resp.status().as_u16();
+        let retry_after = resp
+            .headers()
+            .get(http::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
         if resp.status().is_redirection() {
             let next = resp
                 .headers()
@@ -202,7 +222,9 @@ pub(crate) async fn fetch(
             }
         }
         if !resp.status().is_success() {
-            return report(url, Some(status), FetchResult::Status(status));
+            let mut r = report(url, Some(status), FetchResult::Status(status));
+            r.retry_after = retry_after;
+            return r;
         }
         let mut body = resp.into_body();
         let mut buf = BytesMut::new();
@@ -225,6 +247,7 @@ pub(crate) async fn fetch(
         return FetchReport {
             url: url.to_string(),
             status: Some(status),
+            retry_after: None,
             bytes: body.len() as u64,
             result: FetchResult::Body(body.to_vec()),
         };
@@ -235,6 +258,7 @@ fn report(url: &str, status: Option<u16>, result: FetchResult) -> FetchReport {
     FetchReport {
         url: url.to_string(),
         status,
+        retry_after: None,
         bytes: 0,
         result,
     }
@@ -262,6 +286,7 @@ pub(crate) fn fetch_record(mut rec: AuditRecord, r: &FetchReport) -> AuditRecord
     rec.outcome = Some(Outcome::RobotsFetched);
     rec.status = r.status;
     rec.bytes = Some(r.bytes);
+    rec.retry_after = r.retry_after.clone();
     rec.reason = match &r.result {
         FetchResult::Body(_) => None,
         FetchResult::Status(s) if (400..500).contains(s) && *s != 429 => {

@@ -22,15 +22,17 @@ use tokio::sync::watch;
 
 use crate::audit::AuditSink;
 use crate::body::ProxyBody;
+use crate::budget::Budgets;
 use crate::ca::CertificateAuthority;
 use crate::config::{secs, Config};
-use crate::error::{Source, StartError};
+use crate::error::{ConfigError, Source, StartError};
 use crate::intake::{read_head, Intake, Prefixed};
 use crate::pipeline::{self, Target};
 use crate::respond::Refusal;
 use crate::robots::RobotsCache;
 use crate::tunnel;
 use crate::upstream::{self, Guard, UpstreamClient};
+use mannerly_state::hosts::MemoryHosts;
 
 /// State shared by every connection.
 pub(crate) struct Shared {
@@ -40,6 +42,7 @@ pub(crate) struct Shared {
     pub guard: Guard,
     pub audit: AuditSink,
     pub robots: RobotsCache,
+    pub budgets: Arc<Budgets>,
     pub tracker: Tracker,
     ids: AtomicU64,
     id_prefix: String,
@@ -152,6 +155,11 @@ impl Proxy {
             .map(|d| d.as_millis())
             .unwrap_or(0);
         let robots = RobotsCache::new(cfg.robots.clone());
+        let hosts = MemoryHosts::new(cfg.budget.clone()).map_err(|e| ConfigError::Invalid {
+            key: e.key.clone(),
+            why: e.reason.clone(),
+        })?;
+        let budgets = Budgets::new(Arc::new(hosts));
         Ok(Proxy {
             shared: Arc::new(Shared {
                 cfg,
@@ -160,6 +168,7 @@ impl Proxy {
                 guard,
                 audit,
                 robots,
+                budgets,
                 tracker: Tracker::new(),
                 ids: AtomicU64::new(0),
                 id_prefix: format!("{start:x}"),
@@ -183,6 +192,18 @@ impl Proxy {
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let Proxy { shared, listener } = self;
         tokio::pin!(shutdown);
+        // Hosts with nothing left to remember are dropped now and then, so
+        // memory follows the hosts in use, not every host ever seen.
+        let sweeper = {
+            let budgets = shared.budgets.clone();
+            tokio::spawn(async move {
+                let mut every = tokio::time::interval(std::time::Duration::from_secs(60));
+                loop {
+                    every.tick().await;
+                    budgets.sweep();
+                }
+            })
+        };
         loop {
             tokio::select! {
                 biased;
@@ -207,6 +228,7 @@ impl Proxy {
             }
         }
         drop(listener);
+        sweeper.abort();
         shared.tracker.stop.send_replace(true);
         let grace = secs(shared.cfg.proxy.shutdown_grace_secs);
         let mut live = shared.tracker.live.subscribe();

@@ -1,0 +1,174 @@
+//! Waiting for a host's budget: the tokio half of `mannerly_policy::budget`.
+//! The store decides (slot, pause, concurrency, refusal); this module only
+//! sleeps until the decided time or until another request to the same host
+//! frees a concurrency slot. No polling: one timer or one notification per
+//! wait.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use dashmap::DashMap;
+use mannerly_policy::budget::{host_key, Admission, Reaction, Refusal, Start};
+use mannerly_state::hosts::HostStore;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// The budgets of all hosts and the wake-ups of their waiters.
+pub(crate) struct Budgets {
+    store: Arc<dyn HostStore>,
+    wakers: DashMap<String, Arc<Notify>>,
+    seed: AtomicU64,
+}
+
+/// An in-flight slot of a host. Released by [`Permit::respond`], or on drop
+/// when no response came (error, timeout, client gone).
+pub(crate) struct Permit {
+    host: String,
+    budgets: Arc<Budgets>,
+    open: bool,
+}
+
+impl Budgets {
+    pub fn new(store: Arc<dyn HostStore>) -> Arc<Budgets> {
+        Arc::new(Budgets {
+            store,
+            wakers: DashMap::new(),
+            seed: AtomicU64::new(0x9e37_79b9_7f4a_7c15),
+        })
+    }
+
+    pub fn store(&self) -> &dyn HostStore {
+        self.store.as_ref()
+    }
+
+    /// The longest a new request to `host` may be held.
+    pub fn max_hold(&self, host: &str) -> Duration {
+        self.store.params(&host_key(host)).max_hold()
+    }
+
+    /// Waits for `host`'s turn: a rate slot in arrival order, the end of a
+    /// pause, a free concurrency slot. Gives up at `deadline` with the
+    /// budget's refusal.
+    pub async fn acquire(
+        self: &Arc<Self>,
+        host: &str,
+        deadline: Instant,
+    ) -> Result<Permit, Refusal> {
+        let key = host_key(host).into_owned();
+        let now = Instant::now();
+        match self.store.admit(
+            &key,
+            now.into_std(),
+            deadline.saturating_duration_since(now),
+        ) {
+            Admission::Refuse(r) => return Err(r),
+            Admission::Wait(d) => tokio::time::sleep(d).await,
+            Admission::Go => {}
+        }
+        let notify = self.waker(&key);
+        loop {
+            // Registered before asking, so a slot freed between the answer
+            // and the wait is not missed.
+            let freed = notify.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            let now = Instant::now();
+            let hold_left = deadline.saturating_duration_since(now);
+            match self.store.try_start(&key, now.into_std(), hold_left) {
+                Start::Go => {
+                    return Ok(Permit {
+                        host: key,
+                        budgets: self.clone(),
+                        open: true,
+                    })
+                }
+                Start::Refuse(r) => return Err(r),
+                Start::Wait(d) => tokio::time::sleep(d).await,
+                Start::WaitConcurrency => {
+                    tokio::select! {
+                        _ = &mut freed => {}
+                        _ = tokio::time::sleep_until(deadline) => {
+                            return Err(Refusal::QueueFull { retry_after: Duration::from_secs(1) });
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Makes sure a robots.txt Crawl-delay caps the host's rate.
+    pub fn set_crawl_delay(&self, host: &str, delay: Option<f64>) {
+        self.store
+            .set_crawl_delay(&host_key(host), Instant::now().into_std(), delay);
+    }
+
+    fn waker(&self, key: &str) -> Arc<Notify> {
+        if let Some(n) = self.wakers.get(key) {
+            return n.clone();
+        }
+        self.wakers
+            .entry(key.to_string())
+            .or_insert_with(|| Arc::new(Notify::new()))
+            .clone()
+    }
+
+    fn wake(&self, key: &str) {
+        if let Some(n) = self.wakers.get(key) {
+            n.notify_one();
+        }
+    }
+
+    /// A number in [0, 1) for backoff jitter; quality does not matter, only
+    /// that proxies and hosts do not retry in lockstep.
+    fn jitter(&self) -> f64 {
+        let mut x = self
+            .seed
+            .fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed);
+        x ^= SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos() as u64)
+            .unwrap_or(0);
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        x ^= x >> 33;
+        (x >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Forgets hosts with nothing to remember, and their wakers.
+    pub fn sweep(&self) -> usize {
+        let dropped = self.store.sweep(Instant::now().into_std());
+        self.wakers.retain(|_, n| Arc::strong_count(n) > 1);
+        dropped
+    }
+}
+
+impl Permit {
+    /// Releases the slot with what the origin answered; returns what the
+    /// budget learned.
+    pub fn respond(mut self, status: u16, retry_after: Option<&str>) -> Reaction {
+        self.open = false;
+        let b = &self.budgets;
+        let reaction = b.store.on_response(
+            &self.host,
+            Instant::now().into_std(),
+            SystemTime::now(),
+            status,
+            retry_after,
+            b.jitter(),
+        );
+        b.wake(&self.host);
+        reaction
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        if self.open {
+            self.budgets
+                .store
+                .finish(&self.host, Instant::now().into_std());
+            self.budgets.wake(&self.host);
+        }
+    }
+}

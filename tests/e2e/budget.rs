@@ -1,0 +1,1 @@
+//! Per-host budgets through the proxy.

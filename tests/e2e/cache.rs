@@ -1,0 +1,1 @@
+//! Conditional requests through the proxy.
