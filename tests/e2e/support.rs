@@ -339,3 +339,92 @@ pub fn curl_available() -> bool {
         .output()
         .is_ok_and(|o| o.status.success())
 }
+
+/// The `mannerly` binary running on a data dir, with budgets out of the way.
+pub struct RunningBinary {
+    pub child: std::process::Child,
+    pub addr: String,
+}
+
+impl RunningBinary {
+    pub fn start(dir: &std::path::Path, env: &[(&str, &str)]) -> RunningBinary {
+        use std::io::BufRead;
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_mannerly"));
+        cmd.arg("run")
+            .env("MANNERLY_DATA_DIR", dir)
+            .env("MANNERLY_PROXY__LISTEN", "127.0.0.1:0")
+            .env("MANNERLY_UPSTREAM__ALLOW_PRIVATE", "true")
+            .env("MANNERLY_AUDIT__PATH", dir.join("audit.jsonl"))
+            .env("MANNERLY_BUDGET__START_RATE", "1000")
+            .env("MANNERLY_BUDGET__MAX_RATE", "1000")
+            .env("MANNERLY_BUDGET__BURST", "1000")
+            .env("MANNERLY_BUDGET__CONCURRENCY", "1000")
+            .stderr(std::process::Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if let Some(a) = line.strip_prefix("mannerly listening on http://") {
+                    let _ = tx.send(a.to_string());
+                }
+            }
+        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("proxy started");
+        RunningBinary { child, addr }
+    }
+
+    pub fn client(&self) -> reqwest::Client {
+        reqwest::Client::builder()
+            .proxy(reqwest::Proxy::all(format!("http://{}", self.addr)).unwrap())
+            .timeout(Duration::from_secs(60))
+            .build()
+            .unwrap()
+    }
+
+    /// `kill -9`: no shutdown code runs.
+    pub fn kill9(mut self) {
+        let pid = self.child.id().to_string();
+        let killed = std::process::Command::new("kill")
+            .args(["-KILL", &pid])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        let _ = self.child.wait();
+    }
+}
+
+/// Waits until the audit log has `n` lines for URLs ending in `url_end`
+/// with the given `cache` value, and returns them (store writes finish after
+/// the response, and the line is written once they have).
+pub async fn wait_cache_lines(
+    path: &std::path::Path,
+    url_end: &str,
+    cache: &str,
+    n: usize,
+) -> Vec<serde_json::Value> {
+    let matching = || -> Vec<serde_json::Value> {
+        audit_lines(path)
+            .into_iter()
+            .filter(|l| {
+                l["cache"] == cache && l["url"].as_str().is_some_and(|u| u.ends_with(url_end))
+            })
+            .collect()
+    };
+    for _ in 0..250 {
+        let found = matching();
+        if found.len() >= n {
+            return found;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    matching()
+}

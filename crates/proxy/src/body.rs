@@ -55,7 +55,12 @@ pub struct AuditedBody {
     bytes: u64,
     idle: Option<Duration>,
     sleep: Option<Pin<Box<Sleep>>>,
+    on_finish: Option<FinishHook>,
 }
+
+/// Takes over sending the audit record when the body is done, for a line
+/// that can only be completed later (whether a stored copy was written).
+pub type FinishHook = Box<dyn FnOnce(AuditRecord, AuditSink) + Send + Sync>;
 
 impl AuditedBody {
     /// `idle`: the longest silence allowed between two frames.
@@ -72,7 +77,14 @@ impl AuditedBody {
             bytes: 0,
             idle,
             sleep: None,
+            on_finish: None,
         }
+    }
+
+    /// Hands the finished record to `hook` instead of sending it.
+    pub fn on_finish(mut self, hook: FinishHook) -> Self {
+        self.on_finish = Some(hook);
+        self
     }
 
     fn finish(&mut self, failure: Option<String>) {
@@ -84,7 +96,10 @@ impl AuditedBody {
                     None => why,
                 });
             }
-            self.sink.send(rec);
+            match self.on_finish.take() {
+                Some(hook) => hook(rec, self.sink.clone()),
+                None => self.sink.send(rec),
+            }
         }
     }
 }

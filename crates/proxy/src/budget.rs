@@ -9,8 +9,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use dashmap::DashMap;
-use mannerly_policy::budget::{host_key, Admission, Reaction, Refusal, Start};
+use mannerly_policy::budget::{host_key, Admission, PersistedHost, Reaction, Refusal, Start};
 use mannerly_state::hosts::HostStore;
+use mannerly_state::responses::{ResponseStore, StoreError};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -133,6 +134,48 @@ impl Budgets {
         x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
         x ^= x >> 33;
         (x >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Writes what must survive a restart (pauses, open breakers, lowered
+    /// ceilings) to `store`, and forgets the records of hosts that no longer
+    /// have any. Blocking: call it off the async threads.
+    pub fn save(&self, store: &dyn ResponseStore) -> Result<usize, StoreError> {
+        let now = Instant::now().into_std();
+        let saved = self.store.persisted(now, SystemTime::now());
+        let before = store.host_records()?;
+        for (host, record) in &saved {
+            let bytes = serde_json::to_vec(record)?;
+            let unchanged = before.iter().any(|(h, b)| h == host && *b == bytes);
+            if !unchanged {
+                store.put_host_record(host, &bytes)?;
+            }
+        }
+        for (host, _) in before {
+            if !saved.iter().any(|(h, _)| *h == host) {
+                store.remove_host_record(&host)?;
+            }
+        }
+        Ok(saved.len())
+    }
+
+    /// Loads what [`Budgets::save`] wrote in an earlier process. A record
+    /// that cannot be read is skipped (and overwritten at the next save).
+    pub fn load(&self, store: &dyn ResponseStore) -> Result<usize, StoreError> {
+        let records = store.host_records()?;
+        let saved: Vec<(String, PersistedHost)> = records
+            .into_iter()
+            .filter_map(|(host, bytes)| match serde_json::from_slice(&bytes) {
+                Ok(r) => Some((host, r)),
+                Err(e) => {
+                    tracing::warn!("saved budget of {host} unreadable, ignored: {e}");
+                    None
+                }
+            })
+            .collect();
+        let n = saved.len();
+        self.store
+            .restore(saved, Instant::now().into_std(), SystemTime::now());
+        Ok(n)
     }
 
     /// Forgets hosts with nothing to remember, and their wakers.

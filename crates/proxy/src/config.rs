@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use mannerly_policy::budget::BudgetParams;
+use mannerly_policy::conditional::{CacheConfigError, CacheParams};
 use mannerly_policy::robots::Purpose;
 use mannerly_policy::robots_cache::RobotsParams;
 use serde::Deserialize;
@@ -35,6 +36,9 @@ pub struct Config {
     pub robots: RobotsParams,
     /// Per-host budgets.
     pub budget: BudgetParams,
+    /// Stored responses and conditional requests. The store is the file
+    /// `store.redb` in the data dir (it also keeps budget state across restarts).
+    pub cache: CacheParams,
 }
 
 /// `[proxy]`: the listener and what it accepts.
@@ -214,7 +218,23 @@ impl Config {
             key: e.key,
             why: e.reason,
         })?;
+        cfg.cache = cfg.cache.validate().map_err(|e| {
+            let key = match e {
+                CacheConfigError::ZeroMaxBody => "cache.max_body",
+                CacheConfigError::SizeBelowBody { .. } => "cache.max_size",
+            };
+            ConfigError::Invalid {
+                key: key.into(),
+                why: e.to_string(),
+            }
+        })?;
         Ok(cfg)
+    }
+
+    /// The embedded store: stored responses and budget state that must
+    /// survive a restart.
+    pub fn store_path(&self) -> PathBuf {
+        self.data_dir.join("store.redb")
     }
 
     /// The audit log path, resolved against the data dir.

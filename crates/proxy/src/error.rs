@@ -64,6 +64,14 @@ pub enum StartError {
     /// An extra root certificate could not be used.
     #[error("upstream.extra_roots: {0}")]
     Roots(String),
+    /// The embedded store (responses, budget state) could not be opened.
+    #[error("{path}: {why}")]
+    Store {
+        /// The store file.
+        path: PathBuf,
+        /// The cause.
+        why: String,
+    },
 }
 
 /// Where an error came from, for the audit log's `source` field.

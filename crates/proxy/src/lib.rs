@@ -5,6 +5,7 @@
 mod audit;
 mod body;
 mod budget;
+mod cache;
 mod ca;
 mod config;
 mod error;

@@ -3,18 +3,23 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use http::header::{HeaderValue, HOST, RETRY_AFTER, USER_AGENT};
 use http::uri::{Authority, PathAndQuery};
-use http::{Method, Request, Response, Uri, Version};
+use bytes::Bytes;
+use http::{HeaderMap, Method, Request, Response, StatusCode, Uri, Version};
 use http_body::Body as _;
 use hyper::body::Incoming;
 use mannerly_policy::budget::{host_key, Reaction, Refusal as BudgetRefusal};
+use mannerly_policy::conditional::{self, Admission, CacheKey, CacheOutcome, Plan};
 use mannerly_policy::robots_cache::Rules;
 use mannerly_policy::{parse_host_ip, AuditRecord, Outcome};
+use mannerly_state::responses::StoredResponse;
 use tokio::time::Instant;
 
-use crate::body::{boxed, empty, AuditedBody, ProxyBody};
+use crate::body::{boxed, empty, full, AuditedBody, ProxyBody};
+use crate::cache::Tee;
 use crate::config::secs;
 use crate::error::Source;
 use crate::respond::{decision_value, header_text, strip_hop_by_hop, Refusal, DECISION, ID};
@@ -174,11 +179,46 @@ pub(crate) async fn handle(
         }
     }
 
-    // 2.-6. Budget, upstream, learn; a throttled read is sent again once
-    //    its pause is over, as long as the hold allows.
     let (parts, body) = req.into_parts();
     let resendable = matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS)
         && body.is_end_stream();
+
+    // 3. Conditional. Looked up before the budget wait, so that a stored
+    //    answer served without asking the origin (serve_fresh) does not take
+    //    the host's turn.
+    let mut cache = match conditional::admit(&parts, &url, shared.cache.params()) {
+        Admission::Bypass(_) => CacheStep::new(None, CacheOutcome::Bypass),
+        Admission::PassThrough(key) => CacheStep::new(Some(key), CacheOutcome::Bypass),
+        Admission::Lookup(key) => match shared.cache.get(&key, &parts.headers).await {
+            Err(e) => {
+                shared.cache.failed("read", &e);
+                CacheStep::new(None, CacheOutcome::Error)
+            }
+            Ok(found) => {
+                let meta = found.as_ref().map(|f| &f.meta);
+                let params = shared.cache.params();
+                let plan = conditional::plan(&parts, &key, meta, params, SystemTime::now());
+                let mut step = CacheStep::new(Some(key), CacheOutcome::Miss);
+                step.had_entry = found.is_some();
+                match plan {
+                    Plan::Fetch => {}
+                    Plan::Revalidate { validators } => {
+                        step.validators = Some(validators);
+                        step.stored = found;
+                    }
+                    Plan::ServeStored { status, headers } => {
+                        let body = found.map(|f| f.body).unwrap_or_default();
+                        rec.cache = Some(CacheOutcome::Hit.as_str());
+                        return answer_from_store(&shared, rec, status, headers, body.into());
+                    }
+                }
+                step
+            }
+        },
+    };
+
+    // 2., 4.-6. Budget, upstream, learn; a throttled read is sent again once
+    //    its pause is over, as long as the hold allows.
     let mut body = Some(boxed(body));
     let mut attempts = 0u32;
     let mut waited = std::time::Duration::ZERO;
@@ -200,7 +240,12 @@ pub(crate) async fn handle(
         rec.waited_ms = Some(waited.as_millis() as u64);
         let send_body = body.take().unwrap_or_else(empty);
         let upstream_req = match upstream_request(&parts, send_body, &target, &url) {
-            Ok(r) => r,
+            Ok(mut r) => {
+                if let Some(validators) = &cache.validators {
+                    r.headers_mut().extend(validators.clone());
+                }
+                r
+            }
             Err(why) => {
                 let r = Refusal::new(Outcome::Error, why).status(400);
                 return shared.refuse(rec, r, Source::Client);
@@ -231,9 +276,25 @@ pub(crate) async fn handle(
             rec.ceiling = Some(r.ceiling());
         }
         let Some(Reaction::Throttled(t)) = reaction else {
-            // 7. Audit: the line is written when the body has been passed on.
-            return forward_response(&shared, rec, resp, Outcome::Fetched);
+            // 6. Learn: a 304 to our validators is the stored page; any other
+            //    answer may become the stored page. 7. Audit: the line is
+            //    written when the body has been passed on.
+            match learn(&shared, &parts, &mut cache, rec, resp) {
+                Learned::Answer(answer) => return answer,
+                Learned::FetchAgain(r) if resendable => {
+                    rec = r;
+                    continue;
+                }
+                Learned::FetchAgain(r) => {
+                    let why = "the origin's 304 does not match the stored page, and the request cannot be sent again";
+                    let refusal = Refusal::new(Outcome::Error, why).status(502);
+                    return shared.refuse(r, refusal, Source::Upstream);
+                }
+            }
         };
+        // The stored page is left alone: a throttle says nothing about it.
+        rec.cache = Some(cache.outcome.as_str());
+        shared.save_budgets.notify_one();
         rec.retry_after = t.retry_after_raw.clone();
         rec.pause_s = Some(t.pause.as_secs_f64());
         let hold_left = deadline.saturating_duration_since(Instant::now());
@@ -254,6 +315,101 @@ pub(crate) async fn handle(
         ));
         line.source = Some(Source::Upstream.as_str());
         shared.audit.send(line);
+    }
+}
+
+/// What step 3 found, carried to step 6.
+struct CacheStep {
+    /// The request's cache key; `None` when the store is left alone.
+    key: Option<CacheKey>,
+    /// The stored response our validators were taken from.
+    stored: Option<StoredResponse>,
+    /// Validators added to the upstream request.
+    validators: Option<HeaderMap>,
+    /// Something was stored for the key (usable or not).
+    had_entry: bool,
+    /// The audit `cache` value unless the answer is stored or revalidated.
+    outcome: CacheOutcome,
+}
+
+impl CacheStep {
+    fn new(key: Option<CacheKey>, outcome: CacheOutcome) -> CacheStep {
+        CacheStep {
+            key,
+            stored: None,
+            validators: None,
+            had_entry: false,
+            outcome,
+        }
+    }
+}
+
+enum Learned {
+    Answer(Response<ProxyBody>),
+    /// Our validators drew a 304 that is not for the stored page: send the
+    /// request once more, without them.
+    FetchAgain(AuditRecord),
+}
+
+/// Step 6 for an answer that is not a throttle.
+fn learn(
+    shared: &Arc<Shared>,
+    parts: &http::request::Parts,
+    cache: &mut CacheStep,
+    mut rec: AuditRecord,
+    resp: Response<Incoming>,
+) -> Learned {
+    let params = shared.cache.params();
+    let now = SystemTime::now();
+    let (head, body) = resp.into_parts();
+    if head.status == StatusCode::NOT_MODIFIED && cache.validators.take().is_some() {
+        let (Some(stored), Some(key)) = (cache.stored.take(), cache.key.clone()) else {
+            return Learned::FetchAgain(rec);
+        };
+        return match conditional::merge_not_modified(&stored.meta, parts, &head, params, now) {
+            Ok(fresh) => {
+                let body = Bytes::from(stored.body);
+                shared.cache.write_back(fresh.meta, body.clone());
+                rec.cache = Some(CacheOutcome::Revalidated.as_str());
+                rec.saved_bytes = Some(body.len() as u64);
+                rec.outcome = Some(Outcome::Revalidated);
+                Learned::Answer(answer_from_store(
+                    shared,
+                    rec,
+                    fresh.status,
+                    fresh.headers,
+                    body,
+                ))
+            }
+            Err(_) => {
+                shared.cache.remove_later(key);
+                cache.had_entry = false;
+                Learned::FetchAgain(rec)
+            }
+        };
+    }
+    let resp = Response::from_parts(head, body);
+    if resp.status() == StatusCode::NOT_MODIFIED {
+        // The client's own validators: its 304 goes back as is.
+        rec.cache = Some(cache.outcome.as_str());
+        return Learned::Answer(forward_response(shared, rec, resp, Outcome::Unchanged));
+    }
+    let Some(key) = cache.key.clone() else {
+        rec.cache = Some(cache.outcome.as_str());
+        return Learned::Answer(forward_response(shared, rec, resp, Outcome::Fetched));
+    };
+    let (head, body) = resp.into_parts();
+    let verdict = conditional::storable(parts, &key, &head, params, now);
+    let resp = Response::from_parts(head, body);
+    match verdict {
+        Ok(meta) => Learned::Answer(forward_and_store(shared, rec, resp, meta)),
+        Err(_) => {
+            if cache.had_entry && conditional::invalidates_stored(resp.status()) {
+                shared.cache.remove_later(key);
+            }
+            rec.cache = Some(cache.outcome.as_str());
+            Learned::Answer(forward_response(shared, rec, resp, Outcome::Fetched))
+        }
     }
 }
 
@@ -375,10 +531,38 @@ fn upstream_request(
 /// line attached to the end of its body.
 fn forward_response(
     shared: &Shared,
-    mut rec: AuditRecord,
+    rec: AuditRecord,
     resp: Response<Incoming>,
     outcome: Outcome,
 ) -> Response<ProxyBody> {
+    let (parts, body, rec) = forwarded_head(rec, resp, outcome);
+    let idle = Some(secs(shared.cfg.upstream.idle_timeout_secs));
+    let body = AuditedBody::new(boxed(body), rec, shared.audit.clone(), idle);
+    Response::from_parts(parts, boxed(body))
+}
+
+/// Like [`forward_response`], keeping a copy of the body for the store.
+/// The copy is written once the client has had the whole body, and the
+/// audit line waits for that write to say whether it was `stored`.
+fn forward_and_store(
+    shared: &Arc<Shared>,
+    rec: AuditRecord,
+    resp: Response<Incoming>,
+    meta: conditional::CacheEntryMeta,
+) -> Response<ProxyBody> {
+    let (parts, body, rec) = forwarded_head(rec, resp, Outcome::Fetched);
+    let idle = Some(secs(shared.cfg.upstream.idle_timeout_secs));
+    let (tee, copy) = Tee::new(boxed(body), shared.cache.params().max_body);
+    let body = AuditedBody::new(boxed(tee), rec, shared.audit.clone(), idle)
+        .on_finish(shared.cache.store_when_done(meta, copy));
+    Response::from_parts(parts, boxed(body))
+}
+
+fn forwarded_head(
+    mut rec: AuditRecord,
+    resp: Response<Incoming>,
+    outcome: Outcome,
+) -> (http::response::Parts, Incoming, AuditRecord) {
     let waited_ms = rec.waited_ms.unwrap_or(0);
     let (mut parts, body) = resp.into_parts();
     strip_hop_by_hop(&mut parts.headers);
@@ -389,9 +573,39 @@ fn forward_response(
     parts.headers.insert(ID, header_text(&rec.id));
     rec.outcome = Some(outcome);
     rec.status = Some(parts.status.as_u16());
-    let idle = Some(secs(shared.cfg.upstream.idle_timeout_secs));
-    let body = AuditedBody::new(boxed(body), rec, shared.audit.clone(), idle);
-    Response::from_parts(parts, boxed(body))
+    (parts, body, rec)
+}
+
+/// Answers with a stored page: after a 304 to our validators
+/// (`revalidated`), or fresh without asking the origin (`serve_fresh`,
+/// audit `cache: "hit"`).
+fn answer_from_store(
+    shared: &Shared,
+    mut rec: AuditRecord,
+    status: StatusCode,
+    mut headers: HeaderMap,
+    body: Bytes,
+) -> Response<ProxyBody> {
+    let outcome = *rec.outcome.get_or_insert(Outcome::Fetched);
+    let waited_ms = rec.waited_ms.unwrap_or(0);
+    let mut details = vec![("waited_ms", waited_ms.to_string())];
+    if outcome == Outcome::Fetched {
+        details.push(("cache", CacheOutcome::Hit.as_str().to_string()));
+    }
+    strip_hop_by_hop(&mut headers);
+    headers.insert(DECISION, decision_value(outcome, &details));
+    headers.insert(ID, header_text(&rec.id));
+    rec.status = Some(status.as_u16());
+    rec.saved_bytes = Some(body.len() as u64);
+    let mut resp = Response::new(boxed(AuditedBody::new(
+        full(body),
+        rec,
+        shared.audit.clone(),
+        None,
+    )));
+    *resp.status_mut() = status;
+    *resp.headers_mut() = headers;
+    resp
 }
 
 fn upstream_failure(

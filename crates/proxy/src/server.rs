@@ -18,11 +18,12 @@ use hyper_util::server::conn::auto;
 use mannerly_policy::{AuditRecord, Outcome};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 
 use crate::audit::AuditSink;
 use crate::body::ProxyBody;
 use crate::budget::Budgets;
+use crate::cache::Cache;
 use crate::ca::CertificateAuthority;
 use crate::config::{secs, Config};
 use crate::error::{ConfigError, Source, StartError};
@@ -43,6 +44,10 @@ pub(crate) struct Shared {
     pub audit: AuditSink,
     pub robots: RobotsCache,
     pub budgets: Arc<Budgets>,
+    pub cache: Arc<Cache>,
+    /// Wakes the budget saver early (after a throttle) so that a pause
+    /// survives even a `kill -9` moments later.
+    pub save_budgets: Notify,
     pub tracker: Tracker,
     ids: AtomicU64,
     id_prefix: String,
@@ -160,6 +165,24 @@ impl Proxy {
             why: e.reason.clone(),
         })?;
         let budgets = Budgets::new(Arc::new(hosts));
+        let cache = Cache::open(&cfg)?;
+        let restored = {
+            let (budgets, store) = (budgets.clone(), cache.store().clone());
+            tokio::task::spawn_blocking(move || budgets.load(store.as_ref()))
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()))
+        };
+        match restored {
+            Ok(0) => {}
+            Ok(n) => tracing::info!("budget state of {n} hosts restored"),
+            Err(why) => {
+                return Err(StartError::Store {
+                    path: cfg.store_path(),
+                    why: format!("reading saved budget state: {why}"),
+                })
+            }
+        }
         Ok(Proxy {
             shared: Arc::new(Shared {
                 cfg,
@@ -169,6 +192,8 @@ impl Proxy {
                 audit,
                 robots,
                 budgets,
+                cache,
+                save_budgets: Notify::new(),
                 tracker: Tracker::new(),
                 ids: AtomicU64::new(0),
                 id_prefix: format!("{start:x}"),
@@ -204,6 +229,19 @@ impl Proxy {
                 }
             })
         };
+        let saver = {
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                loop {
+                    let every = tokio::time::sleep(std::time::Duration::from_secs(5));
+                    tokio::select! {
+                        _ = every => {}
+                        _ = shared.save_budgets.notified() => {}
+                    }
+                    save_budgets(&shared).await;
+                }
+            })
+        };
         loop {
             tokio::select! {
                 biased;
@@ -232,13 +270,32 @@ impl Proxy {
         shared.tracker.stop.send_replace(true);
         let grace = secs(shared.cfg.proxy.shutdown_grace_secs);
         let mut live = shared.tracker.live.subscribe();
-        let drained = tokio::time::timeout(grace, live.wait_for(|n| *n == 0)).await;
-        if drained.is_err() {
+        let drained = tokio::time::timeout(grace, live.wait_for(|n| *n == 0))
+            .await
+            .is_ok();
+        if !drained {
             tracing::warn!(
                 "shutdown grace of {grace:?} over with {} connections still open",
                 *shared.tracker.live.borrow()
             );
         }
+        saver.abort();
+        // Awaited so that the store file is closed when `run` returns: a
+        // proxy started right after on the same data dir can open it.
+        let _ = saver.await;
+        let _ = sweeper.await;
+        shared.cache.drain(grace).await;
+        save_budgets(&shared).await;
+    }
+}
+
+/// Writes the budget state that must survive a restart to the store.
+async fn save_budgets(shared: &Arc<Shared>) {
+    let (budgets, store) = (shared.budgets.clone(), shared.cache.store().clone());
+    match tokio::task::spawn_blocking(move || budgets.save(store.as_ref())).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => shared.cache.failed("saving budget state", &e),
+        Err(e) => shared.cache.failed("saving budget state", &e),
     }
 }
 

@@ -1,0 +1,255 @@
+//! The I/O half of `mannerly_policy::conditional`: the response store read
+//! and written off the async threads, and the body that passes a response on
+//! while keeping a copy for the store. Which responses are stored and replayed
+//! is decided in the policy crate, never here.
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::HeaderMap;
+use http_body::{Body, Frame, SizeHint};
+use mannerly_policy::conditional::{CacheEntryMeta, CacheKey, CacheOutcome, CacheParams};
+use mannerly_policy::AuditRecord;
+use mannerly_state::responses::{
+    DiskStore, PutOutcome, ResponseStore, StoreError, StoreLimits, StoredResponse,
+};
+use tokio::sync::{oneshot, watch};
+
+use crate::audit::AuditSink;
+use crate::body::{BoxError, FinishHook, ProxyBody};
+use crate::config::Config;
+use crate::error::StartError;
+
+/// The response store with its parameters and its error count.
+pub(crate) struct Cache {
+    store: Arc<dyn ResponseStore>,
+    params: CacheParams,
+    errors: AtomicU64,
+    /// Background writes still running; shutdown waits for them so that
+    /// their audit lines are written before the log is closed.
+    pending: watch::Sender<usize>,
+}
+
+impl Cache {
+    /// Opens the embedded store named by the config.
+    pub fn open(cfg: &Config) -> Result<Arc<Cache>, StartError> {
+        let path = cfg.store_path();
+        let store_err = |why: String| StartError::Store {
+            path: path.clone(),
+            why,
+        };
+        std::fs::create_dir_all(&cfg.data_dir).map_err(|e| store_err(e.to_string()))?;
+        let store = DiskStore::open(&path, StoreLimits::from(&cfg.cache))
+            .map_err(|e| store_err(e.to_string()))?;
+        Ok(Cache::with_store(Arc::new(store), cfg.cache.clone()))
+    }
+
+    pub fn with_store(store: Arc<dyn ResponseStore>, params: CacheParams) -> Arc<Cache> {
+        Arc::new(Cache {
+            store,
+            params,
+            errors: AtomicU64::new(0),
+            pending: watch::Sender::new(0),
+        })
+    }
+
+    pub fn params(&self) -> &CacheParams {
+        &self.params
+    }
+
+    pub fn store(&self) -> &Arc<dyn ResponseStore> {
+        &self.store
+    }
+
+    /// Store failures since start.
+    #[allow(dead_code)] // read by the metrics endpoint of a later issue, and by tests
+    pub fn errors(&self) -> u64 {
+        self.errors.load(Ordering::Relaxed)
+    }
+
+    /// Counts and logs a store failure; the request it happened in goes on
+    /// as a pass-through.
+    pub fn failed(&self, what: &str, e: &dyn std::fmt::Display) {
+        self.errors.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!("cache: {what} failed: {e}");
+    }
+
+    /// The stored response for `key` that the request's headers select.
+    pub async fn get(
+        self: &Arc<Self>,
+        key: &CacheKey,
+        headers: &HeaderMap,
+    ) -> Result<Option<StoredResponse>, StoreError> {
+        let this = self.clone();
+        let key = key.clone();
+        let headers = headers.clone();
+        match tokio::task::spawn_blocking(move || this.store.get(&key, &headers)).await {
+            Ok(found) => found,
+            // The blocking task panicked or was cancelled: as good as a
+            // store that failed.
+            Err(_) => Err(StoreError::Poisoned),
+        }
+    }
+
+    /// Runs `job` on the blocking pool without anyone waiting for it.
+    fn background(self: &Arc<Self>, job: impl FnOnce(&Cache) + Send + 'static) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        self.pending.send_modify(|n| *n += 1);
+        let this = self.clone();
+        rt.spawn_blocking(move || {
+            job(&this);
+            this.pending.send_modify(|n| *n -= 1);
+        });
+    }
+
+    /// Writes a refreshed entry back, off the response path.
+    pub fn write_back(self: &Arc<Self>, meta: CacheEntryMeta, body: Bytes) {
+        self.background(move |c| {
+            if let Err(e) = c.store.put(&meta, &body) {
+                c.failed("write-back", &e);
+            }
+        });
+    }
+
+    /// Forgets what is stored for `key`, off the response path.
+    pub fn remove_later(self: &Arc<Self>, key: CacheKey) {
+        self.background(move |c| {
+            if let Err(e) = c.store.remove(&key) {
+                c.failed("remove", &e);
+            }
+        });
+    }
+
+    /// The audit hook of a response that may be stored: once its body has
+    /// gone to the client completely, the copy is written in the background
+    /// and the audit line says what became of it (`stored`, `miss`, `error`).
+    pub fn store_when_done(
+        self: &Arc<Self>,
+        meta: CacheEntryMeta,
+        copy: oneshot::Receiver<Vec<Bytes>>,
+    ) -> FinishHook {
+        let this = self.clone();
+        Box::new(move |mut rec: AuditRecord, sink: AuditSink| {
+            let mut copy = copy;
+            let Ok(chunks) = copy.try_recv() else {
+                // Cut short, failed, or above max_body: nothing to store.
+                rec.cache = Some(CacheOutcome::Miss.as_str());
+                sink.send(rec);
+                return;
+            };
+            if tokio::runtime::Handle::try_current().is_err() {
+                rec.cache = Some(CacheOutcome::Miss.as_str());
+                sink.send(rec);
+                return;
+            }
+            this.background(move |c| {
+                let body = chunks.concat();
+                let outcome = match c.store.put(&meta, &body) {
+                    Ok(PutOutcome::Stored { .. }) => CacheOutcome::Stored,
+                    Ok(PutOutcome::TooLarge | PutOutcome::LengthMismatch) => CacheOutcome::Miss,
+                    Err(e) => {
+                        c.failed("write", &e);
+                        CacheOutcome::Error
+                    }
+                };
+                rec.cache = Some(outcome.as_str());
+                sink.send(rec);
+            });
+        })
+    }
+
+    /// Waits up to `grace` for background writes to finish.
+    pub async fn drain(&self, grace: Duration) {
+        let mut pending = self.pending.subscribe();
+        let drained = tokio::time::timeout(grace, pending.wait_for(|n| *n == 0))
+            .await
+            .is_ok_and(|r| r.is_ok());
+        if !drained {
+            tracing::warn!("cache: store writes still running at shutdown");
+        }
+    }
+}
+
+/// Passes a body on frame by frame and keeps a copy of it, up to `max`
+/// bytes. The copy is handed over only when the body has ended completely;
+/// a body that fails, is cut short or grows past `max` hands nothing over.
+/// The client never waits for the copy.
+pub(crate) struct Tee {
+    inner: ProxyBody,
+    kept: Vec<Bytes>,
+    len: u64,
+    max: u64,
+    done: Option<oneshot::Sender<Vec<Bytes>>>,
+}
+
+impl Tee {
+    pub fn new(inner: ProxyBody, max: u64) -> (Tee, oneshot::Receiver<Vec<Bytes>>) {
+        let (tx, rx) = oneshot::channel();
+        let tee = Tee {
+            inner,
+            kept: Vec::new(),
+            len: 0,
+            max,
+            done: Some(tx),
+        };
+        (tee, rx)
+    }
+
+    fn complete(&mut self) {
+        if let Some(tx) = self.done.take() {
+            let _ = tx.send(std::mem::take(&mut self.kept));
+        }
+    }
+}
+
+impl Body for Tee {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let (Some(data), Some(_)) = (frame.data_ref(), &this.done) {
+                    this.len += data.len() as u64;
+                    if this.len > this.max {
+                        this.done = None;
+                        this.kept = Vec::new();
+                    } else {
+                        this.kept.push(data.clone());
+                    }
+                }
+                // hyper stops polling a body that says it has ended, so the
+                // last frame is where a sized body completes.
+                if this.inner.is_end_stream() {
+                    this.complete();
+                }
+            }
+            Poll::Ready(Some(Err(_))) => {
+                this.done = None;
+                this.kept = Vec::new();
+            }
+            Poll::Ready(None) => this.complete(),
+            Poll::Pending => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
