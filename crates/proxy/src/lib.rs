@@ -5,8 +5,8 @@
 mod audit;
 mod body;
 mod budget;
-mod cache;
 mod ca;
+mod cache;
 mod config;
 mod error;
 mod intake;

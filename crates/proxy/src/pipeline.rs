@@ -5,9 +5,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use bytes::Bytes;
 use http::header::{HeaderValue, HOST, RETRY_AFTER, USER_AGENT};
 use http::uri::{Authority, PathAndQuery};
-use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response, StatusCode, Uri, Version};
 use http_body::Body as _;
 use hyper::body::Incoming;
@@ -282,13 +282,13 @@ pub(crate) async fn handle(
             match learn(&shared, &parts, &mut cache, rec, resp) {
                 Learned::Answer(answer) => return answer,
                 Learned::FetchAgain(r) if resendable => {
-                    rec = r;
+                    rec = *r;
                     continue;
                 }
                 Learned::FetchAgain(r) => {
                     let why = "the origin's 304 does not match the stored page, and the request cannot be sent again";
                     let refusal = Refusal::new(Outcome::Error, why).status(502);
-                    return shared.refuse(r, refusal, Source::Upstream);
+                    return shared.refuse(*r, refusal, Source::Upstream);
                 }
             }
         };
@@ -348,7 +348,7 @@ enum Learned {
     Answer(Response<ProxyBody>),
     /// Our validators drew a 304 that is not for the stored page: send the
     /// request once more, without them.
-    FetchAgain(AuditRecord),
+    FetchAgain(Box<AuditRecord>),
 }
 
 /// Step 6 for an answer that is not a throttle.
@@ -364,7 +364,7 @@ fn learn(
     let (head, body) = resp.into_parts();
     if head.status == StatusCode::NOT_MODIFIED && cache.validators.take().is_some() {
         let (Some(stored), Some(key)) = (cache.stored.take(), cache.key.clone()) else {
-            return Learned::FetchAgain(rec);
+            return Learned::FetchAgain(Box::new(rec));
         };
         return match conditional::merge_not_modified(&stored.meta, parts, &head, params, now) {
             Ok(fresh) => {
@@ -384,7 +384,7 @@ fn learn(
             Err(_) => {
                 shared.cache.remove_later(key);
                 cache.had_entry = false;
-                Learned::FetchAgain(rec)
+                Learned::FetchAgain(Box::new(rec))
             }
         };
     }
