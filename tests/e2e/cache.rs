@@ -134,6 +134,12 @@ fn origin(counts: Arc<Counts>) -> Handler {
                 p if p.starts_with("/crash") => {
                     conditional(&req, c, page_body(p, 0, 16 * 1024), Some(&tag), Some(LM))
                 }
+                "/fresh" => {
+                    let mut r = conditional(&req, c, page_body(&path, 0, 2000), Some(&tag), None);
+                    r.headers_mut()
+                        .insert("cache-control", "max-age=600".parse().unwrap());
+                    r
+                }
                 "/limited" => {
                     let mut r = text(429, "slow down");
                     r.headers_mut().insert("retry-after", "60".parse().unwrap());
@@ -538,4 +544,25 @@ async fn a_pause_survives_kill_9_and_restart() {
         1,
         "the origin was asked once"
     );
+}
+
+#[tokio::test]
+async fn serve_fresh_answers_fresh_pages_without_asking_the_origin() {
+    let counts = Arc::new(Counts::default());
+    let origin = Origin::http(origin(counts.clone())).await;
+    let mut proxy = TestProxy::start(|cfg| cfg.cache.serve_fresh = true).await;
+    let c = proxy.client();
+    let url = format!("http://127.0.0.1:{}/fresh", origin.port());
+    get(&c, &url, &[]).await;
+    wait_cache_lines(&proxy.audit_path, "/fresh", "stored", 1).await;
+    let (status, d, body, _) = get(&c, &url, &[]).await;
+    assert_eq!(status, 200);
+    assert!(d.contains("cache=hit"), "{d}");
+    assert_eq!(body, page_body("/fresh", 0, 2000));
+    assert_eq!(origin.seen.count("/fresh"), 1, "the origin was asked once");
+    let lines = proxy.stop().await;
+    let hit: Vec<_> = lines.iter().filter(|l| l["cache"] == "hit").collect();
+    assert_eq!(hit.len(), 1, "{lines:#?}");
+    assert_eq!(hit[0]["saved_bytes"], 2000);
+    assert_eq!(hit[0]["bytes"], 2000);
 }
