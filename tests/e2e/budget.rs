@@ -1,1 +1,310 @@
-//! Per-host budgets through the proxy.
+//! Per-host budgets through the proxy: spacing at the rate, the concurrency
+//! limit, pauses that keep requests away from the origin, other hosts
+//! untouched, throttled reads retried into a 200, the breaker.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::support::*;
+
+/// An origin that records when each page request arrived, how many were in
+/// flight at once, and answers 429 to the first `throttle_first` requests of
+/// a path starting with `/flaky` and to every request of `/limit`.
+struct Recorder {
+    arrivals: Mutex<Vec<Instant>>,
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
+    flaky_left: AtomicUsize,
+}
+
+fn recorder(
+    delay_ms: u64,
+    throttle_first: usize,
+    retry_after: &'static str,
+) -> (Arc<Recorder>, Handler) {
+    let r = Arc::new(Recorder {
+        arrivals: Mutex::new(Vec::new()),
+        in_flight: AtomicUsize::new(0),
+        max_in_flight: AtomicUsize::new(0),
+        flaky_left: AtomicUsize::new(throttle_first),
+    });
+    let r2 = r.clone();
+    let h = handler(move |req| {
+        let r = r2.clone();
+        async move {
+            let path = req.uri().path().to_string();
+            if path == "/robots.txt" {
+                return text(404, "");
+            }
+            r.arrivals.lock().unwrap().push(Instant::now());
+            let now = r.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            r.max_in_flight.fetch_max(now, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+            r.in_flight.fetch_sub(1, Ordering::SeqCst);
+            let throttle = path == "/limit"
+                || (path.starts_with("/flaky")
+                    && r.flaky_left
+                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                        .is_ok());
+            if throttle {
+                let mut resp = text(429, "slow down");
+                resp.headers_mut()
+                    .insert("retry-after", retry_after.parse().unwrap());
+                return resp;
+            }
+            text(200, format!("page {path}"))
+        }
+    });
+    (r, h)
+}
+
+#[tokio::test]
+async fn held_requests_are_spaced_at_the_rate_and_all_delivered() {
+    let (rec, h) = recorder(0, 0, "1");
+    let origin = Origin::http(h).await;
+    let mut proxy = TestProxy::start(|c| {
+        c.budget.start_rate = 5.0;
+        c.budget.max_rate = 5.0;
+        c.budget.burst = 1;
+    })
+    .await;
+    let c = proxy.client();
+    let mut tasks = Vec::new();
+    for i in 0..6 {
+        let c = c.clone();
+        let url = format!("http://127.0.0.1:{}/p{i}", origin.port());
+        tasks.push(tokio::spawn(async move {
+            c.get(url).send().await.unwrap().status()
+        }));
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), 200, "held, not refused");
+    }
+    let mut at = rec.arrivals.lock().unwrap().clone();
+    at.sort();
+    assert_eq!(at.len(), 6);
+    for pair in at.windows(2) {
+        // 5/s: slots 200 ms apart; the proxy never sends before a slot.
+        assert!(
+            pair[1] - pair[0] >= Duration::from_millis(195),
+            "{:?}",
+            pair[1] - pair[0]
+        );
+    }
+    let lines = proxy.stop().await;
+    let fetched = with_outcome(&lines, "fetched");
+    assert_eq!(fetched.len(), 6);
+    let max_wait = fetched
+        .iter()
+        .map(|l| l["waited_ms"].as_u64().unwrap())
+        .max()
+        .unwrap();
+    assert!(
+        max_wait >= 900,
+        "the last request waited for its slot: {max_wait}"
+    );
+    assert!(fetched.iter().all(|l| l["rate"].as_f64().unwrap() <= 5.0));
+}
+
+#[tokio::test]
+async fn the_concurrency_limit_holds() {
+    let (rec, h) = recorder(300, 0, "1");
+    let origin = Origin::http(h).await;
+    let mut proxy = TestProxy::start(|c| c.budget.concurrency = 2).await;
+    let c = proxy.client();
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let c = c.clone();
+        let url = format!("http://127.0.0.1:{}/c{i}", origin.port());
+        tasks.push(tokio::spawn(async move {
+            c.get(url).send().await.unwrap().status()
+        }));
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), 200);
+    }
+    assert_eq!(rec.max_in_flight.load(Ordering::SeqCst), 2);
+    assert_eq!(rec.arrivals.lock().unwrap().len(), 8);
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn a_paused_host_gets_429_with_retry_after_and_other_hosts_keep_going() {
+    let (rec, h) = recorder(0, 0, "60");
+    let limited = Origin::http(h).await;
+    let (_, h2) = recorder(0, 0, "60");
+    let other = Origin::http(h2).await;
+    let lport = limited.port();
+    let oport = other.port();
+    let mut proxy = TestProxy::start(move |c| {
+        c.budget.max_hold_secs = 2.0;
+        for (name, port) in [("limited.test", lport), ("other.test", oport)] {
+            c.upstream.resolve.insert(
+                format!("{name}:{port}"),
+                format!("127.0.0.1:{port}").parse().unwrap(),
+            );
+        }
+    })
+    .await;
+    let c = proxy.client();
+
+    // The origin's own 429: its pause (60 s) is longer than the hold, so it
+    // is passed on as it came, Retry-After included.
+    let r = c
+        .get(format!("http://limited.test:{lport}/limit"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 429);
+    assert!(decision(&r).starts_with("throttled"), "{}", decision(&r));
+    assert_eq!(r.headers()["retry-after"], "60");
+    assert_eq!(rec.arrivals.lock().unwrap().len(), 1);
+
+    // Now the proxy answers by itself, and nothing reaches the origin.
+    for path in ["/limit", "/other-page"] {
+        let r = c
+            .get(format!("http://limited.test:{lport}{path}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 429);
+        assert!(decision(&r).starts_with("paused"), "{}", decision(&r));
+        let ra: u64 = r.headers()["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((55..=60).contains(&ra), "{ra}");
+        assert!(r.text().await.unwrap().contains("paused"));
+    }
+    assert_eq!(rec.arrivals.lock().unwrap().len(), 1);
+
+    // Another host is not slowed at all.
+    for i in 0..5 {
+        let r = c
+            .get(format!("http://other.test:{oport}/o{i}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(decision(&r), "fetched; waited_ms=0");
+    }
+
+    let lines = proxy.stop().await;
+    let throttled = with_outcome(&lines, "throttled");
+    assert_eq!(throttled.len(), 1);
+    assert_eq!(throttled[0]["retry_after"], "60");
+    assert_eq!(throttled[0]["pause_s"], 60.0);
+    assert_eq!(throttled[0]["rate"], 500.0, "halved from 1000");
+    assert_eq!(
+        throttled[0]["ceiling"], 800.0,
+        "80% of the rate that drew the 429"
+    );
+    assert_eq!(with_outcome(&lines, "paused").len(), 2);
+}
+
+#[tokio::test]
+async fn a_throttled_get_is_retried_after_the_pause_and_reaches_the_client_as_200() {
+    let (rec, h) = recorder(0, 1, "1");
+    let origin = Origin::http(h).await;
+    let mut proxy = TestProxy::start(|_| {}).await;
+    let c = proxy.client();
+    let started = Instant::now();
+    let r = c
+        .get(format!("http://127.0.0.1:{}/flaky", origin.port()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(
+        started.elapsed() >= Duration::from_millis(950),
+        "waited out Retry-After: 1"
+    );
+    assert_eq!(r.text().await.unwrap(), "page /flaky");
+    assert_eq!(rec.arrivals.lock().unwrap().len(), 2);
+
+    // A POST is not sent twice: the client gets the 429 itself.
+    let r = c
+        .post(format!("http://127.0.0.1:{}/limit", origin.port()))
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 429);
+
+    let lines = proxy.stop().await;
+    let throttled = with_outcome(&lines, "throttled");
+    assert_eq!(throttled.len(), 2);
+    assert!(throttled[0]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("sent again"));
+    let fetched = with_outcome(&lines, "fetched");
+    assert_eq!(fetched.len(), 1);
+    assert!(fetched[0]["waited_ms"].as_u64().unwrap() >= 900);
+}
+
+#[tokio::test]
+async fn five_429s_in_a_minute_open_the_breaker() {
+    let (rec, h) = recorder(0, 0, "0");
+    let origin = Origin::http(h).await;
+    let mut proxy = TestProxy::start(|c| {
+        c.budget.max_hold_secs = 1.0;
+        c.budget.retry_attempts = 0;
+        c.budget.backoff_base_secs = 0.05;
+        c.budget.backoff_max_secs = 0.05;
+    })
+    .await;
+    let c = proxy.client();
+    let url = format!("http://127.0.0.1:{}/limit", origin.port());
+    for _ in 0..5 {
+        let r = c.get(&url).send().await.unwrap();
+        assert_eq!(r.status(), 429);
+        assert!(decision(&r).starts_with("throttled"));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let r = c.get(&url).send().await.unwrap();
+    assert_eq!(r.status(), 429);
+    assert!(decision(&r).starts_with("breaker_open"), "{}", decision(&r));
+    let ra: u64 = r.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((290..=300).contains(&ra), "{ra}");
+    assert_eq!(rec.arrivals.lock().unwrap().len(), 5);
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn crawl_delay_caps_the_rate() {
+    let h = handler(|req| async move {
+        if req.uri().path() == "/robots.txt" {
+            return text(200, "User-agent: *\nCrawl-delay: 0.5\nAllow: /\n");
+        }
+        text(200, "ok")
+    });
+    let origin = Origin::http(h).await;
+    let mut proxy = TestProxy::start(|_| {}).await;
+    let c = proxy.client();
+    for i in 0..3 {
+        let r = c
+            .get(format!("http://127.0.0.1:{}/d{i}", origin.port()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    let lines = proxy.stop().await;
+    let fetched = with_outcome(&lines, "fetched");
+    assert!(
+        fetched.iter().all(|l| l["rate"].as_f64().unwrap() <= 2.0),
+        "{fetched:#?}"
+    );
+    let waited: u64 = fetched
+        .iter()
+        .map(|l| l["waited_ms"].as_u64().unwrap())
+        .sum();
+    assert!(waited >= 900, "three requests at 2/s: {waited}");
+}

@@ -296,7 +296,7 @@ pub(crate) async fn handle(
         rec.cache = Some(cache.outcome.as_str());
         shared.save_budgets.notify_one();
         rec.retry_after = t.retry_after_raw.clone();
-        rec.pause_s = Some(t.pause.as_secs_f64());
+        rec.pause_s = Some(t.pause.as_millis() as f64 / 1000.0);
         let hold_left = deadline.saturating_duration_since(Instant::now());
         let params = shared.budgets.store().params(&host_key(&target.host));
         if !(resendable && params.may_retry(&parts.method, attempts, t.pause, hold_left)) {

@@ -1,0 +1,230 @@
+//! The seed scenario of the budget issue, as a rerunnable benchmark:
+//!
+//! - an origin that answers 429 (`Retry-After: 2`, or none) to any request
+//!   above 2 per second (sliding 1 s window over the requests it served),
+//!   ETag on every page;
+//! - an impatient client that sends 40 GETs at 5/s and does nothing about
+//!   429s (a 429 is a page not delivered);
+//! - the proxy in between, on its embedded defaults (only loopback origins
+//!   allowed, since the origin runs here).
+//!
+//! Three runs: with Retry-After, without it, and with the 40 GETs spread over
+//! 8 client connections. Everything listens on 127.0.0.1 and stops by itself.
+//!
+//!     cargo run --release --example seed_scenario
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use mannerly_proxy::{CertificateAuthority, Config, Proxy};
+use tokio::net::TcpListener;
+
+const PAGES: usize = 40;
+const SEND_EVERY: Duration = Duration::from_millis(200);
+const LIMIT_PER_SEC: usize = 2;
+
+struct Limiter {
+    served: Mutex<VecDeque<Instant>>,
+    throttled: AtomicUsize,
+    ok: AtomicUsize,
+    retry_after: Option<&'static str>,
+}
+
+impl Limiter {
+    fn answer(&self, path: &str) -> Response<Full<Bytes>> {
+        if path == "/robots.txt" {
+            let mut r = Response::new(Full::new(Bytes::from_static(b"User-agent: *\nAllow: /\n")));
+            r.headers_mut()
+                .insert("etag", "\"robots\"".parse().unwrap());
+            return r;
+        }
+        let now = Instant::now();
+        let mut served = self.served.lock().unwrap();
+        while served
+            .front()
+            .is_some_and(|t| now.duration_since(*t) >= Duration::from_secs(1))
+        {
+            served.pop_front();
+        }
+        if served.len() >= LIMIT_PER_SEC {
+            self.throttled.fetch_add(1, Ordering::SeqCst);
+            let mut r = Response::new(Full::new(Bytes::from_static(b"slow down\n")));
+            *r.status_mut() = hyper::StatusCode::TOO_MANY_REQUESTS;
+            if let Some(ra) = self.retry_after {
+                r.headers_mut().insert("retry-after", ra.parse().unwrap());
+            }
+            return r;
+        }
+        served.push_back(now);
+        self.ok.fetch_add(1, Ordering::SeqCst);
+        let mut r = Response::new(Full::new(Bytes::from(format!("page {path}\n"))));
+        r.headers_mut()
+            .insert("etag", format!("\"{}\"", path.len()).parse().unwrap());
+        r
+    }
+}
+
+async fn origin(retry_after: Option<&'static str>) -> (u16, Arc<Limiter>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let limiter = Arc::new(Limiter {
+        served: Mutex::new(VecDeque::new()),
+        throttled: AtomicUsize::new(0),
+        ok: AtomicUsize::new(0),
+        retry_after,
+    });
+    let l = limiter.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let l = l.clone();
+            tokio::spawn(async move {
+                let svc = service_fn(move |req: Request<Incoming>| {
+                    let l = l.clone();
+                    async move { Ok::<_, Infallible>(l.answer(req.uri().path())) }
+                });
+                let _ = auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    (port, limiter)
+}
+
+async fn get(c: &reqwest::Client, url: String) -> Option<(u16, Instant)> {
+    let r = c.get(url).send().await.ok()?;
+    let status = r.status().as_u16();
+    r.bytes().await.ok()?;
+    Some((status, Instant::now()))
+}
+
+struct Report {
+    name: &'static str,
+    upstream_429: usize,
+    delivered: usize,
+    seconds: f64,
+    client_429: usize,
+}
+
+async fn run(name: &'static str, retry_after: Option<&'static str>, connections: usize) -> Report {
+    let (port, limiter) = origin(retry_after).await;
+    let dir = std::env::temp_dir().join(format!("mannerly-seed-{}-{port}", std::process::id()));
+    let mut cfg: Config = toml::from_str(include_str!("../config/mannerly.toml")).unwrap();
+    cfg.data_dir = dir.clone();
+    if let Some(step) = std::env::var("SEED_RECOVERY_STEP")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        cfg.budget.recovery_step = step;
+    }
+    cfg.proxy.listen = "127.0.0.1:0".parse().unwrap();
+    cfg.upstream.allow_private = true;
+    cfg.audit.path = dir.join("audit.jsonl").display().to_string();
+    let ca = CertificateAuthority::load_or_create(&dir, 16).unwrap();
+    let (sink, writer) = mannerly_proxy::open_audit(&cfg.audit_target()).unwrap();
+    let proxy = Proxy::bind(cfg, Arc::new(ca), sink).await.unwrap();
+    let addr = proxy.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let served = tokio::spawn(proxy.run(async {
+        let _ = stopped.await;
+    }));
+
+    let clients: Vec<reqwest::Client> = (0..connections)
+        .map(|_| {
+            reqwest::Client::builder()
+                .proxy(reqwest::Proxy::all(format!("http://{addr}")).unwrap())
+                .pool_max_idle_per_host(if connections == 1 { usize::MAX } else { 1 })
+                .timeout(Duration::from_secs(120))
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    if connections == 1 {
+        // Fire and forget at 5/s: each GET goes out on schedule, whatever
+        // happened to the ones before it.
+        for i in 0..PAGES {
+            let c = clients[0].clone();
+            let url = format!("http://127.0.0.1:{port}/page/{i}");
+            tasks.push(tokio::spawn(async move { vec![get(&c, url).await] }));
+            tokio::time::sleep(SEND_EVERY).await;
+        }
+    } else {
+        // Each connection sends its share back to back, as fast as answers come.
+        for w in 0..connections {
+            let c = clients[w].clone();
+            let urls: Vec<String> = (w..PAGES)
+                .step_by(connections)
+                .map(|i| format!("http://127.0.0.1:{port}/page/{i}"))
+                .collect();
+            tasks.push(tokio::spawn(async move {
+                let mut out = Vec::new();
+                for url in urls {
+                    out.push(get(&c, url).await);
+                }
+                out
+            }));
+        }
+    }
+    let mut delivered = 0;
+    let mut client_429 = 0;
+    let mut last = start;
+    for t in tasks {
+        for (status, at) in t.await.unwrap_or_default().into_iter().flatten() {
+            if status == 200 {
+                delivered += 1;
+                last = last.max(at);
+            } else if status == 429 {
+                client_429 += 1;
+            }
+        }
+    }
+    let _ = stop.send(());
+    let _ = served.await;
+    let _ = tokio::task::spawn_blocking(move || writer.close()).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = limiter.ok.load(Ordering::SeqCst);
+    Report {
+        name,
+        upstream_429: limiter.throttled.load(Ordering::SeqCst),
+        delivered,
+        seconds: last.duration_since(start).as_secs_f64(),
+        client_429,
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    println!("seed scenario: 40 GETs at 5/s, origin limit 2/s (sliding 1 s window), proxy on default budgets");
+    println!(
+        "{:<34} {:>13} {:>10} {:>10} {:>11}",
+        "run", "upstream 429s", "pages/s", "delivered", "client 429s"
+    );
+    for (name, ra, conns) in [
+        ("Retry-After: 2, 1 client at 5/s", Some("2"), 1),
+        ("no Retry-After, 1 client at 5/s", None, 1),
+        ("Retry-After: 2, 8 connections", Some("2"), 8),
+    ] {
+        let r = run(name, ra, conns).await;
+        let rate = if r.seconds > 0.0 {
+            r.delivered as f64 / r.seconds
+        } else {
+            0.0
+        };
+        println!(
+            "{:<34} {:>13} {:>10.2} {:>7}/{PAGES} {:>11}",
+            r.name, r.upstream_429, rate, r.delivered, r.client_429
+        );
+    }
+}
