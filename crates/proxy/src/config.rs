@@ -255,3 +255,33 @@ pub enum AuditTarget {
     /// Appended to a file.
     File(PathBuf),
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cache_settings_that_cannot_work_name_their_key() {
+        let cfg = Config {
+            cache: CacheParams {
+                max_size: 1024,
+                ..CacheParams::default()
+            },
+            ..Config::default()
+        };
+        let err = cfg.validate().map(drop).map_err(|e| e.to_string());
+        assert_eq!(
+            err,
+            Err("config key cache.max_size: cache.max_size (1024) must be at least cache.max_body (8388608)".into())
+        );
+        let cfg = Config {
+            cache: CacheParams {
+                max_body: 0,
+                ..CacheParams::default()
+            },
+            ..Config::default()
+        };
+        let err = cfg.validate().map(drop).map_err(|e| e.to_string());
+        assert!(err.is_err_and(|e| e.starts_with("config key cache.max_body:")));
+    }
+}
