@@ -444,10 +444,11 @@ fn backoff_without_retry_after_doubles_up_to_its_maximum() {
     let p = defaults();
     let t0 = Instant::now();
     let mut b = HostBudget::new(&p, t0);
-    // 100 s apart: never five inside the breaker window.
+    // 400 s apart: never five inside the breaker window, and each after the
+    // previous pause (a 429 during a pause is the same episode).
     let pauses: Vec<_> = (0..7)
         .map(|i| {
-            throttled(respond(&mut b, &p, t0, secs(100 * i), 429, None))
+            throttled(respond(&mut b, &p, t0, secs(400 * i), 429, None))
                 .pause
                 .as_secs()
         })
@@ -522,4 +523,23 @@ fn an_idle_host_is_forgettable_once_its_bucket_has_refilled() {
     ok_rate(respond(&mut b, &p, t0, ms(200), 200, None));
     assert!(!b.forgettable(&p, t0 + ms(999)));
     assert!(b.forgettable(&p, t0 + secs(1)));
+}
+
+#[test]
+fn a_429_during_a_pause_is_the_same_episode() {
+    let p = defaults();
+    let t0 = Instant::now();
+    let mut b = HostBudget::new(&p, t0);
+    let first = throttled(respond(&mut b, &p, t0, secs(0), 429, Some("2")));
+    assert_eq!((first.rate_before, first.rate, first.ceiling), (1.0, 0.5, 0.8));
+    // The other request that was in flight comes back 429 too: the pause may
+    // grow, the rate is not halved again, the breaker does not count it.
+    let echo = throttled(respond(&mut b, &p, t0, ms(300), 429, Some("5")));
+    assert_eq!((echo.rate, echo.pause), (0.5, ms(5000)));
+    // Unchanged but for the slow relaxation of the ceiling (6 h back to 8/s).
+    assert!(echo.ceiling < 0.801, "{}", echo.ceiling);
+    assert!(!echo.breaker_opened);
+    let shorter = throttled(respond(&mut b, &p, t0, ms(400), 429, Some("1")));
+    assert_eq!(shorter.pause, ms(4900), "a shorter Retry-After does not cut the pause");
+    assert_eq!(b.view(&p, t0 + ms(400)).recent_throttles, 1);
 }

@@ -534,6 +534,46 @@ impl HostBudget {
 
     // --- internals ---
 
+    /// A 429 that arrives while the host is already paused answers a request
+    /// sent before the pause began (nothing is sent during one): it is the
+    /// same episode, so it may lengthen the pause but neither halves the
+    /// rate again nor counts towards the breaker.
+    fn echo(
+        &mut self,
+        p: &HostParams,
+        n: u64,
+        now: Instant,
+        wall: SystemTime,
+        raw: Option<&str>,
+        rate: u32,
+    ) -> Throttle {
+        let retry_after = raw.and_then(|r| parse_retry_after(r, wall, p.max_pause()));
+        let current = get(self.pause).unwrap_or(n);
+        let until = match retry_after {
+            Some(d) => current.max(
+                self.ms_ceil(now)
+                    .saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            ),
+            None => current,
+        };
+        if until > current {
+            let tau = self.tau_ms(p, n);
+            self.pause = put(until);
+            let next = get(self.tat).map_or(0, |t| t.saturating_sub(tau));
+            self.tat = put(next.max(until) + tau);
+        }
+        Throttle {
+            pause: self.at(until).saturating_duration_since(now),
+            retry_after,
+            retry_after_raw: raw.map(truncate),
+            rate_before: f(rate),
+            rate: f(self.rate_u(p, n)),
+            ceiling: f(self.ceiling_u(p, n)),
+            concurrency: u32::from(self.concurrency_limit(p)),
+            breaker_opened: false,
+        }
+    }
+
     fn throttle(
         &mut self,
         p: &HostParams,
@@ -545,6 +585,9 @@ impl HostBudget {
     ) -> Throttle {
         let rate_before = self.rate_u(p, n);
         let tau_before = self.tau_ms(p, n);
+        if get(self.pause).is_some_and(|until| until > n) {
+            return self.echo(p, n, now, wall, raw, rate_before);
+        }
         let floor = p.floor_u();
         let ceiling = scale(rate_before, p.ceiling_factor).max(floor);
         let rate = scale(rate_before, p.throttle_rate_factor)
