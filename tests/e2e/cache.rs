@@ -566,3 +566,88 @@ async fn serve_fresh_answers_fresh_pages_without_asking_the_origin() {
     assert_eq!(hit[0]["saved_bytes"], 2000);
     assert_eq!(hit[0]["bytes"], 2000);
 }
+
+#[tokio::test]
+async fn a_store_that_cannot_be_opened_stops_the_start_and_names_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = test_config(dir.path());
+    // A directory where the store file should be: it cannot be opened.
+    std::fs::create_dir_all(cfg.store_path()).unwrap();
+    let ca = mannerly_proxy::CertificateAuthority::load_or_create(&cfg.data_dir, 64).unwrap();
+    let target = mannerly_proxy::AuditTarget::File(dir.path().join("audit.jsonl"));
+    let (sink, _writer) = mannerly_proxy::open_audit(&target).unwrap();
+    let err = match mannerly_proxy::Proxy::bind(cfg, Arc::new(ca), sink).await {
+        Ok(_) => panic!("started without its store"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("store.redb"), "{err}");
+}
+
+/// A small tmpfs, unmounted on drop; `None` where mounting is not allowed.
+struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    fn mount(size: &str) -> Option<SmallDisk> {
+        let dir = tempfile::tempdir().ok()?;
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some(SmallDisk { dir })
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+#[tokio::test]
+async fn a_full_disk_degrades_to_pass_through_and_is_audited_as_error() {
+    let Some(disk) = SmallDisk::mount("1m") else {
+        eprintln!(
+            "skipped: cannot mount a tmpfs here (needs root); the size-cap test covers the rest"
+        );
+        return;
+    };
+    let counts = Arc::new(Counts::default());
+    let origin = Origin::http(origin(counts.clone())).await;
+    let data = disk.dir.path().to_path_buf();
+    let mut proxy = TestProxy::start(move |cfg| cfg.data_dir = data).await;
+    let c = proxy.client();
+    const N: usize = 120;
+    for round in 0..2 {
+        for i in 0..N {
+            let url = format!("http://127.0.0.1:{}/crash{i}", origin.port());
+            let (status, _, body, _) = get(&c, &url, &[]).await;
+            assert_eq!(status, 200, "round {round} page {i}");
+            assert_eq!(body, page_body(&format!("/crash{i}"), 0, 16 * 1024));
+        }
+        // Let this round's store writes finish before the next.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let lines = proxy.stop().await;
+    drop(disk);
+    let cache = |v: &str| lines.iter().filter(|l| l["cache"] == v).count();
+    // 120 × 16 KiB does not fit in 1 MiB with the store's overhead: writes
+    // fail, every answer still came through, and each failure is audited.
+    eprintln!(
+        "full disk: {} stored, {} revalidated, {} error, {} miss",
+        cache("stored"),
+        cache("revalidated"),
+        cache("error"),
+        cache("miss")
+    );
+    assert!(cache("error") > 0, "{lines:#?}");
+    assert_eq!(
+        cache("stored") + cache("error") + cache("miss") + cache("revalidated"),
+        2 * N
+    );
+}
