@@ -286,6 +286,12 @@ impl Proxy {
         let _ = sweeper.await;
         shared.cache.drain(grace).await;
         save_budgets(&shared).await;
+        let errors = shared.cache.errors();
+        if errors > 0 {
+            tracing::warn!(
+                "cache: {errors} store errors since start (those requests were passed through)"
+            );
+        }
     }
 }
 
