@@ -193,7 +193,11 @@ async fn run(name: &'static str, retry_after: Option<&'static str>, connections:
     let _ = stop.send(());
     let _ = served.await;
     let _ = tokio::task::spawn_blocking(move || writer.close()).await;
-    let _ = std::fs::remove_dir_all(&dir);
+    if std::env::var_os("SEED_KEEP").is_some() {
+        eprintln!("{name}: audit log kept in {}", dir.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
     let _ = limiter.ok.load(Ordering::SeqCst);
     Report {
         name,

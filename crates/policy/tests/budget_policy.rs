@@ -63,7 +63,8 @@ fn ok_rate(r: Reaction) -> (f64, f64) {
 
 #[test]
 fn rate_and_ceiling_follow_a_scripted_sequence() {
-    let p = defaults();
+    // Small steps, so the climb back under the ceiling shows step by step.
+    let p = with(|p| p.recovery_step = 0.05);
     let t0 = Instant::now();
     let mut b = HostBudget::new(&p, t0);
 
@@ -531,7 +532,10 @@ fn a_429_during_a_pause_is_the_same_episode() {
     let t0 = Instant::now();
     let mut b = HostBudget::new(&p, t0);
     let first = throttled(respond(&mut b, &p, t0, secs(0), 429, Some("2")));
-    assert_eq!((first.rate_before, first.rate, first.ceiling), (1.0, 0.5, 0.8));
+    assert_eq!(
+        (first.rate_before, first.rate, first.ceiling),
+        (1.0, 0.5, 0.8)
+    );
     // The other request that was in flight comes back 429 too: the pause may
     // grow, the rate is not halved again, the breaker does not count it.
     let echo = throttled(respond(&mut b, &p, t0, ms(300), 429, Some("5")));
@@ -540,6 +544,48 @@ fn a_429_during_a_pause_is_the_same_episode() {
     assert!(echo.ceiling < 0.801, "{}", echo.ceiling);
     assert!(!echo.breaker_opened);
     let shorter = throttled(respond(&mut b, &p, t0, ms(400), 429, Some("1")));
-    assert_eq!(shorter.pause, ms(4900), "a shorter Retry-After does not cut the pause");
+    assert_eq!(
+        shorter.pause,
+        ms(4900),
+        "a shorter Retry-After does not cut the pause"
+    );
     assert_eq!(b.view(&p, t0 + ms(400)).recent_throttles, 1);
+}
+
+#[test]
+fn slots_promised_before_a_throttle_are_reserved_again_at_the_lowered_rate() {
+    let p = with(|p| {
+        p.start_rate = 4.0;
+        p.max_rate = 4.0;
+        p.concurrency = 10;
+    });
+    let t0 = Instant::now();
+    let mut b = HostBudget::new(&p, t0);
+    // Four waiters promised slots 250 ms apart at 4/s.
+    let promised: Vec<_> = (0..4)
+        .map(|_| match b.admit(&p, t0) {
+            Admission::Go => Duration::ZERO,
+            Admission::Wait(d) => d,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(promised, [ms(0), ms(250), ms(500), ms(750)]);
+    assert_eq!(b.try_start(&p, t0, HOLD), Start::Go);
+    let t = throttled(respond(&mut b, &p, t0, ms(100), 429, Some("1")));
+    assert_eq!((t.rate, t.pause), (2.0, secs(1)));
+    // The waiter promised 250 ms wakes then, inside the pause: new slot at its end.
+    assert_eq!(
+        b.try_start_since(&p, t0 + ms(250), HOLD, t0),
+        Start::Wait(ms(850))
+    );
+    // The one promised 750 ms wakes, still in the pause: the next slot, 500 ms later.
+    assert_eq!(
+        b.try_start_since(&p, t0 + ms(750), HOLD, t0),
+        Start::Wait(ms(850))
+    );
+    // A waiter reserved after the throttle keeps its slot.
+    assert_eq!(
+        b.try_start_since(&p, t0 + ms(1100), HOLD, t0 + ms(250)),
+        Start::Go
+    );
 }

@@ -4,7 +4,7 @@
 //! frees a concurrency slot. No polling: one timer or one notification per
 //! wait.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -12,14 +12,24 @@ use dashmap::DashMap;
 use mannerly_policy::budget::{host_key, Admission, PersistedHost, Reaction, Refusal, Start};
 use mannerly_state::hosts::HostStore;
 use mannerly_state::responses::{ResponseStore, StoreError};
-use tokio::sync::Notify;
+use tokio::sync::{Mutex, Notify};
 use tokio::time::Instant;
 
 /// The budgets of all hosts and the wake-ups of their waiters.
 pub(crate) struct Budgets {
     store: Arc<dyn HostStore>,
-    wakers: DashMap<String, Arc<Notify>>,
+    lines: DashMap<String, Arc<Line>>,
     seed: AtomicU64,
+}
+
+/// The requests waiting for one host.
+struct Line {
+    /// Held by the request whose slot is being reserved or waited for.
+    turn: Mutex<()>,
+    /// Signalled when a response frees a concurrency slot.
+    freed: Notify,
+    /// Requests waiting for `turn`, for the queue bound.
+    waiting: AtomicUsize,
 }
 
 /// An in-flight slot of a host. Released by [`Permit::respond`], or on drop
@@ -34,7 +44,7 @@ impl Budgets {
     pub fn new(store: Arc<dyn HostStore>) -> Arc<Budgets> {
         Arc::new(Budgets {
             store,
-            wakers: DashMap::new(),
+            lines: DashMap::new(),
             seed: AtomicU64::new(0x9e37_79b9_7f4a_7c15),
         })
     }
@@ -57,7 +67,24 @@ impl Budgets {
         deadline: Instant,
     ) -> Result<Permit, Refusal> {
         let key = host_key(host).into_owned();
+        let line = self.line(&key);
+        let params = self.store.params(&key);
+        // One request at a time asks for its slot, in arrival order (tokio's
+        // mutex is fair): a slot is only reserved when it is next, so a rate
+        // that changed while others waited applies at once.
+        if line.waiting.fetch_add(1, Ordering::SeqCst) >= params.queue_limit as usize {
+            line.waiting.fetch_sub(1, Ordering::SeqCst);
+            return Err(Refusal::QueueFull {
+                retry_after: Duration::from_secs(1),
+            });
+        }
+        let turn = tokio::time::timeout_at(deadline, line.turn.lock()).await;
+        line.waiting.fetch_sub(1, Ordering::SeqCst);
+        let Ok(_turn) = turn else {
+            return Err(self.held_too_long(&key));
+        };
         let now = Instant::now();
+        let mut reserved = now;
         match self.store.admit(
             &key,
             now.into_std(),
@@ -67,16 +94,18 @@ impl Budgets {
             Admission::Wait(d) => tokio::time::sleep(d).await,
             Admission::Go => {}
         }
-        let notify = self.waker(&key);
         loop {
             // Registered before asking, so a slot freed between the answer
             // and the wait is not missed.
-            let freed = notify.notified();
+            let freed = line.freed.notified();
             tokio::pin!(freed);
             freed.as_mut().enable();
             let now = Instant::now();
             let hold_left = deadline.saturating_duration_since(now);
-            match self.store.try_start(&key, now.into_std(), hold_left) {
+            let answer =
+                self.store
+                    .try_start_since(&key, now.into_std(), hold_left, reserved.into_std());
+            match answer {
                 Start::Go => {
                     return Ok(Permit {
                         host: key,
@@ -85,16 +114,37 @@ impl Budgets {
                     })
                 }
                 Start::Refuse(r) => return Err(r),
-                Start::Wait(d) => tokio::time::sleep(d).await,
+                Start::Wait(d) => {
+                    reserved = now;
+                    tokio::time::sleep(d).await
+                }
                 Start::WaitConcurrency => {
                     tokio::select! {
                         _ = &mut freed => {}
                         _ = tokio::time::sleep_until(deadline) => {
-                            return Err(Refusal::QueueFull { retry_after: Duration::from_secs(1) });
+                            return Err(self.held_too_long(&key));
                         }
                     }
                 }
             }
+        }
+    }
+
+    /// The refusal for a request whose hold ran out in the line: the host's
+    /// pause if it has one, else a full queue.
+    fn held_too_long(&self, key: &str) -> Refusal {
+        let view = self.store.view(key, Instant::now().into_std());
+        match view {
+            Some(v) => match (v.breaker_open_for, v.paused_for) {
+                (Some(d), _) => Refusal::BreakerOpen { retry_after: d },
+                (None, Some(d)) => Refusal::Paused { retry_after: d },
+                (None, None) => Refusal::QueueFull {
+                    retry_after: Duration::from_secs(1),
+                },
+            },
+            None => Refusal::QueueFull {
+                retry_after: Duration::from_secs(1),
+            },
         }
     }
 
@@ -104,19 +154,25 @@ impl Budgets {
             .set_crawl_delay(&host_key(host), Instant::now().into_std(), delay);
     }
 
-    fn waker(&self, key: &str) -> Arc<Notify> {
-        if let Some(n) = self.wakers.get(key) {
-            return n.clone();
+    fn line(&self, key: &str) -> Arc<Line> {
+        if let Some(l) = self.lines.get(key) {
+            return l.clone();
         }
-        self.wakers
+        self.lines
             .entry(key.to_string())
-            .or_insert_with(|| Arc::new(Notify::new()))
+            .or_insert_with(|| {
+                Arc::new(Line {
+                    turn: Mutex::new(()),
+                    freed: Notify::new(),
+                    waiting: AtomicUsize::new(0),
+                })
+            })
             .clone()
     }
 
     fn wake(&self, key: &str) {
-        if let Some(n) = self.wakers.get(key) {
-            n.notify_one();
+        if let Some(l) = self.lines.get(key) {
+            l.freed.notify_one();
         }
     }
 
@@ -181,7 +237,7 @@ impl Budgets {
     /// Forgets hosts with nothing to remember, and their wakers.
     pub fn sweep(&self) -> usize {
         let dropped = self.store.sweep(Instant::now().into_std());
-        self.wakers.retain(|_, n| Arc::strong_count(n) > 1);
+        self.lines.retain(|_, l| Arc::strong_count(l) > 1);
         dropped
     }
 }

@@ -38,6 +38,17 @@ pub trait HostStore: Send + Sync {
     /// slot has come ([`mannerly_policy::budget::HostBudget::try_start`]).
     fn try_start(&self, host: &str, now: Instant, hold_left: Duration) -> Start;
 
+    /// `try_start` for a waiter whose slot was reserved at `reserved`: a slot
+    /// reserved before the host's last throttle is re-reserved at the lowered
+    /// rate (see `HostBudget::try_start_since`).
+    fn try_start_since(
+        &self,
+        host: &str,
+        now: Instant,
+        hold_left: Duration,
+        reserved: Instant,
+    ) -> Start;
+
     /// Releases an in-flight slot without a response; `true` when a
     /// concurrency waiter could start now.
     fn finish(&self, host: &str, now: Instant) -> bool;

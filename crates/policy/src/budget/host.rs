@@ -10,6 +10,8 @@ use crate::Outcome;
 
 /// Marks an empty time slot in the compact clock.
 const NONE: u32 = u32::MAX;
+/// Longest gap between two sends that counts towards the observed pace.
+const MAX_SEND_GAP_MS: u64 = 10_000;
 /// Earlier throttles remembered besides the last one.
 const RING: usize = MAX_BREAKER_THRESHOLD as usize - 1;
 /// The compact clock counts u32 milliseconds from `base`; well before it
@@ -218,7 +220,7 @@ pub struct PersistedHost {
     pub crawl_delay_secs: Option<f64>,
 }
 
-/// The budget state of one host: 64 bytes.
+/// The budget state of one host: 72 bytes.
 ///
 /// Times are `u32` milliseconds after `base` (`NONE` when unset), rates are
 /// micro-requests per second. Rate slots follow GCRA: `tat` is the
@@ -237,6 +239,10 @@ pub struct HostBudget {
     rate: u32,
     ceiling: u32,
     crawl_delay_ms: u32,
+    /// Last send, and the smoothed gap between sends (ms): the pace the host
+    /// was really driven at, which lags the rate while old slots drain.
+    sent: u32,
+    gap: u32,
     concurrency: u16,
     in_flight: u16,
     streak: u16,
@@ -258,6 +264,8 @@ impl HostBudget {
             rate: p.start_u(),
             ceiling: p.max_u(),
             crawl_delay_ms: 0,
+            sent: NONE,
+            gap: NONE,
             concurrency: p.concurrency_u(),
             in_flight: 0,
             streak: 0,
@@ -306,8 +314,25 @@ impl HostBudget {
     /// re-checks the pause, then the concurrency gate. `hold_left` is what
     /// remains of the request's hold.
     pub fn try_start(&mut self, p: &HostParams, now: Instant, hold_left: Duration) -> Start {
+        self.try_start_since(p, now, hold_left, now)
+    }
+
+    /// [`HostBudget::try_start`] for a waiter whose slot was reserved at
+    /// `reserved`. A slot reserved before the last throttle was spaced for
+    /// a rate the site has since refused: it is given up and a new one is
+    /// reserved at the lowered rate (in wake-up order, which is the old
+    /// FIFO order). On `Wait`, the waiter's new reservation time is `now`.
+    pub fn try_start_since(
+        &mut self,
+        p: &HostParams,
+        now: Instant,
+        hold_left: Duration,
+        reserved: Instant,
+    ) -> Start {
         let n = self.tick(now);
-        if get(self.pause).is_some_and(|u| u > n) {
+        let reserved_ms = self.ms(reserved);
+        let stale = get(self.throttled).is_some_and(|t| reserved_ms < t);
+        if stale || get(self.pause).is_some_and(|u| u > n) {
             match self.admit_within(p, now, hold_left) {
                 Admission::Wait(d) => return Start::Wait(d),
                 Admission::Refuse(r) => return Start::Refuse(r),
@@ -318,6 +343,7 @@ impl HostBudget {
             return Start::WaitConcurrency;
         }
         self.in_flight = self.in_flight.saturating_add(1);
+        self.note_send(n);
         Start::Go
     }
 
@@ -574,6 +600,34 @@ impl HostBudget {
         }
     }
 
+    fn note_send(&mut self, n: u64) {
+        if let Some(last) = get(self.sent) {
+            // Long idle gaps are capped so one quiet spell does not read as
+            // a crawl of one request a day.
+            let gap = n.saturating_sub(last).clamp(1, MAX_SEND_GAP_MS);
+            self.gap = put(match get(self.gap) {
+                // Half-weight smoothing: follows a climbing pace within a
+                // couple of sends, which is what a throttle must judge.
+                Some(g) => (g + gap) / 2,
+                None => gap,
+            });
+        }
+        self.sent = put(n);
+    }
+
+    /// The rate that drew a throttle: the nominal rate, or the pace requests
+    /// really went out at when that was slower (slots reserved at an older,
+    /// lower rate are still draining while the rate climbs).
+    fn drawn_rate_u(&self, p: &HostParams, n: u64) -> u32 {
+        let nominal = self.rate_u(p, n);
+        match get(self.gap) {
+            Some(g) => nominal
+                .min(u32::try_from(1_000_000_000 / g.max(1)).unwrap_or(u32::MAX))
+                .max(1),
+            None => nominal,
+        }
+    }
+
     fn throttle(
         &mut self,
         p: &HostParams,
@@ -583,11 +637,12 @@ impl HostBudget {
         raw: Option<&str>,
         jitter: f64,
     ) -> Throttle {
-        let rate_before = self.rate_u(p, n);
         let tau_before = self.tau_ms(p, n);
         if get(self.pause).is_some_and(|until| until > n) {
-            return self.echo(p, n, now, wall, raw, rate_before);
+            let rate = self.rate_u(p, n);
+            return self.echo(p, n, now, wall, raw, rate);
         }
+        let rate_before = self.drawn_rate_u(p, n);
         let floor = p.floor_u();
         let ceiling = scale(rate_before, p.ceiling_factor).max(floor);
         let rate = scale(rate_before, p.throttle_rate_factor)
@@ -628,9 +683,11 @@ impl HostBudget {
         let until = until.max(get(self.pause).unwrap_or(0));
         self.pause = put(until);
         // No burst after a pause: the first slot is its end, then one per
-        // interval. Slots already promised keep their place.
-        let next = get(self.tat).map_or(0, |t| t.saturating_sub(tau_before));
-        self.tat = put(next.max(until) + self.tau_ms(p, n));
+        // interval. Slots promised before the throttle were spaced for a rate
+        // the site refused; their holders reserve again (`try_start_since`),
+        // so they must not push the new schedule back.
+        let _ = tau_before;
+        self.tat = put(until + self.tau_ms(p, n));
 
         Throttle {
             pause: self.at(until).saturating_duration_since(now),
@@ -651,7 +708,12 @@ impl HostBudget {
         if n >= REBASE_AFTER_MS {
             let shift = n - KEEP_MS;
             self.base = self.at(shift);
-            for t in [&mut self.tat, &mut self.pause, &mut self.throttled] {
+            for t in [
+                &mut self.tat,
+                &mut self.pause,
+                &mut self.throttled,
+                &mut self.sent,
+            ] {
                 *t = match get(*t) {
                     Some(v) if v > shift => put(v - shift),
                     _ => NONE,
@@ -841,7 +903,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_host_is_64_bytes() {
-        assert_eq!(std::mem::size_of::<HostBudget>(), 64);
+    fn a_host_is_72_bytes() {
+        assert_eq!(std::mem::size_of::<HostBudget>(), 72);
     }
 }

@@ -121,8 +121,8 @@ budget_params! {
     /// pause, ceiling kept). Default 0.75.
     server_error_factor: f64 = 0.75,
     /// Requests/s added to the rate by each successful response (additive
-    /// recovery, never above the ceiling). Default 0.05.
-    recovery_step: f64 = 0.05,
+    /// recovery, never above the ceiling). Default 0.2.
+    recovery_step: f64 = 0.2,
     /// Successes in a row that give back one concurrency slot after a 429.
     /// Default 20.
     concurrency_recovery_successes: u32 = 20,

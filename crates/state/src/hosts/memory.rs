@@ -80,6 +80,18 @@ impl HostStore for MemoryHosts {
         self.with(host, now, |b, p| b.try_start(p, now, hold_left))
     }
 
+    fn try_start_since(
+        &self,
+        host: &str,
+        now: Instant,
+        hold_left: Duration,
+        reserved: Instant,
+    ) -> Start {
+        self.with(host, now, |b, p| {
+            b.try_start_since(p, now, hold_left, reserved)
+        })
+    }
+
     fn finish(&self, host: &str, now: Instant) -> bool {
         let key = host_key(host);
         let p = self.params.for_host(&key);
