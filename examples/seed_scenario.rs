@@ -162,8 +162,8 @@ async fn run(name: &'static str, retry_after: Option<&'static str>, connections:
         }
     } else {
         // Each connection sends its share back to back, as fast as answers come.
-        for w in 0..connections {
-            let c = clients[w].clone();
+        for (w, c) in clients.iter().enumerate() {
+            let c = c.clone();
             let urls: Vec<String> = (w..PAGES)
                 .step_by(connections)
                 .map(|i| format!("http://127.0.0.1:{port}/page/{i}"))

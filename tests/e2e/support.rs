@@ -44,7 +44,6 @@ pub struct Seen {
 
 #[derive(Clone, Debug)]
 pub struct SeenRequest {
-    pub method: String,
     pub path: String,
     pub version: hyper::Version,
     pub headers: hyper::HeaderMap,
@@ -75,7 +74,6 @@ pub struct Origin {
 }
 
 pub struct TestCa {
-    pub pem: String,
     pub pem_path: PathBuf,
     cert: rcgen::Certificate,
     key: rcgen::KeyPair,
@@ -97,7 +95,6 @@ impl TestCa {
         let pem_path = dir.join("origin-ca.pem");
         std::fs::write(&pem_path, cert.pem()).unwrap();
         TestCa {
-            pem: cert.pem(),
             pem_path,
             cert,
             key,
@@ -170,7 +167,6 @@ impl Origin {
                         let seen = seen.clone();
                         async move {
                             seen.requests.lock().unwrap().push(SeenRequest {
-                                method: req.method().to_string(),
                                 path: req
                                     .uri()
                                     .path_and_query()
@@ -223,8 +219,10 @@ pub struct TestProxy {
 /// A config for tests: loopback allowed (the origins live there), a fresh
 /// data dir, robots retries fast.
 pub fn test_config(dir: &std::path::Path) -> Config {
-    let mut cfg: Config = Config::default();
-    cfg.data_dir = dir.to_path_buf();
+    let mut cfg = Config {
+        data_dir: dir.to_path_buf(),
+        ..Config::default()
+    };
     cfg.proxy.listen = "127.0.0.1:0".parse().unwrap();
     cfg.upstream.allow_private = true;
     cfg.upstream.resolve = BTreeMap::new();
@@ -293,18 +291,6 @@ impl TestProxy {
         }
         if let Some(d) = self.done.take() {
             d.await.unwrap();
-        }
-        audit_lines(&self.audit_path)
-    }
-
-    /// The audit lines written so far (the writer flushes whenever idle).
-    pub async fn audit_now(&self, at_least: usize) -> Vec<serde_json::Value> {
-        for _ in 0..100 {
-            let lines = audit_lines(&self.audit_path);
-            if lines.len() >= at_least {
-                return lines;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
         }
         audit_lines(&self.audit_path)
     }
