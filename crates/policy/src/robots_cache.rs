@@ -231,6 +231,8 @@ impl RobotsEntry {
 }
 
 #[cfg(test)]
+// Tests start their hand-moved clock from one real instant.
+#[allow(clippy::disallowed_methods)]
 mod tests {
     use super::*;
 

@@ -1,5 +1,8 @@
 //! Exact tests of the per-host budget on a hand-moved clock.
 
+// Each test starts its hand-moved clock from one real instant.
+#![allow(clippy::disallowed_methods)]
+
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use mannerly_policy::budget::{

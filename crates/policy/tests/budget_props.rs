@@ -1,5 +1,8 @@
 //! Invariants of the per-host budget under any sequence of events.
 
+// Each case starts its hand-moved clock from one real instant.
+#![allow(clippy::disallowed_methods)]
+
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use mannerly_policy::budget::{Admission, BudgetParams, HostBudget, HostParams, Start};
