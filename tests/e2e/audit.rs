@@ -8,19 +8,7 @@ use std::time::Duration;
 use super::support::*;
 
 fn verify(path: &std::path::Path) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_mannerly"))
-        .args(["audit", "verify"])
-        .arg(path)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
+    mannerly(&["audit", "verify", path.to_str().unwrap()], &[])
 }
 
 fn ok_origin() -> Handler {

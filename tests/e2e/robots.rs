@@ -347,20 +347,9 @@ async fn observe_mode_forwards_and_logs_what_would_have_been_refused() {
 }
 
 fn robots_check(args: &[&str]) -> (i32, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mannerly"))
-        .args(["robots", "check"])
-        .args(args)
-        .env("MANNERLY_UPSTREAM__ALLOW_PRIVATE", "true")
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
+    let mut all = vec!["robots", "check"];
+    all.extend_from_slice(args);
+    mannerly(&all, &[("MANNERLY_UPSTREAM__ALLOW_PRIVATE", "true")])
 }
 
 #[tokio::test]

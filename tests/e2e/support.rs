@@ -414,3 +414,20 @@ pub async fn wait_cache_lines(
     }
     matching()
 }
+
+/// Runs the `mannerly` binary to completion: exit code, stdout + stderr.
+pub fn mannerly(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mannerly"))
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
