@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 /// The most 429s the breaker can be set to count: the throttle history per
-/// host is a fixed ring of this many entries, to keep a host at 64 bytes.
+/// host is a fixed ring of this many entries, to keep a host at 72 bytes.
 pub const MAX_BREAKER_THRESHOLD: u32 = 5;
 
 /// Highest rate a host may be given, in requests per second. Rates are kept
