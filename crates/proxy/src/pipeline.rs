@@ -133,11 +133,9 @@ pub(crate) async fn handle(
         Some(ip) => shared
             .guard
             .check(&target.host, &[SocketAddr::new(ip, target.port)]),
-        None if !shared.guard.allows_private() => shared
-            .guard
-            .resolve(&target.host, target.port)
-            .await
-            .map(drop),
+        None if !shared.guard.allows_private() => {
+            shared.guard.check_name(&target.host, target.port).await
+        }
         None => Ok(()),
     };
     if let Err(e @ ConnectError::Blocked { .. }) = reachable {

@@ -67,7 +67,17 @@ pub enum ConnectError {
 pub struct Guard {
     allow_private: bool,
     overrides: Arc<BTreeMap<String, SocketAddr>>,
+    /// Names that recently resolved to allowed addresses only, for the early
+    /// check of each request; the connector still checks every address it
+    /// connects to, so a name that changes meanwhile is caught there.
+    vetted: Arc<dashmap::DashMap<(String, u16), tokio::time::Instant>>,
 }
+
+/// How long a name that passed the guard is not resolved again for the
+/// early check.
+const VETTED_FOR: Duration = Duration::from_secs(30);
+/// Names remembered as vetted; the map is cleared when it grows past this.
+const VETTED_MAX: usize = 100_000;
 
 impl Guard {
     /// A guard from the `[upstream]` section.
@@ -80,7 +90,28 @@ impl Guard {
         Guard {
             allow_private: cfg.allow_private,
             overrides: Arc::new(overrides),
+            vetted: Arc::new(dashmap::DashMap::new()),
         }
+    }
+
+    /// The early check of a request's host name: like [`Guard::resolve`],
+    /// but a name that passed within the last 30 s is not resolved again.
+    pub async fn check_name(&self, host: &str, port: u16) -> Result<(), ConnectError> {
+        let key = (host.to_string(), port);
+        let now = tokio::time::Instant::now();
+        if self
+            .vetted
+            .get(&key)
+            .is_some_and(|at| now < *at + VETTED_FOR)
+        {
+            return Ok(());
+        }
+        self.resolve(host, port).await?;
+        if self.vetted.len() >= VETTED_MAX {
+            self.vetted.clear();
+        }
+        self.vetted.insert(key, now);
+        Ok(())
     }
 
     /// Every address `host:port` may be reached at, or why none may. All
