@@ -610,34 +610,10 @@ fn response_head(status: StatusCode, headers: HeaderMap) -> response::Parts {
     parts
 }
 
-/// Connection-scoped fields (RFC 9110 §7.6.1) never belong in a stored
-/// response or a replay.
+/// Connection-scoped fields never belong in a stored response or a replay.
 fn without_hop_by_hop(headers: &HeaderMap) -> HeaderMap {
-    const HOP_BY_HOP: [&str; 9] = [
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-    ];
-    let named: Vec<String> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(|n| n.trim().to_ascii_lowercase())
-        .collect();
-    let mut out = HeaderMap::with_capacity(headers.len());
-    for (name, value) in headers {
-        let n = name.as_str();
-        if !HOP_BY_HOP.contains(&n) && !named.iter().any(|c| c == n) {
-            out.append(name.clone(), value.clone());
-        }
-    }
+    let mut out = headers.clone();
+    crate::strip_hop_by_hop(&mut out);
     out
 }
 

@@ -6,10 +6,12 @@ mod address;
 mod audit;
 pub mod budget;
 pub mod conditional;
+mod headers;
 mod outcome;
 pub mod robots;
 pub mod robots_cache;
 
 pub use address::{classify_ip, parse_host_ip, AddressClass};
 pub use audit::{chain_line, last_chain, verify_chain, AuditRecord, ChainError, GENESIS};
+pub use headers::strip_hop_by_hop;
 pub use outcome::Outcome;

@@ -105,6 +105,14 @@ pub enum FetchResult {
     Failed(String),
 }
 
+impl FetchResult {
+    /// A 4xx other than 429: the site has no robots.txt, so there are no
+    /// rules and everything is allowed (RFC 9309 §2.3.1.3).
+    pub fn means_no_rules(&self) -> bool {
+        matches!(self, FetchResult::Status(s) if (400..500).contains(s) && *s != 429)
+    }
+}
+
 /// The rules in force for one origin.
 #[derive(Clone, Debug)]
 pub enum Rules {
@@ -144,7 +152,7 @@ pub enum Lookup {
 pub fn classify(result: &FetchResult) -> Result<Robots, String> {
     match result {
         FetchResult::Body(body) => Ok(Robots::parse(body)),
-        FetchResult::Status(s) if (400..500).contains(s) && *s != 429 => Ok(Robots::allow_all()),
+        r if r.means_no_rules() => Ok(Robots::allow_all()),
         FetchResult::Status(429) => Err("robots.txt answered 429".into()),
         FetchResult::Status(s) => Err(format!("robots.txt answered {s}")),
         FetchResult::TooManyRedirects => Err("robots.txt redirected too many times".into()),

@@ -38,7 +38,7 @@ pub async fn fetch_robots_once(cfg: &Config, url: &str) -> Result<Option<Vec<u8>
     let report = robots::fetch(&client, &robots_url, None, cfg.robots.max_redirects).await;
     match report.result {
         FetchResult::Body(b) => Ok(Some(b)),
-        FetchResult::Status(s) if (400..500).contains(&s) && s != 429 => Ok(None),
+        r if r.means_no_rules() => Ok(None),
         other => Err(mannerly_policy::robots_cache::classify(&other)
             .err()
             .unwrap_or_else(|| "unexpected answer".into())),

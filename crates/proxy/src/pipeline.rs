@@ -8,13 +8,13 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use http::header::{HeaderValue, HOST, RETRY_AFTER, USER_AGENT};
 use http::uri::{Authority, PathAndQuery};
-use http::{HeaderMap, Method, Request, Response, StatusCode, Uri, Version};
+use http::{HeaderMap, Request, Response, StatusCode, Uri, Version};
 use http_body::Body as _;
 use hyper::body::Incoming;
 use mannerly_policy::budget::{host_key, Reaction, Refusal as BudgetRefusal};
 use mannerly_policy::conditional::{self, Admission, CacheKey, CacheOutcome, Plan};
 use mannerly_policy::robots_cache::Rules;
-use mannerly_policy::{parse_host_ip, AuditRecord, Outcome};
+use mannerly_policy::{parse_host_ip, strip_hop_by_hop, AuditRecord, Outcome};
 use mannerly_state::responses::StoredResponse;
 use tokio::time::Instant;
 
@@ -22,7 +22,7 @@ use crate::body::{boxed, empty, full, AuditedBody, ProxyBody};
 use crate::cache::Tee;
 use crate::config::secs;
 use crate::error::Source;
-use crate::respond::{decision_value, header_text, strip_hop_by_hop, Refusal, DECISION, ID};
+use crate::respond::{decision_value, header_text, Refusal, DECISION, ID};
 use crate::robots;
 use crate::server::Shared;
 use crate::upstream::{connect_error, ConnectError};
@@ -178,8 +178,9 @@ pub(crate) async fn handle(
     }
 
     let (parts, body) = req.into_parts();
-    let resendable = matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS)
-        && body.is_end_stream();
+    // Which methods may be sent twice is the budget's rule (`may_retry`);
+    // here only whether the body is gone once sent.
+    let resendable = body.is_end_stream();
 
     // 3. Conditional. Looked up before the budget wait, so that a stored
     //    answer served without asking the origin (serve_fresh) does not take

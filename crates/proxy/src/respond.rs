@@ -1,9 +1,8 @@
 //! What the client sees: the `Mannerly-Decision` header on every answer,
-//! plain-text bodies on the answers the proxy makes itself, and the header
-//! hygiene of a proxy (hop-by-hop headers never cross it).
+//! plain-text bodies on the answers the proxy makes itself.
 
-use http::header::{HeaderName, HeaderValue, CONNECTION, CONTENT_TYPE, RETRY_AFTER};
-use http::{HeaderMap, Response, StatusCode};
+use http::header::{HeaderValue, CONNECTION, CONTENT_TYPE, RETRY_AFTER};
+use http::{Response, StatusCode};
 use mannerly_policy::Outcome;
 
 use crate::body::{full, ProxyBody};
@@ -12,37 +11,6 @@ use crate::body::{full, ProxyBody};
 pub const DECISION: &str = "mannerly-decision";
 /// Header carrying the audit id of the request.
 pub const ID: &str = "mannerly-id";
-
-/// Headers that belong to one connection, never forwarded (RFC 9110 §7.6.1).
-const HOP_BY_HOP: &[&str] = &[
-    "connection",
-    "proxy-connection",
-    "keep-alive",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-];
-
-/// Removes hop-by-hop headers and every header named in `Connection` or
-/// `Proxy-Connection`.
-pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    let named: Vec<HeaderName> = ["connection", "proxy-connection"]
-        .iter()
-        .flat_map(|h| headers.get_all(*h).iter())
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
-        .collect();
-    for n in named {
-        headers.remove(n);
-    }
-    for h in HOP_BY_HOP {
-        headers.remove(*h);
-    }
-}
 
 /// A header value made from any text: characters a header cannot carry are
 /// replaced, so a rule with odd bytes still produces a valid answer.
@@ -169,27 +137,6 @@ impl Refusal {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn hop_by_hop_and_connection_named_headers_go() {
-        let mut h = HeaderMap::new();
-        h.insert(
-            "connection",
-            HeaderValue::from_static("keep-alive, X-Secret"),
-        );
-        h.insert("proxy-connection", HeaderValue::from_static("X-Other"));
-        h.insert("x-secret", HeaderValue::from_static("1"));
-        h.insert("x-other", HeaderValue::from_static("1"));
-        h.insert(
-            "proxy-authorization",
-            HeaderValue::from_static("Basic eA=="),
-        );
-        h.insert("te", HeaderValue::from_static("trailers"));
-        h.insert("x-keep", HeaderValue::from_static("1"));
-        strip_hop_by_hop(&mut h);
-        let left: Vec<_> = h.keys().map(|k| k.as_str()).collect();
-        assert_eq!(left, vec!["x-keep"]);
-    }
 
     #[test]
     fn decision_header_quotes_details() {

@@ -289,9 +289,10 @@ pub(crate) fn fetch_record(mut rec: AuditRecord, r: &FetchReport) -> AuditRecord
     rec.retry_after = r.retry_after.clone();
     rec.reason = match &r.result {
         FetchResult::Body(_) => None,
-        FetchResult::Status(s) if (400..500).contains(s) && *s != 429 => {
-            Some(format!("status {s}: no rules, everything allowed"))
-        }
+        result if result.means_no_rules() => Some(format!(
+            "status {}: no rules, everything allowed",
+            r.status.unwrap_or(0)
+        )),
         other => mannerly_policy::robots_cache::classify(other).err(),
     };
     rec
