@@ -592,3 +592,35 @@ fn slots_promised_before_a_throttle_are_reserved_again_at_the_lowered_rate() {
         Start::Go
     );
 }
+
+#[test]
+fn a_request_out_of_hold_is_told_about_the_pause_or_the_breaker() {
+    let p = defaults();
+    let t0 = Instant::now();
+    let mut b = HostBudget::new(&p, t0);
+    assert_eq!(
+        b.view(&p, t0).hold_refusal(),
+        Refusal::QueueFull {
+            retry_after: secs(1)
+        }
+    );
+    throttled(respond(&mut b, &p, t0, secs(0), 429, Some("60")));
+    assert_eq!(
+        b.view(&p, t0 + secs(10)).hold_refusal(),
+        Refusal::Paused {
+            retry_after: secs(50)
+        }
+    );
+
+    let mut b = HostBudget::new(&p, t0);
+    // Five 429s two seconds apart, each after the previous 1 s pause.
+    for k in 0..5 {
+        throttled(respond(&mut b, &p, t0, secs(2 * k), 429, Some("1")));
+    }
+    assert_eq!(
+        b.view(&p, t0 + secs(8)).hold_refusal(),
+        Refusal::BreakerOpen {
+            retry_after: secs(300)
+        }
+    );
+}

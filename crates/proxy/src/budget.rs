@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use dashmap::DashMap;
-use mannerly_policy::budget::{host_key, Admission, PersistedHost, Reaction, Refusal, Start};
+use mannerly_policy::budget::{
+    host_key, Admission, PersistedHost, Reaction, Refusal, Start, QUEUE_RETRY_AFTER,
+};
 use mannerly_state::hosts::HostStore;
 use mannerly_state::responses::{ResponseStore, StoreError};
 use tokio::sync::{Mutex, Notify};
@@ -75,7 +77,7 @@ impl Budgets {
         if line.waiting.fetch_add(1, Ordering::SeqCst) >= params.queue_limit as usize {
             line.waiting.fetch_sub(1, Ordering::SeqCst);
             return Err(Refusal::QueueFull {
-                retry_after: Duration::from_secs(1),
+                retry_after: QUEUE_RETRY_AFTER,
             });
         }
         let turn = tokio::time::timeout_at(deadline, line.turn.lock()).await;
@@ -133,19 +135,12 @@ impl Budgets {
     /// The refusal for a request whose hold ran out in the line: the host's
     /// pause if it has one, else a full queue.
     fn held_too_long(&self, key: &str) -> Refusal {
-        let view = self.store.view(key, Instant::now().into_std());
-        match view {
-            Some(v) => match (v.breaker_open_for, v.paused_for) {
-                (Some(d), _) => Refusal::BreakerOpen { retry_after: d },
-                (None, Some(d)) => Refusal::Paused { retry_after: d },
-                (None, None) => Refusal::QueueFull {
-                    retry_after: Duration::from_secs(1),
-                },
+        self.store.view(key, Instant::now().into_std()).map_or(
+            Refusal::QueueFull {
+                retry_after: QUEUE_RETRY_AFTER,
             },
-            None => Refusal::QueueFull {
-                retry_after: Duration::from_secs(1),
-            },
-        }
+            |v| v.hold_refusal(),
+        )
     }
 
     /// Makes sure a robots.txt Crawl-delay caps the host's rate.

@@ -189,6 +189,25 @@ pub struct HostView {
     pub recent_throttles: u32,
 }
 
+impl HostView {
+    /// Why a request that ran out of hold while waiting in the host's line
+    /// is answered by the proxy: the open breaker or the pause if there is
+    /// one (with its remaining time), else a full queue.
+    pub fn hold_refusal(&self) -> Refusal {
+        match (self.breaker_open_for, self.paused_for) {
+            (Some(d), _) => Refusal::BreakerOpen { retry_after: d },
+            (None, Some(d)) => Refusal::Paused { retry_after: d },
+            (None, None) => Refusal::QueueFull {
+                retry_after: QUEUE_RETRY_AFTER,
+            },
+        }
+    }
+}
+
+/// Retry-After for a full queue: the line moves at the host's rate, so a
+/// second is a fair first guess.
+pub const QUEUE_RETRY_AFTER: Duration = Duration::from_secs(1);
+
 fn opt_secs<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
     match d {
         Some(d) => s.serialize_some(&d.as_secs_f64()),
