@@ -9,6 +9,7 @@ pub mod budget;
 pub mod conditional;
 mod headers;
 mod outcome;
+mod param;
 pub mod robots;
 pub mod robots_cache;
 
@@ -16,3 +17,4 @@ pub use address::{classify_ip, parse_host_ip, AddressClass};
 pub use audit::{chain_line, last_chain, verify_chain, AuditRecord, ChainError, GENESIS};
 pub use headers::strip_hop_by_hop;
 pub use outcome::Outcome;
+pub use param::ParamError;

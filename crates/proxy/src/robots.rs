@@ -20,7 +20,8 @@ use tokio::time::Instant;
 
 use crate::body::empty;
 use crate::budget::Budgets;
-use crate::pipeline::Target;
+use crate::clock::Clock;
+use crate::target::Target;
 use crate::upstream::{connect_error, UpstreamClient};
 
 struct Slot {
@@ -42,13 +43,15 @@ pub(crate) struct FetchReport {
 /// robots.txt per origin.
 pub(crate) struct RobotsCache {
     params: RobotsParams,
+    clock: Clock,
     slots: DashMap<String, Arc<Slot>>,
 }
 
 impl RobotsCache {
-    pub(crate) fn new(params: RobotsParams) -> Self {
+    pub(crate) fn new(params: RobotsParams, clock: Clock) -> Self {
         RobotsCache {
             params,
+            clock,
             slots: DashMap::new(),
         }
     }
@@ -101,7 +104,7 @@ impl RobotsCache {
             None => drop(permit),
         }
         on_fetch(&report);
-        let now = Instant::now().into_std();
+        let now = self.clock.now_std();
         let mut guard = slot.entry.write().unwrap_or_else(|p| p.into_inner());
         let entry = RobotsEntry::after_fetch(guard.as_ref(), &report.result, &self.params, now);
         let rules = entry.rules_now(now);
@@ -110,7 +113,7 @@ impl RobotsCache {
     }
 
     fn cached(&self, slot: &Slot) -> Option<Rules> {
-        let now = Instant::now().into_std();
+        let now = self.clock.now_std();
         let guard = slot.entry.read().unwrap_or_else(|p| p.into_inner());
         match guard.as_ref()?.lookup(&self.params, now) {
             Lookup::Use(rules) => Some(rules),
@@ -139,7 +142,7 @@ impl RobotsCache {
     // Stale entries go first; if every entry is live the oldest half of the
     // map's iteration order goes, which bounds memory at the cost of refetches.
     fn evict(&self) {
-        let now = Instant::now().into_std();
+        let now = self.clock.now_std();
         self.slots.retain(|_, s| {
             s.entry
                 .read()
