@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{HeaderValue, HOST, RETRY_AFTER, USER_AGENT};
+use http::header::{HOST, RETRY_AFTER, USER_AGENT};
 use http::request::Parts;
 use http::uri::{Authority, PathAndQuery};
 use http::{HeaderMap, Request, Response, StatusCode, Uri, Version};
@@ -663,7 +663,10 @@ fn agent(shared: &Shared, headers: &HeaderMap) -> String {
     mannerly_policy::robots::product_token(ua).to_string()
 }
 
-/// Turns the client's request into the origin's.
+/// Turns the client's request into the origin's. The client's Host goes:
+/// the client writes it from the URI's authority (`Host` over HTTP/1.1,
+/// `:authority` alone over h2, as RFC 9113 §8.3.1 asks; a strict h2 origin
+/// answers 400 to both at once).
 fn upstream_request(
     parts: &Parts,
     body: ProxyBody,
@@ -674,14 +677,11 @@ fn upstream_request(
     parts.uri = url
         .parse::<Uri>()
         .map_err(|e| format!("cannot forward {url}: {e}"))?;
+    Authority::try_from(target.authority())
+        .map_err(|e| format!("bad host {}: {e}", target.host))?;
     parts.version = Version::HTTP_11;
     strip_hop_by_hop(&mut parts.headers);
-    let host = Authority::try_from(target.authority())
-        .map_err(|e| format!("bad host {}: {e}", target.host))?;
-    parts.headers.insert(
-        HOST,
-        HeaderValue::from_str(host.as_str()).map_err(|e| e.to_string())?,
-    );
+    parts.headers.remove(HOST);
     Ok(Request::from_parts(parts, body))
 }
 

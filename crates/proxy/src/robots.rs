@@ -188,9 +188,6 @@ pub(crate) async fn fetch(
         if let Some(ua) = user_agent {
             req = req.header(USER_AGENT, ua.clone());
         }
-        if let Some(a) = uri.authority() {
-            req = req.header(http::header::HOST, a.as_str());
-        }
         let req = match req.body(empty()) {
             Ok(r) => r,
             Err(e) => return report(url, None, FetchResult::Failed(e.to_string())),
