@@ -263,3 +263,120 @@ const agent = new ProxyAgent({
     assert!(fetched.contains(&plain_url), "{fetched:?}");
     assert!(fetched.contains(&secure_url), "{fetched:?}");
 }
+
+/// A host name glibc refuses without asking any DNS server (a label over
+/// 63 octets), so the test sends nothing off the machine.
+fn unresolvable() -> String {
+    format!("{}.test", "a".repeat(70))
+}
+
+#[tokio::test]
+async fn a_name_that_does_not_resolve_is_a_502_that_says_so() {
+    let mut proxy = TestProxy::start(|_| {}).await;
+    let r = proxy
+        .client()
+        .get(format!("http://{}/page", unresolvable()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 502);
+    assert_eq!(decision(&r), "error; reason=\"name not resolved\"");
+    let lines = proxy.stop().await;
+    assert_eq!(lines.len(), 1, "no robots.txt fetch: {lines:?}");
+    assert_eq!(lines[0]["outcome"], "error");
+    assert_eq!(lines[0]["source"], "upstream");
+    assert!(lines[0]["reason"]
+        .as_str()
+        .unwrap()
+        .starts_with("cannot resolve"));
+}
+
+#[tokio::test]
+async fn an_origin_certificate_that_does_not_verify_names_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new(dir.path());
+    let origin = Origin::https(
+        handler(|_req| async { text(200, "x") }),
+        &ca,
+        &["origin.test"],
+    )
+    .await;
+    let port = origin.port();
+    // The origin's CA is deliberately not in upstream.extra_roots.
+    let mut proxy = TestProxy::start(|c| {
+        c.proxy.connect_ports.push(port);
+        c.upstream.resolve.insert(
+            format!("origin.test:{port}"),
+            format!("127.0.0.1:{port}").parse().unwrap(),
+        );
+    })
+    .await;
+    let r = proxy
+        .client()
+        .get(format!("https://origin.test:{port}/page"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    let body = r.text().await.unwrap();
+    let fix =
+        "origin certificate not trusted (unknown issuer) — add its CA to upstream.extra_roots";
+    assert!(body.contains(fix), "{body}");
+    let lines = proxy.stop().await;
+    let fetch = with_outcome(&lines, "robots_fetched");
+    assert_eq!(fetch.len(), 1);
+    assert!(
+        fetch[0]["reason"].as_str().unwrap().contains(fix),
+        "{:?}",
+        fetch[0]
+    );
+}
+
+#[tokio::test]
+async fn a_refused_connect_says_why_in_the_decision_header() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut proxy = TestProxy::start(|_| {}).await;
+    let mut s = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    s.write_all(b"CONNECT example.org:25 HTTP/1.1\r\nHost: example.org:25\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = s.read(&mut buf).await.unwrap();
+    let head = String::from_utf8_lossy(&buf[..n]).to_lowercase();
+    assert!(head.starts_with("http/1.1 403"), "{head}");
+    assert!(
+        head.contains("mannerly-decision: blocked; reason=\"connect to port 25 is not allowed (proxy.connect_ports)\""),
+        "{head}"
+    );
+    let lines = proxy.stop().await;
+    assert_eq!(with_outcome(&lines, "blocked").len(), 1);
+}
+
+#[tokio::test]
+async fn a_client_that_does_not_trust_our_ca_leaves_an_audit_line() {
+    let origin = Origin::http(handler(|_req| async { text(200, "x") })).await;
+    let port = origin.port();
+    let mut proxy = TestProxy::start(|c| c.proxy.connect_ports.push(port)).await;
+    // A client with only the public roots: our leaf does not verify.
+    let client = reqwest::Client::builder()
+        .proxy(reqwest::Proxy::all(proxy.url()).unwrap())
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    let err = client
+        .get(format!("https://localhost:{port}/"))
+        .send()
+        .await
+        .unwrap_err();
+    assert!(err.is_connect() || err.is_request(), "{err:?}");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let lines = proxy.stop().await;
+    let errors = with_outcome(&lines, "error");
+    assert_eq!(errors.len(), 1, "{lines:?}");
+    assert_eq!(errors[0]["source"], "client");
+    let reason = errors[0]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("client rejected our certificate for localhost"),
+        "{reason}"
+    );
+}

@@ -44,23 +44,25 @@ pub(crate) async fn connect(
     let port = authority.port_u16().unwrap_or(443);
     let rec = shared.record("CONNECT", &url, &host, peer);
     if !shared.cfg.proxy.connect_ports.contains(&port) {
-        let r = Answer::new(
-            Outcome::Blocked,
-            format!("CONNECT to port {port} is not allowed (proxy.connect_ports)"),
-        );
+        let why = format!("CONNECT to port {port} is not allowed (proxy.connect_ports)");
+        // curl and most clients show only the CONNECT answer's headers.
+        let r = Answer::new(Outcome::Blocked, why.clone()).detail("reason", why);
         return shared.refuse(rec, r, Source::Policy);
     }
     let addrs = match shared.guard.resolve(&host, port).await {
         Ok(a) => a,
         Err(e @ ConnectError::Blocked { .. }) => {
-            return shared.refuse(
-                rec,
-                Answer::new(Outcome::Blocked, e.to_string()),
-                Source::Policy,
-            )
+            let r = Answer::new(Outcome::Blocked, e.to_string()).detail("reason", e.to_string());
+            return shared.refuse(rec, r, Source::Policy);
         }
         Err(e) => {
-            let r = Answer::new(Outcome::Error, e.to_string()).status(502);
+            let reason = match e {
+                ConnectError::Resolve { .. } => "name not resolved".to_string(),
+                _ => e.to_string(),
+            };
+            let r = Answer::new(Outcome::Error, e.to_string())
+                .status(502)
+                .detail("reason", reason);
             return shared.refuse(rec, r, Source::Upstream);
         }
     };
