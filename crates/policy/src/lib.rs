@@ -7,6 +7,7 @@ mod audit;
 pub mod budget;
 pub mod conditional;
 mod headers;
+pub mod identity;
 mod outcome;
 pub mod robots;
 pub mod robots_cache;
