@@ -9,6 +9,7 @@ mod ca;
 mod cache;
 mod config;
 mod error;
+mod identity;
 mod intake;
 mod pipeline;
 mod respond;
@@ -20,9 +21,11 @@ mod upstream;
 pub use audit::{open as open_audit, AuditSink, AuditWriter};
 pub use ca::CertificateAuthority;
 pub use config::{
-    AuditConfig, AuditTarget, Config, CrawlerConfig, PolicyConfig, ProxyConfig, UpstreamConfig,
+    AuditConfig, AuditTarget, Config, CrawlerConfig, IdentityConfig, PolicyConfig, ProxyConfig,
+    UpstreamConfig,
 };
-pub use error::{CaError, ConfigError, StartError};
+pub use error::{CaError, ConfigError, KeyFileError, StartError};
+pub use identity::{KeyStore, Rotation, Signer};
 pub use server::Proxy;
 
 /// Fetches the robots.txt of `url`'s origin once, as the proxy would (same
