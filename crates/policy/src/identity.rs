@@ -27,8 +27,10 @@ use ed25519_dalek::{Signer as _, SigningKey, VerifyingKey};
 use http::header::{HeaderName, HeaderValue};
 use sha2::{Digest, Sha256};
 
+mod card;
 mod directory;
 
+pub use card::card_json;
 pub use directory::{directory_json, DirectoryKey, DIRECTORY_MEDIA_TYPE, DIRECTORY_PATH};
 
 /// `Signature-Agent`.

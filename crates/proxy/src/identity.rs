@@ -24,7 +24,7 @@ use crate::config::Config;
 use crate::error::KeyFileError;
 
 /// How often a running proxy looks for a rotated key.
-pub const WATCH_EVERY: Duration = Duration::from_secs(5);
+const WATCH_EVERY: Duration = Duration::from_secs(5);
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> KeyFileError + '_ {
     move |source| KeyFileError::Io {
@@ -110,12 +110,10 @@ impl KeyStore {
 
     /// The signing key, refused if group or others can read its file.
     pub fn load(&self) -> Result<SigningKey, KeyFileError> {
-        Ok(
-            key_from_pem(&self.read_pem()?).map_err(|e| KeyFileError::Key {
-                path: self.key_path.clone(),
-                why: e.to_string(),
-            })?,
-        )
+        key_from_pem(&self.read_pem()?).map_err(|e| KeyFileError::Key {
+            path: self.key_path.clone(),
+            why: e.to_string(),
+        })
     }
 
     fn read_pem(&self) -> Result<String, KeyFileError> {
@@ -378,8 +376,10 @@ impl Signer {
         Ok(true)
     }
 
-    /// Looks for a rotated key every `every` while the signer is in use.
-    pub fn watch(self: &Arc<Self>, every: Duration) {
+    /// Looks for a rotated key every few seconds while the signer is in
+    /// use (a task on the current tokio runtime).
+    pub fn watch(self: &Arc<Self>) {
+        let every = WATCH_EVERY;
         let weak: Weak<Signer> = Arc::downgrade(self);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
@@ -497,8 +497,8 @@ mod tests {
         let r = store.rotate(Duration::from_secs(3600), now).unwrap();
         assert_eq!(r.old, old);
         assert_eq!(r.until, 1_700_003_600);
-        assert_eq!(signer.reload().unwrap(), true);
-        assert_eq!(signer.reload().unwrap(), false);
+        assert!(signer.reload().unwrap(), "rotated key picked up");
+        assert!(!signer.reload().unwrap(), "unchanged file, no reload");
         assert_eq!(
             signer.sign(&mut parts(), "example.com", now),
             Some(r.new.clone())

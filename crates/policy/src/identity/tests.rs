@@ -289,3 +289,29 @@ fn cloudflares_verifier_accepts_our_signature_and_rejects_tampering() {
     let other = SigningKey::from_bytes(&[3u8; 32]).verifying_key();
     assert!(verify_with_web_bot_auth(&msg, &other).is_err());
 }
+
+#[test]
+fn the_card_declares_the_budget_actually_enforced() {
+    let budget = crate::budget::BudgetParams {
+        max_rate: 3.0,
+        concurrency: 4,
+        ..Default::default()
+    };
+    let card = card_json(
+        "https://crawler.example/",
+        "MyBot",
+        &[crate::robots::Purpose::Search],
+        &budget,
+    );
+    let v: serde_json::Value = serde_json::from_str(&card).unwrap();
+    assert_eq!(
+        v["jwks_uri"],
+        "https://crawler.example/.well-known/http-message-signatures-directory"
+    );
+    assert_eq!(v["web_bot_auth"]["rfc9309-product-token"], "MyBot");
+    assert_eq!(v["web_bot_auth"]["purpose"], "search");
+    assert_eq!(
+        v["web_bot_auth"]["rate-expectation"],
+        "max=3rps;start=1rps;burst=1;concurrency=4;per=host"
+    );
+}
