@@ -8,5 +8,6 @@ mod e2e {
     mod budget;
     mod cache;
     mod forwarding;
+    mod identity;
     mod robots;
 }

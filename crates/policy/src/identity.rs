@@ -245,11 +245,20 @@ impl Identity {
         authority: &str,
         now: SystemTime,
     ) -> Option<KeyId> {
+        self.sign_headers(&mut parts.headers, authority, now)
+    }
+
+    /// [`Identity::sign`] on a request's header map.
+    pub fn sign_headers(
+        &self,
+        headers: &mut http::HeaderMap,
+        authority: &str,
+        now: SystemTime,
+    ) -> Option<KeyId> {
         if self.skips(host_of(authority)) {
             return None;
         }
         let signed = self.signature_headers(authority, now);
-        let headers = &mut parts.headers;
         for name in [SIGNATURE_AGENT, SIGNATURE_INPUT, SIGNATURE] {
             headers.remove(&name);
         }

@@ -356,6 +356,16 @@ impl Signer {
         self.identity().sign(parts, authority, now)
     }
 
+    /// [`Signer::sign`] on a request's header map.
+    pub fn sign_headers(
+        &self,
+        headers: &mut http::HeaderMap,
+        authority: &str,
+        now: SystemTime,
+    ) -> Option<KeyId> {
+        self.identity().sign_headers(headers, authority, now)
+    }
+
     /// Loads the key file again if its content changed. `Ok(true)` when the
     /// signing key was replaced. On an error the current key keeps signing.
     pub fn reload(&self) -> Result<bool, KeyFileError> {

@@ -39,7 +39,15 @@ pub async fn fetch_robots_once(cfg: &Config, url: &str) -> Result<Option<Vec<u8>
     let guard = upstream::Guard::new(&cfg.upstream);
     let client = upstream::client(&cfg.upstream, guard).map_err(|e| e.to_string())?;
     let robots_url = format!("{}robots.txt", target.url(None));
-    let report = robots::fetch(&client, &robots_url, None, cfg.robots.max_redirects).await;
+    let signer = identity::Signer::load(cfg).map_err(|e| e.to_string())?;
+    let report = robots::fetch(
+        &client,
+        &robots_url,
+        None,
+        cfg.robots.max_redirects,
+        signer.as_deref(),
+    )
+    .await;
     match report.result {
         FetchResult::Body(b) => Ok(Some(b)),
         r if r.means_no_rules() => Ok(None),

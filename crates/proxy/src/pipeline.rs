@@ -243,6 +243,17 @@ pub(crate) async fn handle(
                 if let Some(validators) = &cache.validators {
                     r.headers_mut().extend(validators.clone());
                 }
+                // 4. Identity: signed after the budget's turn, so `created`
+                //    is the send time, and again on every retry.
+                if let Some(signer) = &shared.identity {
+                    let keyid = signer.sign_headers(
+                        r.headers_mut(),
+                        &target.authority(),
+                        SystemTime::now(),
+                    );
+                    rec.signed = keyid.is_some();
+                    rec.keyid = keyid.map(|k| k.to_string());
+                }
                 r
             }
             Err(why) => {

@@ -4,7 +4,9 @@
 //! is decided by `mannerly_policy::robots_cache`.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
+
+use mannerly_policy::identity::KeyId;
 
 use bytes::{Bytes, BytesMut};
 use dashmap::DashMap;
@@ -20,6 +22,7 @@ use tokio::time::Instant;
 
 use crate::body::empty;
 use crate::budget::Budgets;
+use crate::identity::Signer;
 use crate::pipeline::Target;
 use crate::upstream::{connect_error, UpstreamClient};
 
@@ -36,19 +39,23 @@ pub(crate) struct FetchReport {
     pub status: Option<u16>,
     pub retry_after: Option<String>,
     pub bytes: u64,
+    /// The Web Bot Auth key the (last) request was signed with.
+    pub keyid: Option<KeyId>,
     pub result: FetchResult,
 }
 
 /// robots.txt per origin.
 pub(crate) struct RobotsCache {
     params: RobotsParams,
+    identity: Option<Arc<Signer>>,
     slots: DashMap<String, Arc<Slot>>,
 }
 
 impl RobotsCache {
-    pub(crate) fn new(params: RobotsParams) -> Self {
+    pub(crate) fn new(params: RobotsParams, identity: Option<Arc<Signer>>) -> Self {
         RobotsCache {
             params,
+            identity,
             slots: DashMap::new(),
         }
     }
@@ -81,7 +88,13 @@ impl RobotsCache {
         let url = format!("{key}robots.txt");
         let report = match tokio::time::timeout(
             timeout,
-            fetch(client, &url, user_agent, self.params.max_redirects),
+            fetch(
+                client,
+                &url,
+                user_agent,
+                self.params.max_redirects,
+                self.identity.as_deref(),
+            ),
         )
         .await
         {
@@ -91,6 +104,7 @@ impl RobotsCache {
                 status: None,
                 retry_after: None,
                 bytes: 0,
+                keyid: None,
                 result: FetchResult::Failed(format!("no complete answer within {timeout:?}")),
             },
         };
@@ -167,6 +181,21 @@ pub(crate) async fn fetch(
     url: &str,
     user_agent: Option<&HeaderValue>,
     max_redirects: u32,
+    identity: Option<&Signer>,
+) -> FetchReport {
+    let mut keyid = None;
+    let mut report = fetch_hops(client, url, user_agent, max_redirects, identity, &mut keyid).await;
+    report.keyid = keyid;
+    report
+}
+
+async fn fetch_hops(
+    client: &UpstreamClient,
+    url: &str,
+    user_agent: Option<&HeaderValue>,
+    max_redirects: u32,
+    identity: Option<&Signer>,
+    keyid: &mut Option<KeyId>,
 ) -> FetchReport {
     let mut current = url.to_string();
     let mut hops = 0;
@@ -188,10 +217,15 @@ pub(crate) async fn fetch(
         if let Some(a) = uri.authority() {
             req = req.header(http::header::HOST, a.as_str());
         }
-        let req = match req.body(empty()) {
+        let mut req = match req.body(empty()) {
             Ok(r) => r,
             Err(e) => return report(url, None, FetchResult::Failed(e.to_string())),
         };
+        // robots.txt fetches are the crawler's requests too: signed, each hop.
+        if let (Some(signer), Some(authority)) = (identity, uri.authority()) {
+            let authority = normalized_authority(uri.scheme_str(), authority);
+            *keyid = signer.sign_headers(req.headers_mut(), &authority, SystemTime::now());
+        }
         let resp = match client.request(req).await {
             Ok(r) => r,
             Err(e) => {
@@ -249,8 +283,23 @@ pub(crate) async fn fetch(
             status: Some(status),
             retry_after: None,
             bytes: body.len() as u64,
+            keyid: None,
             result: FetchResult::Body(body.to_vec()),
         };
+    }
+}
+
+/// `host[:port]` as the Host header carries it: the scheme's default port
+/// left out, as RFC 9421's `@authority` wants.
+fn normalized_authority(scheme: Option<&str>, a: &http::uri::Authority) -> String {
+    let default = match scheme {
+        Some("https") => Some(443),
+        Some("http") => Some(80),
+        _ => None,
+    };
+    match a.port_u16() {
+        Some(p) if Some(p) == default => a.host().to_ascii_lowercase(),
+        _ => a.as_str().to_ascii_lowercase(),
     }
 }
 
@@ -260,6 +309,7 @@ fn report(url: &str, status: Option<u16>, result: FetchResult) -> FetchReport {
         status,
         retry_after: None,
         bytes: 0,
+        keyid: None,
         result,
     }
 }
@@ -287,6 +337,8 @@ pub(crate) fn fetch_record(mut rec: AuditRecord, r: &FetchReport) -> AuditRecord
     rec.status = r.status;
     rec.bytes = Some(r.bytes);
     rec.retry_after = r.retry_after.clone();
+    rec.signed = r.keyid.is_some();
+    rec.keyid = r.keyid.as_ref().map(|k| k.to_string());
     rec.reason = match &r.result {
         FetchResult::Body(_) => None,
         result if result.means_no_rules() => Some(format!(

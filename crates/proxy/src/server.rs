@@ -49,6 +49,8 @@ pub(crate) struct Shared {
     /// survives even a `kill -9` moments later.
     pub save_budgets: Notify,
     pub tracker: Tracker,
+    /// Web Bot Auth signer (`[identity]`), when enabled.
+    pub identity: Option<Arc<crate::identity::Signer>>,
     ids: AtomicU64,
     id_prefix: String,
 }
@@ -170,7 +172,11 @@ impl Proxy {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis())
             .unwrap_or(0);
-        let robots = RobotsCache::new(cfg.robots.clone());
+        let identity = crate::identity::Signer::load(&cfg)?;
+        if let Some(signer) = &identity {
+            signer.watch();
+        }
+        let robots = RobotsCache::new(cfg.robots.clone(), identity.clone());
         let hosts = MemoryHosts::new(cfg.budget.clone()).map_err(|e| ConfigError::Invalid {
             key: e.key.clone(),
             why: e.reason.clone(),
@@ -206,6 +212,7 @@ impl Proxy {
                 cache,
                 save_budgets: Notify::new(),
                 tracker: Tracker::new(),
+                identity,
                 ids: AtomicU64::new(0),
                 id_prefix: format!("{start:x}"),
             }),
