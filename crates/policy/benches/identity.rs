@@ -12,7 +12,13 @@ use mannerly_policy::identity::{key_from_pem, key_to_pem, Identity};
 
 fn sign(c: &mut Criterion) {
     let key = key_from_pem(&key_to_pem(&[42u8; 32]).unwrap()).unwrap();
-    let id = Identity::new(key, "https://crawler.example", Duration::from_secs(300), &[]).unwrap();
+    let id = Identity::new(
+        key,
+        "https://crawler.example",
+        Duration::from_secs(300),
+        &[],
+    )
+    .unwrap();
     let mut headers = http::HeaderMap::new();
     headers.insert(http::header::USER_AGENT, "MyBot/1.0".parse().unwrap());
     let now = UNIX_EPOCH + Duration::from_secs(1_700_000_000);

@@ -30,7 +30,7 @@ mod retry_after;
 
 pub use decision::{HostView, Reaction, Refusal, Reservation, Start, Throttle, QUEUE_RETRY_AFTER};
 pub use host::HostBudget;
-pub use params::{BudgetError, BudgetParams, HostOverride, HostParams, MAX_BREAKER_THRESHOLD};
+pub use params::{BudgetParams, HostOverride, HostParams, MAX_BREAKER_THRESHOLD};
 pub use persist::PersistedHost;
 pub use retry_after::{parse_retry_after, RETRY_AFTER_ABSURD};
 

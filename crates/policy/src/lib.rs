@@ -10,6 +10,7 @@ pub mod conditional;
 mod headers;
 pub mod identity;
 mod outcome;
+mod param;
 pub mod robots;
 pub mod robots_cache;
 
@@ -17,3 +18,4 @@ pub use address::{classify_ip, parse_host_ip, AddressClass};
 pub use audit::{chain_line, last_chain, verify_chain, AuditRecord, ChainError, GENESIS};
 pub use headers::strip_hop_by_hop;
 pub use outcome::Outcome;
+pub use param::ParamError;

@@ -15,6 +15,15 @@ pub enum ConfigError {
     },
 }
 
+impl From<mannerly_policy::ParamError> for ConfigError {
+    fn from(e: mannerly_policy::ParamError) -> Self {
+        ConfigError::Invalid {
+            key: e.key,
+            why: e.why,
+        }
+    }
+}
+
 /// Creating, loading or using the interception CA.
 #[derive(Debug, thiserror::Error)]
 pub enum CaError {

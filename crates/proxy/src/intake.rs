@@ -37,15 +37,16 @@ pub(crate) enum Intake {
     Bad(BadHead),
 }
 
-/// Reads until a complete head, the size limit or the timeout.
+/// Reads until a complete head, the size limit or the deadline.
 pub(crate) async fn read_head<S: AsyncRead + Unpin>(
     stream: &mut S,
     max_bytes: usize,
     max_headers: usize,
+    now: tokio::time::Instant,
     timeout: Duration,
 ) -> Intake {
     let mut buf = BytesMut::with_capacity(4096);
-    let deadline = tokio::time::Instant::now() + timeout;
+    let deadline = now + timeout;
     loop {
         match check(&buf, max_bytes, max_headers) {
             Check::Complete => return Intake::Ready(buf),

@@ -8,7 +8,9 @@ mod body;
 mod budget;
 mod ca;
 mod cache;
+mod clock;
 mod config;
+mod connection;
 mod error;
 mod identity;
 mod intake;
@@ -16,6 +18,8 @@ mod pipeline;
 mod respond;
 mod robots;
 mod server;
+mod shared;
+mod target;
 mod tunnel;
 mod upstream;
 
@@ -35,17 +39,18 @@ pub use server::Proxy;
 pub async fn fetch_robots_once(cfg: &Config, url: &str) -> Result<Option<Vec<u8>>, String> {
     use mannerly_policy::robots_cache::FetchResult;
     let uri: http::Uri = url.parse().map_err(|e| format!("{url}: {e}"))?;
-    let target = pipeline::Target::from_absolute(&uri)?;
-    let guard = upstream::Guard::new(&cfg.upstream);
+    let target = target::Target::from_absolute(&uri)?;
+    let guard = upstream::Guard::new(&cfg.upstream, clock::Clock::system());
     let client = upstream::client(&cfg.upstream, guard).map_err(|e| e.to_string())?;
     let robots_url = format!("{}robots.txt", target.url(None));
     let signer = identity::Signer::load(cfg).map_err(|e| e.to_string())?;
+    let clock = clock::Clock::system();
     let report = robots::fetch(
         &client,
         &robots_url,
         None,
         cfg.robots.max_redirects,
-        signer.as_deref(),
+        signer.as_deref().map(|s| (s, &clock)),
     )
     .await;
     match report.result {

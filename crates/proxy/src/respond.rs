@@ -49,8 +49,9 @@ pub(crate) fn decision_value(outcome: Outcome, details: &[(&str, String)]) -> He
     header_text(&v)
 }
 
-/// An answer the proxy makes itself.
-pub(crate) struct Refusal {
+/// An answer the proxy makes itself (a refusal or an error), before it
+/// becomes a response.
+pub(crate) struct Answer {
     /// What was decided.
     pub outcome: Outcome,
     /// Status to send.
@@ -65,10 +66,10 @@ pub(crate) struct Refusal {
     pub close: bool,
 }
 
-impl Refusal {
+impl Answer {
     /// A refusal with the outcome's usual status.
     pub(crate) fn new(outcome: Outcome, reason: impl Into<String>) -> Self {
-        Refusal {
+        Answer {
             outcome,
             status: outcome.refusal_status(),
             reason: reason.into(),

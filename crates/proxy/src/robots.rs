@@ -4,7 +4,7 @@
 //! is decided by `mannerly_policy::robots_cache`.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use mannerly_policy::identity::KeyId;
 
@@ -22,8 +22,9 @@ use tokio::time::Instant;
 
 use crate::body::empty;
 use crate::budget::Budgets;
+use crate::clock::Clock;
 use crate::identity::Signer;
-use crate::pipeline::Target;
+use crate::target::Target;
 use crate::upstream::{connect_error, UpstreamClient};
 
 struct Slot {
@@ -47,14 +48,16 @@ pub(crate) struct FetchReport {
 /// robots.txt per origin.
 pub(crate) struct RobotsCache {
     params: RobotsParams,
+    clock: Clock,
     identity: Option<Arc<Signer>>,
     slots: DashMap<String, Arc<Slot>>,
 }
 
 impl RobotsCache {
-    pub(crate) fn new(params: RobotsParams, identity: Option<Arc<Signer>>) -> Self {
+    pub(crate) fn new(params: RobotsParams, clock: Clock, identity: Option<Arc<Signer>>) -> Self {
         RobotsCache {
             params,
+            clock,
             identity,
             slots: DashMap::new(),
         }
@@ -93,7 +96,7 @@ impl RobotsCache {
                 &url,
                 user_agent,
                 self.params.max_redirects,
-                self.identity.as_deref(),
+                self.identity.as_deref().map(|s| (s, &self.clock)),
             ),
         )
         .await
@@ -115,7 +118,7 @@ impl RobotsCache {
             None => drop(permit),
         }
         on_fetch(&report);
-        let now = Instant::now().into_std();
+        let now = self.clock.now_std();
         let mut guard = slot.entry.write().unwrap_or_else(|p| p.into_inner());
         let entry = RobotsEntry::after_fetch(guard.as_ref(), &report.result, &self.params, now);
         let rules = entry.rules_now(now);
@@ -124,7 +127,7 @@ impl RobotsCache {
     }
 
     fn cached(&self, slot: &Slot) -> Option<Rules> {
-        let now = Instant::now().into_std();
+        let now = self.clock.now_std();
         let guard = slot.entry.read().unwrap_or_else(|p| p.into_inner());
         match guard.as_ref()?.lookup(&self.params, now) {
             Lookup::Use(rules) => Some(rules),
@@ -153,7 +156,7 @@ impl RobotsCache {
     // Stale entries go first; if every entry is live the oldest half of the
     // map's iteration order goes, which bounds memory at the cost of refetches.
     fn evict(&self) {
-        let now = Instant::now().into_std();
+        let now = self.clock.now_std();
         self.slots.retain(|_, s| {
             s.entry
                 .read()
@@ -181,7 +184,7 @@ pub(crate) async fn fetch(
     url: &str,
     user_agent: Option<&HeaderValue>,
     max_redirects: u32,
-    identity: Option<&Signer>,
+    identity: Option<(&Signer, &Clock)>,
 ) -> FetchReport {
     let mut keyid = None;
     let mut report = fetch_hops(client, url, user_agent, max_redirects, identity, &mut keyid).await;
@@ -194,7 +197,7 @@ async fn fetch_hops(
     url: &str,
     user_agent: Option<&HeaderValue>,
     max_redirects: u32,
-    identity: Option<&Signer>,
+    identity: Option<(&Signer, &Clock)>,
     keyid: &mut Option<KeyId>,
 ) -> FetchReport {
     let mut current = url.to_string();
@@ -222,9 +225,9 @@ async fn fetch_hops(
             Err(e) => return report(url, None, FetchResult::Failed(e.to_string())),
         };
         // robots.txt fetches are the crawler's requests too: signed, each hop.
-        if let (Some(signer), Some(authority)) = (identity, uri.authority()) {
+        if let (Some((signer, clock)), Some(authority)) = (identity, uri.authority()) {
             let authority = normalized_authority(uri.scheme_str(), authority);
-            *keyid = signer.sign_headers(req.headers_mut(), &authority, SystemTime::now());
+            *keyid = signer.sign_headers(req.headers_mut(), &authority, clock.wall());
         }
         let resp = match client.request(req).await {
             Ok(r) => r,

@@ -19,7 +19,8 @@ use rustls::RootCertStore;
 use tokio::net::TcpStream;
 
 use crate::body::ProxyBody;
-use crate::config::{secs, UpstreamConfig};
+use crate::clock::Clock;
+use crate::config::UpstreamConfig;
 use crate::error::StartError;
 
 /// Why a connection to an origin was not made.
@@ -71,6 +72,7 @@ pub(crate) struct Guard {
     /// check of each request; the connector still checks every address it
     /// connects to, so a name that changes meanwhile is caught there.
     vetted: Arc<dashmap::DashMap<(String, u16), tokio::time::Instant>>,
+    clock: Clock,
 }
 
 /// How long a name that passed the guard is not resolved again for the
@@ -81,7 +83,7 @@ const VETTED_MAX: usize = 100_000;
 
 impl Guard {
     /// A guard from the `[upstream]` section.
-    pub(crate) fn new(cfg: &UpstreamConfig) -> Self {
+    pub(crate) fn new(cfg: &UpstreamConfig, clock: Clock) -> Self {
         let overrides = cfg
             .resolve
             .iter()
@@ -91,6 +93,7 @@ impl Guard {
             allow_private: cfg.allow_private,
             overrides: Arc::new(overrides),
             vetted: Arc::new(dashmap::DashMap::new()),
+            clock,
         }
     }
 
@@ -98,7 +101,7 @@ impl Guard {
     /// but a name that passed within the last 30 s is not resolved again.
     pub(crate) async fn check_name(&self, host: &str, port: u16) -> Result<(), ConnectError> {
         let key = (host.to_string(), port);
-        let now = tokio::time::Instant::now();
+        let now = self.clock.now();
         if self
             .vetted
             .get(&key)
@@ -280,12 +283,12 @@ pub(crate) fn client(cfg: &UpstreamConfig, guard: Guard) -> Result<UpstreamClien
         .enable_http2()
         .wrap_connector(GuardedConnector {
             guard,
-            connect_timeout: secs(cfg.connect_timeout_secs),
+            connect_timeout: cfg.connect_timeout,
         });
     Ok(Client::builder(TokioExecutor::new())
         .timer(TokioTimer::new())
         .pool_timer(TokioTimer::new())
-        .pool_idle_timeout(secs(cfg.pool_idle_secs))
+        .pool_idle_timeout(cfg.pool_idle)
         .pool_max_idle_per_host(cfg.pool_max_idle_per_host)
         .build(connector))
 }

@@ -4,8 +4,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use dashmap::DashMap;
 use mannerly_policy::budget::{
-    host_key, BudgetError, BudgetParams, HostBudget, HostParams, HostView, PersistedHost, Reaction,
-    Reservation, Start,
+    host_key, BudgetParams, HostBudget, HostParams, HostView, PersistedHost, Reaction, Reservation,
+    Start,
 };
 
 use super::HostStore;
@@ -24,7 +24,7 @@ pub struct MemoryHosts {
 impl MemoryHosts {
     /// An empty store with these parameters (validated here, so that a
     /// store never runs on nonsense).
-    pub fn new(params: BudgetParams) -> Result<MemoryHosts, BudgetError> {
+    pub fn new(params: BudgetParams) -> Result<MemoryHosts, mannerly_policy::ParamError> {
         Ok(MemoryHosts {
             params: params.validate()?,
             hosts: DashMap::new(),
