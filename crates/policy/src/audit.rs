@@ -67,6 +67,9 @@ pub struct AuditRecord {
     pub cache: Option<&'static str>,
     /// Whether the request carried Web Bot Auth signature headers.
     pub signed: bool,
+    /// The `keyid` (JWK thumbprint) of the Web Bot Auth signature mannerly
+    /// added, when it signed the request.
+    pub keyid: Option<String>,
 }
 
 // === impl AuditRecord ===

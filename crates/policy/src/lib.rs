@@ -8,6 +8,7 @@ mod audit;
 pub mod budget;
 pub mod conditional;
 mod headers;
+pub mod identity;
 mod outcome;
 mod param;
 pub mod robots;

@@ -57,7 +57,7 @@ pub(crate) async fn handle(
         loop {
             let permit = x.budget().await?; // 2. the host's turn
             let mut out = x.outgoing(&parts, body.take(), &cache)?;
-            x.identity(&mut out); // 4. signatures (none yet)
+            x.identity(&mut out); // 4. Web Bot Auth signature
             let resp = x.upstream(out).await?; // 5. send
             match x.learn(&parts, &mut cache, permit, resp, body.resendable()) {
                 Learned::Answer(answer) => return Ok(answer), // 6.-7. learn, audit
@@ -340,8 +340,16 @@ impl Exchange {
         }
     }
 
-    /// Step 4: identity, Web Bot Auth signature headers. Nothing is signed yet.
-    fn identity(&mut self, _out: &mut Request<ProxyBody>) {}
+    /// Step 4: identity, Web Bot Auth signature headers. Signed here, after
+    /// the budget's turn, so `created` is the send time; a retry signs anew.
+    fn identity(&mut self, out: &mut Request<ProxyBody>) {
+        if let Some(signer) = &self.shared.identity {
+            let now = self.shared.clock.wall();
+            let keyid = signer.sign_headers(out.headers_mut(), &self.target.authority(), now);
+            self.rec.signed = keyid.is_some();
+            self.rec.keyid = keyid.map(|k| k.to_string());
+        }
+    }
 
     /// Step 5: send, with the first-byte timeout.
     async fn upstream(&mut self, out: Request<ProxyBody>) -> Step<Response<Incoming>> {

@@ -22,6 +22,7 @@ use crate::cache::Cache;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::error::{Source, StartError};
+use crate::identity::Signer;
 use crate::respond::Answer;
 use crate::robots::RobotsCache;
 use crate::upstream::{self, Guard, UpstreamClient};
@@ -41,6 +42,8 @@ pub(crate) struct Shared {
     /// survives even a `kill -9` moments later.
     pub(crate) save_budgets: Notify,
     pub(crate) tracker: Tracker,
+    /// Web Bot Auth signer (`[identity]`), when enabled.
+    pub(crate) identity: Option<Arc<Signer>>,
     ids: AtomicU64,
     id_prefix: String,
 }
@@ -62,7 +65,11 @@ impl Shared {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis())
             .unwrap_or(0);
-        let robots = RobotsCache::new(cfg.robots.clone(), clock.clone());
+        let identity = Signer::load(&cfg)?;
+        if let Some(signer) = &identity {
+            signer.watch();
+        }
+        let robots = RobotsCache::new(cfg.robots.clone(), clock.clone(), identity.clone());
         let hosts = MemoryHosts::new(cfg.budget.clone()).map_err(crate::ConfigError::from)?;
         let budgets = Budgets::new(Arc::new(hosts), clock.clone());
         let cache = Cache::open(&cfg)?;
@@ -95,6 +102,7 @@ impl Shared {
             cache,
             save_budgets: Notify::new(),
             tracker: Tracker::new(),
+            identity,
             ids: AtomicU64::new(0),
             id_prefix: format!("{start:x}"),
         })
