@@ -12,6 +12,7 @@ mod clock;
 mod config;
 mod connection;
 mod error;
+mod heads;
 mod identity;
 mod intake;
 mod pipeline;
