@@ -8,6 +8,7 @@ pub mod budget;
 pub mod conditional;
 mod headers;
 mod outcome;
+pub mod prefs;
 pub mod robots;
 pub mod robots_cache;
 
