@@ -96,7 +96,8 @@ pub struct Said<'a> {
     pub vocabulary: Vocabulary,
     /// Where it was read.
     pub place: Place,
-    /// The line or header as written (`Content-Usage: /a/ train-ai=n`).
+    /// The robots.txt line as written (`Content-Usage: /a/ train-ai=n`), or
+    /// the header's value (`train-ai=n`).
     pub text: &'a str,
 }
 
@@ -106,7 +107,7 @@ impl fmt::Display for Said<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.place {
             Place::RobotsLine(line) => write!(f, "robots.txt line {line}: {}", self.text),
-            Place::Header => write!(f, "header {}", self.text),
+            Place::Header => write!(f, "header {}: {}", self.vocabulary, self.text),
         }
     }
 }

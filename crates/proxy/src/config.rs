@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use mannerly_policy::budget::BudgetParams;
 use mannerly_policy::conditional::{CacheConfigError, CacheParams};
+use mannerly_policy::prefs::DeclaredUse;
 use mannerly_policy::robots::Purpose;
 use mannerly_policy::robots_cache::RobotsParams;
 use serde::Deserialize;
@@ -132,8 +133,13 @@ pub struct CrawlerConfig {
     /// robots.txt product token; empty means the first product token of each
     /// client's User-Agent.
     pub agent: String,
-    /// Declared purposes (`search`, `ai-input`, `ai-train`) checked against Content-Signal.
+    /// Declared purposes (`search`, `ai-input`, `ai-train`) checked against the
+    /// site's Content-Signal / Content-Usage statements.
     pub purposes: Vec<Purpose>,
+    /// How much of a page the crawl reproduces (`reference`, `full`, or `""`
+    /// for not declared), checked against a site's Content-Signal `use`.
+    #[serde(rename = "use")]
+    pub usage: DeclaredUse,
 }
 
 /// `[policy]`: enforcement.
