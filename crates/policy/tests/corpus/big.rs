@@ -19,7 +19,7 @@ pub fn big_robots() -> String {
     let mut i = 0u32;
     while s.len() < BIG_BYTES {
         s.push_str(&format!("Disallow: /catalog/item-{i:06}/reviews?sort=*\n"));
-        if i % 50 == 0 {
+        if i.is_multiple_of(50) {
             s.push_str(&format!("Disallow: /catalog/*/variant-{i}$\n"));
         }
         i += 1;
