@@ -71,12 +71,10 @@ pub fn judge_response<'a>(
             if *usage == SignalUse::Reference {
                 reference.get_or_insert(said);
             }
-            let mut mine = PrefsRecord {
-                usage: Some(usage.as_str().to_string()),
-                ..PrefsRecord::default()
-            };
-            mine.sources.clear();
-            record.merge(&mine);
+            // `reference` is the more restrictive: once said, it stands.
+            if record.usage.as_deref() != Some("reference") {
+                record.usage = Some(usage.as_str().to_string());
+            }
         }
     }
 
