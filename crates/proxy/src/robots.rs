@@ -20,7 +20,8 @@ use tokio::time::Instant;
 
 use crate::body::empty;
 use crate::budget::Budgets;
-use crate::pipeline::Target;
+use crate::clock::Clock;
+use crate::target::Target;
 use crate::upstream::{connect_error, UpstreamClient};
 
 struct Slot {
@@ -42,13 +43,15 @@ pub(crate) struct FetchReport {
 /// robots.txt per origin.
 pub(crate) struct RobotsCache {
     params: RobotsParams,
+    clock: Clock,
     slots: DashMap<String, Arc<Slot>>,
 }
 
 impl RobotsCache {
-    pub fn new(params: RobotsParams) -> Self {
+    pub(crate) fn new(params: RobotsParams, clock: Clock) -> Self {
         RobotsCache {
             params,
+            clock,
             slots: DashMap::new(),
         }
     }
@@ -57,7 +60,7 @@ impl RobotsCache {
     /// `on_fetch` is called for every fetch actually made (for its audit line).
     /// The fetch spends from the host's budget like any request; a host
     /// that is paused longer than `deadline` allows gives the budget's refusal.
-    pub async fn rules(
+    pub(crate) async fn rules(
         &self,
         client: &UpstreamClient,
         budgets: &Arc<Budgets>,
@@ -101,7 +104,7 @@ impl RobotsCache {
             None => drop(permit),
         }
         on_fetch(&report);
-        let now = Instant::now().into_std();
+        let now = self.clock.now_std();
         let mut guard = slot.entry.write().unwrap_or_else(|p| p.into_inner());
         let entry = RobotsEntry::after_fetch(guard.as_ref(), &report.result, &self.params, now);
         let rules = entry.rules_now(now);
@@ -110,7 +113,7 @@ impl RobotsCache {
     }
 
     fn cached(&self, slot: &Slot) -> Option<Rules> {
-        let now = Instant::now().into_std();
+        let now = self.clock.now_std();
         let guard = slot.entry.read().unwrap_or_else(|p| p.into_inner());
         match guard.as_ref()?.lookup(&self.params, now) {
             Lookup::Use(rules) => Some(rules),
@@ -139,7 +142,7 @@ impl RobotsCache {
     // Stale entries go first; if every entry is live the oldest half of the
     // map's iteration order goes, which bounds memory at the cost of refetches.
     fn evict(&self) {
-        let now = Instant::now().into_std();
+        let now = self.clock.now_std();
         self.slots.retain(|_, s| {
             s.entry
                 .read()
@@ -184,9 +187,6 @@ pub(crate) async fn fetch(
         let mut req = Request::builder().method(Method::GET).uri(uri.clone());
         if let Some(ua) = user_agent {
             req = req.header(USER_AGENT, ua.clone());
-        }
-        if let Some(a) = uri.authority() {
-            req = req.header(http::header::HOST, a.as_str());
         }
         let req = match req.body(empty()) {
             Ok(r) => r,

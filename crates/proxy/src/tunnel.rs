@@ -14,11 +14,12 @@ use mannerly_policy::Outcome;
 use tokio_rustls::LazyConfigAcceptor;
 
 use crate::body::{empty, ProxyBody};
-use crate::config::secs;
+use crate::connection::drive;
 use crate::error::Source;
-use crate::pipeline::{self, Scheme, Target};
-use crate::respond::{Refusal, DECISION};
-use crate::server::{drive, Shared};
+use crate::pipeline;
+use crate::respond::{Answer, DECISION};
+use crate::shared::Shared;
+use crate::target::{Scheme, Target};
 use crate::upstream::{connect_any, ConnectError};
 
 /// Handles a CONNECT request read on the proxy port.
@@ -31,7 +32,7 @@ pub(crate) async fn connect(
     let url = req.uri().to_string();
     let Some(authority) = authority else {
         let rec = shared.record("CONNECT", &url, "", peer);
-        let r = Refusal::new(Outcome::Error, "CONNECT needs host:port")
+        let r = Answer::new(Outcome::Error, "CONNECT needs host:port")
             .status(400)
             .close();
         return shared.refuse(rec, r, Source::Client);
@@ -40,7 +41,7 @@ pub(crate) async fn connect(
     let port = authority.port_u16().unwrap_or(443);
     let rec = shared.record("CONNECT", &url, &host, peer);
     if !shared.cfg.proxy.connect_ports.contains(&port) {
-        let r = Refusal::new(
+        let r = Answer::new(
             Outcome::Blocked,
             format!("CONNECT to port {port} is not allowed (proxy.connect_ports)"),
         );
@@ -51,12 +52,12 @@ pub(crate) async fn connect(
         Err(e @ ConnectError::Blocked { .. }) => {
             return shared.refuse(
                 rec,
-                Refusal::new(Outcome::Blocked, e.to_string()),
+                Answer::new(Outcome::Blocked, e.to_string()),
                 Source::Policy,
             )
         }
         Err(e) => {
-            let r = Refusal::new(Outcome::Error, e.to_string()).status(502);
+            let r = Answer::new(Outcome::Error, e.to_string()).status(502);
             return shared.refuse(rec, r, Source::Upstream);
         }
     };
@@ -95,7 +96,7 @@ async fn intercept_tls(
 ) {
     let acceptor =
         LazyConfigAcceptor::new(rustls::server::Acceptor::default(), TokioIo::new(upgraded));
-    let timeout = secs(shared.cfg.proxy.header_read_timeout_secs);
+    let timeout = shared.cfg.proxy.header_read_timeout;
     let start = match tokio::time::timeout(timeout, acceptor).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
@@ -158,7 +159,7 @@ async fn pass_through(
     addrs: Vec<SocketAddr>,
     mut rec: mannerly_policy::AuditRecord,
 ) {
-    let timeout = secs(shared.cfg.upstream.connect_timeout_secs);
+    let timeout = shared.cfg.upstream.connect_timeout;
     let mut client = TokioIo::new(upgraded);
     rec.outcome = Some(Outcome::Tunneled);
     match connect_any(&target.host, &addrs, timeout).await {
