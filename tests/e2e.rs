@@ -8,6 +8,7 @@ mod e2e {
     mod budget;
     mod cache;
     mod forwarding;
+    mod prefs;
     mod realweb;
     mod robots;
 }

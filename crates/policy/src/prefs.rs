@@ -32,6 +32,20 @@ use std::fmt;
 
 use serde::Serialize;
 
+/// What to do with a response whose `Content-Usage` / `Content-Signal`
+/// header refuses a declared purpose (`policy.response_preferences`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ResponsePreferences {
+    /// Answer 403 `signal_refused` with the header's text; the body is
+    /// neither delivered nor stored.
+    #[default]
+    Withhold,
+    /// Pass the answer on with a `Mannerly-Preferences` header saying what
+    /// the site refuses.
+    Annotate,
+}
+
 /// What the site's statements, combined, say about one purpose.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "lowercase")]

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use mannerly_policy::budget::BudgetParams;
 use mannerly_policy::conditional::CacheParams;
-use mannerly_policy::prefs::DeclaredUse;
+use mannerly_policy::prefs::{DeclaredUse, ResponsePreferences};
 use mannerly_policy::robots::Purpose;
 use mannerly_policy::robots_cache::RobotsParams;
 use serde::Deserialize;
@@ -155,11 +155,18 @@ pub struct PolicyConfig {
     /// `false` = observe mode: everything is forwarded and the audit log says
     /// what would have been decided (`would`).
     pub enforce: bool,
+    /// A response whose `Content-Usage` / `Content-Signal` header refuses a
+    /// declared purpose: `withhold` (403 `signal_refused`) or `annotate`
+    /// (passed on with `Mannerly-Preferences`).
+    pub response_preferences: ResponsePreferences,
 }
 
 impl Default for PolicyConfig {
     fn default() -> Self {
-        PolicyConfig { enforce: true }
+        PolicyConfig {
+            enforce: true,
+            response_preferences: ResponsePreferences::Withhold,
+        }
     }
 }
 

@@ -14,6 +14,7 @@ mod connection;
 mod error;
 mod intake;
 mod pipeline;
+mod prefs;
 mod respond;
 mod robots;
 mod server;
