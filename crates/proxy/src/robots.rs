@@ -22,7 +22,7 @@ use crate::body::empty;
 use crate::budget::Budgets;
 use crate::clock::Clock;
 use crate::target::Target;
-use crate::upstream::{connect_error, UpstreamClient};
+use crate::upstream::{explain, UpstreamClient};
 
 struct Slot {
     entry: std::sync::RwLock<Option<RobotsEntry>>,
@@ -38,6 +38,9 @@ pub(crate) struct FetchReport {
     pub retry_after: Option<String>,
     pub bytes: u64,
     pub result: FetchResult,
+    /// The guard refused the address the name resolved to at connect time
+    /// (DNS rebinding): the request is `blocked`, not merely unanswered.
+    pub blocked: bool,
 }
 
 /// robots.txt per origin.
@@ -95,6 +98,7 @@ impl RobotsCache {
                 retry_after: None,
                 bytes: 0,
                 result: FetchResult::Failed(format!("no complete answer within {timeout:?}")),
+                blocked: false,
             },
         };
         match report.status {
@@ -195,8 +199,10 @@ pub(crate) async fn fetch(
         let resp = match client.request(req).await {
             Ok(r) => r,
             Err(e) => {
-                let why = connect_error(&e).map_or_else(|| format!("{e}"), |c| c.to_string());
-                return report(url, None, FetchResult::Failed(why));
+                let f = explain(&e);
+                let mut r = report(url, None, FetchResult::Failed(f.why));
+                r.blocked = f.blocked;
+                return r;
             }
         };
         let status = resp.status().as_u16();
@@ -250,6 +256,7 @@ pub(crate) async fn fetch(
             retry_after: None,
             bytes: body.len() as u64,
             result: FetchResult::Body(body.to_vec()),
+            blocked: false,
         };
     }
 }
@@ -261,6 +268,7 @@ fn report(url: &str, status: Option<u16>, result: FetchResult) -> FetchReport {
         retry_after: None,
         bytes: 0,
         result,
+        blocked: false,
     }
 }
 
