@@ -9,6 +9,7 @@ mod e2e {
     mod cache;
     mod forwarding;
     mod identity;
+    mod prefs;
     mod realweb;
     mod robots;
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use mannerly_policy::budget::BudgetParams;
 use mannerly_policy::conditional::CacheParams;
 use mannerly_policy::identity::check_agent_url;
+use mannerly_policy::prefs::{DeclaredUse, ResponsePreferences};
 use mannerly_policy::robots::Purpose;
 use mannerly_policy::robots_cache::RobotsParams;
 use serde::Deserialize;
@@ -141,8 +142,13 @@ pub struct CrawlerConfig {
     /// robots.txt product token; empty means the first product token of each
     /// client's User-Agent.
     pub agent: String,
-    /// Declared purposes (`search`, `ai-input`, `ai-train`) checked against Content-Signal.
+    /// Declared purposes (`search`, `ai-input`, `ai-train`) checked against the
+    /// site's Content-Signal / Content-Usage statements.
     pub purposes: Vec<Purpose>,
+    /// How much of a page the crawl reproduces (`reference`, `full`, or `""`
+    /// for not declared), checked against a site's Content-Signal `use`.
+    #[serde(rename = "use")]
+    pub usage: DeclaredUse,
 }
 
 /// `[identity]`: Web Bot Auth (draft-ietf-webbotauth-httpsig-protocol-00).
@@ -185,11 +191,18 @@ pub struct PolicyConfig {
     /// `false` = observe mode: everything is forwarded and the audit log says
     /// what would have been decided (`would`).
     pub enforce: bool,
+    /// A response whose `Content-Usage` / `Content-Signal` header refuses a
+    /// declared purpose: `withhold` (403 `signal_refused`) or `annotate`
+    /// (passed on with `Mannerly-Preferences`).
+    pub response_preferences: ResponsePreferences,
 }
 
 impl Default for PolicyConfig {
     fn default() -> Self {
-        PolicyConfig { enforce: true }
+        PolicyConfig {
+            enforce: true,
+            response_preferences: ResponsePreferences::Withhold,
+        }
     }
 }
 

@@ -16,6 +16,7 @@ mod heads;
 mod identity;
 mod intake;
 mod pipeline;
+mod prefs;
 mod respond;
 mod robots;
 mod server;

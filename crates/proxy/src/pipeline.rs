@@ -473,6 +473,10 @@ impl Exchange {
                 }
             };
         }
+        let resp = match self.preferences(resp) {
+            Ok(resp) => resp,
+            Err(withheld) => return Learned::Answer(withheld),
+        };
         self.rec.cache(cache.outcome);
         if resp.status() == StatusCode::NOT_MODIFIED {
             // The client's own validators: its 304 goes back as is.
@@ -491,6 +495,28 @@ impl Exchange {
                     shared.cache.remove_later(key);
                 }
                 Learned::Answer(self.forward(resp, Outcome::Fetched))
+            }
+        }
+    }
+}
+
+impl Exchange {
+    /// Step 6, usage preferences: a response whose headers refuse a declared
+    /// purpose is withheld (neither delivered nor stored) or annotated, by
+    /// config; in observe mode it passes and the line says `would`.
+    fn preferences(&mut self, mut resp: Response<Incoming>) -> Step<Response<Incoming>> {
+        match crate::prefs::judge(&self.shared.cfg, resp.headers(), &mut self.rec) {
+            crate::prefs::OnResponse::Pass => Ok(resp),
+            crate::prefs::OnResponse::Annotate(value) => {
+                resp.headers_mut().insert(crate::prefs::PREFERENCES, value);
+                Ok(resp)
+            }
+            crate::prefs::OnResponse::Withhold(answer) if self.enforce => {
+                Err(self.answer(answer, Source::Policy))
+            }
+            crate::prefs::OnResponse::Withhold(answer) => {
+                self.rec.would = Some(answer.outcome);
+                Ok(resp)
             }
         }
     }
@@ -640,21 +666,7 @@ fn robots_verdict(
         }
         return Some(r);
     }
-    let purposes = &shared.cfg.crawler.purposes;
-    if !purposes.is_empty() {
-        if let Some(refusal) = robots.signal_check(agent, path, purposes) {
-            rec.rule = Some(format!(
-                "Content-Signal line {}: {}",
-                refusal.line, refusal.text
-            ));
-            return Some(
-                Answer::new(Outcome::SignalRefused, format!("robots.txt: {refusal}"))
-                    .detail("purpose", refusal.purpose.as_str())
-                    .detail("line", refusal.line.to_string()),
-            );
-        }
-    }
-    None
+    crate::prefs::robots_refusal(&shared.cfg, robots, agent, path, rec)
 }
 
 /// The product token decisions are made for: configured, else the first
