@@ -24,6 +24,7 @@
 
 mod host;
 mod params;
+mod reset;
 mod retry_after;
 
 pub use host::{
@@ -31,6 +32,7 @@ pub use host::{
     QUEUE_RETRY_AFTER,
 };
 pub use params::{BudgetError, BudgetParams, HostOverride, HostParams, MAX_BREAKER_THRESHOLD};
+pub use reset::ResetReport;
 pub use retry_after::{parse_retry_after, RETRY_AFTER_ABSURD};
 
 use std::borrow::Cow;

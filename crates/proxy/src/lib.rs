@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod admin;
 mod audit;
 mod body;
 mod budget;
@@ -17,10 +18,12 @@ mod server;
 mod tunnel;
 mod upstream;
 
+pub use admin::{call as admin_call, AdminReply};
 pub use audit::{open as open_audit, AuditSink, AuditWriter};
 pub use ca::CertificateAuthority;
 pub use config::{
-    AuditConfig, AuditTarget, Config, CrawlerConfig, PolicyConfig, ProxyConfig, UpstreamConfig,
+    AdminConfig, AuditConfig, AuditTarget, Config, CrawlerConfig, PolicyConfig, ProxyConfig,
+    UpstreamConfig,
 };
 pub use error::{CaError, ConfigError, StartError};
 pub use server::Proxy;

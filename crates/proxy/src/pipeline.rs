@@ -251,7 +251,9 @@ pub(crate) async fn handle(
             }
         };
         let first_byte = secs(shared.cfg.upstream.first_byte_timeout_secs);
+        let sending = Instant::now();
         let sent = tokio::time::timeout(first_byte, shared.client.request(upstream_req)).await;
+        rec.upstream_ms = Some(sending.elapsed().as_millis() as u64);
         let resp = match sent {
             Ok(Ok(resp)) => resp,
             Ok(Err(e)) => return upstream_failure(&shared, rec, &e),

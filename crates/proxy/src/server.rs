@@ -20,6 +20,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Notify};
 
+use crate::admin;
 use crate::audit::AuditSink;
 use crate::body::ProxyBody;
 use crate::budget::Budgets;
@@ -137,6 +138,8 @@ impl Tracker {
 pub struct Proxy {
     shared: Arc<Shared>,
     listener: TcpListener,
+    admin: Option<TcpListener>,
+    observe: Arc<admin::Observe>,
 }
 
 impl Proxy {
@@ -147,6 +150,12 @@ impl Proxy {
         audit: AuditSink,
     ) -> Result<Proxy, StartError> {
         let cfg = cfg.validate()?;
+        let observe = admin::Observe::new(&cfg.admin);
+        let audit = audit.observed({
+            let observe = observe.clone();
+            Arc::new(move |rec: &AuditRecord| observe.record(rec))
+        });
+        let admin = admin::bind(&cfg.admin).await?;
         let guard = Guard::new(&cfg.upstream);
         let client = upstream::client(&cfg.upstream, guard.clone())?;
         let listener = TcpListener::bind(cfg.proxy.listen)
@@ -199,7 +208,14 @@ impl Proxy {
                 id_prefix: format!("{start:x}"),
             }),
             listener,
+            admin,
+            observe,
         })
+    }
+
+    /// The address of the admin listener, `None` when it is off.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin.as_ref().and_then(|l| l.local_addr().ok())
     }
 
     /// The address the proxy listens on.
@@ -215,8 +231,15 @@ impl Proxy {
     /// Serves until `shutdown` completes, then stops accepting and waits up
     /// to the grace period for requests and tunnels in flight.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
-        let Proxy { shared, listener } = self;
+        let Proxy {
+            shared,
+            listener,
+            admin,
+            observe,
+        } = self;
         tokio::pin!(shutdown);
+        let admin = admin.map(|l| tokio::spawn(admin::serve(l, shared.clone(), observe.clone())));
+        observe.set_ready(true);
         // Hosts with nothing left to remember are dropped now and then, so
         // memory follows the hosts in use, not every host ever seen.
         let sweeper = {
@@ -266,6 +289,7 @@ impl Proxy {
             }
         }
         drop(listener);
+        observe.set_ready(false);
         sweeper.abort();
         shared.tracker.stop.send_replace(true);
         let grace = secs(shared.cfg.proxy.shutdown_grace_secs);
@@ -284,6 +308,10 @@ impl Proxy {
         // proxy started right after on the same data dir can open it.
         let _ = saver.await;
         let _ = sweeper.await;
+        if let Some(a) = admin {
+            a.abort();
+            let _ = a.await;
+        }
         shared.cache.drain(grace).await;
         save_budgets(&shared).await;
         let errors = shared.cache.errors();

@@ -249,24 +249,24 @@ pub struct PersistedHost {
 #[derive(Clone, Debug)]
 pub struct HostBudget {
     base: Instant,
-    tat: u32,
-    pause: u32,
+    pub(super) tat: u32,
+    pub(super) pause: u32,
     /// Last throttle: the ceiling was set then and relaxes from then.
-    throttled: u32,
+    pub(super) throttled: u32,
     /// Earlier throttles, as milliseconds before `throttled`.
-    history: [u32; RING],
-    rate: u32,
-    ceiling: u32,
+    pub(super) history: [u32; RING],
+    pub(super) rate: u32,
+    pub(super) ceiling: u32,
     crawl_delay_ms: u32,
     /// Last send, and the smoothed gap between sends (ms): the pace the host
     /// was really driven at, which lags the rate while old slots drain.
     sent: u32,
     gap: u32,
-    concurrency: u16,
+    pub(super) concurrency: u16,
     in_flight: u16,
-    streak: u16,
-    strikes: u8,
-    breaker: bool,
+    pub(super) streak: u16,
+    pub(super) strikes: u8,
+    pub(super) breaker: bool,
 }
 
 // === impl HostBudget ===
