@@ -4,6 +4,7 @@
 mod e2e {
     pub mod support;
 
+    mod admin;
     mod audit;
     mod budget;
     mod cache;
