@@ -6,8 +6,11 @@ mod e2e {
 
     mod admin;
     mod audit;
+    mod browser;
     mod budget;
     mod cache;
+    mod dashboard;
     mod forwarding;
+    mod report;
     mod robots;
 }

@@ -117,6 +117,8 @@ pub struct HostStats {
     after_last: f64,
     after_n: u32,
     last_was_breaker: bool,
+    /// End of the last throttle's pause: where the next run of sends starts.
+    run_start: f64,
     pub episodes: Vec<Episode>,
     pub bucket_start: f64,
     pub bucket_width: f64,
@@ -180,13 +182,15 @@ impl HostStats {
         &mut self.buckets[i]
     }
 
-    /// Pace of the remembered sends inside the window before `t`.
+    /// Pace of the remembered sends of the run that led to a 429 at `t`:
+    /// since the previous pause ended, and inside the window.
     fn pace_before(&self, t: f64) -> Option<f64> {
+        let from = (t - PACE_WINDOW_S).max(self.run_start);
         let mut first = f64::INFINITY;
         let mut last = f64::NEG_INFINITY;
         let mut n = 0u32;
         for &s in &self.ring[..self.ring_len] {
-            if s > t - PACE_WINDOW_S && s <= t {
+            if s >= from && s <= t {
                 first = first.min(s);
                 last = last.max(s);
                 n += 1;
@@ -254,6 +258,7 @@ impl HostStats {
         if let Some(p) = pause_s {
             self.paused_until = self.paused_until.max(t + p);
         }
+        self.run_start = t + pause_s.unwrap_or(0.0);
         self.open = Some(Episode {
             at: t,
             status,
