@@ -31,7 +31,13 @@ fn main() -> std::io::Result<()> {
         let (outcome, status, pause, cache, saved) = match n % 500 {
             0 if n > 0 => (Outcome::Throttled, 429, Some(30.0), Some("miss"), None),
             7 => (Outcome::Disallowed, 403, None, None, None),
-            m if m % 5 == 0 => (Outcome::Revalidated, 200, None, Some("revalidated"), Some(5120)),
+            m if m % 5 == 0 => (
+                Outcome::Revalidated,
+                200,
+                None,
+                Some("revalidated"),
+                Some(5120),
+            ),
             _ => (Outcome::Fetched, 200, None, Some("stored"), None),
         };
         let rec = AuditRecord {

@@ -11,6 +11,7 @@ mod e2e {
     mod cache;
     mod dashboard;
     mod forwarding;
+    mod realweb;
     mod report;
     mod robots;
 }

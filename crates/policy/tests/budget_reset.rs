@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
-use mannerly_policy::budget::{Admission, BudgetParams, HostBudget};
+use mannerly_policy::budget::{BudgetParams, HostBudget, Reservation};
 
 #[test]
 fn reset_clears_pause_breaker_and_ceiling_but_keeps_crawl_delay() {
@@ -37,6 +37,6 @@ fn reset_clears_pause_breaker_and_ceiling_but_keeps_crawl_delay() {
     assert_eq!(report.after.rate, p.start_rate.min(2.0));
     assert_eq!(report.after.crawl_delay, Some(Duration::from_millis(500)));
     // And a new request goes now instead of after the breaker's five minutes.
-    assert_eq!(b.admit(&p, now), Admission::Go);
+    assert_eq!(b.admit(&p, now), Reservation::Go);
     assert_eq!(b.view(&p, now), report.after);
 }

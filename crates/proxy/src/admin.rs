@@ -16,7 +16,6 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use bytes::Bytes;
 use http::{header, Method, Request, Response, StatusCode};
@@ -29,11 +28,11 @@ use mannerly_policy::{AuditRecord, Outcome};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use tokio::net::TcpListener;
-use tokio::time::Instant;
 
+use crate::clock::Clock;
 use crate::config::AdminConfig;
 use crate::error::StartError;
-use crate::server::Shared;
+use crate::shared::Shared;
 
 use activity::Activity;
 use metrics::{Gauges, Metrics};
@@ -50,10 +49,11 @@ pub(crate) struct Observe {
     ready: AtomicBool,
     token: Option<[u8; 32]>,
     host_labels: Vec<String>,
+    clock: Clock,
 }
 
 impl Observe {
-    pub fn new(cfg: &AdminConfig) -> Arc<Observe> {
+    pub(crate) fn new(cfg: &AdminConfig, clock: Clock) -> Arc<Observe> {
         Arc::new(Observe {
             metrics: Metrics::new(&cfg.host_labels),
             activity: Activity::new(cfg.max_hosts),
@@ -64,17 +64,18 @@ impl Observe {
                 .iter()
                 .map(|h| host_key(h).into_owned())
                 .collect(),
+            clock,
         })
     }
 
     /// Takes in one decision (called by the audit sink).
-    pub fn record(&self, rec: &AuditRecord) {
+    pub(crate) fn record(&self, rec: &AuditRecord) {
         self.metrics.observe(rec);
-        self.activity.observe(rec, SystemTime::now());
+        self.activity.observe(rec, self.clock.wall());
     }
 
     /// The proxy accepts requests (`/readyz`).
-    pub fn set_ready(&self, ready: bool) {
+    pub(crate) fn set_ready(&self, ready: bool) {
         self.ready.store(ready, Ordering::SeqCst);
     }
 
@@ -102,11 +103,11 @@ fn host_views(shared: &Shared) -> Vec<(String, HostView)> {
     shared
         .budgets
         .store()
-        .views(Instant::now().into_std(), usize::MAX)
+        .views(shared.clock.now_std(), usize::MAX)
 }
 
 fn host_view(shared: &Shared, host: &str) -> Option<HostView> {
-    shared.budgets.store().view(host, Instant::now().into_std())
+    shared.budgets.store().view(host, shared.clock.now_std())
 }
 
 fn host_params(shared: &Shared, host: &str) -> HostParams {
@@ -114,10 +115,7 @@ fn host_params(shared: &Shared, host: &str) -> HostParams {
 }
 
 fn host_reset(shared: &Shared, host: &str) -> Option<ResetReport> {
-    shared
-        .budgets
-        .store()
-        .reset(host, Instant::now().into_std())
+    shared.budgets.store().reset(host, shared.clock.now_std())
 }
 
 // --- the listener ---
@@ -334,7 +332,7 @@ struct Totals {
 }
 
 fn list(shared: &Shared, observe: &Observe, q: &BTreeMap<String, String>) -> Answer {
-    let now = SystemTime::now();
+    let now = shared.clock.wall();
     let now_ms = activity::unix_ms(now);
     let page = q
         .get("page")
@@ -424,7 +422,7 @@ fn show(shared: &Shared, observe: &Observe, host: &str) -> Answer {
     let p = host_params(shared, &key);
     json(
         StatusCode::OK,
-        &hosts::detail(key, &v, &p, &observe.activity, SystemTime::now()),
+        &hosts::detail(key, &v, &p, &observe.activity, shared.clock.wall()),
     )
 }
 

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use mannerly_policy::budget::BudgetParams;
-use mannerly_policy::conditional::{CacheConfigError, CacheParams};
+use mannerly_policy::conditional::CacheParams;
 use mannerly_policy::robots::Purpose;
 use mannerly_policy::robots_cache::RobotsParams;
 use serde::Deserialize;
@@ -111,9 +111,11 @@ pub struct ProxyConfig {
     /// Most header lines in a request; more gets 431.
     pub max_headers: usize,
     /// Time a client has to send a complete request head.
-    pub header_read_timeout_secs: f64,
+    #[serde(rename = "header_read_timeout_secs", deserialize_with = "seconds")]
+    pub header_read_timeout: Duration,
     /// Time in-flight requests and tunnels get to finish on shutdown.
-    pub shutdown_grace_secs: f64,
+    #[serde(rename = "shutdown_grace_secs", deserialize_with = "seconds")]
+    pub shutdown_grace: Duration,
     /// Leaf certificates kept in memory.
     pub leaf_cache: usize,
 }
@@ -122,12 +124,12 @@ impl Default for ProxyConfig {
     fn default() -> Self {
         ProxyConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 3128)),
-            connect_ports: vec![443],
+            connect_ports: vec![443, 80],
             intercept: true,
             max_header_bytes: 64 * 1024,
             max_headers: 100,
-            header_read_timeout_secs: 10.0,
-            shutdown_grace_secs: 10.0,
+            header_read_timeout: Duration::from_secs(10),
+            shutdown_grace: Duration::from_secs(10),
             leaf_cache: 1024,
         }
     }
@@ -145,13 +147,17 @@ pub struct UpstreamConfig {
     /// `"name:port" = "ip:port"` overrides of name resolution, like curl --resolve.
     pub resolve: BTreeMap<String, SocketAddr>,
     /// TCP connect timeout.
-    pub connect_timeout_secs: f64,
+    #[serde(rename = "connect_timeout_secs", deserialize_with = "seconds")]
+    pub connect_timeout: Duration,
     /// Time from sending a request to the response head.
-    pub first_byte_timeout_secs: f64,
+    #[serde(rename = "first_byte_timeout_secs", deserialize_with = "seconds")]
+    pub first_byte_timeout: Duration,
     /// Longest silence inside a response body.
-    pub idle_timeout_secs: f64,
+    #[serde(rename = "idle_timeout_secs", deserialize_with = "seconds")]
+    pub idle_timeout: Duration,
     /// How long an idle pooled connection to an origin is kept.
-    pub pool_idle_secs: f64,
+    #[serde(rename = "pool_idle_secs", deserialize_with = "seconds")]
+    pub pool_idle: Duration,
     /// Idle pooled connections kept per origin.
     pub pool_max_idle_per_host: usize,
 }
@@ -162,10 +168,10 @@ impl Default for UpstreamConfig {
             allow_private: false,
             extra_roots: Vec::new(),
             resolve: BTreeMap::new(),
-            connect_timeout_secs: 10.0,
-            first_byte_timeout_secs: 30.0,
-            idle_timeout_secs: 60.0,
-            pool_idle_secs: 90.0,
+            connect_timeout: Duration::from_secs(10),
+            first_byte_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(60),
+            pool_idle: Duration::from_secs(90),
             pool_max_idle_per_host: 32,
         }
     }
@@ -205,18 +211,16 @@ impl Default for PolicyConfig {
     }
 }
 
-pub(crate) fn secs(v: f64) -> Duration {
-    Duration::from_secs_f64(v.max(0.0))
-}
-
-fn positive(key: &str, v: f64) -> Result<(), ConfigError> {
+/// Reads a number of seconds (`2`, `0.5`) as a [`Duration`], once, when the
+/// configuration is read.
+fn seconds<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let v = f64::deserialize(d)?;
     if v.is_finite() && v > 0.0 && v < 1e9 {
-        Ok(())
+        Ok(Duration::from_secs_f64(v))
     } else {
-        Err(ConfigError::Invalid {
-            key: key.to_string(),
-            why: format!("must be a positive number of seconds, got {v}"),
-        })
+        Err(serde::de::Error::custom(format!(
+            "must be a positive number of seconds, got {v}"
+        )))
     }
 }
 
@@ -224,8 +228,6 @@ impl Config {
     /// Checks values that parse but make no sense, naming the key.
     pub fn validate(self) -> Result<Self, ConfigError> {
         let p = &self.proxy;
-        positive("proxy.header_read_timeout_secs", p.header_read_timeout_secs)?;
-        positive("proxy.shutdown_grace_secs", p.shutdown_grace_secs)?;
         if p.max_header_bytes < 1024 {
             return Err(ConfigError::Invalid {
                 key: "proxy.max_header_bytes".into(),
@@ -245,13 +247,6 @@ impl Config {
             });
         }
         let u = &self.upstream;
-        positive("upstream.connect_timeout_secs", u.connect_timeout_secs)?;
-        positive(
-            "upstream.first_byte_timeout_secs",
-            u.first_byte_timeout_secs,
-        )?;
-        positive("upstream.idle_timeout_secs", u.idle_timeout_secs)?;
-        positive("upstream.pool_idle_secs", u.pool_idle_secs)?;
         for key in u.resolve.keys() {
             let ok = key
                 .rsplit_once(':')
@@ -271,24 +266,9 @@ impl Config {
             });
         }
         let mut cfg = self;
-        cfg.robots = cfg.robots.validate().map_err(|e| ConfigError::Invalid {
-            key: format!("robots.{}", e.key),
-            why: e.why,
-        })?;
-        cfg.budget = cfg.budget.validate().map_err(|e| ConfigError::Invalid {
-            key: e.key,
-            why: e.reason,
-        })?;
-        cfg.cache = cfg.cache.validate().map_err(|e| {
-            let key = match e {
-                CacheConfigError::ZeroMaxBody => "cache.max_body",
-                CacheConfigError::SizeBelowBody { .. } => "cache.max_size",
-            };
-            ConfigError::Invalid {
-                key: key.into(),
-                why: e.to_string(),
-            }
-        })?;
+        cfg.robots = cfg.robots.validate()?;
+        cfg.budget = cfg.budget.validate()?;
+        cfg.cache = cfg.cache.validate()?;
         Ok(cfg)
     }
 
@@ -333,7 +313,7 @@ mod tests {
         let err = cfg.validate().map(drop).map_err(|e| e.to_string());
         assert_eq!(
             err,
-            Err("config key cache.max_size: cache.max_size (1024) must be at least cache.max_body (8388608)".into())
+            Err("config key cache.max_size: 1024 is below cache.max_body (8388608): nothing could be stored".into())
         );
         let cfg = Config {
             cache: CacheParams {

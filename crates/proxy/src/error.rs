@@ -15,6 +15,15 @@ pub enum ConfigError {
     },
 }
 
+impl From<mannerly_policy::ParamError> for ConfigError {
+    fn from(e: mannerly_policy::ParamError) -> Self {
+        ConfigError::Invalid {
+            key: e.key,
+            why: e.why,
+        }
+    }
+}
+
 /// Creating, loading or using the interception CA.
 #[derive(Debug, thiserror::Error)]
 pub enum CaError {
@@ -76,7 +85,7 @@ pub enum StartError {
 
 /// Where an error came from, for the audit log's `source` field.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Source {
+pub(crate) enum Source {
     /// The client sent something we cannot accept.
     Client,
     /// The origin failed or misbehaved.
@@ -89,7 +98,7 @@ pub enum Source {
 
 impl Source {
     /// The audit log's spelling.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Source::Client => "client",
             Source::Upstream => "upstream",

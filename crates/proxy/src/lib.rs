@@ -1,6 +1,7 @@
 //! The I/O side of mannerly: listener, CONNECT and TLS interception, the upstream client and the pipeline that carries each request through the policy crate's decisions; no policy rule is decided here.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
 mod admin;
 mod audit;
@@ -8,13 +9,17 @@ mod body;
 mod budget;
 mod ca;
 mod cache;
+mod clock;
 mod config;
+mod connection;
 mod error;
 mod intake;
 mod pipeline;
 mod respond;
 mod robots;
 mod server;
+mod shared;
+mod target;
 mod tunnel;
 mod upstream;
 
@@ -34,8 +39,8 @@ pub use server::Proxy;
 pub async fn fetch_robots_once(cfg: &Config, url: &str) -> Result<Option<Vec<u8>>, String> {
     use mannerly_policy::robots_cache::FetchResult;
     let uri: http::Uri = url.parse().map_err(|e| format!("{url}: {e}"))?;
-    let target = pipeline::Target::from_absolute(&uri)?;
-    let guard = upstream::Guard::new(&cfg.upstream);
+    let target = target::Target::from_absolute(&uri)?;
+    let guard = upstream::Guard::new(&cfg.upstream, clock::Clock::system());
     let client = upstream::client(&cfg.upstream, guard).map_err(|e| e.to_string())?;
     let robots_url = format!("{}robots.txt", target.url(None));
     let report = robots::fetch(&client, &robots_url, None, cfg.robots.max_redirects).await;

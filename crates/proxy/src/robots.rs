@@ -20,8 +20,9 @@ use tokio::time::Instant;
 
 use crate::body::empty;
 use crate::budget::Budgets;
-use crate::pipeline::Target;
-use crate::upstream::{connect_error, UpstreamClient};
+use crate::clock::Clock;
+use crate::target::Target;
+use crate::upstream::{explain, UpstreamClient};
 
 struct Slot {
     entry: std::sync::RwLock<Option<RobotsEntry>>,
@@ -37,18 +38,23 @@ pub(crate) struct FetchReport {
     pub retry_after: Option<String>,
     pub bytes: u64,
     pub result: FetchResult,
+    /// The guard refused the address the name resolved to at connect time
+    /// (DNS rebinding): the request is `blocked`, not merely unanswered.
+    pub blocked: bool,
 }
 
 /// robots.txt per origin.
 pub(crate) struct RobotsCache {
     params: RobotsParams,
+    clock: Clock,
     slots: DashMap<String, Arc<Slot>>,
 }
 
 impl RobotsCache {
-    pub fn new(params: RobotsParams) -> Self {
+    pub(crate) fn new(params: RobotsParams, clock: Clock) -> Self {
         RobotsCache {
             params,
+            clock,
             slots: DashMap::new(),
         }
     }
@@ -57,7 +63,7 @@ impl RobotsCache {
     /// `on_fetch` is called for every fetch actually made (for its audit line).
     /// The fetch spends from the host's budget like any request; a host
     /// that is paused longer than `deadline` allows gives the budget's refusal.
-    pub async fn rules(
+    pub(crate) async fn rules(
         &self,
         client: &UpstreamClient,
         budgets: &Arc<Budgets>,
@@ -92,6 +98,7 @@ impl RobotsCache {
                 retry_after: None,
                 bytes: 0,
                 result: FetchResult::Failed(format!("no complete answer within {timeout:?}")),
+                blocked: false,
             },
         };
         match report.status {
@@ -101,7 +108,7 @@ impl RobotsCache {
             None => drop(permit),
         }
         on_fetch(&report);
-        let now = Instant::now().into_std();
+        let now = self.clock.now_std();
         let mut guard = slot.entry.write().unwrap_or_else(|p| p.into_inner());
         let entry = RobotsEntry::after_fetch(guard.as_ref(), &report.result, &self.params, now);
         let rules = entry.rules_now(now);
@@ -110,7 +117,7 @@ impl RobotsCache {
     }
 
     fn cached(&self, slot: &Slot) -> Option<Rules> {
-        let now = Instant::now().into_std();
+        let now = self.clock.now_std();
         let guard = slot.entry.read().unwrap_or_else(|p| p.into_inner());
         match guard.as_ref()?.lookup(&self.params, now) {
             Lookup::Use(rules) => Some(rules),
@@ -139,7 +146,7 @@ impl RobotsCache {
     // Stale entries go first; if every entry is live the oldest half of the
     // map's iteration order goes, which bounds memory at the cost of refetches.
     fn evict(&self) {
-        let now = Instant::now().into_std();
+        let now = self.clock.now_std();
         self.slots.retain(|_, s| {
             s.entry
                 .read()
@@ -185,9 +192,6 @@ pub(crate) async fn fetch(
         if let Some(ua) = user_agent {
             req = req.header(USER_AGENT, ua.clone());
         }
-        if let Some(a) = uri.authority() {
-            req = req.header(http::header::HOST, a.as_str());
-        }
         let req = match req.body(empty()) {
             Ok(r) => r,
             Err(e) => return report(url, None, FetchResult::Failed(e.to_string())),
@@ -195,8 +199,10 @@ pub(crate) async fn fetch(
         let resp = match client.request(req).await {
             Ok(r) => r,
             Err(e) => {
-                let why = connect_error(&e).map_or_else(|| format!("{e}"), |c| c.to_string());
-                return report(url, None, FetchResult::Failed(why));
+                let f = explain(&e);
+                let mut r = report(url, None, FetchResult::Failed(f.why));
+                r.blocked = f.blocked;
+                return r;
             }
         };
         let status = resp.status().as_u16();
@@ -250,6 +256,7 @@ pub(crate) async fn fetch(
             retry_after: None,
             bytes: body.len() as u64,
             result: FetchResult::Body(body.to_vec()),
+            blocked: false,
         };
     }
 }
@@ -261,6 +268,7 @@ fn report(url: &str, status: Option<u16>, result: FetchResult) -> FetchReport {
         retry_after: None,
         bytes: 0,
         result,
+        blocked: false,
     }
 }
 

@@ -4,7 +4,8 @@
 
 use std::time::Instant;
 
-use super::host::{HostBudget, HostView};
+use super::decision::HostView;
+use super::host::HostBudget;
 use super::params::HostParams;
 
 /// Marks an empty time slot (same encoding as the host's compact clock).

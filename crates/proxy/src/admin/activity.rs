@@ -86,7 +86,7 @@ pub(crate) struct HostActivity {
 
 impl HostActivity {
     /// 429s (and throttling 503s) received in the hour before `now_ms`.
-    pub fn throttles_last_hour(&self, now_ms: u64) -> usize {
+    pub(super) fn throttles_last_hour(&self, now_ms: u64) -> usize {
         let from = now_ms.saturating_sub(HOUR_MS);
         self.throttles.iter().filter(|&&t| t >= from).count()
     }
@@ -113,7 +113,7 @@ fn cut(s: &str) -> String {
 }
 
 impl Activity {
-    pub fn new(max_hosts: usize) -> Activity {
+    pub(super) fn new(max_hosts: usize) -> Activity {
         Activity {
             hosts: DashMap::new(),
             latest: Mutex::new(VecDeque::with_capacity(LATEST)),
@@ -123,7 +123,7 @@ impl Activity {
     }
 
     /// Takes in one audit record, seen at wall time `now`.
-    pub fn observe(&self, rec: &AuditRecord, now: SystemTime) {
+    pub(super) fn observe(&self, rec: &AuditRecord, now: SystemTime) {
         let Some(outcome) = rec.outcome else { return };
         if rec.host.is_empty() {
             return;
@@ -230,17 +230,17 @@ impl Activity {
     }
 
     /// Runs `f` on the activity of `host` (normalised), if any.
-    pub fn with<R>(&self, host: &str, f: impl FnOnce(&HostActivity) -> R) -> Option<R> {
+    pub(super) fn with<R>(&self, host: &str, f: impl FnOnce(&HostActivity) -> R) -> Option<R> {
         self.hosts.get(host).map(|a| f(&a))
     }
 
     /// When `host` was last active (unix ms), 0 when never seen.
-    pub fn last_ms(&self, host: &str) -> u64 {
+    pub(super) fn last_ms(&self, host: &str) -> u64 {
         self.hosts.get(host).map_or(0, |a| a.last_ms)
     }
 
     /// The latest decisions across hosts, newest first.
-    pub fn latest(&self) -> Vec<Decision> {
+    pub(super) fn latest(&self) -> Vec<Decision> {
         self.latest
             .lock()
             .map(|l| l.iter().rev().cloned().collect())

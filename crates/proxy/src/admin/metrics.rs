@@ -102,7 +102,7 @@ fn meta() -> Metadata<'static> {
 }
 
 impl Metrics {
-    pub fn new(host_labels: &[String]) -> Metrics {
+    pub(super) fn new(host_labels: &[String]) -> Metrics {
         // Only fails on an empty bucket list; the lists above are not.
         let recorder = PrometheusBuilder::new()
             .set_buckets_for_metric(Matcher::Full("mannerly_wait_seconds".into()), WAIT_BUCKETS)
@@ -209,7 +209,7 @@ impl Metrics {
     }
 
     /// Counts one audit record.
-    pub fn observe(&self, rec: &AuditRecord) {
+    pub(super) fn observe(&self, rec: &AuditRecord) {
         let Some(outcome) = rec.outcome else { return };
         let i = index(outcome);
         self.decisions[i].increment(1);
@@ -250,7 +250,7 @@ impl Metrics {
     }
 
     /// Decision counts by outcome name, for the dashboard.
-    pub fn totals(&self) -> Vec<(&'static str, u64)> {
+    pub(super) fn totals(&self) -> Vec<(&'static str, u64)> {
         OUTCOMES
             .iter()
             .zip(&self.totals)
@@ -259,7 +259,7 @@ impl Metrics {
     }
 
     /// The Prometheus text, with the gauges set to `g` first.
-    pub fn render(&self, g: &Gauges) -> String {
+    pub(super) fn render(&self, g: &Gauges) -> String {
         let r = &self.recorder;
         let gauge = |name: &'static str, labels: Vec<Label>| -> Gauge {
             r.register_gauge(&Key::from_parts(name, labels), &meta())
