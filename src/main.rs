@@ -1,5 +1,6 @@
 //! The `mannerly` command: run the proxy, manage its CA, check robots.txt
-//! rules, verify audit logs, manage the Web Bot Auth identity.
+//! rules, verify audit logs, manage the Web Bot Auth identity, see and
+//! reset hosts, report on conduct.
 
 mod settings;
 
@@ -51,6 +52,11 @@ enum Command {
         #[command(subcommand)]
         command: identity_cmd::IdentityCommand,
     },
+    /// See and reset hosts through the admin listener of a running proxy.
+    Hosts(hosts_cmd::HostsArgs),
+    /// Conduct report from audit logs: per host and overall, as a table or
+    /// (--html) a page with a chart per host. Exit 1 when a chain is broken.
+    Report(report::ReportArgs),
 }
 
 #[derive(Subcommand)]
@@ -77,6 +83,8 @@ enum RobotsCommand {
 }
 
 mod identity_cmd;
+mod hosts_cmd;
+mod report;
 mod robots_cmd;
 mod robots_fetch;
 
@@ -92,6 +100,8 @@ fn main() -> ExitCode {
             command: RobotsCommand::Check(args),
         } => return robots_cmd::check(cli.config, args),
         Command::Identity { command } => identity_cmd::run(cli.config, command),
+        Command::Hosts(args) => hosts_cmd::run(cli.config, args),
+        Command::Report(args) => report::run(args),
     };
     match result {
         Ok(code) => code,
@@ -125,6 +135,7 @@ fn run(config: Option<PathBuf>) -> Result<ExitCode> {
         let (sink, writer) = mannerly_proxy::open_audit(&target).context("audit log")?;
         let proxy = Proxy::bind(cfg, Arc::new(ca), sink).await?;
         let addr = proxy.local_addr()?;
+        let admin = proxy.admin_addr();
         let ca_path = proxy.ca_path();
         let audit = match &target {
             AuditTarget::Stdout => "standard output".to_string(),
@@ -133,6 +144,9 @@ fn run(config: Option<PathBuf>) -> Result<ExitCode> {
         eprintln!("mannerly listening on http://{addr}");
         eprintln!("CA certificate: {}", ca_path.display());
         eprintln!("audit log: {audit}");
+        if let Some(a) = admin {
+            eprintln!("admin: http://{a}/ (dashboard; /metrics, /hosts, /healthz, /readyz)");
+        }
         eprintln!("Point your crawler at it:");
         eprintln!("  export HTTP_PROXY=http://{addr} HTTPS_PROXY=http://{addr}");
         eprintln!(

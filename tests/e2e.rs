@@ -4,12 +4,16 @@
 mod e2e {
     pub mod support;
 
+    mod admin;
     mod audit;
+    mod browser;
     mod budget;
     mod cache;
+    mod dashboard;
     mod forwarding;
     mod identity;
     mod prefs;
     mod realweb;
+    mod report;
     mod robots;
 }

@@ -209,6 +209,8 @@ impl Origin {
 /// A proxy running in this process, with its own data dir and audit log.
 pub struct TestProxy {
     pub addr: SocketAddr,
+    /// The admin listener, when the test turned it on.
+    pub admin: Option<SocketAddr>,
     pub ca_pem: String,
     pub audit_path: PathBuf,
     pub dir: tempfile::TempDir,
@@ -224,6 +226,8 @@ pub fn test_config(dir: &std::path::Path) -> Config {
         ..Config::default()
     };
     cfg.proxy.listen = "127.0.0.1:0".parse().unwrap();
+    // Off unless a test turns it on (on port 0): many proxies run at once.
+    cfg.admin.listen = String::new();
     cfg.upstream.allow_private = true;
     cfg.upstream.resolve = BTreeMap::new();
     cfg.robots.retry_min_secs = 0.2;
@@ -249,6 +253,7 @@ impl TestProxy {
         let (sink, writer) = mannerly_proxy::open_audit(&cfg.audit_target()).unwrap();
         let proxy = Proxy::bind(cfg, Arc::new(ca), sink).await.unwrap();
         let addr = proxy.local_addr().unwrap();
+        let admin = proxy.admin_addr();
         let (stop, stopped) = oneshot::channel::<()>();
         let done = tokio::spawn(async move {
             proxy
@@ -262,6 +267,7 @@ impl TestProxy {
         });
         TestProxy {
             addr,
+            admin,
             ca_pem,
             audit_path,
             dir,
@@ -330,6 +336,8 @@ pub fn curl_available() -> bool {
 pub struct RunningBinary {
     pub child: std::process::Child,
     pub addr: String,
+    /// The admin listener (`host:port`).
+    pub admin: String,
 }
 
 impl RunningBinary {
@@ -339,6 +347,7 @@ impl RunningBinary {
         cmd.arg("run")
             .env("MANNERLY_DATA_DIR", dir)
             .env("MANNERLY_PROXY__LISTEN", "127.0.0.1:0")
+            .env("MANNERLY_ADMIN__LISTEN", "127.0.0.1:0")
             .env("MANNERLY_UPSTREAM__ALLOW_PRIVATE", "true")
             .env("MANNERLY_AUDIT__PATH", dir.join("audit.jsonl"))
             .env("MANNERLY_BUDGET__START_RATE", "1000")
@@ -357,15 +366,25 @@ impl RunningBinary {
                 .lines()
                 .map_while(Result::ok)
             {
+                if let Some(a) = line.strip_prefix("admin: http://") {
+                    let _ = tx.send(("admin", a.split(' ').next().unwrap_or("").to_string()));
+                }
                 if let Some(a) = line.strip_prefix("mannerly listening on http://") {
-                    let _ = tx.send(a.to_string());
+                    let _ = tx.send(("proxy", a.to_string()));
                 }
             }
         });
-        let addr = rx
-            .recv_timeout(Duration::from_secs(30))
-            .expect("proxy started");
-        RunningBinary { child, addr }
+        let (mut addr, mut admin) = (String::new(), String::new());
+        while addr.is_empty() || admin.is_empty() {
+            let (what, a) = rx
+                .recv_timeout(Duration::from_secs(30))
+                .expect("proxy started");
+            match what {
+                "admin" => admin = a,
+                _ => addr = a,
+            }
+        }
+        RunningBinary { child, addr, admin }
     }
 
     pub fn client(&self) -> reqwest::Client {

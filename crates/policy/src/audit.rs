@@ -52,6 +52,8 @@ pub struct AuditRecord {
     pub source: Option<&'static str>,
     /// How long the request was held by the budget.
     pub waited_ms: Option<u64>,
+    /// Time from sending the request upstream to the response head.
+    pub upstream_ms: Option<u64>,
     /// The host's rate (requests/s) when the decision was made.
     pub rate: Option<f64>,
     /// The host's ceiling (requests/s).

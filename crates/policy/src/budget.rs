@@ -26,12 +26,14 @@ mod decision;
 mod host;
 mod params;
 mod persist;
+mod reset;
 mod retry_after;
 
 pub use decision::{HostView, Reaction, Refusal, Reservation, Start, Throttle, QUEUE_RETRY_AFTER};
 pub use host::HostBudget;
 pub use params::{BudgetParams, HostOverride, HostParams, MAX_BREAKER_THRESHOLD};
 pub use persist::PersistedHost;
+pub use reset::ResetReport;
 pub use retry_after::{parse_retry_after, RETRY_AFTER_ABSURD};
 
 use std::borrow::Cow;

@@ -33,6 +33,9 @@ pub enum Outcome {
     RobotsFetched,
     /// A CONNECT tunnel passed through without interception.
     Tunneled,
+    /// An operator cleared a host's learned pause, ceiling and breaker
+    /// (admin `POST /hosts/{host}/reset`).
+    OperatorReset,
 }
 
 impl Outcome {
@@ -53,6 +56,7 @@ impl Outcome {
             Outcome::Error => "error",
             Outcome::RobotsFetched => "robots_fetched",
             Outcome::Tunneled => "tunneled",
+            Outcome::OperatorReset => "operator_reset",
         }
     }
 
@@ -67,7 +71,8 @@ impl Outcome {
             | Outcome::Revalidated
             | Outcome::Unchanged
             | Outcome::RobotsFetched
-            | Outcome::Tunneled => 200,
+            | Outcome::Tunneled
+            | Outcome::OperatorReset => 200,
         }
     }
 }

@@ -6,7 +6,8 @@
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::Path;
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 
 use mannerly_policy::{chain_line, last_chain, AuditRecord, GENESIS};
@@ -18,17 +19,45 @@ enum Msg {
     Close,
 }
 
+/// Called with every record as it is handed to the writer (metrics).
+pub(crate) type Observer = Arc<dyn Fn(&AuditRecord) + Send + Sync>;
+
 /// Hands records to the writer. Cheap to clone; never blocks.
 #[derive(Clone)]
 pub struct AuditSink {
     tx: mpsc::Sender<Msg>,
+    stats: Arc<AuditStats>,
+    observer: Option<Observer>,
+}
+
+/// Lines the writer thread wrote and the writes that failed.
+#[derive(Debug, Default)]
+pub(crate) struct AuditStats {
+    pub written: AtomicU64,
+    pub errors: AtomicU64,
 }
 
 impl AuditSink {
     /// Queues a record for writing.
     pub fn send(&self, rec: AuditRecord) {
+        // Every decision passes here exactly once, so counting here makes
+        // the metrics equal the audit lines by construction.
+        if let Some(observe) = &self.observer {
+            observe(&rec);
+        }
         // Only fails after close, when there is no log left to write to.
         let _ = self.tx.send(Msg::Record(Box::new(rec)));
+    }
+
+    /// This sink with `observer` called on every record sent through it
+    /// (and through its clones).
+    pub(crate) fn observed(mut self, observer: Observer) -> AuditSink {
+        self.observer = Some(observer);
+        self
+    }
+
+    pub(crate) fn stats(&self) -> &Arc<AuditStats> {
+        &self.stats
     }
 }
 
@@ -75,11 +104,26 @@ pub fn open(target: &AuditTarget) -> io::Result<(AuditSink, AuditWriter)> {
         }
     };
     let (tx, rx) = mpsc::channel();
-    let thread = std::thread::Builder::new()
-        .name("mannerly-audit".into())
-        .spawn(move || write_loop(rx, out, prev))?;
+    let stats = Arc::new(AuditStats::default());
+    let thread = {
+        let stats = stats.clone();
+        std::thread::Builder::new()
+            .name("mannerly-audit".into())
+            .spawn(move || {
+                let r = write_loop(rx, out, prev, &stats);
+                if let Err(e) = &r {
+                    stats.errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::error!("audit log write failed, no more lines are written: {e}");
+                }
+                r
+            })?
+    };
     Ok((
-        AuditSink { tx: tx.clone() },
+        AuditSink {
+            tx: tx.clone(),
+            stats,
+            observer: None,
+        },
         AuditWriter {
             tx,
             thread: Some(thread),
@@ -91,6 +135,7 @@ fn write_loop(
     rx: mpsc::Receiver<Msg>,
     out: Box<dyn Write + Send>,
     mut prev: String,
+    stats: &AuditStats,
 ) -> io::Result<u64> {
     let mut w = BufWriter::with_capacity(64 * 1024, out);
     let mut n = 0u64;
@@ -101,6 +146,7 @@ fn write_loop(
             w.write_all(b"\n")?;
             prev = chain;
             n += 1;
+            stats.written.fetch_add(1, Ordering::Relaxed);
             Ok(())
         };
     loop {

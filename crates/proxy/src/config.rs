@@ -43,6 +43,60 @@ pub struct Config {
     pub cache: CacheParams,
     /// Web Bot Auth: signing every request sent to an origin.
     pub identity: IdentityConfig,
+    /// The admin listener: metrics, hosts API, dashboard.
+    pub admin: AdminConfig,
+}
+
+/// `[admin]`: the listener operators use to see and steer the proxy.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdminConfig {
+    /// Address of the admin listener; empty turns it off. A non-loopback
+    /// address requires `token`.
+    pub listen: String,
+    /// Bearer token required on the API and metrics when set. Required for a
+    /// non-loopback `listen`.
+    pub token: String,
+    /// Hosts that get per-host labels on `/metrics` (cardinality is opt-in).
+    pub host_labels: Vec<String>,
+    /// Hosts whose recent activity (last decisions, 429s of the last hour,
+    /// rate history) is remembered for `/hosts`; the least recently active
+    /// are forgotten first.
+    pub max_hosts: usize,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        AdminConfig {
+            listen: "127.0.0.1:9128".into(),
+            token: String::new(),
+            host_labels: Vec::new(),
+            max_hosts: 20_000,
+        }
+    }
+}
+
+impl AdminConfig {
+    /// The address to listen on, `None` when the listener is off.
+    pub fn addr(&self) -> Result<Option<SocketAddr>, ConfigError> {
+        let listen = self.listen.trim();
+        if listen.is_empty() {
+            return Ok(None);
+        }
+        let addr: SocketAddr = listen.parse().map_err(|e| ConfigError::Invalid {
+            key: "admin.listen".into(),
+            why: format!("{listen:?} is not an address like 127.0.0.1:9128 ({e})"),
+        })?;
+        if !addr.ip().is_loopback() && self.token.is_empty() {
+            return Err(ConfigError::Invalid {
+                key: "admin.listen".into(),
+                why: format!(
+                    "{addr} is not a loopback address: set admin.token so that only those holding it can see and reset hosts"
+                ),
+            });
+        }
+        Ok(Some(addr))
+    }
 }
 
 /// `[proxy]`: the listener and what it accepts.
@@ -273,6 +327,13 @@ impl Config {
             return Err(ConfigError::Invalid {
                 key: "identity.skip_hosts".into(),
                 why: "an entry is empty".into(),
+            });
+        }
+        self.admin.addr()?;
+        if self.admin.max_hosts == 0 {
+            return Err(ConfigError::Invalid {
+                key: "admin.max_hosts".into(),
+                why: "must be at least 1".into(),
             });
         }
         let mut cfg = self;

@@ -3,6 +3,7 @@
 #![warn(missing_docs)]
 #![warn(unreachable_pub)]
 
+mod admin;
 mod audit;
 mod body;
 mod budget;
@@ -25,10 +26,12 @@ mod target;
 mod tunnel;
 mod upstream;
 
+pub use admin::{call as admin_call, AdminReply};
 pub use audit::{open as open_audit, AuditSink, AuditWriter};
 pub use ca::CertificateAuthority;
 pub use config::{
-    AuditConfig, AuditTarget, Config, CrawlerConfig, IdentityConfig, PolicyConfig, ProxyConfig,
+    AdminConfig, AuditConfig, AuditTarget, Config, CrawlerConfig, IdentityConfig, PolicyConfig,
+    ProxyConfig,
     UpstreamConfig,
 };
 pub use error::{CaError, ConfigError, KeyFileError, StartError};

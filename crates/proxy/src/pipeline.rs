@@ -354,7 +354,11 @@ impl Exchange {
     /// Step 5: send, with the first-byte timeout.
     async fn upstream(&mut self, out: Request<ProxyBody>) -> Step<Response<Incoming>> {
         let first_byte = self.shared.cfg.upstream.first_byte_timeout;
-        match tokio::time::timeout(first_byte, self.shared.client.request(out)).await {
+        let sending = self.shared.clock.now();
+        let sent = tokio::time::timeout(first_byte, self.shared.client.request(out)).await;
+        let took = self.shared.clock.now().saturating_duration_since(sending);
+        self.rec.upstream_ms = Some(took.as_millis() as u64);
+        match sent {
             Ok(Ok(resp)) => Ok(resp),
             Ok(Err(e)) => Err(self.upstream_failure(&e)),
             Err(_) => {

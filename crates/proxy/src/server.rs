@@ -17,6 +17,7 @@ use mannerly_policy::Outcome;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
+use crate::admin;
 use crate::audit::AuditSink;
 use crate::body::ProxyBody;
 use crate::ca::CertificateAuthority;
@@ -36,6 +37,8 @@ use crate::tunnel;
 pub struct Proxy {
     shared: Arc<Shared>,
     listener: TcpListener,
+    admin: Option<TcpListener>,
+    observe: Arc<admin::Observe>,
 }
 
 impl Proxy {
@@ -46,17 +49,31 @@ impl Proxy {
         audit: AuditSink,
     ) -> Result<Proxy, StartError> {
         let cfg = cfg.validate()?;
+        let clock = Clock::system();
+        let observe = admin::Observe::new(&cfg.admin, clock.clone());
+        let audit = audit.observed({
+            let observe = observe.clone();
+            Arc::new(move |rec: &mannerly_policy::AuditRecord| observe.record(rec))
+        });
+        let admin = admin::bind(&cfg.admin).await?;
         let listener = TcpListener::bind(cfg.proxy.listen)
             .await
             .map_err(|source| StartError::Io {
                 what: format!("listen on {}", cfg.proxy.listen),
                 source,
             })?;
-        let shared = Shared::start(cfg, Clock::system(), ca, audit).await?;
+        let shared = Shared::start(cfg, clock, ca, audit).await?;
         Ok(Proxy {
             shared: Arc::new(shared),
             listener,
+            admin,
+            observe,
         })
+    }
+
+    /// The address of the admin listener, `None` when it is off.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin.as_ref().and_then(|l| l.local_addr().ok())
     }
 
     /// The address the proxy listens on.
@@ -72,8 +89,15 @@ impl Proxy {
     /// Serves until `shutdown` completes, then stops accepting and waits up
     /// to the grace period for requests and tunnels in flight.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
-        let Proxy { shared, listener } = self;
+        let Proxy {
+            shared,
+            listener,
+            admin,
+            observe,
+        } = self;
         tokio::pin!(shutdown);
+        let admin = admin.map(|l| tokio::spawn(admin::serve(l, shared.clone(), observe.clone())));
+        observe.set_ready(true);
         // Hosts with nothing left to remember are dropped now and then, so
         // memory follows the hosts in use, not every host ever seen.
         let sweeper = {
@@ -123,6 +147,7 @@ impl Proxy {
             }
         }
         drop(listener);
+        observe.set_ready(false);
         sweeper.abort();
         shared.tracker.stop.send_replace(true);
         let grace = shared.cfg.proxy.shutdown_grace;
@@ -141,6 +166,10 @@ impl Proxy {
         // proxy started right after on the same data dir can open it.
         let _ = saver.await;
         let _ = sweeper.await;
+        if let Some(a) = admin {
+            a.abort();
+            let _ = a.await;
+        }
         shared.cache.drain(grace).await;
         save_budgets(&shared).await;
         let errors = shared.cache.errors();

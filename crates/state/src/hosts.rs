@@ -21,7 +21,9 @@ pub use memory::MemoryHosts;
 
 use std::time::{Duration, Instant, SystemTime};
 
-use mannerly_policy::budget::{HostParams, HostView, PersistedHost, Reaction, Reservation, Start};
+use mannerly_policy::budget::{
+    HostParams, HostView, PersistedHost, Reaction, Reservation, ResetReport, Start,
+};
 
 /// Where per-host budgets live. See the module docs for the contract.
 pub trait HostStore: Send + Sync {
@@ -75,6 +77,11 @@ pub trait HostStore: Send + Sync {
 
     /// Up to `limit` hosts with their state, sorted by name (for `/hosts`).
     fn views(&self, now: Instant, limit: usize) -> Vec<(String, HostView)>;
+
+    /// An operator's reset: forgets the learned pause, breaker and ceiling
+    /// of `host` ([`mannerly_policy::budget::HostBudget::reset`]); `None`
+    /// when the store holds nothing for it.
+    fn reset(&self, host: &str, now: Instant) -> Option<ResetReport>;
 
     /// Drops every host with nothing to remember
     /// ([`mannerly_policy::budget::HostBudget::forgettable`]); returns how

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant, SystemTime};
 use dashmap::DashMap;
 use mannerly_policy::budget::{
     host_key, BudgetParams, HostBudget, HostParams, HostView, PersistedHost, Reaction, Reservation,
-    Start,
+    ResetReport, Start,
 };
 
 use super::HostStore;
@@ -141,6 +141,14 @@ impl HostStore for MemoryHosts {
             .collect();
         out.sort_by(|a, b| a.0.cmp(&b.0));
         out
+    }
+
+    fn reset(&self, host: &str, now: Instant) -> Option<ResetReport> {
+        let key = host_key(host);
+        let p = self.params.for_host(&key);
+        self.hosts
+            .get_mut(key.as_ref())
+            .map(|mut b| b.reset(&p, now))
     }
 
     fn sweep(&self, now: Instant) -> usize {
