@@ -63,6 +63,12 @@ pub struct AuditRecord {
     pub cache: Option<&'static str>,
     /// Whether the request carried Web Bot Auth signature headers.
     pub signed: bool,
+    /// Where the host's budget was decided: `"degraded"` when a shared
+    /// state backend was out of reach and this proxy decided alone at its
+    /// conservative rate; absent otherwise (so lines of a proxy without a
+    /// shared backend keep their shape).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<&'static str>,
 }
 
 impl AuditRecord {

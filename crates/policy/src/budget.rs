@@ -27,8 +27,8 @@ mod params;
 mod retry_after;
 
 pub use host::{
-    Admission, HostBudget, HostView, PersistedHost, Reaction, Refusal, Start, Throttle,
-    QUEUE_RETRY_AFTER,
+    Admission, DecodeError, HostBudget, HostView, PersistedHost, Reaction, Refusal, Start,
+    Throttle, ENCODED_LEN, QUEUE_RETRY_AFTER,
 };
 pub use params::{BudgetError, BudgetParams, HostOverride, HostParams, MAX_BREAKER_THRESHOLD};
 pub use retry_after::{parse_retry_after, RETRY_AFTER_ABSURD};
