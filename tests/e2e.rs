@@ -2,11 +2,14 @@
 //! clients (reqwest trusting our CA, curl where installed, raw sockets).
 
 mod e2e {
+    #[path = "../../crates/state/tests/support/redis_server.rs"]
+    pub mod redis_server;
     pub mod support;
 
     mod audit;
     mod budget;
     mod cache;
+    mod cluster;
     mod forwarding;
     mod robots;
 }

@@ -20,7 +20,8 @@ mod upstream;
 pub use audit::{open as open_audit, AuditSink, AuditWriter};
 pub use ca::CertificateAuthority;
 pub use config::{
-    AuditConfig, AuditTarget, Config, CrawlerConfig, PolicyConfig, ProxyConfig, UpstreamConfig,
+    AuditConfig, AuditTarget, Config, CrawlerConfig, PolicyConfig, ProxyConfig, StateBackend,
+    StateConfig, UpstreamConfig,
 };
 pub use error::{CaError, ConfigError, StartError};
 pub use server::Proxy;

@@ -227,6 +227,7 @@ pub(crate) async fn handle(
             match shared.budgets.acquire(&target.host, deadline).await {
                 Ok(p) => Some(p),
                 Err(r) => {
+                    rec.state = shared.budgets.state();
                     waited += waiting_since.elapsed();
                     rec.waited_ms = Some(waited.as_millis() as u64);
                     return shared.refuse(rec, budget_refusal(&r, ""), Source::Policy);
@@ -269,7 +270,14 @@ pub(crate) async fn handle(
             .get(RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
-        let reaction = permit.map(|p| p.respond(resp.status().as_u16(), retry_after.as_deref()));
+        rec.state = permit.as_ref().and_then(|p| p.state());
+        let reaction = match permit {
+            Some(p) => Some(
+                p.respond(resp.status().as_u16(), retry_after.as_deref())
+                    .await,
+            ),
+            None => None,
+        };
         if let Some(r) = &reaction {
             rec.rate = Some(r.rate());
             rec.ceiling = Some(r.ceiling());
@@ -297,7 +305,7 @@ pub(crate) async fn handle(
         rec.retry_after = t.retry_after_raw.clone();
         rec.pause_s = Some(t.pause.as_millis() as f64 / 1000.0);
         let hold_left = deadline.saturating_duration_since(Instant::now());
-        let params = shared.budgets.store().params(&host_key(&target.host));
+        let params = shared.budgets.params(&host_key(&target.host));
         if !(resendable && params.may_retry(&parts.method, attempts, t.pause, hold_left)) {
             // The client gets the origin's answer, Retry-After included.
             return forward_response(&shared, rec, resp, Outcome::Throttled);

@@ -26,14 +26,13 @@ use crate::budget::Budgets;
 use crate::ca::CertificateAuthority;
 use crate::cache::Cache;
 use crate::config::{secs, Config};
-use crate::error::{ConfigError, Source, StartError};
+use crate::error::{Source, StartError};
 use crate::intake::{read_head, Intake, Prefixed};
 use crate::pipeline::{self, Target};
 use crate::respond::Refusal;
 use crate::robots::RobotsCache;
 use crate::tunnel;
 use crate::upstream::{self, Guard, UpstreamClient};
-use mannerly_state::hosts::MemoryHosts;
 
 /// State shared by every connection.
 pub(crate) struct Shared {
@@ -160,11 +159,7 @@ impl Proxy {
             .map(|d| d.as_millis())
             .unwrap_or(0);
         let robots = RobotsCache::new(cfg.robots.clone());
-        let hosts = MemoryHosts::new(cfg.budget.clone()).map_err(|e| ConfigError::Invalid {
-            key: e.key.clone(),
-            why: e.reason.clone(),
-        })?;
-        let budgets = Budgets::new(Arc::new(hosts));
+        let budgets = Budgets::from_config(&cfg)?;
         let cache = Cache::open(&cfg)?;
         let restored = {
             let (budgets, store) = (budgets.clone(), cache.store().clone());

@@ -4,3 +4,4 @@
 
 pub mod hosts;
 pub mod responses;
+pub mod robots;
