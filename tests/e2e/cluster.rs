@@ -151,7 +151,7 @@ async fn a_proxy_killed_mid_request_leaves_no_lease_behind() {
     else {
         return;
     };
-    // `/hang` never answers; `/pair` answers once two are in flight at once
+    // `/hang` never answers (the proxy gives up after 5 s); `/pair` answers once two are in flight at once
     // (the full concurrency of the host), or after 20 s with a 500.
     let in_pair = Arc::new(AtomicUsize::new(0));
     let notify = Arc::new(tokio::sync::Notify::new());
@@ -160,6 +160,7 @@ async fn a_proxy_killed_mid_request_leaves_no_lease_behind() {
         let (p, n) = (p.clone(), n.clone());
         async move {
             match req.uri().path() {
+                "/robots.txt" => text(404, "none\n"),
                 "/hang" => {
                     tokio::time::sleep(Duration::from_secs(3600)).await;
                     text(200, "late\n")
@@ -191,7 +192,7 @@ async fn a_proxy_killed_mid_request_leaves_no_lease_behind() {
         ("MANNERLY_STATE__LEASE_MARGIN_SECS", "1"),
         ("MANNERLY_BUDGET__CONCURRENCY", "2"),
         ("MANNERLY_UPSTREAM__CONNECT_TIMEOUT_SECS", "1"),
-        ("MANNERLY_UPSTREAM__FIRST_BYTE_TIMEOUT_SECS", "2"),
+        ("MANNERLY_UPSTREAM__FIRST_BYTE_TIMEOUT_SECS", "5"),
     ];
     let doomed = RunningBinary::start(dir.path(), &env);
     let c = doomed.client();
@@ -220,7 +221,7 @@ async fn a_proxy_killed_mid_request_leaves_no_lease_behind() {
         let _ = h.await;
     }
 
-    // The survivor (lease TTL 1 + 2 + 1 = 4 s) gets both slots back.
+    // The survivor (lease TTL 1 + 5 + 1 = 7 s) gets both slots back.
     let mut alive = TestProxy::start(|cfg| {
         cfg.state.backend = StateBackend::Redis;
         cfg.state.redis_url = url.clone();
@@ -230,7 +231,7 @@ async fn a_proxy_killed_mid_request_leaves_no_lease_behind() {
         cfg.budget.concurrency = 2;
         cfg.budget.max_hold_secs = 30.0;
         cfg.upstream.connect_timeout_secs = 1.0;
-        cfg.upstream.first_byte_timeout_secs = 2.0;
+        cfg.upstream.first_byte_timeout_secs = 5.0;
     })
     .await;
     let ac = alive.client();
