@@ -11,5 +11,7 @@ mod e2e {
     mod cache;
     mod cluster;
     mod forwarding;
+    mod identity;
+    mod realweb;
     mod robots;
 }

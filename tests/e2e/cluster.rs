@@ -230,8 +230,8 @@ async fn a_proxy_killed_mid_request_leaves_no_lease_behind() {
         cfg.state.lease_margin_secs = 1.0;
         cfg.budget.concurrency = 2;
         cfg.budget.max_hold_secs = 30.0;
-        cfg.upstream.connect_timeout_secs = 1.0;
-        cfg.upstream.first_byte_timeout_secs = 5.0;
+        cfg.upstream.connect_timeout = Duration::from_secs(1);
+        cfg.upstream.first_byte_timeout = Duration::from_secs(5);
     })
     .await;
     let ac = alive.client();

@@ -453,7 +453,7 @@ async fn origin_failures_are_502_and_504() {
         l.local_addr().unwrap().port()
     };
     let mut proxy = TestProxy::start(|c| {
-        c.upstream.first_byte_timeout_secs = 0.5;
+        c.upstream.first_byte_timeout = std::time::Duration::from_millis(500);
         c.robots.fetch_timeout_secs = 0.5;
         c.policy.enforce = false;
     })

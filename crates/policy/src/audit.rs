@@ -8,6 +8,10 @@
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use std::time::Duration;
+
+use crate::budget::Reaction;
+use crate::conditional::CacheOutcome;
 use crate::Outcome;
 
 /// The chain value before the first line of a log.
@@ -69,9 +73,57 @@ pub struct AuditRecord {
     /// shared backend keep their shape).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub state: Option<&'static str>,
+    /// The `keyid` (JWK thumbprint) of the Web Bot Auth signature mannerly
+    /// added, when it signed the request.
+    pub keyid: Option<String>,
 }
 
+// === impl AuditRecord ===
+
 impl AuditRecord {
+    /// How long the request has been held by the budget so far.
+    pub fn waited(&mut self, held: Duration) {
+        self.waited_ms = Some(u64::try_from(held.as_millis()).unwrap_or(u64::MAX));
+    }
+
+    /// What the budget learned from the origin's answer: the host's rate and
+    /// ceiling, and for a throttle the Retry-After as sent and the pause.
+    pub fn budget(&mut self, reaction: &Reaction) {
+        self.rate = Some(reaction.rate());
+        self.ceiling = Some(reaction.ceiling());
+        if let Reaction::Throttled(t) = reaction {
+            self.retry_after = t.retry_after_raw.clone();
+            self.pause_s = Some(t.pause.as_millis() as f64 / 1000.0);
+        }
+    }
+
+    /// What the response store did for this request.
+    pub fn cache(&mut self, outcome: CacheOutcome) {
+        self.cache = Some(outcome.as_str());
+    }
+
+    /// The decision and the status the client gets.
+    pub fn decided(&mut self, outcome: Outcome, status: u16) {
+        self.outcome = Some(outcome);
+        self.status = Some(status);
+    }
+
+    /// An answer the proxy made itself: decision, status, why, who caused
+    /// it, and the size of the plain-text body.
+    pub fn refused(
+        &mut self,
+        outcome: Outcome,
+        status: u16,
+        why: &str,
+        source: &'static str,
+        bytes: u64,
+    ) {
+        self.decided(outcome, status);
+        self.reason = Some(why.to_owned());
+        self.source = Some(source);
+        self.bytes = Some(bytes);
+    }
+
     /// The record as one JSON object without the chain field.
     pub fn to_json(&self) -> String {
         // Serialising a struct of strings, numbers and options cannot fail;

@@ -1,13 +1,16 @@
 //! Sans-IO crawl policy for mannerly: every rule the proxy applies, as plain functions of data and a passed-in `now`; no sockets, no runtime, no clock.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
 mod address;
 mod audit;
 pub mod budget;
 pub mod conditional;
 mod headers;
+pub mod identity;
 mod outcome;
+mod param;
 pub mod robots;
 pub mod robots_cache;
 
@@ -15,3 +18,4 @@ pub use address::{classify_ip, parse_host_ip, AddressClass};
 pub use audit::{chain_line, last_chain, verify_chain, AuditRecord, ChainError, GENESIS};
 pub use headers::strip_hop_by_hop;
 pub use outcome::Outcome;
+pub use param::ParamError;

@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 use dashmap::DashMap;
 use mannerly_policy::budget::HostParams;
 use mannerly_policy::budget::{
-    host_key, Admission, PersistedHost, Reaction, Refusal, Start, QUEUE_RETRY_AFTER,
+    host_key, PersistedHost, Reaction, Refusal, Reservation, Start, QUEUE_RETRY_AFTER,
 };
 use mannerly_state::hosts::{HostStore, Lease, MemoryHosts, RedisHosts, RedisSettings};
 use mannerly_state::responses::{ResponseStore, StoreError};
@@ -21,6 +21,7 @@ use mannerly_state::robots::SharedRobots;
 use tokio::sync::{Mutex, Notify};
 use tokio::time::Instant;
 
+use crate::clock::Clock;
 use crate::config::Config;
 use crate::error::ConfigError;
 
@@ -31,6 +32,7 @@ pub(crate) const SHARED_SLOT_RECHECK: Duration = Duration::from_millis(100);
 /// The budgets of all hosts and the wake-ups of their waiters.
 pub(crate) struct Budgets {
     backend: Backend,
+    clock: Clock,
     lines: DashMap<String, Arc<Line>>,
     seed: AtomicU64,
     /// Crawl-delays to apply to shared budgets before the next request.
@@ -66,13 +68,14 @@ pub(crate) struct Permit {
 }
 
 impl Budgets {
-    pub fn new(store: Arc<dyn HostStore>) -> Arc<Budgets> {
-        Budgets::with(Backend::Memory(store))
+    pub(crate) fn new(store: Arc<dyn HostStore>, clock: Clock) -> Arc<Budgets> {
+        Budgets::with(Backend::Memory(store), clock)
     }
 
-    fn with(backend: Backend) -> Arc<Budgets> {
+    fn with(backend: Backend, clock: Clock) -> Arc<Budgets> {
         Arc::new(Budgets {
             backend,
+            clock,
             lines: DashMap::new(),
             seed: AtomicU64::new(0x9e37_79b9_7f4a_7c15),
             crawl_delays: DashMap::new(),
@@ -81,15 +84,12 @@ impl Budgets {
 
     /// The budgets `[state]` and `[budget]` ask for. Must run inside the
     /// runtime (the redis connection is made lazily, on it).
-    pub fn from_config(cfg: &Config) -> Result<Arc<Budgets>, ConfigError> {
-        let invalid = |e: mannerly_policy::budget::BudgetError| ConfigError::Invalid {
-            key: e.key.clone(),
-            why: e.reason.clone(),
-        };
+    pub(crate) fn from_config(cfg: &Config, clock: Clock) -> Result<Arc<Budgets>, ConfigError> {
+        let invalid = ConfigError::from;
         match cfg.state.backend {
             crate::config::StateBackend::Memory => {
                 let hosts = MemoryHosts::new(cfg.budget.clone()).map_err(invalid)?;
-                Ok(Budgets::new(Arc::new(hosts)))
+                Ok(Budgets::new(Arc::new(hosts), clock))
             }
             crate::config::StateBackend::Redis => {
                 let s = &cfg.state;
@@ -100,9 +100,9 @@ impl Budgets {
                 settings.command_timeout = Duration::from_secs_f64(s.command_timeout_ms / 1000.0);
                 // A lease outlives the longest a request may wait for its
                 // response head, plus a margin for a slow clock or GC.
-                settings.lease_ttl = Duration::from_secs_f64(
-                    u.connect_timeout_secs + u.first_byte_timeout_secs + s.lease_margin_secs,
-                );
+                settings.lease_ttl = u.connect_timeout
+                    + u.first_byte_timeout
+                    + Duration::from_secs_f64(s.lease_margin_secs);
                 settings.budget_ttl = Duration::from_secs_f64(
                     cfg.budget.ceiling_relax_secs + cfg.budget.breaker_open_secs + 3600.0,
                 );
@@ -113,13 +113,13 @@ impl Budgets {
                         why: other.to_string(),
                     },
                 })?;
-                Ok(Budgets::with(Backend::Redis(Arc::new(hosts))))
+                Ok(Budgets::with(Backend::Redis(Arc::new(hosts)), clock))
             }
         }
     }
 
     /// The shared store, when budgets are shared.
-    pub fn shared(&self) -> Option<&Arc<RedisHosts>> {
+    pub(crate) fn shared(&self) -> Option<&Arc<RedisHosts>> {
         match &self.backend {
             Backend::Redis(r) => Some(r),
             Backend::Memory(_) => None,
@@ -127,7 +127,7 @@ impl Budgets {
     }
 
     /// The cluster's robots.txt copies, when state is shared.
-    pub fn shared_robots(&self) -> Option<SharedRobots> {
+    pub(crate) fn shared_robots(&self) -> Option<SharedRobots> {
         let r = self.shared()?;
         let s = r.settings();
         Some(SharedRobots::new(
@@ -138,7 +138,7 @@ impl Budgets {
     }
 
     /// The resolved budget parameters of `host`.
-    pub fn params(&self, host: &str) -> HostParams {
+    pub(crate) fn params(&self, host: &str) -> HostParams {
         match &self.backend {
             Backend::Memory(m) => m.params(&host_key(host)),
             Backend::Redis(r) => r.params(host),
@@ -147,7 +147,7 @@ impl Budgets {
 
     /// The audit `state` of a decision made now: absent with the memory
     /// backend, `shared` or `degraded` with redis.
-    pub fn state(&self) -> Option<&'static str> {
+    pub(crate) fn state(&self) -> Option<&'static str> {
         match &self.backend {
             Backend::Memory(_) => None,
             Backend::Redis(r) if r.is_degraded() => Some("degraded"),
@@ -156,14 +156,14 @@ impl Budgets {
     }
 
     /// The longest a new request to `host` may be held.
-    pub fn max_hold(&self, host: &str) -> Duration {
+    pub(crate) fn max_hold(&self, host: &str) -> Duration {
         self.params(host).max_hold()
     }
 
     /// Waits for `host`'s turn: a rate slot in arrival order, the end of a
     /// pause, a free concurrency slot. Gives up at `deadline` with the
     /// budget's refusal.
-    pub async fn acquire(
+    pub(crate) async fn acquire(
         self: &Arc<Self>,
         host: &str,
         deadline: Instant,
@@ -186,15 +186,15 @@ impl Budgets {
             return Err(self.held_too_long(&key));
         };
         self.apply_crawl_delay(&key).await;
-        let now = Instant::now();
+        let now = self.clock.now();
         let mut reserved = now;
         match self
             .admit(&key, now, deadline.saturating_duration_since(now))
             .await
         {
-            Admission::Refuse(r) => return Err(r),
-            Admission::Wait(d) => tokio::time::sleep(d).await,
-            Admission::Go => {}
+            Reservation::Refuse(r) => return Err(r),
+            Reservation::Wait(d) => tokio::time::sleep(d).await,
+            Reservation::Go => {}
         }
         loop {
             // Registered before asking, so a slot freed between the answer
@@ -202,7 +202,7 @@ impl Budgets {
             let freed = line.freed.notified();
             tokio::pin!(freed);
             freed.as_mut().enable();
-            let now = Instant::now();
+            let now = self.clock.now();
             let hold_left = deadline.saturating_duration_since(now);
             let (answer, lease, degraded) =
                 self.try_start_since(&key, now, hold_left, reserved).await;
@@ -241,7 +241,7 @@ impl Budgets {
     /// The refusal for a request whose hold ran out in the line: the host's
     /// pause if it has one, else a full queue.
     fn held_too_long(&self, key: &str) -> Refusal {
-        let now = Instant::now().into_std();
+        let now = self.clock.now_std();
         let view = match &self.backend {
             Backend::Memory(m) => m.view(key, now),
             Backend::Redis(r) => r.view(key, now),
@@ -255,11 +255,9 @@ impl Budgets {
     }
 
     /// Makes sure a robots.txt Crawl-delay caps the host's rate.
-    pub fn set_crawl_delay(&self, host: &str, delay: Option<f64>) {
+    pub(crate) fn set_crawl_delay(&self, host: &str, delay: Option<f64>) {
         match &self.backend {
-            Backend::Memory(m) => {
-                m.set_crawl_delay(&host_key(host), Instant::now().into_std(), delay)
-            }
+            Backend::Memory(m) => m.set_crawl_delay(&host_key(host), self.clock.now_std(), delay),
             // Applied on the way into the host's next request, where a round
             // trip may be awaited.
             Backend::Redis(_) => {
@@ -275,15 +273,15 @@ impl Budgets {
         let Some((_, delay)) = self.crawl_delays.remove(key) else {
             return;
         };
-        r.set_crawl_delay(key, Instant::now().into_std(), SystemTime::now(), delay)
+        r.set_crawl_delay(key, self.clock.now_std(), self.clock.wall(), delay)
             .await;
     }
 
-    async fn admit(&self, key: &str, now: Instant, hold_left: Duration) -> Admission {
+    async fn admit(&self, key: &str, now: Instant, hold_left: Duration) -> Reservation {
         match &self.backend {
             Backend::Memory(m) => m.admit(key, now.into_std(), hold_left),
             Backend::Redis(r) => {
-                r.admit(key, now.into_std(), SystemTime::now(), hold_left)
+                r.admit(key, now.into_std(), self.clock.wall(), hold_left)
                     .await
                     .value
             }
@@ -308,7 +306,7 @@ impl Budgets {
                     .try_start_since(
                         key,
                         now.into_std(),
-                        SystemTime::now(),
+                        self.clock.wall(),
                         hold_left,
                         reserved.into_std(),
                     )
@@ -346,7 +344,9 @@ impl Budgets {
         let mut x = self
             .seed
             .fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed);
-        x ^= SystemTime::now()
+        x ^= self
+            .clock
+            .wall()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map(|d| d.subsec_nanos() as u64)
             .unwrap_or(0);
@@ -359,13 +359,13 @@ impl Budgets {
     /// Writes what must survive a restart (pauses, open breakers, lowered
     /// ceilings) to `store`, and forgets the records of hosts that no longer
     /// have any. Blocking: call it off the async threads.
-    pub fn save(&self, store: &dyn ResponseStore) -> Result<usize, StoreError> {
+    pub(crate) fn save(&self, store: &dyn ResponseStore) -> Result<usize, StoreError> {
         // Shared budgets outlive any one proxy in Redis itself.
         let Backend::Memory(hosts) = &self.backend else {
             return Ok(0);
         };
-        let now = Instant::now().into_std();
-        let saved = hosts.persisted(now, SystemTime::now());
+        let now = self.clock.now_std();
+        let saved = hosts.persisted(now, self.clock.wall());
         let before = store.host_records()?;
         for (host, record) in &saved {
             let bytes = serde_json::to_vec(record)?;
@@ -384,7 +384,7 @@ impl Budgets {
 
     /// Loads what [`Budgets::save`] wrote in an earlier process. A record
     /// that cannot be read is skipped (and overwritten at the next save).
-    pub fn load(&self, store: &dyn ResponseStore) -> Result<usize, StoreError> {
+    pub(crate) fn load(&self, store: &dyn ResponseStore) -> Result<usize, StoreError> {
         let Backend::Memory(hosts) = &self.backend else {
             return Ok(0);
         };
@@ -400,13 +400,13 @@ impl Budgets {
             })
             .collect();
         let n = saved.len();
-        hosts.restore(saved, Instant::now().into_std(), SystemTime::now());
+        hosts.restore(saved, self.clock.now_std(), self.clock.wall());
         Ok(n)
     }
 
     /// Forgets hosts with nothing to remember, and their wakers.
-    pub fn sweep(&self) -> usize {
-        let now = Instant::now().into_std();
+    pub(crate) fn sweep(&self) -> usize {
+        let now = self.clock.now_std();
         let dropped = match &self.backend {
             Backend::Memory(m) => m.sweep(now),
             Backend::Redis(r) => r.sweep(now),
@@ -418,7 +418,7 @@ impl Budgets {
 
 impl Permit {
     /// The audit `state` of the decision that let this request go.
-    pub fn state(&self) -> Option<&'static str> {
+    pub(crate) fn state(&self) -> Option<&'static str> {
         match self.budgets.backend {
             Backend::Memory(_) => None,
             Backend::Redis(_) if self.degraded => Some("degraded"),
@@ -428,16 +428,16 @@ impl Permit {
 
     /// Releases the slot with what the origin answered; returns what the
     /// budget learned.
-    pub async fn respond(mut self, status: u16, retry_after: Option<&str>) -> Reaction {
+    pub(crate) async fn respond(mut self, status: u16, retry_after: Option<&str>) -> Reaction {
         self.open = false;
         let b = self.budgets.clone();
         let jitter = b.jitter();
-        let now = Instant::now().into_std();
+        let now = self.budgets.clock.now_std();
         let reaction = match (&b.backend, &self.lease) {
             (Backend::Memory(m), _) => m.on_response(
                 &self.host,
                 now,
-                SystemTime::now(),
+                self.budgets.clock.wall(),
                 status,
                 retry_after,
                 jitter,
@@ -447,7 +447,7 @@ impl Permit {
                     &self.host,
                     lease,
                     now,
-                    SystemTime::now(),
+                    self.budgets.clock.wall(),
                     status,
                     retry_after,
                     jitter,
@@ -462,7 +462,7 @@ impl Permit {
                     &self.host,
                     &Lease::Local,
                     now,
-                    SystemTime::now(),
+                    self.budgets.clock.wall(),
                     status,
                     retry_after,
                     jitter,
@@ -481,7 +481,8 @@ impl Drop for Permit {
         if !self.open {
             return;
         }
-        let now = Instant::now().into_std();
+        let now = self.budgets.clock.now_std();
+        let wall = self.budgets.clock.wall();
         match (&self.budgets.backend, self.lease.take()) {
             (Backend::Memory(m), _) => {
                 m.finish(&self.host, now);
@@ -492,7 +493,7 @@ impl Drop for Permit {
                 if let Ok(rt) = tokio::runtime::Handle::try_current() {
                     let (r, host, b) = (r.clone(), self.host.clone(), self.budgets.clone());
                     rt.spawn(async move {
-                        r.finish(&host, &lease, now, SystemTime::now()).await;
+                        r.finish(&host, &lease, now, wall).await;
                         b.wake(&host);
                     });
                 }
@@ -502,3 +503,6 @@ impl Drop for Permit {
         self.budgets.wake(&self.host);
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use mannerly_policy::budget::BudgetParams;
-use mannerly_policy::conditional::{CacheConfigError, CacheParams};
+use mannerly_policy::conditional::CacheParams;
+use mannerly_policy::identity::check_agent_url;
 use mannerly_policy::robots::Purpose;
 use mannerly_policy::robots_cache::RobotsParams;
 use serde::Deserialize;
@@ -39,6 +40,8 @@ pub struct Config {
     /// Stored responses and conditional requests. The store is the file
     /// `store.redb` in the data dir (it also keeps budget state across restarts).
     pub cache: CacheParams,
+    /// Web Bot Auth: signing every request sent to an origin.
+    pub identity: IdentityConfig,
     /// Where host budgets live: this process, or Redis for a cluster.
     pub state: StateConfig,
 }
@@ -104,9 +107,11 @@ pub struct ProxyConfig {
     /// Most header lines in a request; more gets 431.
     pub max_headers: usize,
     /// Time a client has to send a complete request head.
-    pub header_read_timeout_secs: f64,
+    #[serde(rename = "header_read_timeout_secs", deserialize_with = "seconds")]
+    pub header_read_timeout: Duration,
     /// Time in-flight requests and tunnels get to finish on shutdown.
-    pub shutdown_grace_secs: f64,
+    #[serde(rename = "shutdown_grace_secs", deserialize_with = "seconds")]
+    pub shutdown_grace: Duration,
     /// Leaf certificates kept in memory.
     pub leaf_cache: usize,
 }
@@ -115,12 +120,12 @@ impl Default for ProxyConfig {
     fn default() -> Self {
         ProxyConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 3128)),
-            connect_ports: vec![443],
+            connect_ports: vec![443, 80],
             intercept: true,
             max_header_bytes: 64 * 1024,
             max_headers: 100,
-            header_read_timeout_secs: 10.0,
-            shutdown_grace_secs: 10.0,
+            header_read_timeout: Duration::from_secs(10),
+            shutdown_grace: Duration::from_secs(10),
             leaf_cache: 1024,
         }
     }
@@ -138,13 +143,17 @@ pub struct UpstreamConfig {
     /// `"name:port" = "ip:port"` overrides of name resolution, like curl --resolve.
     pub resolve: BTreeMap<String, SocketAddr>,
     /// TCP connect timeout.
-    pub connect_timeout_secs: f64,
+    #[serde(rename = "connect_timeout_secs", deserialize_with = "seconds")]
+    pub connect_timeout: Duration,
     /// Time from sending a request to the response head.
-    pub first_byte_timeout_secs: f64,
+    #[serde(rename = "first_byte_timeout_secs", deserialize_with = "seconds")]
+    pub first_byte_timeout: Duration,
     /// Longest silence inside a response body.
-    pub idle_timeout_secs: f64,
+    #[serde(rename = "idle_timeout_secs", deserialize_with = "seconds")]
+    pub idle_timeout: Duration,
     /// How long an idle pooled connection to an origin is kept.
-    pub pool_idle_secs: f64,
+    #[serde(rename = "pool_idle_secs", deserialize_with = "seconds")]
+    pub pool_idle: Duration,
     /// Idle pooled connections kept per origin.
     pub pool_max_idle_per_host: usize,
 }
@@ -155,10 +164,10 @@ impl Default for UpstreamConfig {
             allow_private: false,
             extra_roots: Vec::new(),
             resolve: BTreeMap::new(),
-            connect_timeout_secs: 10.0,
-            first_byte_timeout_secs: 30.0,
-            idle_timeout_secs: 60.0,
-            pool_idle_secs: 90.0,
+            connect_timeout: Duration::from_secs(10),
+            first_byte_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(60),
+            pool_idle: Duration::from_secs(90),
             pool_max_idle_per_host: 32,
         }
     }
@@ -183,6 +192,39 @@ pub struct CrawlerConfig {
     pub purposes: Vec<Purpose>,
 }
 
+/// `[identity]`: Web Bot Auth (draft-ietf-webbotauth-httpsig-protocol-00).
+/// When enabled, every request sent to an origin (robots.txt fetches and
+/// retries included) carries `Signature-Agent`, `Signature-Input` and
+/// `Signature`, made with the key in `key_file`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct IdentityConfig {
+    /// Sign requests.
+    pub enabled: bool,
+    /// Ed25519 private key, PKCS#8 PEM, mode 0600 (`mannerly identity init`
+    /// writes it). Empty: `identity-key.pem` in the data dir.
+    pub key_file: String,
+    /// The https origin that serves the key directory at
+    /// `/.well-known/http-message-signatures-directory` (sent as `Signature-Agent`).
+    pub signature_agent: String,
+    /// Seconds a signature stays valid after it is made (`expires - created`), at most 86400.
+    pub validity_secs: u64,
+    /// Hosts never signed for: `example.org` (that host) or `*.example.org` (its subdomains).
+    pub skip_hosts: Vec<String>,
+}
+
+impl Default for IdentityConfig {
+    fn default() -> Self {
+        IdentityConfig {
+            enabled: false,
+            key_file: String::new(),
+            signature_agent: String::new(),
+            validity_secs: 300,
+            skip_hosts: Vec::new(),
+        }
+    }
+}
+
 /// `[policy]`: enforcement.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -198,18 +240,16 @@ impl Default for PolicyConfig {
     }
 }
 
-pub(crate) fn secs(v: f64) -> Duration {
-    Duration::from_secs_f64(v.max(0.0))
-}
-
-fn positive(key: &str, v: f64) -> Result<(), ConfigError> {
+/// Reads a number of seconds (`2`, `0.5`) as a [`Duration`], once, when the
+/// configuration is read.
+fn seconds<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let v = f64::deserialize(d)?;
     if v.is_finite() && v > 0.0 && v < 1e9 {
-        Ok(())
+        Ok(Duration::from_secs_f64(v))
     } else {
-        Err(ConfigError::Invalid {
-            key: key.to_string(),
-            why: format!("must be a positive number of seconds, got {v}"),
-        })
+        Err(serde::de::Error::custom(format!(
+            "must be a positive number of seconds, got {v}"
+        )))
     }
 }
 
@@ -217,8 +257,6 @@ impl Config {
     /// Checks values that parse but make no sense, naming the key.
     pub fn validate(self) -> Result<Self, ConfigError> {
         let p = &self.proxy;
-        positive("proxy.header_read_timeout_secs", p.header_read_timeout_secs)?;
-        positive("proxy.shutdown_grace_secs", p.shutdown_grace_secs)?;
         if p.max_header_bytes < 1024 {
             return Err(ConfigError::Invalid {
                 key: "proxy.max_header_bytes".into(),
@@ -238,13 +276,6 @@ impl Config {
             });
         }
         let u = &self.upstream;
-        positive("upstream.connect_timeout_secs", u.connect_timeout_secs)?;
-        positive(
-            "upstream.first_byte_timeout_secs",
-            u.first_byte_timeout_secs,
-        )?;
-        positive("upstream.idle_timeout_secs", u.idle_timeout_secs)?;
-        positive("upstream.pool_idle_secs", u.pool_idle_secs)?;
         for key in u.resolve.keys() {
             let ok = key
                 .rsplit_once(':')
@@ -286,25 +317,32 @@ impl Config {
                 why: format!("must start with redis:// (got {:?})", st.redis_url),
             });
         }
-        let mut cfg = self;
-        cfg.robots = cfg.robots.validate().map_err(|e| ConfigError::Invalid {
-            key: format!("robots.{}", e.key),
-            why: e.why,
-        })?;
-        cfg.budget = cfg.budget.validate().map_err(|e| ConfigError::Invalid {
-            key: e.key,
-            why: e.reason,
-        })?;
-        cfg.cache = cfg.cache.validate().map_err(|e| {
-            let key = match e {
-                CacheConfigError::ZeroMaxBody => "cache.max_body",
-                CacheConfigError::SizeBelowBody { .. } => "cache.max_size",
-            };
-            ConfigError::Invalid {
-                key: key.into(),
+        let id = &self.identity;
+        if id.validity_secs == 0 || id.validity_secs > 86_400 {
+            return Err(ConfigError::Invalid {
+                key: "identity.validity_secs".into(),
+                why: format!(
+                    "must be between 1 and 86400 (the draft recommends at most 24 h), got {}",
+                    id.validity_secs
+                ),
+            });
+        }
+        if id.enabled || !id.signature_agent.is_empty() {
+            check_agent_url(&id.signature_agent).map_err(|e| ConfigError::Invalid {
+                key: "identity.signature_agent".into(),
                 why: e.to_string(),
-            }
-        })?;
+            })?;
+        }
+        if id.skip_hosts.iter().any(|h| h.trim().is_empty()) {
+            return Err(ConfigError::Invalid {
+                key: "identity.skip_hosts".into(),
+                why: "an entry is empty".into(),
+            });
+        }
+        let mut cfg = self;
+        cfg.robots = cfg.robots.validate()?;
+        cfg.budget = cfg.budget.validate()?;
+        cfg.cache = cfg.cache.validate()?;
         Ok(cfg)
     }
 
@@ -312,6 +350,14 @@ impl Config {
     /// survive a restart.
     pub fn store_path(&self) -> PathBuf {
         self.data_dir.join("store.redb")
+    }
+
+    /// The Web Bot Auth signing key, resolved against the data dir.
+    pub fn identity_key_path(&self) -> PathBuf {
+        match self.identity.key_file.as_str() {
+            "" => self.data_dir.join("identity-key.pem"),
+            p => PathBuf::from(p),
+        }
     }
 
     /// The audit log path, resolved against the data dir.
@@ -349,7 +395,7 @@ mod tests {
         let err = cfg.validate().map(drop).map_err(|e| e.to_string());
         assert_eq!(
             err,
-            Err("config key cache.max_size: cache.max_size (1024) must be at least cache.max_body (8388608)".into())
+            Err("config key cache.max_size: 1024 is below cache.max_body (8388608): nothing could be stored".into())
         );
         let cfg = Config {
             cache: CacheParams {

@@ -15,7 +15,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 
 /// What was wrong with a request head.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BadHead {
+pub(crate) struct BadHead {
     /// Status to answer with.
     pub status: u16,
     /// Plain words for the client and the audit log.
@@ -27,7 +27,7 @@ pub struct BadHead {
 }
 
 /// The first read of a connection.
-pub enum Intake {
+pub(crate) enum Intake {
     /// A complete, acceptable head; the bytes read so far (head and any body
     /// that came with it) must be replayed to the HTTP parser.
     Ready(BytesMut),
@@ -37,15 +37,16 @@ pub enum Intake {
     Bad(BadHead),
 }
 
-/// Reads until a complete head, the size limit or the timeout.
-pub async fn read_head<S: AsyncRead + Unpin>(
+/// Reads until a complete head, the size limit or the deadline.
+pub(crate) async fn read_head<S: AsyncRead + Unpin>(
     stream: &mut S,
     max_bytes: usize,
     max_headers: usize,
+    now: tokio::time::Instant,
     timeout: Duration,
 ) -> Intake {
     let mut buf = BytesMut::with_capacity(4096);
-    let deadline = tokio::time::Instant::now() + timeout;
+    let deadline = now + timeout;
     loop {
         match check(&buf, max_bytes, max_headers) {
             Check::Complete => return Intake::Ready(buf),
@@ -159,14 +160,14 @@ fn framing(req: &httparse::Request<'_, '_>) -> Check {
 }
 
 /// A stream that first yields bytes already read from it.
-pub struct Prefixed<S> {
+pub(crate) struct Prefixed<S> {
     prefix: BytesMut,
     inner: S,
 }
 
 impl<S> Prefixed<S> {
     /// `prefix` is replayed before reading from `inner`.
-    pub fn new(prefix: BytesMut, inner: S) -> Self {
+    pub(crate) fn new(prefix: BytesMut, inner: S) -> Self {
         Prefixed { prefix, inner }
     }
 }

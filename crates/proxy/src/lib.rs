@@ -1,29 +1,36 @@
 //! The I/O side of mannerly: listener, CONNECT and TLS interception, the upstream client and the pipeline that carries each request through the policy crate's decisions; no policy rule is decided here.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
 mod audit;
 mod body;
 mod budget;
 mod ca;
 mod cache;
+mod clock;
 mod config;
+mod connection;
 mod error;
+mod identity;
 mod intake;
 mod pipeline;
 mod respond;
 mod robots;
 mod server;
+mod shared;
+mod target;
 mod tunnel;
 mod upstream;
 
 pub use audit::{open as open_audit, AuditSink, AuditWriter};
 pub use ca::CertificateAuthority;
 pub use config::{
-    AuditConfig, AuditTarget, Config, CrawlerConfig, PolicyConfig, ProxyConfig, StateBackend,
-    StateConfig, UpstreamConfig,
+    AuditConfig, AuditTarget, Config, CrawlerConfig, IdentityConfig, PolicyConfig, ProxyConfig,
+    StateBackend, StateConfig, UpstreamConfig,
 };
-pub use error::{CaError, ConfigError, StartError};
+pub use error::{CaError, ConfigError, KeyFileError, StartError};
+pub use identity::{KeyStore, Rotation, Signer};
 pub use server::Proxy;
 
 /// Fetches the robots.txt of `url`'s origin once, as the proxy would (same
@@ -32,11 +39,20 @@ pub use server::Proxy;
 pub async fn fetch_robots_once(cfg: &Config, url: &str) -> Result<Option<Vec<u8>>, String> {
     use mannerly_policy::robots_cache::FetchResult;
     let uri: http::Uri = url.parse().map_err(|e| format!("{url}: {e}"))?;
-    let target = pipeline::Target::from_absolute(&uri)?;
-    let guard = upstream::Guard::new(&cfg.upstream);
+    let target = target::Target::from_absolute(&uri)?;
+    let guard = upstream::Guard::new(&cfg.upstream, clock::Clock::system());
     let client = upstream::client(&cfg.upstream, guard).map_err(|e| e.to_string())?;
     let robots_url = format!("{}robots.txt", target.url(None));
-    let report = robots::fetch(&client, &robots_url, None, cfg.robots.max_redirects).await;
+    let signer = identity::Signer::load(cfg).map_err(|e| e.to_string())?;
+    let clock = clock::Clock::system();
+    let report = robots::fetch(
+        &client,
+        &robots_url,
+        None,
+        cfg.robots.max_redirects,
+        signer.as_deref().map(|s| (s, &clock)),
+    )
+    .await;
     match report.result {
         FetchResult::Body(b) => Ok(Some(b)),
         r if r.means_no_rules() => Ok(None),

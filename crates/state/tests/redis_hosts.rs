@@ -7,7 +7,7 @@ mod redis_server;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
-use mannerly_policy::budget::{Admission, BudgetParams, Reaction, Start};
+use mannerly_policy::budget::{BudgetParams, Reaction, Reservation, Start};
 use mannerly_state::hosts::{Lease, RedisHosts, RedisSettings};
 use redis_server::RedisServer;
 
@@ -28,7 +28,7 @@ async fn send(s: &RedisHosts, status: u16, retry_after: Option<&str>) -> Reactio
     let hold = s.params(HOST).max_hold();
     let a = s.admit(HOST, now, wall, hold).await;
     assert!(!a.degraded);
-    if let Admission::Wait(d) = a.value {
+    if let Reservation::Wait(d) = a.value {
         tokio::time::sleep(d).await;
     }
     let now = Instant::now();
@@ -65,7 +65,7 @@ async fn one_429_slows_the_whole_cluster_once() {
     // `a` sends a request that is still out when `b`'s 429 comes.
     let hold = a.params(HOST).max_hold();
     let now = Instant::now();
-    if let Admission::Wait(d) = a.admit(HOST, now, SystemTime::now(), hold).await.value {
+    if let Reservation::Wait(d) = a.admit(HOST, now, SystemTime::now(), hold).await.value {
         tokio::time::sleep(d).await;
     }
     let now = Instant::now();
@@ -87,7 +87,7 @@ async fn one_429_slows_the_whole_cluster_once() {
         .admit(HOST, Instant::now(), SystemTime::now(), Duration::ZERO)
         .await;
     assert!(
-        matches!(refused.value, Admission::Refuse(_)),
+        matches!(refused.value, Reservation::Refuse(_)),
         "paused for the whole cluster: {:?}",
         refused.value
     );

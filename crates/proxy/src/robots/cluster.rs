@@ -23,6 +23,7 @@ pub(super) async fn claim(
     origin: &str,
     params: &RobotsParams,
     deadline: Instant,
+    now: std::time::Instant,
 ) -> Next {
     let Some(shared) = budgets.shared_robots() else {
         return Next::Fetch(None);
@@ -35,7 +36,8 @@ pub(super) async fn claim(
         .await
     {
         Claim::Copy { result, age } => {
-            let now = Instant::now().into_std();
+            // `now` was read before the wait; the copy is, if anything,
+            // a little older than counted, never younger.
             Next::Use(result, now.checked_sub(age).unwrap_or(now))
         }
         Claim::Fetch { locked } => Next::Fetch(Some((shared, locked))),

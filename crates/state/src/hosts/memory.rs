@@ -4,8 +4,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use dashmap::DashMap;
 use mannerly_policy::budget::{
-    host_key, Admission, BudgetError, BudgetParams, HostBudget, HostParams, HostView,
-    PersistedHost, Reaction, Start,
+    host_key, BudgetParams, HostBudget, HostParams, HostView, PersistedHost, Reaction, Reservation,
+    Start,
 };
 
 use super::HostStore;
@@ -24,7 +24,7 @@ pub struct MemoryHosts {
 impl MemoryHosts {
     /// An empty store with these parameters (validated here, so that a
     /// store never runs on nonsense).
-    pub fn new(params: BudgetParams) -> Result<MemoryHosts, BudgetError> {
+    pub fn new(params: BudgetParams) -> Result<MemoryHosts, mannerly_policy::ParamError> {
         Ok(MemoryHosts {
             params: params.validate()?,
             hosts: DashMap::new(),
@@ -72,7 +72,7 @@ impl HostStore for MemoryHosts {
         self.params.for_host(host)
     }
 
-    fn admit(&self, host: &str, now: Instant, hold_left: Duration) -> Admission {
+    fn admit(&self, host: &str, now: Instant, hold_left: Duration) -> Reservation {
         self.with(host, now, |b, p| b.admit_within(p, now, hold_left))
     }
 

@@ -21,8 +21,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use dashmap::DashMap;
 use mannerly_policy::budget::{
-    host_key, Admission, BudgetError, BudgetParams, HostBudget, HostParams, HostView, Reaction,
-    Start,
+    host_key, BudgetParams, HostBudget, HostParams, HostView, Reaction, Reservation, Start,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Value;
@@ -74,7 +73,7 @@ impl RedisSettings {
 pub enum RedisHostsError {
     /// The budget parameters are invalid.
     #[error(transparent)]
-    Params(#[from] BudgetError),
+    Params(#[from] mannerly_policy::ParamError),
     /// The URL is not a Redis URL.
     #[error("state.redis_url: {0}")]
     Url(redis::RedisError),
@@ -228,7 +227,7 @@ impl RedisHosts {
         now: Instant,
         wall: SystemTime,
         hold_left: Duration,
-    ) -> Decided<Admission> {
+    ) -> Decided<Reservation> {
         self.run(host, now, wall, LeaseAction::None, |b, p| {
             (b.admit_within(p, now, hold_left), false)
         })

@@ -204,7 +204,7 @@ fn unix_us(wall: SystemTime) -> i64 {
 #[allow(clippy::disallowed_methods)]
 mod tests {
     use super::*;
-    use crate::budget::{Admission, BudgetParams, Reaction, Start};
+    use crate::budget::{BudgetParams, Reaction, Reservation, Start};
 
     fn params() -> HostParams {
         BudgetParams::default().for_host("example.com")
@@ -226,7 +226,7 @@ mod tests {
         let t0 = Instant::now();
         let wall0 = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
         let mut a = HostBudget::new(&p, t0);
-        assert_eq!(a.admit(&p, t0), Admission::Go);
+        assert_eq!(a.admit(&p, t0), Reservation::Go);
         assert_eq!(a.try_start(&p, t0, p.max_hold()), Start::Go);
         let r = a.on_response(&p, t0, wall0, 429, Some("7"), 0.0);
         assert!(matches!(r, Reaction::Throttled(_)));

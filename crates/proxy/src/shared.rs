@@ -1,0 +1,207 @@
+//! What every connection shares: the configuration, the clock, the CA, the
+//! upstream client, the robots.txt cache, the budgets, the response store
+//! and the audit sink; and the tracker that graceful shutdown waits on.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::UNIX_EPOCH;
+
+use http::Response;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::server::conn::auto;
+use mannerly_policy::AuditRecord;
+use tokio::sync::{watch, Notify};
+
+use crate::audit::AuditSink;
+use crate::body::ProxyBody;
+use crate::budget::Budgets;
+use crate::ca::CertificateAuthority;
+use crate::cache::Cache;
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::error::{Source, StartError};
+use crate::identity::Signer;
+use crate::respond::Answer;
+use crate::robots::RobotsCache;
+use crate::upstream::{self, Guard, UpstreamClient};
+
+/// State shared by every connection.
+pub(crate) struct Shared {
+    pub(crate) cfg: Config,
+    pub(crate) clock: Clock,
+    pub(crate) ca: Arc<CertificateAuthority>,
+    pub(crate) client: UpstreamClient,
+    pub(crate) guard: Guard,
+    pub(crate) audit: AuditSink,
+    pub(crate) robots: RobotsCache,
+    pub(crate) budgets: Arc<Budgets>,
+    pub(crate) cache: Arc<Cache>,
+    /// Wakes the budget saver early (after a throttle) so that a pause
+    /// survives even a `kill -9` moments later.
+    pub(crate) save_budgets: Notify,
+    pub(crate) tracker: Tracker,
+    /// Web Bot Auth signer (`[identity]`), when enabled.
+    pub(crate) identity: Option<Arc<Signer>>,
+    ids: AtomicU64,
+    id_prefix: String,
+}
+
+impl Shared {
+    /// Builds everything a validated configuration asks for, except the
+    /// listener: upstream client, robots cache, budgets (with the state a
+    /// previous process saved), response store.
+    pub(crate) async fn start(
+        cfg: Config,
+        clock: Clock,
+        ca: Arc<CertificateAuthority>,
+        audit: AuditSink,
+    ) -> Result<Shared, StartError> {
+        let guard = Guard::new(&cfg.upstream, clock.clone());
+        let client = upstream::client(&cfg.upstream, guard.clone())?;
+        let start = clock
+            .wall()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or(0);
+        let identity = Signer::load(&cfg)?;
+        if let Some(signer) = &identity {
+            signer.watch();
+        }
+        let robots = RobotsCache::new(cfg.robots.clone(), clock.clone(), identity.clone());
+        let budgets = Budgets::from_config(&cfg, clock.clone())?;
+        let cache = Cache::open(&cfg)?;
+        let restored = {
+            let (budgets, store) = (budgets.clone(), cache.store().clone());
+            tokio::task::spawn_blocking(move || budgets.load(store.as_ref()))
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()))
+        };
+        match restored {
+            Ok(0) => {}
+            Ok(n) => tracing::info!("budget state of {n} hosts restored"),
+            Err(why) => {
+                return Err(StartError::Store {
+                    path: cfg.store_path(),
+                    why: format!("reading saved budget state: {why}"),
+                })
+            }
+        }
+        Ok(Shared {
+            cfg,
+            clock,
+            ca,
+            client,
+            guard,
+            audit,
+            robots,
+            budgets,
+            cache,
+            save_budgets: Notify::new(),
+            tracker: Tracker::new(),
+            identity,
+            ids: AtomicU64::new(0),
+            id_prefix: format!("{start:x}"),
+        })
+    }
+
+    /// The next decision id: unique within this process, and across
+    /// restarts by its prefix (the start time).
+    pub(crate) fn next_id(&self) -> String {
+        let n = self.ids.fetch_add(1, Ordering::Relaxed);
+        format!("{}-{n}", self.id_prefix)
+    }
+
+    /// A new audit record for a request, stamped now.
+    pub(crate) fn record(
+        &self,
+        method: &str,
+        url: &str,
+        host: &str,
+        client: SocketAddr,
+    ) -> AuditRecord {
+        AuditRecord {
+            ts: humantime::format_rfc3339_millis(self.clock.wall()).to_string(),
+            id: self.next_id(),
+            client: Some(client.to_string()),
+            method: method.to_string(),
+            url: url.to_string(),
+            host: host.to_string(),
+            ..AuditRecord::default()
+        }
+    }
+
+    /// Sends an answer the proxy made itself and writes its audit line.
+    pub(crate) fn refuse(
+        &self,
+        mut rec: AuditRecord,
+        a: Answer,
+        source: Source,
+    ) -> Response<ProxyBody> {
+        let body = a.body_text();
+        rec.refused(
+            a.outcome,
+            a.status,
+            &a.reason,
+            source.as_str(),
+            body.len() as u64,
+        );
+        let resp = a.into_response(&rec.id);
+        self.audit.send(rec);
+        resp
+    }
+
+    /// The HTTP server settings for client connections.
+    pub(crate) fn http(&self) -> auto::Builder<TokioExecutor> {
+        let mut b = auto::Builder::new(TokioExecutor::new());
+        b.http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(self.cfg.proxy.header_read_timeout)
+            .max_headers(self.cfg.proxy.max_headers)
+            .max_buf_size(self.cfg.proxy.max_header_bytes.max(8192));
+        b.http2().timer(TokioTimer::new());
+        b
+    }
+}
+
+/// Counts live connection tasks and tells them when shutdown starts.
+pub(crate) struct Tracker {
+    pub(crate) live: watch::Sender<usize>,
+    pub(crate) stop: watch::Sender<bool>,
+}
+
+/// Held by a connection task for its whole life.
+pub(crate) struct Track {
+    live: watch::Sender<usize>,
+}
+
+impl Drop for Track {
+    fn drop(&mut self) {
+        self.live.send_modify(|n| *n -= 1);
+    }
+}
+
+impl Tracker {
+    fn new() -> Self {
+        Tracker {
+            live: watch::Sender::new(0),
+            stop: watch::Sender::new(false),
+        }
+    }
+
+    pub(crate) fn track(&self) -> Track {
+        self.live.send_modify(|n| *n += 1);
+        Track {
+            live: self.live.clone(),
+        }
+    }
+
+    pub(crate) fn stopping(&self) -> watch::Receiver<bool> {
+        self.stop.subscribe()
+    }
+
+    pub(crate) fn is_stopping(&self) -> bool {
+        *self.stop.borrow()
+    }
+}
