@@ -2,6 +2,8 @@
 //! clients (reqwest trusting our CA, curl where installed, raw sockets).
 
 mod e2e {
+    #[path = "../../crates/state/tests/support/redis_server.rs"]
+    pub mod redis_server;
     pub mod support;
 
     mod admin;
@@ -9,6 +11,7 @@ mod e2e {
     mod browser;
     mod budget;
     mod cache;
+    mod cluster;
     mod dashboard;
     mod forwarding;
     mod identity;

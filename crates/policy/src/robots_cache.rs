@@ -81,7 +81,7 @@ impl RobotsParams {
 }
 
 /// How a fetch of robots.txt ended, as the proxy saw it.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FetchResult {
     /// A 2xx with this body.
     Body(Vec<u8>),

@@ -45,6 +45,8 @@ pub struct Config {
     pub identity: IdentityConfig,
     /// The admin listener: metrics, hosts API, dashboard.
     pub admin: AdminConfig,
+    /// Where host budgets live: this process, or Redis for a cluster.
+    pub state: StateConfig,
 }
 
 /// `[admin]`: the listener operators use to see and steer the proxy.
@@ -96,6 +98,51 @@ impl AdminConfig {
             });
         }
         Ok(Some(addr))
+    }
+}
+
+/// `[state]`: where host budgets (and the robots.txt copies of a cluster) live.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StateConfig {
+    /// `memory` (this process) or `redis` (shared by every proxy pointed at
+    /// the same Redis and `key_prefix`).
+    pub backend: StateBackend,
+    /// `redis://host:port/db` (with `redis` only).
+    pub redis_url: String,
+    /// Prepended to every Redis key, so that several crawls can share one Redis.
+    pub key_prefix: String,
+    /// How many proxies share the budgets. While Redis is out of reach each
+    /// proxy decides alone at 1/`instances_hint` of a host's last shared rate.
+    pub instances_hint: u32,
+    /// A Redis command slower than this counts as Redis being out of reach.
+    pub command_timeout_ms: f64,
+    /// A concurrency lease of a proxy that died expires this long after
+    /// `upstream.connect_timeout_secs + upstream.first_byte_timeout_secs`.
+    pub lease_margin_secs: f64,
+}
+
+/// `state.backend`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StateBackend {
+    /// One process.
+    #[default]
+    Memory,
+    /// Shared through Redis.
+    Redis,
+}
+
+impl Default for StateConfig {
+    fn default() -> Self {
+        StateConfig {
+            backend: StateBackend::Memory,
+            redis_url: String::from("redis://127.0.0.1:6379/0"),
+            key_prefix: String::from("mannerly:"),
+            instances_hint: 4,
+            command_timeout_ms: 50.0,
+            lease_margin_secs: 5.0,
+        }
     }
 }
 
@@ -306,6 +353,36 @@ impl Config {
                     why: "keys are \"name:port\"".into(),
                 });
             }
+        }
+        let st = &self.state;
+        if st.instances_hint == 0 || st.instances_hint > 10_000 {
+            return Err(ConfigError::Invalid {
+                key: "state.instances_hint".into(),
+                why: "must be between 1 and 10000".into(),
+            });
+        }
+        if !(st.command_timeout_ms.is_finite()
+            && st.command_timeout_ms >= 1.0
+            && st.command_timeout_ms <= 10_000.0)
+        {
+            return Err(ConfigError::Invalid {
+                key: "state.command_timeout_ms".into(),
+                why: "must be between 1 and 10000".into(),
+            });
+        }
+        if !(st.lease_margin_secs.is_finite() && (0.0..=3600.0).contains(&st.lease_margin_secs)) {
+            return Err(ConfigError::Invalid {
+                key: "state.lease_margin_secs".into(),
+                why: "must be between 0 and 3600".into(),
+            });
+        }
+        if st.backend == StateBackend::Redis
+            && !(st.redis_url.starts_with("redis://") || st.redis_url.starts_with("unix://"))
+        {
+            return Err(ConfigError::Invalid {
+                key: "state.redis_url".into(),
+                why: format!("must start with redis:// (got {:?})", st.redis_url),
+            });
         }
         let id = &self.identity;
         if id.validity_secs == 0 || id.validity_secs > 86_400 {

@@ -31,8 +31,7 @@ pub use audit::{open as open_audit, AuditSink, AuditWriter};
 pub use ca::CertificateAuthority;
 pub use config::{
     AdminConfig, AuditConfig, AuditTarget, Config, CrawlerConfig, IdentityConfig, PolicyConfig,
-    ProxyConfig,
-    UpstreamConfig,
+    ProxyConfig, StateBackend, StateConfig, UpstreamConfig,
 };
 pub use error::{CaError, ConfigError, KeyFileError, StartError};
 pub use identity::{KeyStore, Rotation, Signer};

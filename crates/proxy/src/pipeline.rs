@@ -59,7 +59,10 @@ pub(crate) async fn handle(
             let mut out = x.outgoing(&parts, body.take(), &cache)?;
             x.identity(&mut out); // 4. Web Bot Auth signature
             let resp = x.upstream(out).await?; // 5. send
-            match x.learn(&parts, &mut cache, permit, resp, body.resendable()) {
+            match x
+                .learn(&parts, &mut cache, permit, resp, body.resendable())
+                .await
+            {
                 Learned::Answer(answer) => return Ok(answer), // 6.-7. learn, audit
                 Learned::RetryAfterThrottle => continue,
                 Learned::RefetchWithoutValidators => cache.drop_validators(),
@@ -311,6 +314,9 @@ impl Exchange {
             .await;
         self.waited += self.shared.clock.now().saturating_duration_since(since);
         self.rec.waited(self.waited);
+        self.rec.state = permit
+            .as_ref()
+            .map_or(self.shared.budgets.state(), |p| p.state());
         match permit {
             Ok(p) => Ok(Some(p)),
             Err(r) => Err(self.answer(budget_answer(&r, ""), Source::Policy)),
@@ -373,7 +379,7 @@ impl Exchange {
     /// sent again when it may be; a 304 to our validators is the stored
     /// page; any other answer may become the stored page. Step 7, audit: the
     /// line is written when the body has been passed on.
-    fn learn(
+    async fn learn(
         &mut self,
         parts: &Parts,
         cache: &mut CacheStep,
@@ -385,7 +391,10 @@ impl Exchange {
             .headers()
             .get(RETRY_AFTER)
             .and_then(|v| v.to_str().ok());
-        let reaction = permit.map(|p| p.respond(resp.status().as_u16(), retry_after));
+        let reaction = match permit {
+            Some(p) => Some(p.respond(resp.status().as_u16(), retry_after).await),
+            None => None,
+        };
         if let Some(r) = &reaction {
             self.rec.budget(r);
         }
@@ -414,11 +423,7 @@ impl Exchange {
         let hold_left = self
             .deadline
             .saturating_duration_since(self.shared.clock.now());
-        let params = self
-            .shared
-            .budgets
-            .store()
-            .params(&host_key(&self.target.host));
+        let params = self.shared.budgets.params(&host_key(&self.target.host));
         if !(resendable && params.may_retry(&parts.method, self.retries, pause, hold_left)) {
             return Learned::Answer(self.forward(resp, Outcome::Throttled));
         }

@@ -27,6 +27,8 @@ use crate::identity::Signer;
 use crate::target::Target;
 use crate::upstream::{explain, UpstreamClient};
 
+mod cluster;
+
 struct Slot {
     entry: std::sync::RwLock<Option<RobotsEntry>>,
     // Held while fetching, so concurrent requests to a cold origin wait for
@@ -89,6 +91,16 @@ impl RobotsCache {
         if let Some(rules) = self.cached(&slot) {
             return Ok(rules);
         }
+        // With shared state one proxy of the cluster fetches; the others
+        // take its copy.
+        let claim =
+            match cluster::claim(budgets, &key, &self.params, deadline, self.clock.now_std()).await
+            {
+                cluster::Next::Use(result, fetched_at) => {
+                    return Ok(self.install(&slot, &result, fetched_at));
+                }
+                cluster::Next::Fetch(claim) => claim,
+            };
         let permit = budgets.acquire(&target.host, deadline).await?;
         let timeout = Duration::from_secs_f64(self.params.fetch_timeout_secs);
         let url = format!("{key}robots.txt");
@@ -117,17 +129,23 @@ impl RobotsCache {
         };
         match report.status {
             Some(status) => {
-                permit.respond(status, report.retry_after.as_deref());
+                permit.respond(status, report.retry_after.as_deref()).await;
             }
             None => drop(permit),
         }
         on_fetch(&report);
+        cluster::publish(claim, &key, &report.result, &self.params).await;
+        Ok(self.install(&slot, &report.result, self.clock.now_std()))
+    }
+
+    /// Puts the result of a fetch made at `fetched_at` into the slot.
+    fn install(&self, slot: &Slot, result: &FetchResult, fetched_at: std::time::Instant) -> Rules {
         let now = self.clock.now_std();
         let mut guard = slot.entry.write().unwrap_or_else(|p| p.into_inner());
-        let entry = RobotsEntry::after_fetch(guard.as_ref(), &report.result, &self.params, now);
+        let entry = RobotsEntry::after_fetch(guard.as_ref(), result, &self.params, fetched_at);
         let rules = entry.rules_now(now);
         *guard = Some(entry);
-        Ok(rules)
+        rules
     }
 
     fn cached(&self, slot: &Slot) -> Option<Rules> {

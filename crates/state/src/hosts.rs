@@ -16,8 +16,10 @@
 //! own metrics; it never fails open.
 
 mod memory;
+mod redis;
 
 pub use memory::MemoryHosts;
+pub use redis::{Decided, Lease, RedisHosts, RedisHostsError, RedisSettings, RedisStats, SCRIPT};
 
 use std::time::{Duration, Instant, SystemTime};
 

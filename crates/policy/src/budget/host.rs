@@ -6,6 +6,9 @@ use super::decision::{HostView, Reaction, Refusal, Reservation, Start, Throttle}
 use super::params::{millis, HostParams, MAX_BREAKER_THRESHOLD};
 use super::retry_after::parse_retry_after;
 
+mod shared;
+pub use shared::{DecodeError, ENCODED_LEN};
+
 /// Marks an empty time slot in the compact clock.
 const NONE: u32 = u32::MAX;
 /// Longest gap between two sends that counts towards the observed pace.
