@@ -72,6 +72,26 @@ impl Budgets {
         host: &str,
         deadline: Instant,
     ) -> Result<Permit, Refusal> {
+        self.acquire_as(host, deadline, false).await
+    }
+
+    /// [`Budgets::acquire`] for a robots.txt fetch: its slot is not charged,
+    /// so the page waiting for the rules goes right after it (the policy's
+    /// `admit_robots`).
+    pub(crate) async fn acquire_for_robots(
+        self: &Arc<Self>,
+        host: &str,
+        deadline: Instant,
+    ) -> Result<Permit, Refusal> {
+        self.acquire_as(host, deadline, true).await
+    }
+
+    async fn acquire_as(
+        self: &Arc<Self>,
+        host: &str,
+        deadline: Instant,
+        robots: bool,
+    ) -> Result<Permit, Refusal> {
         let key = host_key(host).into_owned();
         let line = self.line(&key);
         let params = self.store.params(&key);
@@ -91,11 +111,13 @@ impl Budgets {
         };
         let now = self.clock.now();
         let mut reserved = now;
-        match self.store.admit(
-            &key,
-            now.into_std(),
-            deadline.saturating_duration_since(now),
-        ) {
+        let hold_left = deadline.saturating_duration_since(now);
+        let reservation = if robots {
+            self.store.admit_robots(&key, now.into_std(), hold_left)
+        } else {
+            self.store.admit(&key, now.into_std(), hold_left)
+        };
+        match reservation {
             Reservation::Refuse(r) => return Err(r),
             Reservation::Wait(d) => tokio::time::sleep(d).await,
             Reservation::Go => {}

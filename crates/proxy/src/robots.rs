@@ -79,7 +79,7 @@ impl RobotsCache {
         if let Some(rules) = self.cached(&slot) {
             return Ok(rules);
         }
-        let permit = budgets.acquire(&target.host, deadline).await?;
+        let permit = budgets.acquire_for_robots(&target.host, deadline).await?;
         let timeout = Duration::from_secs_f64(self.params.fetch_timeout_secs);
         let url = format!("{key}robots.txt");
         let report = match tokio::time::timeout(

@@ -154,7 +154,10 @@ async fn conditional_step_leaves_a_post_alone_and_looks_up_a_get() {
         .body(())
         .expect("request")
         .into_parts();
-    let step = post.conditional(&parts).await.unwrap_or_else(|r| panic!("answered {}", r.status()));
+    let step = post
+        .conditional(&parts)
+        .await
+        .unwrap_or_else(|r| panic!("answered {}", r.status()));
     assert!(step.key.is_none());
     assert_eq!(step.outcome, CacheOutcome::Bypass);
 
@@ -163,7 +166,10 @@ async fn conditional_step_leaves_a_post_alone_and_looks_up_a_get() {
         .body(())
         .expect("request")
         .into_parts();
-    let step = get.conditional(&parts).await.unwrap_or_else(|r| panic!("answered {}", r.status()));
+    let step = get
+        .conditional(&parts)
+        .await
+        .unwrap_or_else(|r| panic!("answered {}", r.status()));
     assert!(step.key.is_some());
     assert_eq!(step.outcome, CacheOutcome::Miss);
     assert!(step.validators.is_none(), "nothing stored yet");
