@@ -1,6 +1,7 @@
 //! The `mannerly` command: run the proxy, manage its CA, check robots.txt
 //! rules, verify audit logs.
 
+mod nofile;
 mod settings;
 
 use std::io::BufRead;
@@ -107,6 +108,16 @@ fn init_tracing() {
 fn run(config: Option<PathBuf>) -> Result<ExitCode> {
     init_tracing();
     let cfg = settings::load(config.as_deref())?;
+    match nofile::raise() {
+        Ok(n) if n.soft_before < n.soft => tracing::info!(
+            "open files limit raised from {} to {} (hard limit {})",
+            n.soft_before,
+            n.soft,
+            n.hard
+        ),
+        Ok(n) => tracing::info!("open files limit {} (hard limit {})", n.soft, n.hard),
+        Err(e) => tracing::warn!("open files limit could not be raised: {e}"),
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

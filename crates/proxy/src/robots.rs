@@ -21,6 +21,7 @@ use tokio::time::Instant;
 use crate::body::empty;
 use crate::budget::Budgets;
 use crate::clock::Clock;
+use crate::conns::{ConnHandle, ReleaseOnEnd};
 use crate::target::Target;
 use crate::upstream::{connect_error, UpstreamClient};
 
@@ -225,11 +226,13 @@ pub(crate) async fn fetch(
             }
         }
         if !resp.status().is_success() {
+            drain_small(resp).await;
             let mut r = report(url, Some(status), FetchResult::Status(status));
             r.retry_after = retry_after;
             return r;
         }
-        let mut body = resp.into_body();
+        let conn = ConnHandle::of(&resp);
+        let mut body = ReleaseOnEnd::new(resp.into_body(), conn);
         let mut buf = BytesMut::new();
         // Only the first 500 KiB are parsed, so only that much is read.
         while buf.len() < MAX_ROBOTS_BYTES {
@@ -254,6 +257,21 @@ pub(crate) async fn fetch(
             bytes: body.len() as u64,
             result: FetchResult::Body(body.to_vec()),
         };
+    }
+}
+
+/// Reads a short error body to its end, so that the connection goes back
+/// to the pool for the page that asked for robots.txt (a 404 is the common
+/// answer); a long one is dropped, and its connection with it.
+async fn drain_small(resp: http::Response<hyper::body::Incoming>) {
+    const DRAIN_MAX: u64 = 16 * 1024;
+    let conn = ConnHandle::of(&resp);
+    let small = http_body::Body::size_hint(resp.body())
+        .upper()
+        .is_some_and(|n| n <= DRAIN_MAX);
+    if small {
+        let body = ReleaseOnEnd::new(resp.into_body(), conn);
+        let _ = body.collect().await;
     }
 }
 
