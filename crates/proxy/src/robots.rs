@@ -3,6 +3,7 @@
 //! same guarded upstream client as every request. What a fetch result means
 //! is decided by `mannerly_policy::robots_cache`.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,6 +28,8 @@ use crate::upstream::{connect_error, UpstreamClient};
 
 struct Slot {
     entry: std::sync::RwLock<Option<RobotsEntry>>,
+    /// Body bytes of the entry, counted in `RobotsCache::bytes`.
+    bytes: AtomicU64,
     // Held while fetching, so concurrent requests to a cold origin wait for
     // the one fetch instead of starting their own.
     fetching: Mutex<()>,
@@ -46,6 +49,8 @@ pub(crate) struct RobotsCache {
     params: RobotsParams,
     clock: Clock,
     slots: DashMap<String, Arc<Slot>>,
+    /// Body bytes of every entry held (`robots.max_bytes`).
+    bytes: AtomicU64,
 }
 
 impl RobotsCache {
@@ -54,6 +59,7 @@ impl RobotsCache {
             params,
             clock,
             slots: DashMap::new(),
+            bytes: AtomicU64::new(0),
         }
     }
 
@@ -105,6 +111,15 @@ impl RobotsCache {
             None => drop(permit),
         }
         on_fetch(&report);
+        if let FetchResult::Body(body) = &report.result {
+            let new = body.len() as u64;
+            let old = slot.bytes.swap(new, Ordering::Relaxed);
+            self.bytes.fetch_add(new, Ordering::Relaxed);
+            self.bytes.fetch_sub(old, Ordering::Relaxed);
+            if self.bytes.load(Ordering::Relaxed) > self.params.max_bytes {
+                self.evict();
+            }
+        }
         let now = self.clock.now_std();
         let mut guard = slot.entry.write().unwrap_or_else(|p| p.into_inner());
         let entry = RobotsEntry::after_fetch(guard.as_ref(), &report.result, &self.params, now);
@@ -134,6 +149,7 @@ impl RobotsCache {
             .or_insert_with(|| {
                 Arc::new(Slot {
                     entry: std::sync::RwLock::new(None),
+                    bytes: AtomicU64::new(0),
                     fetching: Mutex::new(()),
                 })
             })
@@ -142,15 +158,24 @@ impl RobotsCache {
 
     // Stale entries go first; if every entry is live the oldest half of the
     // map's iteration order goes, which bounds memory at the cost of refetches.
+    // The byte bound works the same way, on the bodies' sizes.
     fn evict(&self) {
         let now = self.clock.now_std();
         self.slots.retain(|_, s| {
-            s.entry
+            let keep = s
+                .entry
                 .read()
                 .map(|e| e.as_ref().is_some_and(|e| e.is_live(&self.params, now)))
-                .unwrap_or(false)
+                .unwrap_or(false);
+            if !keep {
+                self.bytes
+                    .fetch_sub(s.bytes.swap(0, Ordering::Relaxed), Ordering::Relaxed);
+            }
+            keep
         });
-        if self.slots.len() >= self.params.max_entries {
+        if self.slots.len() >= self.params.max_entries
+            || self.bytes.load(Ordering::Relaxed) > self.params.max_bytes
+        {
             let drop: Vec<String> = self
                 .slots
                 .iter()
@@ -158,7 +183,10 @@ impl RobotsCache {
                 .map(|e| e.key().clone())
                 .collect();
             for k in drop {
-                self.slots.remove(&k);
+                if let Some((_, s)) = self.slots.remove(&k) {
+                    self.bytes
+                        .fetch_sub(s.bytes.swap(0, Ordering::Relaxed), Ordering::Relaxed);
+                }
             }
         }
     }
