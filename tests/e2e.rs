@@ -9,5 +9,6 @@ mod e2e {
     mod budget;
     mod cache;
     mod forwarding;
+    mod realweb;
     mod robots;
 }

@@ -431,3 +431,117 @@ pub fn mannerly(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
         ),
     )
 }
+
+/// Whether a tool the test needs is here. Absent: the test is skipped with
+/// a message, except under CI (`CI` set), where `.ci/run` installs it and
+/// its absence is a failure.
+pub fn have_tool(program: &str, package: &str) -> bool {
+    let found = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {program}"))
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        if std::env::var_os("CI").is_some() {
+            panic!("{program} is needed by this test: apt-get install {package}");
+        }
+        eprintln!("skipped: {program} not installed (apt-get install {package})");
+    }
+    found
+}
+
+/// A free loopback port (bound, then released for a server we start).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl TestCa {
+    /// A leaf certificate and its key (PEM) for `names`, for servers we
+    /// do not write (nginx).
+    pub fn leaf_pem(&self, names: &[&str]) -> (String, String) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let params =
+            rcgen::CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+                .unwrap();
+        let leaf = params.signed_by(&key, &self.cert, &self.key).unwrap();
+        (leaf.pem(), key.serialize_pem())
+    }
+}
+
+/// Debian's nginx on a loopback port with TLS and HTTP/2, as strict as the
+/// real web: `location` blocks are given as nginx config text.
+pub struct Nginx {
+    pub port: u16,
+    pub dir: tempfile::TempDir,
+    child: std::process::Child,
+}
+
+impl Nginx {
+    /// Starts nginx serving `name` over TLS (h2 and http/1.1 by ALPN) with
+    /// a certificate from `ca`; `None` where nginx is not installed.
+    pub fn start_tls(ca: &TestCa, name: &str, locations: &str) -> Option<Nginx> {
+        if !have_tool("nginx", "nginx-light") {
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().display().to_string();
+        let (cert, key) = ca.leaf_pem(&[name]);
+        std::fs::write(dir.path().join("cert.pem"), cert).unwrap();
+        std::fs::write(dir.path().join("key.pem"), key).unwrap();
+        let port = free_port();
+        let conf = format!(
+            "daemon off; master_process off; worker_processes 1;
+pid {d}/nginx.pid; error_log {d}/error.log info;
+events {{ worker_connections 128; }}
+http {{
+  access_log {d}/access.log;
+  client_body_temp_path {d}/body; proxy_temp_path {d}/proxy;
+  fastcgi_temp_path {d}/fastcgi; uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;
+  server {{
+    listen 127.0.0.1:{port} ssl http2;
+    server_name {name};
+    ssl_certificate {d}/cert.pem; ssl_certificate_key {d}/key.pem;
+    {locations}
+  }}
+}}
+"
+        );
+        let conf_path = dir.path().join("nginx.conf");
+        std::fs::write(&conf_path, conf).unwrap();
+        let child = std::process::Command::new("nginx")
+            .arg("-c")
+            .arg(&conf_path)
+            .arg("-p")
+            .arg(dir.path())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(std::time::Instant::now() < deadline, "nginx did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(Nginx { port, dir, child })
+    }
+
+    /// nginx's access log so far.
+    pub fn access_log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("access.log")).unwrap_or_default()
+    }
+
+    /// nginx's error log so far.
+    pub fn error_log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("error.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -70,7 +70,7 @@ impl Default for ProxyConfig {
     fn default() -> Self {
         ProxyConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 3128)),
-            connect_ports: vec![443],
+            connect_ports: vec![443, 80],
             intercept: true,
             max_header_bytes: 64 * 1024,
             max_headers: 100,

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{HeaderValue, HOST, RETRY_AFTER, USER_AGENT};
+use http::header::{HOST, RETRY_AFTER, USER_AGENT};
 use http::request::Parts;
 use http::uri::{Authority, PathAndQuery};
 use http::{HeaderMap, Request, Response, StatusCode, Uri, Version};
@@ -22,7 +22,7 @@ use http_body::Body as _;
 use hyper::body::Incoming;
 use mannerly_policy::budget::{host_key, Reaction, Refusal as BudgetRefusal};
 use mannerly_policy::conditional::{self, Admission, CacheKey, CacheOutcome, Plan};
-use mannerly_policy::robots_cache::Rules;
+use mannerly_policy::robots_cache::{FetchResult, Rules};
 use mannerly_policy::{parse_host_ip, strip_hop_by_hop, AuditRecord, Outcome};
 use mannerly_state::responses::StoredResponse;
 use tokio::time::Instant;
@@ -36,7 +36,7 @@ use crate::respond::{decision_value, header_text, Answer, DECISION, ID};
 use crate::robots;
 use crate::shared::Shared;
 use crate::target::Target;
-use crate::upstream::{connect_error, ConnectError};
+use crate::upstream::{connect_error, explain, ConnectError};
 
 /// What a step gives the next one, or the answer that ends the walk.
 type Step<T> = Result<T, Response<ProxyBody>>;
@@ -188,21 +188,30 @@ impl Exchange {
         }
     }
 
-    /// Step 0: the target must be one the proxy may reach. The connector checks
-    /// every address again when it connects; checking here too means a
-    /// blocked target is refused as such, before robots.txt is fetched.
+    /// Step 0: the target must be one the proxy may reach, by a name that
+    /// resolves. The connector checks every address again when it connects;
+    /// checking here too means a blocked or unknown target is answered as
+    /// such, before robots.txt is fetched.
     async fn guard(&mut self) -> Step<()> {
         let (guard, host, port) = (&self.shared.guard, &self.target.host, self.target.port);
         let reachable = match parse_host_ip(host) {
             Some(ip) => guard.check(host, &[SocketAddr::new(ip, port)]),
-            None if !guard.allows_private() => guard.check_name(host, port).await,
-            None => Ok(()),
+            None => guard.check_name(host, port).await,
         };
         match reachable {
+            Ok(()) => Ok(()),
             Err(e @ ConnectError::Blocked { .. }) => {
                 Err(self.answer(Answer::new(Outcome::Blocked, e.to_string()), Source::Policy))
             }
-            _ => Ok(()),
+            // A name that does not resolve is the request's own error, not
+            // a robots.txt that cannot be fetched.
+            Err(e @ ConnectError::Resolve { .. }) => {
+                let a = Answer::new(Outcome::Error, e.to_string())
+                    .status(502)
+                    .detail("reason", "name not resolved");
+                Err(self.answer(a, Source::Upstream))
+            }
+            Err(_) => Ok(()),
         }
     }
 
@@ -214,6 +223,7 @@ impl Exchange {
         let shared = &self.shared;
         let ua = req.headers().get(USER_AGENT);
         let (host, client) = (&self.target.host, self.client);
+        let mut blocked = None;
         let fetched = shared
             .robots
             .rules(
@@ -225,9 +235,16 @@ impl Exchange {
                 |report| {
                     let r = shared.record("GET", &report.url, host, client);
                     shared.audit.send(robots::fetch_record(r, report));
+                    if let (true, FetchResult::Failed(why)) = (report.blocked, &report.result) {
+                        blocked = Some(why.clone());
+                    }
                 },
             )
             .await;
+        if let Some(why) = blocked {
+            let a = Answer::new(Outcome::Blocked, why);
+            return Err(self.answer(a, Source::Policy));
+        }
         let refusal = match fetched {
             Ok(rules) => robots_verdict(shared, &rules, host, &self.path, &mut self.rec),
             Err(budget) => Some(budget_answer(&budget, "robots.txt cannot be fetched: ")),
@@ -553,38 +570,22 @@ impl Exchange {
     }
 
     fn upstream_failure(&mut self, err: &hyper_util::client::legacy::Error) -> Response<ProxyBody> {
-        let (answer, source) = match connect_error(err) {
-            Some(e @ ConnectError::Blocked { .. }) => {
-                (Answer::new(Outcome::Blocked, e.to_string()), Source::Policy)
-            }
-            Some(e @ ConnectError::ProxyBusy { .. }) => (
-                Answer::new(Outcome::Error, e.to_string())
-                    .status(503)
-                    .retry_after(1),
-                Source::Proxy,
-            ),
-            Some(e @ ConnectError::Timeout { .. }) => (
-                Answer::new(Outcome::Error, e.to_string()).status(504),
-                Source::Upstream,
-            ),
-            Some(e) => (
-                Answer::new(Outcome::Error, e.to_string()).status(502),
-                Source::Upstream,
-            ),
-            None => {
-                let mut why = err.to_string();
-                let mut src = std::error::Error::source(err);
-                while let Some(s) = src {
-                    why.push_str(": ");
-                    why.push_str(&s.to_string());
-                    src = s.source();
-                }
-                let why = format!("origin failed: {why}");
-                (
-                    Answer::new(Outcome::Error, why).status(502),
-                    Source::Upstream,
-                )
-            }
+        // The proxy at its own limits (descriptors, connections being
+        // opened): not the origin's fault, and soon over.
+        if let Some(e @ ConnectError::ProxyBusy { .. }) = connect_error(err) {
+            let a = Answer::new(Outcome::Error, e.to_string())
+                .status(503)
+                .retry_after(1);
+            return self.answer(a, Source::Proxy);
+        }
+        let f = explain(err);
+        let (answer, source) = if f.blocked {
+            (Answer::new(Outcome::Blocked, f.why), Source::Policy)
+        } else {
+            let a = Answer::new(Outcome::Error, f.why.clone())
+                .status(f.status)
+                .detail("reason", f.why);
+            (a, Source::Upstream)
         };
         self.answer(answer, source)
     }
@@ -679,7 +680,10 @@ fn agent(shared: &Shared, headers: &HeaderMap) -> String {
     mannerly_policy::robots::product_token(ua).to_string()
 }
 
-/// Turns the client's request into the origin's.
+/// Turns the client's request into the origin's. The client's Host goes:
+/// the client writes it from the URI's authority (`Host` over HTTP/1.1,
+/// `:authority` alone over h2, as RFC 9113 §8.3.1 asks; a strict h2 origin
+/// answers 400 to both at once).
 fn upstream_request(
     parts: &Parts,
     body: ProxyBody,
@@ -690,14 +694,11 @@ fn upstream_request(
     parts.uri = url
         .parse::<Uri>()
         .map_err(|e| format!("cannot forward {url}: {e}"))?;
+    Authority::try_from(target.authority())
+        .map_err(|e| format!("bad host {}: {e}", target.host))?;
     parts.version = Version::HTTP_11;
     strip_hop_by_hop(&mut parts.headers);
-    let host = Authority::try_from(target.authority())
-        .map_err(|e| format!("bad host {}: {e}", target.host))?;
-    parts.headers.insert(
-        HOST,
-        HeaderValue::from_str(host.as_str()).map_err(|e| e.to_string())?,
-    );
+    parts.headers.remove(HOST);
     Ok(Request::from_parts(parts, body))
 }
 

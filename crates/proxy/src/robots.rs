@@ -24,7 +24,7 @@ use crate::budget::Budgets;
 use crate::clock::Clock;
 use crate::conns::{ConnHandle, ReleaseOnEnd};
 use crate::target::Target;
-use crate::upstream::{connect_error, UpstreamClient};
+use crate::upstream::{explain, UpstreamClient};
 
 struct Slot {
     entry: std::sync::RwLock<Option<RobotsEntry>>,
@@ -42,6 +42,9 @@ pub(crate) struct FetchReport {
     pub retry_after: Option<String>,
     pub bytes: u64,
     pub result: FetchResult,
+    /// The guard refused the address the name resolved to at connect time
+    /// (DNS rebinding): the request is `blocked`, not merely unanswered.
+    pub blocked: bool,
 }
 
 /// robots.txt per origin.
@@ -102,6 +105,7 @@ impl RobotsCache {
                 retry_after: None,
                 bytes: 0,
                 result: FetchResult::Failed(format!("no complete answer within {timeout:?}")),
+                blocked: false,
             },
         };
         match report.status {
@@ -217,9 +221,6 @@ pub(crate) async fn fetch(
         if let Some(ua) = user_agent {
             req = req.header(USER_AGENT, ua.clone());
         }
-        if let Some(a) = uri.authority() {
-            req = req.header(http::header::HOST, a.as_str());
-        }
         let req = match req.body(empty()) {
             Ok(r) => r,
             Err(e) => return report(url, None, FetchResult::Failed(e.to_string())),
@@ -227,8 +228,10 @@ pub(crate) async fn fetch(
         let resp = match client.request(req).await {
             Ok(r) => r,
             Err(e) => {
-                let why = connect_error(&e).map_or_else(|| format!("{e}"), |c| c.to_string());
-                return report(url, None, FetchResult::Failed(why));
+                let f = explain(&e);
+                let mut r = report(url, None, FetchResult::Failed(f.why));
+                r.blocked = f.blocked;
+                return r;
             }
         };
         let status = resp.status().as_u16();
@@ -284,6 +287,7 @@ pub(crate) async fn fetch(
             retry_after: None,
             bytes: body.len() as u64,
             result: FetchResult::Body(body.to_vec()),
+            blocked: false,
         };
     }
 }
@@ -310,6 +314,7 @@ fn report(url: &str, status: Option<u16>, result: FetchResult) -> FetchReport {
         retry_after: None,
         bytes: 0,
         result,
+        blocked: false,
     }
 }
 

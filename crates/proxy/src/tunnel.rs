@@ -6,16 +6,19 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use bytes::BytesMut;
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use mannerly_policy::Outcome;
+use tokio::io::AsyncReadExt;
 use tokio_rustls::LazyConfigAcceptor;
 
 use crate::body::{empty, ProxyBody};
 use crate::connection::drive;
 use crate::error::Source;
+use crate::intake::Prefixed;
 use crate::pipeline;
 use crate::respond::{Answer, DECISION};
 use crate::shared::Shared;
@@ -41,23 +44,25 @@ pub(crate) async fn connect(
     let port = authority.port_u16().unwrap_or(443);
     let rec = shared.record("CONNECT", &url, &host, peer);
     if !shared.cfg.proxy.connect_ports.contains(&port) {
-        let r = Answer::new(
-            Outcome::Blocked,
-            format!("CONNECT to port {port} is not allowed (proxy.connect_ports)"),
-        );
+        let why = format!("CONNECT to port {port} is not allowed (proxy.connect_ports)");
+        // curl and most clients show only the CONNECT answer's headers.
+        let r = Answer::new(Outcome::Blocked, why.clone()).detail("reason", why);
         return shared.refuse(rec, r, Source::Policy);
     }
     let addrs = match shared.guard.resolve(&host, port).await {
         Ok(a) => a,
         Err(e @ ConnectError::Blocked { .. }) => {
-            return shared.refuse(
-                rec,
-                Answer::new(Outcome::Blocked, e.to_string()),
-                Source::Policy,
-            )
+            let r = Answer::new(Outcome::Blocked, e.to_string()).detail("reason", e.to_string());
+            return shared.refuse(rec, r, Source::Policy);
         }
         Err(e) => {
-            let r = Answer::new(Outcome::Error, e.to_string()).status(502);
+            let reason = match e {
+                ConnectError::Resolve { .. } => "name not resolved".to_string(),
+                _ => e.to_string(),
+            };
+            let r = Answer::new(Outcome::Error, e.to_string())
+                .status(502)
+                .detail("reason", reason);
             return shared.refuse(rec, r, Source::Upstream);
         }
     };
@@ -71,7 +76,7 @@ pub(crate) async fn connect(
     let task_shared = shared.clone();
     tokio::spawn(async move {
         match hyper::upgrade::on(req).await {
-            Ok(upgraded) if intercept => intercept_tls(task_shared, upgraded, target, peer).await,
+            Ok(upgraded) if intercept => inside(task_shared, upgraded, target, peer).await,
             Ok(upgraded) => pass_through(task_shared, upgraded, target, addrs, rec).await,
             Err(e) => tracing::debug!("CONNECT upgrade from {peer} failed: {e}"),
         }
@@ -88,14 +93,75 @@ pub(crate) async fn connect(
     resp
 }
 
-async fn intercept_tls(
+/// A TLS record starts with this content type (handshake); an HTTP request
+/// starts with a method's letters.
+const TLS_HANDSHAKE: u8 = 0x16;
+
+/// What comes through an intercepted tunnel: TLS (the usual case), or plain
+/// HTTP, as Node's undici sends for `http://` URLs through a `ProxyAgent`.
+/// Either way its requests walk the same pipeline.
+async fn inside(
     shared: Arc<Shared>,
     upgraded: hyper::upgrade::Upgraded,
     target: Target,
     peer: SocketAddr,
 ) {
-    let acceptor =
-        LazyConfigAcceptor::new(rustls::server::Acceptor::default(), TokioIo::new(upgraded));
+    let mut io = TokioIo::new(upgraded);
+    let mut first = BytesMut::with_capacity(2048);
+    let timeout = shared.cfg.proxy.header_read_timeout;
+    match tokio::time::timeout(timeout, io.read_buf(&mut first)).await {
+        Ok(Ok(n)) if n > 0 => {}
+        _ => return,
+    }
+    let tls = first[0] == TLS_HANDSHAKE;
+    let io = Prefixed::new(first, io);
+    if tls {
+        intercept_tls(shared, io, target, peer).await;
+    } else {
+        let target = Target {
+            scheme: Scheme::Http,
+            ..target
+        };
+        let http = shared.http().http1_only();
+        let conn =
+            http.serve_connection_with_upgrades(TokioIo::new(io), service(&shared, target, peer));
+        drive(&shared, conn, peer).await;
+    }
+}
+
+/// The service for the requests of one intercepted tunnel.
+fn service(
+    shared: &Arc<Shared>,
+    target: Target,
+    peer: SocketAddr,
+) -> impl hyper::service::Service<
+    Request<Incoming>,
+    Response = Response<ProxyBody>,
+    Error = Infallible,
+    Future = impl std::future::Future<Output = Result<Response<ProxyBody>, Infallible>> + Send,
+> + Clone {
+    let shared = shared.clone();
+    service_fn(move |req: Request<Incoming>| {
+        let shared = shared.clone();
+        let target = target.clone();
+        async move {
+            let mut resp = pipeline::handle(shared.clone(), req, target, peer).await;
+            if shared.tracker.is_stopping() {
+                resp.headers_mut().insert(
+                    http::header::CONNECTION,
+                    http::HeaderValue::from_static("close"),
+                );
+            }
+            Ok::<_, Infallible>(resp)
+        }
+    })
+}
+
+async fn intercept_tls<S>(shared: Arc<Shared>, io: S, target: Target, peer: SocketAddr)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let acceptor = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), io);
     let timeout = shared.cfg.proxy.header_read_timeout;
     let start = match tokio::time::timeout(timeout, acceptor).await {
         Ok(Ok(s)) => s,
@@ -127,29 +193,41 @@ async fn intercept_tls(
     let tls = match tokio::time::timeout(timeout, start.into_stream(config)).await {
         Ok(Ok(t)) => t,
         Ok(Err(e)) => {
-            tracing::debug!("TLS handshake from {peer} for {name}: {e}");
+            client_rejected(&shared, &target, &name, peer, &e);
             return;
         }
         Err(_) => return,
     };
-    let svc_shared = shared.clone();
-    let svc = service_fn(move |req: Request<Incoming>| {
-        let shared = svc_shared.clone();
-        let target = target.clone();
-        async move {
-            let mut resp = pipeline::handle(shared.clone(), req, target, peer).await;
-            if shared.tracker.is_stopping() {
-                resp.headers_mut().insert(
-                    http::header::CONNECTION,
-                    http::HeaderValue::from_static("close"),
-                );
-            }
-            Ok::<_, Infallible>(resp)
-        }
-    });
     let http = shared.http();
-    let conn = http.serve_connection_with_upgrades(TokioIo::new(tls), svc);
+    let conn =
+        http.serve_connection_with_upgrades(TokioIo::new(tls), service(&shared, target, peer));
     drive(&shared, conn, peer).await;
+}
+
+/// A handshake the client broke off after seeing our certificate: almost
+/// always a client that does not trust mannerly's CA. Logged with the fix,
+/// and audited, since the client's request never reaches the pipeline.
+fn client_rejected(
+    shared: &Shared,
+    target: &Target,
+    name: &str,
+    peer: SocketAddr,
+    e: &std::io::Error,
+) {
+    let alert = e.to_string();
+    let why = if alert.contains("alert") || e.kind() == std::io::ErrorKind::UnexpectedEof {
+        format!("client rejected our certificate for {name} ({alert})")
+    } else {
+        format!("TLS handshake with the client failed for {name}: {alert}")
+    };
+    tracing::warn!(
+        "{why}: the client must trust mannerly's CA ({}; `mannerly ca export` prints it)",
+        shared.ca.cert_path().display()
+    );
+    let mut rec = shared.record("CONNECT", &target.url(None), &target.host, peer);
+    rec.refused(Outcome::Error, 0, &why, Source::Client.as_str(), 0);
+    rec.status = None;
+    shared.audit.send(rec);
 }
 
 async fn pass_through(

@@ -163,11 +163,6 @@ impl Guard {
         Ok(addrs)
     }
 
-    /// Whether internal addresses are allowed (`upstream.allow_private`).
-    pub(crate) fn allows_private(&self) -> bool {
-        self.allow_private
-    }
-
     /// Refuses the first internal address, unless those are allowed.
     pub(crate) fn check(&self, host: &str, addrs: &[SocketAddr]) -> Result<(), ConnectError> {
         if self.allow_private {
@@ -336,4 +331,99 @@ pub(crate) fn connect_error<'a>(
         cur = e.source();
     }
     None
+}
+
+/// Why a request to an origin failed, in words that name the fix.
+pub(crate) struct Failure {
+    /// Plain words for the client and the audit line.
+    pub(crate) why: String,
+    /// The status the client gets.
+    pub(crate) status: u16,
+    /// Whether the guard refused the target (the request is `blocked`).
+    pub(crate) blocked: bool,
+}
+
+/// Explains a client error from the upstream client: our guard's refusal,
+/// a name that does not resolve, a timeout, an origin certificate that does
+/// not verify (with what to do about it), else the error chain.
+pub(crate) fn explain(err: &(dyn std::error::Error + 'static)) -> Failure {
+    let fail = |why: String, status| Failure {
+        why,
+        status,
+        blocked: false,
+    };
+    if let Some(c) = connect_error(err) {
+        return match c {
+            ConnectError::Blocked { .. } => Failure {
+                why: c.to_string(),
+                status: 403,
+                blocked: true,
+            },
+            ConnectError::Resolve { host, .. } => fail(format!("name not resolved: {host}"), 502),
+            ConnectError::Timeout { .. } => fail(c.to_string(), 504),
+            _ => fail(c.to_string(), 502),
+        };
+    }
+    if let Some(tls) = rustls_error(err) {
+        return fail(tls_words(tls), 502);
+    }
+    let mut why = err.to_string();
+    let mut src = err.source();
+    while let Some(s) = src {
+        why.push_str(": ");
+        why.push_str(&s.to_string());
+        src = s.source();
+    }
+    fail(format!("origin failed: {why}"), 502)
+}
+
+/// The rustls error inside a chain (hyper-rustls wraps it in io::Errors).
+fn rustls_error<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+    let mut cur: Option<&'a (dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = cur {
+        if let Some(r) = e.downcast_ref::<rustls::Error>() {
+            return Some(r);
+        }
+        // io::Error's own `source()` skips the error it wraps; look inside.
+        cur = match e.downcast_ref::<std::io::Error>() {
+            Some(io) => io
+                .get_ref()
+                .map(|i| i as &(dyn std::error::Error + 'static)),
+            None => e.source(),
+        };
+    }
+    None
+}
+
+fn tls_words(e: &rustls::Error) -> String {
+    use rustls::CertificateError as C;
+    let cert = match e {
+        rustls::Error::InvalidCertificate(c) => c,
+        rustls::Error::AlertReceived(a) => {
+            return format!("the origin ended the TLS handshake ({a:?})")
+        }
+        rustls::Error::NoApplicationProtocol => {
+            return "the origin speaks neither h2 nor http/1.1 over TLS".into()
+        }
+        other => return format!("TLS with the origin failed: {other}"),
+    };
+    match cert {
+        C::UnknownIssuer => {
+            "origin certificate not trusted (unknown issuer) — add its CA to upstream.extra_roots"
+                .into()
+        }
+        C::NotValidForName | C::NotValidForNameContext { .. } => {
+            "origin certificate is not valid for this host name".into()
+        }
+        C::Expired | C::ExpiredContext { .. } => "origin certificate has expired".into(),
+        C::NotValidYet | C::NotValidYetContext { .. } => {
+            "origin certificate is not valid yet (check this machine's clock)".into()
+        }
+        C::Revoked => "origin certificate has been revoked".into(),
+        C::BadSignature => "origin certificate has a bad signature".into(),
+        C::InvalidPurpose | C::InvalidPurposeContext { .. } => {
+            "origin certificate is not for TLS servers".into()
+        }
+        other => format!("origin certificate rejected: {other}"),
+    }
 }
