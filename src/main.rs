@@ -1,5 +1,5 @@
 //! The `mannerly` command: run the proxy, manage its CA, check robots.txt
-//! rules, verify audit logs.
+//! rules, verify audit logs, manage the Web Bot Auth identity.
 
 mod nofile;
 mod settings;
@@ -47,6 +47,11 @@ enum Command {
         #[command(subcommand)]
         command: RobotsCommand,
     },
+    /// Web Bot Auth: the key requests are signed with, its directory, a card.
+    Identity {
+        #[command(subcommand)]
+        command: identity_cmd::IdentityCommand,
+    },
 }
 
 #[derive(Subcommand)]
@@ -72,6 +77,7 @@ enum RobotsCommand {
     Check(robots_cmd::CheckArgs),
 }
 
+mod identity_cmd;
 mod robots_cmd;
 mod robots_fetch;
 
@@ -86,6 +92,7 @@ fn main() -> ExitCode {
         Command::Robots {
             command: RobotsCommand::Check(args),
         } => return robots_cmd::check(cli.config, args),
+        Command::Identity { command } => identity_cmd::run(cli.config, command),
     };
     match result {
         Ok(code) => code,

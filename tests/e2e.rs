@@ -9,6 +9,8 @@ mod e2e {
     mod budget;
     mod cache;
     mod forwarding;
+    mod identity;
+    mod prefs;
     mod realweb;
     mod robots;
 }

@@ -8,8 +8,10 @@ mod audit;
 pub mod budget;
 pub mod conditional;
 mod headers;
+pub mod identity;
 mod outcome;
 mod param;
+pub mod prefs;
 pub mod robots;
 pub mod robots_cache;
 

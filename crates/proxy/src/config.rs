@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use mannerly_policy::budget::BudgetParams;
 use mannerly_policy::conditional::CacheParams;
+use mannerly_policy::identity::check_agent_url;
+use mannerly_policy::prefs::{DeclaredUse, ResponsePreferences};
 use mannerly_policy::robots::Purpose;
 use mannerly_policy::robots_cache::RobotsParams;
 use serde::Deserialize;
@@ -39,6 +41,8 @@ pub struct Config {
     /// Stored responses and conditional requests. The store is the file
     /// `store.redb` in the data dir (it also keeps budget state across restarts).
     pub cache: CacheParams,
+    /// Web Bot Auth: signing every request sent to an origin.
+    pub identity: IdentityConfig,
 }
 
 /// `[proxy]`: the listener and what it accepts.
@@ -147,8 +151,46 @@ pub struct CrawlerConfig {
     /// robots.txt product token; empty means the first product token of each
     /// client's User-Agent.
     pub agent: String,
-    /// Declared purposes (`search`, `ai-input`, `ai-train`) checked against Content-Signal.
+    /// Declared purposes (`search`, `ai-input`, `ai-train`) checked against the
+    /// site's Content-Signal / Content-Usage statements.
     pub purposes: Vec<Purpose>,
+    /// How much of a page the crawl reproduces (`reference`, `full`, or `""`
+    /// for not declared), checked against a site's Content-Signal `use`.
+    #[serde(rename = "use")]
+    pub usage: DeclaredUse,
+}
+
+/// `[identity]`: Web Bot Auth (draft-ietf-webbotauth-httpsig-protocol-00).
+/// When enabled, every request sent to an origin (robots.txt fetches and
+/// retries included) carries `Signature-Agent`, `Signature-Input` and
+/// `Signature`, made with the key in `key_file`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct IdentityConfig {
+    /// Sign requests.
+    pub enabled: bool,
+    /// Ed25519 private key, PKCS#8 PEM, mode 0600 (`mannerly identity init`
+    /// writes it). Empty: `identity-key.pem` in the data dir.
+    pub key_file: String,
+    /// The https origin that serves the key directory at
+    /// `/.well-known/http-message-signatures-directory` (sent as `Signature-Agent`).
+    pub signature_agent: String,
+    /// Seconds a signature stays valid after it is made (`expires - created`), at most 86400.
+    pub validity_secs: u64,
+    /// Hosts never signed for: `example.org` (that host) or `*.example.org` (its subdomains).
+    pub skip_hosts: Vec<String>,
+}
+
+impl Default for IdentityConfig {
+    fn default() -> Self {
+        IdentityConfig {
+            enabled: false,
+            key_file: String::new(),
+            signature_agent: String::new(),
+            validity_secs: 300,
+            skip_hosts: Vec::new(),
+        }
+    }
 }
 
 /// `[policy]`: enforcement.
@@ -158,11 +200,18 @@ pub struct PolicyConfig {
     /// `false` = observe mode: everything is forwarded and the audit log says
     /// what would have been decided (`would`).
     pub enforce: bool,
+    /// A response whose `Content-Usage` / `Content-Signal` header refuses a
+    /// declared purpose: `withhold` (403 `signal_refused`) or `annotate`
+    /// (passed on with `Mannerly-Preferences`).
+    pub response_preferences: ResponsePreferences,
 }
 
 impl Default for PolicyConfig {
     fn default() -> Self {
-        PolicyConfig { enforce: true }
+        PolicyConfig {
+            enforce: true,
+            response_preferences: ResponsePreferences::Withhold,
+        }
     }
 }
 
@@ -209,6 +258,28 @@ impl Config {
                 why: "must be at least 1".into(),
             });
         }
+        let id = &self.identity;
+        if id.validity_secs == 0 || id.validity_secs > 86_400 {
+            return Err(ConfigError::Invalid {
+                key: "identity.validity_secs".into(),
+                why: format!(
+                    "must be between 1 and 86400 (the draft recommends at most 24 h), got {}",
+                    id.validity_secs
+                ),
+            });
+        }
+        if id.enabled || !id.signature_agent.is_empty() {
+            check_agent_url(&id.signature_agent).map_err(|e| ConfigError::Invalid {
+                key: "identity.signature_agent".into(),
+                why: e.to_string(),
+            })?;
+        }
+        if id.skip_hosts.iter().any(|h| h.trim().is_empty()) {
+            return Err(ConfigError::Invalid {
+                key: "identity.skip_hosts".into(),
+                why: "an entry is empty".into(),
+            });
+        }
         let mut cfg = self;
         cfg.robots = cfg.robots.validate()?;
         cfg.budget = cfg.budget.validate()?;
@@ -220,6 +291,14 @@ impl Config {
     /// survive a restart.
     pub fn store_path(&self) -> PathBuf {
         self.data_dir.join("store.redb")
+    }
+
+    /// The Web Bot Auth signing key, resolved against the data dir.
+    pub fn identity_key_path(&self) -> PathBuf {
+        match self.identity.key_file.as_str() {
+            "" => self.data_dir.join("identity-key.pem"),
+            p => PathBuf::from(p),
+        }
     }
 
     /// The audit log path, resolved against the data dir.

@@ -53,6 +53,52 @@ pub enum CaError {
     Tls(#[from] rustls::Error),
 }
 
+/// Reading or writing the Web Bot Auth key files.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyFileError {
+    /// Reading or writing a key file failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// There is no key yet.
+    #[error("{path}: no identity key; create one with `mannerly identity init`")]
+    Missing {
+        /// The key file.
+        path: PathBuf,
+    },
+    /// `init` without `--force` found a key.
+    #[error("{path}: an identity key exists already; `mannerly identity rotate` replaces it keeping the old one verifiable, `identity init --force` replaces it outright")]
+    Exists {
+        /// The key file.
+        path: PathBuf,
+    },
+    /// The key file can be read by group or others.
+    #[error(
+        "{path}: identity key is readable by group or others (mode {mode:o}); run `chmod 600 {path}`"
+    )]
+    Permissions {
+        /// The key file.
+        path: PathBuf,
+        /// Its mode bits.
+        mode: u32,
+    },
+    /// A file holds something that is not a usable key.
+    #[error("{path}: {why}")]
+    Key {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        why: String,
+    },
+    /// The system's random source failed.
+    #[error("no randomness for a new key: {0}")]
+    Random(String),
+}
+
 /// Starting the proxy.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -62,6 +108,9 @@ pub enum StartError {
     /// The CA could not be loaded or created.
     #[error(transparent)]
     Ca(#[from] CaError),
+    /// The Web Bot Auth key could not be loaded.
+    #[error("identity: {0}")]
+    Identity(#[from] KeyFileError),
     /// A listener, data dir or audit log could not be opened.
     #[error("{what}: {source}")]
     Io {

@@ -13,8 +13,11 @@ mod config;
 mod connection;
 mod conns;
 mod error;
+mod heads;
+mod identity;
 mod intake;
 mod pipeline;
+mod prefs;
 mod resolve;
 mod respond;
 mod robots;
@@ -27,9 +30,11 @@ mod upstream;
 pub use audit::{open as open_audit, AuditSink, AuditWriter};
 pub use ca::CertificateAuthority;
 pub use config::{
-    AuditConfig, AuditTarget, Config, CrawlerConfig, PolicyConfig, ProxyConfig, UpstreamConfig,
+    AuditConfig, AuditTarget, Config, CrawlerConfig, IdentityConfig, PolicyConfig, ProxyConfig,
+    UpstreamConfig,
 };
-pub use error::{CaError, ConfigError, StartError};
+pub use error::{CaError, ConfigError, KeyFileError, StartError};
+pub use identity::{KeyStore, Rotation, Signer};
 pub use server::Proxy;
 
 /// Fetches the robots.txt of `url`'s origin once, as the proxy would (same
@@ -42,7 +47,16 @@ pub async fn fetch_robots_once(cfg: &Config, url: &str) -> Result<Option<Vec<u8>
     let guard = upstream::Guard::new(&cfg.upstream, clock::Clock::system());
     let client = upstream::client(&cfg.upstream, guard).map_err(|e| e.to_string())?;
     let robots_url = format!("{}robots.txt", target.url(None));
-    let report = robots::fetch(&client, &robots_url, None, cfg.robots.max_redirects).await;
+    let signer = identity::Signer::load(cfg).map_err(|e| e.to_string())?;
+    let clock = clock::Clock::system();
+    let report = robots::fetch(
+        &client,
+        &robots_url,
+        None,
+        cfg.robots.max_redirects,
+        signer.as_deref().map(|s| (s, &clock)),
+    )
+    .await;
     match report.result {
         FetchResult::Body(b) => Ok(Some(b)),
         r if r.means_no_rules() => Ok(None),

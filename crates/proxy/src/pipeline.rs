@@ -58,7 +58,7 @@ pub(crate) async fn handle(
         loop {
             let permit = x.budget().await?; // 2. the host's turn
             let mut out = x.outgoing(&parts, body.take(), &cache)?;
-            x.identity(&mut out); // 4. signatures (none yet)
+            x.identity(&mut out); // 4. Web Bot Auth signature
             let resp = x.upstream(out).await?; // 5. send
             match x.learn(&parts, &mut cache, permit, resp, body.resendable()) {
                 Learned::Answer(answer) => return Ok(answer), // 6.-7. learn, audit
@@ -341,8 +341,16 @@ impl Exchange {
         }
     }
 
-    /// Step 4: identity, Web Bot Auth signature headers. Nothing is signed yet.
-    fn identity(&mut self, _out: &mut Request<ProxyBody>) {}
+    /// Step 4: identity, Web Bot Auth signature headers. Signed here, after
+    /// the budget's turn, so `created` is the send time; a retry signs anew.
+    fn identity(&mut self, out: &mut Request<ProxyBody>) {
+        if let Some(signer) = &self.shared.identity {
+            let now = self.shared.clock.wall();
+            let keyid = signer.sign_headers(out.headers_mut(), &self.target.authority(), now);
+            self.rec.signed = keyid.is_some();
+            self.rec.keyid = keyid.map(|k| k.to_string());
+        }
+    }
 
     /// Step 5: send, with the first-byte timeout.
     async fn upstream(&mut self, out: Request<ProxyBody>) -> Step<Response<Incoming>> {
@@ -475,6 +483,10 @@ impl Exchange {
                 }
             };
         }
+        let resp = match self.preferences(resp) {
+            Ok(resp) => resp,
+            Err(withheld) => return Learned::Answer(withheld),
+        };
         self.rec.cache(cache.outcome);
         if resp.status() == StatusCode::NOT_MODIFIED {
             // The client's own validators: its 304 goes back as is.
@@ -493,6 +505,28 @@ impl Exchange {
                     shared.cache.remove_later(key);
                 }
                 Learned::Answer(self.forward(resp, Outcome::Fetched))
+            }
+        }
+    }
+}
+
+impl Exchange {
+    /// Step 6, usage preferences: a response whose headers refuse a declared
+    /// purpose is withheld (neither delivered nor stored) or annotated, by
+    /// config; in observe mode it passes and the line says `would`.
+    fn preferences(&mut self, mut resp: Response<Incoming>) -> Step<Response<Incoming>> {
+        match crate::prefs::judge(&self.shared.cfg, resp.headers(), &mut self.rec) {
+            crate::prefs::OnResponse::Pass => Ok(resp),
+            crate::prefs::OnResponse::Annotate(value) => {
+                resp.headers_mut().insert(crate::prefs::PREFERENCES, value);
+                Ok(resp)
+            }
+            crate::prefs::OnResponse::Withhold(answer) if self.enforce => {
+                Err(self.answer(answer, Source::Policy))
+            }
+            crate::prefs::OnResponse::Withhold(answer) => {
+                self.rec.would = Some(answer.outcome);
+                Ok(resp)
             }
         }
     }
@@ -650,21 +684,7 @@ fn robots_verdict(
         }
         return Some(r);
     }
-    let purposes = &shared.cfg.crawler.purposes;
-    if !purposes.is_empty() {
-        if let Some(refusal) = robots.signal_check(agent, path, purposes) {
-            rec.rule = Some(format!(
-                "Content-Signal line {}: {}",
-                refusal.line, refusal.text
-            ));
-            return Some(
-                Answer::new(Outcome::SignalRefused, format!("robots.txt: {refusal}"))
-                    .detail("purpose", refusal.purpose.as_str())
-                    .detail("line", refusal.line.to_string()),
-            );
-        }
-    }
-    None
+    crate::prefs::robots_refusal(&shared.cfg, robots, agent, path, rec)
 }
 
 /// The product token decisions are made for: configured, else the first

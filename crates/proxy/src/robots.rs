@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use mannerly_policy::identity::KeyId;
+
 use bytes::{Bytes, BytesMut};
 use dashmap::DashMap;
 use http::header::{HeaderValue, LOCATION, USER_AGENT};
@@ -23,6 +25,7 @@ use crate::body::empty;
 use crate::budget::Budgets;
 use crate::clock::Clock;
 use crate::conns::{ConnHandle, ReleaseOnEnd};
+use crate::identity::Signer;
 use crate::target::Target;
 use crate::upstream::{explain, UpstreamClient};
 
@@ -41,6 +44,8 @@ pub(crate) struct FetchReport {
     pub status: Option<u16>,
     pub retry_after: Option<String>,
     pub bytes: u64,
+    /// The Web Bot Auth key the (last) request was signed with.
+    pub keyid: Option<KeyId>,
     pub result: FetchResult,
     /// The guard refused the address the name resolved to at connect time
     /// (DNS rebinding): the request is `blocked`, not merely unanswered.
@@ -51,16 +56,18 @@ pub(crate) struct FetchReport {
 pub(crate) struct RobotsCache {
     params: RobotsParams,
     clock: Clock,
+    identity: Option<Arc<Signer>>,
     slots: DashMap<String, Arc<Slot>>,
     /// Body bytes of every entry held (`robots.max_bytes`).
     bytes: AtomicU64,
 }
 
 impl RobotsCache {
-    pub(crate) fn new(params: RobotsParams, clock: Clock) -> Self {
+    pub(crate) fn new(params: RobotsParams, clock: Clock, identity: Option<Arc<Signer>>) -> Self {
         RobotsCache {
             params,
             clock,
+            identity,
             slots: DashMap::new(),
             bytes: AtomicU64::new(0),
         }
@@ -94,7 +101,13 @@ impl RobotsCache {
         let url = format!("{key}robots.txt");
         let report = match tokio::time::timeout(
             timeout,
-            fetch(client, &url, user_agent, self.params.max_redirects),
+            fetch(
+                client,
+                &url,
+                user_agent,
+                self.params.max_redirects,
+                self.identity.as_deref().map(|s| (s, &self.clock)),
+            ),
         )
         .await
         {
@@ -104,6 +117,7 @@ impl RobotsCache {
                 status: None,
                 retry_after: None,
                 bytes: 0,
+                keyid: None,
                 result: FetchResult::Failed(format!("no complete answer within {timeout:?}")),
                 blocked: false,
             },
@@ -203,6 +217,21 @@ pub(crate) async fn fetch(
     url: &str,
     user_agent: Option<&HeaderValue>,
     max_redirects: u32,
+    identity: Option<(&Signer, &Clock)>,
+) -> FetchReport {
+    let mut keyid = None;
+    let mut report = fetch_hops(client, url, user_agent, max_redirects, identity, &mut keyid).await;
+    report.keyid = keyid;
+    report
+}
+
+async fn fetch_hops(
+    client: &UpstreamClient,
+    url: &str,
+    user_agent: Option<&HeaderValue>,
+    max_redirects: u32,
+    identity: Option<(&Signer, &Clock)>,
+    keyid: &mut Option<KeyId>,
 ) -> FetchReport {
     let mut current = url.to_string();
     let mut hops = 0;
@@ -221,10 +250,15 @@ pub(crate) async fn fetch(
         if let Some(ua) = user_agent {
             req = req.header(USER_AGENT, ua.clone());
         }
-        let req = match req.body(empty()) {
+        let mut req = match req.body(empty()) {
             Ok(r) => r,
             Err(e) => return report(url, None, FetchResult::Failed(e.to_string())),
         };
+        // robots.txt fetches are the crawler's requests too: signed, each hop.
+        if let (Some((signer, clock)), Some(authority)) = (identity, uri.authority()) {
+            let authority = normalized_authority(uri.scheme_str(), authority);
+            *keyid = signer.sign_headers(req.headers_mut(), &authority, clock.wall());
+        }
         let resp = match client.request(req).await {
             Ok(r) => r,
             Err(e) => {
@@ -286,6 +320,7 @@ pub(crate) async fn fetch(
             status: Some(status),
             retry_after: None,
             bytes: body.len() as u64,
+            keyid: None,
             result: FetchResult::Body(body.to_vec()),
             blocked: false,
         };
@@ -307,12 +342,27 @@ async fn drain_small(resp: http::Response<hyper::body::Incoming>) {
     }
 }
 
+/// `host[:port]` as the Host header carries it: the scheme's default port
+/// left out, as RFC 9421's `@authority` wants.
+fn normalized_authority(scheme: Option<&str>, a: &http::uri::Authority) -> String {
+    let default = match scheme {
+        Some("https") => Some(443),
+        Some("http") => Some(80),
+        _ => None,
+    };
+    match a.port_u16() {
+        Some(p) if Some(p) == default => a.host().to_ascii_lowercase(),
+        _ => a.as_str().to_ascii_lowercase(),
+    }
+}
+
 fn report(url: &str, status: Option<u16>, result: FetchResult) -> FetchReport {
     FetchReport {
         url: url.to_string(),
         status,
         retry_after: None,
         bytes: 0,
+        keyid: None,
         result,
         blocked: false,
     }
@@ -341,6 +391,8 @@ pub(crate) fn fetch_record(mut rec: AuditRecord, r: &FetchReport) -> AuditRecord
     rec.status = r.status;
     rec.bytes = Some(r.bytes);
     rec.retry_after = r.retry_after.clone();
+    rec.signed = r.keyid.is_some();
+    rec.keyid = r.keyid.as_ref().map(|k| k.to_string());
     rec.reason = match &r.result {
         FetchResult::Body(_) => None,
         result if result.means_no_rules() => Some(format!(

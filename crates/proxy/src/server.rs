@@ -24,7 +24,8 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::connection::drive;
 use crate::error::{Source, StartError};
-use crate::intake::{read_head, Intake, Prefixed};
+use crate::heads::Heads;
+use crate::intake::{read_head, Intake};
 use crate::pipeline;
 use crate::respond::Answer;
 use crate::shared::Shared;
@@ -207,20 +208,23 @@ async fn serve_client(shared: Arc<Shared>, mut stream: TcpStream, peer: SocketAd
         Intake::Ready(buf) => buf,
         Intake::Gone => return,
         Intake::Bad(bad) => {
-            let rec = shared.record(&bad.method, &bad.target, "", peer);
-            let refusal = Answer::new(Outcome::Error, bad.reason)
-                .status(bad.status)
-                .close();
-            let resp = shared.refuse(rec, refusal, Source::Client);
+            let resp = shared.refuse_head(bad, peer);
             let _ = write_raw(&mut stream, resp).await;
             return;
         }
     };
-    let io = TokioIo::new(Prefixed::new(prefix, stream));
+    let (io, refused) = Heads::new(stream, prefix, shared.head_limits());
+    let io = TokioIo::new(io);
     let svc_shared = shared.clone();
     let svc = service_fn(move |req| {
         let shared = svc_shared.clone();
-        async move { Ok::<_, Infallible>(dispatch(shared, req, peer).await) }
+        let bad = refused.take(&req);
+        async move {
+            Ok::<_, Infallible>(match bad {
+                Some(bad) => shared.refuse_head(bad, peer),
+                None => dispatch(shared, req, peer).await,
+            })
+        }
     });
     let http = shared.http().http1_only();
     let conn = http.serve_connection_with_upgrades(io, svc);

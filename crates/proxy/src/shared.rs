@@ -10,7 +10,7 @@ use std::time::UNIX_EPOCH;
 use http::Response;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use hyper_util::server::conn::auto;
-use mannerly_policy::AuditRecord;
+use mannerly_policy::{AuditRecord, Outcome};
 use mannerly_state::hosts::MemoryHosts;
 use tokio::sync::{watch, Notify};
 
@@ -22,6 +22,9 @@ use crate::cache::Cache;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::error::{Source, StartError};
+use crate::heads::Limits;
+use crate::identity::Signer;
+use crate::intake::BadHead;
 use crate::respond::Answer;
 use crate::robots::RobotsCache;
 use crate::upstream::{self, Guard, UpstreamClient};
@@ -41,6 +44,8 @@ pub(crate) struct Shared {
     /// survives even a `kill -9` moments later.
     pub(crate) save_budgets: Notify,
     pub(crate) tracker: Tracker,
+    /// Web Bot Auth signer (`[identity]`), when enabled.
+    pub(crate) identity: Option<Arc<Signer>>,
     ids: AtomicU64,
     id_prefix: String,
 }
@@ -62,7 +67,11 @@ impl Shared {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis())
             .unwrap_or(0);
-        let robots = RobotsCache::new(cfg.robots.clone(), clock.clone());
+        let identity = Signer::load(&cfg)?;
+        if let Some(signer) = &identity {
+            signer.watch();
+        }
+        let robots = RobotsCache::new(cfg.robots.clone(), clock.clone(), identity.clone());
         let hosts = MemoryHosts::new(cfg.budget.clone()).map_err(crate::ConfigError::from)?;
         let budgets = Budgets::new(Arc::new(hosts), clock.clone());
         let cache = Cache::open(&cfg)?;
@@ -95,6 +104,7 @@ impl Shared {
             cache,
             save_budgets: Notify::new(),
             tracker: Tracker::new(),
+            identity,
             ids: AtomicU64::new(0),
             id_prefix: format!("{start:x}"),
         })
@@ -146,12 +156,34 @@ impl Shared {
         resp
     }
 
-    /// The HTTP server settings for client connections.
+    /// The limits every request head of a client connection is held to.
+    pub(crate) fn head_limits(&self) -> Limits {
+        let p = &self.cfg.proxy;
+        Limits {
+            max_bytes: p.max_header_bytes,
+            max_headers: p.max_headers,
+            timeout: p.header_read_timeout,
+        }
+    }
+
+    /// The answer to a request head we refuse (framing, size, time), with
+    /// its audit line; the connection closes after it.
+    pub(crate) fn refuse_head(&self, bad: BadHead, peer: SocketAddr) -> Response<ProxyBody> {
+        let rec = self.record(&bad.method, &bad.target, "", peer);
+        let a = Answer::new(Outcome::Error, bad.reason)
+            .status(bad.status)
+            .close();
+        self.refuse(rec, a, Source::Client)
+    }
+
+    /// The HTTP server settings for client connections. Heads of HTTP/1
+    /// connections are timed by `heads::Heads`, which answers a late one
+    /// with 408, so hyper's own head timer (which closes silently) is off.
     pub(crate) fn http(&self) -> auto::Builder<TokioExecutor> {
         let mut b = auto::Builder::new(TokioExecutor::new());
         b.http1()
             .timer(TokioTimer::new())
-            .header_read_timeout(self.cfg.proxy.header_read_timeout)
+            .header_read_timeout(None)
             .max_headers(self.cfg.proxy.max_headers)
             .max_buf_size(self.cfg.proxy.max_header_bytes.max(8192));
         b.http2().timer(TokioTimer::new());

@@ -18,6 +18,7 @@ use tokio_rustls::LazyConfigAcceptor;
 use crate::body::{empty, ProxyBody};
 use crate::connection::drive;
 use crate::error::Source;
+use crate::heads::{Heads, Refused};
 use crate::intake::Prefixed;
 use crate::pipeline;
 use crate::respond::{Answer, DECISION};
@@ -113,20 +114,27 @@ async fn inside(
         Ok(Ok(n)) if n > 0 => {}
         _ => return,
     }
-    let tls = first[0] == TLS_HANDSHAKE;
-    let io = Prefixed::new(first, io);
-    if tls {
-        intercept_tls(shared, io, target, peer).await;
+    if first[0] == TLS_HANDSHAKE {
+        intercept_tls(shared, Prefixed::new(first, io), target, peer).await;
     } else {
         let target = Target {
             scheme: Scheme::Http,
             ..target
         };
-        let http = shared.http().http1_only();
-        let conn =
-            http.serve_connection_with_upgrades(TokioIo::new(io), service(&shared, target, peer));
-        drive(&shared, conn, peer).await;
+        serve_h1(shared, io, first, target, peer).await;
     }
+}
+
+/// HTTP/1 on a tunnel: every head checked (`heads::Heads`).
+async fn serve_h1<S>(shared: Arc<Shared>, io: S, first: BytesMut, target: Target, peer: SocketAddr)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (io, refused) = Heads::new(io, first, shared.head_limits());
+    let http = shared.http().http1_only();
+    let svc = service(&shared, target, peer, Some(refused));
+    let conn = http.serve_connection_with_upgrades(TokioIo::new(io), svc);
+    drive(&shared, conn, peer).await;
 }
 
 /// The service for the requests of one intercepted tunnel.
@@ -134,6 +142,7 @@ fn service(
     shared: &Arc<Shared>,
     target: Target,
     peer: SocketAddr,
+    refused: Option<Refused>,
 ) -> impl hyper::service::Service<
     Request<Incoming>,
     Response = Response<ProxyBody>,
@@ -144,7 +153,11 @@ fn service(
     service_fn(move |req: Request<Incoming>| {
         let shared = shared.clone();
         let target = target.clone();
+        let bad = refused.as_ref().and_then(|r| r.take(&req));
         async move {
+            if let Some(bad) = bad {
+                return Ok(shared.refuse_head(bad, peer));
+            }
             let mut resp = pipeline::handle(shared.clone(), req, target, peer).await;
             if shared.tracker.is_stopping() {
                 resp.headers_mut().insert(
@@ -198,10 +211,14 @@ where
         }
         Err(_) => return,
     };
-    let http = shared.http();
-    let conn =
-        http.serve_connection_with_upgrades(TokioIo::new(tls), service(&shared, target, peer));
-    drive(&shared, conn, peer).await;
+    if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
+        let http = shared.http();
+        let svc = service(&shared, target, peer, None);
+        let conn = http.serve_connection_with_upgrades(TokioIo::new(tls), svc);
+        drive(&shared, conn, peer).await;
+    } else {
+        serve_h1(shared, tls, BytesMut::new(), target, peer).await;
+    }
 }
 
 /// A handshake the client broke off after seeing our certificate: almost
