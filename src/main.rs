@@ -2,6 +2,7 @@
 //! rules, verify audit logs, manage the Web Bot Auth identity, see and
 //! reset hosts, report on conduct.
 
+mod nofile;
 mod settings;
 
 use std::io::BufRead;
@@ -82,8 +83,8 @@ enum RobotsCommand {
     Check(robots_cmd::CheckArgs),
 }
 
-mod identity_cmd;
 mod hosts_cmd;
+mod identity_cmd;
 mod report;
 mod robots_cmd;
 mod robots_fetch;
@@ -124,6 +125,16 @@ fn init_tracing() {
 fn run(config: Option<PathBuf>) -> Result<ExitCode> {
     init_tracing();
     let cfg = settings::load(config.as_deref())?;
+    match nofile::raise() {
+        Ok(n) if n.soft_before < n.soft => tracing::info!(
+            "open files limit raised from {} to {} (hard limit {})",
+            n.soft_before,
+            n.soft,
+            n.hard
+        ),
+        Ok(n) => tracing::info!("open files limit {} (hard limit {})", n.soft, n.hard),
+        Err(e) => tracing::warn!("open files limit could not be raised: {e}"),
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -8,6 +8,7 @@ mod e2e {
 
     mod admin;
     mod audit;
+    mod broad;
     mod browser;
     mod budget;
     mod cache;

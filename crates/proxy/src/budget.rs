@@ -198,6 +198,26 @@ impl Budgets {
         host: &str,
         deadline: Instant,
     ) -> Result<Permit, Refusal> {
+        self.acquire_as(host, deadline, false).await
+    }
+
+    /// [`Budgets::acquire`] for a robots.txt fetch: its slot is not charged,
+    /// so the page waiting for the rules goes right after it (the policy's
+    /// `admit_robots`).
+    pub(crate) async fn acquire_for_robots(
+        self: &Arc<Self>,
+        host: &str,
+        deadline: Instant,
+    ) -> Result<Permit, Refusal> {
+        self.acquire_as(host, deadline, true).await
+    }
+
+    async fn acquire_as(
+        self: &Arc<Self>,
+        host: &str,
+        deadline: Instant,
+        robots: bool,
+    ) -> Result<Permit, Refusal> {
         let key = host_key(host).into_owned();
         let line = self.line(&key);
         let params = self.params(&key);
@@ -219,7 +239,7 @@ impl Budgets {
         let now = self.clock.now();
         let mut reserved = now;
         match self
-            .admit(&key, now, deadline.saturating_duration_since(now))
+            .admit(&key, now, deadline.saturating_duration_since(now), robots)
             .await
         {
             Reservation::Refuse(r) => return Err(r),
@@ -307,14 +327,21 @@ impl Budgets {
             .await;
     }
 
-    async fn admit(&self, key: &str, now: Instant, hold_left: Duration) -> Reservation {
+    /// Reserves `key`'s next slot; a robots.txt fetch's slot is not charged
+    /// (`HostBudget::admit_robots`).
+    async fn admit(
+        &self,
+        key: &str,
+        now: Instant,
+        hold_left: Duration,
+        robots: bool,
+    ) -> Reservation {
+        let (now, wall) = (now.into_std(), self.clock.wall());
         match &self.backend {
-            Backend::Memory(m) => m.admit(key, now.into_std(), hold_left),
-            Backend::Redis(r) => {
-                r.admit(key, now.into_std(), self.clock.wall(), hold_left)
-                    .await
-                    .value
-            }
+            Backend::Memory(m) if robots => m.admit_robots(key, now, hold_left),
+            Backend::Memory(m) => m.admit(key, now, hold_left),
+            Backend::Redis(r) if robots => r.admit_robots(key, now, wall, hold_left).await.value,
+            Backend::Redis(r) => r.admit(key, now, wall, hold_left).await.value,
         }
     }
 

@@ -195,7 +195,8 @@ pub struct UpstreamConfig {
     pub allow_private: bool,
     /// PEM files with extra root certificates trusted for origins (corporate CAs, tests).
     pub extra_roots: Vec<PathBuf>,
-    /// `"name:port" = "ip:port"` overrides of name resolution, like curl --resolve.
+    /// `"name:port" = "ip:port"` overrides of name resolution, like curl --resolve;
+    /// `"*.name:port"` matches every name under `name`, an exact name wins.
     pub resolve: BTreeMap<String, SocketAddr>,
     /// TCP connect timeout.
     #[serde(rename = "connect_timeout_secs", deserialize_with = "seconds")]
@@ -211,6 +212,12 @@ pub struct UpstreamConfig {
     pub pool_idle: Duration,
     /// Idle pooled connections kept per origin.
     pub pool_max_idle_per_host: usize,
+    /// Idle pooled connections kept over all origins; the one idle longest
+    /// is closed first.
+    pub pool_max_idle_total: usize,
+    /// Connections being opened at once; more wait their turn within the
+    /// connect timeout.
+    pub max_connecting: usize,
 }
 
 impl Default for UpstreamConfig {
@@ -222,8 +229,10 @@ impl Default for UpstreamConfig {
             connect_timeout: Duration::from_secs(10),
             first_byte_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(60),
-            pool_idle: Duration::from_secs(90),
-            pool_max_idle_per_host: 32,
+            pool_idle: Duration::from_secs(15),
+            pool_max_idle_per_host: 8,
+            pool_max_idle_total: 256,
+            max_connecting: 128,
         }
     }
 }
@@ -343,16 +352,12 @@ impl Config {
             });
         }
         let u = &self.upstream;
-        for key in u.resolve.keys() {
-            let ok = key
-                .rsplit_once(':')
-                .is_some_and(|(h, port)| !h.is_empty() && port.parse::<u16>().is_ok());
-            if !ok {
-                return Err(ConfigError::Invalid {
-                    key: format!("upstream.resolve.\"{key}\""),
-                    why: "keys are \"name:port\"".into(),
-                });
-            }
+        crate::resolve::Overrides::new(&u.resolve)?;
+        if u.max_connecting == 0 {
+            return Err(ConfigError::Invalid {
+                key: "upstream.max_connecting".into(),
+                why: "must be at least 1".into(),
+            });
         }
         let st = &self.state;
         if st.instances_hint == 0 || st.instances_hint > 10_000 {

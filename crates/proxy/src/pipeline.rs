@@ -30,12 +30,13 @@ use tokio::time::Instant;
 use crate::body::{boxed, empty, full, AuditedBody, ProxyBody};
 use crate::budget::Permit;
 use crate::cache::Tee;
+use crate::conns::{ConnHandle, Conns, ReleaseOnEnd};
 use crate::error::Source;
 use crate::respond::{decision_value, header_text, Answer, DECISION, ID};
 use crate::robots;
 use crate::shared::Shared;
 use crate::target::Target;
-use crate::upstream::{explain, ConnectError};
+use crate::upstream::{connect_error, explain, ConnectError};
 
 /// What a step gives the next one, or the answer that ends the walk.
 type Step<T> = Result<T, Response<ProxyBody>>;
@@ -365,7 +366,16 @@ impl Exchange {
         let took = self.shared.clock.now().saturating_duration_since(sending);
         self.rec.upstream_ms = Some(took.as_millis() as u64);
         match sent {
-            Ok(Ok(resp)) => Ok(resp),
+            Ok(Ok(resp)) => {
+                // A response without a body frees its connection at once,
+                // whichever way the pipeline goes on.
+                if resp.body().is_end_stream() {
+                    if let Some(conn) = ConnHandle::of(&resp) {
+                        Conns::release(&conn);
+                    }
+                }
+                Ok(resp)
+            }
             Ok(Err(e)) => Err(self.upstream_failure(&e)),
             Err(_) => {
                 let why = format!("no response from the origin within {first_byte:?}");
@@ -551,7 +561,7 @@ impl Exchange {
         let rec = self.take_record();
         let (parts, body, rec) = forwarded_head(rec, resp, outcome);
         let idle = Some(self.shared.cfg.upstream.idle_timeout);
-        let body = AuditedBody::new(boxed(body), rec, self.shared.audit.clone(), idle);
+        let body = AuditedBody::new(body, rec, self.shared.audit.clone(), idle);
         Response::from_parts(parts, boxed(body))
     }
 
@@ -568,7 +578,7 @@ impl Exchange {
         let shared = &self.shared;
         let (parts, body, rec) = forwarded_head(rec, resp, Outcome::Fetched);
         let idle = Some(shared.cfg.upstream.idle_timeout);
-        let (tee, copy) = Tee::new(boxed(body), shared.cache.params().max_body);
+        let (tee, copy) = Tee::new(body, shared.cache.params().max_body);
         let body = AuditedBody::new(boxed(tee), rec, shared.audit.clone(), idle)
             .on_finish(shared.cache.store_when_done(meta, copy));
         Response::from_parts(parts, boxed(body))
@@ -603,6 +613,14 @@ impl Exchange {
     }
 
     fn upstream_failure(&mut self, err: &hyper_util::client::legacy::Error) -> Response<ProxyBody> {
+        // The proxy at its own limits (descriptors, connections being
+        // opened): not the origin's fault, and soon over.
+        if let Some(e @ ConnectError::ProxyBusy { .. }) = connect_error(err) {
+            let a = Answer::new(Outcome::Error, e.to_string())
+                .status(503)
+                .retry_after(1);
+            return self.answer(a, Source::Proxy);
+        }
         let f = explain(err);
         let (answer, source) = if f.blocked {
             (Answer::new(Outcome::Blocked, f.why), Source::Policy)
@@ -713,13 +731,17 @@ fn upstream_request(
     Ok(Request::from_parts(parts, body))
 }
 
+/// The head of an origin's response as the client gets it; its body marks
+/// the upstream connection idle once read to the end.
 fn forwarded_head(
     mut rec: AuditRecord,
     resp: Response<Incoming>,
     outcome: Outcome,
-) -> (http::response::Parts, Incoming, AuditRecord) {
+) -> (http::response::Parts, ProxyBody, AuditRecord) {
     let waited_ms = rec.waited_ms.unwrap_or(0);
+    let conn = ConnHandle::of(&resp);
     let (mut parts, body) = resp.into_parts();
+    let body = boxed(ReleaseOnEnd::new(body, conn));
     strip_hop_by_hop(&mut parts.headers);
     parts.headers.insert(
         DECISION,

@@ -236,6 +236,22 @@ impl RedisHosts {
         .map(|(a, _)| a)
     }
 
+    /// [`HostBudget::admit_robots`] on the shared budget: the slot of a
+    /// robots.txt fetch, not charged to the page behind it.
+    pub async fn admit_robots(
+        &self,
+        host: &str,
+        now: Instant,
+        wall: SystemTime,
+        hold_left: Duration,
+    ) -> Decided<Reservation> {
+        self.run(host, now, wall, LeaseAction::None, |b, p| {
+            (b.admit_robots(p, now, hold_left), false)
+        })
+        .await
+        .map(|(a, _)| a)
+    }
+
     /// [`HostBudget::try_start_since`] on the shared budget; on `Go` the
     /// in-flight slot is a lease.
     pub async fn try_start_since(
@@ -330,9 +346,11 @@ impl RedisHosts {
     /// An operator's reset ([`HostBudget::reset`]) of the shared budget:
     /// every proxy of the cluster sees it at its next request to `host`.
     pub async fn reset(&self, host: &str, now: Instant, wall: SystemTime) -> Decided<ResetReport> {
-        self.run(host, now, wall, LeaseAction::None, |b, p| (b.reset(p, now), false))
-            .await
-            .map(|(r, _)| r)
+        self.run(host, now, wall, LeaseAction::None, |b, p| {
+            (b.reset(p, now), false)
+        })
+        .await
+        .map(|(r, _)| r)
     }
 
     /// The host as this proxy saw it last (its stand-in while degraded).
