@@ -345,15 +345,16 @@ impl RunningBinary {
             .env("MANNERLY_BUDGET__MAX_RATE", "1000")
             .env("MANNERLY_BUDGET__BURST", "1000")
             .env("MANNERLY_BUDGET__CONCURRENCY", "1000")
-            .stderr(std::process::Stdio::piped());
+            .stdout(std::process::Stdio::piped());
         for (k, v) in env {
             cmd.env(k, v);
         }
         let mut child = cmd.spawn().unwrap();
-        let stderr = child.stderr.take().unwrap();
+        // The banner is on stdout; logs stay on stderr.
+        let stdout = child.stdout.take().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stderr)
+            for line in std::io::BufReader::new(stdout)
                 .lines()
                 .map_while(Result::ok)
             {
