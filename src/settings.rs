@@ -94,7 +94,10 @@ fn build(file: Option<(&str, &str)>, env: &[(String, String)], flags: &Flags) ->
     layers.resolve_listen_names()?;
     if layers.is_empty_string(&["data_dir"]) {
         let dir = default_data_dir();
-        layers.set_default(&["data_dir"], toml::Value::String(dir.display().to_string()));
+        layers.set_default(
+            &["data_dir"],
+            toml::Value::String(dir.display().to_string()),
+        );
     }
     let cfg = layers.config()?;
     let cfg = cfg

@@ -7,6 +7,8 @@ mod e2e {
     mod audit;
     mod budget;
     mod cache;
+    mod cli;
+    mod deploy;
     mod forwarding;
     mod robots;
 }

@@ -200,7 +200,8 @@ impl Layers {
             if i + 1 == path.len() {
                 // A whole table replaced by a value (or the reverse) drops the
                 // sources of what was below it.
-                self.sources.retain(|p, _| !p.starts_with(path) || p == path);
+                self.sources
+                    .retain(|p, _| !p.starts_with(path) || p == path);
                 table.insert(seg.clone(), value);
                 self.sources.insert(path.to_vec(), source);
                 return Ok(());

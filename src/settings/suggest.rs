@@ -16,6 +16,9 @@ pub fn hint(schema: &Table, path: &[String], at: usize, siblings: &[String]) -> 
         return Some(dotted(&fixed));
     }
     // The same key name somewhere else: a key put in the wrong table.
+    if at + 1 != path.len() {
+        return None;
+    }
     let leaf = path.last()?;
     let elsewhere: Vec<String> = leaves(schema)
         .into_iter()
@@ -52,7 +55,10 @@ mod tests {
     fn typos_find_their_key() {
         let keys = ["listen", "connect_ports", "intercept"];
         assert_eq!(nearest("listne", keys.into_iter()), Some("listen"));
-        assert_eq!(nearest("conect_port", keys.into_iter()), Some("connect_ports"));
+        assert_eq!(
+            nearest("conect_port", keys.into_iter()),
+            Some("connect_ports")
+        );
         assert_eq!(nearest("colour", keys.into_iter()), None);
     }
 }

@@ -64,7 +64,10 @@ fn lists_take_a_single_value_from_the_environment() {
 fn string_keys_take_the_variable_verbatim() {
     let cfg = parse(
         "",
-        &env(&[("MANNERLY_CRAWLER__AGENT", "1234"), ("MANNERLY_AUDIT__PATH", "-")]),
+        &env(&[
+            ("MANNERLY_CRAWLER__AGENT", "1234"),
+            ("MANNERLY_AUDIT__PATH", "-"),
+        ]),
     )
     .unwrap();
     assert_eq!(cfg.crawler.agent, "1234");
@@ -89,7 +92,10 @@ fn a_bad_value_from_the_environment_names_key_value_and_variable() {
 
 #[test]
 fn a_bad_value_in_a_file_names_its_line() {
-    let err = err_of("# mine\n[budget]\nstart_rate = 1.0\nmax_rate = \"fast\"\n", &[]);
+    let err = err_of(
+        "# mine\n[budget]\nstart_rate = 1.0\nmax_rate = \"fast\"\n",
+        &[],
+    );
     assert!(
         err.starts_with("budget.max_rate = \"fast\" (my.toml line 4): invalid type"),
         "{err}"
@@ -140,7 +146,10 @@ fn listen_accepts_host_names() {
         &Flags::default(),
     )
     .unwrap();
-    assert_eq!(loaded.config.proxy.listen, "127.0.0.1:3999".parse().unwrap());
+    assert_eq!(
+        loaded.config.proxy.listen,
+        "127.0.0.1:3999".parse().unwrap()
+    );
     let err = err_of("[proxy]\nlisten = \"localhost\"\n", &[]);
     assert!(
         err.starts_with("proxy.listen = \"localhost\" (my.toml line 2): expected host:port"),
@@ -188,7 +197,10 @@ fn show_is_a_config_file_that_loads_to_the_same_config() {
         shown.contains("max_rate = 3  # environment variable MANNERLY_BUDGET__MAX_RATE"),
         "{shown}"
     );
-    assert!(shown.contains("max_rate = 2.5  # my.toml line 2"), "{shown}");
+    assert!(
+        shown.contains("max_rate = 2.5  # my.toml line 2"),
+        "{shown}"
+    );
     assert!(shown.contains("start_rate = 1.0  # default"), "{shown}");
     let again = build(Some((&shown, "shown.toml")), &[], &Flags::default()).unwrap();
     assert_eq!(
