@@ -1,6 +1,7 @@
 //! Sans-IO crawl policy for mannerly: every rule the proxy applies, as plain functions of data and a passed-in `now`; no sockets, no runtime, no clock.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
 mod address;
 mod audit;

@@ -16,25 +16,25 @@ use tokio::time::Sleep;
 use crate::audit::AuditSink;
 
 /// Errors inside bodies.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The body of every request and response the proxy sends.
-pub type ProxyBody = BoxBody<Bytes, BoxError>;
+pub(crate) type ProxyBody = BoxBody<Bytes, BoxError>;
 
 /// A body with fixed contents.
-pub fn full(bytes: impl Into<Bytes>) -> ProxyBody {
+pub(crate) fn full(bytes: impl Into<Bytes>) -> ProxyBody {
     Full::new(bytes.into())
         .map_err(|never| match never {})
         .boxed()
 }
 
 /// An empty body.
-pub fn empty() -> ProxyBody {
+pub(crate) fn empty() -> ProxyBody {
     Empty::new().map_err(|never| match never {}).boxed()
 }
 
 /// Boxes any body whose error converts to [`BoxError`].
-pub fn boxed<B>(body: B) -> ProxyBody
+pub(crate) fn boxed<B>(body: B) -> ProxyBody
 where
     B: Body<Data = Bytes> + Send + Sync + 'static,
     B::Error: Into<BoxError>,
@@ -48,7 +48,7 @@ struct IdleTimeout(Duration);
 
 /// Wraps a response body: counts the bytes passed to the client and sends
 /// the audit record when the body is done, failed or dropped.
-pub struct AuditedBody {
+pub(crate) struct AuditedBody {
     inner: ProxyBody,
     record: Option<AuditRecord>,
     sink: AuditSink,
@@ -60,11 +60,11 @@ pub struct AuditedBody {
 
 /// Takes over sending the audit record when the body is done, for a line
 /// that can only be completed later (whether a stored copy was written).
-pub type FinishHook = Box<dyn FnOnce(AuditRecord, AuditSink) + Send + Sync>;
+pub(crate) type FinishHook = Box<dyn FnOnce(AuditRecord, AuditSink) + Send + Sync>;
 
 impl AuditedBody {
     /// `idle`: the longest silence allowed between two frames.
-    pub fn new(
+    pub(crate) fn new(
         inner: ProxyBody,
         record: AuditRecord,
         sink: AuditSink,
@@ -82,7 +82,7 @@ impl AuditedBody {
     }
 
     /// Hands the finished record to `hook` instead of sending it.
-    pub fn on_finish(mut self, hook: FinishHook) -> Self {
+    pub(crate) fn on_finish(mut self, hook: FinishHook) -> Self {
         self.on_finish = Some(hook);
         self
     }

@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 
 use dashmap::DashMap;
 use mannerly_policy::budget::{
-    host_key, Admission, PersistedHost, Reaction, Refusal, Start, QUEUE_RETRY_AFTER,
+    host_key, PersistedHost, Reaction, Refusal, Reservation, Start, QUEUE_RETRY_AFTER,
 };
 use mannerly_state::hosts::HostStore;
 use mannerly_state::responses::{ResponseStore, StoreError};
@@ -43,7 +43,7 @@ pub(crate) struct Permit {
 }
 
 impl Budgets {
-    pub fn new(store: Arc<dyn HostStore>) -> Arc<Budgets> {
+    pub(crate) fn new(store: Arc<dyn HostStore>) -> Arc<Budgets> {
         Arc::new(Budgets {
             store,
             lines: DashMap::new(),
@@ -51,19 +51,19 @@ impl Budgets {
         })
     }
 
-    pub fn store(&self) -> &dyn HostStore {
+    pub(crate) fn store(&self) -> &dyn HostStore {
         self.store.as_ref()
     }
 
     /// The longest a new request to `host` may be held.
-    pub fn max_hold(&self, host: &str) -> Duration {
+    pub(crate) fn max_hold(&self, host: &str) -> Duration {
         self.store.params(&host_key(host)).max_hold()
     }
 
     /// Waits for `host`'s turn: a rate slot in arrival order, the end of a
     /// pause, a free concurrency slot. Gives up at `deadline` with the
     /// budget's refusal.
-    pub async fn acquire(
+    pub(crate) async fn acquire(
         self: &Arc<Self>,
         host: &str,
         deadline: Instant,
@@ -92,9 +92,9 @@ impl Budgets {
             now.into_std(),
             deadline.saturating_duration_since(now),
         ) {
-            Admission::Refuse(r) => return Err(r),
-            Admission::Wait(d) => tokio::time::sleep(d).await,
-            Admission::Go => {}
+            Reservation::Refuse(r) => return Err(r),
+            Reservation::Wait(d) => tokio::time::sleep(d).await,
+            Reservation::Go => {}
         }
         loop {
             // Registered before asking, so a slot freed between the answer
@@ -144,7 +144,7 @@ impl Budgets {
     }
 
     /// Makes sure a robots.txt Crawl-delay caps the host's rate.
-    pub fn set_crawl_delay(&self, host: &str, delay: Option<f64>) {
+    pub(crate) fn set_crawl_delay(&self, host: &str, delay: Option<f64>) {
         self.store
             .set_crawl_delay(&host_key(host), Instant::now().into_std(), delay);
     }
@@ -190,7 +190,7 @@ impl Budgets {
     /// Writes what must survive a restart (pauses, open breakers, lowered
     /// ceilings) to `store`, and forgets the records of hosts that no longer
     /// have any. Blocking: call it off the async threads.
-    pub fn save(&self, store: &dyn ResponseStore) -> Result<usize, StoreError> {
+    pub(crate) fn save(&self, store: &dyn ResponseStore) -> Result<usize, StoreError> {
         let now = Instant::now().into_std();
         let saved = self.store.persisted(now, SystemTime::now());
         let before = store.host_records()?;
@@ -211,7 +211,7 @@ impl Budgets {
 
     /// Loads what [`Budgets::save`] wrote in an earlier process. A record
     /// that cannot be read is skipped (and overwritten at the next save).
-    pub fn load(&self, store: &dyn ResponseStore) -> Result<usize, StoreError> {
+    pub(crate) fn load(&self, store: &dyn ResponseStore) -> Result<usize, StoreError> {
         let records = store.host_records()?;
         let saved: Vec<(String, PersistedHost)> = records
             .into_iter()
@@ -230,7 +230,7 @@ impl Budgets {
     }
 
     /// Forgets hosts with nothing to remember, and their wakers.
-    pub fn sweep(&self) -> usize {
+    pub(crate) fn sweep(&self) -> usize {
         let dropped = self.store.sweep(Instant::now().into_std());
         self.lines.retain(|_, l| Arc::strong_count(l) > 1);
         dropped
@@ -240,7 +240,7 @@ impl Budgets {
 impl Permit {
     /// Releases the slot with what the origin answered; returns what the
     /// budget learned.
-    pub fn respond(mut self, status: u16, retry_after: Option<&str>) -> Reaction {
+    pub(crate) fn respond(mut self, status: u16, retry_after: Option<&str>) -> Reaction {
         self.open = false;
         let b = &self.budgets;
         let reaction = b.store.on_response(

@@ -76,7 +76,7 @@ pub enum StartError {
 
 /// Where an error came from, for the audit log's `source` field.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Source {
+pub(crate) enum Source {
     /// The client sent something we cannot accept.
     Client,
     /// The origin failed or misbehaved.
@@ -89,7 +89,7 @@ pub enum Source {
 
 impl Source {
     /// The audit log's spelling.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Source::Client => "client",
             Source::Upstream => "upstream",

@@ -15,7 +15,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 
 /// What was wrong with a request head.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BadHead {
+pub(crate) struct BadHead {
     /// Status to answer with.
     pub status: u16,
     /// Plain words for the client and the audit log.
@@ -27,7 +27,7 @@ pub struct BadHead {
 }
 
 /// The first read of a connection.
-pub enum Intake {
+pub(crate) enum Intake {
     /// A complete, acceptable head; the bytes read so far (head and any body
     /// that came with it) must be replayed to the HTTP parser.
     Ready(BytesMut),
@@ -38,7 +38,7 @@ pub enum Intake {
 }
 
 /// Reads until a complete head, the size limit or the timeout.
-pub async fn read_head<S: AsyncRead + Unpin>(
+pub(crate) async fn read_head<S: AsyncRead + Unpin>(
     stream: &mut S,
     max_bytes: usize,
     max_headers: usize,
@@ -159,14 +159,14 @@ fn framing(req: &httparse::Request<'_, '_>) -> Check {
 }
 
 /// A stream that first yields bytes already read from it.
-pub struct Prefixed<S> {
+pub(crate) struct Prefixed<S> {
     prefix: BytesMut,
     inner: S,
 }
 
 impl<S> Prefixed<S> {
     /// `prefix` is replayed before reading from `inner`.
-    pub fn new(prefix: BytesMut, inner: S) -> Self {
+    pub(crate) fn new(prefix: BytesMut, inner: S) -> Self {
         Prefixed { prefix, inner }
     }
 }

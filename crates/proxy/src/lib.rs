@@ -1,6 +1,7 @@
 //! The I/O side of mannerly: listener, CONNECT and TLS interception, the upstream client and the pipeline that carries each request through the policy crate's decisions; no policy rule is decided here.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
 mod audit;
 mod body;

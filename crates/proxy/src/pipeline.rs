@@ -29,7 +29,7 @@ use crate::upstream::{connect_error, ConnectError};
 
 /// http or https.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Scheme {
+pub(crate) enum Scheme {
     /// Plain HTTP.
     Http,
     /// HTTP over TLS.
@@ -54,7 +54,7 @@ impl Scheme {
 
 /// Where a request goes: robots.txt scope and budget key derive from it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Target {
+pub(crate) struct Target {
     /// Scheme.
     pub scheme: Scheme,
     /// Lower-case host; IPv6 literals keep their brackets.
@@ -66,7 +66,7 @@ pub struct Target {
 impl Target {
     /// The target of an absolute-form request URI; anything else is an error
     /// in plain words.
-    pub fn from_absolute(uri: &Uri) -> Result<Target, String> {
+    pub(crate) fn from_absolute(uri: &Uri) -> Result<Target, String> {
         let scheme = match uri.scheme_str() {
             Some(s) if s.eq_ignore_ascii_case("http") => Scheme::Http,
             Some(s) if s.eq_ignore_ascii_case("https") => Scheme::Https,
@@ -93,7 +93,7 @@ impl Target {
     }
 
     /// `host[:port]`, the port only when it is not the scheme's default.
-    pub fn authority(&self) -> String {
+    pub(crate) fn authority(&self) -> String {
         if self.port == self.scheme.default_port() {
             self.host.clone()
         } else {
@@ -102,7 +102,7 @@ impl Target {
     }
 
     /// The absolute URL of `path` on this target.
-    pub fn url(&self, path: Option<&PathAndQuery>) -> String {
+    pub(crate) fn url(&self, path: Option<&PathAndQuery>) -> String {
         format!(
             "{}://{}{}",
             self.scheme.as_str(),

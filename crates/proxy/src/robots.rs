@@ -46,7 +46,7 @@ pub(crate) struct RobotsCache {
 }
 
 impl RobotsCache {
-    pub fn new(params: RobotsParams) -> Self {
+    pub(crate) fn new(params: RobotsParams) -> Self {
         RobotsCache {
             params,
             slots: DashMap::new(),
@@ -57,7 +57,7 @@ impl RobotsCache {
     /// `on_fetch` is called for every fetch actually made (for its audit line).
     /// The fetch spends from the host's budget like any request; a host
     /// that is paused longer than `deadline` allows gives the budget's refusal.
-    pub async fn rules(
+    pub(crate) async fn rules(
         &self,
         client: &UpstreamClient,
         budgets: &Arc<Budgets>,

@@ -55,7 +55,13 @@ pub(crate) struct Shared {
 
 impl Shared {
     /// A new audit record for a request, stamped now.
-    pub fn record(&self, method: &str, url: &str, host: &str, client: SocketAddr) -> AuditRecord {
+    pub(crate) fn record(
+        &self,
+        method: &str,
+        url: &str,
+        host: &str,
+        client: SocketAddr,
+    ) -> AuditRecord {
         let n = self.ids.fetch_add(1, Ordering::Relaxed);
         AuditRecord {
             ts: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
@@ -69,7 +75,12 @@ impl Shared {
     }
 
     /// Answers with a refusal and writes its audit line.
-    pub fn refuse(&self, mut rec: AuditRecord, r: Refusal, source: Source) -> Response<ProxyBody> {
+    pub(crate) fn refuse(
+        &self,
+        mut rec: AuditRecord,
+        r: Refusal,
+        source: Source,
+    ) -> Response<ProxyBody> {
         rec.outcome = Some(r.outcome);
         rec.status = Some(r.status);
         rec.reason = Some(r.reason.clone());
@@ -80,7 +91,7 @@ impl Shared {
         resp
     }
 
-    pub fn http(&self) -> auto::Builder<TokioExecutor> {
+    pub(crate) fn http(&self) -> auto::Builder<TokioExecutor> {
         let mut b = auto::Builder::new(TokioExecutor::new());
         b.http1()
             .timer(TokioTimer::new())
@@ -117,18 +128,18 @@ impl Tracker {
         }
     }
 
-    pub fn track(&self) -> Track {
+    pub(crate) fn track(&self) -> Track {
         self.live.send_modify(|n| *n += 1);
         Track {
             live: self.live.clone(),
         }
     }
 
-    pub fn stopping(&self) -> watch::Receiver<bool> {
+    pub(crate) fn stopping(&self) -> watch::Receiver<bool> {
         self.stop.subscribe()
     }
 
-    pub fn is_stopping(&self) -> bool {
+    pub(crate) fn is_stopping(&self) -> bool {
         *self.stop.borrow()
     }
 }

@@ -24,7 +24,7 @@ use crate::error::StartError;
 
 /// Why a connection to an origin was not made.
 #[derive(Debug, thiserror::Error)]
-pub enum ConnectError {
+pub(crate) enum ConnectError {
     /// The target resolves to an address the configuration does not allow.
     #[error("{host} resolves to {addr}, a {} address; set upstream.allow_private to allow it", class.as_str())]
     Blocked {
@@ -64,7 +64,7 @@ pub enum ConnectError {
 
 /// Resolves names (overrides first) and refuses internal addresses.
 #[derive(Debug, Clone)]
-pub struct Guard {
+pub(crate) struct Guard {
     allow_private: bool,
     overrides: Arc<BTreeMap<String, SocketAddr>>,
     /// Names that recently resolved to allowed addresses only, for the early
@@ -81,7 +81,7 @@ const VETTED_MAX: usize = 100_000;
 
 impl Guard {
     /// A guard from the `[upstream]` section.
-    pub fn new(cfg: &UpstreamConfig) -> Self {
+    pub(crate) fn new(cfg: &UpstreamConfig) -> Self {
         let overrides = cfg
             .resolve
             .iter()
@@ -96,7 +96,7 @@ impl Guard {
 
     /// The early check of a request's host name: like [`Guard::resolve`],
     /// but a name that passed within the last 30 s is not resolved again.
-    pub async fn check_name(&self, host: &str, port: u16) -> Result<(), ConnectError> {
+    pub(crate) async fn check_name(&self, host: &str, port: u16) -> Result<(), ConnectError> {
         let key = (host.to_string(), port);
         let now = tokio::time::Instant::now();
         if self
@@ -117,7 +117,11 @@ impl Guard {
     /// Every address `host:port` may be reached at, or why none may. All
     /// resolved addresses must pass: a name that mixes public and internal
     /// addresses is how DNS rebinding gets in.
-    pub async fn resolve(&self, host: &str, port: u16) -> Result<Vec<SocketAddr>, ConnectError> {
+    pub(crate) async fn resolve(
+        &self,
+        host: &str,
+        port: u16,
+    ) -> Result<Vec<SocketAddr>, ConnectError> {
         let bare = host.trim_start_matches('[').trim_end_matches(']');
         let key = format!("{}:{port}", host.to_ascii_lowercase());
         let addrs = if let Some(addr) = self.overrides.get(&key) {
@@ -145,12 +149,12 @@ impl Guard {
     }
 
     /// Whether internal addresses are allowed (`upstream.allow_private`).
-    pub fn allows_private(&self) -> bool {
+    pub(crate) fn allows_private(&self) -> bool {
         self.allow_private
     }
 
     /// Refuses the first internal address, unless those are allowed.
-    pub fn check(&self, host: &str, addrs: &[SocketAddr]) -> Result<(), ConnectError> {
+    pub(crate) fn check(&self, host: &str, addrs: &[SocketAddr]) -> Result<(), ConnectError> {
         if self.allow_private {
             return Ok(());
         }
@@ -171,7 +175,7 @@ impl Guard {
 /// A connector that resolves through the [`Guard`] and connects only to the
 /// addresses it checked.
 #[derive(Clone)]
-pub struct GuardedConnector {
+pub(crate) struct GuardedConnector {
     guard: Guard,
     connect_timeout: Duration,
 }
@@ -207,7 +211,7 @@ impl tower_service::Service<Uri> for GuardedConnector {
 }
 
 /// Connects to the first of `addrs` that answers within `timeout` in all.
-pub async fn connect_any(
+pub(crate) async fn connect_any(
     host: &str,
     addrs: &[SocketAddr],
     timeout: Duration,
@@ -238,10 +242,10 @@ pub async fn connect_any(
 }
 
 /// The pooled client towards origins.
-pub type UpstreamClient = Client<HttpsConnector<GuardedConnector>, ProxyBody>;
+pub(crate) type UpstreamClient = Client<HttpsConnector<GuardedConnector>, ProxyBody>;
 
 /// Builds the client: webpki roots plus `extra_roots`, ALPN h2 + http/1.1.
-pub fn client(cfg: &UpstreamConfig, guard: Guard) -> Result<UpstreamClient, StartError> {
+pub(crate) fn client(cfg: &UpstreamConfig, guard: Guard) -> Result<UpstreamClient, StartError> {
     let mut roots = RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
     for path in &cfg.extra_roots {
@@ -287,7 +291,9 @@ pub fn client(cfg: &UpstreamConfig, guard: Guard) -> Result<UpstreamClient, Star
 }
 
 /// Finds our [`ConnectError`] inside a client error, if that is what it was.
-pub fn connect_error<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a ConnectError> {
+pub(crate) fn connect_error<'a>(
+    err: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a ConnectError> {
     let mut cur: Option<&'a (dyn std::error::Error + 'static)> = Some(err);
     while let Some(e) = cur {
         if let Some(c) = e.downcast_ref::<ConnectError>() {

@@ -4,8 +4,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use dashmap::DashMap;
 use mannerly_policy::budget::{
-    host_key, Admission, BudgetError, BudgetParams, HostBudget, HostParams, HostView,
-    PersistedHost, Reaction, Start,
+    host_key, BudgetError, BudgetParams, HostBudget, HostParams, HostView, PersistedHost, Reaction,
+    Reservation, Start,
 };
 
 use super::HostStore;
@@ -72,7 +72,7 @@ impl HostStore for MemoryHosts {
         self.params.for_host(host)
     }
 
-    fn admit(&self, host: &str, now: Instant, hold_left: Duration) -> Admission {
+    fn admit(&self, host: &str, now: Instant, hold_left: Duration) -> Reservation {
         self.with(host, now, |b, p| b.admit_within(p, now, hold_left))
     }
 
