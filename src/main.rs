@@ -237,10 +237,11 @@ fn run(config: Option<PathBuf>, args: RunArgs, log_format: LogFormat) -> Result<
             AuditTarget::Stdout => "standard output".to_string(),
             AuditTarget::File(p) => p.display().to_string(),
         };
+        let shutdown = shutdown_signal();
         // The banner is the program's output (stdout); logs go to stderr.
         print!("{}", banner(addr, &ca_path, &audit));
         let _ = std::io::Write::flush(&mut std::io::stdout());
-        proxy.run(shutdown_signal()).await;
+        proxy.run(shutdown).await;
         let lines = tokio::task::spawn_blocking(move || writer.close())
             .await
             .context("audit writer")?
@@ -265,25 +266,34 @@ fn banner(addr: std::net::SocketAddr, ca: &std::path::Path, audit: &str) -> Stri
     )
 }
 
-async fn shutdown_signal() {
+/// SIGTERM or SIGINT. The handlers are installed when this is called, not
+/// when the future is first polled: a supervisor may send SIGTERM as soon as
+/// the banner is out, and that must drain, not kill.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
-        let mut term = match signal(SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-                return;
+        let term = signal(SignalKind::terminate());
+        let int = signal(SignalKind::interrupt());
+        async move {
+            match (term, int) {
+                (Ok(mut term), Ok(mut int)) => {
+                    tokio::select! {
+                        _ = term.recv() => {}
+                        _ = int.recv() => {}
+                    }
+                }
+                _ => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
             }
-        };
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
         }
     }
     #[cfg(not(unix))]
     {
-        let _ = tokio::signal::ctrl_c().await;
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
 

@@ -185,7 +185,7 @@ fn log_format_json_gives_one_object_per_line() {
     );
     assert!(run.success, "{}", run.stderr);
     let lines: Vec<&str> = run.stderr.lines().collect();
-    assert!(!lines.is_empty());
+    assert!(!lines.is_empty(), "no log lines; banner: {:?}", run.banner);
     for line in lines {
         let v: serde_json::Value =
             serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));

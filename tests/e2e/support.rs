@@ -389,6 +389,15 @@ impl RunningBinary {
     }
 }
 
+impl Drop for RunningBinary {
+    /// A test that fails midway leaves no proxy running (it would hold the
+    /// test's output pipe open).
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// Waits until the audit log has `n` lines for URLs ending in `url_end`
 /// with the given `cache` value, and returns them (store writes finish after
 /// the response, and the line is written once they have).
