@@ -12,8 +12,10 @@ mod e2e {
     mod browser;
     mod budget;
     mod cache;
+    mod cli;
     mod cluster;
     mod dashboard;
+    mod deploy;
     mod forwarding;
     mod identity;
     mod prefs;

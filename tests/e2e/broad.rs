@@ -154,7 +154,7 @@ async fn out_of_descriptors_upstream_gets_503_and_service_resumes() {
     // The origin closes every connection, so each page needs a new one.
     let (origin, _) = counting_origin(true).await;
     let dir = tempfile::tempdir().unwrap();
-    let proxy = RunningBinary::start(
+    let mut proxy = RunningBinary::start(
         dir.path(),
         &[("MANNERLY_PROXY__HEADER_READ_TIMEOUT_SECS", "120")],
     );
@@ -221,11 +221,10 @@ async fn out_of_descriptors_upstream_gets_503_and_service_resumes() {
         resumed.starts_with("http/1.1 200"),
         "service did not resume"
     );
-    let mut child = proxy.child;
     let _ = std::process::Command::new("kill")
         .args(["-TERM", &pid.to_string()])
         .status();
-    let status = child.wait().unwrap();
+    let status = proxy.child.wait().unwrap();
     assert!(status.success(), "the proxy exited with {status}");
     let lines = audit_lines(&dir.path().join("audit.jsonl"));
     let busy: Vec<_> = lines

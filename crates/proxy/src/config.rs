@@ -24,6 +24,10 @@ pub struct Config {
     /// Where the CA, the audit log and stored state live.
     /// Empty: `$MANNERLY_DATA_DIR`, else `$XDG_DATA_HOME/mannerly`, else `~/.local/share/mannerly`.
     pub data_dir: PathBuf,
+    /// Where the interception CA (`ca.pem`, `ca-key.pem`) lives; empty means
+    /// the data dir. Lets several instances share one CA while each keeps its
+    /// own data dir.
+    pub ca_dir: PathBuf,
     /// The listener.
     pub proxy: ProxyConfig,
     /// The client towards origins.
@@ -423,6 +427,15 @@ impl Config {
         cfg.budget = cfg.budget.validate()?;
         cfg.cache = cfg.cache.validate()?;
         Ok(cfg)
+    }
+
+    /// The directory of the interception CA.
+    pub fn ca_dir(&self) -> PathBuf {
+        if self.ca_dir.as_os_str().is_empty() {
+            self.data_dir.clone()
+        } else {
+            self.ca_dir.clone()
+        }
     }
 
     /// The embedded store: stored responses and budget state that must
