@@ -341,6 +341,8 @@ pub(crate) struct Failure {
     pub(crate) status: u16,
     /// Whether the guard refused the target (the request is `blocked`).
     pub(crate) blocked: bool,
+    /// The client's request body failed, not the origin.
+    pub(crate) client: bool,
 }
 
 /// Explains a client error from the upstream client: our guard's refusal,
@@ -351,13 +353,23 @@ pub(crate) fn explain(err: &(dyn std::error::Error + 'static)) -> Failure {
         why,
         status,
         blocked: false,
+        client: false,
     };
+    if let Some(c) = crate::client_body::client_body_error(err) {
+        return Failure {
+            why: c.to_string(),
+            status: c.status(),
+            blocked: false,
+            client: true,
+        };
+    }
     if let Some(c) = connect_error(err) {
         return match c {
             ConnectError::Blocked { .. } => Failure {
                 why: c.to_string(),
                 status: 403,
                 blocked: true,
+                client: false,
             },
             ConnectError::Resolve { host, .. } => fail(format!("name not resolved: {host}"), 502),
             ConnectError::Timeout { .. } => fail(c.to_string(), 504),
