@@ -37,8 +37,7 @@ const MAX_CHUNK_LINE: usize = 4096;
 pub(crate) struct Limits {
     pub(crate) max_bytes: usize,
     pub(crate) max_headers: usize,
-    /// Time to complete a head once its first byte came; an idle
-    /// kept-alive connection is closed after it too, silently.
+    /// Time to complete a head once its first byte came.
     pub(crate) timeout: Duration,
 }
 
@@ -82,8 +81,8 @@ enum State {
     Body(u64),
     /// A chunked body.
     Chunked(Chunk),
-    /// Nothing more is read: after a refused head (its stand-in ends the
-    /// connection once answered) or an idle timeout (end of stream).
+    /// Nothing more is read after a refused head: its stand-in ends the
+    /// connection once answered.
     Done { stand_in: bool },
 }
 
@@ -125,13 +124,17 @@ impl<S> Heads<S> {
             timer: None,
             refused: refused.clone(),
         };
-        heads.arm();
         heads.feed(&first);
         (heads, refused)
     }
 
+    /// Starts a head's clock at its first byte. Between requests nothing
+    /// is timed here: a request still being answered must not lose its
+    /// connection, and idle kept-alive connections are hyper's to close.
     fn arm(&mut self) {
-        self.timer = Some(Box::pin(tokio::time::sleep(self.limits.timeout)));
+        if self.timer.is_none() && !self.pending.is_empty() {
+            self.timer = Some(Box::pin(tokio::time::sleep(self.limits.timeout)));
+        }
     }
 
     /// Runs `bytes` through the framing state machine.
@@ -142,6 +145,7 @@ impl<S> Heads<S> {
                 State::Head => {
                     self.pending.extend_from_slice(bytes);
                     bytes = &[];
+                    self.arm();
                     self.next_head();
                     if !matches!(self.state, State::Head) {
                         // The rest of what was gathered belongs to the body.
@@ -198,7 +202,7 @@ impl<S> Heads<S> {
 
     fn head_next(&mut self) {
         self.state = State::Head;
-        self.arm();
+        self.timer = None;
     }
 
     /// Follows a chunked body over `bytes`; returns how many belong to it
@@ -332,11 +336,6 @@ impl<S: AsyncRead + Unpin> AsyncRead for Heads<S> {
                             .is_some_and(|t| t.as_mut().poll(cx).is_ready());
                     if !expired {
                         return Poll::Pending;
-                    }
-                    if this.pending.is_empty() {
-                        // An idle kept-alive connection: closed, nothing to say.
-                        this.state = State::Done { stand_in: false };
-                        return Poll::Ready(Ok(()));
                     }
                     let timeout = this.limits.timeout;
                     this.refuse(BadHead {
@@ -483,7 +482,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_head_not_finished_in_time_is_408_and_an_idle_connection_just_closes() {
+    async fn a_head_not_finished_in_time_is_408_and_silence_between_requests_is_not_timed() {
         let (client, server) = tokio::io::duplex(4096);
         let (mut h, refused) = Heads::new(server, BytesMut::new(), LIMITS);
         let mut client = client;
@@ -497,10 +496,13 @@ mod tests {
             Some(408)
         );
 
+        // Between requests nothing is timed: a request being answered keeps
+        // its connection however long the budget holds it.
         let (_client, server) = tokio::io::duplex(4096);
         let (mut idle, refused) = Heads::new(server, BytesMut::new(), LIMITS);
-        let out = drain(&mut idle).await;
-        assert!(out.is_empty());
+        let mut buf = [0u8; 16];
+        let read = tokio::time::timeout(Duration::from_secs(3600), idle.read(&mut buf)).await;
+        assert!(read.is_err(), "still open after an hour of silence");
         assert!(refused.bad.lock().expect("lock").is_none());
     }
 }

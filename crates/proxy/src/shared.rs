@@ -174,14 +174,16 @@ impl Shared {
         self.refuse(rec, a, Source::Client)
     }
 
-    /// The HTTP server settings for client connections. Heads of HTTP/1
-    /// connections are timed by `heads::Heads`, which answers a late one
-    /// with 408, so hyper's own head timer (which closes silently) is off.
+    /// The HTTP server settings for client connections. A head is timed by
+    /// `heads::Heads` from its first byte and answered 408 when late;
+    /// hyper's own timer, which runs from the end of the previous request
+    /// and closes silently, is set at twice that, to close idle kept-alive
+    /// connections.
     pub(crate) fn http(&self) -> auto::Builder<TokioExecutor> {
         let mut b = auto::Builder::new(TokioExecutor::new());
         b.http1()
             .timer(TokioTimer::new())
-            .header_read_timeout(None)
+            .header_read_timeout(self.cfg.proxy.header_read_timeout * 2)
             .max_headers(self.cfg.proxy.max_headers)
             .max_buf_size(self.cfg.proxy.max_header_bytes.max(8192));
         b.http2().timer(TokioTimer::new());
