@@ -374,7 +374,7 @@ impl Exchange {
                         Conns::release(&conn);
                     }
                 }
-                Ok(resp)
+                self.through_parent(resp)
             }
             Ok(Err(e)) => Err(self.upstream_failure(&e)),
             Err(_) => {
@@ -402,7 +402,11 @@ impl Exchange {
             .get(RETRY_AFTER)
             .and_then(|v| v.to_str().ok());
         let reaction = match permit {
-            Some(p) => Some(p.respond(resp.status().as_u16(), retry_after).await),
+            // Behind a provider, the target's status as it carried it.
+            Some(p) => {
+                let status = self.rec.target_status.unwrap_or(resp.status().as_u16());
+                Some(p.respond(status, retry_after).await)
+            }
             None => None,
         };
         if let Some(r) = &reaction {
@@ -501,7 +505,9 @@ impl Exchange {
             // The client's own validators: its 304 goes back as is.
             return Learned::Answer(self.forward(resp, Outcome::Unchanged));
         }
-        let Some(key) = cache.key.clone() else {
+        // A provider's 200 around a target's error is not the target's page.
+        let own = self.rec.target_status.is_none_or(|s| s == resp.status().as_u16());
+        let Some(key) = cache.key.clone().filter(|_| own) else {
             return Learned::Answer(self.forward(resp, Outcome::Fetched));
         };
         let (head, body) = resp.into_parts();
@@ -624,6 +630,11 @@ impl Exchange {
         let f = explain(err);
         let (answer, source) = if f.blocked {
             (Answer::new(Outcome::Blocked, f.why), Source::Policy)
+        } else if f.parent {
+            let a = Answer::new(Outcome::Error, f.why.clone())
+                .status(f.status)
+                .detail("reason", f.why);
+            (a, Source::Parent)
         } else {
             let a = Answer::new(Outcome::Error, f.why.clone())
                 .status(f.status)
@@ -752,5 +763,6 @@ fn forwarded_head(
     (parts, body, rec)
 }
 
+mod chained;
 #[cfg(test)]
 mod tests;

@@ -28,6 +28,7 @@ use crate::conns::{ConnHandle, ReleaseOnEnd};
 use crate::identity::Signer;
 use crate::target::Target;
 use crate::upstream::{explain, UpstreamClient};
+use mannerly_policy::parent::ParentVerdict;
 
 mod cluster;
 
@@ -286,13 +287,26 @@ async fn fetch_hops(
                 return r;
             }
         };
-        let status = resp.status().as_u16();
+        // Through a parent: its own refusal says nothing about the site's
+        // rules (a 407 is not a 4xx from the site), and a provider's 200
+        // may carry the site's status in a header.
+        let verdict = client
+            .parent_for(&uri)
+            .map(|p| p.judge(resp.status().as_u16(), resp.headers()));
+        let status = match verdict {
+            Some(ParentVerdict::Parent { why }) => {
+                drain_small(resp).await;
+                return report(url, None, FetchResult::Failed(why));
+            }
+            Some(ParentVerdict::Target { status, .. }) => status,
+            None => resp.status().as_u16(),
+        };
         let retry_after = resp
             .headers()
             .get(http::header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
-        if resp.status().is_redirection() {
+        if (300..400).contains(&status) {
             let next = resp
                 .headers()
                 .get(LOCATION)
@@ -308,7 +322,7 @@ async fn fetch_hops(
                 None => return report(url, Some(status), FetchResult::Status(status)),
             }
         }
-        if !resp.status().is_success() {
+        if !(200..300).contains(&status) {
             drain_small(resp).await;
             let mut r = report(url, Some(status), FetchResult::Status(status));
             r.retry_after = retry_after;

@@ -24,7 +24,7 @@ use crate::pipeline;
 use crate::respond::{Answer, DECISION};
 use crate::shared::Shared;
 use crate::target::{Scheme, Target};
-use crate::upstream::{connect_any, ConnectError};
+use crate::upstream::ConnectError;
 
 /// Handles a CONNECT request read on the proxy port.
 pub(crate) async fn connect(
@@ -254,10 +254,13 @@ async fn pass_through(
     addrs: Vec<SocketAddr>,
     mut rec: mannerly_policy::AuditRecord,
 ) {
-    let timeout = shared.cfg.upstream.connect_timeout;
     let mut client = TokioIo::new(upgraded);
     rec.outcome = Some(Outcome::Tunneled);
-    match connect_any(&target.host, &addrs, timeout).await {
+    let opened = shared
+        .client
+        .tunnel(&target.host, target.port, &addrs)
+        .await;
+    match opened {
         Ok(mut origin) => {
             rec.status = Some(200);
             match tokio::io::copy_bidirectional(&mut client, &mut origin).await {
@@ -269,9 +272,13 @@ async fn pass_through(
             }
         }
         Err(e) => {
+            let source = match e {
+                ConnectError::Parent { .. } => Source::Parent,
+                _ => Source::Upstream,
+            };
             rec.outcome = Some(Outcome::Error);
             rec.status = Some(502);
-            rec.source = Some(Source::Upstream.as_str());
+            rec.source = Some(source.as_str());
             rec.reason = Some(e.to_string());
         }
     }
