@@ -31,7 +31,10 @@ pub fn render(values: &BTreeMap<Vec<String>, (Value, Source)>, header: &str) -> 
             let _ = writeln!(out, "\n[{}]", dotted(table));
         }
         for (key, value, source) in keys {
-            let value = redacted(&[table.as_slice(), std::slice::from_ref(*key)].concat(), value);
+            let value = redacted(
+                &[table.as_slice(), std::slice::from_ref(*key)].concat(),
+                value,
+            );
             let _ = writeln!(
                 out,
                 "{} = {value}  # {source}",
@@ -73,7 +76,10 @@ mod redact_tests {
     #[test]
     fn the_parent_proxy_password_is_never_shown() {
         let path = vec!["upstream".to_string(), "proxy".to_string()];
-        let shown = redacted(&path, &Value::String("http://crawl:s3cret@egress:3128".into()));
+        let shown = redacted(
+            &path,
+            &Value::String("http://crawl:s3cret@egress:3128".into()),
+        );
         assert_eq!(shown.as_str(), Some("http://crawl:***@egress:3128"));
         let plain = Value::String("http://egress:3128".into());
         assert_eq!(redacted(&path, &plain), plain);

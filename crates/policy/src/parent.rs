@@ -165,8 +165,8 @@ impl NoProxy {
                 np.nets.push((ip, bits, None));
                 continue;
             }
-            let (host, port) =
-                split_host_port(entry).ok_or_else(|| bad("expected a name, .suffix, IP or CIDR"))?;
+            let (host, port) = split_host_port(entry)
+                .ok_or_else(|| bad("expected a name, .suffix, IP or CIDR"))?;
             if let Some(ip) = parse_host_ip(host) {
                 let bits = if ip.is_ipv4() { 32 } else { 128 };
                 np.nets.push((ip, bits, port));
@@ -347,7 +347,8 @@ fn split_host_port(s: &str) -> Option<(&str, Option<u16>)> {
 
 fn strip_prefix_ci<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
     let head = s.get(..prefix.len())?;
-    head.eq_ignore_ascii_case(prefix).then(|| &s[prefix.len()..])
+    head.eq_ignore_ascii_case(prefix)
+        .then(|| &s[prefix.len()..])
 }
 
 fn percent_decode(s: &str) -> Option<String> {
@@ -425,7 +426,10 @@ mod tests {
             ("api.test", 8443),
             ("::1", 80),
         ] {
-            assert!(np.matches(host, port), "{host}:{port} should skip the parent");
+            assert!(
+                np.matches(host, port),
+                "{host}:{port} should skip the parent"
+            );
         }
         for (host, port) in [
             ("notinternal.example", 80),
@@ -436,9 +440,14 @@ mod tests {
             ("api.test", 443),
             ("::2", 80),
         ] {
-            assert!(!np.matches(host, port), "{host}:{port} should use the parent");
+            assert!(
+                !np.matches(host, port),
+                "{host}:{port} should use the parent"
+            );
         }
-        assert!(NoProxy::parse(&["*"]).unwrap().matches("anything.example", 1));
+        assert!(NoProxy::parse(&["*"])
+            .unwrap()
+            .matches("anything.example", 1));
         assert!(!NoProxy::default().matches("anything.example", 1));
         for bad in ["10.0.0.0/33", "a b", "http://x", "*.", "fe80::/129"] {
             assert!(NoProxy::parse(&[bad]).is_err(), "{bad}");
@@ -467,7 +476,10 @@ mod tests {
         let h = headers(&[("original_status", "429"), ("cb_status", "706")]);
         assert_eq!(judge_parent_answer(200, &h, Some(&sh)), target(429, true));
         // No header on a success: the HTTP status is the target's.
-        assert_eq!(judge_parent_answer(200, &headers(&[]), Some(&sh)), target(200, false));
+        assert_eq!(
+            judge_parent_answer(200, &headers(&[]), Some(&sh)),
+            target(200, false)
+        );
         // No header on an error: the provider's own.
         assert!(matches!(
             judge_parent_answer(520, &headers(&[]), Some(&sh)),
@@ -490,10 +502,19 @@ mod tests {
             ParentVerdict::Parent { .. }
         ));
         // An origin's own 502 or 429, passed on.
-        assert_eq!(judge_parent_answer(502, &headers(&[]), None), target(502, false));
-        assert_eq!(judge_parent_answer(429, &headers(&[]), None), target(429, false));
+        assert_eq!(
+            judge_parent_answer(502, &headers(&[]), None),
+            target(502, false)
+        );
+        assert_eq!(
+            judge_parent_answer(429, &headers(&[]), None),
+            target(429, false)
+        );
         // A garbled status header is no status.
         let junk = headers(&[("original_status", "soon")]);
-        assert_eq!(judge_parent_answer(200, &junk, Some(&sh)), target(200, false));
+        assert_eq!(
+            judge_parent_answer(200, &junk, Some(&sh)),
+            target(200, false)
+        );
     }
 }

@@ -119,7 +119,9 @@ impl Parent {
 
     /// Whether `host:port` is reached through the parent (not in `no_proxy`).
     pub(crate) fn serves(&self, host: &str, port: u16) -> bool {
-        !self.no_proxy.matches(host.trim_start_matches('[').trim_end_matches(']'), port)
+        !self
+            .no_proxy
+            .matches(host.trim_start_matches('[').trim_end_matches(']'), port)
     }
 
     /// The parent as logs may show it (password hidden).

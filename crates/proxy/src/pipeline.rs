@@ -239,14 +239,17 @@ impl Exchange {
                     let r = shared.record("GET", &report.url, host, client);
                     shared.audit.send(robots::fetch_record(r, report));
                     if let (true, FetchResult::Failed(why)) = (report.blocked, &report.result) {
-                        blocked = Some(why.clone());
+                        blocked =
+                            Some((Answer::new(Outcome::Blocked, why.clone()), Source::Policy));
+                    }
+                    if let (true, FetchResult::Failed(why)) = (report.parent, &report.result) {
+                        blocked = Some((chained::parent_answer(why), Source::Parent));
                     }
                 },
             )
             .await;
-        if let Some(why) = blocked {
-            let a = Answer::new(Outcome::Blocked, why);
-            return Err(self.answer(a, Source::Policy));
+        if let Some((a, source)) = blocked {
+            return Err(self.answer(a, source));
         }
         let refusal = match fetched {
             Ok(rules) => robots_verdict(shared, &rules, host, &self.path, &mut self.rec),
@@ -506,7 +509,10 @@ impl Exchange {
             return Learned::Answer(self.forward(resp, Outcome::Unchanged));
         }
         // A provider's 200 around a target's error is not the target's page.
-        let own = self.rec.target_status.is_none_or(|s| s == resp.status().as_u16());
+        let own = self
+            .rec
+            .target_status
+            .is_none_or(|s| s == resp.status().as_u16());
         let Some(key) = cache.key.clone().filter(|_| own) else {
             return Learned::Answer(self.forward(resp, Outcome::Fetched));
         };

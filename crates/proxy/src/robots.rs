@@ -53,6 +53,8 @@ pub(crate) struct FetchReport {
     /// The guard refused the address the name resolved to at connect time
     /// (DNS rebinding): the request is `blocked`, not merely unanswered.
     pub blocked: bool,
+    /// The parent proxy failed or refused; the site was never asked.
+    pub parent: bool,
 }
 
 /// robots.txt per origin.
@@ -133,6 +135,7 @@ impl RobotsCache {
                 keyid: None,
                 result: FetchResult::Failed(format!("no complete answer within {timeout:?}")),
                 blocked: false,
+                parent: false,
             },
         };
         match report.status {
@@ -284,6 +287,7 @@ async fn fetch_hops(
                 let f = explain(&e);
                 let mut r = report(url, None, FetchResult::Failed(f.why));
                 r.blocked = f.blocked;
+                r.parent = f.parent;
                 return r;
             }
         };
@@ -296,7 +300,9 @@ async fn fetch_hops(
         let status = match verdict {
             Some(ParentVerdict::Parent { why }) => {
                 drain_small(resp).await;
-                return report(url, None, FetchResult::Failed(why));
+                let mut r = report(url, None, FetchResult::Failed(why));
+                r.parent = true;
+                return r;
             }
             Some(ParentVerdict::Target { status, .. }) => status,
             None => resp.status().as_u16(),
@@ -355,6 +361,7 @@ async fn fetch_hops(
             keyid: None,
             result: FetchResult::Body(body.to_vec()),
             blocked: false,
+            parent: false,
         };
     }
 }
@@ -397,6 +404,7 @@ fn report(url: &str, status: Option<u16>, result: FetchResult) -> FetchReport {
         keyid: None,
         result,
         blocked: false,
+        parent: false,
     }
 }
 
@@ -425,6 +433,9 @@ pub(crate) fn fetch_record(mut rec: AuditRecord, r: &FetchReport) -> AuditRecord
     rec.retry_after = r.retry_after.clone();
     rec.signed = r.keyid.is_some();
     rec.keyid = r.keyid.as_ref().map(|k| k.to_string());
+    if r.parent {
+        rec.source = Some(crate::error::Source::Parent.as_str());
+    }
     rec.reason = match &r.result {
         FetchResult::Body(_) => None,
         result if result.means_no_rules() => Some(format!(

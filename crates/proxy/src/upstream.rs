@@ -10,9 +10,9 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::{Request, Uri};
-use hyper_util::client::legacy::ResponseFuture;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::ResponseFuture;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use mannerly_policy::{classify_ip, parse_host_ip, AddressClass};
 use rustls::RootCertStore;
@@ -22,8 +22,8 @@ use crate::body::ProxyBody;
 use crate::clock::Clock;
 use crate::config::UpstreamConfig;
 use crate::conns::Conns;
-use crate::parent::{Link, Parent};
 use crate::error::StartError;
+use crate::parent::{Link, Parent};
 use crate::resolve::Overrides;
 
 /// Why a connection to an origin was not made.

@@ -32,12 +32,14 @@ impl Exchange {
                 }
                 Ok(resp)
             }
-            ParentVerdict::Parent { why } => {
-                let a = Answer::new(Outcome::Error, why.clone())
-                    .status(502)
-                    .detail("reason", why);
-                Err(self.answer(a, Source::Parent))
-            }
+            ParentVerdict::Parent { why } => Err(self.answer(parent_answer(&why), Source::Parent)),
         }
     }
+}
+
+/// The client's answer when the parent failed: 502, the parent's words.
+pub(super) fn parent_answer(why: &str) -> Answer {
+    Answer::new(Outcome::Error, why)
+        .status(502)
+        .detail("reason", why)
 }
