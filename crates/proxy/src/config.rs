@@ -171,6 +171,9 @@ pub struct ProxyConfig {
     /// Time in-flight requests and tunnels get to finish on shutdown.
     #[serde(rename = "shutdown_grace_secs", deserialize_with = "seconds")]
     pub shutdown_grace: Duration,
+    /// Longest silence inside a client's request body; longer gets 408.
+    #[serde(rename = "body_idle_timeout_secs", deserialize_with = "seconds")]
+    pub body_idle_timeout: Duration,
     /// Leaf certificates kept in memory.
     pub leaf_cache: usize,
 }
@@ -185,6 +188,7 @@ impl Default for ProxyConfig {
             max_headers: 100,
             header_read_timeout: Duration::from_secs(10),
             shutdown_grace: Duration::from_secs(10),
+            body_idle_timeout: Duration::from_secs(10),
             leaf_cache: 1024,
         }
     }

@@ -9,6 +9,7 @@ mod body;
 mod budget;
 mod ca;
 mod cache;
+mod client_body;
 mod clock;
 mod config;
 mod connection;

@@ -27,9 +27,10 @@ use mannerly_policy::{parse_host_ip, strip_hop_by_hop, AuditRecord, Outcome};
 use mannerly_state::responses::StoredResponse;
 use tokio::time::Instant;
 
-use crate::body::{boxed, empty, full, AuditedBody, ProxyBody};
+use crate::body::{boxed, full, AuditedBody, ProxyBody};
 use crate::budget::Permit;
 use crate::cache::Tee;
+use crate::client_body::ClientBody;
 use crate::conns::{ConnHandle, Conns, ReleaseOnEnd};
 use crate::error::Source;
 use crate::respond::{decision_value, header_text, Answer, DECISION, ID};
@@ -54,7 +55,7 @@ pub(crate) async fn handle(
         x.robots(&req).await?; // 1. robots.txt: allowed, signals, Crawl-delay
         let (parts, body) = req.into_parts();
         let mut cache = x.conditional(&parts).await?; // 3. stored page or validators
-        let mut body = OnceBody::new(body);
+        let mut body = x.client_body(body).await?; // small bodies read before the turn
         loop {
             let permit = x.budget().await?; // 2. the host's turn
             let mut out = x.outgoing(&parts, body.take(), &cache)?;
@@ -101,31 +102,6 @@ enum Learned {
     /// Our validators drew a 304 that is not for the stored page: send the
     /// request once more, without them.
     RefetchWithoutValidators,
-}
-
-/// The request body, sent once; a request without one can be sent again.
-struct OnceBody {
-    body: Option<ProxyBody>,
-    resendable: bool,
-}
-
-impl OnceBody {
-    fn new(body: Incoming) -> OnceBody {
-        OnceBody {
-            resendable: body.is_end_stream(),
-            body: Some(boxed(body)),
-        }
-    }
-
-    fn take(&mut self) -> ProxyBody {
-        self.body.take().unwrap_or_else(empty)
-    }
-
-    /// Whether the body is gone once sent; which methods may be sent twice
-    /// is the budget's rule (`may_retry`).
-    fn resendable(&self) -> bool {
-        self.resendable
-    }
 }
 
 /// What step 3 found, carried to step 6.
@@ -304,6 +280,21 @@ impl Exchange {
         Ok(step)
     }
 
+    /// The client's body: read whole when small, so that a slow client does
+    /// not hold the host's turn; a silence past the idle limit is a 408.
+    async fn client_body(&mut self, body: Incoming) -> Step<ClientBody> {
+        let idle = self.shared.cfg.proxy.body_idle_timeout;
+        match ClientBody::read(body, idle).await {
+            Ok(b) => Ok(b),
+            Err(e) => {
+                let a = Answer::new(Outcome::Error, e.to_string())
+                    .status(e.status())
+                    .close();
+                Err(self.answer(a, Source::Client))
+            }
+        }
+    }
+
     /// Step 2: the host's turn: a rate slot, the end of a pause, a free
     /// concurrency slot. Observe mode does not hold requests.
     async fn budget(&mut self) -> Step<Option<Permit>> {
@@ -466,6 +457,13 @@ impl Exchange {
         resp: Response<Incoming>,
         resendable: bool,
     ) -> Learned {
+        if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+            // Upgrade is a hop-by-hop field we never forward, so no 101 was
+            // asked for: the origin is speaking something else.
+            let why = "the origin switched protocols (101) without being asked to";
+            let a = Answer::new(Outcome::Error, why).status(502);
+            return Learned::Answer(self.answer(a, Source::Upstream));
+        }
         let shared = self.shared.clone();
         let params = shared.cache.params();
         let now = shared.clock.wall();
@@ -636,6 +634,9 @@ impl Exchange {
         let f = explain(err);
         let (answer, source) = if f.blocked {
             (Answer::new(Outcome::Blocked, f.why), Source::Policy)
+        } else if f.client {
+            let a = Answer::new(Outcome::Error, f.why).status(f.status).close();
+            (a, Source::Client)
         } else if f.parent {
             let a = Answer::new(Outcome::Error, f.why.clone())
                 .status(f.status)

@@ -261,15 +261,12 @@ async fn pass_through(
         .tunnel(&target.host, target.port, &addrs)
         .await;
     match opened {
-        Ok(mut origin) => {
+        Ok(origin) => {
             rec.status = Some(200);
-            match tokio::io::copy_bidirectional(&mut client, &mut origin).await {
-                Ok((up, down)) => {
-                    rec.bytes = Some(down);
-                    rec.reason = Some(format!("{up} bytes up, {down} bytes down"));
-                }
-                Err(e) => rec.reason = Some(format!("tunnel ended: {e}")),
-            }
+            let idle = shared.cfg.upstream.idle_timeout;
+            let (up, down, ended) = copy_until_idle(&mut client, origin, idle).await;
+            rec.bytes = Some(down);
+            rec.reason = Some(format!("{up} bytes up, {down} bytes down; {ended}"));
         }
         Err(e) => {
             let source = match e {
@@ -283,4 +280,51 @@ async fn pass_through(
         }
     }
     shared.audit.send(rec);
+}
+
+/// Copies both ways until either side closes, or nothing has moved either
+/// way for `idle` (an idle tunnel holds two descriptors for nothing).
+/// Returns the bytes up and down and how it ended.
+async fn copy_until_idle<C, O>(
+    client: &mut C,
+    origin: O,
+    idle: std::time::Duration,
+) -> (u64, u64, String)
+where
+    C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    O: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::AsyncWriteExt;
+    let (mut cr, mut cw) = tokio::io::split(client);
+    let (mut or, mut ow) = tokio::io::split(origin);
+    let (mut up, mut down) = (0u64, 0u64);
+    let (mut cbuf, mut obuf) = (vec![0u8; 16 * 1024], vec![0u8; 16 * 1024]);
+    let ended = loop {
+        tokio::select! {
+            r = cr.read(&mut cbuf) => match r {
+                Ok(0) => break "client closed".to_string(),
+                Ok(n) => {
+                    if let Err(e) = ow.write_all(&cbuf[..n]).await {
+                        break format!("origin write failed: {e}");
+                    }
+                    up += n as u64;
+                }
+                Err(e) => break format!("client read failed: {e}"),
+            },
+            r = or.read(&mut obuf) => match r {
+                Ok(0) => break "origin closed".to_string(),
+                Ok(n) => {
+                    if let Err(e) = cw.write_all(&obuf[..n]).await {
+                        break format!("client write failed: {e}");
+                    }
+                    down += n as u64;
+                }
+                Err(e) => break format!("origin read failed: {e}"),
+            },
+            _ = tokio::time::sleep(idle) => break format!("closed after {idle:?} without traffic"),
+        }
+    };
+    let _ = ow.shutdown().await;
+    let _ = cw.shutdown().await;
+    (up, down, ended)
 }

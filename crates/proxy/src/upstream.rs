@@ -445,6 +445,8 @@ pub(crate) struct Failure {
     pub(crate) blocked: bool,
     /// Whether the parent proxy failed, not the target.
     pub(crate) parent: bool,
+    /// The client's request body failed, not the origin.
+    pub(crate) client: bool,
 }
 
 /// Explains a client error from the upstream client: our guard's refusal,
@@ -456,7 +458,17 @@ pub(crate) fn explain(err: &(dyn std::error::Error + 'static)) -> Failure {
         status,
         blocked: false,
         parent: false,
+        client: false,
     };
+    if let Some(c) = crate::client_body::client_body_error(err) {
+        return Failure {
+            why: c.to_string(),
+            status: c.status(),
+            blocked: false,
+            parent: false,
+            client: true,
+        };
+    }
     if let Some(c) = connect_error(err) {
         return match c {
             ConnectError::Blocked { .. } => Failure {
@@ -464,12 +476,14 @@ pub(crate) fn explain(err: &(dyn std::error::Error + 'static)) -> Failure {
                 status: 403,
                 blocked: true,
                 parent: false,
+                client: false,
             },
             ConnectError::Parent { why } => Failure {
                 why: why.clone(),
                 status: 502,
                 blocked: false,
                 parent: true,
+                client: false,
             },
             ConnectError::Resolve { host, .. } => fail(format!("name not resolved: {host}"), 502),
             ConnectError::Timeout { .. } => fail(c.to_string(), 504),
