@@ -18,6 +18,7 @@ mod e2e {
     mod deploy;
     mod forwarding;
     mod identity;
+    mod parent;
     mod prefs;
     mod realweb;
     mod report;

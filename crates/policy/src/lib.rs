@@ -11,6 +11,7 @@ mod headers;
 pub mod identity;
 mod outcome;
 mod param;
+pub mod parent;
 pub mod prefs;
 pub mod robots;
 pub mod robots_cache;

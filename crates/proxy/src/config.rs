@@ -195,7 +195,7 @@ impl Default for ProxyConfig {
 }
 
 /// `[upstream]`: how the proxy reaches origins.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct UpstreamConfig {
     /// Allow loopback, private, link-local and metadata targets. Off by default:
@@ -226,6 +226,43 @@ pub struct UpstreamConfig {
     /// Connections being opened at once; more wait their turn within the
     /// connect timeout.
     pub max_connecting: usize,
+    /// A parent proxy every origin is reached through
+    /// (`http://[user:pass@]host:port` or `https://…`); empty: direct.
+    /// Plain HTTP targets are sent to it in absolute form, HTTPS targets
+    /// through CONNECT with TLS to the target inside the tunnel.
+    pub proxy: String,
+    /// Targets reached directly despite `proxy`, `NO_PROXY` style: names
+    /// (and every name under them), `.suffix`, IPs, CIDRs, `*`.
+    pub no_proxy: Vec<String>,
+    /// The response header in which a proxy provider carries the target's
+    /// own status (e.g. `original_status`); the budget learns from it.
+    pub status_header: String,
+}
+
+impl std::fmt::Debug for UpstreamConfig {
+    // By hand, so that the parent proxy's password never reaches a log.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let proxy = match mannerly_policy::parent::ParentUrl::parse(&self.proxy) {
+            Ok(p) => p.to_string(),
+            Err(_) if self.proxy.is_empty() => String::new(),
+            Err(_) => "(invalid)".into(),
+        };
+        f.debug_struct("UpstreamConfig")
+            .field("allow_private", &self.allow_private)
+            .field("extra_roots", &self.extra_roots)
+            .field("resolve", &self.resolve)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("first_byte_timeout", &self.first_byte_timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("pool_idle", &self.pool_idle)
+            .field("pool_max_idle_per_host", &self.pool_max_idle_per_host)
+            .field("pool_max_idle_total", &self.pool_max_idle_total)
+            .field("max_connecting", &self.max_connecting)
+            .field("proxy", &proxy)
+            .field("no_proxy", &self.no_proxy)
+            .field("status_header", &self.status_header)
+            .finish()
+    }
 }
 
 impl Default for UpstreamConfig {
@@ -241,6 +278,9 @@ impl Default for UpstreamConfig {
             pool_max_idle_per_host: 8,
             pool_max_idle_total: 256,
             max_connecting: 128,
+            proxy: String::new(),
+            no_proxy: Vec::new(),
+            status_header: String::new(),
         }
     }
 }
@@ -361,6 +401,7 @@ impl Config {
         }
         let u = &self.upstream;
         crate::resolve::Overrides::new(&u.resolve)?;
+        crate::parent::Parent::from_config(u, &rustls::RootCertStore::empty())?;
         if u.max_connecting == 0 {
             return Err(ConfigError::Invalid {
                 key: "upstream.max_connecting".into(),

@@ -146,6 +146,9 @@ pub(crate) enum Source {
     /// The proxy is at its own limits (file descriptors, connections being
     /// opened): nobody's fault, try again shortly.
     Proxy,
+    /// The parent proxy (`upstream.proxy`) failed or refused; the target
+    /// was never asked.
+    Parent,
 }
 
 impl Source {
@@ -157,6 +160,7 @@ impl Source {
             Source::Policy => "policy",
             Source::Internal => "internal",
             Source::Proxy => "proxy",
+            Source::Parent => "parent",
         }
     }
 }

@@ -18,6 +18,7 @@ mod error;
 mod heads;
 mod identity;
 mod intake;
+mod parent;
 mod pipeline;
 mod prefs;
 mod resolve;

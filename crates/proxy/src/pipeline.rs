@@ -215,14 +215,17 @@ impl Exchange {
                     let r = shared.record("GET", &report.url, host, client);
                     shared.audit.send(robots::fetch_record(r, report));
                     if let (true, FetchResult::Failed(why)) = (report.blocked, &report.result) {
-                        blocked = Some(why.clone());
+                        blocked =
+                            Some((Answer::new(Outcome::Blocked, why.clone()), Source::Policy));
+                    }
+                    if let (true, FetchResult::Failed(why)) = (report.parent, &report.result) {
+                        blocked = Some((chained::parent_answer(why), Source::Parent));
                     }
                 },
             )
             .await;
-        if let Some(why) = blocked {
-            let a = Answer::new(Outcome::Blocked, why);
-            return Err(self.answer(a, Source::Policy));
+        if let Some((a, source)) = blocked {
+            return Err(self.answer(a, source));
         }
         let refusal = match fetched {
             Ok(rules) => robots_verdict(shared, &rules, host, &self.path, &mut self.rec),
@@ -365,7 +368,7 @@ impl Exchange {
                         Conns::release(&conn);
                     }
                 }
-                Ok(resp)
+                self.through_parent(resp)
             }
             Ok(Err(e)) => Err(self.upstream_failure(&e)),
             Err(_) => {
@@ -393,7 +396,11 @@ impl Exchange {
             .get(RETRY_AFTER)
             .and_then(|v| v.to_str().ok());
         let reaction = match permit {
-            Some(p) => Some(p.respond(resp.status().as_u16(), retry_after).await),
+            // Behind a provider, the target's status as it carried it.
+            Some(p) => {
+                let status = self.rec.target_status.unwrap_or(resp.status().as_u16());
+                Some(p.respond(status, retry_after).await)
+            }
             None => None,
         };
         if let Some(r) = &reaction {
@@ -499,7 +506,12 @@ impl Exchange {
             // The client's own validators: its 304 goes back as is.
             return Learned::Answer(self.forward(resp, Outcome::Unchanged));
         }
-        let Some(key) = cache.key.clone() else {
+        // A provider's 200 around a target's error is not the target's page.
+        let own = self
+            .rec
+            .target_status
+            .is_none_or(|s| s == resp.status().as_u16());
+        let Some(key) = cache.key.clone().filter(|_| own) else {
             return Learned::Answer(self.forward(resp, Outcome::Fetched));
         };
         let (head, body) = resp.into_parts();
@@ -625,6 +637,11 @@ impl Exchange {
         } else if f.client {
             let a = Answer::new(Outcome::Error, f.why).status(f.status).close();
             (a, Source::Client)
+        } else if f.parent {
+            let a = Answer::new(Outcome::Error, f.why.clone())
+                .status(f.status)
+                .detail("reason", f.why);
+            (a, Source::Parent)
         } else {
             let a = Answer::new(Outcome::Error, f.why.clone())
                 .status(f.status)
@@ -753,5 +770,6 @@ fn forwarded_head(
     (parts, body, rec)
 }
 
+mod chained;
 #[cfg(test)]
 mod tests;

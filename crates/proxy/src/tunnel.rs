@@ -24,7 +24,7 @@ use crate::pipeline;
 use crate::respond::{Answer, DECISION};
 use crate::shared::Shared;
 use crate::target::{Scheme, Target};
-use crate::upstream::{connect_any, ConnectError};
+use crate::upstream::ConnectError;
 
 /// Handles a CONNECT request read on the proxy port.
 pub(crate) async fn connect(
@@ -254,10 +254,13 @@ async fn pass_through(
     addrs: Vec<SocketAddr>,
     mut rec: mannerly_policy::AuditRecord,
 ) {
-    let timeout = shared.cfg.upstream.connect_timeout;
     let mut client = TokioIo::new(upgraded);
     rec.outcome = Some(Outcome::Tunneled);
-    match connect_any(&target.host, &addrs, timeout).await {
+    let opened = shared
+        .client
+        .tunnel(&target.host, target.port, &addrs)
+        .await;
+    match opened {
         Ok(origin) => {
             rec.status = Some(200);
             let idle = shared.cfg.upstream.idle_timeout;
@@ -266,9 +269,13 @@ async fn pass_through(
             rec.reason = Some(format!("{up} bytes up, {down} bytes down; {ended}"));
         }
         Err(e) => {
+            let source = match e {
+                ConnectError::Parent { .. } => Source::Parent,
+                _ => Source::Upstream,
+            };
             rec.outcome = Some(Outcome::Error);
             rec.status = Some(502);
-            rec.source = Some(Source::Upstream.as_str());
+            rec.source = Some(source.as_str());
             rec.reason = Some(e.to_string());
         }
     }
@@ -278,17 +285,18 @@ async fn pass_through(
 /// Copies both ways until either side closes, or nothing has moved either
 /// way for `idle` (an idle tunnel holds two descriptors for nothing).
 /// Returns the bytes up and down and how it ended.
-async fn copy_until_idle<C>(
+async fn copy_until_idle<C, O>(
     client: &mut C,
-    origin: tokio::net::TcpStream,
+    origin: O,
     idle: std::time::Duration,
 ) -> (u64, u64, String)
 where
     C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    O: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
     use tokio::io::AsyncWriteExt;
     let (mut cr, mut cw) = tokio::io::split(client);
-    let (mut or, mut ow) = origin.into_split();
+    let (mut or, mut ow) = tokio::io::split(origin);
     let (mut up, mut down) = (0u64, 0u64);
     let (mut cbuf, mut obuf) = (vec![0u8; 16 * 1024], vec![0u8; 16 * 1024]);
     let ended = loop {
