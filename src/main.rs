@@ -3,7 +3,6 @@
 
 mod settings;
 
-use std::io::BufRead;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -58,11 +57,23 @@ enum CaCommand {
 
 #[derive(Subcommand)]
 enum AuditCommand {
-    /// Check the hash chain of an audit log; names the first broken line.
+    /// Check an audit log: the hash chain (names the first broken line)
+    /// and, with --pubkey, the signed checkpoints. Exit 0: intact (and, with
+    /// a key, sealed to the end); 1: edited, cut or re-chained; 3: intact
+    /// but the last lines are not sealed (crash, or cut); 2: error.
     Verify {
-        /// The log file.
-        file: PathBuf,
+        /// The audit public key (hex, as `mannerly audit pubkey` prints
+        /// it, or a file holding it). Without it, truncation and
+        /// re-chaining cannot be detected.
+        #[arg(long)]
+        pubkey: Option<String>,
+        /// Log files in order, or directories (rotated files first, then the current one).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
     },
+    /// Print the public key that verifies this proxy's checkpoints
+    /// (creates the key in the data dir if needed).
+    Pubkey,
 }
 
 #[derive(Subcommand)]
@@ -71,6 +82,7 @@ enum RobotsCommand {
     Check(robots_cmd::CheckArgs),
 }
 
+mod audit_cmd;
 mod robots_cmd;
 mod robots_fetch;
 
@@ -80,8 +92,11 @@ fn main() -> ExitCode {
         Command::Run => run(cli.config),
         Command::Ca { command } => ca(cli.config, command),
         Command::Audit {
-            command: AuditCommand::Verify { file },
-        } => verify(&file),
+            command: AuditCommand::Verify { pubkey, files },
+        } => audit_cmd::verify(pubkey.as_deref(), &files),
+        Command::Audit {
+            command: AuditCommand::Pubkey,
+        } => audit_cmd::pubkey(cli.config.as_deref()),
         Command::Robots {
             command: RobotsCommand::Check(args),
         } => return robots_cmd::check(cli.config, args),
@@ -115,7 +130,8 @@ fn run(config: Option<PathBuf>) -> Result<ExitCode> {
         let ca = CertificateAuthority::load_or_create(&cfg.data_dir, cfg.proxy.leaf_cache)
             .context("interception CA")?;
         let target = cfg.audit_target();
-        let (sink, writer) = mannerly_proxy::open_audit(&target).context("audit log")?;
+        let (sink, writer) = mannerly_proxy::open_audit(&cfg).context("audit log")?;
+        reopen_on_sighup(sink.clone());
         let proxy = Proxy::bind(cfg, Arc::new(ca), sink).await?;
         let addr = proxy.local_addr()?;
         let ca_path = proxy.ca_path();
@@ -142,6 +158,28 @@ fn run(config: Option<PathBuf>) -> Result<ExitCode> {
         tracing::info!("stopped; {lines} audit lines written");
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// SIGHUP: seal the audit file and open the configured path again, for
+/// logrotate's `create` mode (it has moved the file away).
+fn reopen_on_sighup(sink: mannerly_proxy::AuditSink) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::hangup()) {
+            Ok(mut hup) => {
+                tokio::spawn(async move {
+                    while hup.recv().await.is_some() {
+                        tracing::info!("SIGHUP: reopening the audit log");
+                        sink.reopen();
+                    }
+                });
+            }
+            Err(e) => tracing::warn!("SIGHUP handler not installed: {e}"),
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = sink;
 }
 
 async fn shutdown_signal() {
@@ -174,22 +212,4 @@ fn ca(config: Option<PathBuf>, command: CaCommand) -> Result<ExitCode> {
         CaCommand::Export => print!("{}", ca.cert_pem()),
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn verify(file: &PathBuf) -> Result<ExitCode> {
-    let f = std::fs::File::open(file).with_context(|| format!("{}", file.display()))?;
-    let lines: Vec<String> = std::io::BufReader::new(f)
-        .lines()
-        .collect::<Result<_, _>>()
-        .with_context(|| format!("reading {}", file.display()))?;
-    match mannerly_policy::verify_chain(lines.iter().map(String::as_str)) {
-        Ok((n, _)) => {
-            println!("{}: {n} lines, chain intact", file.display());
-            Ok(ExitCode::SUCCESS)
-        }
-        Err(e) => {
-            println!("{}: {e}", file.display());
-            Ok(ExitCode::from(1))
-        }
-    }
 }

@@ -9,4 +9,8 @@ mod e2e {
     mod cache;
     mod forwarding;
     mod robots;
+    mod seal;
+
+    #[path = "../../examples/kill9.rs"]
+    mod kill9;
 }

@@ -10,6 +10,12 @@ use sha2::{Digest, Sha256};
 
 use crate::Outcome;
 
+mod checkpoint;
+mod verify;
+
+pub use checkpoint::{hex, parse_public_key, Checkpoint, SealReason, CHECKPOINT};
+pub use verify::{FileReport, Problem, Report, Verifier};
+
 /// The chain value before the first line of a log.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 

@@ -117,12 +117,60 @@ impl Default for UpstreamConfig {
     }
 }
 
-/// `[audit]`: where decisions are written.
-#[derive(Clone, Debug, Default, Deserialize)]
+/// `[audit]`: where decisions are written, how durably, how sealed.
+#[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AuditConfig {
     /// File to append to; empty means `audit.jsonl` in the data dir, `-` means stdout.
     pub path: String,
+    /// When lines are forced to disk (`fsync`). Every line reaches the OS
+    /// before its answer completes whatever this says.
+    pub sync: AuditSync,
+    /// A signed checkpoint after this many lines.
+    pub checkpoint_lines: u64,
+    /// A signed checkpoint after this many seconds with unsealed lines.
+    pub checkpoint_secs: u64,
+    /// Rotate the file when it reaches this many bytes; 0: never.
+    pub rotate_bytes: u64,
+    /// Rotate the file when it is this old (`"1d"`, `"12h"`); empty: never.
+    pub rotate_every: String,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        AuditConfig {
+            path: String::new(),
+            sync: AuditSync::Batch,
+            checkpoint_lines: 1000,
+            checkpoint_secs: 10,
+            rotate_bytes: 0,
+            rotate_every: String::new(),
+        }
+    }
+}
+
+impl AuditConfig {
+    /// `rotate_every` as a duration; `None` when rotation by age is off
+    /// (or the value is invalid, which `validate` refuses).
+    pub fn rotate_every(&self) -> Option<Duration> {
+        if self.rotate_every.trim().is_empty() {
+            return None;
+        }
+        humantime::parse_duration(self.rotate_every.trim()).ok()
+    }
+}
+
+/// `audit.sync`: when the log is forced to disk.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AuditSync {
+    /// Never: lines reach the OS (they survive a crash of the proxy, not of the machine).
+    None,
+    /// At least once a second and at shutdown.
+    #[default]
+    Batch,
+    /// Before any answer whose line is in the batch is released.
+    Every,
 }
 
 /// `[crawler]`: who the crawl is and what it is for.
@@ -207,6 +255,39 @@ impl Config {
                     key: format!("upstream.resolve.\"{key}\""),
                     why: "keys are \"name:port\"".into(),
                 });
+            }
+        }
+        let a = &self.audit;
+        if a.checkpoint_lines == 0 {
+            return Err(ConfigError::Invalid {
+                key: "audit.checkpoint_lines".into(),
+                why: "must be at least 1".into(),
+            });
+        }
+        if a.checkpoint_secs == 0 {
+            return Err(ConfigError::Invalid {
+                key: "audit.checkpoint_secs".into(),
+                why: "must be at least 1".into(),
+            });
+        }
+        if !a.rotate_every.trim().is_empty() {
+            match humantime::parse_duration(a.rotate_every.trim()) {
+                Ok(d) if d >= Duration::from_secs(1) => {}
+                Ok(_) => {
+                    return Err(ConfigError::Invalid {
+                        key: "audit.rotate_every".into(),
+                        why: "must be at least one second".into(),
+                    })
+                }
+                Err(e) => {
+                    return Err(ConfigError::Invalid {
+                        key: "audit.rotate_every".into(),
+                        why: format!(
+                            "{:?} is not a duration like \"1d\" or \"12h\": {e}",
+                            a.rotate_every
+                        ),
+                    })
+                }
             }
         }
         let mut cfg = self;

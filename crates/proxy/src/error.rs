@@ -36,12 +36,68 @@ pub enum CaError {
         /// Its mode bits.
         mode: u32,
     },
+    /// The data dir or a CA file is not safe.
+    #[error(transparent)]
+    DataDir(#[from] DataDirError),
     /// Certificate generation or parsing failed.
     #[error("certificate: {0}")]
     Cert(#[from] rcgen::Error),
     /// The TLS library refused a certificate or key.
     #[error("tls: {0}")]
     Tls(#[from] rustls::Error),
+}
+
+/// The data dir or a file in it is not safe to use.
+#[derive(Debug, thiserror::Error)]
+pub enum DataDirError {
+    /// Someone else could read or change it; `fix` says what to do.
+    #[error("{path}: {why}; refusing to use it (fix: `{fix}`)")]
+    Unsafe {
+        /// The dir or file.
+        path: PathBuf,
+        /// What is wrong.
+        why: String,
+        /// The command that fixes it.
+        fix: String,
+    },
+    /// A key file group or others can read.
+    #[error("{path}: key is readable by group or others (mode {mode:o}); run `chmod 600 {path}`")]
+    KeyPermissions {
+        /// The key file.
+        path: PathBuf,
+        /// Its mode bits.
+        mode: u32,
+    },
+    /// Reading or writing failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The dir or file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+}
+
+/// Opening the audit log or its signing key.
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    /// The file, the key or the data dir.
+    #[error(transparent)]
+    DataDir(#[from] DataDirError),
+    /// The key file does not hold an Ed25519 key.
+    #[error("{path}: not an Ed25519 private key (PKCS#8 PEM): {why}")]
+    Key {
+        /// The key file.
+        path: PathBuf,
+        /// What the parser said.
+        why: String,
+    },
+    /// The existing log cannot be continued.
+    #[error("{0}")]
+    Log(String),
+    /// Starting the writer thread failed.
+    #[error("audit writer: {0}")]
+    Thread(std::io::Error),
 }
 
 /// Starting the proxy.
@@ -61,6 +117,9 @@ pub enum StartError {
         /// The cause.
         source: std::io::Error,
     },
+    /// The data dir or a file in it is not safe.
+    #[error(transparent)]
+    DataDir(#[from] DataDirError),
     /// An extra root certificate could not be used.
     #[error("upstream.extra_roots: {0}")]
     Roots(String),

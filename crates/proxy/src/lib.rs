@@ -8,6 +8,7 @@ mod budget;
 mod ca;
 mod cache;
 mod config;
+mod datadir;
 mod error;
 mod intake;
 mod pipeline;
@@ -17,12 +18,17 @@ mod server;
 mod tunnel;
 mod upstream;
 
-pub use audit::{open as open_audit, AuditSink, AuditWriter};
+pub use audit::{
+    key_path as audit_key_path, load_key as load_audit_key,
+    load_or_create_key as load_or_create_audit_key, open as open_audit, rotated_files, AuditSink,
+    AuditWriter, Written,
+};
 pub use ca::CertificateAuthority;
 pub use config::{
-    AuditConfig, AuditTarget, Config, CrawlerConfig, PolicyConfig, ProxyConfig, UpstreamConfig,
+    AuditConfig, AuditSync, AuditTarget, Config, CrawlerConfig, PolicyConfig, ProxyConfig,
+    UpstreamConfig,
 };
-pub use error::{CaError, ConfigError, StartError};
+pub use error::{AuditError, CaError, ConfigError, DataDirError, StartError};
 pub use server::Proxy;
 
 /// Fetches the robots.txt of `url`'s origin once, as the proxy would (same

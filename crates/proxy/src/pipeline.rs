@@ -536,8 +536,7 @@ fn forward_response(
 ) -> Response<ProxyBody> {
     let (parts, body, rec) = forwarded_head(rec, resp, outcome);
     let idle = Some(secs(shared.cfg.upstream.idle_timeout_secs));
-    let body = AuditedBody::new(boxed(body), rec, shared.audit.clone(), idle);
-    Response::from_parts(parts, boxed(body))
+    AuditedBody::new(boxed(body), rec, shared.audit.clone(), idle).respond(parts)
 }
 
 /// Like [`forward_response`], keeping a copy of the body for the store.
@@ -552,9 +551,9 @@ fn forward_and_store(
     let (parts, body, rec) = forwarded_head(rec, resp, Outcome::Fetched);
     let idle = Some(secs(shared.cfg.upstream.idle_timeout_secs));
     let (tee, copy) = Tee::new(boxed(body), shared.cache.params().max_body);
-    let body = AuditedBody::new(boxed(tee), rec, shared.audit.clone(), idle)
-        .on_finish(shared.cache.store_when_done(meta, copy));
-    Response::from_parts(parts, boxed(body))
+    AuditedBody::new(boxed(tee), rec, shared.audit.clone(), idle)
+        .on_finish(shared.cache.store_when_done(meta, copy))
+        .respond(parts)
 }
 
 fn forwarded_head(
@@ -596,15 +595,10 @@ fn answer_from_store(
     headers.insert(ID, header_text(&rec.id));
     rec.status = Some(status.as_u16());
     rec.saved_bytes = Some(body.len() as u64);
-    let mut resp = Response::new(boxed(AuditedBody::new(
-        full(body),
-        rec,
-        shared.audit.clone(),
-        None,
-    )));
-    *resp.status_mut() = status;
-    *resp.headers_mut() = headers;
-    resp
+    let (mut parts, ()) = Response::new(()).into_parts();
+    parts.status = status;
+    parts.headers = headers;
+    AuditedBody::new(full(body), rec, shared.audit.clone(), None).respond(parts)
 }
 
 fn upstream_failure(

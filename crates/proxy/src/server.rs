@@ -75,8 +75,8 @@ impl Shared {
         rec.reason = Some(r.reason.clone());
         rec.source = Some(source.as_str());
         rec.bytes = Some(r.body_text().len() as u64);
-        let resp = r.into_response(&rec.id);
-        self.audit.send(rec);
+        let mut resp = r.into_response(&rec.id);
+        crate::audit::gate(&mut resp, self.audit.commit(rec));
         resp
     }
 
@@ -410,8 +410,9 @@ where
 }
 
 /// Writes a response on a raw stream (before hyper owns it) and closes.
-async fn write_raw(stream: &mut TcpStream, resp: Response<ProxyBody>) -> std::io::Result<()> {
+async fn write_raw(stream: &mut TcpStream, mut resp: Response<ProxyBody>) -> std::io::Result<()> {
     use http_body_util::BodyExt;
+    crate::audit::line_written(&mut resp).await;
     let (parts, body) = resp.into_parts();
     let body = body
         .collect()
@@ -442,7 +443,9 @@ async fn dispatch(
     peer: SocketAddr,
 ) -> Response<ProxyBody> {
     if req.method() == Method::CONNECT {
-        return tunnel::connect(shared, req, peer).await;
+        let mut resp = tunnel::connect(shared, req, peer).await;
+        crate::audit::line_written(&mut resp).await;
+        return resp;
     }
     let mut resp = {
         match Target::from_absolute(req.uri()) {
@@ -460,5 +463,6 @@ async fn dispatch(
             http::HeaderValue::from_static("close"),
         );
     }
+    crate::audit::line_written(&mut resp).await;
     resp
 }

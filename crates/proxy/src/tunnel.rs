@@ -143,6 +143,7 @@ async fn intercept_tls(
                     http::HeaderValue::from_static("close"),
                 );
             }
+            crate::audit::line_written(&mut resp).await;
             Ok::<_, Infallible>(resp)
         }
     });
