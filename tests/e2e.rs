@@ -7,6 +7,7 @@ mod e2e {
     mod audit;
     mod budget;
     mod cache;
+    mod datadir;
     mod forwarding;
     mod robots;
     mod seal;

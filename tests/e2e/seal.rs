@@ -234,3 +234,120 @@ async fn kill9_under_load_loses_no_answered_line() {
         assert!(!r.verify_out.contains("FAILED"), "{}", r.verify_out);
     }
 }
+
+#[tokio::test]
+async fn rotation_carries_the_chain_and_verify_checks_the_set() {
+    let origin = Origin::http(ok_origin()).await;
+    let mut proxy = TestProxy::start(|c| c.audit.rotate_bytes = 3000).await;
+    let c = proxy.client();
+    for i in 0..40 {
+        let r = c
+            .get(format!("http://127.0.0.1:{}/r{i}", origin.port()))
+            .send()
+            .await
+            .unwrap();
+        r.bytes().await.unwrap();
+    }
+    let data = proxy.dir.path().to_path_buf();
+    let current = proxy.audit_path.clone();
+    proxy.stop().await;
+    let rotated = mannerly_proxy::rotated_files(&current);
+    assert!(rotated.len() >= 3, "{rotated:?}");
+    let mut ids = std::collections::HashSet::new();
+    let mut fetched = 0;
+    for f in rotated.iter().chain([&current]) {
+        let lines = audit_lines_all(f);
+        assert!(!lines.is_empty(), "{}", f.display());
+        for l in &lines {
+            if l["outcome"] == "fetched" {
+                fetched += 1;
+                assert!(ids.insert(l["id"].as_str().unwrap().to_string()), "{l}");
+            }
+        }
+    }
+    for f in &rotated {
+        let last = audit_lines_all(f).pop().unwrap();
+        assert_eq!(last["why"], "rotation", "{}", f.display());
+    }
+    assert_eq!(fetched, 40, "no line lost or duplicated at a rotation");
+    let key = pubkey(&data);
+    let (code, out) = verify(Some(&key), &[&data]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("sealed:"), "{out}");
+
+    // A file missing between two: the next one does not follow.
+    let gap = tempfile::tempdir().unwrap();
+    for f in rotated.iter().chain([&current]) {
+        if *f != rotated[1] {
+            std::fs::copy(f, gap.path().join(f.file_name().unwrap())).unwrap();
+        }
+    }
+    let (code, out) = verify(Some(&key), &[gap.path()]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("a file is missing"), "{out}");
+    // The current file missing: the last one given ends in a rotation.
+    let (code, out) = verify(
+        Some(&key),
+        &rotated.iter().map(|p| p.as_path()).collect::<Vec<_>>(),
+    );
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("no later file was given"), "{out}");
+}
+
+#[tokio::test]
+async fn sighup_seals_the_file_and_reopens_the_path() {
+    let origin = Origin::http(ok_origin()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let bin = RunningBinary::start(dir.path(), &[]);
+    let c = bin.client();
+    let get = |i: usize| {
+        let c = c.clone();
+        let url = format!("http://127.0.0.1:{}/h{i}", origin.port());
+        async move {
+            let r = c.get(url).send().await.unwrap();
+            assert_eq!(r.status(), 200);
+            r.bytes().await.unwrap();
+        }
+    };
+    for i in 0..3 {
+        get(i).await;
+    }
+    let audit = dir.path().join("audit.jsonl");
+    let moved = dir.path().join("audit.jsonl.1");
+    std::fs::rename(&audit, &moved).unwrap();
+    let pid = bin.child.id().to_string();
+    assert!(std::process::Command::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .unwrap()
+        .success());
+    for _ in 0..500 {
+        if audit.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(audit.exists(), "SIGHUP made a new audit file");
+    for i in 3..6 {
+        get(i).await;
+    }
+    let mut child = bin.child;
+    assert!(std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let status = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success());
+    let old = audit_lines_all(&moved);
+    assert_eq!(old.last().unwrap()["why"], "rotation");
+    assert_eq!(with_outcome(&old, "fetched").len(), 3);
+    let new = audit_lines_all(&audit);
+    assert_eq!(with_outcome(&new, "fetched").len(), 3);
+    let key = pubkey(dir.path());
+    let (code, out) = verify(Some(&key), &[&moved, &audit]);
+    assert_eq!(code, 0, "{out}");
+}
