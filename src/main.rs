@@ -40,6 +40,11 @@ enum Command {
         #[command(subcommand)]
         command: AuditCommand,
     },
+    /// Proxy users (`proxy.auth = "basic"`).
+    Users {
+        #[command(subcommand)]
+        command: UsersCommand,
+    },
     /// robots.txt tools.
     Robots {
         #[command(subcommand)]
@@ -77,6 +82,16 @@ enum AuditCommand {
 }
 
 #[derive(Subcommand)]
+enum UsersCommand {
+    /// Add a user (or set a user's password) in proxy.users_file. The
+    /// password is read from the first line of standard input.
+    Add {
+        /// User name: letters, digits and . _ - @.
+        name: String,
+    },
+}
+
+#[derive(Subcommand)]
 enum RobotsCommand {
     /// Decide one URL against a robots.txt: exit 0 allowed, 1 disallowed, 2 error.
     Check(robots_cmd::CheckArgs),
@@ -97,6 +112,9 @@ fn main() -> ExitCode {
         Command::Audit {
             command: AuditCommand::Pubkey,
         } => audit_cmd::pubkey(cli.config.as_deref()),
+        Command::Users {
+            command: UsersCommand::Add { name },
+        } => users_add(cli.config, &name),
         Command::Robots {
             command: RobotsCommand::Check(args),
         } => return robots_cmd::check(cli.config, args),
@@ -202,6 +220,22 @@ async fn shutdown_signal() {
     {
         let _ = tokio::signal::ctrl_c().await;
     }
+}
+
+fn users_add(config: Option<PathBuf>, name: &str) -> Result<ExitCode> {
+    let cfg = settings::load(config.as_deref())?;
+    let path = mannerly_proxy::users_path(&cfg);
+    if std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+        eprint!("password for {name} (shown as typed): ");
+    }
+    let mut password = String::new();
+    std::io::stdin()
+        .read_line(&mut password)
+        .context("reading the password from standard input")?;
+    let password = password.trim_end_matches(['\n', '\r']);
+    mannerly_proxy::add_user(&path, name, password)?;
+    println!("{name} added to {}", path.display());
+    Ok(ExitCode::SUCCESS)
 }
 
 fn ca(config: Option<PathBuf>, command: CaCommand) -> Result<ExitCode> {

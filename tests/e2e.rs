@@ -5,6 +5,7 @@ mod e2e {
     pub mod support;
 
     mod audit;
+    mod auth;
     mod budget;
     mod cache;
     mod datadir;

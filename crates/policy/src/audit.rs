@@ -31,6 +31,8 @@ pub struct AuditRecord {
     pub id: String,
     /// The client's socket address.
     pub client: Option<String>,
+    /// The proxy user the client authenticated as (`proxy.auth`).
+    pub user: Option<String>,
     /// Request method.
     pub method: String,
     /// Absolute URL of the request.

@@ -62,6 +62,26 @@ pub struct ProxyConfig {
     pub shutdown_grace_secs: f64,
     /// Leaf certificates kept in memory.
     pub leaf_cache: usize,
+    /// Proxy authentication: `none` or `basic` (users in `users_file`).
+    pub auth: ProxyAuth,
+    /// Users for `auth = "basic"`: `NAME:ARGON2-HASH` lines, written by
+    /// `mannerly users add NAME`. Empty: `users` in the data dir.
+    pub users_file: String,
+    /// Client addresses allowed to use the proxy (`"10.0.0.0/8"`); empty: any.
+    pub allow: Vec<String>,
+    /// Allow a non-loopback `listen` with neither `auth` nor `allow`.
+    pub open: bool,
+}
+
+/// `proxy.auth`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProxyAuth {
+    /// No credentials asked.
+    #[default]
+    None,
+    /// `Proxy-Authorization: Basic`, checked against the users file.
+    Basic,
 }
 
 impl Default for ProxyConfig {
@@ -75,6 +95,10 @@ impl Default for ProxyConfig {
             header_read_timeout_secs: 10.0,
             shutdown_grace_secs: 10.0,
             leaf_cache: 1024,
+            auth: ProxyAuth::None,
+            users_file: String::new(),
+            allow: Vec::new(),
+            open: false,
         }
     }
 }

@@ -100,6 +100,36 @@ pub enum AuditError {
     Thread(std::io::Error),
 }
 
+/// Proxy authentication: the users file and the listen/allow rules.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    /// A setting that cannot work (open proxy, bad CIDR).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The users file or the data dir is not safe.
+    #[error(transparent)]
+    DataDir(#[from] DataDirError),
+    /// `proxy.auth = "basic"` with no users.
+    #[error("{0}: no users; add one with `mannerly users add NAME` (proxy.auth = \"basic\")")]
+    NoUsers(PathBuf),
+    /// A line of the users file that is not `NAME:ARGON2-HASH`.
+    #[error("{path} line {line}: {why}")]
+    BadLine {
+        /// The users file.
+        path: PathBuf,
+        /// 1-based line.
+        line: usize,
+        /// What is wrong.
+        why: String,
+    },
+    /// A user name that cannot be used.
+    #[error("user name {0:?}: use letters, digits and . _ - @ (at most 64)")]
+    BadName(String),
+    /// Hashing failed.
+    #[error("password hash: {0}")]
+    Hash(String),
+}
+
 /// Starting the proxy.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -120,6 +150,9 @@ pub enum StartError {
     /// The data dir or a file in it is not safe.
     #[error(transparent)]
     DataDir(#[from] DataDirError),
+    /// Proxy authentication cannot be set up.
+    #[error(transparent)]
+    Auth(#[from] AuthError),
     /// An extra root certificate could not be used.
     #[error("upstream.extra_roots: {0}")]
     Roots(String),

@@ -3,6 +3,7 @@
 #![warn(missing_docs)]
 
 mod audit;
+mod auth;
 mod body;
 mod budget;
 mod ca;
@@ -23,12 +24,13 @@ pub use audit::{
     load_or_create_key as load_or_create_audit_key, open as open_audit, rotated_files, AuditSink,
     AuditWriter, Written,
 };
+pub use auth::{add_user, users_path, Cidr};
 pub use ca::CertificateAuthority;
 pub use config::{
-    AuditConfig, AuditSync, AuditTarget, Config, CrawlerConfig, PolicyConfig, ProxyConfig,
-    UpstreamConfig,
+    AuditConfig, AuditSync, AuditTarget, Config, CrawlerConfig, PolicyConfig, ProxyAuth,
+    ProxyConfig, UpstreamConfig,
 };
-pub use error::{AuditError, CaError, ConfigError, DataDirError, StartError};
+pub use error::{AuditError, AuthError, CaError, ConfigError, DataDirError, StartError};
 pub use server::Proxy;
 
 /// Fetches the robots.txt of `url`'s origin once, as the proxy would (same

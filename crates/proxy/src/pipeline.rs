@@ -121,6 +121,7 @@ pub(crate) async fn handle(
 ) -> Response<ProxyBody> {
     let url = target.url(req.uri().path_and_query());
     let mut rec = shared.record(req.method().as_str(), &url, &target.host, client);
+    rec.user = crate::auth::user_of(&req);
     rec.agent = Some(agent(&shared, &req));
     let enforce = shared.cfg.policy.enforce;
     let held_since = Instant::now();

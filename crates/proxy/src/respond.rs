@@ -63,6 +63,8 @@ pub struct Refusal {
     pub retry_after: Option<u64>,
     /// Close the client connection after answering (bad input).
     pub close: bool,
+    /// Extra headers (`Proxy-Authenticate`).
+    pub headers: Vec<(http::HeaderName, HeaderValue)>,
 }
 
 impl Refusal {
@@ -75,7 +77,14 @@ impl Refusal {
             details: Vec::new(),
             retry_after: None,
             close: false,
+            headers: Vec::new(),
         }
+    }
+
+    /// Adds a header to the answer.
+    pub fn header(mut self, name: http::HeaderName, value: HeaderValue) -> Self {
+        self.headers.push((name, value));
+        self
     }
 
     /// Sets the status.
@@ -129,6 +138,9 @@ impl Refusal {
         }
         if self.close {
             h.insert(CONNECTION, HeaderValue::from_static("close"));
+        }
+        for (k, v) in self.headers {
+            h.insert(k, v);
         }
         resp
     }

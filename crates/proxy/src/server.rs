@@ -49,6 +49,7 @@ pub(crate) struct Shared {
     /// survives even a `kill -9` moments later.
     pub save_budgets: Notify,
     pub tracker: Tracker,
+    pub auth: crate::auth::Gate,
     ids: AtomicU64,
     id_prefix: String,
 }
@@ -147,6 +148,7 @@ impl Proxy {
         audit: AuditSink,
     ) -> Result<Proxy, StartError> {
         let cfg = cfg.validate()?;
+        let auth = crate::auth::Gate::new(&cfg)?;
         let guard = Guard::new(&cfg.upstream);
         let client = upstream::client(&cfg.upstream, guard.clone())?;
         let listener = TcpListener::bind(cfg.proxy.listen)
@@ -195,6 +197,7 @@ impl Proxy {
                 cache,
                 save_budgets: Notify::new(),
                 tracker: Tracker::new(),
+                auth,
                 ids: AtomicU64::new(0),
                 id_prefix: format!("{start:x}"),
             }),
@@ -439,9 +442,12 @@ async fn write_raw(stream: &mut TcpStream, mut resp: Response<ProxyBody>) -> std
 /// Routes one request read on the proxy port.
 async fn dispatch(
     shared: Arc<Shared>,
-    req: Request<Incoming>,
+    mut req: Request<Incoming>,
     peer: SocketAddr,
 ) -> Response<ProxyBody> {
+    if let Err(denied) = crate::auth::admit(&shared, &mut req, peer).await {
+        return denied;
+    }
     if req.method() == Method::CONNECT {
         let mut resp = tunnel::connect(shared, req, peer).await;
         crate::audit::line_written(&mut resp).await;

@@ -38,7 +38,8 @@ pub(crate) async fn connect(
     };
     let host = authority.host().to_ascii_lowercase();
     let port = authority.port_u16().unwrap_or(443);
-    let rec = shared.record("CONNECT", &url, &host, peer);
+    let mut rec = shared.record("CONNECT", &url, &host, peer);
+    rec.user = crate::auth::user_of(&req);
     if !shared.cfg.proxy.connect_ports.contains(&port) {
         let r = Refusal::new(
             Outcome::Blocked,
@@ -66,11 +67,16 @@ pub(crate) async fn connect(
         port,
     };
     let intercept = shared.cfg.proxy.intercept;
+    // Requests inside the tunnel carry no Proxy-Authorization: they are
+    // the CONNECT's user's.
+    let user = rec.user.clone();
     let track = shared.tracker.track();
     let task_shared = shared.clone();
     tokio::spawn(async move {
         match hyper::upgrade::on(req).await {
-            Ok(upgraded) if intercept => intercept_tls(task_shared, upgraded, target, peer).await,
+            Ok(upgraded) if intercept => {
+                intercept_tls(task_shared, upgraded, target, peer, user).await
+            }
             Ok(upgraded) => pass_through(task_shared, upgraded, target, addrs, rec).await,
             Err(e) => tracing::debug!("CONNECT upgrade from {peer} failed: {e}"),
         }
@@ -92,6 +98,7 @@ async fn intercept_tls(
     upgraded: hyper::upgrade::Upgraded,
     target: Target,
     peer: SocketAddr,
+    user: Option<String>,
 ) {
     let acceptor =
         LazyConfigAcceptor::new(rustls::server::Acceptor::default(), TokioIo::new(upgraded));
@@ -132,9 +139,12 @@ async fn intercept_tls(
         Err(_) => return,
     };
     let svc_shared = shared.clone();
-    let svc = service_fn(move |req: Request<Incoming>| {
+    let svc = service_fn(move |mut req: Request<Incoming>| {
         let shared = svc_shared.clone();
         let target = target.clone();
+        if let Some(u) = &user {
+            req.extensions_mut().insert(crate::auth::User(u.clone()));
+        }
         async move {
             let mut resp = pipeline::handle(shared.clone(), req, target, peer).await;
             if shared.tracker.is_stopping() {
