@@ -10,6 +10,7 @@ mod e2e {
     mod cache;
     mod datadir;
     mod forwarding;
+    mod limits;
     mod robots;
     mod seal;
 

@@ -71,6 +71,14 @@ pub struct ProxyConfig {
     pub allow: Vec<String>,
     /// Allow a non-loopback `listen` with neither `auth` nor `allow`.
     pub open: bool,
+    /// Open client connections at most; more are closed at accept.
+    pub max_connections: usize,
+    /// Open connections per client address at most.
+    pub max_connections_per_client: usize,
+    /// Listen backlog (capped by the kernel's `net.core.somaxconn`).
+    pub backlog: u32,
+    /// HTTP/2 (inside intercepted TLS): concurrent streams per connection.
+    pub h2_max_streams: u32,
 }
 
 /// `proxy.auth`.
@@ -99,6 +107,10 @@ impl Default for ProxyConfig {
             users_file: String::new(),
             allow: Vec::new(),
             open: false,
+            max_connections: 10_000,
+            max_connections_per_client: 1_000,
+            backlog: 4096,
+            h2_max_streams: 100,
         }
     }
 }
@@ -255,6 +267,22 @@ impl Config {
                 key: "proxy.max_headers".into(),
                 why: "must be at least 1".into(),
             });
+        }
+        for (key, v) in [
+            ("proxy.max_connections", p.max_connections),
+            (
+                "proxy.max_connections_per_client",
+                p.max_connections_per_client,
+            ),
+            ("proxy.backlog", p.backlog as usize),
+            ("proxy.h2_max_streams", p.h2_max_streams as usize),
+        ] {
+            if v == 0 {
+                return Err(ConfigError::Invalid {
+                    key: key.into(),
+                    why: "must be at least 1".into(),
+                });
+            }
         }
         if p.leaf_cache == 0 {
             return Err(ConfigError::Invalid {

@@ -12,6 +12,7 @@ mod config;
 mod datadir;
 mod error;
 mod intake;
+mod limits;
 mod pipeline;
 mod respond;
 mod robots;

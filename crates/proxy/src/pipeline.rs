@@ -518,6 +518,9 @@ fn upstream_request(
         .map_err(|e| format!("cannot forward {url}: {e}"))?;
     parts.version = Version::HTTP_11;
     strip_hop_by_hop(&mut parts.headers);
+    parts
+        .headers
+        .append(http::header::VIA, crate::limits::via_value());
     let host = Authority::try_from(target.authority())
         .map_err(|e| format!("bad host {}: {e}", target.host))?;
     parts.headers.insert(

@@ -50,6 +50,7 @@ pub(crate) struct Shared {
     pub save_budgets: Notify,
     pub tracker: Tracker,
     pub auth: crate::auth::Gate,
+    pub conns: Arc<crate::limits::ConnLimits>,
     ids: AtomicU64,
     id_prefix: String,
 }
@@ -88,7 +89,15 @@ impl Shared {
             .header_read_timeout(secs(self.cfg.proxy.header_read_timeout_secs))
             .max_headers(self.cfg.proxy.max_headers)
             .max_buf_size(self.cfg.proxy.max_header_bytes.max(8192));
-        b.http2().timer(TokioTimer::new());
+        // Client-side HTTP/2 (inside intercepted TLS): bounded streams and
+        // header lists (a CONTINUATION flood counts against the list size),
+        // and hyper's rapid-reset guards.
+        b.http2()
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(self.cfg.proxy.h2_max_streams)
+            .max_header_list_size(self.cfg.proxy.max_header_bytes.min(u32::MAX as usize) as u32)
+            .max_pending_accept_reset_streams(Some(20))
+            .max_local_error_reset_streams(Some(1024));
         b
     }
 }
@@ -149,13 +158,18 @@ impl Proxy {
     ) -> Result<Proxy, StartError> {
         let cfg = cfg.validate()?;
         let auth = crate::auth::Gate::new(&cfg)?;
+        let conns = crate::limits::ConnLimits::new(
+            cfg.proxy.max_connections,
+            cfg.proxy.max_connections_per_client,
+        );
         let guard = Guard::new(&cfg.upstream);
         let client = upstream::client(&cfg.upstream, guard.clone())?;
-        let listener = TcpListener::bind(cfg.proxy.listen)
-            .await
-            .map_err(|source| StartError::Io {
-                what: format!("listen on {}", cfg.proxy.listen),
-                source,
+        let listener =
+            crate::limits::listen(cfg.proxy.listen, cfg.proxy.backlog).map_err(|source| {
+                StartError::Io {
+                    what: format!("listen on {}", cfg.proxy.listen),
+                    source,
+                }
             })?;
         let start = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -198,6 +212,7 @@ impl Proxy {
                 save_budgets: Notify::new(),
                 tracker: Tracker::new(),
                 auth,
+                conns,
                 ids: AtomicU64::new(0),
                 id_prefix: format!("{start:x}"),
             }),
@@ -251,12 +266,13 @@ impl Proxy {
                 _ = &mut shutdown => break,
                 accepted = listener.accept() => match accepted {
                     Ok((stream, peer)) => {
+                        let Some(permit) = shared.conns.admit(peer.ip()) else { continue };
                         let _ = stream.set_nodelay(true);
                         let track = shared.tracker.track();
                         let shared = shared.clone();
                         tokio::spawn(async move {
                             serve_client(shared, stream, peer).await;
-                            drop(track);
+                            drop((track, permit));
                         });
                     }
                     Err(e) => {
@@ -447,6 +463,17 @@ async fn dispatch(
 ) -> Response<ProxyBody> {
     if let Err(denied) = crate::auth::admit(&shared, &mut req, peer).await {
         return denied;
+    }
+    if crate::limits::is_loop(req.headers()) {
+        let rec = shared.record(req.method().as_str(), &req.uri().to_string(), "", peer);
+        let why = "this request has already passed through this proxy (its own Via): a proxy loop";
+        let mut resp = shared.refuse(
+            rec,
+            Refusal::new(Outcome::Error, why).status(508).close(),
+            Source::Client,
+        );
+        crate::audit::line_written(&mut resp).await;
+        return resp;
     }
     if req.method() == Method::CONNECT {
         let mut resp = tunnel::connect(shared, req, peer).await;
