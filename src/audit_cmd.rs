@@ -163,7 +163,7 @@ pub fn verify(pubkey: Option<&str>, paths: &[PathBuf]) -> Result<ExitCode> {
         let why = match last.last_seal {
             Some(SealReason::Shutdown) => "clean shutdown",
             Some(SealReason::Rotation) => "rotation",
-            Some(SealReason::Interval) | None => "interval",
+            Some(SealReason::Interval | SealReason::Continuation) | None => "interval",
         };
         println!("sealed: every line is covered by a checkpoint signed with the key (last: {why})");
         return Ok(ExitCode::SUCCESS);

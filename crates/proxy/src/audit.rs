@@ -206,6 +206,11 @@ pub fn open(cfg: &Config) -> Result<(AuditSink, AuditWriter), AuditError> {
         acks: Vec::new(),
         written: 0,
     };
+    if w.lines == 0 && w.prev != GENESIS {
+        // A new file continuing an earlier one starts by saying so.
+        w.seal(SealReason::Continuation);
+        w.flush();
+    }
     let thread = std::thread::Builder::new()
         .name("mannerly-audit".into())
         .spawn(move || w.run(rx))
@@ -568,6 +573,10 @@ impl Writer {
                 self.lines = n;
                 self.bytes = 0;
                 self.opened = Instant::now();
+                if n == 0 {
+                    self.seal(SealReason::Continuation);
+                    self.flush();
+                }
                 tracing::info!("audit log: now writing {}", path.display());
             }
             Err(e) => tracing::error!(

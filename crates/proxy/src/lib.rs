@@ -32,6 +32,8 @@ pub use config::{
     ProxyConfig, UpstreamConfig,
 };
 pub use error::{AuditError, AuthError, CaError, ConfigError, DataDirError, StartError};
+#[doc(hidden)]
+pub use intake::check_request_head;
 pub use server::Proxy;
 
 /// Fetches the robots.txt of `url`'s origin once, as the proxy would (same

@@ -18,6 +18,10 @@ pub enum SealReason {
     Rotation,
     /// Clean shutdown: nothing after it in this file.
     Shutdown,
+    /// The first line of a file that continues the log of an earlier one:
+    /// `sealed` is that file's last chain value, so this file can be
+    /// checked from its first line even when the earlier file is gone.
+    Continuation,
 }
 
 /// One checkpoint line, as written (before its `chain` field).
@@ -77,6 +81,7 @@ impl Checkpoint {
             SealReason::Interval => "interval",
             SealReason::Rotation => "rotation",
             SealReason::Shutdown => "shutdown",
+            SealReason::Continuation => "continuation",
         };
         format!(
             "mannerly-audit-checkpoint v1\nts={}\nwhy={why}\nlines={}\nsealed={}\nevery_lines={}\nevery_secs={}\n",

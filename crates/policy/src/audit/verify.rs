@@ -213,12 +213,21 @@ impl Verifier {
         let prev = match self.prev.take() {
             Some(p) => p,
             None if digest(GENESIS, &content) == chain => GENESIS.to_string(),
-            None => {
-                // Older files were not given: this line is the anchor.
-                self.report.starts_mid_log = true;
-                self.accept(&name, n, &content, chain, None);
-                return;
-            }
+            None => match continued_from(&content) {
+                // Older files were not given: the file's first line says
+                // (signed) which chain value it continues.
+                Some(p) if digest(&p, &content) == chain => {
+                    self.report.starts_mid_log = true;
+                    p
+                }
+                _ => {
+                    self.fail(Problem::Broken {
+                        file: name,
+                        line: n,
+                    });
+                    return;
+                }
+            },
         };
         if digest(&prev, &content) != chain {
             self.prev = Some(prev);
@@ -232,10 +241,10 @@ impl Verifier {
             }
             return;
         }
-        self.accept(&name, n, &content, chain, Some(&prev));
+        self.accept(&name, n, &content, chain, &prev);
     }
 
-    fn accept(&mut self, name: &str, n: u64, content: &str, chain: &str, prev: Option<&str>) {
+    fn accept(&mut self, name: &str, n: u64, content: &str, chain: &str, prev: &str) {
         self.prev = Some(chain.to_string());
         self.file().lines = n;
         let ts = ts_of(content);
@@ -256,7 +265,7 @@ impl Verifier {
                     return;
                 }
             }
-            if prev.is_some_and(|p| p != cp.sealed) || cp.lines != n - 1 {
+            if prev != cp.sealed || cp.lines != n - 1 {
                 self.fail(Problem::Rechained {
                     file: name.to_string(),
                     line: n,
@@ -326,6 +335,12 @@ impl Verifier {
         }
         self.report
     }
+}
+
+/// The chain value a continuation checkpoint says its file continues.
+fn continued_from(content: &str) -> Option<String> {
+    let cp: Checkpoint = serde_json::from_str(content).ok()?;
+    (cp.why == SealReason::Continuation).then_some(cp.sealed)
 }
 
 /// The `ts` field of a line's content, found without a full parse.
