@@ -128,6 +128,7 @@ async fn run(name: &'static str, retry_after: Option<&'static str>, connections:
         cfg.budget.recovery_step = step;
     }
     cfg.proxy.listen = "127.0.0.1:0".parse().unwrap();
+    cfg.admin.listen = String::new();
     cfg.upstream.allow_private = true;
     cfg.audit.path = dir.join("audit.jsonl").display().to_string();
     let ca = CertificateAuthority::load_or_create(&dir, 16).unwrap();

@@ -1,5 +1,6 @@
 //! The `mannerly` command: run the proxy, manage its CA, check robots.txt
-//! rules, verify audit logs.
+//! rules, verify audit logs, manage the Web Bot Auth identity, see and
+//! reset hosts, report on conduct.
 
 mod settings;
 
@@ -50,6 +51,16 @@ enum Command {
         #[command(subcommand)]
         command: RobotsCommand,
     },
+    /// Web Bot Auth: the key requests are signed with, its directory, a card.
+    Identity {
+        #[command(subcommand)]
+        command: identity_cmd::IdentityCommand,
+    },
+    /// See and reset hosts through the admin listener of a running proxy.
+    Hosts(hosts_cmd::HostsArgs),
+    /// Conduct report from audit logs: per host and overall, as a table or
+    /// (--html) a page with a chart per host. Exit 1 when a chain is broken.
+    Report(report::ReportArgs),
 }
 
 #[derive(Subcommand)]
@@ -98,6 +109,9 @@ enum RobotsCommand {
 }
 
 mod audit_cmd;
+mod hosts_cmd;
+mod identity_cmd;
+mod report;
 mod robots_cmd;
 mod robots_fetch;
 
@@ -118,6 +132,9 @@ fn main() -> ExitCode {
         Command::Robots {
             command: RobotsCommand::Check(args),
         } => return robots_cmd::check(cli.config, args),
+        Command::Identity { command } => identity_cmd::run(cli.config, command),
+        Command::Hosts(args) => hosts_cmd::run(cli.config, args),
+        Command::Report(args) => report::run(args),
     };
     match result {
         Ok(code) => code,
@@ -152,6 +169,7 @@ fn run(config: Option<PathBuf>) -> Result<ExitCode> {
         reopen_on_sighup(sink.clone());
         let proxy = Proxy::bind(cfg, Arc::new(ca), sink).await?;
         let addr = proxy.local_addr()?;
+        let admin = proxy.admin_addr();
         let ca_path = proxy.ca_path();
         let audit = match &target {
             AuditTarget::Stdout => "standard output".to_string(),
@@ -160,6 +178,9 @@ fn run(config: Option<PathBuf>) -> Result<ExitCode> {
         eprintln!("mannerly listening on http://{addr}");
         eprintln!("CA certificate: {}", ca_path.display());
         eprintln!("audit log: {audit}");
+        if let Some(a) = admin {
+            eprintln!("admin: http://{a}/ (dashboard; /metrics, /hosts, /healthz, /readyz)");
+        }
         eprintln!("Point your crawler at it:");
         eprintln!("  export HTTP_PROXY=http://{addr} HTTPS_PROXY=http://{addr}");
         eprintln!(

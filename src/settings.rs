@@ -123,6 +123,25 @@ mod tests {
     }
 
     #[test]
+    fn crawler_use_is_reference_full_or_undeclared() {
+        use mannerly_policy::prefs::DeclaredUse;
+        assert_eq!(
+            parse(EMBEDDED, &[]).unwrap().crawler.usage,
+            DeclaredUse::Undeclared
+        );
+        let cfg = parse("[crawler]\nuse = \"full\"\n", &[]).unwrap();
+        assert_eq!(cfg.crawler.usage, DeclaredUse::Full);
+        let cfg = parse("", &env(&[("MANNERLY_CRAWLER__USE", "reference")])).unwrap();
+        assert_eq!(cfg.crawler.usage, DeclaredUse::Reference);
+        let err = parse("[crawler]\nuse = \"everything\"\n", &[]).unwrap_err();
+        let msg = format!("{err:#}");
+        assert!(
+            msg.contains("use") && msg.contains("\"reference\", \"full\""),
+            "{msg}"
+        );
+    }
+
+    #[test]
     fn unknown_keys_are_errors_that_name_the_key() {
         let err = parse("[proxy]\nlisten_addr = \"x\"\n", &[]).unwrap_err();
         assert!(format!("{err:#}").contains("listen_addr"), "{err:#}");

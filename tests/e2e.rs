@@ -4,13 +4,20 @@
 mod e2e {
     pub mod support;
 
+    mod admin;
     mod audit;
     mod auth;
+    mod browser;
     mod budget;
     mod cache;
+    mod dashboard;
     mod datadir;
     mod forwarding;
+    mod identity;
     mod limits;
+    mod prefs;
+    mod realweb;
+    mod report;
     mod robots;
     mod seal;
 

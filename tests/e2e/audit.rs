@@ -111,6 +111,7 @@ async fn sigterm_during_load_answers_every_accepted_request_and_logs_it() {
         .arg("run")
         .env("MANNERLY_DATA_DIR", dir.path())
         .env("MANNERLY_PROXY__LISTEN", "127.0.0.1:0")
+        .env("MANNERLY_ADMIN__LISTEN", "")
         .env("MANNERLY_UPSTREAM__ALLOW_PRIVATE", "true")
         .env("MANNERLY_AUDIT__PATH", &audit)
         .env("MANNERLY_BUDGET__START_RATE", "1000")

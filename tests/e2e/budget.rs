@@ -84,14 +84,12 @@ async fn held_requests_are_spaced_at_the_rate_and_all_delivered() {
     let mut at = rec.arrivals.lock().unwrap().clone();
     at.sort();
     assert_eq!(at.len(), 6);
-    for pair in at.windows(2) {
-        // 5/s: slots 200 ms apart; the proxy never sends before a slot.
-        assert!(
-            pair[1] - pair[0] >= Duration::from_millis(195),
-            "{:?}",
-            pair[1] - pair[0]
-        );
-    }
+    // 5/s: six requests span five 200 ms slots. The exact spacing is
+    // proven on paused time (crates/proxy/src/budget/tests.rs); over real
+    // sockets only that they were held, with room for a loaded machine
+    // delaying single arrivals (unpaced, all six arrive within a few ms).
+    let span = at[5] - at[0];
+    assert!(span >= Duration::from_millis(800), "{span:?}");
     let lines = proxy.stop().await;
     let fetched = with_outcome(&lines, "fetched");
     assert_eq!(fetched.len(), 6);

@@ -453,7 +453,7 @@ async fn origin_failures_are_502_and_504() {
         l.local_addr().unwrap().port()
     };
     let mut proxy = TestProxy::start(|c| {
-        c.upstream.first_byte_timeout_secs = 0.5;
+        c.upstream.first_byte_timeout = std::time::Duration::from_millis(500);
         c.robots.fetch_timeout_secs = 0.5;
         c.policy.enforce = false;
     })
@@ -479,4 +479,65 @@ async fn origin_failures_are_502_and_504() {
         .contains("no response from the origin"));
     keep.abort();
     proxy.stop().await;
+}
+
+/// The second request on a kept-alive connection gets the same checks as
+/// the first: framing, size, codings, time.
+#[tokio::test]
+async fn later_heads_on_a_kept_alive_connection_get_the_same_checks() {
+    let origin = Origin::http(echo()).await;
+    let mut proxy = TestProxy::start(|c| {
+        c.proxy.max_header_bytes = 4096;
+        c.proxy.header_read_timeout = Duration::from_millis(600);
+    })
+    .await;
+    let target = format!("http://127.0.0.1:{}/x", origin.port());
+    let good = format!("GET {target} HTTP/1.1\r\nHost: a\r\n\r\n");
+    let cases: Vec<(String, &str, &str)> = vec![
+        (
+            format!("POST {target} HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"),
+            "400",
+            "both Content-Length and Transfer-Encoding",
+        ),
+        (
+            format!("POST {target} HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n"),
+            "501",
+            "Transfer-Encoding other than chunked",
+        ),
+        (
+            format!("GET {target} HTTP/1.1\r\nHost: a\r\nX-Big: {}\r\n\r\n", "a".repeat(70_000)),
+            "431",
+            "larger than 4096",
+        ),
+        // A head that never ends: 408 once the head timeout is over.
+        (format!("GET {target} HTTP/1.1\r\nHost: a\r\nX-Slow: "), "408", "not complete within"),
+    ];
+    for (second, status, words) in &cases {
+        let resp = raw(&proxy, format!("{good}{second}").as_bytes()).await;
+        assert!(resp.starts_with("HTTP/1.1 200"), "first answered: {resp}");
+        let rest = &resp[resp.find("\r\n\r\n").unwrap()..];
+        let Some(at) = rest.find("HTTP/1.1 ") else {
+            panic!("no second answer: {resp}");
+        };
+        let second_resp = &rest[at..];
+        assert!(
+            second_resp.starts_with(&format!("HTTP/1.1 {status}")),
+            "{second_resp}"
+        );
+        assert!(
+            second_resp.contains("mannerly-decision: error"),
+            "{second_resp}"
+        );
+        assert!(second_resp.contains(words), "{words}: {second_resp}");
+    }
+    assert_eq!(
+        origin.seen.count("/x"),
+        cases.len(),
+        "only the good requests"
+    );
+    let lines = proxy.stop().await;
+    let errors = with_outcome(&lines, "error");
+    assert_eq!(errors.len(), cases.len(), "{lines:#?}");
+    assert!(errors.iter().all(|l| l["source"] == "client"));
+    assert_eq!(with_outcome(&lines, "fetched").len(), cases.len());
 }

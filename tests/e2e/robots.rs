@@ -388,3 +388,121 @@ async fn robots_check_cli_prints_the_decision_and_exits_0_1_2() {
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("line 2"), "{out}");
 }
+
+#[test]
+fn robots_check_cli_reads_any_scheme_and_refuses_what_is_no_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("robots.txt");
+    std::fs::write(&file, "User-agent: *\nDisallow: /foo\n").unwrap();
+    let f = file.to_str().unwrap();
+
+    let (code, out) = robots_check(&[
+        "--robots-file",
+        f,
+        "--agent",
+        "a",
+        "ftp://example.net/foo.html",
+    ]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("disallowed by Disallow: /foo (line 2, group *)"),
+        "{out}"
+    );
+    let (code, out) = robots_check(&[
+        "--robots-file",
+        f,
+        "--agent",
+        "a",
+        "ftp://example.net/bar.html",
+    ]);
+    assert_eq!(code, 0, "{out}");
+
+    for bad in [
+        "example.net/foo.html",
+        "ftp:/foo",
+        "mailto:a@example.net",
+        "ftp:///foo",
+    ] {
+        let (code, out) = robots_check(&["--robots-file", f, "--agent", "a", bad]);
+        assert_eq!(code, 2, "{bad}: {out}");
+        assert!(out.contains("mannerly robots check:"), "{bad}: {out}");
+    }
+    let (code, out) = robots_check(&["--fetch", "--agent", "a", "ftp://127.0.0.1/foo"]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("http:// or https://"), "{out}");
+}
+
+#[test]
+fn robots_check_cli_prints_the_preference_verdict_next_to_the_robots_verdict() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("robots.txt");
+    std::fs::write(
+        &file,
+        "User-agent: *\nContent-Signal: search=yes, ai-train=no, use=reference\nContent-Usage: /articles/ ai-use=n\nDisallow: /private/\n",
+    )
+    .unwrap();
+    let f = file.to_str().unwrap();
+
+    let (code, out) = robots_check(&[
+        "--robots-file",
+        f,
+        "--agent",
+        "a",
+        "--purpose",
+        "search",
+        "--purpose",
+        "ai-input",
+        "https://x.test/articles/1",
+    ]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.starts_with("allowed: no rule matched (group *)"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "preferences: search=allowed ai-input=disallowed ai-train=disallowed use=reference"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("refused: ai-input refused by Content-Usage (robots.txt line 3: Content-Usage: /articles/ ai-use=n)"),
+        "{out}"
+    );
+
+    let (code, out) = robots_check(&[
+        "--robots-file",
+        f,
+        "--agent",
+        "a",
+        "--purpose",
+        "ai-input",
+        "https://x.test/other",
+    ]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("preferences: nothing declared is refused"),
+        "{out}"
+    );
+
+    let (code, out) = robots_check(&[
+        "--robots-file",
+        f,
+        "--agent",
+        "a",
+        "--purpose",
+        "search",
+        "--use",
+        "full",
+        "/other",
+    ]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("refused: use=full refused by Content-Signal (robots.txt line 2"),
+        "{out}"
+    );
+
+    let (code, out) = robots_check(&["--robots-file", f, "--agent", "a", "--use", "most", "/"]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("unknown use"), "{out}");
+}

@@ -209,6 +209,8 @@ impl Origin {
 /// A proxy running in this process, with its own data dir and audit log.
 pub struct TestProxy {
     pub addr: SocketAddr,
+    /// The admin listener, when the test turned it on.
+    pub admin: Option<SocketAddr>,
     pub ca_pem: String,
     pub audit_path: PathBuf,
     pub dir: tempfile::TempDir,
@@ -224,6 +226,8 @@ pub fn test_config(dir: &std::path::Path) -> Config {
         ..Config::default()
     };
     cfg.proxy.listen = "127.0.0.1:0".parse().unwrap();
+    // Off unless a test turns it on (on port 0): many proxies run at once.
+    cfg.admin.listen = String::new();
     cfg.upstream.allow_private = true;
     cfg.upstream.resolve = BTreeMap::new();
     cfg.robots.retry_min_secs = 0.2;
@@ -249,6 +253,7 @@ impl TestProxy {
         let (sink, writer) = mannerly_proxy::open_audit(&cfg).unwrap();
         let proxy = Proxy::bind(cfg, Arc::new(ca), sink).await.unwrap();
         let addr = proxy.local_addr().unwrap();
+        let admin = proxy.admin_addr();
         let (stop, stopped) = oneshot::channel::<()>();
         let done = tokio::spawn(async move {
             proxy
@@ -262,6 +267,7 @@ impl TestProxy {
         });
         TestProxy {
             addr,
+            admin,
             ca_pem,
             audit_path,
             dir,
@@ -339,6 +345,8 @@ pub fn curl_available() -> bool {
 pub struct RunningBinary {
     pub child: std::process::Child,
     pub addr: String,
+    /// The admin listener (`host:port`).
+    pub admin: String,
 }
 
 impl RunningBinary {
@@ -348,6 +356,7 @@ impl RunningBinary {
         cmd.arg("run")
             .env("MANNERLY_DATA_DIR", dir)
             .env("MANNERLY_PROXY__LISTEN", "127.0.0.1:0")
+            .env("MANNERLY_ADMIN__LISTEN", "127.0.0.1:0")
             .env("MANNERLY_UPSTREAM__ALLOW_PRIVATE", "true")
             .env("MANNERLY_AUDIT__PATH", dir.join("audit.jsonl"))
             .env("MANNERLY_BUDGET__START_RATE", "1000")
@@ -366,15 +375,25 @@ impl RunningBinary {
                 .lines()
                 .map_while(Result::ok)
             {
+                if let Some(a) = line.strip_prefix("admin: http://") {
+                    let _ = tx.send(("admin", a.split(' ').next().unwrap_or("").to_string()));
+                }
                 if let Some(a) = line.strip_prefix("mannerly listening on http://") {
-                    let _ = tx.send(a.to_string());
+                    let _ = tx.send(("proxy", a.to_string()));
                 }
             }
         });
-        let addr = rx
-            .recv_timeout(Duration::from_secs(30))
-            .expect("proxy started");
-        RunningBinary { child, addr }
+        let (mut addr, mut admin) = (String::new(), String::new());
+        while addr.is_empty() || admin.is_empty() {
+            let (what, a) = rx
+                .recv_timeout(Duration::from_secs(30))
+                .expect("proxy started");
+            match what {
+                "admin" => admin = a,
+                _ => addr = a,
+            }
+        }
+        RunningBinary { child, addr, admin }
     }
 
     pub fn client(&self) -> reqwest::Client {
@@ -439,4 +458,118 @@ pub fn mannerly(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
             String::from_utf8_lossy(&out.stderr)
         ),
     )
+}
+
+/// Whether a tool the test needs is here. Absent: the test is skipped with
+/// a message, except under CI (`CI` set), where `.ci/run` installs it and
+/// its absence is a failure.
+pub fn have_tool(program: &str, package: &str) -> bool {
+    let found = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {program}"))
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        if std::env::var_os("CI").is_some() {
+            panic!("{program} is needed by this test: apt-get install {package}");
+        }
+        eprintln!("skipped: {program} not installed (apt-get install {package})");
+    }
+    found
+}
+
+/// A free loopback port (bound, then released for a server we start).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl TestCa {
+    /// A leaf certificate and its key (PEM) for `names`, for servers we
+    /// do not write (nginx).
+    pub fn leaf_pem(&self, names: &[&str]) -> (String, String) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let params =
+            rcgen::CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+                .unwrap();
+        let leaf = params.signed_by(&key, &self.cert, &self.key).unwrap();
+        (leaf.pem(), key.serialize_pem())
+    }
+}
+
+/// Debian's nginx on a loopback port with TLS and HTTP/2, as strict as the
+/// real web: `location` blocks are given as nginx config text.
+pub struct Nginx {
+    pub port: u16,
+    pub dir: tempfile::TempDir,
+    child: std::process::Child,
+}
+
+impl Nginx {
+    /// Starts nginx serving `name` over TLS (h2 and http/1.1 by ALPN) with
+    /// a certificate from `ca`; `None` where nginx is not installed.
+    pub fn start_tls(ca: &TestCa, name: &str, locations: &str) -> Option<Nginx> {
+        if !have_tool("nginx", "nginx-light") {
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().display().to_string();
+        let (cert, key) = ca.leaf_pem(&[name]);
+        std::fs::write(dir.path().join("cert.pem"), cert).unwrap();
+        std::fs::write(dir.path().join("key.pem"), key).unwrap();
+        let port = free_port();
+        let conf = format!(
+            "daemon off; master_process off; worker_processes 1;
+pid {d}/nginx.pid; error_log {d}/error.log info;
+events {{ worker_connections 128; }}
+http {{
+  access_log {d}/access.log;
+  client_body_temp_path {d}/body; proxy_temp_path {d}/proxy;
+  fastcgi_temp_path {d}/fastcgi; uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;
+  server {{
+    listen 127.0.0.1:{port} ssl http2;
+    server_name {name};
+    ssl_certificate {d}/cert.pem; ssl_certificate_key {d}/key.pem;
+    {locations}
+  }}
+}}
+"
+        );
+        let conf_path = dir.path().join("nginx.conf");
+        std::fs::write(&conf_path, conf).unwrap();
+        let child = std::process::Command::new("nginx")
+            .arg("-c")
+            .arg(&conf_path)
+            .arg("-p")
+            .arg(dir.path())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(std::time::Instant::now() < deadline, "nginx did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(Nginx { port, dir, child })
+    }
+
+    /// nginx's access log so far.
+    pub fn access_log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("access.log")).unwrap_or_default()
+    }
+
+    /// nginx's error log so far.
+    pub fn error_log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("error.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

@@ -2,6 +2,9 @@
 //! several groups, a good share with `*` / `$`, and a mix of URLs (plain,
 //! with queries, percent-encoded, full URLs) that hit and miss.
 //!
+//! Also the corpus's largest file (1.4 MB, `tests/corpus/big.rs`): decisions
+//! per second once it is parsed (its first 500 KiB, ~11,000 rules).
+//!
 //! `cargo bench -p mannerly-policy --bench robots`
 
 use std::hint::black_box;
@@ -9,6 +12,9 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use mannerly_policy::robots::{Purpose, Robots};
+
+#[path = "../tests/corpus/big.rs"]
+mod big;
 
 const SECTIONS: &[&str] = &[
     "account", "admin", "api", "archive", "blog", "cart", "checkout", "search", "tag", "user",
@@ -117,5 +123,37 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench);
+fn bench_largest(c: &mut Criterion) {
+    let body = big::big_robots();
+    let robots = Robots::parse(body.as_bytes());
+    let urls = big::big_urls();
+    let mut group = c.benchmark_group("robots_largest_file");
+    group.measurement_time(Duration::from_secs(5));
+    group.throughput(Throughput::Elements(urls.len() as u64));
+    group.bench_function("check", |b| {
+        b.iter(|| {
+            for url in &urls {
+                black_box(robots.check(black_box("MyCrawler"), black_box(url)));
+            }
+        })
+    });
+    group.bench_function("preferences", |b| {
+        b.iter(|| {
+            for url in &urls {
+                black_box(robots.preferences(black_box("MyCrawler"), black_box(url)));
+            }
+        })
+    });
+    group.finish();
+
+    let mut group = c.benchmark_group("robots_largest_file_parse");
+    group.sample_size(20);
+    group.throughput(Throughput::Bytes(body.len() as u64));
+    group.bench_function("parse", |b| {
+        b.iter(|| black_box(Robots::parse(black_box(body.as_bytes()))))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench, bench_largest);
 criterion_main!(benches);

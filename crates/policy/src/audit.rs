@@ -8,6 +8,11 @@
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use std::time::Duration;
+
+use crate::budget::Reaction;
+use crate::conditional::CacheOutcome;
+use crate::prefs::PrefsRecord;
 use crate::Outcome;
 
 mod checkpoint;
@@ -55,6 +60,8 @@ pub struct AuditRecord {
     pub source: Option<&'static str>,
     /// How long the request was held by the budget.
     pub waited_ms: Option<u64>,
+    /// Time from sending the request upstream to the response head.
+    pub upstream_ms: Option<u64>,
     /// The host's rate (requests/s) when the decision was made.
     pub rate: Option<f64>,
     /// The host's ceiling (requests/s).
@@ -69,11 +76,65 @@ pub struct AuditRecord {
     pub saved_bytes: Option<u64>,
     /// What the response store did: `miss`, `stored`, `revalidated`, `hit`, `bypass`, `error`.
     pub cache: Option<&'static str>,
+    /// The site's usage preferences that applied (robots.txt `Content-Signal`
+    /// / `Content-Usage`, and response headers): per purpose `allowed`,
+    /// `disallowed` or `unknown`, the site's `use`, and the statements behind
+    /// them. Lines written before the field existed have none and still
+    /// verify: the chain covers the bytes as written.
+    pub prefs: Option<PrefsRecord>,
     /// Whether the request carried Web Bot Auth signature headers.
     pub signed: bool,
+    /// The `keyid` (JWK thumbprint) of the Web Bot Auth signature mannerly
+    /// added, when it signed the request.
+    pub keyid: Option<String>,
 }
 
+// === impl AuditRecord ===
+
 impl AuditRecord {
+    /// How long the request has been held by the budget so far.
+    pub fn waited(&mut self, held: Duration) {
+        self.waited_ms = Some(u64::try_from(held.as_millis()).unwrap_or(u64::MAX));
+    }
+
+    /// What the budget learned from the origin's answer: the host's rate and
+    /// ceiling, and for a throttle the Retry-After as sent and the pause.
+    pub fn budget(&mut self, reaction: &Reaction) {
+        self.rate = Some(reaction.rate());
+        self.ceiling = Some(reaction.ceiling());
+        if let Reaction::Throttled(t) = reaction {
+            self.retry_after = t.retry_after_raw.clone();
+            self.pause_s = Some(t.pause.as_millis() as f64 / 1000.0);
+        }
+    }
+
+    /// What the response store did for this request.
+    pub fn cache(&mut self, outcome: CacheOutcome) {
+        self.cache = Some(outcome.as_str());
+    }
+
+    /// The decision and the status the client gets.
+    pub fn decided(&mut self, outcome: Outcome, status: u16) {
+        self.outcome = Some(outcome);
+        self.status = Some(status);
+    }
+
+    /// An answer the proxy made itself: decision, status, why, who caused
+    /// it, and the size of the plain-text body.
+    pub fn refused(
+        &mut self,
+        outcome: Outcome,
+        status: u16,
+        why: &str,
+        source: &'static str,
+        bytes: u64,
+    ) {
+        self.decided(outcome, status);
+        self.reason = Some(why.to_owned());
+        self.source = Some(source);
+        self.bytes = Some(bytes);
+    }
+
     /// The record as one JSON object without the chain field.
     pub fn to_json(&self) -> String {
         // Serialising a struct of strings, numbers and options cannot fail;
@@ -204,6 +265,35 @@ mod tests {
             assert_eq!(v["chain"].as_str().unwrap().len(), 64);
             assert_eq!(v["outcome"], "fetched");
         }
+    }
+
+    #[test]
+    fn lines_from_before_prefs_and_lines_with_prefs_verify_in_one_log() {
+        // A line as written before `prefs` existed (no such field at all).
+        let old = r#"{"ts":"2026-01-01T00:00:00.000Z","id":"a-0","client":null,"method":"GET","url":"http://a.test/","host":"a.test","agent":null,"outcome":"fetched","would":null,"status":200,"rule":null,"reason":null,"source":null,"waited_ms":0,"rate":null,"ceiling":null,"retry_after":null,"pause_s":null,"bytes":5,"saved_bytes":null,"cache":null,"signed":false}"#;
+        let (first, prev) = chain_line(GENESIS, old);
+        let robots = crate::robots::Robots::parse(b"User-agent: *\nContent-Usage: train-ai=n\n");
+        let rec = AuditRecord {
+            id: "a-1".into(),
+            outcome: Some(Outcome::SignalRefused),
+            prefs: Some(robots.preferences("x", "/").record()),
+            ..Default::default()
+        };
+        let (second, _) = chain_line(&prev, &rec.to_json());
+        let lines = [first, second];
+        assert_eq!(
+            verify_chain(lines.iter().map(|s| s.as_str())).map(|(n, _)| n),
+            Ok(2)
+        );
+        let v: serde_json::Value = serde_json::from_str(&lines[1]).unwrap();
+        assert_eq!(v["prefs"]["ai-train"], "disallowed");
+        assert_eq!(v["prefs"]["search"], "unknown");
+        assert_eq!(
+            v["prefs"]["sources"][0],
+            "robots.txt line 2: Content-Usage: train-ai=n"
+        );
+        let v: serde_json::Value = serde_json::from_str(&log(1)[0]).unwrap();
+        assert!(v["prefs"].is_null());
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! One [`HostBudget`] per host name (not per port) holds a rate, a ceiling, a
 //! concurrency limit, a pause and the recent throttle history. It is a plain
 //! state machine: every call takes the caller's `now` (and `wall` where an
-//! HTTP-date must be read) and answers with a value — [`Admission`],
+//! HTTP-date must be read) and answers with a value — [`Reservation`],
 //! [`Start`], [`Reaction`] — that the proxy turns into timers, queues and
 //! HTTP answers.
 //!
@@ -22,15 +22,18 @@
 //! Rates are kept as whole micro-requests per second and times as whole
 //! milliseconds, so that the arithmetic is exact and a host costs 72 bytes.
 
+mod decision;
 mod host;
 mod params;
+mod persist;
+mod reset;
 mod retry_after;
 
-pub use host::{
-    Admission, HostBudget, HostView, PersistedHost, Reaction, Refusal, Start, Throttle,
-    QUEUE_RETRY_AFTER,
-};
-pub use params::{BudgetError, BudgetParams, HostOverride, HostParams, MAX_BREAKER_THRESHOLD};
+pub use decision::{HostView, Reaction, Refusal, Reservation, Start, Throttle, QUEUE_RETRY_AFTER};
+pub use host::HostBudget;
+pub use params::{BudgetParams, HostOverride, HostParams, MAX_BREAKER_THRESHOLD};
+pub use persist::PersistedHost;
+pub use reset::ResetReport;
 pub use retry_after::{parse_retry_after, RETRY_AFTER_ABSURD};
 
 use std::borrow::Cow;

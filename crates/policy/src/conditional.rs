@@ -39,6 +39,8 @@ use http::{request, response, Method, Request, StatusCode};
 use http_cache_semantics::{AfterResponse, BeforeRequest, CacheOptions, CachePolicy};
 use serde::{Deserialize, Serialize};
 
+use crate::ParamError;
+
 mod entry;
 mod key;
 
@@ -80,33 +82,20 @@ impl Default for CacheParams {
     }
 }
 
-/// A `[cache]` setting that cannot work.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum CacheConfigError {
-    /// `cache.max_body` is 0.
-    #[error("cache.max_body must be greater than 0")]
-    ZeroMaxBody,
-    /// `cache.max_size` is smaller than `cache.max_body`: nothing could be stored.
-    #[error("cache.max_size ({max_size}) must be at least cache.max_body ({max_body})")]
-    SizeBelowBody {
-        /// The configured `cache.max_size`.
-        max_size: u64,
-        /// The configured `cache.max_body`.
-        max_body: u64,
-    },
-}
-
 impl CacheParams {
     /// Checks the parameters, naming the key at fault.
-    pub fn validate(self) -> Result<Self, CacheConfigError> {
+    pub fn validate(self) -> Result<Self, ParamError> {
         if self.max_body == 0 {
-            return Err(CacheConfigError::ZeroMaxBody);
+            return Err(ParamError::new("cache.max_body", "must be greater than 0"));
         }
         if self.max_size < self.max_body {
-            return Err(CacheConfigError::SizeBelowBody {
-                max_size: self.max_size,
-                max_body: self.max_body,
-            });
+            return Err(ParamError::new(
+                "cache.max_size",
+                format!(
+                    "{} is below cache.max_body ({}): nothing could be stored",
+                    self.max_size, self.max_body
+                ),
+            ));
         }
         Ok(self)
     }

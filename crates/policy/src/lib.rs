@@ -1,13 +1,17 @@
 //! Sans-IO crawl policy for mannerly: every rule the proxy applies, as plain functions of data and a passed-in `now`; no sockets, no runtime, no clock.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
 mod address;
 mod audit;
 pub mod budget;
 pub mod conditional;
 mod headers;
+pub mod identity;
 mod outcome;
+mod param;
+pub mod prefs;
 pub mod robots;
 pub mod robots_cache;
 
@@ -19,3 +23,4 @@ pub use audit::{
 pub use ed25519_dalek::{SigningKey, VerifyingKey};
 pub use headers::strip_hop_by_hop;
 pub use outcome::Outcome;
+pub use param::ParamError;

@@ -36,6 +36,9 @@ pub enum Outcome {
     /// The client is not allowed to use the proxy (proxy authentication or
     /// the client address allow-list).
     Denied,
+    /// An operator cleared a host's learned pause, ceiling and breaker
+    /// (admin `POST /hosts/{host}/reset`).
+    OperatorReset,
 }
 
 impl Outcome {
@@ -57,6 +60,7 @@ impl Outcome {
             Outcome::RobotsFetched => "robots_fetched",
             Outcome::Tunneled => "tunneled",
             Outcome::Denied => "denied",
+            Outcome::OperatorReset => "operator_reset",
         }
     }
 
@@ -72,7 +76,8 @@ impl Outcome {
             | Outcome::Revalidated
             | Outcome::Unchanged
             | Outcome::RobotsFetched
-            | Outcome::Tunneled => 200,
+            | Outcome::Tunneled
+            | Outcome::OperatorReset => 200,
         }
     }
 }

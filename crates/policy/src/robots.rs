@@ -1,5 +1,5 @@
 //! robots.txt (RFC 9309): parser and matcher, plus the `Crawl-delay`,
-//! `Sitemap` and `Content-Signal` extensions.
+//! `Sitemap`, `Content-Signal` and `Content-Usage` extensions.
 //!
 //! [`Robots::parse`] does all the work once (groups merged per product token,
 //! patterns normalised and indexed); [`Robots::check`] then answers with the
@@ -9,25 +9,47 @@
 //! Choices where RFC 9309 leaves room or other parsers differ:
 //! - only `key: value` lines count (a missing colon makes a line unknown), and
 //!   keys are the RFC names without Google's typo tolerance;
+//! - whitespace is space and tab only (RFC 9309 sec. 2.2): a no-break space,
+//!   U+3000, vertical tab or form feed is part of the value, so
+//!   `Allow: /private/`+NBSP allows nothing under `/private/`;
 //! - a `User-agent` value is a product token (`[a-zA-Z_-]+`, an optional
 //!   `/version` ignored) or `*`; any other value (`Foo Bar`) starts a group that
 //!   no crawler matches;
-//! - `Allow`, `Disallow`, `Crawl-delay` and `Content-Signal` are the records of
-//!   a group: a `User-agent` line after one of them starts a new group; any other
-//!   line (`Sitemap`, unknown keys, comments, blank lines) never ends a group;
+//! - a group is its `User-agent` lines and the rules after them (sec. 2.2):
+//!   only `Allow` and `Disallow` end the list of user-agents, so a
+//!   `User-agent` line after one of them starts a new group. Every other
+//!   record (`Crawl-delay`, `Content-Signal`, `Content-Usage`, `Sitemap`,
+//!   unknown keys, comments, blank lines) leaves the list open and belongs to
+//!   the group it stands in, i.e. to every agent of that group (Google's
+//!   parser reads it the same way);
 //! - the agent's groups apply, else the `*` groups; they never combine;
 //! - of several `Crawl-delay` lines for one crawler, the largest counts.
 
 mod index;
 mod pattern;
+mod preferences;
 mod signal;
+mod url;
+mod usage;
 
 use std::fmt;
 
 use index::{IndexedRule, RuleIndex};
 use pattern::{normalise_path, Pattern};
 
-pub use signal::{ContentSignal, Purpose, SignalRefusal, SignalUse};
+pub use crate::prefs::Purpose;
+pub use preferences::Preferences;
+pub use signal::{ContentSignal, SignalRefusal, SignalUse};
+pub use url::{split_url, SplitUrl, UrlError};
+pub use usage::ContentUsage;
+
+/// Whitespace in robots.txt (RFC 9309 sec. 2.2): space and tab, nothing else.
+pub(crate) const WS: [char; 2] = [' ', '\t'];
+
+/// `s` without leading and trailing spaces and tabs.
+pub(crate) fn trim_ws(s: &str) -> &str {
+    s.trim_matches(WS)
+}
 
 /// Only this much of a robots.txt is parsed (RFC 9309 sec. 2.5 asks for at
 /// least 500 KiB).
@@ -101,8 +123,15 @@ struct Group {
     token: String,
     index: RuleIndex,
     crawl_delay: Option<f64>,
-    /// Indices into `Robots::signals`, in file order (global lines included).
-    signals: Vec<u32>,
+    /// Indices into `Robots::statements`, in file order (global lines included).
+    statements: Vec<u32>,
+}
+
+/// A usage-preference line, in either vocabulary.
+#[derive(Debug, Clone)]
+enum Statement {
+    Signal(ContentSignal),
+    Usage(ContentUsage),
 }
 
 /// A parsed robots.txt.
@@ -112,9 +141,10 @@ pub struct Robots {
     /// Specific groups; the `*` group is kept apart.
     groups: Vec<Group>,
     star: Option<Group>,
-    signals: Vec<ContentSignal>,
-    /// Content-Signal lines before the first group: they apply to everyone.
-    global_signals: Vec<u32>,
+    statements: Vec<Statement>,
+    /// Content-Signal / Content-Usage lines before the first group: they
+    /// apply to everyone.
+    global_statements: Vec<u32>,
     sitemaps: Vec<String>,
 }
 
@@ -126,7 +156,7 @@ struct RawGroup {
     agents: Vec<Option<String>>,
     rules: Vec<u32>,
     crawl_delay: Option<f64>,
-    signals: Vec<u32>,
+    statements: Vec<u32>,
 }
 
 // === impl Robots ===
@@ -159,12 +189,12 @@ impl Robots {
                 Some(at) => &text[..at],
                 None => &text[..],
             };
-            let text = text.trim();
+            let text = trim_ws(text);
             let Some((key, value)) = text.split_once(':') else {
                 continue;
             };
-            let key = key.trim();
-            let value = value.trim();
+            let key = trim_ws(key);
+            let value = trim_ws(value);
             let is = |name: &str| key.eq_ignore_ascii_case(name);
 
             if is("user-agent") {
@@ -183,6 +213,8 @@ impl Robots {
                 let Some(group) = raw.last_mut() else {
                     continue;
                 };
+                // The rules have begun: a User-agent line from here on starts
+                // the next group.
                 open = false;
                 if value.is_empty() {
                     continue;
@@ -199,21 +231,19 @@ impl Robots {
                 let Some(group) = raw.last_mut() else {
                     continue;
                 };
-                open = false;
                 if let Some(delay) = parse_delay(value) {
                     group.crawl_delay = Some(group.crawl_delay.map_or(delay, |d| d.max(delay)));
                 }
-            } else if is("content-signal") {
-                let id = robots.signals.len() as u32;
-                robots
-                    .signals
-                    .push(ContentSignal::parse(number, text, value));
+            } else if is("content-signal") || is("content-usage") {
+                let id = robots.statements.len() as u32;
+                robots.statements.push(if is("content-signal") {
+                    Statement::Signal(ContentSignal::parse(number, text, value))
+                } else {
+                    Statement::Usage(ContentUsage::parse(number, text, value))
+                });
                 match raw.last_mut() {
-                    Some(group) => {
-                        open = false;
-                        group.signals.push(id);
-                    }
-                    None => robots.global_signals.push(id),
+                    Some(group) => group.statements.push(id),
+                    None => robots.global_statements.push(id),
                 }
             }
         }
@@ -251,9 +281,13 @@ impl Robots {
                 .flat_map(|&i| raw[i].rules.iter().copied())
                 .collect();
             rules.sort_unstable();
-            let mut signals = self.global_signals.clone();
-            signals.extend(members.iter().flat_map(|&i| raw[i].signals.iter().copied()));
-            signals.sort_unstable();
+            let mut statements = self.global_statements.clone();
+            statements.extend(
+                members
+                    .iter()
+                    .flat_map(|&i| raw[i].statements.iter().copied()),
+            );
+            statements.sort_unstable();
             let crawl_delay = members
                 .iter()
                 .filter_map(|&i| raw[i].crawl_delay)
@@ -264,7 +298,7 @@ impl Robots {
                 index: RuleIndex::build(&self.rules, &rules),
                 token,
                 crawl_delay,
-                signals,
+                statements,
             };
             if group.token == "*" {
                 self.star = Some(group);
@@ -337,55 +371,45 @@ impl Robots {
         &self.rules
     }
 
+    /// The usage-preference lines that apply to `agent`, in file order:
+    /// those of its group (else of `*`) and those before the first group.
+    fn statements(&self, agent: &str) -> impl Iterator<Item = &Statement> + '_ {
+        let ids = match self.group(agent) {
+            Some(group) => &group.statements,
+            None => &self.global_statements,
+        };
+        ids.iter()
+            .filter_map(|&id| self.statements.get(id as usize))
+    }
+
     /// The `Content-Signal` lines that apply to `agent`, in file order: those
     /// of its group (else of `*`) and those before the first group.
     pub fn content_signals(&self, agent: &str) -> impl Iterator<Item = &ContentSignal> + '_ {
-        let ids = match self.group(agent) {
-            Some(group) => &group.signals,
-            None => &self.global_signals,
-        };
-        ids.iter().filter_map(|&id| self.signals.get(id as usize))
+        self.statements(agent).filter_map(|s| match s {
+            Statement::Signal(signal) => Some(signal),
+            Statement::Usage(_) => None,
+        })
+    }
+
+    /// The `Content-Usage` lines that apply to `agent`, in file order, scoped
+    /// as [`Robots::content_signals`].
+    pub fn content_usages(&self, agent: &str) -> impl Iterator<Item = &ContentUsage> + '_ {
+        self.statements(agent).filter_map(|s| match s {
+            Statement::Usage(usage) => Some(usage),
+            Statement::Signal(_) => None,
+        })
     }
 
     /// The first of `purposes` (in the order given) the site refuses for
-    /// `url`, with the deciding `Content-Signal` line; `None` if none is
-    /// refused. Precedence is described in the `signal` module docs: longest
-    /// matching path wins, `no` wins a tie, absence refuses nothing.
+    /// `url` in its `Content-Signal` or `Content-Usage` lines, with the line
+    /// that said no; `None` if none is refused. See [`Robots::preferences`].
     pub fn signal_check(
         &self,
         agent: &str,
         url: &str,
         purposes: &[Purpose],
     ) -> Option<SignalRefusal<'_>> {
-        let path = normalise_path(url);
-        if is_robots_txt(&path) {
-            return None;
-        }
-        for &purpose in purposes {
-            let mut best: Option<(usize, bool, &ContentSignal)> = None;
-            for signal in self.content_signals(agent) {
-                let (Some(value), Some(len)) = (signal.get(purpose), signal.coverage(&path)) else {
-                    continue;
-                };
-                let wins = match best {
-                    None => true,
-                    Some((best_len, best_value, _)) => {
-                        len > best_len || (len == best_len && best_value && !value)
-                    }
-                };
-                if wins {
-                    best = Some((len, value, signal));
-                }
-            }
-            if let Some((_, false, signal)) = best {
-                return Some(SignalRefusal {
-                    purpose,
-                    line: signal.line,
-                    text: &signal.text,
-                });
-            }
-        }
-        None
+        self.preferences(agent, url).refused_purpose(purposes)
     }
 }
 

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 
 use crate::robots::Robots;
+use crate::ParamError;
 
 /// `[robots]`: fetching and caching robots.txt.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -39,19 +40,9 @@ impl Default for RobotsParams {
     }
 }
 
-/// A `[robots]` value that cannot be used.
-#[derive(Debug, thiserror::Error, PartialEq)]
-#[error("config key robots.{key}: {why}")]
-pub struct RobotsParamsError {
-    /// The key.
-    pub key: &'static str,
-    /// What is wrong.
-    pub why: String,
-}
-
 impl RobotsParams {
     /// Checks the values, naming the key at fault.
-    pub fn validate(self) -> Result<Self, RobotsParamsError> {
+    pub fn validate(self) -> Result<Self, ParamError> {
         let secs = [
             ("max_age_secs", self.max_age_secs),
             ("retry_min_secs", self.retry_min_secs),
@@ -60,29 +51,26 @@ impl RobotsParams {
         ];
         for (key, v) in secs {
             if !(v.is_finite() && v > 0.0) {
-                return Err(RobotsParamsError {
-                    key,
-                    why: format!("must be a positive number of seconds, got {v}"),
-                });
+                return Err(ParamError::new(
+                    format!("robots.{key}"),
+                    format!("must be a positive number of seconds, got {v}"),
+                ));
             }
         }
         if self.max_age_secs > 86_400.0 {
-            return Err(RobotsParamsError {
-                key: "max_age_secs",
-                why: "RFC 9309 caps caching at 24 hours (86400)".into(),
-            });
+            return Err(ParamError::new(
+                "robots.max_age_secs",
+                "RFC 9309 caps caching at 24 hours (86400)",
+            ));
         }
         if self.retry_max_secs < self.retry_min_secs {
-            return Err(RobotsParamsError {
-                key: "retry_max_secs",
-                why: "must not be below retry_min_secs".into(),
-            });
+            return Err(ParamError::new(
+                "robots.retry_max_secs",
+                "must not be below retry_min_secs",
+            ));
         }
         if self.max_entries == 0 {
-            return Err(RobotsParamsError {
-                key: "max_entries",
-                why: "must be at least 1".into(),
-            });
+            return Err(ParamError::new("robots.max_entries", "must be at least 1"));
         }
         Ok(self)
     }
@@ -355,13 +343,13 @@ mod tests {
         }
         .validate()
         .unwrap_err();
-        assert_eq!(e.key, "max_age_secs");
+        assert_eq!(e.key, "robots.max_age_secs");
         let e = RobotsParams {
             retry_min_secs: -1.0,
             ..params()
         }
         .validate()
         .unwrap_err();
-        assert_eq!(e.key, "retry_min_secs");
+        assert_eq!(e.key, "robots.retry_min_secs");
     }
 }

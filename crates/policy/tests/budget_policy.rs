@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use mannerly_policy::budget::{
-    Admission, BudgetParams, HostBudget, HostParams, PersistedHost, Reaction, Refusal, Start,
+    BudgetParams, HostBudget, HostParams, PersistedHost, Reaction, Refusal, Reservation, Start,
     Throttle,
 };
 use mannerly_policy::Outcome;
@@ -178,16 +178,16 @@ fn five_429s_inside_60s_open_the_breaker_for_300s() {
 
     assert_eq!(
         b.admit(&p, t0 + secs(41)),
-        Admission::Refuse(Refusal::BreakerOpen {
+        Reservation::Refuse(Refusal::BreakerOpen {
             retry_after: secs(299)
         })
     );
     // Held once the breaker closes within max_hold; the next one would wait
     // a further 10 s (rate 0.1) and is refused.
-    assert_eq!(b.admit(&p, t0 + secs(310)), Admission::Wait(secs(30)));
+    assert_eq!(b.admit(&p, t0 + secs(310)), Reservation::Wait(secs(30)));
     assert_eq!(
         b.admit(&p, t0 + secs(310)),
-        Admission::Refuse(Refusal::QueueFull {
+        Reservation::Refuse(Refusal::QueueFull {
             retry_after: secs(40)
         })
     );
@@ -229,21 +229,21 @@ fn reservations_are_fifo_and_spaced_at_one_over_rate() {
     assert_eq!(
         got,
         [
-            Admission::Go,
-            Admission::Wait(secs(1)),
-            Admission::Wait(secs(2)),
-            Admission::Wait(secs(3))
+            Reservation::Go,
+            Reservation::Wait(secs(1)),
+            Reservation::Wait(secs(2)),
+            Reservation::Wait(secs(3))
         ]
     );
     assert_eq!(b.view(&p, t0).queued, 3);
 
     let p = with(|p| p.start_rate = 8.0);
     let mut b = HostBudget::new(&p, t0);
-    assert_eq!(b.admit(&p, t0), Admission::Go);
-    assert_eq!(b.admit(&p, t0 + ms(30)), Admission::Wait(ms(95)));
-    assert_eq!(b.admit(&p, t0 + ms(30)), Admission::Wait(ms(220)));
+    assert_eq!(b.admit(&p, t0), Reservation::Go);
+    assert_eq!(b.admit(&p, t0 + ms(30)), Reservation::Wait(ms(95)));
+    assert_eq!(b.admit(&p, t0 + ms(30)), Reservation::Wait(ms(220)));
     // An idle host's bucket refills: no wait after a gap.
-    assert_eq!(b.admit(&p, t0 + ms(2000)), Admission::Go);
+    assert_eq!(b.admit(&p, t0 + ms(2000)), Reservation::Go);
 
     let p = with(|p| p.burst = 3);
     let mut b = HostBudget::new(&p, t0);
@@ -251,11 +251,11 @@ fn reservations_are_fifo_and_spaced_at_one_over_rate() {
     assert_eq!(
         got,
         [
-            Admission::Go,
-            Admission::Go,
-            Admission::Go,
-            Admission::Wait(secs(1)),
-            Admission::Wait(secs(2))
+            Reservation::Go,
+            Reservation::Go,
+            Reservation::Go,
+            Reservation::Wait(secs(1)),
+            Reservation::Wait(secs(2))
         ]
     );
 }
@@ -267,13 +267,13 @@ fn a_wait_beyond_max_hold_or_the_queue_bound_is_refused_and_reserves_nothing() {
     let mut b = HostBudget::new(&p, t0);
     for i in 0..=30 {
         let want = if i == 0 {
-            Admission::Go
+            Reservation::Go
         } else {
-            Admission::Wait(secs(i))
+            Reservation::Wait(secs(i))
         };
         assert_eq!(b.admit(&p, t0), want);
     }
-    let full = Admission::Refuse(Refusal::QueueFull {
+    let full = Reservation::Refuse(Refusal::QueueFull {
         retry_after: secs(31),
     });
     assert_eq!(b.admit(&p, t0), full);
@@ -299,10 +299,10 @@ fn a_wait_beyond_max_hold_or_the_queue_bound_is_refused_and_reserves_nothing() {
     assert_eq!(
         got,
         [
-            Admission::Go,
-            Admission::Wait(secs(1)),
-            Admission::Wait(secs(2)),
-            Admission::Refuse(Refusal::QueueFull {
+            Reservation::Go,
+            Reservation::Wait(secs(1)),
+            Reservation::Wait(secs(2)),
+            Reservation::Refuse(Refusal::QueueFull {
                 retry_after: secs(3)
             })
         ]
@@ -319,17 +319,17 @@ fn a_paused_host_holds_what_fits_in_max_hold_and_refuses_the_rest() {
     let paused = Refusal::Paused {
         retry_after: secs(60),
     };
-    assert_eq!(b.admit(&p, t0), Admission::Refuse(paused));
+    assert_eq!(b.admit(&p, t0), Reservation::Refuse(paused));
     assert_eq!((paused.status(), paused.outcome()), (429, Outcome::Paused));
     // The first slot is the end of the pause, then one per 2 s (rate 0.5).
-    assert_eq!(b.admit(&p, t0 + secs(31)), Admission::Wait(secs(29)));
+    assert_eq!(b.admit(&p, t0 + secs(31)), Reservation::Wait(secs(29)));
     assert_eq!(
         b.admit(&p, t0 + secs(31)),
-        Admission::Refuse(Refusal::QueueFull {
+        Reservation::Refuse(Refusal::QueueFull {
             retry_after: secs(31)
         })
     );
-    assert_eq!(b.admit(&p, t0 + secs(32)), Admission::Wait(secs(30)));
+    assert_eq!(b.admit(&p, t0 + secs(32)), Reservation::Wait(secs(30)));
     assert_eq!(b.view(&p, t0 + secs(32)).queued, 2);
 }
 
@@ -347,9 +347,9 @@ fn a_woken_waiter_rechecks_the_pause() {
         ),
     ] {
         let mut b = HostBudget::new(&p, t0);
-        assert_eq!(b.admit(&p, t0), Admission::Go);
+        assert_eq!(b.admit(&p, t0), Reservation::Go);
         assert_eq!(b.try_start(&p, t0, HOLD), Start::Go);
-        assert_eq!(b.admit(&p, t0), Admission::Wait(secs(1)));
+        assert_eq!(b.admit(&p, t0), Reservation::Wait(secs(1)));
         // The first request draws a 429 while the second sleeps.
         throttled(respond(&mut b, &p, t0, ms(500), 429, Some(ra)));
         assert_eq!(b.try_start(&p, t0 + secs(1), HOLD - secs(1)), want);
@@ -362,7 +362,7 @@ fn the_concurrency_gate_halves_on_429_with_min_1_and_recovers() {
     let p = with(|p| p.burst = 4);
     let mut b = HostBudget::new(&p, t0);
     for _ in 0..3 {
-        assert_eq!(b.admit(&p, t0), Admission::Go);
+        assert_eq!(b.admit(&p, t0), Reservation::Go);
     }
     assert_eq!(b.try_start(&p, t0, HOLD), Start::Go);
     assert_eq!(b.try_start(&p, t0, HOLD), Start::Go);
@@ -397,9 +397,9 @@ fn crawl_delay_caps_the_rate_at_one_over_delay() {
     assert_eq!(
         got,
         [
-            Admission::Go,
-            Admission::Wait(secs(4)),
-            Admission::Wait(secs(8))
+            Reservation::Go,
+            Reservation::Wait(secs(4)),
+            Reservation::Wait(secs(8))
         ]
     );
     for i in 0..10 {
@@ -434,7 +434,7 @@ fn server_errors_slow_down_mildly_and_503_with_retry_after_throttles() {
             ceiling: 8.0
         }
     );
-    assert_eq!(b.admit(&p, t0 + secs(1)), Admission::Go);
+    assert_eq!(b.admit(&p, t0 + secs(1)), Reservation::Go);
 
     let t = throttled(respond(&mut b, &p, t0, secs(2), 503, Some("5")));
     assert_eq!(
@@ -510,7 +510,7 @@ fn persisted_state_survives_a_restart_with_wall_clock_deadlines() {
     );
     assert_eq!(v.ceiling, 0.81);
     let mut r = r;
-    assert_eq!(r.admit(&p, t1), Admission::Wait(secs(30)));
+    assert_eq!(r.admit(&p, t1), Reservation::Wait(secs(30)));
 
     // Nothing is persisted for a host with nothing to remember.
     assert!(HostBudget::new(&p, t0).persist(&p, t0, wall()).is_none());
@@ -521,7 +521,7 @@ fn an_idle_host_is_forgettable_once_its_bucket_has_refilled() {
     let p = defaults();
     let t0 = Instant::now();
     let mut b = HostBudget::new(&p, t0);
-    assert_eq!(b.admit(&p, t0), Admission::Go);
+    assert_eq!(b.admit(&p, t0), Reservation::Go);
     assert_eq!(b.try_start(&p, t0, HOLD), Start::Go);
     assert!(!b.is_idle(t0 + secs(2)));
     ok_rate(respond(&mut b, &p, t0, ms(200), 200, None));
@@ -567,8 +567,8 @@ fn slots_promised_before_a_throttle_are_reserved_again_at_the_lowered_rate() {
     // Four waiters promised slots 250 ms apart at 4/s.
     let promised: Vec<_> = (0..4)
         .map(|_| match b.admit(&p, t0) {
-            Admission::Go => Duration::ZERO,
-            Admission::Wait(d) => d,
+            Reservation::Go => Duration::ZERO,
+            Reservation::Wait(d) => d,
             other => panic!("{other:?}"),
         })
         .collect();

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use mannerly_policy::budget::{Admission, BudgetParams, HostBudget, HostParams, Start};
+use mannerly_policy::budget::{BudgetParams, HostBudget, HostParams, Reservation, Start};
 use proptest::prelude::*;
 
 #[derive(Clone, Debug)]
@@ -72,12 +72,12 @@ proptest! {
             let slot = match e {
                 Event::Advance(ms) => { now += Duration::from_millis(ms); None }
                 Event::Admit => match b.admit(&p, now) {
-                    Admission::Go => Some(now),
-                    Admission::Wait(d) => {
+                    Reservation::Go => Some(now),
+                    Reservation::Wait(d) => {
                         prop_assert!(d <= p.max_hold());
                         Some(now + d)
                     }
-                    Admission::Refuse(_) => None,
+                    Reservation::Refuse(_) => None,
                 },
                 Event::TryStart => match b.try_start(&p, now, p.max_hold()) {
                     Start::Wait(d) => Some(now + d),

@@ -15,10 +15,11 @@ use std::future::Future;
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::task::{Context, Poll};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use http::Response;
 use mannerly_policy::{
@@ -26,6 +27,7 @@ use mannerly_policy::{
 };
 use tokio::sync::oneshot;
 
+use crate::clock::Clock;
 use crate::config::{AuditConfig, AuditSync, AuditTarget, Config};
 use crate::datadir;
 use crate::error::AuditError;
@@ -40,16 +42,31 @@ enum Msg {
     Close,
 }
 
+/// Sees every record as it is handed to the writer (the dashboard's live feed).
+pub(crate) type Observer = Arc<dyn Fn(&AuditRecord) + Send + Sync>;
+
 /// Hands records to the writer. Cheap to clone; never blocks.
 #[derive(Clone)]
 pub struct AuditSink {
     tx: mpsc::Sender<Msg>,
+    stats: Arc<AuditStats>,
+    observer: Option<Observer>,
+}
+
+/// Counters of the writer, for `/metrics`.
+#[derive(Debug, Default)]
+pub(crate) struct AuditStats {
+    /// Lines written (checkpoints included).
+    pub written: AtomicU64,
+    /// Failed writes.
+    pub errors: AtomicU64,
 }
 
 impl AuditSink {
     /// Queues a record that no answer waits for (robots.txt fetches, retries,
     /// tunnels that already ended).
     pub fn send(&self, rec: AuditRecord) {
+        self.observe(&rec);
         // Only fails after close, when there is no log left to write to.
         let _ = self.tx.send(Msg::Record(Box::new(rec), None));
     }
@@ -57,9 +74,27 @@ impl AuditSink {
     /// Queues a record and returns what resolves once its line has been
     /// written to the file (handed to the OS with `write`).
     pub fn commit(&self, rec: AuditRecord) -> Written {
+        self.observe(&rec);
         let (tx, rx) = oneshot::channel();
         let _ = self.tx.send(Msg::Record(Box::new(rec), Some(tx)));
         Written(rx)
+    }
+
+    fn observe(&self, rec: &AuditRecord) {
+        if let Some(observe) = &self.observer {
+            observe(rec);
+        }
+    }
+
+    /// The same sink, also showing every record to `observer`.
+    pub(crate) fn observed(mut self, observer: Observer) -> AuditSink {
+        self.observer = Some(observer);
+        self
+    }
+
+    /// The writer's counters.
+    pub(crate) fn stats(&self) -> &Arc<AuditStats> {
+        &self.stats
     }
 
     /// A committer for code that completes a record later.
@@ -82,14 +117,15 @@ impl AuditSink {
 }
 
 /// Sends one record whose answer waits for it.
-pub struct Committer {
+pub(crate) struct Committer {
     sink: AuditSink,
     ack: oneshot::Sender<bool>,
 }
 
 impl Committer {
     /// Queues the record; the waiting answer is released once it is written.
-    pub fn send(self, rec: AuditRecord) {
+    pub(crate) fn send(self, rec: AuditRecord) {
+        self.sink.observe(&rec);
         let _ = self
             .sink
             .tx
@@ -128,7 +164,7 @@ pub(crate) async fn line_written(resp: &mut Response<crate::body::ProxyBody>) {
         .and_then(|g| g.0.lock().ok().and_then(|mut w| w.take()));
     if let Some(w) = pending {
         if !w.await {
-            *resp = crate::respond::Refusal::new(
+            *resp = crate::respond::Answer::new(
                 mannerly_policy::Outcome::Error,
                 "the audit log cannot be written, so nothing is answered",
             )
@@ -183,7 +219,9 @@ pub fn open(cfg: &Config) -> Result<(AuditSink, AuditWriter), AuditError> {
         }
     };
     let (tx, rx) = mpsc::channel();
-    let now = Instant::now();
+    let stats = Arc::new(AuditStats::default());
+    let clock = Clock::system();
+    let now = clock.now_std();
     let bytes = match &out {
         Out::File(f) => f.metadata().map(|m| m.len()).unwrap_or(0),
         Out::Stdout(_) => 0,
@@ -205,6 +243,8 @@ pub fn open(cfg: &Config) -> Result<(AuditSink, AuditWriter), AuditError> {
         buf: Vec::with_capacity(64 * 1024),
         acks: Vec::new(),
         written: 0,
+        stats: stats.clone(),
+        clock,
     };
     if w.lines == 0 && w.prev != GENESIS {
         // A new file continuing an earlier one starts by saying so.
@@ -216,7 +256,11 @@ pub fn open(cfg: &Config) -> Result<(AuditSink, AuditWriter), AuditError> {
         .spawn(move || w.run(rx))
         .map_err(AuditError::Thread)?;
     Ok((
-        AuditSink { tx: tx.clone() },
+        AuditSink {
+            tx: tx.clone(),
+            stats,
+            observer: None,
+        },
         AuditWriter {
             tx,
             thread: Some(thread),
@@ -367,6 +411,8 @@ struct Writer {
     buf: Vec<u8>,
     acks: Vec<oneshot::Sender<bool>>,
     written: u64,
+    stats: Arc<AuditStats>,
+    clock: Clock,
 }
 
 // Past this, a batch is written even if more records are queued.
@@ -444,6 +490,7 @@ impl Writer {
 
     fn push(&mut self, content: &str) {
         let (line, chain) = chain_line(&self.prev, content);
+        self.stats.written.fetch_add(1, Ordering::Relaxed);
         self.buf.extend_from_slice(line.as_bytes());
         self.buf.push(b'\n');
         self.prev = chain;
@@ -453,7 +500,7 @@ impl Writer {
     fn seal(&mut self, why: SealReason) {
         let cp = Checkpoint::sign(
             &self.key,
-            now_rfc3339(),
+            now_rfc3339(&self.clock),
             why,
             self.lines,
             &self.prev,
@@ -463,7 +510,7 @@ impl Writer {
         self.push(&cp.to_json());
         self.written += 1;
         self.since_seal = 0;
-        self.last_seal = Instant::now();
+        self.last_seal = self.clock.now_std();
     }
 
     /// Writes the batch and releases the answers waiting for it.
@@ -476,11 +523,12 @@ impl Writer {
         self.buf.clear();
         if ok && self.cfg.sync == AuditSync::Every {
             ok = self.out.sync().is_ok();
-            self.last_sync = Instant::now();
+            self.last_sync = self.clock.now_std();
         } else {
             self.dirty = true;
         }
         if !ok {
+            self.stats.errors.fetch_add(1, Ordering::Relaxed);
             tracing::error!("audit log write failed; answers waiting for their lines get 503");
         }
         for a in self.acks.drain(..) {
@@ -491,7 +539,7 @@ impl Writer {
     fn next_deadline(&self) -> Option<Duration> {
         let mut next: Option<Duration> = None;
         let mut at = |since: Instant, every: Duration| {
-            let left = every.saturating_sub(since.elapsed());
+            let left = every.saturating_sub(self.clock.now_std().saturating_duration_since(since));
             next = Some(next.map_or(left, |n| n.min(left)));
         };
         if self.since_seal > 0 {
@@ -511,20 +559,28 @@ impl Writer {
 
     fn tick(&mut self) {
         if self.since_seal > 0
-            && self.last_seal.elapsed() >= Duration::from_secs(self.cfg.checkpoint_secs)
+            && self
+                .clock
+                .now_std()
+                .saturating_duration_since(self.last_seal)
+                >= Duration::from_secs(self.cfg.checkpoint_secs)
         {
             self.seal(SealReason::Interval);
             self.flush();
         }
         if self.dirty
             && self.cfg.sync == AuditSync::Batch
-            && self.last_sync.elapsed() >= Duration::from_secs(1)
+            && self
+                .clock
+                .now_std()
+                .saturating_duration_since(self.last_sync)
+                >= Duration::from_secs(1)
         {
             if let Err(e) = self.out.sync() {
                 tracing::error!("audit log fsync failed: {e}");
             }
             self.dirty = false;
-            self.last_sync = Instant::now();
+            self.last_sync = self.clock.now_std();
         }
     }
 
@@ -533,10 +589,9 @@ impl Writer {
             return false;
         }
         (self.cfg.rotate_bytes > 0 && self.bytes >= self.cfg.rotate_bytes)
-            || self
-                .cfg
-                .rotate_every()
-                .is_some_and(|every| self.opened.elapsed() >= every)
+            || self.cfg.rotate_every().is_some_and(|every| {
+                self.clock.now_std().saturating_duration_since(self.opened) >= every
+            })
     }
 
     /// Seals the current file and starts a new one at the configured path;
@@ -553,14 +608,14 @@ impl Writer {
         }
         self.dirty = false;
         if !reopen {
-            let rotated = rotated_name(&path);
+            let rotated = rotated_name(&path, &self.clock);
             if let Err(e) = std::fs::rename(&path, &rotated) {
                 tracing::error!(
                     "audit log rotation: cannot rename {} to {}: {e}; going on in the same file",
                     path.display(),
                     rotated.display()
                 );
-                self.opened = Instant::now();
+                self.opened = self.clock.now_std();
                 return;
             }
         }
@@ -572,7 +627,7 @@ impl Writer {
                 self.out = Out::File(f);
                 self.lines = n;
                 self.bytes = 0;
-                self.opened = Instant::now();
+                self.opened = self.clock.now_std();
                 if n == 0 {
                     self.seal(SealReason::Continuation);
                     self.flush();
@@ -587,8 +642,8 @@ impl Writer {
     }
 }
 
-fn rotated_name(path: &Path) -> PathBuf {
-    let stamp: String = now_rfc3339()
+fn rotated_name(path: &Path, clock: &Clock) -> PathBuf {
+    let stamp: String = now_rfc3339(clock)
         .chars()
         .filter(|c| *c != '-' && *c != ':')
         .collect();
@@ -605,6 +660,6 @@ fn rotated_name(path: &Path) -> PathBuf {
     candidate
 }
 
-fn now_rfc3339() -> String {
-    humantime::format_rfc3339_millis(SystemTime::now()).to_string()
+fn now_rfc3339(clock: &Clock) -> String {
+    humantime::format_rfc3339_millis(clock.wall()).to_string()
 }

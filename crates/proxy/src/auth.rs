@@ -21,17 +21,8 @@ use crate::body::ProxyBody;
 use crate::config::{Config, ProxyAuth};
 use crate::datadir;
 use crate::error::{AuthError, ConfigError, Source};
-use crate::respond::Refusal;
-use crate::server::Shared;
-
-/// The user a request was authenticated as, in its extensions.
-#[derive(Clone, Debug)]
-pub(crate) struct User(pub String);
-
-/// The user name of an authenticated request.
-pub(crate) fn user_of<B>(req: &Request<B>) -> Option<String> {
-    req.extensions().get::<User>().map(|u| u.0.clone())
-}
+use crate::respond::Answer as Refusal;
+use crate::shared::Shared;
 
 /// An address block of `proxy.allow`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,6 +81,9 @@ pub(crate) struct Gate {
     /// Verified against when the user is unknown, so that an unknown name
     /// takes as long as a wrong password.
     dummy: String,
+    /// The user of each authenticated client connection, so that requests
+    /// inside its CONNECT tunnel (which carry no credentials) are its user's.
+    by_peer: Mutex<HashMap<SocketAddr, String>>,
 }
 
 const VERIFIED_CAP: usize = 4096;
@@ -97,7 +91,7 @@ const VERIFIED_CAP: usize = 4096;
 impl Gate {
     /// Reads the users file (when auth is on) and refuses a configuration
     /// that would be an open proxy on a non-loopback address.
-    pub fn new(cfg: &Config) -> Result<Gate, AuthError> {
+    pub(crate) fn new(cfg: &Config) -> Result<Gate, AuthError> {
         let p = &cfg.proxy;
         let allow = p
             .allow
@@ -135,7 +129,23 @@ impl Gate {
             users,
             verified: Mutex::new(HashMap::new()),
             dummy,
+            by_peer: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// The user the client connection `peer` authenticated as.
+    pub(crate) fn user_for(&self, peer: SocketAddr) -> Option<String> {
+        self.users.as_ref()?;
+        self.by_peer.lock().ok()?.get(&peer).cloned()
+    }
+
+    /// Forgets a closed client connection.
+    pub(crate) fn forget(&self, peer: SocketAddr) {
+        if self.users.is_some() {
+            if let Ok(mut m) = self.by_peer.lock() {
+                m.remove(&peer);
+            }
+        }
     }
 
     /// `Ok(user)` to go on (`None` when auth is off), or the refusal.
@@ -203,20 +213,20 @@ impl Gate {
 /// audited (`denied`) and its line written before the answer goes out.
 pub(crate) async fn admit<B>(
     shared: &Shared,
-    req: &mut Request<B>,
+    req: &Request<B>,
     peer: SocketAddr,
 ) -> Result<(), Response<ProxyBody>> {
     match shared.auth.check(req.headers(), peer).await {
         Ok(Some(user)) => {
-            req.extensions_mut().insert(User(user));
+            if let Ok(mut m) = shared.auth.by_peer.lock() {
+                m.insert(peer, user);
+            }
             Ok(())
         }
         Ok(None) => Ok(()),
         Err(refusal) => {
             let rec = shared.record(req.method().as_str(), &req.uri().to_string(), "", peer);
-            let mut resp = shared.refuse(rec, refusal, Source::Client);
-            crate::audit::line_written(&mut resp).await;
-            Err(resp)
+            Err(shared.refuse(rec, refusal, Source::Client))
         }
     }
 }

@@ -19,25 +19,25 @@ use tokio::time::Sleep;
 use crate::audit::{gate, AuditSink, Committer, Written};
 
 /// Errors inside bodies.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The body of every request and response the proxy sends.
-pub type ProxyBody = BoxBody<Bytes, BoxError>;
+pub(crate) type ProxyBody = BoxBody<Bytes, BoxError>;
 
 /// A body with fixed contents.
-pub fn full(bytes: impl Into<Bytes>) -> ProxyBody {
+pub(crate) fn full(bytes: impl Into<Bytes>) -> ProxyBody {
     Full::new(bytes.into())
         .map_err(|never| match never {})
         .boxed()
 }
 
 /// An empty body.
-pub fn empty() -> ProxyBody {
+pub(crate) fn empty() -> ProxyBody {
     Empty::new().map_err(|never| match never {}).boxed()
 }
 
 /// Boxes any body whose error converts to [`BoxError`].
-pub fn boxed<B>(body: B) -> ProxyBody
+pub(crate) fn boxed<B>(body: B) -> ProxyBody
 where
     B: Body<Data = Bytes> + Send + Sync + 'static,
     B::Error: Into<BoxError>,
@@ -51,7 +51,7 @@ struct IdleTimeout(Duration);
 
 /// Wraps a response body: counts the bytes passed to the client and sends
 /// the audit record when the body is done, failed or dropped.
-pub struct AuditedBody {
+pub(crate) struct AuditedBody {
     inner: ProxyBody,
     record: Option<AuditRecord>,
     sink: AuditSink,
@@ -66,7 +66,7 @@ pub struct AuditedBody {
 /// Takes over sending the audit record when the body is done, for a line
 /// that can only be completed later (whether a stored copy was written).
 /// The end of the body waits until the committer has sent it.
-pub type FinishHook = Box<dyn FnOnce(AuditRecord, Committer) + Send + Sync>;
+pub(crate) type FinishHook = Box<dyn FnOnce(AuditRecord, Committer) + Send + Sync>;
 
 #[derive(Debug, thiserror::Error)]
 #[error("the audit log cannot be written, so the answer is not completed")]
@@ -74,7 +74,7 @@ struct AuditFailed;
 
 impl AuditedBody {
     /// `idle`: the longest silence allowed between two frames.
-    pub fn new(
+    pub(crate) fn new(
         inner: ProxyBody,
         record: AuditRecord,
         sink: AuditSink,
@@ -95,7 +95,7 @@ impl AuditedBody {
     /// The response with this body. A body that is already over (HEAD,
     /// 304, empty) is never polled, so its line is written now and the
     /// head waits for it instead.
-    pub fn respond(mut self, parts: http::response::Parts) -> http::Response<ProxyBody> {
+    pub(crate) fn respond(mut self, parts: http::response::Parts) -> http::Response<ProxyBody> {
         if self.inner.is_end_stream() {
             let written = self.finish_committed(None);
             let mut resp = http::Response::from_parts(parts, boxed(self));
@@ -108,7 +108,7 @@ impl AuditedBody {
     }
 
     /// Hands the finished record to `hook` instead of sending it.
-    pub fn on_finish(mut self, hook: FinishHook) -> Self {
+    pub(crate) fn on_finish(mut self, hook: FinishHook) -> Self {
         self.on_finish = Some(hook);
         self
     }

@@ -10,16 +10,19 @@ use std::time::{Duration, SystemTime};
 
 use dashmap::DashMap;
 use mannerly_policy::budget::{
-    host_key, Admission, PersistedHost, Reaction, Refusal, Start, QUEUE_RETRY_AFTER,
+    host_key, PersistedHost, Reaction, Refusal, Reservation, Start, QUEUE_RETRY_AFTER,
 };
 use mannerly_state::hosts::HostStore;
 use mannerly_state::responses::{ResponseStore, StoreError};
 use tokio::sync::{Mutex, Notify};
 use tokio::time::Instant;
 
+use crate::clock::Clock;
+
 /// The budgets of all hosts and the wake-ups of their waiters.
 pub(crate) struct Budgets {
     store: Arc<dyn HostStore>,
+    clock: Clock,
     lines: DashMap<String, Arc<Line>>,
     seed: AtomicU64,
 }
@@ -43,27 +46,28 @@ pub(crate) struct Permit {
 }
 
 impl Budgets {
-    pub fn new(store: Arc<dyn HostStore>) -> Arc<Budgets> {
+    pub(crate) fn new(store: Arc<dyn HostStore>, clock: Clock) -> Arc<Budgets> {
         Arc::new(Budgets {
             store,
+            clock,
             lines: DashMap::new(),
             seed: AtomicU64::new(0x9e37_79b9_7f4a_7c15),
         })
     }
 
-    pub fn store(&self) -> &dyn HostStore {
+    pub(crate) fn store(&self) -> &dyn HostStore {
         self.store.as_ref()
     }
 
     /// The longest a new request to `host` may be held.
-    pub fn max_hold(&self, host: &str) -> Duration {
+    pub(crate) fn max_hold(&self, host: &str) -> Duration {
         self.store.params(&host_key(host)).max_hold()
     }
 
     /// Waits for `host`'s turn: a rate slot in arrival order, the end of a
     /// pause, a free concurrency slot. Gives up at `deadline` with the
     /// budget's refusal.
-    pub async fn acquire(
+    pub(crate) async fn acquire(
         self: &Arc<Self>,
         host: &str,
         deadline: Instant,
@@ -85,16 +89,16 @@ impl Budgets {
         let Ok(_turn) = turn else {
             return Err(self.held_too_long(&key));
         };
-        let now = Instant::now();
+        let now = self.clock.now();
         let mut reserved = now;
         match self.store.admit(
             &key,
             now.into_std(),
             deadline.saturating_duration_since(now),
         ) {
-            Admission::Refuse(r) => return Err(r),
-            Admission::Wait(d) => tokio::time::sleep(d).await,
-            Admission::Go => {}
+            Reservation::Refuse(r) => return Err(r),
+            Reservation::Wait(d) => tokio::time::sleep(d).await,
+            Reservation::Go => {}
         }
         loop {
             // Registered before asking, so a slot freed between the answer
@@ -102,7 +106,7 @@ impl Budgets {
             let freed = line.freed.notified();
             tokio::pin!(freed);
             freed.as_mut().enable();
-            let now = Instant::now();
+            let now = self.clock.now();
             let hold_left = deadline.saturating_duration_since(now);
             let answer =
                 self.store
@@ -135,7 +139,7 @@ impl Budgets {
     /// The refusal for a request whose hold ran out in the line: the host's
     /// pause if it has one, else a full queue.
     fn held_too_long(&self, key: &str) -> Refusal {
-        self.store.view(key, Instant::now().into_std()).map_or(
+        self.store.view(key, self.clock.now_std()).map_or(
             Refusal::QueueFull {
                 retry_after: QUEUE_RETRY_AFTER,
             },
@@ -144,9 +148,9 @@ impl Budgets {
     }
 
     /// Makes sure a robots.txt Crawl-delay caps the host's rate.
-    pub fn set_crawl_delay(&self, host: &str, delay: Option<f64>) {
+    pub(crate) fn set_crawl_delay(&self, host: &str, delay: Option<f64>) {
         self.store
-            .set_crawl_delay(&host_key(host), Instant::now().into_std(), delay);
+            .set_crawl_delay(&host_key(host), self.clock.now_std(), delay);
     }
 
     fn line(&self, key: &str) -> Arc<Line> {
@@ -177,7 +181,9 @@ impl Budgets {
         let mut x = self
             .seed
             .fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed);
-        x ^= SystemTime::now()
+        x ^= self
+            .clock
+            .wall()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map(|d| d.subsec_nanos() as u64)
             .unwrap_or(0);
@@ -190,9 +196,9 @@ impl Budgets {
     /// Writes what must survive a restart (pauses, open breakers, lowered
     /// ceilings) to `store`, and forgets the records of hosts that no longer
     /// have any. Blocking: call it off the async threads.
-    pub fn save(&self, store: &dyn ResponseStore) -> Result<usize, StoreError> {
-        let now = Instant::now().into_std();
-        let saved = self.store.persisted(now, SystemTime::now());
+    pub(crate) fn save(&self, store: &dyn ResponseStore) -> Result<usize, StoreError> {
+        let now = self.clock.now_std();
+        let saved = self.store.persisted(now, self.clock.wall());
         let before = store.host_records()?;
         for (host, record) in &saved {
             let bytes = serde_json::to_vec(record)?;
@@ -211,7 +217,7 @@ impl Budgets {
 
     /// Loads what [`Budgets::save`] wrote in an earlier process. A record
     /// that cannot be read is skipped (and overwritten at the next save).
-    pub fn load(&self, store: &dyn ResponseStore) -> Result<usize, StoreError> {
+    pub(crate) fn load(&self, store: &dyn ResponseStore) -> Result<usize, StoreError> {
         let records = store.host_records()?;
         let saved: Vec<(String, PersistedHost)> = records
             .into_iter()
@@ -225,13 +231,13 @@ impl Budgets {
             .collect();
         let n = saved.len();
         self.store
-            .restore(saved, Instant::now().into_std(), SystemTime::now());
+            .restore(saved, self.clock.now_std(), self.clock.wall());
         Ok(n)
     }
 
     /// Forgets hosts with nothing to remember, and their wakers.
-    pub fn sweep(&self) -> usize {
-        let dropped = self.store.sweep(Instant::now().into_std());
+    pub(crate) fn sweep(&self) -> usize {
+        let dropped = self.store.sweep(self.clock.now_std());
         self.lines.retain(|_, l| Arc::strong_count(l) > 1);
         dropped
     }
@@ -240,13 +246,13 @@ impl Budgets {
 impl Permit {
     /// Releases the slot with what the origin answered; returns what the
     /// budget learned.
-    pub fn respond(mut self, status: u16, retry_after: Option<&str>) -> Reaction {
+    pub(crate) fn respond(mut self, status: u16, retry_after: Option<&str>) -> Reaction {
         self.open = false;
         let b = &self.budgets;
         let reaction = b.store.on_response(
             &self.host,
-            Instant::now().into_std(),
-            SystemTime::now(),
+            b.clock.now_std(),
+            b.clock.wall(),
             status,
             retry_after,
             b.jitter(),
@@ -261,8 +267,11 @@ impl Drop for Permit {
         if self.open {
             self.budgets
                 .store
-                .finish(&self.host, Instant::now().into_std());
+                .finish(&self.host, self.budgets.clock.now_std());
             self.budgets.wake(&self.host);
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

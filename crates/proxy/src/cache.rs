@@ -36,7 +36,7 @@ pub(crate) struct Cache {
 
 impl Cache {
     /// Opens the embedded store named by the config.
-    pub fn open(cfg: &Config) -> Result<Arc<Cache>, StartError> {
+    pub(crate) fn open(cfg: &Config) -> Result<Arc<Cache>, StartError> {
         let path = cfg.store_path();
         let store_err = |why: String| StartError::Store {
             path: path.clone(),
@@ -51,7 +51,7 @@ impl Cache {
         Ok(Cache::with_store(Arc::new(store), cfg.cache.clone()))
     }
 
-    pub fn with_store(store: Arc<dyn ResponseStore>, params: CacheParams) -> Arc<Cache> {
+    pub(crate) fn with_store(store: Arc<dyn ResponseStore>, params: CacheParams) -> Arc<Cache> {
         Arc::new(Cache {
             store,
             params,
@@ -60,29 +60,29 @@ impl Cache {
         })
     }
 
-    pub fn params(&self) -> &CacheParams {
+    pub(crate) fn params(&self) -> &CacheParams {
         &self.params
     }
 
-    pub fn store(&self) -> &Arc<dyn ResponseStore> {
+    pub(crate) fn store(&self) -> &Arc<dyn ResponseStore> {
         &self.store
     }
 
     /// Store failures since start (for the metrics endpoint of a later
     /// issue; logged at shutdown until then).
-    pub fn errors(&self) -> u64 {
+    pub(crate) fn errors(&self) -> u64 {
         self.errors.load(Ordering::Relaxed)
     }
 
     /// Counts and logs a store failure; the request it happened in goes on
     /// as a pass-through.
-    pub fn failed(&self, what: &str, e: &dyn std::fmt::Display) {
+    pub(crate) fn failed(&self, what: &str, e: &dyn std::fmt::Display) {
         self.errors.fetch_add(1, Ordering::Relaxed);
         tracing::warn!("cache: {what} failed: {e}");
     }
 
     /// The stored response for `key` that the request's headers select.
-    pub async fn get(
+    pub(crate) async fn get(
         self: &Arc<Self>,
         key: &CacheKey,
         headers: &HeaderMap,
@@ -112,7 +112,7 @@ impl Cache {
     }
 
     /// Writes a refreshed entry back, off the response path.
-    pub fn write_back(self: &Arc<Self>, meta: CacheEntryMeta, body: Bytes) {
+    pub(crate) fn write_back(self: &Arc<Self>, meta: CacheEntryMeta, body: Bytes) {
         self.background(move |c| {
             if let Err(e) = c.store.put(&meta, &body) {
                 c.failed("write-back", &e);
@@ -121,7 +121,7 @@ impl Cache {
     }
 
     /// Forgets what is stored for `key`, off the response path.
-    pub fn remove_later(self: &Arc<Self>, key: CacheKey) {
+    pub(crate) fn remove_later(self: &Arc<Self>, key: CacheKey) {
         self.background(move |c| {
             if let Err(e) = c.store.remove(&key) {
                 c.failed("remove", &e);
@@ -132,7 +132,7 @@ impl Cache {
     /// The audit hook of a response that may be stored: once its body has
     /// gone to the client completely, the copy is written in the background
     /// and the audit line says what became of it (`stored`, `miss`, `error`).
-    pub fn store_when_done(
+    pub(crate) fn store_when_done(
         self: &Arc<Self>,
         meta: CacheEntryMeta,
         copy: oneshot::Receiver<Vec<Bytes>>,
@@ -168,7 +168,7 @@ impl Cache {
     }
 
     /// Waits up to `grace` for background writes to finish.
-    pub async fn drain(&self, grace: Duration) {
+    pub(crate) async fn drain(&self, grace: Duration) {
         let mut pending = self.pending.subscribe();
         let drained = tokio::time::timeout(grace, pending.wait_for(|n| *n == 0))
             .await
@@ -192,7 +192,7 @@ pub(crate) struct Tee {
 }
 
 impl Tee {
-    pub fn new(inner: ProxyBody, max: u64) -> (Tee, oneshot::Receiver<Vec<Bytes>>) {
+    pub(crate) fn new(inner: ProxyBody, max: u64) -> (Tee, oneshot::Receiver<Vec<Bytes>>) {
         let (tx, rx) = oneshot::channel();
         let tee = Tee {
             inner,

@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use mannerly_policy::budget::BudgetParams;
-use mannerly_policy::conditional::{CacheConfigError, CacheParams};
+use mannerly_policy::conditional::CacheParams;
+use mannerly_policy::identity::check_agent_url;
+use mannerly_policy::prefs::{DeclaredUse, ResponsePreferences};
 use mannerly_policy::robots::Purpose;
 use mannerly_policy::robots_cache::RobotsParams;
 use serde::Deserialize;
@@ -39,6 +41,62 @@ pub struct Config {
     /// Stored responses and conditional requests. The store is the file
     /// `store.redb` in the data dir (it also keeps budget state across restarts).
     pub cache: CacheParams,
+    /// Web Bot Auth: signing every request sent to an origin.
+    pub identity: IdentityConfig,
+    /// The admin listener: metrics, hosts API, dashboard.
+    pub admin: AdminConfig,
+}
+
+/// `[admin]`: the listener operators use to see and steer the proxy.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdminConfig {
+    /// Address of the admin listener; empty turns it off. A non-loopback
+    /// address requires `token`.
+    pub listen: String,
+    /// Bearer token required on the API and metrics when set. Required for a
+    /// non-loopback `listen`.
+    pub token: String,
+    /// Hosts that get per-host labels on `/metrics` (cardinality is opt-in).
+    pub host_labels: Vec<String>,
+    /// Hosts whose recent activity (last decisions, 429s of the last hour,
+    /// rate history) is remembered for `/hosts`; the least recently active
+    /// are forgotten first.
+    pub max_hosts: usize,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        AdminConfig {
+            listen: "127.0.0.1:9128".into(),
+            token: String::new(),
+            host_labels: Vec::new(),
+            max_hosts: 20_000,
+        }
+    }
+}
+
+impl AdminConfig {
+    /// The address to listen on, `None` when the listener is off.
+    pub fn addr(&self) -> Result<Option<SocketAddr>, ConfigError> {
+        let listen = self.listen.trim();
+        if listen.is_empty() {
+            return Ok(None);
+        }
+        let addr: SocketAddr = listen.parse().map_err(|e| ConfigError::Invalid {
+            key: "admin.listen".into(),
+            why: format!("{listen:?} is not an address like 127.0.0.1:9128 ({e})"),
+        })?;
+        if !addr.ip().is_loopback() && self.token.is_empty() {
+            return Err(ConfigError::Invalid {
+                key: "admin.listen".into(),
+                why: format!(
+                    "{addr} is not a loopback address: set admin.token so that only those holding it can see and reset hosts"
+                ),
+            });
+        }
+        Ok(Some(addr))
+    }
 }
 
 /// `[proxy]`: the listener and what it accepts.
@@ -57,9 +115,11 @@ pub struct ProxyConfig {
     /// Most header lines in a request; more gets 431.
     pub max_headers: usize,
     /// Time a client has to send a complete request head.
-    pub header_read_timeout_secs: f64,
+    #[serde(rename = "header_read_timeout_secs", deserialize_with = "seconds")]
+    pub header_read_timeout: Duration,
     /// Time in-flight requests and tunnels get to finish on shutdown.
-    pub shutdown_grace_secs: f64,
+    #[serde(rename = "shutdown_grace_secs", deserialize_with = "seconds")]
+    pub shutdown_grace: Duration,
     /// Leaf certificates kept in memory.
     pub leaf_cache: usize,
     /// Proxy authentication: `none` or `basic` (users in `users_file`).
@@ -96,12 +156,12 @@ impl Default for ProxyConfig {
     fn default() -> Self {
         ProxyConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 3128)),
-            connect_ports: vec![443],
+            connect_ports: vec![443, 80],
             intercept: true,
             max_header_bytes: 64 * 1024,
             max_headers: 100,
-            header_read_timeout_secs: 10.0,
-            shutdown_grace_secs: 10.0,
+            header_read_timeout: Duration::from_secs(10),
+            shutdown_grace: Duration::from_secs(10),
             leaf_cache: 1024,
             auth: ProxyAuth::None,
             users_file: String::new(),
@@ -127,13 +187,17 @@ pub struct UpstreamConfig {
     /// `"name:port" = "ip:port"` overrides of name resolution, like curl --resolve.
     pub resolve: BTreeMap<String, SocketAddr>,
     /// TCP connect timeout.
-    pub connect_timeout_secs: f64,
+    #[serde(rename = "connect_timeout_secs", deserialize_with = "seconds")]
+    pub connect_timeout: Duration,
     /// Time from sending a request to the response head.
-    pub first_byte_timeout_secs: f64,
+    #[serde(rename = "first_byte_timeout_secs", deserialize_with = "seconds")]
+    pub first_byte_timeout: Duration,
     /// Longest silence inside a response body.
-    pub idle_timeout_secs: f64,
+    #[serde(rename = "idle_timeout_secs", deserialize_with = "seconds")]
+    pub idle_timeout: Duration,
     /// How long an idle pooled connection to an origin is kept.
-    pub pool_idle_secs: f64,
+    #[serde(rename = "pool_idle_secs", deserialize_with = "seconds")]
+    pub pool_idle: Duration,
     /// Idle pooled connections kept per origin.
     pub pool_max_idle_per_host: usize,
 }
@@ -144,10 +208,10 @@ impl Default for UpstreamConfig {
             allow_private: false,
             extra_roots: Vec::new(),
             resolve: BTreeMap::new(),
-            connect_timeout_secs: 10.0,
-            first_byte_timeout_secs: 30.0,
-            idle_timeout_secs: 60.0,
-            pool_idle_secs: 90.0,
+            connect_timeout: Duration::from_secs(10),
+            first_byte_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(60),
+            pool_idle: Duration::from_secs(90),
             pool_max_idle_per_host: 32,
         }
     }
@@ -216,8 +280,46 @@ pub struct CrawlerConfig {
     /// robots.txt product token; empty means the first product token of each
     /// client's User-Agent.
     pub agent: String,
-    /// Declared purposes (`search`, `ai-input`, `ai-train`) checked against Content-Signal.
+    /// Declared purposes (`search`, `ai-input`, `ai-train`) checked against the
+    /// site's Content-Signal / Content-Usage statements.
     pub purposes: Vec<Purpose>,
+    /// How much of a page the crawl reproduces (`reference`, `full`, or `""`
+    /// for not declared), checked against a site's Content-Signal `use`.
+    #[serde(rename = "use")]
+    pub usage: DeclaredUse,
+}
+
+/// `[identity]`: Web Bot Auth (draft-ietf-webbotauth-httpsig-protocol-00).
+/// When enabled, every request sent to an origin (robots.txt fetches and
+/// retries included) carries `Signature-Agent`, `Signature-Input` and
+/// `Signature`, made with the key in `key_file`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct IdentityConfig {
+    /// Sign requests.
+    pub enabled: bool,
+    /// Ed25519 private key, PKCS#8 PEM, mode 0600 (`mannerly identity init`
+    /// writes it). Empty: `identity-key.pem` in the data dir.
+    pub key_file: String,
+    /// The https origin that serves the key directory at
+    /// `/.well-known/http-message-signatures-directory` (sent as `Signature-Agent`).
+    pub signature_agent: String,
+    /// Seconds a signature stays valid after it is made (`expires - created`), at most 86400.
+    pub validity_secs: u64,
+    /// Hosts never signed for: `example.org` (that host) or `*.example.org` (its subdomains).
+    pub skip_hosts: Vec<String>,
+}
+
+impl Default for IdentityConfig {
+    fn default() -> Self {
+        IdentityConfig {
+            enabled: false,
+            key_file: String::new(),
+            signature_agent: String::new(),
+            validity_secs: 300,
+            skip_hosts: Vec::new(),
+        }
+    }
 }
 
 /// `[policy]`: enforcement.
@@ -227,26 +329,31 @@ pub struct PolicyConfig {
     /// `false` = observe mode: everything is forwarded and the audit log says
     /// what would have been decided (`would`).
     pub enforce: bool,
+    /// A response whose `Content-Usage` / `Content-Signal` header refuses a
+    /// declared purpose: `withhold` (403 `signal_refused`) or `annotate`
+    /// (passed on with `Mannerly-Preferences`).
+    pub response_preferences: ResponsePreferences,
 }
 
 impl Default for PolicyConfig {
     fn default() -> Self {
-        PolicyConfig { enforce: true }
+        PolicyConfig {
+            enforce: true,
+            response_preferences: ResponsePreferences::Withhold,
+        }
     }
 }
 
-pub(crate) fn secs(v: f64) -> Duration {
-    Duration::from_secs_f64(v.max(0.0))
-}
-
-fn positive(key: &str, v: f64) -> Result<(), ConfigError> {
+/// Reads a number of seconds (`2`, `0.5`) as a [`Duration`], once, when the
+/// configuration is read.
+fn seconds<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let v = f64::deserialize(d)?;
     if v.is_finite() && v > 0.0 && v < 1e9 {
-        Ok(())
+        Ok(Duration::from_secs_f64(v))
     } else {
-        Err(ConfigError::Invalid {
-            key: key.to_string(),
-            why: format!("must be a positive number of seconds, got {v}"),
-        })
+        Err(serde::de::Error::custom(format!(
+            "must be a positive number of seconds, got {v}"
+        )))
     }
 }
 
@@ -254,8 +361,6 @@ impl Config {
     /// Checks values that parse but make no sense, naming the key.
     pub fn validate(self) -> Result<Self, ConfigError> {
         let p = &self.proxy;
-        positive("proxy.header_read_timeout_secs", p.header_read_timeout_secs)?;
-        positive("proxy.shutdown_grace_secs", p.shutdown_grace_secs)?;
         if p.max_header_bytes < 1024 {
             return Err(ConfigError::Invalid {
                 key: "proxy.max_header_bytes".into(),
@@ -291,13 +396,6 @@ impl Config {
             });
         }
         let u = &self.upstream;
-        positive("upstream.connect_timeout_secs", u.connect_timeout_secs)?;
-        positive(
-            "upstream.first_byte_timeout_secs",
-            u.first_byte_timeout_secs,
-        )?;
-        positive("upstream.idle_timeout_secs", u.idle_timeout_secs)?;
-        positive("upstream.pool_idle_secs", u.pool_idle_secs)?;
         for key in u.resolve.keys() {
             let ok = key
                 .rsplit_once(':')
@@ -342,25 +440,39 @@ impl Config {
                 }
             }
         }
-        let mut cfg = self;
-        cfg.robots = cfg.robots.validate().map_err(|e| ConfigError::Invalid {
-            key: format!("robots.{}", e.key),
-            why: e.why,
-        })?;
-        cfg.budget = cfg.budget.validate().map_err(|e| ConfigError::Invalid {
-            key: e.key,
-            why: e.reason,
-        })?;
-        cfg.cache = cfg.cache.validate().map_err(|e| {
-            let key = match e {
-                CacheConfigError::ZeroMaxBody => "cache.max_body",
-                CacheConfigError::SizeBelowBody { .. } => "cache.max_size",
-            };
-            ConfigError::Invalid {
-                key: key.into(),
+        let id = &self.identity;
+        if id.validity_secs == 0 || id.validity_secs > 86_400 {
+            return Err(ConfigError::Invalid {
+                key: "identity.validity_secs".into(),
+                why: format!(
+                    "must be between 1 and 86400 (the draft recommends at most 24 h), got {}",
+                    id.validity_secs
+                ),
+            });
+        }
+        if id.enabled || !id.signature_agent.is_empty() {
+            check_agent_url(&id.signature_agent).map_err(|e| ConfigError::Invalid {
+                key: "identity.signature_agent".into(),
                 why: e.to_string(),
-            }
-        })?;
+            })?;
+        }
+        if id.skip_hosts.iter().any(|h| h.trim().is_empty()) {
+            return Err(ConfigError::Invalid {
+                key: "identity.skip_hosts".into(),
+                why: "an entry is empty".into(),
+            });
+        }
+        self.admin.addr()?;
+        if self.admin.max_hosts == 0 {
+            return Err(ConfigError::Invalid {
+                key: "admin.max_hosts".into(),
+                why: "must be at least 1".into(),
+            });
+        }
+        let mut cfg = self;
+        cfg.robots = cfg.robots.validate()?;
+        cfg.budget = cfg.budget.validate()?;
+        cfg.cache = cfg.cache.validate()?;
         Ok(cfg)
     }
 
@@ -368,6 +480,14 @@ impl Config {
     /// survive a restart.
     pub fn store_path(&self) -> PathBuf {
         self.data_dir.join("store.redb")
+    }
+
+    /// The Web Bot Auth signing key, resolved against the data dir.
+    pub fn identity_key_path(&self) -> PathBuf {
+        match self.identity.key_file.as_str() {
+            "" => self.data_dir.join("identity-key.pem"),
+            p => PathBuf::from(p),
+        }
     }
 
     /// The audit log path, resolved against the data dir.
@@ -405,7 +525,7 @@ mod tests {
         let err = cfg.validate().map(drop).map_err(|e| e.to_string());
         assert_eq!(
             err,
-            Err("config key cache.max_size: cache.max_size (1024) must be at least cache.max_body (8388608)".into())
+            Err("config key cache.max_size: 1024 is below cache.max_body (8388608): nothing could be stored".into())
         );
         let cfg = Config {
             cache: CacheParams {

@@ -20,7 +20,7 @@ fn io(path: &Path) -> impl FnOnce(io::Error) -> DataDirError + '_ {
 
 /// Creates `dir` (mode 0700) if it does not exist, and refuses one that
 /// group or others can write to, or that belongs to another user.
-pub fn prepare(dir: &Path) -> Result<(), DataDirError> {
+pub(crate) fn prepare(dir: &Path) -> Result<(), DataDirError> {
     if !dir.exists() {
         let mut b = fs::DirBuilder::new();
         b.recursive(true);
@@ -80,7 +80,7 @@ fn unsafe_path(path: &Path, why: &str, fix: &str) -> DataDirError {
 /// The effective uid of this process: the owner of `/proc/self`, which needs
 /// no unsafe call. `None` where there is no procfs.
 #[cfg(unix)]
-pub fn euid() -> Option<u32> {
+pub(crate) fn euid() -> Option<u32> {
     use std::os::unix::fs::MetadataExt;
     fs::metadata("/proc/self").ok().map(|m| m.uid())
 }
@@ -97,7 +97,7 @@ fn private_options(opts: &mut OpenOptions) {
 
 /// Refuses a symlink or anything but a regular file at `path`; `Ok(false)`
 /// when nothing is there.
-pub fn check_regular(path: &Path) -> Result<bool, DataDirError> {
+pub(crate) fn check_regular(path: &Path) -> Result<bool, DataDirError> {
     match fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_symlink() => Err(unsafe_path(
             path,
@@ -118,7 +118,7 @@ pub fn check_regular(path: &Path) -> Result<bool, DataDirError> {
 /// Opens `path` for appending, creating it 0600; never through a symlink.
 /// An existing file readable by others is made private (older versions
 /// created logs 0644).
-pub fn open_append(path: &Path) -> Result<File, DataDirError> {
+pub(crate) fn open_append(path: &Path) -> Result<File, DataDirError> {
     check_regular(path)?;
     let mut opts = OpenOptions::new();
     opts.create(true).append(true).read(true);
@@ -129,7 +129,7 @@ pub fn open_append(path: &Path) -> Result<File, DataDirError> {
 }
 
 /// Creates a new private file; fails if anything is already at `path`.
-pub fn create_new(path: &Path) -> Result<File, DataDirError> {
+pub(crate) fn create_new(path: &Path) -> Result<File, DataDirError> {
     let mut opts = OpenOptions::new();
     opts.write(true).create_new(true);
     private_options(&mut opts);
@@ -138,7 +138,7 @@ pub fn create_new(path: &Path) -> Result<File, DataDirError> {
 
 /// Makes sure a file exists at `path` as a private regular file (for files
 /// other code opens by path, like the store).
-pub fn ensure_private_file(path: &Path) -> Result<(), DataDirError> {
+pub(crate) fn ensure_private_file(path: &Path) -> Result<(), DataDirError> {
     if check_regular(path)? {
         let f = File::open(path).map_err(io(path))?;
         return tighten(path, &f);
@@ -155,7 +155,7 @@ pub fn ensure_private_file(path: &Path) -> Result<(), DataDirError> {
 /// Writes `bytes` to `path` through a temporary file and a rename, so a
 /// reader never sees half a file and a symlink at `path` is replaced, not
 /// followed.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), DataDirError> {
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), DataDirError> {
     let tmp = temp_name(path);
     let _ = fs::remove_file(&tmp);
     let mut f = create_new(&tmp)?;
@@ -184,7 +184,7 @@ fn temp_name(path: &Path) -> PathBuf {
 
 /// Reads a key file: refused if it is a symlink, not ours, or readable by
 /// group or others.
-pub fn read_key(path: &Path) -> Result<String, DataDirError> {
+pub(crate) fn read_key(path: &Path) -> Result<String, DataDirError> {
     check_regular(path)?;
     let mut opts = OpenOptions::new();
     opts.read(true);

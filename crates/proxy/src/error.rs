@@ -15,6 +15,15 @@ pub enum ConfigError {
     },
 }
 
+impl From<mannerly_policy::ParamError> for ConfigError {
+    fn from(e: mannerly_policy::ParamError) -> Self {
+        ConfigError::Invalid {
+            key: e.key,
+            why: e.why,
+        }
+    }
+}
+
 /// Creating, loading or using the interception CA.
 #[derive(Debug, thiserror::Error)]
 pub enum CaError {
@@ -45,6 +54,52 @@ pub enum CaError {
     /// The TLS library refused a certificate or key.
     #[error("tls: {0}")]
     Tls(#[from] rustls::Error),
+}
+
+/// Reading or writing the Web Bot Auth key files.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyFileError {
+    /// Reading or writing a key file failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// There is no key yet.
+    #[error("{path}: no identity key; create one with `mannerly identity init`")]
+    Missing {
+        /// The key file.
+        path: PathBuf,
+    },
+    /// `init` without `--force` found a key.
+    #[error("{path}: an identity key exists already; `mannerly identity rotate` replaces it keeping the old one verifiable, `identity init --force` replaces it outright")]
+    Exists {
+        /// The key file.
+        path: PathBuf,
+    },
+    /// The key file can be read by group or others.
+    #[error(
+        "{path}: identity key is readable by group or others (mode {mode:o}); run `chmod 600 {path}`"
+    )]
+    Permissions {
+        /// The key file.
+        path: PathBuf,
+        /// Its mode bits.
+        mode: u32,
+    },
+    /// A file holds something that is not a usable key.
+    #[error("{path}: {why}")]
+    Key {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        why: String,
+    },
+    /// The system's random source failed.
+    #[error("no randomness for a new key: {0}")]
+    Random(String),
 }
 
 /// The data dir or a file in it is not safe to use.
@@ -139,6 +194,9 @@ pub enum StartError {
     /// The CA could not be loaded or created.
     #[error(transparent)]
     Ca(#[from] CaError),
+    /// The Web Bot Auth key could not be loaded.
+    #[error("identity: {0}")]
+    Identity(#[from] KeyFileError),
     /// A listener, data dir or audit log could not be opened.
     #[error("{what}: {source}")]
     Io {
@@ -168,7 +226,7 @@ pub enum StartError {
 
 /// Where an error came from, for the audit log's `source` field.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Source {
+pub(crate) enum Source {
     /// The client sent something we cannot accept.
     Client,
     /// The origin failed or misbehaved.
@@ -181,7 +239,7 @@ pub enum Source {
 
 impl Source {
     /// The audit log's spelling.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Source::Client => "client",
             Source::Upstream => "upstream",

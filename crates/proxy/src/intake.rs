@@ -2,8 +2,8 @@
 //! hyper sees it: malformed heads, smuggling-shaped framing (Content-Length
 //! with Transfer-Encoding, conflicting lengths) and oversize heads get a
 //! plain answer with `Mannerly-Decision` and an audit line, and the
-//! connection is closed. hyper's own strict parser guards later requests on
-//! a kept-alive connection.
+//! connection is closed. `heads.rs` applies the same `check` to every later
+//! head of a kept-alive connection.
 
 use std::io;
 use std::pin::Pin;
@@ -15,7 +15,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 
 /// What was wrong with a request head.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BadHead {
+pub(crate) struct BadHead {
     /// Status to answer with.
     pub status: u16,
     /// Plain words for the client and the audit log.
@@ -27,7 +27,7 @@ pub struct BadHead {
 }
 
 /// The first read of a connection.
-pub enum Intake {
+pub(crate) enum Intake {
     /// A complete, acceptable head; the bytes read so far (head and any body
     /// that came with it) must be replayed to the HTTP parser.
     Ready(BytesMut),
@@ -37,18 +37,19 @@ pub enum Intake {
     Bad(BadHead),
 }
 
-/// Reads until a complete head, the size limit or the timeout.
-pub async fn read_head<S: AsyncRead + Unpin>(
+/// Reads until a complete head, the size limit or the deadline.
+pub(crate) async fn read_head<S: AsyncRead + Unpin>(
     stream: &mut S,
     max_bytes: usize,
     max_headers: usize,
+    now: tokio::time::Instant,
     timeout: Duration,
 ) -> Intake {
     let mut buf = BytesMut::with_capacity(4096);
-    let deadline = tokio::time::Instant::now() + timeout;
+    let deadline = now + timeout;
     loop {
         match check(&buf, max_bytes, max_headers) {
-            Check::Complete => return Intake::Ready(buf),
+            Check::Complete { .. } => return Intake::Ready(buf),
             Check::Bad(b) => return Intake::Bad(b),
             Check::Partial => {}
         }
@@ -69,8 +70,27 @@ pub async fn read_head<S: AsyncRead + Unpin>(
     }
 }
 
-enum Check {
-    Complete,
+/// How a request's body is delimited (RFC 9112 §6.3), as far as the next
+/// head is concerned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Framing {
+    /// No body: the next head follows.
+    None,
+    /// This many bytes of body.
+    Length(u64),
+    /// Chunked.
+    Chunked,
+    /// CONNECT, or a request asking to switch protocols: what follows its
+    /// head is not HTTP/1 from here on.
+    Tunnel,
+}
+
+pub(crate) enum Check {
+    /// A complete, acceptable head of `len` bytes.
+    Complete {
+        len: usize,
+        framing: Framing,
+    },
     Partial,
     Bad(BadHead),
 }
@@ -93,13 +113,14 @@ pub fn check_request_head(
     max_headers: usize,
 ) -> Option<Result<(), u16>> {
     match check(buf, max_bytes, max_headers) {
-        Check::Complete => Some(Ok(())),
+        Check::Complete { .. } => Some(Ok(())),
         Check::Partial => None,
         Check::Bad(b) => Some(Err(b.status)),
     }
 }
 
-fn check(buf: &[u8], max_bytes: usize, max_headers: usize) -> Check {
+/// Checks the head at the start of `buf`.
+pub(crate) fn check(buf: &[u8], max_bytes: usize, max_headers: usize) -> Check {
     if buf.is_empty() {
         return Check::Partial;
     }
@@ -129,17 +150,20 @@ fn check(buf: &[u8], max_bytes: usize, max_headers: usize) -> Check {
                     &req,
                 );
             }
-            framing(&req)
+            framing(&req, len)
         }
     }
 }
 
 /// RFC 9112 §6.3: a request with both Content-Length and Transfer-Encoding,
 /// or with disagreeing lengths, is how requests get smuggled past a proxy.
-fn framing(req: &httparse::Request<'_, '_>) -> Check {
+fn framing(req: &httparse::Request<'_, '_>, len: usize) -> Check {
     let mut length: Option<&[u8]> = None;
     let mut te = false;
-    let mut te_last_chunked = false;
+    let mut te_chunked_only = false;
+    let mut upgrade = req
+        .method
+        .is_some_and(|m| m.eq_ignore_ascii_case("CONNECT"));
     for h in req.headers.iter() {
         if h.name.eq_ignore_ascii_case("content-length") {
             for part in h.value.split(|b| *b == b',') {
@@ -154,34 +178,54 @@ fn framing(req: &httparse::Request<'_, '_>) -> Check {
                     _ => length = Some(v),
                 }
             }
+        } else if h.name.eq_ignore_ascii_case("upgrade") {
+            upgrade = true;
         } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+            if te {
+                return bad(501, "more than one Transfer-Encoding field", req);
+            }
             te = true;
-            te_last_chunked = h
-                .value
-                .rsplit(|b| *b == b',')
-                .next()
-                .map(|v| v.trim_ascii().eq_ignore_ascii_case(b"chunked"))
-                .unwrap_or(false);
+            let last = h.value.rsplit(|b| *b == b',').next().unwrap_or(b"");
+            if !last.trim_ascii().eq_ignore_ascii_case(b"chunked") {
+                return bad(400, "Transfer-Encoding does not end in chunked", req);
+            }
+            // Any other coding would be dropped on the way to the origin
+            // (RFC 9112 §6.1: a server that does not understand a coding
+            // answers 501).
+            te_chunked_only = h.value.trim_ascii().eq_ignore_ascii_case(b"chunked");
         }
     }
     if te && length.is_some() {
         return bad(400, "both Content-Length and Transfer-Encoding", req);
     }
-    if te && !te_last_chunked {
-        return bad(400, "Transfer-Encoding does not end in chunked", req);
+    if te && !te_chunked_only {
+        return bad(
+            501,
+            "Transfer-Encoding other than chunked is not supported",
+            req,
+        );
     }
-    Check::Complete
+    let framing = match (te, length) {
+        _ if upgrade => Framing::Tunnel,
+        (true, _) => Framing::Chunked,
+        (false, Some(v)) => match std::str::from_utf8(v).ok().and_then(|v| v.parse().ok()) {
+            Some(0) | None => Framing::None,
+            Some(n) => Framing::Length(n),
+        },
+        (false, None) => Framing::None,
+    };
+    Check::Complete { len, framing }
 }
 
 /// A stream that first yields bytes already read from it.
-pub struct Prefixed<S> {
+pub(crate) struct Prefixed<S> {
     prefix: BytesMut,
     inner: S,
 }
 
 impl<S> Prefixed<S> {
     /// `prefix` is replayed before reading from `inner`.
-    pub fn new(prefix: BytesMut, inner: S) -> Self {
+    pub(crate) fn new(prefix: BytesMut, inner: S) -> Self {
         Prefixed { prefix, inner }
     }
 }
@@ -238,7 +282,7 @@ mod tests {
 
     fn status(head: &str) -> Option<u16> {
         match check(head.as_bytes(), 1024, 8) {
-            Check::Complete => None,
+            Check::Complete { .. } => None,
             Check::Partial => Some(0),
             Check::Bad(b) => Some(b.status),
         }
@@ -257,8 +301,12 @@ mod tests {
             None
         );
         assert_eq!(
-            status("POST http://a.test/ HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"),
+            status("POST http://a.test/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"),
             None
+        );
+        assert_eq!(
+            status("POST http://a.test/ HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"),
+            Some(501)
         );
         assert_eq!(status("GET http://a.test/ HTTP/1.1\r\nHost: a"), Some(0));
     }

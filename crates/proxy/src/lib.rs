@@ -1,25 +1,35 @@
 //! The I/O side of mannerly: listener, CONNECT and TLS interception, the upstream client and the pipeline that carries each request through the policy crate's decisions; no policy rule is decided here.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
+mod admin;
 mod audit;
 mod auth;
 mod body;
 mod budget;
 mod ca;
 mod cache;
+mod clock;
 mod config;
+mod connection;
 mod datadir;
 mod error;
+mod heads;
+mod identity;
 mod intake;
 mod limits;
 mod pipeline;
+mod prefs;
 mod respond;
 mod robots;
 mod server;
+mod shared;
+mod target;
 mod tunnel;
 mod upstream;
 
+pub use admin::{call as admin_call, AdminReply};
 pub use audit::{
     key_path as audit_key_path, load_key as load_audit_key,
     load_or_create_key as load_or_create_audit_key, open as open_audit, rotated_files, AuditSink,
@@ -28,10 +38,13 @@ pub use audit::{
 pub use auth::{add_user, users_path, Cidr};
 pub use ca::CertificateAuthority;
 pub use config::{
-    AuditConfig, AuditSync, AuditTarget, Config, CrawlerConfig, PolicyConfig, ProxyAuth,
-    ProxyConfig, UpstreamConfig,
+    AdminConfig, AuditConfig, AuditSync, AuditTarget, Config, CrawlerConfig, IdentityConfig,
+    PolicyConfig, ProxyAuth, ProxyConfig, UpstreamConfig,
 };
-pub use error::{AuditError, AuthError, CaError, ConfigError, DataDirError, StartError};
+pub use error::{
+    AuditError, AuthError, CaError, ConfigError, DataDirError, KeyFileError, StartError,
+};
+pub use identity::{KeyStore, Rotation, Signer};
 #[doc(hidden)]
 pub use intake::check_request_head;
 pub use server::Proxy;
@@ -42,11 +55,20 @@ pub use server::Proxy;
 pub async fn fetch_robots_once(cfg: &Config, url: &str) -> Result<Option<Vec<u8>>, String> {
     use mannerly_policy::robots_cache::FetchResult;
     let uri: http::Uri = url.parse().map_err(|e| format!("{url}: {e}"))?;
-    let target = pipeline::Target::from_absolute(&uri)?;
-    let guard = upstream::Guard::new(&cfg.upstream);
+    let target = target::Target::from_absolute(&uri)?;
+    let guard = upstream::Guard::new(&cfg.upstream, clock::Clock::system());
     let client = upstream::client(&cfg.upstream, guard).map_err(|e| e.to_string())?;
     let robots_url = format!("{}robots.txt", target.url(None));
-    let report = robots::fetch(&client, &robots_url, None, cfg.robots.max_redirects).await;
+    let signer = identity::Signer::load(cfg).map_err(|e| e.to_string())?;
+    let clock = clock::Clock::system();
+    let report = robots::fetch(
+        &client,
+        &robots_url,
+        None,
+        cfg.robots.max_redirects,
+        signer.as_deref().map(|s| (s, &clock)),
+    )
+    .await;
     match report.result {
         FetchResult::Body(b) => Ok(Some(b)),
         r if r.means_no_rules() => Ok(None),

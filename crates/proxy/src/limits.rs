@@ -53,7 +53,7 @@ impl Drop for ConnPermit {
 }
 
 impl ConnLimits {
-    pub fn new(max: usize, per_client: usize) -> Arc<ConnLimits> {
+    pub(crate) fn new(max: usize, per_client: usize) -> Arc<ConnLimits> {
         Arc::new(ConnLimits {
             max,
             per_client,
@@ -65,7 +65,7 @@ impl ConnLimits {
     /// A permit for one more connection from `ip`, or `None` when a cap is
     /// reached (the connection is closed unanswered: answering costs what
     /// the cap is there to save).
-    pub fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<ConnPermit> {
+    pub(crate) fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<ConnPermit> {
         let ip = ip.to_canonical();
         let mut m = self.by_ip.lock().ok()?;
         if self.open.load(Ordering::Relaxed) >= self.max {

@@ -8,13 +8,13 @@ use mannerly_policy::Outcome;
 use crate::body::{full, ProxyBody};
 
 /// Header naming the decision made for a request.
-pub const DECISION: &str = "mannerly-decision";
+pub(crate) const DECISION: &str = "mannerly-decision";
 /// Header carrying the audit id of the request.
-pub const ID: &str = "mannerly-id";
+pub(crate) const ID: &str = "mannerly-id";
 
 /// A header value made from any text: characters a header cannot carry are
 /// replaced, so a rule with odd bytes still produces a valid answer.
-pub fn header_text(s: &str) -> HeaderValue {
+pub(crate) fn header_text(s: &str) -> HeaderValue {
     let clean: String = s
         .chars()
         .take(512)
@@ -30,7 +30,7 @@ pub fn header_text(s: &str) -> HeaderValue {
 }
 
 /// The `Mannerly-Decision` value: the outcome, then `; key=value` details.
-pub fn decision_value(outcome: Outcome, details: &[(&str, String)]) -> HeaderValue {
+pub(crate) fn decision_value(outcome: Outcome, details: &[(&str, String)]) -> HeaderValue {
     let mut v = outcome.as_str().to_string();
     for (k, d) in details {
         v.push_str("; ");
@@ -49,8 +49,9 @@ pub fn decision_value(outcome: Outcome, details: &[(&str, String)]) -> HeaderVal
     header_text(&v)
 }
 
-/// An answer the proxy makes itself.
-pub struct Refusal {
+/// An answer the proxy makes itself (a refusal or an error), before it
+/// becomes a response.
+pub(crate) struct Answer {
     /// What was decided.
     pub outcome: Outcome,
     /// Status to send.
@@ -67,10 +68,10 @@ pub struct Refusal {
     pub headers: Vec<(http::HeaderName, HeaderValue)>,
 }
 
-impl Refusal {
+impl Answer {
     /// A refusal with the outcome's usual status.
-    pub fn new(outcome: Outcome, reason: impl Into<String>) -> Self {
-        Refusal {
+    pub(crate) fn new(outcome: Outcome, reason: impl Into<String>) -> Self {
+        Answer {
             outcome,
             status: outcome.refusal_status(),
             reason: reason.into(),
@@ -82,37 +83,37 @@ impl Refusal {
     }
 
     /// Adds a header to the answer.
-    pub fn header(mut self, name: http::HeaderName, value: HeaderValue) -> Self {
+    pub(crate) fn header(mut self, name: http::HeaderName, value: HeaderValue) -> Self {
         self.headers.push((name, value));
         self
     }
 
     /// Sets the status.
-    pub fn status(mut self, status: u16) -> Self {
+    pub(crate) fn status(mut self, status: u16) -> Self {
         self.status = status;
         self
     }
 
     /// Adds Retry-After.
-    pub fn retry_after(mut self, secs: u64) -> Self {
+    pub(crate) fn retry_after(mut self, secs: u64) -> Self {
         self.retry_after = Some(secs);
         self
     }
 
     /// Adds a detail to the decision header.
-    pub fn detail(mut self, key: &'static str, value: impl Into<String>) -> Self {
+    pub(crate) fn detail(mut self, key: &'static str, value: impl Into<String>) -> Self {
         self.details.push((key, value.into()));
         self
     }
 
     /// Closes the connection after the answer.
-    pub fn close(mut self) -> Self {
+    pub(crate) fn close(mut self) -> Self {
         self.close = true;
         self
     }
 
     /// The plain-text body.
-    pub fn body_text(&self) -> String {
+    pub(crate) fn body_text(&self) -> String {
         let mut s = format!("mannerly: {}: {}\n", self.outcome, self.reason);
         if let Some(r) = self.retry_after {
             s.push_str(&format!("retry after {r} s\n"));
@@ -121,7 +122,7 @@ impl Refusal {
     }
 
     /// Builds the response.
-    pub fn into_response(self, id: &str) -> Response<ProxyBody> {
+    pub(crate) fn into_response(self, id: &str) -> Response<ProxyBody> {
         let text = self.body_text();
         let mut resp = Response::new(full(text));
         *resp.status_mut() =

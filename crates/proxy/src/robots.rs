@@ -6,6 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use mannerly_policy::identity::KeyId;
+
 use bytes::{Bytes, BytesMut};
 use dashmap::DashMap;
 use http::header::{HeaderValue, LOCATION, USER_AGENT};
@@ -20,8 +22,10 @@ use tokio::time::Instant;
 
 use crate::body::empty;
 use crate::budget::Budgets;
-use crate::pipeline::Target;
-use crate::upstream::{connect_error, UpstreamClient};
+use crate::clock::Clock;
+use crate::identity::Signer;
+use crate::target::Target;
+use crate::upstream::{explain, UpstreamClient};
 
 struct Slot {
     entry: std::sync::RwLock<Option<RobotsEntry>>,
@@ -36,19 +40,28 @@ pub(crate) struct FetchReport {
     pub status: Option<u16>,
     pub retry_after: Option<String>,
     pub bytes: u64,
+    /// The Web Bot Auth key the (last) request was signed with.
+    pub keyid: Option<KeyId>,
     pub result: FetchResult,
+    /// The guard refused the address the name resolved to at connect time
+    /// (DNS rebinding): the request is `blocked`, not merely unanswered.
+    pub blocked: bool,
 }
 
 /// robots.txt per origin.
 pub(crate) struct RobotsCache {
     params: RobotsParams,
+    clock: Clock,
+    identity: Option<Arc<Signer>>,
     slots: DashMap<String, Arc<Slot>>,
 }
 
 impl RobotsCache {
-    pub fn new(params: RobotsParams) -> Self {
+    pub(crate) fn new(params: RobotsParams, clock: Clock, identity: Option<Arc<Signer>>) -> Self {
         RobotsCache {
             params,
+            clock,
+            identity,
             slots: DashMap::new(),
         }
     }
@@ -57,7 +70,7 @@ impl RobotsCache {
     /// `on_fetch` is called for every fetch actually made (for its audit line).
     /// The fetch spends from the host's budget like any request; a host
     /// that is paused longer than `deadline` allows gives the budget's refusal.
-    pub async fn rules(
+    pub(crate) async fn rules(
         &self,
         client: &UpstreamClient,
         budgets: &Arc<Budgets>,
@@ -81,7 +94,13 @@ impl RobotsCache {
         let url = format!("{key}robots.txt");
         let report = match tokio::time::timeout(
             timeout,
-            fetch(client, &url, user_agent, self.params.max_redirects),
+            fetch(
+                client,
+                &url,
+                user_agent,
+                self.params.max_redirects,
+                self.identity.as_deref().map(|s| (s, &self.clock)),
+            ),
         )
         .await
         {
@@ -91,7 +110,9 @@ impl RobotsCache {
                 status: None,
                 retry_after: None,
                 bytes: 0,
+                keyid: None,
                 result: FetchResult::Failed(format!("no complete answer within {timeout:?}")),
+                blocked: false,
             },
         };
         match report.status {
@@ -101,7 +122,7 @@ impl RobotsCache {
             None => drop(permit),
         }
         on_fetch(&report);
-        let now = Instant::now().into_std();
+        let now = self.clock.now_std();
         let mut guard = slot.entry.write().unwrap_or_else(|p| p.into_inner());
         let entry = RobotsEntry::after_fetch(guard.as_ref(), &report.result, &self.params, now);
         let rules = entry.rules_now(now);
@@ -110,7 +131,7 @@ impl RobotsCache {
     }
 
     fn cached(&self, slot: &Slot) -> Option<Rules> {
-        let now = Instant::now().into_std();
+        let now = self.clock.now_std();
         let guard = slot.entry.read().unwrap_or_else(|p| p.into_inner());
         match guard.as_ref()?.lookup(&self.params, now) {
             Lookup::Use(rules) => Some(rules),
@@ -139,7 +160,7 @@ impl RobotsCache {
     // Stale entries go first; if every entry is live the oldest half of the
     // map's iteration order goes, which bounds memory at the cost of refetches.
     fn evict(&self) {
-        let now = Instant::now().into_std();
+        let now = self.clock.now_std();
         self.slots.retain(|_, s| {
             s.entry
                 .read()
@@ -167,6 +188,21 @@ pub(crate) async fn fetch(
     url: &str,
     user_agent: Option<&HeaderValue>,
     max_redirects: u32,
+    identity: Option<(&Signer, &Clock)>,
+) -> FetchReport {
+    let mut keyid = None;
+    let mut report = fetch_hops(client, url, user_agent, max_redirects, identity, &mut keyid).await;
+    report.keyid = keyid;
+    report
+}
+
+async fn fetch_hops(
+    client: &UpstreamClient,
+    url: &str,
+    user_agent: Option<&HeaderValue>,
+    max_redirects: u32,
+    identity: Option<(&Signer, &Clock)>,
+    keyid: &mut Option<KeyId>,
 ) -> FetchReport {
     let mut current = url.to_string();
     let mut hops = 0;
@@ -185,18 +221,22 @@ pub(crate) async fn fetch(
         if let Some(ua) = user_agent {
             req = req.header(USER_AGENT, ua.clone());
         }
-        if let Some(a) = uri.authority() {
-            req = req.header(http::header::HOST, a.as_str());
-        }
-        let req = match req.body(empty()) {
+        let mut req = match req.body(empty()) {
             Ok(r) => r,
             Err(e) => return report(url, None, FetchResult::Failed(e.to_string())),
         };
+        // robots.txt fetches are the crawler's requests too: signed, each hop.
+        if let (Some((signer, clock)), Some(authority)) = (identity, uri.authority()) {
+            let authority = normalized_authority(uri.scheme_str(), authority);
+            *keyid = signer.sign_headers(req.headers_mut(), &authority, clock.wall());
+        }
         let resp = match client.request(req).await {
             Ok(r) => r,
             Err(e) => {
-                let why = connect_error(&e).map_or_else(|| format!("{e}"), |c| c.to_string());
-                return report(url, None, FetchResult::Failed(why));
+                let f = explain(&e);
+                let mut r = report(url, None, FetchResult::Failed(f.why));
+                r.blocked = f.blocked;
+                return r;
             }
         };
         let status = resp.status().as_u16();
@@ -249,8 +289,24 @@ pub(crate) async fn fetch(
             status: Some(status),
             retry_after: None,
             bytes: body.len() as u64,
+            keyid: None,
             result: FetchResult::Body(body.to_vec()),
+            blocked: false,
         };
+    }
+}
+
+/// `host[:port]` as the Host header carries it: the scheme's default port
+/// left out, as RFC 9421's `@authority` wants.
+fn normalized_authority(scheme: Option<&str>, a: &http::uri::Authority) -> String {
+    let default = match scheme {
+        Some("https") => Some(443),
+        Some("http") => Some(80),
+        _ => None,
+    };
+    match a.port_u16() {
+        Some(p) if Some(p) == default => a.host().to_ascii_lowercase(),
+        _ => a.as_str().to_ascii_lowercase(),
     }
 }
 
@@ -260,7 +316,9 @@ fn report(url: &str, status: Option<u16>, result: FetchResult) -> FetchReport {
         status,
         retry_after: None,
         bytes: 0,
+        keyid: None,
         result,
+        blocked: false,
     }
 }
 
@@ -287,6 +345,8 @@ pub(crate) fn fetch_record(mut rec: AuditRecord, r: &FetchReport) -> AuditRecord
     rec.status = r.status;
     rec.bytes = Some(r.bytes);
     rec.retry_after = r.retry_after.clone();
+    rec.signed = r.keyid.is_some();
+    rec.keyid = r.keyid.as_ref().map(|k| k.to_string());
     rec.reason = match &r.result {
         FetchResult::Body(_) => None,
         result if result.means_no_rules() => Some(format!(

@@ -6,19 +6,24 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use bytes::BytesMut;
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use mannerly_policy::Outcome;
+use tokio::io::AsyncReadExt;
 use tokio_rustls::LazyConfigAcceptor;
 
 use crate::body::{empty, ProxyBody};
-use crate::config::secs;
+use crate::connection::drive;
 use crate::error::Source;
-use crate::pipeline::{self, Scheme, Target};
-use crate::respond::{Refusal, DECISION};
-use crate::server::{drive, Shared};
+use crate::heads::{Heads, Refused};
+use crate::intake::Prefixed;
+use crate::pipeline;
+use crate::respond::{Answer, DECISION};
+use crate::shared::Shared;
+use crate::target::{Scheme, Target};
 use crate::upstream::{connect_any, ConnectError};
 
 /// Handles a CONNECT request read on the proxy port.
@@ -31,7 +36,7 @@ pub(crate) async fn connect(
     let url = req.uri().to_string();
     let Some(authority) = authority else {
         let rec = shared.record("CONNECT", &url, "", peer);
-        let r = Refusal::new(Outcome::Error, "CONNECT needs host:port")
+        let r = Answer::new(Outcome::Error, "CONNECT needs host:port")
             .status(400)
             .close();
         return shared.refuse(rec, r, Source::Client);
@@ -39,25 +44,27 @@ pub(crate) async fn connect(
     let host = authority.host().to_ascii_lowercase();
     let port = authority.port_u16().unwrap_or(443);
     let mut rec = shared.record("CONNECT", &url, &host, peer);
-    rec.user = crate::auth::user_of(&req);
+    rec.user = shared.auth.user_for(peer);
     if !shared.cfg.proxy.connect_ports.contains(&port) {
-        let r = Refusal::new(
-            Outcome::Blocked,
-            format!("CONNECT to port {port} is not allowed (proxy.connect_ports)"),
-        );
+        let why = format!("CONNECT to port {port} is not allowed (proxy.connect_ports)");
+        // curl and most clients show only the CONNECT answer's headers.
+        let r = Answer::new(Outcome::Blocked, why.clone()).detail("reason", why);
         return shared.refuse(rec, r, Source::Policy);
     }
     let addrs = match shared.guard.resolve(&host, port).await {
         Ok(a) => a,
         Err(e @ ConnectError::Blocked { .. }) => {
-            return shared.refuse(
-                rec,
-                Refusal::new(Outcome::Blocked, e.to_string()),
-                Source::Policy,
-            )
+            let r = Answer::new(Outcome::Blocked, e.to_string()).detail("reason", e.to_string());
+            return shared.refuse(rec, r, Source::Policy);
         }
         Err(e) => {
-            let r = Refusal::new(Outcome::Error, e.to_string()).status(502);
+            let reason = match e {
+                ConnectError::Resolve { .. } => "name not resolved".to_string(),
+                _ => e.to_string(),
+            };
+            let r = Answer::new(Outcome::Error, e.to_string())
+                .status(502)
+                .detail("reason", reason);
             return shared.refuse(rec, r, Source::Upstream);
         }
     };
@@ -67,16 +74,11 @@ pub(crate) async fn connect(
         port,
     };
     let intercept = shared.cfg.proxy.intercept;
-    // Requests inside the tunnel carry no Proxy-Authorization: they are
-    // the CONNECT's user's.
-    let user = rec.user.clone();
     let track = shared.tracker.track();
     let task_shared = shared.clone();
     tokio::spawn(async move {
         match hyper::upgrade::on(req).await {
-            Ok(upgraded) if intercept => {
-                intercept_tls(task_shared, upgraded, target, peer, user).await
-            }
+            Ok(upgraded) if intercept => inside(task_shared, upgraded, target, peer).await,
             Ok(upgraded) => pass_through(task_shared, upgraded, target, addrs, rec).await,
             Err(e) => tracing::debug!("CONNECT upgrade from {peer} failed: {e}"),
         }
@@ -93,16 +95,91 @@ pub(crate) async fn connect(
     resp
 }
 
-async fn intercept_tls(
+/// A TLS record starts with this content type (handshake); an HTTP request
+/// starts with a method's letters.
+const TLS_HANDSHAKE: u8 = 0x16;
+
+/// What comes through an intercepted tunnel: TLS (the usual case), or plain
+/// HTTP, as Node's undici sends for `http://` URLs through a `ProxyAgent`.
+/// Either way its requests walk the same pipeline.
+async fn inside(
     shared: Arc<Shared>,
     upgraded: hyper::upgrade::Upgraded,
     target: Target,
     peer: SocketAddr,
-    user: Option<String>,
 ) {
-    let acceptor =
-        LazyConfigAcceptor::new(rustls::server::Acceptor::default(), TokioIo::new(upgraded));
-    let timeout = secs(shared.cfg.proxy.header_read_timeout_secs);
+    let mut io = TokioIo::new(upgraded);
+    let mut first = BytesMut::with_capacity(2048);
+    let timeout = shared.cfg.proxy.header_read_timeout;
+    match tokio::time::timeout(timeout, io.read_buf(&mut first)).await {
+        Ok(Ok(n)) if n > 0 => {}
+        _ => return,
+    }
+    if first[0] == TLS_HANDSHAKE {
+        intercept_tls(shared, Prefixed::new(first, io), target, peer).await;
+    } else {
+        let target = Target {
+            scheme: Scheme::Http,
+            ..target
+        };
+        serve_h1(shared, io, first, target, peer).await;
+    }
+}
+
+/// HTTP/1 on a tunnel: every head checked (`heads::Heads`).
+async fn serve_h1<S>(shared: Arc<Shared>, io: S, first: BytesMut, target: Target, peer: SocketAddr)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (io, refused) = Heads::new(io, first, shared.head_limits());
+    let http = shared.http().http1_only();
+    let svc = service(&shared, target, peer, Some(refused));
+    let conn = http.serve_connection_with_upgrades(TokioIo::new(io), svc);
+    drive(&shared, conn, peer).await;
+}
+
+/// The service for the requests of one intercepted tunnel.
+fn service(
+    shared: &Arc<Shared>,
+    target: Target,
+    peer: SocketAddr,
+    refused: Option<Refused>,
+) -> impl hyper::service::Service<
+    Request<Incoming>,
+    Response = Response<ProxyBody>,
+    Error = Infallible,
+    Future = impl std::future::Future<Output = Result<Response<ProxyBody>, Infallible>> + Send,
+> + Clone {
+    let shared = shared.clone();
+    service_fn(move |req: Request<Incoming>| {
+        let shared = shared.clone();
+        let target = target.clone();
+        let bad = refused.as_ref().and_then(|r| r.take(&req));
+        async move {
+            if let Some(bad) = bad {
+                let mut resp = shared.refuse_head(bad, peer);
+                crate::audit::line_written(&mut resp).await;
+                return Ok(resp);
+            }
+            let mut resp = pipeline::handle(shared.clone(), req, target, peer).await;
+            if shared.tracker.is_stopping() {
+                resp.headers_mut().insert(
+                    http::header::CONNECTION,
+                    http::HeaderValue::from_static("close"),
+                );
+            }
+            crate::audit::line_written(&mut resp).await;
+            Ok::<_, Infallible>(resp)
+        }
+    })
+}
+
+async fn intercept_tls<S>(shared: Arc<Shared>, io: S, target: Target, peer: SocketAddr)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let acceptor = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), io);
+    let timeout = shared.cfg.proxy.header_read_timeout;
     let start = match tokio::time::timeout(timeout, acceptor).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
@@ -133,33 +210,45 @@ async fn intercept_tls(
     let tls = match tokio::time::timeout(timeout, start.into_stream(config)).await {
         Ok(Ok(t)) => t,
         Ok(Err(e)) => {
-            tracing::debug!("TLS handshake from {peer} for {name}: {e}");
+            client_rejected(&shared, &target, &name, peer, &e);
             return;
         }
         Err(_) => return,
     };
-    let svc_shared = shared.clone();
-    let svc = service_fn(move |mut req: Request<Incoming>| {
-        let shared = svc_shared.clone();
-        let target = target.clone();
-        if let Some(u) = &user {
-            req.extensions_mut().insert(crate::auth::User(u.clone()));
-        }
-        async move {
-            let mut resp = pipeline::handle(shared.clone(), req, target, peer).await;
-            if shared.tracker.is_stopping() {
-                resp.headers_mut().insert(
-                    http::header::CONNECTION,
-                    http::HeaderValue::from_static("close"),
-                );
-            }
-            crate::audit::line_written(&mut resp).await;
-            Ok::<_, Infallible>(resp)
-        }
-    });
-    let http = shared.http();
-    let conn = http.serve_connection_with_upgrades(TokioIo::new(tls), svc);
-    drive(&shared, conn, peer).await;
+    if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
+        let http = shared.http();
+        let svc = service(&shared, target, peer, None);
+        let conn = http.serve_connection_with_upgrades(TokioIo::new(tls), svc);
+        drive(&shared, conn, peer).await;
+    } else {
+        serve_h1(shared, tls, BytesMut::new(), target, peer).await;
+    }
+}
+
+/// A handshake the client broke off after seeing our certificate: almost
+/// always a client that does not trust mannerly's CA. Logged with the fix,
+/// and audited, since the client's request never reaches the pipeline.
+fn client_rejected(
+    shared: &Shared,
+    target: &Target,
+    name: &str,
+    peer: SocketAddr,
+    e: &std::io::Error,
+) {
+    let alert = e.to_string();
+    let why = if alert.contains("alert") || e.kind() == std::io::ErrorKind::UnexpectedEof {
+        format!("client rejected our certificate for {name} ({alert})")
+    } else {
+        format!("TLS handshake with the client failed for {name}: {alert}")
+    };
+    tracing::warn!(
+        "{why}: the client must trust mannerly's CA ({}; `mannerly ca export` prints it)",
+        shared.ca.cert_path().display()
+    );
+    let mut rec = shared.record("CONNECT", &target.url(None), &target.host, peer);
+    rec.refused(Outcome::Error, 0, &why, Source::Client.as_str(), 0);
+    rec.status = None;
+    shared.audit.send(rec);
 }
 
 async fn pass_through(
@@ -169,7 +258,7 @@ async fn pass_through(
     addrs: Vec<SocketAddr>,
     mut rec: mannerly_policy::AuditRecord,
 ) {
-    let timeout = secs(shared.cfg.upstream.connect_timeout_secs);
+    let timeout = shared.cfg.upstream.connect_timeout;
     let mut client = TokioIo::new(upgraded);
     rec.outcome = Some(Outcome::Tunneled);
     match connect_any(&target.host, &addrs, timeout).await {

@@ -19,12 +19,13 @@ use rustls::RootCertStore;
 use tokio::net::TcpStream;
 
 use crate::body::ProxyBody;
-use crate::config::{secs, UpstreamConfig};
+use crate::clock::Clock;
+use crate::config::UpstreamConfig;
 use crate::error::StartError;
 
 /// Why a connection to an origin was not made.
 #[derive(Debug, thiserror::Error)]
-pub enum ConnectError {
+pub(crate) enum ConnectError {
     /// The target resolves to an address the configuration does not allow.
     #[error("{host} resolves to {addr}, a {} address; set upstream.allow_private to allow it", class.as_str())]
     Blocked {
@@ -64,13 +65,14 @@ pub enum ConnectError {
 
 /// Resolves names (overrides first) and refuses internal addresses.
 #[derive(Debug, Clone)]
-pub struct Guard {
+pub(crate) struct Guard {
     allow_private: bool,
     overrides: Arc<BTreeMap<String, SocketAddr>>,
     /// Names that recently resolved to allowed addresses only, for the early
     /// check of each request; the connector still checks every address it
     /// connects to, so a name that changes meanwhile is caught there.
     vetted: Arc<dashmap::DashMap<(String, u16), tokio::time::Instant>>,
+    clock: Clock,
 }
 
 /// How long a name that passed the guard is not resolved again for the
@@ -81,7 +83,7 @@ const VETTED_MAX: usize = 100_000;
 
 impl Guard {
     /// A guard from the `[upstream]` section.
-    pub fn new(cfg: &UpstreamConfig) -> Self {
+    pub(crate) fn new(cfg: &UpstreamConfig, clock: Clock) -> Self {
         let overrides = cfg
             .resolve
             .iter()
@@ -91,14 +93,15 @@ impl Guard {
             allow_private: cfg.allow_private,
             overrides: Arc::new(overrides),
             vetted: Arc::new(dashmap::DashMap::new()),
+            clock,
         }
     }
 
     /// The early check of a request's host name: like [`Guard::resolve`],
     /// but a name that passed within the last 30 s is not resolved again.
-    pub async fn check_name(&self, host: &str, port: u16) -> Result<(), ConnectError> {
+    pub(crate) async fn check_name(&self, host: &str, port: u16) -> Result<(), ConnectError> {
         let key = (host.to_string(), port);
-        let now = tokio::time::Instant::now();
+        let now = self.clock.now();
         if self
             .vetted
             .get(&key)
@@ -117,7 +120,11 @@ impl Guard {
     /// Every address `host:port` may be reached at, or why none may. All
     /// resolved addresses must pass: a name that mixes public and internal
     /// addresses is how DNS rebinding gets in.
-    pub async fn resolve(&self, host: &str, port: u16) -> Result<Vec<SocketAddr>, ConnectError> {
+    pub(crate) async fn resolve(
+        &self,
+        host: &str,
+        port: u16,
+    ) -> Result<Vec<SocketAddr>, ConnectError> {
         let bare = host.trim_start_matches('[').trim_end_matches(']');
         let key = format!("{}:{port}", host.to_ascii_lowercase());
         let addrs = if let Some(addr) = self.overrides.get(&key) {
@@ -144,13 +151,8 @@ impl Guard {
         Ok(addrs)
     }
 
-    /// Whether internal addresses are allowed (`upstream.allow_private`).
-    pub fn allows_private(&self) -> bool {
-        self.allow_private
-    }
-
     /// Refuses the first internal address, unless those are allowed.
-    pub fn check(&self, host: &str, addrs: &[SocketAddr]) -> Result<(), ConnectError> {
+    pub(crate) fn check(&self, host: &str, addrs: &[SocketAddr]) -> Result<(), ConnectError> {
         if self.allow_private {
             return Ok(());
         }
@@ -171,7 +173,7 @@ impl Guard {
 /// A connector that resolves through the [`Guard`] and connects only to the
 /// addresses it checked.
 #[derive(Clone)]
-pub struct GuardedConnector {
+pub(crate) struct GuardedConnector {
     guard: Guard,
     connect_timeout: Duration,
 }
@@ -207,7 +209,7 @@ impl tower_service::Service<Uri> for GuardedConnector {
 }
 
 /// Connects to the first of `addrs` that answers within `timeout` in all.
-pub async fn connect_any(
+pub(crate) async fn connect_any(
     host: &str,
     addrs: &[SocketAddr],
     timeout: Duration,
@@ -238,10 +240,10 @@ pub async fn connect_any(
 }
 
 /// The pooled client towards origins.
-pub type UpstreamClient = Client<HttpsConnector<GuardedConnector>, ProxyBody>;
+pub(crate) type UpstreamClient = Client<HttpsConnector<GuardedConnector>, ProxyBody>;
 
 /// Builds the client: webpki roots plus `extra_roots`, ALPN h2 + http/1.1.
-pub fn client(cfg: &UpstreamConfig, guard: Guard) -> Result<UpstreamClient, StartError> {
+pub(crate) fn client(cfg: &UpstreamConfig, guard: Guard) -> Result<UpstreamClient, StartError> {
     let mut roots = RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
     for path in &cfg.extra_roots {
@@ -276,18 +278,20 @@ pub fn client(cfg: &UpstreamConfig, guard: Guard) -> Result<UpstreamClient, Star
         .enable_http2()
         .wrap_connector(GuardedConnector {
             guard,
-            connect_timeout: secs(cfg.connect_timeout_secs),
+            connect_timeout: cfg.connect_timeout,
         });
     Ok(Client::builder(TokioExecutor::new())
         .timer(TokioTimer::new())
         .pool_timer(TokioTimer::new())
-        .pool_idle_timeout(secs(cfg.pool_idle_secs))
+        .pool_idle_timeout(cfg.pool_idle)
         .pool_max_idle_per_host(cfg.pool_max_idle_per_host)
         .build(connector))
 }
 
 /// Finds our [`ConnectError`] inside a client error, if that is what it was.
-pub fn connect_error<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a ConnectError> {
+pub(crate) fn connect_error<'a>(
+    err: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a ConnectError> {
     let mut cur: Option<&'a (dyn std::error::Error + 'static)> = Some(err);
     while let Some(e) = cur {
         if let Some(c) = e.downcast_ref::<ConnectError>() {
@@ -296,4 +300,99 @@ pub fn connect_error<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&
         cur = e.source();
     }
     None
+}
+
+/// Why a request to an origin failed, in words that name the fix.
+pub(crate) struct Failure {
+    /// Plain words for the client and the audit line.
+    pub(crate) why: String,
+    /// The status the client gets.
+    pub(crate) status: u16,
+    /// Whether the guard refused the target (the request is `blocked`).
+    pub(crate) blocked: bool,
+}
+
+/// Explains a client error from the upstream client: our guard's refusal,
+/// a name that does not resolve, a timeout, an origin certificate that does
+/// not verify (with what to do about it), else the error chain.
+pub(crate) fn explain(err: &(dyn std::error::Error + 'static)) -> Failure {
+    let fail = |why: String, status| Failure {
+        why,
+        status,
+        blocked: false,
+    };
+    if let Some(c) = connect_error(err) {
+        return match c {
+            ConnectError::Blocked { .. } => Failure {
+                why: c.to_string(),
+                status: 403,
+                blocked: true,
+            },
+            ConnectError::Resolve { host, .. } => fail(format!("name not resolved: {host}"), 502),
+            ConnectError::Timeout { .. } => fail(c.to_string(), 504),
+            _ => fail(c.to_string(), 502),
+        };
+    }
+    if let Some(tls) = rustls_error(err) {
+        return fail(tls_words(tls), 502);
+    }
+    let mut why = err.to_string();
+    let mut src = err.source();
+    while let Some(s) = src {
+        why.push_str(": ");
+        why.push_str(&s.to_string());
+        src = s.source();
+    }
+    fail(format!("origin failed: {why}"), 502)
+}
+
+/// The rustls error inside a chain (hyper-rustls wraps it in io::Errors).
+fn rustls_error<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+    let mut cur: Option<&'a (dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = cur {
+        if let Some(r) = e.downcast_ref::<rustls::Error>() {
+            return Some(r);
+        }
+        // io::Error's own `source()` skips the error it wraps; look inside.
+        cur = match e.downcast_ref::<std::io::Error>() {
+            Some(io) => io
+                .get_ref()
+                .map(|i| i as &(dyn std::error::Error + 'static)),
+            None => e.source(),
+        };
+    }
+    None
+}
+
+fn tls_words(e: &rustls::Error) -> String {
+    use rustls::CertificateError as C;
+    let cert = match e {
+        rustls::Error::InvalidCertificate(c) => c,
+        rustls::Error::AlertReceived(a) => {
+            return format!("the origin ended the TLS handshake ({a:?})")
+        }
+        rustls::Error::NoApplicationProtocol => {
+            return "the origin speaks neither h2 nor http/1.1 over TLS".into()
+        }
+        other => return format!("TLS with the origin failed: {other}"),
+    };
+    match cert {
+        C::UnknownIssuer => {
+            "origin certificate not trusted (unknown issuer) — add its CA to upstream.extra_roots"
+                .into()
+        }
+        C::NotValidForName | C::NotValidForNameContext { .. } => {
+            "origin certificate is not valid for this host name".into()
+        }
+        C::Expired | C::ExpiredContext { .. } => "origin certificate has expired".into(),
+        C::NotValidYet | C::NotValidYetContext { .. } => {
+            "origin certificate is not valid yet (check this machine's clock)".into()
+        }
+        C::Revoked => "origin certificate has been revoked".into(),
+        C::BadSignature => "origin certificate has a bad signature".into(),
+        C::InvalidPurpose | C::InvalidPurposeContext { .. } => {
+            "origin certificate is not for TLS servers".into()
+        }
+        other => format!("origin certificate rejected: {other}"),
+    }
 }

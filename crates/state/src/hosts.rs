@@ -21,7 +21,9 @@ pub use memory::MemoryHosts;
 
 use std::time::{Duration, Instant, SystemTime};
 
-use mannerly_policy::budget::{Admission, HostParams, HostView, PersistedHost, Reaction, Start};
+use mannerly_policy::budget::{
+    HostParams, HostView, PersistedHost, Reaction, Reservation, ResetReport, Start,
+};
 
 /// Where per-host budgets live. See the module docs for the contract.
 pub trait HostStore: Send + Sync {
@@ -32,7 +34,7 @@ pub trait HostStore: Send + Sync {
     /// Reserves the next rate slot of `host` if it comes within `hold_left`
     /// ([`mannerly_policy::budget::HostBudget::admit_within`]); pass
     /// `params(host).max_hold()` for a new request.
-    fn admit(&self, host: &str, now: Instant, hold_left: Duration) -> Admission;
+    fn admit(&self, host: &str, now: Instant, hold_left: Duration) -> Reservation;
 
     /// Re-checks the pause and takes an in-flight slot once the reserved
     /// slot has come ([`mannerly_policy::budget::HostBudget::try_start`]).
@@ -75,6 +77,11 @@ pub trait HostStore: Send + Sync {
 
     /// Up to `limit` hosts with their state, sorted by name (for `/hosts`).
     fn views(&self, now: Instant, limit: usize) -> Vec<(String, HostView)>;
+
+    /// An operator's reset: forgets the learned pause, breaker and ceiling
+    /// of `host` ([`mannerly_policy::budget::HostBudget::reset`]); `None`
+    /// when the store holds nothing for it.
+    fn reset(&self, host: &str, now: Instant) -> Option<ResetReport>;
 
     /// Drops every host with nothing to remember
     /// ([`mannerly_policy::budget::HostBudget::forgettable`]); returns how

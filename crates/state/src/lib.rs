@@ -1,6 +1,7 @@
 //! Where mannerly keeps state between requests: host budgets and stored responses, behind traits so a shared backend can replace the in-process one; no policy rules live here.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
 pub mod hosts;
 pub mod responses;

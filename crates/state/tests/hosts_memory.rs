@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use mannerly_policy::budget::{Admission, BudgetParams, HostOverride, Reaction, Refusal, Start};
+use mannerly_policy::budget::{BudgetParams, HostOverride, Reaction, Refusal, Reservation, Start};
 use mannerly_state::hosts::{HostStore, MemoryHosts};
 
 const HOLD: Duration = Duration::from_secs(30);
@@ -20,19 +20,22 @@ fn wall() -> SystemTime {
 fn a_throttled_host_does_not_slow_another() {
     let store = MemoryHosts::default();
     let t0 = Instant::now();
-    assert_eq!(store.admit("a.example", t0, HOLD), Admission::Go);
+    assert_eq!(store.admit("a.example", t0, HOLD), Reservation::Go);
     assert_eq!(store.try_start("a.example", t0, HOLD), Start::Go);
     let r = store.on_response("a.example", t0, wall(), 429, Some("120"), 0.0);
     assert!(matches!(r, Reaction::Throttled(ref t) if t.pause == secs(120)));
 
     assert_eq!(
         store.admit("a.example", t0, HOLD),
-        Admission::Refuse(Refusal::Paused {
+        Reservation::Refuse(Refusal::Paused {
             retry_after: secs(120)
         })
     );
-    assert_eq!(store.admit("b.example", t0, HOLD), Admission::Go);
-    assert_eq!(store.admit("b.example", t0, HOLD), Admission::Wait(secs(1)));
+    assert_eq!(store.admit("b.example", t0, HOLD), Reservation::Go);
+    assert_eq!(
+        store.admit("b.example", t0, HOLD),
+        Reservation::Wait(secs(1))
+    );
     assert_eq!(store.view("b.example", t0).unwrap().rate, 1.0);
     assert_eq!(store.view("a.example", t0).unwrap().rate, 0.5);
     assert_eq!(store.len(), 2);
@@ -42,14 +45,14 @@ fn a_throttled_host_does_not_slow_another() {
 fn the_key_is_the_host_name_without_port_or_case() {
     let store = MemoryHosts::default();
     let t0 = Instant::now();
-    assert_eq!(store.admit("Example.COM:443", t0, HOLD), Admission::Go);
+    assert_eq!(store.admit("Example.COM:443", t0, HOLD), Reservation::Go);
     assert_eq!(
         store.admit("example.com:8080", t0, HOLD),
-        Admission::Wait(secs(1))
+        Reservation::Wait(secs(1))
     );
     assert_eq!(
         store.admit("example.com.", t0, HOLD),
-        Admission::Wait(secs(2))
+        Reservation::Wait(secs(2))
     );
     assert_eq!(store.len(), 1);
     assert_eq!(store.views(t0, 10)[0].0, "example.com");
@@ -68,10 +71,10 @@ fn per_host_overrides_apply_to_that_host_only() {
     );
     let store = MemoryHosts::new(p).unwrap();
     let t0 = Instant::now();
-    assert_eq!(store.admit("slow.example", t0, HOLD), Admission::Go);
+    assert_eq!(store.admit("slow.example", t0, HOLD), Reservation::Go);
     assert_eq!(
         store.admit("slow.example", t0, HOLD),
-        Admission::Wait(secs(4))
+        Reservation::Wait(secs(4))
     );
     assert_eq!(store.params("slow.example").max_rate, 0.5);
     assert_eq!(store.params("fast.example").max_rate, 8.0);
@@ -88,7 +91,7 @@ fn sweep_drops_idle_hosts_and_keeps_paused_ones() {
     let store = MemoryHosts::default();
     let t0 = Instant::now();
     for host in ["idle.example", "busy.example", "paused.example"] {
-        assert_eq!(store.admit(host, t0, HOLD), Admission::Go);
+        assert_eq!(store.admit(host, t0, HOLD), Reservation::Go);
         assert_eq!(store.try_start(host, t0, HOLD), Start::Go);
     }
     store.on_response("idle.example", t0, wall(), 200, None, 0.0);
@@ -138,7 +141,7 @@ fn persisted_hosts_round_trip_through_a_restart() {
     );
     assert_eq!(
         restarted.admit("paused.example", t1, HOLD),
-        Admission::Refuse(Refusal::Paused {
+        Reservation::Refuse(Refusal::Paused {
             retry_after: secs(440)
         })
     );
@@ -162,10 +165,10 @@ fn the_store_is_shared_across_threads() {
     let (mut waits, mut refused) = (Vec::new(), 0);
     for a in handles.into_iter().flat_map(|h| h.join().unwrap()) {
         match a {
-            Admission::Go => waits.push(Duration::ZERO),
-            Admission::Wait(d) => waits.push(d),
-            Admission::Refuse(Refusal::QueueFull { .. }) => refused += 1,
-            Admission::Refuse(r) => panic!("refused: {r:?}"),
+            Reservation::Go => waits.push(Duration::ZERO),
+            Reservation::Wait(d) => waits.push(d),
+            Reservation::Refuse(Refusal::QueueFull { .. }) => refused += 1,
+            Reservation::Refuse(r) => panic!("refused: {r:?}"),
         }
     }
     waits.sort();

@@ -1,12 +1,10 @@
 //! The budget of one host: rate slots, pause, breaker, concurrency gate.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
-use serde::{Deserialize, Serialize, Serializer};
-
-use super::params::{micro, millis, HostParams, MAX_BREAKER_THRESHOLD};
+use super::decision::{HostView, Reaction, Refusal, Reservation, Start, Throttle};
+use super::params::{millis, HostParams, MAX_BREAKER_THRESHOLD};
 use super::retry_after::parse_retry_after;
-use crate::Outcome;
 
 /// Marks an empty time slot in the compact clock.
 const NONE: u32 = u32::MAX;
@@ -19,226 +17,11 @@ const RING: usize = MAX_BREAKER_THRESHOLD as usize - 1;
 const REBASE_AFTER_MS: u64 = 1 << 31;
 /// History kept across a re-base: more than the longest ceiling relaxation
 /// (7 days, enforced by `validate`), so nothing that still matters is lost.
-const KEEP_MS: u64 = 8 * 86_400_000;
+pub(super) const KEEP_MS: u64 = 8 * 86_400_000;
 /// Slowest spacing between two requests (a Crawl-delay of a day).
 const MAX_INTERVAL_MS: u64 = 86_400_000;
 /// Retry-After values are logged raw, but not at any length.
 const RAW_RETRY_AFTER_MAX: usize = 64;
-
-/// What [`HostBudget::admit`] decided for a new request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Admission {
-    /// The rate slot is now: call [`HostBudget::try_start`].
-    Go,
-    /// A rate slot is reserved this far ahead, in arrival order: sleep, then
-    /// call [`HostBudget::try_start`].
-    Wait(Duration),
-    /// Not held: answer the client at once.
-    Refuse(Refusal),
-}
-
-/// What [`HostBudget::try_start`] decided for a request whose slot has come.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Start {
-    /// Send it; an in-flight slot is taken until `on_response` or `finish`.
-    Go,
-    /// The host was paused meanwhile: a new slot after the pause is reserved
-    /// this far ahead; sleep, then call `try_start` again.
-    Wait(Duration),
-    /// The concurrency limit is reached: wait until `finish`/`on_response`
-    /// of another request (or the end of the hold), then call again.
-    WaitConcurrency,
-    /// Not held any longer: answer the client at once.
-    Refuse(Refusal),
-}
-
-/// Why a request is answered by the proxy instead of being held.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Refusal {
-    /// The host is paused for longer than the request may be held.
-    Paused {
-        /// Remaining pause.
-        retry_after: Duration,
-    },
-    /// The breaker is open for longer than the request may be held.
-    BreakerOpen {
-        /// Remaining time until the breaker closes.
-        retry_after: Duration,
-    },
-    /// The rate queue is full, or the reserved slot would be later than the
-    /// hold allows.
-    QueueFull {
-        /// When the refused slot would have come.
-        retry_after: Duration,
-    },
-}
-
-impl Refusal {
-    /// The Retry-After the client should get.
-    pub fn retry_after(&self) -> Duration {
-        match *self {
-            Refusal::Paused { retry_after }
-            | Refusal::BreakerOpen { retry_after }
-            | Refusal::QueueFull { retry_after } => retry_after,
-        }
-    }
-
-    /// The audit outcome and `Mannerly-Decision` of this refusal.
-    pub fn outcome(&self) -> Outcome {
-        match self {
-            Refusal::Paused { .. } => Outcome::Paused,
-            Refusal::BreakerOpen { .. } => Outcome::BreakerOpen,
-            Refusal::QueueFull { .. } => Outcome::QueueFull,
-        }
-    }
-
-    /// The status the client gets: 429 for a paused host, 503 for a full queue.
-    pub fn status(&self) -> u16 {
-        match self {
-            Refusal::Paused { .. } | Refusal::BreakerOpen { .. } => 429,
-            Refusal::QueueFull { .. } => 503,
-        }
-    }
-}
-
-/// What the budget learned from a response.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Reaction {
-    /// A success (anything but 429 and 5xx): the rate recovered a step.
-    Ok {
-        /// Rate now, requests/s.
-        rate: f64,
-        /// Ceiling now, requests/s.
-        ceiling: f64,
-    },
-    /// A 5xx that is not a throttle: the rate was lowered mildly.
-    SlowedDown {
-        /// Rate now, requests/s.
-        rate: f64,
-        /// Ceiling now (unchanged), requests/s.
-        ceiling: f64,
-    },
-    /// A 429, or a 503 with Retry-After: the host is paused and slowed.
-    Throttled(Throttle),
-}
-
-impl Reaction {
-    /// Rate after the reaction, requests/s (audit `rate`).
-    pub fn rate(&self) -> f64 {
-        match self {
-            Reaction::Ok { rate, .. } | Reaction::SlowedDown { rate, .. } => *rate,
-            Reaction::Throttled(t) => t.rate,
-        }
-    }
-
-    /// Ceiling after the reaction, requests/s (audit `ceiling`).
-    pub fn ceiling(&self) -> f64 {
-        match self {
-            Reaction::Ok { ceiling, .. } | Reaction::SlowedDown { ceiling, .. } => *ceiling,
-            Reaction::Throttled(t) => t.ceiling,
-        }
-    }
-}
-
-/// The details of a throttle, for the retry decision and the audit line.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Throttle {
-    /// How long the host is now paused for, from `now` (audit `pause_s`).
-    /// With an open breaker this is the breaker's remaining time.
-    pub pause: Duration,
-    /// The Retry-After that was used, if it was usable.
-    pub retry_after: Option<Duration>,
-    /// The Retry-After header as received (first 64 bytes), for audit `retry_after`.
-    pub retry_after_raw: Option<String>,
-    /// The rate that drew the throttle, requests/s.
-    pub rate_before: f64,
-    /// Rate now, requests/s.
-    pub rate: f64,
-    /// Ceiling now, requests/s.
-    pub ceiling: f64,
-    /// Concurrency limit now.
-    pub concurrency: u32,
-    /// This throttle opened the breaker.
-    pub breaker_opened: bool,
-}
-
-/// A host's budget as seen from outside: audit lines and the `/hosts` API.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct HostView {
-    /// Current rate, requests/s (after ceiling and Crawl-delay caps).
-    pub rate: f64,
-    /// Current learned ceiling, requests/s (`max_rate` when nothing is learned).
-    pub ceiling: f64,
-    /// Current concurrency limit.
-    pub concurrency: u32,
-    /// Requests in flight.
-    pub in_flight: u32,
-    /// Requests holding a future rate slot, estimated from the reserved time
-    /// ahead at the current rate (exact while the rate is steady).
-    pub queued: u32,
-    /// Remaining pause (any cause, breaker included), in seconds when serialised.
-    #[serde(serialize_with = "opt_secs")]
-    pub paused_for: Option<Duration>,
-    /// Remaining time the breaker stays open, in seconds when serialised.
-    #[serde(serialize_with = "opt_secs")]
-    pub breaker_open_for: Option<Duration>,
-    /// The Crawl-delay in force, in seconds when serialised.
-    #[serde(serialize_with = "opt_secs")]
-    pub crawl_delay: Option<Duration>,
-    /// Throttles inside the breaker window.
-    pub recent_throttles: u32,
-}
-
-impl HostView {
-    /// Why a request that ran out of hold while waiting in the host's line
-    /// is answered by the proxy: the open breaker or the pause if there is
-    /// one (with its remaining time), else a full queue.
-    pub fn hold_refusal(&self) -> Refusal {
-        match (self.breaker_open_for, self.paused_for) {
-            (Some(d), _) => Refusal::BreakerOpen { retry_after: d },
-            (None, Some(d)) => Refusal::Paused { retry_after: d },
-            (None, None) => Refusal::QueueFull {
-                retry_after: QUEUE_RETRY_AFTER,
-            },
-        }
-    }
-}
-
-/// Retry-After for a full queue: the line moves at the host's rate, so a
-/// second is a fair first guess.
-pub const QUEUE_RETRY_AFTER: Duration = Duration::from_secs(1);
-
-fn opt_secs<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
-    match d {
-        Some(d) => s.serialize_some(&d.as_secs_f64()),
-        None => s.serialize_none(),
-    }
-}
-
-/// What of a host must survive a restart, with wall-clock deadlines
-/// (unix milliseconds) since `Instant`s do not outlive a process.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PersistedHost {
-    /// Rate, requests/s.
-    pub rate: f64,
-    /// Ceiling as set by the last throttle, requests/s (it relaxes from there).
-    pub ceiling: f64,
-    /// When the last throttle came (unix ms).
-    pub throttled_at_ms: Option<u64>,
-    /// Earlier throttles still in the breaker history (unix ms, newest first).
-    pub earlier_throttles_ms: Vec<u64>,
-    /// End of the pause (unix ms).
-    pub paused_until_ms: Option<u64>,
-    /// The pause is an open breaker.
-    pub breaker: bool,
-    /// Concurrency limit.
-    pub concurrency: u32,
-    /// Throttles since the last success (the backoff exponent).
-    pub strikes: u8,
-    /// Crawl-delay in force, seconds.
-    pub crawl_delay_secs: Option<f64>,
-}
-
 /// The budget state of one host: 72 bytes.
 ///
 /// Times are `u32` milliseconds after `base` (`NONE` when unset), rates are
@@ -248,25 +31,25 @@ pub struct PersistedHost {
 /// at exactly one interval.
 #[derive(Clone, Debug)]
 pub struct HostBudget {
-    base: Instant,
-    tat: u32,
-    pause: u32,
+    pub(super) base: Instant,
+    pub(super) tat: u32,
+    pub(super) pause: u32,
     /// Last throttle: the ceiling was set then and relaxes from then.
-    throttled: u32,
+    pub(super) throttled: u32,
     /// Earlier throttles, as milliseconds before `throttled`.
-    history: [u32; RING],
-    rate: u32,
-    ceiling: u32,
-    crawl_delay_ms: u32,
+    pub(super) history: [u32; RING],
+    pub(super) rate: u32,
+    pub(super) ceiling: u32,
+    pub(super) crawl_delay_ms: u32,
     /// Last send, and the smoothed gap between sends (ms): the pace the host
     /// was really driven at, which lags the rate while old slots drain.
-    sent: u32,
-    gap: u32,
-    concurrency: u16,
-    in_flight: u16,
-    streak: u16,
-    strikes: u8,
-    breaker: bool,
+    pub(super) sent: u32,
+    pub(super) gap: u32,
+    pub(super) concurrency: u16,
+    pub(super) in_flight: u16,
+    pub(super) streak: u16,
+    pub(super) strikes: u8,
+    pub(super) breaker: bool,
 }
 
 // === impl HostBudget ===
@@ -294,7 +77,7 @@ impl HostBudget {
     }
 
     /// Reserves the next rate slot, holding at most `max_hold`.
-    pub fn admit(&mut self, p: &HostParams, now: Instant) -> Admission {
+    pub fn admit(&mut self, p: &HostParams, now: Instant) -> Reservation {
         self.admit_within(p, now, p.max_hold())
     }
 
@@ -303,10 +86,15 @@ impl HostBudget {
     ///
     /// A slot is never before the end of a pause. Nothing is reserved when
     /// the answer is `Refuse`.
-    pub fn admit_within(&mut self, p: &HostParams, now: Instant, hold_left: Duration) -> Admission {
+    pub fn admit_within(
+        &mut self,
+        p: &HostParams,
+        now: Instant,
+        hold_left: Duration,
+    ) -> Reservation {
         let n = self.tick(now);
         if let Some(refusal) = self.pause_refusal(n, now, hold_left) {
-            return Admission::Refuse(refusal);
+            return Reservation::Refuse(refusal);
         }
         let interval = self.interval_ms(p, n);
         let tau = self.tau_ms(p, n);
@@ -318,14 +106,14 @@ impl HostBudget {
             let open = n.max(pause);
             let waiters = (slot - open).div_ceil(interval) + u64::from(pause > n);
             if waiters > u64::from(p.queue_limit) || wait > hold_left {
-                return Admission::Refuse(Refusal::QueueFull { retry_after: wait });
+                return Reservation::Refuse(Refusal::QueueFull { retry_after: wait });
             }
         }
         self.tat = put(tat.max(slot) + interval);
         if slot > n {
-            Admission::Wait(wait)
+            Reservation::Wait(wait)
         } else {
-            Admission::Go
+            Reservation::Go
         }
     }
 
@@ -353,9 +141,9 @@ impl HostBudget {
         let stale = get(self.throttled).is_some_and(|t| reserved_ms < t);
         if stale || get(self.pause).is_some_and(|u| u > n) {
             match self.admit_within(p, now, hold_left) {
-                Admission::Wait(d) => return Start::Wait(d),
-                Admission::Refuse(r) => return Start::Refuse(r),
-                Admission::Go => {}
+                Reservation::Wait(d) => return Start::Wait(d),
+                Reservation::Refuse(r) => return Start::Refuse(r),
+                Reservation::Go => {}
             }
         }
         if self.in_flight >= self.concurrency_limit(p) {
@@ -486,97 +274,6 @@ impl HostBudget {
         self.is_idle(now) && self.ceiling_u(p, n) >= p.max_u() && (!slow || long_idle)
     }
 
-    /// The state worth keeping across a restart, or `None` when there is no
-    /// live pause, open breaker or lowered ceiling.
-    pub fn persist(&self, p: &HostParams, now: Instant, wall: SystemTime) -> Option<PersistedHost> {
-        let n = self.ms(now);
-        let paused = get(self.pause).filter(|&u| u > n);
-        if paused.is_none() && self.ceiling_u(p, n) >= p.max_u() {
-            return None;
-        }
-        let unix = |ms: u64| unix_ms(self.at(ms), now, wall);
-        let throttled = get(self.throttled);
-        let earlier = match throttled {
-            Some(t) => self
-                .history
-                .iter()
-                .filter_map(|&h| get(h))
-                .filter_map(|h| t.checked_sub(h))
-                .map(unix)
-                .collect(),
-            None => Vec::new(),
-        };
-        Some(PersistedHost {
-            rate: f(self.rate.max(1)),
-            ceiling: f(self.ceiling),
-            throttled_at_ms: throttled.map(unix),
-            earlier_throttles_ms: earlier,
-            paused_until_ms: paused.map(unix),
-            breaker: self.breaker && paused.is_some(),
-            concurrency: u32::from(self.concurrency),
-            strikes: self.strikes,
-            crawl_delay_secs: (self.crawl_delay_ms > 0)
-                .then(|| f64::from(self.crawl_delay_ms) / 1000.0),
-        })
-    }
-
-    /// Rebuilds a host from [`HostBudget::persist`] output, trusting none of
-    /// it: values are clamped to the parameters, past deadlines dropped.
-    pub fn restore(
-        p: &HostParams,
-        saved: &PersistedHost,
-        now: Instant,
-        wall: SystemTime,
-    ) -> HostBudget {
-        // The base lies in the past so that past throttles fit the clock.
-        let (base, n) = match now.checked_sub(Duration::from_millis(KEEP_MS)) {
-            Some(base) => (base, KEEP_MS),
-            None => (now, 0),
-        };
-        let wall_ms = wall
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-        let local = |unix: u64| -> Option<u64> {
-            if unix >= wall_ms {
-                n.checked_add(unix - wall_ms)
-            } else {
-                // Where the clock cannot reach that far back, a past event
-                // counts as just now: the conservative side.
-                Some(n.saturating_sub(wall_ms - unix))
-            }
-        };
-        let mut b = HostBudget::new(p, now);
-        b.base = base;
-        b.set_crawl_delay(p, now, saved.crawl_delay_secs);
-        let floor = p.floor_u();
-        b.rate = micro(saved.rate).clamp(1, p.max_u());
-        b.ceiling = micro(saved.ceiling).clamp(floor, p.max_u());
-        if let Some(t) = saved.throttled_at_ms.and_then(local) {
-            b.throttled = put(t);
-            let mut earlier: Vec<u64> = saved
-                .earlier_throttles_ms
-                .iter()
-                .filter_map(|&e| local(e))
-                .filter_map(|e| t.checked_sub(e))
-                .collect();
-            earlier.sort_unstable();
-            for (slot, e) in b.history.iter_mut().zip(earlier) {
-                *slot = put(e);
-            }
-        }
-        if let Some(u) = saved.paused_until_ms.and_then(local).filter(|&u| u > n) {
-            let u = u.min(n + KEEP_MS);
-            b.pause = put(u);
-            b.breaker = saved.breaker;
-            b.tat = put(u + b.tau_ms(p, n));
-        }
-        b.concurrency = u16::try_from(saved.concurrency)
-            .unwrap_or(u16::MAX)
-            .clamp(1, p.concurrency_u());
-        b.strikes = saved.strikes;
-        b
-    }
-
     // --- internals ---
 
     /// A 429 that arrives while the host is already paused answers a request
@@ -656,7 +353,6 @@ impl HostBudget {
         raw: Option<&str>,
         jitter: f64,
     ) -> Throttle {
-        let tau_before = self.tau_ms(p, n);
         if get(self.pause).is_some_and(|until| until > n) {
             let rate = self.rate_u(p, n);
             return self.echo(p, n, now, wall, raw, rate);
@@ -705,7 +401,6 @@ impl HostBudget {
         // interval. Slots promised before the throttle were spaced for a rate
         // the site refused; their holders reserve again (`try_start_since`),
         // so they must not push the new schedule back.
-        let _ = tau_before;
         self.tat = put(until + self.tau_ms(p, n));
 
         Throttle {
@@ -760,7 +455,7 @@ impl HostBudget {
         })
     }
 
-    fn ms(&self, t: Instant) -> u64 {
+    pub(super) fn ms(&self, t: Instant) -> u64 {
         u64::try_from(t.saturating_duration_since(self.base).as_millis()).unwrap_or(u64::MAX)
     }
 
@@ -770,7 +465,7 @@ impl HostBudget {
         ms.saturating_add(u64::from(!d.subsec_nanos().is_multiple_of(1_000_000)))
     }
 
-    fn at(&self, ms: u64) -> Instant {
+    pub(super) fn at(&self, ms: u64) -> Instant {
         self.base
             .checked_add(Duration::from_millis(ms))
             .unwrap_or(self.base)
@@ -778,7 +473,7 @@ impl HostBudget {
 
     /// The learned ceiling at `n`: from its value at the last throttle,
     /// linearly back to `max_rate` over `ceiling_relax_secs`.
-    fn ceiling_u(&self, p: &HostParams, n: u64) -> u32 {
+    pub(super) fn ceiling_u(&self, p: &HostParams, n: u64) -> u32 {
         let max = p.max_u();
         let Some(t) = get(self.throttled) else {
             return max;
@@ -816,7 +511,7 @@ impl HostBudget {
     }
 
     /// How far `tat` runs ahead of the next slot: the unused burst.
-    fn tau_ms(&self, p: &HostParams, n: u64) -> u64 {
+    pub(super) fn tau_ms(&self, p: &HostParams, n: u64) -> u64 {
         u64::from(p.burst.max(1) - 1) * self.interval_ms(p, n)
     }
 
@@ -862,15 +557,15 @@ impl HostBudget {
     }
 }
 
-fn get(v: u32) -> Option<u64> {
+pub(super) fn get(v: u32) -> Option<u64> {
     (v != NONE).then_some(u64::from(v))
 }
 
-fn put(ms: u64) -> u32 {
+pub(super) fn put(ms: u64) -> u32 {
     u32::try_from(ms).unwrap_or(NONE - 1).min(NONE - 1)
 }
 
-fn f(micro: u32) -> f64 {
+pub(super) fn f(micro: u32) -> f64 {
     f64::from(micro) / 1e6
 }
 
@@ -897,16 +592,6 @@ fn backoff_ms(p: &HostParams, strikes: u8, jitter: f64) -> u64 {
     };
     let d = (d as f64 * (1.0 - p.backoff_jitter * j)).round() as u64;
     d.min(p.max_pause_ms())
-}
-
-fn unix_ms(t: Instant, now: Instant, wall: SystemTime) -> u64 {
-    let at = if t >= now {
-        wall.checked_add(t - now)
-    } else {
-        wall.checked_sub(now - t)
-    };
-    at.and_then(|at| at.duration_since(UNIX_EPOCH).ok())
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 fn truncate(raw: &str) -> String {

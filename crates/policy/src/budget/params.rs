@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::ParamError;
+
 /// The most 429s the breaker can be set to count: the throttle history per
 /// host is a fixed ring of this many entries, to keep a host at 72 bytes.
 pub const MAX_BREAKER_THRESHOLD: u32 = 5;
@@ -16,17 +18,6 @@ const MAX_RATE: f64 = 4000.0;
 /// hold (see `host.rs`, which re-bases its clock every ~24 days and keeps
 /// 8 days of history).
 const MAX_LONG_SECS: f64 = 7.0 * 86_400.0;
-
-/// A budget parameter that makes no sense, named by its config key
-/// (`budget.max_rate`, `budget.hosts."example.com".burst`).
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{key}: {reason}")]
-pub struct BudgetError {
-    /// The full config key, e.g. `budget.ceiling_factor`.
-    pub key: String,
-    /// What is wrong with its value.
-    pub reason: String,
-}
 
 macro_rules! budget_params {
     ($( $(#[$doc:meta])* $name:ident : $ty:ty = $default:expr, )*) => {
@@ -146,7 +137,7 @@ budget_params! {
 impl BudgetParams {
     /// Checks every value (global and per host) and normalises the host
     /// names of the overrides; the error names the offending key.
-    pub fn validate(mut self) -> Result<Self, BudgetError> {
+    pub fn validate(mut self) -> Result<Self, ParamError> {
         self.global().check("budget")?;
         let mut hosts = BTreeMap::new();
         for (name, o) in std::mem::take(&mut self.hosts) {
@@ -177,22 +168,19 @@ impl BudgetParams {
     }
 }
 
-fn err(prefix: &str, key: &str, reason: &str) -> BudgetError {
+fn err(prefix: &str, key: &str, reason: &str) -> ParamError {
     let key = if key.is_empty() {
         prefix.to_owned()
     } else {
         format!("{prefix}.{key}")
     };
-    BudgetError {
-        key,
-        reason: reason.to_owned(),
-    }
+    ParamError::new(key, reason)
 }
 
 // === impl HostParams ===
 
 impl HostParams {
-    fn check(&self, prefix: &str) -> Result<(), BudgetError> {
+    fn check(&self, prefix: &str) -> Result<(), ParamError> {
         let e = |key: &str, reason: &str| Err(err(prefix, key, reason));
         let rate_ok = |r: f64| r.is_finite() && r > 0.0 && r <= MAX_RATE;
         for (key, r) in [

@@ -104,7 +104,7 @@ mod headers_serde {
         Bytes(Vec<u8>),
     }
 
-    pub fn serialize<S: Serializer>(map: &HeaderMap, s: S) -> Result<S::Ok, S::Error> {
+    pub(super) fn serialize<S: Serializer>(map: &HeaderMap, s: S) -> Result<S::Ok, S::Error> {
         let pairs: Vec<(&str, Value)> = map
             .iter()
             .map(|(name, value)| {
@@ -118,7 +118,7 @@ mod headers_serde {
         pairs.serialize(s)
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<HeaderMap, D::Error> {
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<HeaderMap, D::Error> {
         let pairs: Vec<(String, Value)> = Vec::deserialize(d)?;
         let mut map = HeaderMap::with_capacity(pairs.len());
         for (name, value) in pairs {
@@ -139,11 +139,11 @@ mod status_serde {
     use serde::de::Error as _;
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub fn serialize<S: Serializer>(status: &StatusCode, s: S) -> Result<S::Ok, S::Error> {
+    pub(super) fn serialize<S: Serializer>(status: &StatusCode, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_u16(status.as_u16())
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<StatusCode, D::Error> {
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<StatusCode, D::Error> {
         StatusCode::from_u16(u16::deserialize(d)?).map_err(D::Error::custom)
     }
 }

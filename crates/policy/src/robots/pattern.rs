@@ -170,8 +170,8 @@ fn normalise_into(input: &[u8], pattern: bool, out: &mut Vec<u8>) {
 
 /// The path+query of `url` in canonical form, borrowed when it already is.
 ///
-/// Accepts a path (`/a/b?c`) or an absolute `http(s)://` URL; the fragment is
-/// dropped and an empty path becomes `/`.
+/// Accepts a path (`/a/b?c`) or an absolute `scheme://authority` URL of any
+/// scheme; the fragment is dropped and an empty path becomes `/`.
 pub(crate) fn normalise_path(url: &str) -> Cow<'_, [u8]> {
     let target = path_and_query(url);
     let bytes = target.as_bytes();
@@ -188,10 +188,8 @@ pub(crate) fn normalise_path(url: &str) -> Cow<'_, [u8]> {
 }
 
 fn path_and_query(url: &str) -> &str {
-    let after_scheme = strip_prefix_ignore_case(url, "http://")
-        .or_else(|| strip_prefix_ignore_case(url, "https://"));
-    let target = match after_scheme {
-        Some(rest) => {
+    let target = match super::url::scheme_and_rest(url) {
+        Some((_, rest)) => {
             let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
             &rest[end..]
         }
@@ -200,15 +198,6 @@ fn path_and_query(url: &str) -> &str {
     match target.find('#') {
         Some(end) => &target[..end],
         None => target,
-    }
-}
-
-fn strip_prefix_ignore_case<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
-    let head = s.as_bytes().get(..prefix.len())?;
-    if head.eq_ignore_ascii_case(prefix.as_bytes()) {
-        s.get(prefix.len()..)
-    } else {
-        None
     }
 }
 

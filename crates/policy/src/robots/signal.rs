@@ -23,39 +23,9 @@
 
 use std::fmt;
 
-use serde::{Deserialize, Serialize};
-
 use super::pattern::Pattern;
-
-/// A use a crawl declares for what it fetches (configuration: `search`,
-/// `ai-input`, `ai-train`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Purpose {
-    /// Building a search index and showing links and short excerpts.
-    Search,
-    /// Feeding content to an AI model at answer time (RAG, grounding).
-    AiInput,
-    /// Training or fine-tuning AI models.
-    AiTrain,
-}
-
-impl Purpose {
-    /// The Content-Signal key of this purpose.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Purpose::Search => "search",
-            Purpose::AiInput => "ai-input",
-            Purpose::AiTrain => "ai-train",
-        }
-    }
-}
-
-impl fmt::Display for Purpose {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+use super::{trim_ws, WS};
+use crate::prefs::{Purpose, Vocabulary};
 
 /// The `use` key: how much of the content an AI system may reproduce.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,6 +36,17 @@ pub enum SignalUse {
     Full,
     /// Any other value, lower-cased.
     Other(String),
+}
+
+impl SignalUse {
+    /// `reference`, `full`, or the value as written (lower-cased).
+    pub fn as_str(&self) -> &str {
+        match self {
+            SignalUse::Reference => "reference",
+            SignalUse::Full => "full",
+            SignalUse::Other(s) => s,
+        }
+    }
 }
 
 /// One parsed `Content-Signal` line.
@@ -93,13 +74,8 @@ pub struct ContentSignal {
 
 impl ContentSignal {
     pub(crate) fn parse(line: usize, text: &str, value: &str) -> ContentSignal {
-        let mut rest = value.trim();
-        let mut path = None;
-        if rest.starts_with(['/', '*']) {
-            let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
-            path = Some(rest[..end].to_string());
-            rest = rest[end..].trim_start();
-        }
+        let (path, rest) = split_path(value);
+        let path = path.map(str::to_string);
         let mut signal = ContentSignal {
             line,
             text: text.to_string(),
@@ -115,15 +91,18 @@ impl ContentSignal {
         // pairs, while `search = yes` stays one pair.
         let items = rest.split(',').flat_map(|part| {
             let several = part.matches('=').count() > 1;
-            part.split(move |c: char| several && c.is_whitespace())
+            part.split(move |c: char| several && WS.contains(&c))
         });
         for item in items {
-            let item = item.trim();
+            let item = trim_ws(item);
             if item.is_empty() {
                 continue;
             }
             let (key, val) = match item.split_once('=') {
-                Some((k, v)) => (k.trim().to_ascii_lowercase(), v.trim().to_ascii_lowercase()),
+                Some((k, v)) => (
+                    trim_ws(k).to_ascii_lowercase(),
+                    trim_ws(v).to_ascii_lowercase(),
+                ),
                 None => (item.to_ascii_lowercase(), String::new()),
             };
             let yes_no = match val.as_str() {
@@ -131,11 +110,11 @@ impl ContentSignal {
                 "no" | "n" => Some(false),
                 _ => None,
             };
-            let slot = match key.as_str() {
-                "search" => Some(&mut signal.search),
-                "ai-input" => Some(&mut signal.ai_input),
-                "ai-train" => Some(&mut signal.ai_train),
-                _ => None,
+            let slot = match Purpose::from_signal_key(&key) {
+                Some(Purpose::Search) => Some(&mut signal.search),
+                Some(Purpose::AiInput) => Some(&mut signal.ai_input),
+                Some(Purpose::AiTrain) => Some(&mut signal.ai_train),
+                None => None,
             };
             match (slot, yes_no) {
                 (Some(slot), Some(v)) => *slot = Some(v),
@@ -177,15 +156,29 @@ impl fmt::Display for ContentSignal {
     }
 }
 
-/// A declared purpose the site refuses, and the line that says so.
+/// The optional path that starts a `Content-Signal` or `Content-Usage` value
+/// (it starts with `/` or `*` and ends at a space or tab), and the rest.
+pub(crate) fn split_path(value: &str) -> (Option<&str>, &str) {
+    let rest = trim_ws(value);
+    if rest.starts_with(['/', '*']) {
+        let end = rest.find(WS).unwrap_or(rest.len());
+        (Some(&rest[..end]), trim_ws(&rest[end..]))
+    } else {
+        (None, rest)
+    }
+}
+
+/// A declared purpose the site refuses in robots.txt, and the line that says so.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SignalRefusal<'a> {
     /// The refused purpose.
     pub purpose: Purpose,
-    /// 1-based line number of the deciding `Content-Signal` line.
+    /// 1-based line number of the deciding line.
     pub line: usize,
     /// That line as written, e.g. `Content-Signal: search=yes, ai-train=no`.
     pub text: &'a str,
+    /// The vocabulary of that line (`Content-Signal` or `Content-Usage`).
+    pub vocabulary: Vocabulary,
 }
 
 impl fmt::Display for SignalRefusal<'_> {

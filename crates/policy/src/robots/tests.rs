@@ -243,7 +243,7 @@ fn line_without_colon_and_comments_are_ignored() {
 #[test]
 fn crawl_delay_of_the_matched_group() {
     let r = robots(
-        "User-agent: *\nCrawl-delay: 2.5\n\nUser-agent: slow\nCrawl-delay: 10\nCrawl-delay: 20\n\nUser-agent: none\nDisallow: /x\n",
+        "User-agent: *\nDisallow: /a\nCrawl-delay: 2.5\n\nUser-agent: slow\nDisallow: /b\nCrawl-delay: 10\nCrawl-delay: 20\n\nUser-agent: none\nDisallow: /x\n",
     );
     assert_eq!(r.crawl_delay("anyone"), Some(2.5));
     assert_eq!(r.crawl_delay("SLOW"), Some(20.0));
@@ -313,7 +313,8 @@ fn content_signal_refusal_names_purpose_line_and_text() {
         Some(SignalRefusal {
             purpose: Purpose::AiTrain,
             line: 4,
-            text: "Content-Signal: search=yes, ai-train=no"
+            text: "Content-Signal: search=yes, ai-train=no",
+            vocabulary: crate::prefs::Vocabulary::ContentSignal,
         })
     );
     assert_eq!(
@@ -411,4 +412,116 @@ fn allow_all_allows_everything() {
     assert_eq!(decide(&r, "x", "/anything"), (true, None, None, None));
     assert_eq!(r.crawl_delay("x"), None);
     assert!(r.sitemaps().is_empty());
+}
+
+// --- Group structure (RFC 9309 sec. 2.2): only rules end a user-agent list ---
+
+#[test]
+fn crawl_delay_between_user_agent_lines_does_not_split_the_group() {
+    // As real sites write it: the three agents are one group.
+    let r = robots(
+        "User-agent: Slurp\nCrawl-delay: 2\nUser-agent: bingbot\nCrawl-delay: 2\nUser-agent: *\nDisallow: /wp-login.php\n",
+    );
+    for agent in ["Slurp", "bingbot", "OtherBot", ""] {
+        assert_eq!(
+            decide(&r, agent, "/wp-login.php"),
+            (
+                false,
+                Some("Disallow: /wp-login.php".into()),
+                Some(6),
+                Some(if agent == "Slurp" || agent == "bingbot" {
+                    agent.to_string()
+                } else {
+                    "*".to_string()
+                })
+            ),
+            "{agent:?}"
+        );
+        // The records belong to the group they stand in: every agent of it.
+        assert_eq!(r.crawl_delay(agent), Some(2.0), "{agent:?}");
+    }
+}
+
+#[test]
+fn content_signal_and_content_usage_do_not_end_the_user_agent_list() {
+    let r = robots(
+        "User-agent: a\nContent-Signal: ai-train=no\nUser-agent: b\nContent-Usage: search=n\nUser-agent: c\nDisallow: /x\n\nUser-agent: d\nDisallow: /y\n",
+    );
+    for agent in ["a", "b", "c"] {
+        assert!(!r.is_allowed(agent, "/x"), "{agent}");
+        assert!(r.is_allowed(agent, "/y"), "{agent}");
+        assert_eq!(
+            r.content_signals(agent).map(|s| s.line).collect::<Vec<_>>(),
+            [2]
+        );
+        assert_eq!(
+            r.content_usages(agent).map(|s| s.line).collect::<Vec<_>>(),
+            [4]
+        );
+    }
+    assert!(r.content_signals("d").next().is_none());
+    assert!(!r.is_allowed("d", "/y"));
+}
+
+#[test]
+fn a_user_agent_after_rules_still_starts_a_new_group() {
+    let r = robots("User-agent: a\nDisallow: /x\nCrawl-delay: 5\nUser-agent: b\nDisallow: /y\n");
+    assert!(r.is_allowed("a", "/y"));
+    assert!(r.is_allowed("b", "/x"));
+    assert_eq!(r.crawl_delay("a"), Some(5.0));
+    assert_eq!(r.crawl_delay("b"), None);
+}
+
+// --- Whitespace is space and tab only ---
+
+#[test]
+fn unicode_spaces_are_part_of_the_value() {
+    // An Allow ending in NBSP is a longer, different path: it no longer
+    // allows what the Disallow refuses.
+    let r = robots("User-agent: *\nDisallow: /private/\nAllow: /private/\u{a0}\n");
+    assert_eq!(
+        decide(&r, "x", "/private/data"),
+        (
+            false,
+            Some("Disallow: /private/".into()),
+            Some(2),
+            Some("*".into())
+        )
+    );
+    assert_eq!(r.rules()[1].pattern, "/private/\u{a0}");
+    // It matches the path that really has the NBSP.
+    assert!(r.is_allowed("x", "/private/%C2%A0x"));
+    for space in ['\u{2002}', '\u{3000}', '\u{b}', '\u{c}', '\u{85}'] {
+        let r = robots(&format!(
+            "User-agent: *\nDisallow: /p/\nAllow: /p/{space}\n"
+        ));
+        assert!(!r.is_allowed("x", "/p/data"), "{:?}", space);
+        // Leading ones too: `Disallow:` + U+3000 + `/q` is no rule for `/q`.
+        let r = robots(&format!("User-agent: *\nDisallow:{space}/q\n"));
+        assert!(r.is_allowed("x", "/q"), "{:?}", space);
+    }
+}
+
+#[test]
+fn space_and_tab_are_trimmed_around_keys_and_values() {
+    let r = robots("\t User-agent \t:\t FooBot \t\n \tDisallow\t: \t/x\t \n");
+    assert!(!r.is_allowed("FooBot", "/x/1"));
+    assert_eq!(r.rules()[0].pattern, "/x");
+    // A user-agent value with a Unicode space is no token: nobody matches it.
+    let r = robots("User-agent: FooBot\u{a0}\nDisallow: /\n");
+    assert!(r.is_allowed("FooBot", "/x"));
+    // Nor does a Content-Signal pair split on a Unicode space.
+    let r = robots("User-agent: *\nContent-Signal: search=yes\u{3000}ai-train=no\n");
+    assert_eq!(r.signal_check("x", "/", &[Purpose::AiTrain]), None);
+}
+
+// --- URLs of any scheme ---
+
+#[test]
+fn urls_of_any_scheme_are_matched_by_their_path() {
+    let r = robots("User-agent: *\nDisallow: /foo\n");
+    assert!(!r.is_allowed("x", "ftp://example.net/foo.html"));
+    assert!(r.is_allowed("x", "ftp://example.net/bar.html"));
+    assert!(!r.is_allowed("x", "coap://[::1]:5683/foo"));
+    assert!(r.is_allowed("x", "wss://example.net?foo"));
 }

@@ -10,7 +10,7 @@ use crate::datadir;
 use crate::error::{AuditError, DataDirError};
 
 /// File name of the key in the data dir.
-pub const KEY_FILE: &str = "audit-key.pem";
+pub(super) const KEY_FILE: &str = "audit-key.pem";
 
 /// Where the audit key of `data_dir` lives.
 pub fn key_path(data_dir: &Path) -> PathBuf {

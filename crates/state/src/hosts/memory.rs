@@ -4,8 +4,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use dashmap::DashMap;
 use mannerly_policy::budget::{
-    host_key, Admission, BudgetError, BudgetParams, HostBudget, HostParams, HostView,
-    PersistedHost, Reaction, Start,
+    host_key, BudgetParams, HostBudget, HostParams, HostView, PersistedHost, Reaction, Reservation,
+    ResetReport, Start,
 };
 
 use super::HostStore;
@@ -24,7 +24,7 @@ pub struct MemoryHosts {
 impl MemoryHosts {
     /// An empty store with these parameters (validated here, so that a
     /// store never runs on nonsense).
-    pub fn new(params: BudgetParams) -> Result<MemoryHosts, BudgetError> {
+    pub fn new(params: BudgetParams) -> Result<MemoryHosts, mannerly_policy::ParamError> {
         Ok(MemoryHosts {
             params: params.validate()?,
             hosts: DashMap::new(),
@@ -72,7 +72,7 @@ impl HostStore for MemoryHosts {
         self.params.for_host(host)
     }
 
-    fn admit(&self, host: &str, now: Instant, hold_left: Duration) -> Admission {
+    fn admit(&self, host: &str, now: Instant, hold_left: Duration) -> Reservation {
         self.with(host, now, |b, p| b.admit_within(p, now, hold_left))
     }
 
@@ -141,6 +141,14 @@ impl HostStore for MemoryHosts {
             .collect();
         out.sort_by(|a, b| a.0.cmp(&b.0));
         out
+    }
+
+    fn reset(&self, host: &str, now: Instant) -> Option<ResetReport> {
+        let key = host_key(host);
+        let p = self.params.for_host(&key);
+        self.hosts
+            .get_mut(key.as_ref())
+            .map(|mut b| b.reset(&p, now))
     }
 
     fn sweep(&self, now: Instant) -> usize {

@@ -1,0 +1,198 @@
+//! What the budget decides, as values: reservations, starts, refusals and
+//! what it learned from a response; and a host as seen from outside.
+
+use std::time::Duration;
+
+use serde::{Serialize, Serializer};
+
+use crate::Outcome;
+
+/// What [`HostBudget::admit`] decided for a new request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reservation {
+    /// The rate slot is now: call [`HostBudget::try_start`].
+    Go,
+    /// A rate slot is reserved this far ahead, in arrival order: sleep, then
+    /// call [`HostBudget::try_start`].
+    Wait(Duration),
+    /// Not held: answer the client at once.
+    Refuse(Refusal),
+}
+
+/// What [`HostBudget::try_start`] decided for a request whose slot has come.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Start {
+    /// Send it; an in-flight slot is taken until `on_response` or `finish`.
+    Go,
+    /// The host was paused meanwhile: a new slot after the pause is reserved
+    /// this far ahead; sleep, then call `try_start` again.
+    Wait(Duration),
+    /// The concurrency limit is reached: wait until `finish`/`on_response`
+    /// of another request (or the end of the hold), then call again.
+    WaitConcurrency,
+    /// Not held any longer: answer the client at once.
+    Refuse(Refusal),
+}
+
+/// Why a request is answered by the proxy instead of being held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The host is paused for longer than the request may be held.
+    Paused {
+        /// Remaining pause.
+        retry_after: Duration,
+    },
+    /// The breaker is open for longer than the request may be held.
+    BreakerOpen {
+        /// Remaining time until the breaker closes.
+        retry_after: Duration,
+    },
+    /// The rate queue is full, or the reserved slot would be later than the
+    /// hold allows.
+    QueueFull {
+        /// When the refused slot would have come.
+        retry_after: Duration,
+    },
+}
+
+impl Refusal {
+    /// The Retry-After the client should get.
+    pub fn retry_after(&self) -> Duration {
+        match *self {
+            Refusal::Paused { retry_after }
+            | Refusal::BreakerOpen { retry_after }
+            | Refusal::QueueFull { retry_after } => retry_after,
+        }
+    }
+
+    /// The audit outcome and `Mannerly-Decision` of this refusal.
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            Refusal::Paused { .. } => Outcome::Paused,
+            Refusal::BreakerOpen { .. } => Outcome::BreakerOpen,
+            Refusal::QueueFull { .. } => Outcome::QueueFull,
+        }
+    }
+
+    /// The status the client gets: 429 for a paused host, 503 for a full queue.
+    pub fn status(&self) -> u16 {
+        match self {
+            Refusal::Paused { .. } | Refusal::BreakerOpen { .. } => 429,
+            Refusal::QueueFull { .. } => 503,
+        }
+    }
+}
+
+/// What the budget learned from a response.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Reaction {
+    /// A success (anything but 429 and 5xx): the rate recovered a step.
+    Ok {
+        /// Rate now, requests/s.
+        rate: f64,
+        /// Ceiling now, requests/s.
+        ceiling: f64,
+    },
+    /// A 5xx that is not a throttle: the rate was lowered mildly.
+    SlowedDown {
+        /// Rate now, requests/s.
+        rate: f64,
+        /// Ceiling now (unchanged), requests/s.
+        ceiling: f64,
+    },
+    /// A 429, or a 503 with Retry-After: the host is paused and slowed.
+    Throttled(Throttle),
+}
+
+impl Reaction {
+    /// Rate after the reaction, requests/s (audit `rate`).
+    pub fn rate(&self) -> f64 {
+        match self {
+            Reaction::Ok { rate, .. } | Reaction::SlowedDown { rate, .. } => *rate,
+            Reaction::Throttled(t) => t.rate,
+        }
+    }
+
+    /// Ceiling after the reaction, requests/s (audit `ceiling`).
+    pub fn ceiling(&self) -> f64 {
+        match self {
+            Reaction::Ok { ceiling, .. } | Reaction::SlowedDown { ceiling, .. } => *ceiling,
+            Reaction::Throttled(t) => t.ceiling,
+        }
+    }
+}
+
+/// The details of a throttle, for the retry decision and the audit line.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Throttle {
+    /// How long the host is now paused for, from `now` (audit `pause_s`).
+    /// With an open breaker this is the breaker's remaining time.
+    pub pause: Duration,
+    /// The Retry-After that was used, if it was usable.
+    pub retry_after: Option<Duration>,
+    /// The Retry-After header as received (first 64 bytes), for audit `retry_after`.
+    pub retry_after_raw: Option<String>,
+    /// The rate that drew the throttle, requests/s.
+    pub rate_before: f64,
+    /// Rate now, requests/s.
+    pub rate: f64,
+    /// Ceiling now, requests/s.
+    pub ceiling: f64,
+    /// Concurrency limit now.
+    pub concurrency: u32,
+    /// This throttle opened the breaker.
+    pub breaker_opened: bool,
+}
+
+/// A host's budget as seen from outside: audit lines and the `/hosts` API.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct HostView {
+    /// Current rate, requests/s (after ceiling and Crawl-delay caps).
+    pub rate: f64,
+    /// Current learned ceiling, requests/s (`max_rate` when nothing is learned).
+    pub ceiling: f64,
+    /// Current concurrency limit.
+    pub concurrency: u32,
+    /// Requests in flight.
+    pub in_flight: u32,
+    /// Requests holding a future rate slot, estimated from the reserved time
+    /// ahead at the current rate (exact while the rate is steady).
+    pub queued: u32,
+    /// Remaining pause (any cause, breaker included), in seconds when serialised.
+    #[serde(serialize_with = "opt_secs")]
+    pub paused_for: Option<Duration>,
+    /// Remaining time the breaker stays open, in seconds when serialised.
+    #[serde(serialize_with = "opt_secs")]
+    pub breaker_open_for: Option<Duration>,
+    /// The Crawl-delay in force, in seconds when serialised.
+    #[serde(serialize_with = "opt_secs")]
+    pub crawl_delay: Option<Duration>,
+    /// Throttles inside the breaker window.
+    pub recent_throttles: u32,
+}
+
+impl HostView {
+    /// Why a request that ran out of hold while waiting in the host's line
+    /// is answered by the proxy: the open breaker or the pause if there is
+    /// one (with its remaining time), else a full queue.
+    pub fn hold_refusal(&self) -> Refusal {
+        match (self.breaker_open_for, self.paused_for) {
+            (Some(d), _) => Refusal::BreakerOpen { retry_after: d },
+            (None, Some(d)) => Refusal::Paused { retry_after: d },
+            (None, None) => Refusal::QueueFull {
+                retry_after: QUEUE_RETRY_AFTER,
+            },
+        }
+    }
+}
+
+/// Retry-After for a full queue: the line moves at the host's rate, so a
+/// second is a fair first guess.
+pub const QUEUE_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+fn opt_secs<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    match d {
+        Some(d) => s.serialize_some(&d.as_secs_f64()),
+        None => s.serialize_none(),
+    }
+}

@@ -1,0 +1,360 @@
+//! Web Bot Auth: the signature a crawler's requests carry so that a site can
+//! tell who sent them (draft-ietf-webbotauth-httpsig-protocol-00, on HTTP
+//! Message Signatures, RFC 9421, with Ed25519).
+//!
+//! Pure computation: the signing key comes in as PEM text, the time as an
+//! argument. Reading key files and picking the clock is the proxy's job.
+//!
+//! What a signed request carries (§5.2 of the draft):
+//!
+//! ```text
+//! Signature-Agent: sig1="https://crawler.example"
+//! Signature-Input: sig1=("@authority" "signature-agent";key="sig1");created=…;keyid="…";alg="ed25519";expires=…;tag="web-bot-auth"
+//! Signature: sig1=:…:
+//! ```
+//!
+//! The draft asks for no nonce (§5.2.3 leaves replay protection to RFC 9421),
+//! so none is sent: a nonce only helps a verifier that keeps nonce state,
+//! and it would make every signature unique for no one's benefit.
+
+use std::fmt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use base64::Engine as _;
+use ed25519_dalek::pkcs8::{DecodePrivateKey, EncodePrivateKey};
+use ed25519_dalek::{Signer as _, SigningKey, VerifyingKey};
+use http::header::{HeaderName, HeaderValue};
+use sha2::{Digest, Sha256};
+
+mod card;
+mod directory;
+
+pub use card::card_json;
+pub use directory::{directory_json, DirectoryKey, DIRECTORY_MEDIA_TYPE, DIRECTORY_PATH};
+
+/// `Signature-Agent`.
+pub const SIGNATURE_AGENT: HeaderName = HeaderName::from_static("signature-agent");
+/// `Signature-Input`.
+pub const SIGNATURE_INPUT: HeaderName = HeaderName::from_static("signature-input");
+/// `Signature`.
+pub const SIGNATURE: HeaderName = HeaderName::from_static("signature");
+
+/// The signature's label, and the key of our `Signature-Agent` member: the
+/// draft binds the member to the signature by giving both the same name.
+pub const LABEL: &str = "sig1";
+/// The `tag` every Web Bot Auth signature carries.
+pub const TAG: &str = "web-bot-auth";
+/// The longest validity accepted: the draft recommends no more than 24 h.
+pub const MAX_VALIDITY: Duration = Duration::from_secs(24 * 3600);
+
+/// Why an identity cannot be built.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum IdentityError {
+    /// The key is not an Ed25519 private key in PKCS#8 PEM.
+    #[error("not an Ed25519 private key in PKCS#8 PEM ({0})")]
+    Key(String),
+    /// The Signature-Agent value is not one the draft allows.
+    #[error("signature_agent {value:?}: {why}")]
+    Agent {
+        /// What was given.
+        value: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+    /// The validity is zero or longer than 24 h.
+    #[error("validity must be between 1 s and 24 h, got {0:?}")]
+    Validity(Duration),
+}
+
+/// A key's identifier: its JWK SHA-256 thumbprint (RFC 7638, RFC 8037 A.3),
+/// base64url without padding.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct KeyId(String);
+
+impl KeyId {
+    /// The thumbprint of an Ed25519 public key.
+    pub fn of(key: &VerifyingKey) -> KeyId {
+        // RFC 7638: the required members in lexicographic order, no spaces.
+        let canonical = format!(r#"{{"crv":"Ed25519","kty":"OKP","x":"{}"}}"#, jwk_x(key));
+        KeyId(URL_SAFE_NO_PAD.encode(Sha256::digest(canonical.as_bytes())))
+    }
+
+    /// The thumbprint as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for KeyId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The JWK `x` member of an Ed25519 public key.
+pub fn jwk_x(key: &VerifyingKey) -> String {
+    URL_SAFE_NO_PAD.encode(key.as_bytes())
+}
+
+/// Reads an Ed25519 private key from PKCS#8 PEM.
+pub fn key_from_pem(pem: &str) -> Result<SigningKey, IdentityError> {
+    SigningKey::from_pkcs8_pem(pem).map_err(|e| IdentityError::Key(e.to_string()))
+}
+
+/// An Ed25519 private key from 32 random bytes, as PKCS#8 PEM. The bytes
+/// come from the caller: the policy crate has no source of randomness.
+pub fn key_to_pem(seed: &[u8; 32]) -> Result<String, IdentityError> {
+    SigningKey::from_bytes(seed)
+        .to_pkcs8_pem(Default::default())
+        .map(|pem| pem.to_string())
+        .map_err(|e| IdentityError::Key(e.to_string()))
+}
+
+/// Checks a `Signature-Agent` URL: https, printable ASCII without quotes or
+/// backslashes (it goes into a Structured Field string as is), and an
+/// origin, since the draft's default `directory` type resolves
+/// `/.well-known/http-message-signatures-directory` at that origin.
+pub fn check_agent_url(url: &str) -> Result<(), IdentityError> {
+    let bad = |why| IdentityError::Agent {
+        value: url.to_string(),
+        why,
+    };
+    if !url
+        .bytes()
+        .all(|b| (0x21..=0x7e).contains(&b) && b != b'"' && b != b'\\')
+    {
+        return Err(bad(
+            "only printable ASCII without spaces, quotes or backslashes",
+        ));
+    }
+    let uri: http::Uri = url.parse().map_err(|_| bad("not a URL"))?;
+    if uri.scheme_str() != Some("https") {
+        return Err(bad("the draft requires an https URL"));
+    }
+    match uri.authority() {
+        Some(a) if !a.host().is_empty() && !a.as_str().contains('@') => {}
+        _ => return Err(bad("needs a host (and no user info)")),
+    }
+    if !matches!(uri.path(), "" | "/") || uri.query().is_some() || url.contains('#') {
+        return Err(bad(
+            "must be an origin (https://host[:port]); the key directory is served at /.well-known/http-message-signatures-directory there",
+        ));
+    }
+    Ok(())
+}
+
+/// The three header values of one signature.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SignatureHeaders {
+    /// `Signature-Agent`.
+    pub agent: String,
+    /// `Signature-Input`.
+    pub input: String,
+    /// `Signature`.
+    pub signature: String,
+}
+
+/// Who the crawler is: its key, where its key directory lives, how long a
+/// signature stays valid and which hosts are never signed for.
+pub struct Identity {
+    key: SigningKey,
+    keyid: KeyId,
+    agent_url: String,
+    validity: Duration,
+    skip_hosts: Vec<String>,
+}
+
+impl fmt::Debug for Identity {
+    // The private key stays out of logs.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Identity")
+            .field("keyid", &self.keyid)
+            .field("agent_url", &self.agent_url)
+            .field("validity", &self.validity)
+            .field("skip_hosts", &self.skip_hosts)
+            .finish()
+    }
+}
+
+impl Identity {
+    /// An identity from a key, the `Signature-Agent` URL, the validity of
+    /// each signature and the hosts never signed for (`example.org` is that
+    /// host only, `*.example.org` its subdomains).
+    pub fn new(
+        key: SigningKey,
+        agent_url: &str,
+        validity: Duration,
+        skip_hosts: &[String],
+    ) -> Result<Identity, IdentityError> {
+        check_agent_url(agent_url)?;
+        if validity < Duration::from_secs(1) || validity > MAX_VALIDITY {
+            return Err(IdentityError::Validity(validity));
+        }
+        let keyid = KeyId::of(&key.verifying_key());
+        Ok(Identity {
+            key,
+            keyid,
+            agent_url: agent_url.to_string(),
+            validity,
+            skip_hosts: skip_hosts
+                .iter()
+                .map(|h| h.trim().trim_end_matches('.').to_ascii_lowercase())
+                .filter(|h| !h.is_empty())
+                .collect(),
+        })
+    }
+
+    /// The identifier signatures carry in `keyid`.
+    pub fn keyid(&self) -> &KeyId {
+        &self.keyid
+    }
+
+    /// The public half of the key.
+    pub fn public_key(&self) -> VerifyingKey {
+        self.key.verifying_key()
+    }
+
+    /// The `Signature-Agent` URL.
+    pub fn agent_url(&self) -> &str {
+        &self.agent_url
+    }
+
+    /// Whether requests to `host` go out unsigned (`skip_hosts`).
+    pub fn skips(&self, host: &str) -> bool {
+        let host = host.trim_end_matches('.').to_ascii_lowercase();
+        self.skip_hosts
+            .iter()
+            .any(|pattern| match pattern.strip_prefix("*.") {
+                Some(parent) => host
+                    .strip_suffix(parent)
+                    .is_some_and(|sub| sub.len() > 1 && sub.ends_with('.')),
+                None => *pattern == host,
+            })
+    }
+
+    /// Signs a request about to be sent to `authority` (`host[:port]` as in
+    /// the Host header, port only when not the scheme's default) at `now`.
+    ///
+    /// Signature headers the client sent are removed first, so the origin
+    /// sees exactly one signature, ours. Hosts in `skip_hosts` are left
+    /// alone (the client's own headers included) and give `None`.
+    pub fn sign(
+        &self,
+        parts: &mut http::request::Parts,
+        authority: &str,
+        now: SystemTime,
+    ) -> Option<KeyId> {
+        self.sign_headers(&mut parts.headers, authority, now)
+    }
+
+    /// [`Identity::sign`] on a request's header map.
+    pub fn sign_headers(
+        &self,
+        headers: &mut http::HeaderMap,
+        authority: &str,
+        now: SystemTime,
+    ) -> Option<KeyId> {
+        if self.skips(host_of(authority)) {
+            return None;
+        }
+        let signed = self.signature_headers(authority, now);
+        for name in [SIGNATURE_AGENT, SIGNATURE_INPUT, SIGNATURE] {
+            headers.remove(&name);
+        }
+        // All three values are printable ASCII by construction (checked URL,
+        // integers, base64); a value that is not would be a bug, and the
+        // request then goes out unsigned rather than half-signed.
+        let values = [
+            HeaderValue::from_str(&signed.agent),
+            HeaderValue::from_str(&signed.input),
+            HeaderValue::from_str(&signed.signature),
+        ];
+        let [Ok(agent), Ok(input), Ok(signature)] = values else {
+            return None;
+        };
+        headers.insert(SIGNATURE_AGENT, agent);
+        headers.insert(SIGNATURE_INPUT, input);
+        headers.insert(SIGNATURE, signature);
+        Some(self.keyid.clone())
+    }
+
+    /// The three header values for a request to `authority` at `now`.
+    pub fn signature_headers(&self, authority: &str, now: SystemTime) -> SignatureHeaders {
+        let created = now
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let params = Params {
+            created,
+            expires: created + self.validity.as_secs(),
+            keyid: self.keyid.as_str(),
+            nonce: None,
+        };
+        let agent_value = sf_string(&self.agent_url);
+        let (base, input) = signature_base(authority, LABEL, &agent_value, &params);
+        let signature = self.key.sign(base.as_bytes());
+        SignatureHeaders {
+            agent: format!("{LABEL}={agent_value}"),
+            input: format!("{LABEL}={input}"),
+            signature: format!("{LABEL}=:{}:", STANDARD.encode(signature.to_bytes())),
+        }
+    }
+}
+
+/// The signature parameters, in the order the draft's test vectors use.
+pub(crate) struct Params<'a> {
+    pub created: u64,
+    pub expires: u64,
+    pub keyid: &'a str,
+    /// Only for reproducing the draft's test vectors; we send none.
+    pub nonce: Option<&'a str>,
+}
+
+/// The RFC 9421 §2.5 signature base for our two covered components, and
+/// the `@signature-params` value (which is also the `Signature-Input`
+/// member's value). `agent_value` is the serialised dictionary member
+/// (a Structured Field string, quotes included).
+pub(crate) fn signature_base(
+    authority: &str,
+    agent_key: &str,
+    agent_value: &str,
+    p: &Params<'_>,
+) -> (String, String) {
+    let mut input = format!(
+        r#"("@authority" "signature-agent";key="{agent_key}");created={};keyid="{}";alg="ed25519";expires={}"#,
+        p.created, p.keyid, p.expires
+    );
+    if let Some(nonce) = p.nonce {
+        input.push_str(&format!(r#";nonce="{nonce}""#));
+    }
+    input.push_str(&format!(r#";tag="{TAG}""#));
+    let base = format!(
+        "\"@authority\": {}\n\"signature-agent\";key=\"{agent_key}\": {agent_value}\n\"@signature-params\": {input}",
+        authority.to_ascii_lowercase()
+    );
+    (base, input)
+}
+
+/// A Structured Field string (RFC 8941 §3.3.3) of a checked URL: quotes
+/// and backslashes were refused by [`check_agent_url`], so nothing needs
+/// escaping.
+fn sf_string(s: &str) -> String {
+    format!("\"{s}\"")
+}
+
+/// The host of an authority, without port; IPv6 literals keep brackets.
+fn host_of(authority: &str) -> &str {
+    if authority.starts_with('[') {
+        return authority
+            .find(']')
+            .map_or(authority, |end| &authority[..=end]);
+    }
+    match authority.rsplit_once(':') {
+        Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
+        _ => authority,
+    }
+}
+
+#[cfg(test)]
+mod tests;

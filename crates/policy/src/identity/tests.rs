@@ -1,0 +1,317 @@
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use http::Request;
+use web_bot_auth::components::{
+    CoveredComponent, DerivedComponent, HTTPField, HTTPFieldParameters,
+};
+use web_bot_auth::keyring::{Algorithm, KeyRing};
+use web_bot_auth::message_signatures::SignedMessage;
+use web_bot_auth::WebBotAuthVerifier;
+
+use super::*;
+
+/// The Ed25519 test key of RFC 9421 Appendix B.1.4, which the draft's test
+/// vectors use.
+const RFC9421_KEY: &str = "-----BEGIN PRIVATE KEY-----
+MC4CAQAwBQYDK2VwBCIEIJ+DYvh6SEqVTm50DFtMDoQikTmiCqirVv9mWG9qfSnF
+-----END PRIVATE KEY-----
+";
+const RFC9421_KEYID: &str = "poqkLGiymh_W0uP6PZFw-dvez3QJT5SolqXBCW38r0U";
+
+fn at(secs: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(secs)
+}
+
+fn identity(skip: &[&str]) -> Identity {
+    let skip: Vec<String> = skip.iter().map(|s| s.to_string()).collect();
+    Identity::new(
+        key_from_pem(RFC9421_KEY).unwrap(),
+        "https://crawler.example",
+        Duration::from_secs(300),
+        &skip,
+    )
+    .unwrap()
+}
+
+fn parts() -> http::request::Parts {
+    Request::get("http://example.com/page")
+        .body(())
+        .unwrap()
+        .into_parts()
+        .0
+}
+
+#[test]
+fn keyid_is_the_rfc7638_thumbprint() {
+    let key = key_from_pem(RFC9421_KEY).unwrap();
+    assert_eq!(KeyId::of(&key.verifying_key()).as_str(), RFC9421_KEYID);
+    assert_eq!(
+        jwk_x(&key.verifying_key()),
+        "JrQLj5P_89iXES9-vFgrIy29clF9CC_oPPsw3c5D0bs"
+    );
+}
+
+#[test]
+fn reproduces_the_drafts_ed25519_test_vector() {
+    // draft-ietf-webbotauth-httpsig-protocol-00, Appendix E.2.1. Ed25519 is
+    // deterministic, so the same base gives the same signature bytes.
+    let p = Params {
+        created: 1735689600,
+        expires: 4889289600,
+        keyid: RFC9421_KEYID,
+        nonce: Some(
+            "n9p433xm+NJ3ph3upfBIGmsuwHw387YV7Q/F+6BSpGCVjYCqQw6rznNA8PVVLySrAWsv0hQtFioQb6E1YsauiA==",
+        ),
+    };
+    let (base, input) = signature_base(
+        "example.com",
+        "agent2",
+        "\"https://signature-agent.test\"",
+        &p,
+    );
+    assert_eq!(
+        input,
+        "(\"@authority\" \"signature-agent\";key=\"agent2\");created=1735689600;keyid=\"poqkLGiymh_W0uP6PZFw-dvez3QJT5SolqXBCW38r0U\";alg=\"ed25519\";expires=4889289600;nonce=\"n9p433xm+NJ3ph3upfBIGmsuwHw387YV7Q/F+6BSpGCVjYCqQw6rznNA8PVVLySrAWsv0hQtFioQb6E1YsauiA==\";tag=\"web-bot-auth\""
+    );
+    let key = key_from_pem(RFC9421_KEY).unwrap();
+    let sig = STANDARD.encode(key.sign(base.as_bytes()).to_bytes());
+    assert_eq!(
+        sig,
+        "RdNFx5Bj6au3YgAMQL/RzmUlZE8QZLIaXGRpw985hWnwPfMxT228NMk6ehRS1PSl4e8PhbNZACSanGdhEwYCCg=="
+    );
+}
+
+#[test]
+fn sign_adds_exactly_one_signature_with_the_drafts_parameters() {
+    let id = identity(&[]);
+    let mut p = parts();
+    p.headers.insert(SIGNATURE, "sig1=:AAAA:".parse().unwrap());
+    p.headers.append(SIGNATURE, "other=:BBBB:".parse().unwrap());
+    p.headers
+        .insert(SIGNATURE_INPUT, "sig1=(\"@method\")".parse().unwrap());
+    p.headers.insert(
+        SIGNATURE_AGENT,
+        "\"https://spoof.example\"".parse().unwrap(),
+    );
+    let keyid = id.sign(&mut p, "Example.com", at(1_700_000_000));
+    assert_eq!(keyid.as_ref().map(KeyId::as_str), Some(RFC9421_KEYID));
+    for name in [SIGNATURE, SIGNATURE_INPUT, SIGNATURE_AGENT] {
+        assert_eq!(p.headers.get_all(&name).iter().count(), 1, "{name}");
+    }
+    assert_eq!(
+        p.headers[SIGNATURE_AGENT],
+        "sig1=\"https://crawler.example\""
+    );
+    assert_eq!(
+        p.headers[SIGNATURE_INPUT],
+        "sig1=(\"@authority\" \"signature-agent\";key=\"sig1\");created=1700000000;keyid=\"poqkLGiymh_W0uP6PZFw-dvez3QJT5SolqXBCW38r0U\";alg=\"ed25519\";expires=1700000300;tag=\"web-bot-auth\""
+    );
+    let sig = p.headers[SIGNATURE].to_str().unwrap();
+    assert!(sig.starts_with("sig1=:") && sig.ends_with(':'), "{sig}");
+}
+
+#[test]
+fn skipped_hosts_are_left_alone() {
+    let id = identity(&["intranet.example", "*.internal.example"]);
+    for authority in [
+        "intranet.example",
+        "INTRANET.example:8443",
+        "a.internal.example",
+        "b.a.internal.example:81",
+    ] {
+        let mut p = parts();
+        p.headers.insert(SIGNATURE, "own=:AAAA:".parse().unwrap());
+        assert_eq!(id.sign(&mut p, authority, at(1)), None, "{authority}");
+        assert_eq!(p.headers[SIGNATURE], "own=:AAAA:", "{authority}");
+        assert!(p.headers.get(SIGNATURE_AGENT).is_none());
+    }
+    for authority in [
+        "internal.example",
+        "xinternal.example",
+        "www.intranet.example",
+        "[::1]:8080",
+    ] {
+        let mut p = parts();
+        assert!(id.sign(&mut p, authority, at(1)).is_some(), "{authority}");
+    }
+}
+
+#[test]
+fn signature_agent_must_be_an_https_origin() {
+    for good in ["https://crawler.example", "https://crawler.example:8443/"] {
+        assert_eq!(check_agent_url(good), Ok(()), "{good}");
+    }
+    for bad in [
+        "",
+        "http://crawler.example",
+        "https://crawler.example/keys.json",
+        "https://crawler.example/?a=1",
+        "https://cra\"wler.example",
+        "https://user@crawler.example",
+        "crawler.example",
+    ] {
+        assert!(check_agent_url(bad).is_err(), "{bad}");
+    }
+    let key = key_from_pem(RFC9421_KEY).unwrap();
+    let long = Identity::new(key, "https://a.example", Duration::from_secs(90_000), &[]);
+    assert_eq!(
+        long.err(),
+        Some(IdentityError::Validity(Duration::from_secs(90_000)))
+    );
+}
+
+#[test]
+fn keys_round_trip_through_pem_and_garbage_is_an_error() {
+    let pem = key_to_pem(&[7u8; 32]).unwrap();
+    assert!(pem.starts_with("-----BEGIN PRIVATE KEY-----"));
+    let key = key_from_pem(&pem).unwrap();
+    assert_eq!(key.to_bytes(), [7u8; 32]);
+    assert!(matches!(
+        key_from_pem("-----BEGIN PRIVATE KEY-----\nnope\n-----END PRIVATE KEY-----\n"),
+        Err(IdentityError::Key(_))
+    ));
+}
+
+#[test]
+fn directory_names_each_key_by_its_thumbprint() {
+    let a = key_from_pem(RFC9421_KEY).unwrap().verifying_key();
+    let b = SigningKey::from_bytes(&[9u8; 32]).verifying_key();
+    let json = directory_json(&[
+        DirectoryKey {
+            key: a,
+            nbf: None,
+            exp: None,
+        },
+        DirectoryKey {
+            key: b,
+            nbf: None,
+            exp: Some(1_800_000_000),
+        },
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let keys = v["keys"].as_array().unwrap();
+    assert_eq!(keys.len(), 2);
+    assert_eq!(keys[0]["kid"], RFC9421_KEYID);
+    assert_eq!(keys[0]["kty"], "OKP");
+    assert_eq!(keys[0]["crv"], "Ed25519");
+    assert_eq!(keys[0]["x"], "JrQLj5P_89iXES9-vFgrIy29clF9CC_oPPsw3c5D0bs");
+    assert!(keys[0].get("exp").is_none());
+    assert_eq!(keys[1]["kid"], KeyId::of(&b).as_str());
+    assert_eq!(keys[1]["exp"], 1_800_000_000u64);
+}
+
+/// A signed request as Cloudflare's `web-bot-auth` crate sees it: a second,
+/// independent implementation of the verifier side.
+struct Signed {
+    authority: String,
+    headers: http::HeaderMap,
+}
+
+impl SignedMessage for Signed {
+    fn lookup_component(&self, name: &CoveredComponent) -> Vec<String> {
+        match name {
+            CoveredComponent::HTTP(HTTPField { name, parameters }) => {
+                let values = self
+                    .headers
+                    .get_all(name.as_str())
+                    .iter()
+                    .filter_map(|v| v.to_str().ok().map(str::to_string));
+                // The trait leaves `;key=` (a dictionary member) to the
+                // message; ours has one member per field line.
+                let key = parameters.0.iter().find_map(|p| match p {
+                    HTTPFieldParameters::Key(k) => Some(format!("{k}=")),
+                    _ => None,
+                });
+                match key {
+                    Some(k) => values
+                        .filter_map(|v| v.strip_prefix(&k).map(str::to_string))
+                        .collect(),
+                    None => values.collect(),
+                }
+            }
+            CoveredComponent::Derived(DerivedComponent::Authority { .. }) => {
+                vec![self.authority.clone()]
+            }
+            _ => vec![],
+        }
+    }
+}
+
+fn verify_with_web_bot_auth(msg: &Signed, public: &VerifyingKey) -> Result<String, String> {
+    let mut ring = KeyRing::default();
+    ring.import_raw(
+        KeyId::of(public).to_string(),
+        Algorithm::Ed25519,
+        public.to_bytes().to_vec(),
+    );
+    let verifier = WebBotAuthVerifier::parse(msg).map_err(|e| e.to_string())?;
+    let keyid = verifier
+        .get_parsed_label()
+        .base
+        .parameters
+        .details
+        .keyid
+        .clone();
+    verifier.verify(&ring, None).map_err(|e| e.to_string())?;
+    keyid.ok_or_else(|| "no keyid".to_string())
+}
+
+#[test]
+fn cloudflares_verifier_accepts_our_signature_and_rejects_tampering() {
+    let id = identity(&[]);
+    let mut p = parts();
+    id.sign(&mut p, "example.com:8080", at(1_700_000_000));
+    let msg = Signed {
+        authority: "example.com:8080".into(),
+        headers: p.headers.clone(),
+    };
+    assert_eq!(
+        verify_with_web_bot_auth(&msg, &id.public_key()),
+        Ok(RFC9421_KEYID.to_string())
+    );
+    // Another authority (the signature replayed elsewhere).
+    let moved = Signed {
+        authority: "evil.example".into(),
+        headers: p.headers.clone(),
+    };
+    assert!(verify_with_web_bot_auth(&moved, &id.public_key()).is_err());
+    // Another Signature-Agent.
+    let mut agent = Signed {
+        authority: "example.com:8080".into(),
+        headers: p.headers.clone(),
+    };
+    agent.headers.insert(
+        SIGNATURE_AGENT,
+        "sig1=\"https://other.example\"".parse().unwrap(),
+    );
+    assert!(verify_with_web_bot_auth(&agent, &id.public_key()).is_err());
+    // Another key.
+    let other = SigningKey::from_bytes(&[3u8; 32]).verifying_key();
+    assert!(verify_with_web_bot_auth(&msg, &other).is_err());
+}
+
+#[test]
+fn the_card_declares_the_budget_actually_enforced() {
+    let budget = crate::budget::BudgetParams {
+        max_rate: 3.0,
+        concurrency: 4,
+        ..Default::default()
+    };
+    let card = card_json(
+        "https://crawler.example/",
+        "MyBot",
+        &[crate::robots::Purpose::Search],
+        &budget,
+    );
+    let v: serde_json::Value = serde_json::from_str(&card).unwrap();
+    assert_eq!(
+        v["jwks_uri"],
+        "https://crawler.example/.well-known/http-message-signatures-directory"
+    );
+    assert_eq!(v["web_bot_auth"]["rfc9309-product-token"], "MyBot");
+    assert_eq!(v["web_bot_auth"]["purpose"], "search");
+    assert_eq!(
+        v["web_bot_auth"]["rate-expectation"],
+        "max=3rps;start=1rps;burst=1;concurrency=4;per=host"
+    );
+}

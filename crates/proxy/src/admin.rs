@@ -1,0 +1,519 @@
+//! The admin listener: `/metrics`, `/hosts`, `/hosts/{host}`,
+//! `POST /hosts/{host}/reset`, `/healthz`, `/readyz` and the dashboard at
+//! `/`. It reads the proxy through two doors only: the audit records
+//! ([`Observe::record`], called by the audit sink for every decision) and
+//! the host store (the `host_*` functions below).
+
+mod activity;
+mod client;
+mod hosts;
+mod metrics;
+
+pub use client::{call, AdminReply};
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{header, Method, Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use mannerly_policy::budget::{host_key, HostParams, HostView, ResetReport};
+use mannerly_policy::{AuditRecord, Outcome};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use tokio::net::TcpListener;
+
+use crate::clock::Clock;
+use crate::config::AdminConfig;
+use crate::error::StartError;
+use crate::shared::Shared;
+
+use activity::Activity;
+use metrics::{Gauges, Metrics};
+
+const DASHBOARD: &str = include_str!("admin/dashboard.html");
+const PER_PAGE: usize = 50;
+const MAX_PER_PAGE: usize = 500;
+
+/// What the admin side keeps: metrics and recent activity, both fed by the
+/// audit records, and whether the proxy is serving.
+pub(crate) struct Observe {
+    metrics: Metrics,
+    activity: Activity,
+    ready: AtomicBool,
+    token: Option<[u8; 32]>,
+    host_labels: Vec<String>,
+    clock: Clock,
+}
+
+impl Observe {
+    pub(crate) fn new(cfg: &AdminConfig, clock: Clock) -> Arc<Observe> {
+        Arc::new(Observe {
+            metrics: Metrics::new(&cfg.host_labels),
+            activity: Activity::new(cfg.max_hosts),
+            ready: AtomicBool::new(false),
+            token: (!cfg.token.is_empty()).then(|| Sha256::digest(cfg.token.as_bytes()).into()),
+            host_labels: cfg
+                .host_labels
+                .iter()
+                .map(|h| host_key(h).into_owned())
+                .collect(),
+            clock,
+        })
+    }
+
+    /// Takes in one decision (called by the audit sink).
+    pub(crate) fn record(&self, rec: &AuditRecord) {
+        self.metrics.observe(rec);
+        self.activity.observe(rec, self.clock.wall());
+    }
+
+    /// The proxy accepts requests (`/readyz`).
+    pub(crate) fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::SeqCst);
+    }
+
+    /// Compares digests so that the time taken says nothing about the token.
+    fn authorized(&self, req: &Request<Incoming>) -> bool {
+        let Some(want) = &self.token else {
+            return true;
+        };
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(|t| Sha256::digest(t.trim().as_bytes()));
+        match given {
+            Some(g) => g.iter().zip(want).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0,
+            None => false,
+        }
+    }
+}
+
+// --- host reads: the one place that knows how the store is asked ---
+
+fn host_views(shared: &Shared) -> Vec<(String, HostView)> {
+    shared
+        .budgets
+        .store()
+        .views(shared.clock.now_std(), usize::MAX)
+}
+
+fn host_view(shared: &Shared, host: &str) -> Option<HostView> {
+    shared.budgets.store().view(host, shared.clock.now_std())
+}
+
+fn host_params(shared: &Shared, host: &str) -> HostParams {
+    shared.budgets.store().params(host)
+}
+
+fn host_reset(shared: &Shared, host: &str) -> Option<ResetReport> {
+    shared.budgets.store().reset(host, shared.clock.now_std())
+}
+
+// --- the listener ---
+
+/// Binds the admin listener if `admin.listen` is set.
+pub(crate) async fn bind(cfg: &AdminConfig) -> Result<Option<TcpListener>, StartError> {
+    let Some(addr) = cfg.addr()? else {
+        return Ok(None);
+    };
+    TcpListener::bind(addr)
+        .await
+        .map(Some)
+        .map_err(|source| StartError::Io {
+            what: format!("admin listener on {addr} (admin.listen)"),
+            source,
+        })
+}
+
+/// Serves the admin listener until the task is aborted.
+pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, observe: Arc<Observe>) {
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!("admin accept failed: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let (shared, observe) = (shared.clone(), observe.clone());
+        tokio::spawn(async move {
+            let svc = service_fn(move |req| {
+                let (shared, observe) = (shared.clone(), observe.clone());
+                async move { Ok::<_, Infallible>(route(&shared, &observe, req, peer).await) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(std::time::Duration::from_secs(10))
+                .serve_connection(TokioIo::new(stream), svc)
+                .await;
+        });
+    }
+}
+
+type Answer = Response<Full<Bytes>>;
+
+fn answer(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Answer {
+    let mut r = Response::new(Full::new(body.into()));
+    *r.status_mut() = status;
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static(content_type),
+    );
+    h.insert(
+        header::CACHE_CONTROL,
+        header::HeaderValue::from_static("no-store"),
+    );
+    r
+}
+
+fn json(status: StatusCode, v: &impl Serialize) -> Answer {
+    match serde_json::to_vec_pretty(v) {
+        Ok(b) => answer(status, "application/json", b),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+    }
+}
+
+fn error(status: StatusCode, why: &str) -> Answer {
+    let body = serde_json::json!({ "error": why });
+    answer(status, "application/json", body.to_string())
+}
+
+async fn route(
+    shared: &Arc<Shared>,
+    observe: &Observe,
+    req: Request<Incoming>,
+    peer: SocketAddr,
+) -> Answer {
+    let path = req.uri().path().to_string();
+    let query = parse_query(req.uri().query().unwrap_or(""));
+    let method = req.method().clone();
+    match (&method, path.as_str()) {
+        (&Method::GET, "/healthz") => return answer(StatusCode::OK, "text/plain", "ok\n"),
+        (&Method::GET, "/readyz") => return readyz(observe),
+        (&Method::GET, "/") => {
+            let mut r = answer(StatusCode::OK, "text/html; charset=utf-8", DASHBOARD);
+            r.headers_mut().insert(
+                header::CONTENT_SECURITY_POLICY,
+                header::HeaderValue::from_static(
+                    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src data:",
+                ),
+            );
+            return r;
+        }
+        _ => {}
+    }
+    if !observe.authorized(&req) {
+        let mut r = error(
+            StatusCode::UNAUTHORIZED,
+            "this admin listener needs Authorization: Bearer <admin.token>",
+        );
+        r.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            header::HeaderValue::from_static("Bearer realm=\"mannerly\""),
+        );
+        return r;
+    }
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    match (&method, segments.as_slice()) {
+        (&Method::GET, ["metrics"]) => metrics(shared, observe),
+        (&Method::GET, ["hosts"]) => list(shared, observe, &query),
+        (&Method::GET, ["hosts", host]) => show(shared, observe, &pct_decode(host)),
+        (&Method::POST, ["hosts", host, "reset"]) => {
+            if cross_site(&req) {
+                return error(
+                    StatusCode::FORBIDDEN,
+                    "a reset must come from the dashboard of this listener or a non-browser client",
+                );
+            }
+            reset(shared, &pct_decode(host), peer)
+        }
+        (_, ["metrics"] | ["hosts"] | ["hosts", _] | ["hosts", _, "reset"]) => {
+            error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed here")
+        }
+        _ => error(StatusCode::NOT_FOUND, "no such admin endpoint"),
+    }
+}
+
+fn readyz(observe: &Observe) -> Answer {
+    let ready = observe.ready.load(Ordering::SeqCst);
+    // The CA and the store are opened before the listener accepts, so
+    // "serving" implies them; the state backend is the in-process one.
+    let body = serde_json::json!({
+        "ready": ready,
+        "listener": ready,
+        "ca": true,
+        "store": true,
+        "state_backend": "memory",
+    });
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    answer(status, "application/json", body.to_string())
+}
+
+/// A browser request from another site (the POST a malicious page could
+/// make to a loopback listener): it carries an Origin that is not ours.
+fn cross_site(req: &Request<Incoming>) -> bool {
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok());
+    match req.headers().get(header::ORIGIN).map(|v| v.to_str()) {
+        None => false,
+        Some(Ok(origin)) => {
+            let origin_host = origin
+                .strip_prefix("http://")
+                .or_else(|| origin.strip_prefix("https://"));
+            origin_host.is_none() || origin_host != host
+        }
+        Some(Err(_)) => true,
+    }
+}
+
+fn metrics(shared: &Shared, observe: &Observe) -> Answer {
+    let mut g = Gauges::default();
+    for (host, v) in host_views(shared) {
+        g.hosts_tracked += 1;
+        g.hosts_paused += u64::from(v.paused_for.is_some());
+        g.hosts_breaker_open += u64::from(v.breaker_open_for.is_some());
+        g.queued += u64::from(v.queued);
+        g.in_flight += u64::from(v.in_flight);
+        if observe.host_labels.contains(&host) {
+            let paused = v.paused_for.map_or(0.0, |d| d.as_secs_f64());
+            g.labelled.push((host, v.rate, v.ceiling, paused));
+        }
+    }
+    g.store_errors = shared.cache.errors();
+    let stats = shared.audit.stats();
+    g.audit_lines = stats.written.load(Ordering::Relaxed);
+    g.audit_write_errors = stats.errors.load(Ordering::Relaxed);
+    answer(
+        StatusCode::OK,
+        "text/plain; version=0.0.4; charset=utf-8",
+        observe.metrics.render(&g),
+    )
+}
+
+#[derive(Serialize)]
+struct HostList {
+    now: String,
+    hosts_tracked: usize,
+    /// Hosts matching the filter.
+    total: usize,
+    page: usize,
+    per_page: usize,
+    pages: usize,
+    hosts: Vec<hosts::HostEntry>,
+    totals: Totals,
+    latest: Vec<activity::Decision>,
+}
+
+#[derive(Serialize)]
+struct Totals {
+    decisions: BTreeMap<&'static str, u64>,
+    paused: usize,
+    breaker_open: usize,
+    in_flight: u64,
+    queued: u64,
+    throttles_last_hour: usize,
+}
+
+fn list(shared: &Shared, observe: &Observe, q: &BTreeMap<String, String>) -> Answer {
+    let now = shared.clock.wall();
+    let now_ms = activity::unix_ms(now);
+    let page = q
+        .get("page")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1usize)
+        .max(1);
+    let per_page = q
+        .get("per_page")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(PER_PAGE)
+        .clamp(1, MAX_PER_PAGE);
+    let filter = q
+        .get("q")
+        .map(|s| s.to_ascii_lowercase())
+        .unwrap_or_default();
+    let paused_only = q.get("paused").is_some_and(|v| v == "1" || v == "true");
+    let by_name = q.get("sort").is_some_and(|v| v == "name");
+
+    let views = host_views(shared);
+    let hosts_tracked = views.len();
+    let mut totals = Totals {
+        decisions: observe.metrics.totals().into_iter().collect(),
+        paused: 0,
+        breaker_open: 0,
+        in_flight: 0,
+        queued: 0,
+        throttles_last_hour: 0,
+    };
+    let mut rows: Vec<(u64, String, HostView)> = Vec::with_capacity(views.len());
+    for (host, v) in views {
+        totals.paused += usize::from(v.paused_for.is_some());
+        totals.breaker_open += usize::from(v.breaker_open_for.is_some());
+        totals.in_flight += u64::from(v.in_flight);
+        totals.queued += u64::from(v.queued);
+        totals.throttles_last_hour += observe
+            .activity
+            .with(&host, |a| a.throttles_last_hour(now_ms))
+            .unwrap_or(0);
+        if !filter.is_empty() && !host.contains(&filter) {
+            continue;
+        }
+        if paused_only && v.paused_for.is_none() {
+            continue;
+        }
+        rows.push((observe.activity.last_ms(&host), host, v));
+    }
+    if by_name {
+        rows.sort_by(|a, b| a.1.cmp(&b.1));
+    } else {
+        rows.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    }
+    let total = rows.len();
+    let pages = total.div_ceil(per_page).max(1);
+    let hosts = rows
+        .into_iter()
+        .skip((page - 1).saturating_mul(per_page))
+        .take(per_page)
+        .map(|(_, host, v)| {
+            let p = host_params(shared, &host);
+            observe
+                .activity
+                .with(&host, |a| hosts::entry(host.clone(), &v, &p, Some(a), now))
+                .unwrap_or_else(|| hosts::entry(host.clone(), &v, &p, None, now))
+        })
+        .collect();
+    json(
+        StatusCode::OK,
+        &HostList {
+            now: humantime::format_rfc3339_millis(now).to_string(),
+            hosts_tracked,
+            total,
+            page,
+            per_page,
+            pages,
+            hosts,
+            totals,
+            latest: observe.activity.latest(),
+        },
+    )
+}
+
+fn show(shared: &Shared, observe: &Observe, host: &str) -> Answer {
+    let key = host_key(host).into_owned();
+    let Some(v) = host_view(shared, &key) else {
+        return error(StatusCode::NOT_FOUND, &format!("{key} is not tracked"));
+    };
+    let p = host_params(shared, &key);
+    json(
+        StatusCode::OK,
+        &hosts::detail(key, &v, &p, &observe.activity, shared.clock.wall()),
+    )
+}
+
+#[derive(Serialize)]
+struct ResetAnswer {
+    host: String,
+    audit_id: String,
+    before: HostView,
+    after: HostView,
+}
+
+fn reset(shared: &Shared, host: &str, peer: SocketAddr) -> Answer {
+    let key = host_key(host).into_owned();
+    let Some(report) = host_reset(shared, &key) else {
+        return error(StatusCode::NOT_FOUND, &format!("{key} is not tracked"));
+    };
+    // Saved now, like a throttle, so that a restart does not bring the
+    // cleared pause back.
+    shared.save_budgets.notify_one();
+    let b = &report.before;
+    let mut rec = shared.record("POST", &format!("/hosts/{key}/reset"), &key, peer);
+    rec.outcome = Some(Outcome::OperatorReset);
+    rec.status = Some(200);
+    rec.rate = Some(b.rate);
+    rec.ceiling = Some(b.ceiling);
+    rec.pause_s = b.paused_for.map(|d| d.as_millis() as f64 / 1000.0);
+    rec.reason = Some(format!(
+        "operator reset; before: rate {:.3}/s, ceiling {:.3}/s, concurrency {}, paused {}, breaker {}, {} recent throttles",
+        b.rate,
+        b.ceiling,
+        b.concurrency,
+        b.paused_for
+            .map_or("no".into(), |d| format!("{:.1} s", d.as_secs_f64())),
+        if b.breaker_open_for.is_some() { "open" } else { "closed" },
+        b.recent_throttles,
+    ));
+    let audit_id = rec.id.clone();
+    shared.audit.send(rec);
+    json(
+        StatusCode::OK,
+        &ResetAnswer {
+            host: key,
+            audit_id,
+            before: report.before,
+            after: report.after,
+        },
+    )
+}
+
+fn parse_query(q: &str) -> BTreeMap<String, String> {
+    q.split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| match p.split_once('=') {
+            Some((k, v)) => (pct_decode(k), pct_decode(v)),
+            None => (pct_decode(p), String::new()),
+        })
+        .collect()
+}
+
+fn pct_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| char::from(c).to_digit(16);
+        match b[i] {
+            b'%' if i + 2 < b.len() => match (hex(b[i + 1]), hex(b[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push((h * 16 + l) as u8);
+                    i += 3;
+                    continue;
+                }
+                _ => out.push(b'%'),
+            },
+            b'+' => out.push(b' '),
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pct_decode;
+
+    #[test]
+    fn percent_decoding_keeps_bad_escapes() {
+        assert_eq!(pct_decode("%5B%3A%3A1%5D"), "[::1]");
+        assert_eq!(pct_decode("a%2"), "a%2");
+        assert_eq!(pct_decode("a%zz"), "a%zz");
+        assert_eq!(pct_decode("%"), "%");
+    }
+}

@@ -1,0 +1,249 @@
+//! What the audit stream says about each host that the budget does not
+//! keep: when it was last used, its last decisions, the 429s of the last
+//! hour, a short rate history for the sparkline, the last robots.txt fetch.
+//! Bounded: `admin.max_hosts` hosts, a few hundred bytes to a few KiB each.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use dashmap::DashMap;
+use mannerly_policy::{AuditRecord, Outcome};
+use serde::Serialize;
+
+use super::metrics::robots_failed;
+
+/// Decisions kept per host for `/hosts/{host}`.
+const LAST_DECISIONS: usize = 10;
+/// Decisions kept across all hosts for the dashboard.
+const LATEST: usize = 20;
+/// Rate history: one sample per bucket, this many buckets.
+const BUCKET_MS: u64 = 10_000;
+const BUCKETS: usize = 30;
+/// 429 times kept per host (the last hour, but never more than this).
+const MAX_THROTTLES: usize = 512;
+const HOUR_MS: u64 = 3_600_000;
+/// URLs are cut to this length in the kept decisions.
+const URL_MAX: usize = 200;
+
+/// One decision as the dashboard shows it.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct Decision {
+    pub ts: String,
+    pub id: String,
+    pub host: String,
+    pub method: String,
+    pub url: String,
+    pub outcome: &'static str,
+    pub status: Option<u16>,
+    pub waited_ms: Option<u64>,
+    pub reason: Option<String>,
+}
+
+/// One sparkline point: the rate at the end of a 10-second bucket.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub(crate) struct Sample {
+    /// Start of the bucket, unix seconds.
+    pub t: u64,
+    /// Last rate the budget reported in the bucket, requests/s.
+    pub rate: f64,
+    /// Decisions in the bucket.
+    pub n: u32,
+    /// Throttles (origin 429/503) in the bucket.
+    pub throttles: u32,
+}
+
+/// The last robots.txt fetch of a host.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct RobotsSeen {
+    pub status: Option<u16>,
+    pub ok: bool,
+    #[serde(skip)]
+    pub at_ms: u64,
+}
+
+/// The last throttle of a host, to say why it is paused.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct ThrottleSeen {
+    pub status: Option<u16>,
+    pub retry_after: Option<String>,
+    pub pause_s: Option<f64>,
+    #[serde(skip)]
+    pub at_ms: u64,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct HostActivity {
+    pub last_ms: u64,
+    pub decisions: u64,
+    pub last: VecDeque<Decision>,
+    pub history: VecDeque<Sample>,
+    throttles: VecDeque<u64>,
+    pub last_throttle: Option<ThrottleSeen>,
+    pub robots: Option<RobotsSeen>,
+}
+
+impl HostActivity {
+    /// 429s (and throttling 503s) received in the hour before `now_ms`.
+    pub(super) fn throttles_last_hour(&self, now_ms: u64) -> usize {
+        let from = now_ms.saturating_sub(HOUR_MS);
+        self.throttles.iter().filter(|&&t| t >= from).count()
+    }
+}
+
+pub(crate) struct Activity {
+    hosts: DashMap<Box<str>, HostActivity>,
+    latest: Mutex<VecDeque<Decision>>,
+    max_hosts: usize,
+    evicting: AtomicUsize,
+}
+
+pub(crate) fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn cut(s: &str) -> String {
+    let mut end = s.len().min(URL_MAX);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_string()
+}
+
+impl Activity {
+    pub(super) fn new(max_hosts: usize) -> Activity {
+        Activity {
+            hosts: DashMap::new(),
+            latest: Mutex::new(VecDeque::with_capacity(LATEST)),
+            max_hosts: max_hosts.max(1),
+            evicting: AtomicUsize::new(0),
+        }
+    }
+
+    /// Takes in one audit record, seen at wall time `now`.
+    pub(super) fn observe(&self, rec: &AuditRecord, now: SystemTime) {
+        let Some(outcome) = rec.outcome else { return };
+        if rec.host.is_empty() {
+            return;
+        }
+        let now_ms = unix_ms(now);
+        let d = Decision {
+            ts: rec.ts.clone(),
+            id: rec.id.clone(),
+            host: rec.host.clone(),
+            method: rec.method.clone(),
+            url: cut(&rec.url),
+            outcome: outcome.as_str(),
+            status: rec.status,
+            waited_ms: rec.waited_ms,
+            reason: rec.reason.as_deref().map(cut),
+        };
+        if let Ok(mut latest) = self.latest.lock() {
+            if latest.len() == LATEST {
+                latest.pop_front();
+            }
+            latest.push_back(d.clone());
+        }
+        let key = mannerly_policy::budget::host_key(&rec.host);
+        let is_new = !self.hosts.contains_key(key.as_ref());
+        {
+            let mut a = self.hosts.entry(Box::from(key.as_ref())).or_default();
+            a.last_ms = now_ms;
+            a.decisions += 1;
+            if a.last.len() == LAST_DECISIONS {
+                a.last.pop_front();
+            }
+            a.last.push_back(d);
+            let bucket = now_ms / BUCKET_MS * BUCKET_MS / 1000;
+            let throttled = outcome == Outcome::Throttled;
+            match a.history.back_mut() {
+                Some(s) if s.t == bucket => {
+                    s.n += 1;
+                    s.throttles += u32::from(throttled);
+                    if let Some(r) = rec.rate {
+                        s.rate = r;
+                    }
+                }
+                last => {
+                    let rate = rec.rate.or(last.map(|s| s.rate)).unwrap_or(0.0);
+                    if a.history.len() == BUCKETS {
+                        a.history.pop_front();
+                    }
+                    a.history.push_back(Sample {
+                        t: bucket,
+                        rate,
+                        n: 1,
+                        throttles: u32::from(throttled),
+                    });
+                }
+            }
+            if throttled {
+                let from = now_ms.saturating_sub(HOUR_MS);
+                while a.throttles.front().is_some_and(|&t| t < from) {
+                    a.throttles.pop_front();
+                }
+                if a.throttles.len() == MAX_THROTTLES {
+                    a.throttles.pop_front();
+                }
+                a.throttles.push_back(now_ms);
+                a.last_throttle = Some(ThrottleSeen {
+                    status: rec.status,
+                    retry_after: rec.retry_after.clone(),
+                    pause_s: rec.pause_s,
+                    at_ms: now_ms,
+                });
+            }
+            if outcome == Outcome::RobotsFetched {
+                a.robots = Some(RobotsSeen {
+                    status: rec.status,
+                    ok: !robots_failed(rec.status),
+                    at_ms: now_ms,
+                });
+            }
+        }
+        if is_new && self.hosts.len() > self.max_hosts {
+            self.evict();
+        }
+    }
+
+    /// Forgets the least recently active tenth once the table is full, so
+    /// that the cost of finding them is paid once per many new hosts.
+    fn evict(&self) {
+        if self.evicting.swap(1, Ordering::AcqRel) == 1 {
+            return;
+        }
+        let mut ages: Vec<(u64, Box<str>)> = self
+            .hosts
+            .iter()
+            .map(|e| (e.value().last_ms, e.key().clone()))
+            .collect();
+        let drop_n = (ages.len() - self.max_hosts.min(ages.len())).max(self.max_hosts / 10);
+        if drop_n > 0 && drop_n <= ages.len() {
+            ages.select_nth_unstable_by_key(drop_n - 1, |(t, _)| *t);
+            for (_, k) in ages.into_iter().take(drop_n) {
+                self.hosts.remove(&k);
+            }
+        }
+        self.evicting.store(0, Ordering::Release);
+    }
+
+    /// Runs `f` on the activity of `host` (normalised), if any.
+    pub(super) fn with<R>(&self, host: &str, f: impl FnOnce(&HostActivity) -> R) -> Option<R> {
+        self.hosts.get(host).map(|a| f(&a))
+    }
+
+    /// When `host` was last active (unix ms), 0 when never seen.
+    pub(super) fn last_ms(&self, host: &str) -> u64 {
+        self.hosts.get(host).map_or(0, |a| a.last_ms)
+    }
+
+    /// The latest decisions across hosts, newest first.
+    pub(super) fn latest(&self) -> Vec<Decision> {
+        self.latest
+            .lock()
+            .map(|l| l.iter().rev().cloned().collect())
+            .unwrap_or_default()
+    }
+}

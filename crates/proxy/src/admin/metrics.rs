@@ -1,0 +1,303 @@
+//! `/metrics`: counters fed by the audit records (so they equal the audit
+//! lines by construction) and gauges read from the host store at scrape
+//! time, rendered in the Prometheus text format by
+//! `metrics-exporter-prometheus` (its own HTTP listener is not used).
+//!
+//! The recorder is this proxy's own, not the process-global one, so two
+//! proxies in one process (tests) never mix their figures.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use mannerly_policy::{AuditRecord, Outcome};
+use metrics::{Counter, Gauge, Histogram, Key, Label, Level, Metadata, Recorder};
+use metrics_exporter_prometheus::{
+    Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
+};
+
+/// Every outcome, in the order of [`index`].
+pub(crate) const OUTCOMES: [Outcome; 16] = [
+    Outcome::Fetched,
+    Outcome::Revalidated,
+    Outcome::Unchanged,
+    Outcome::Disallowed,
+    Outcome::RobotsUnavailable,
+    Outcome::SignalRefused,
+    Outcome::Throttled,
+    Outcome::Paused,
+    Outcome::BreakerOpen,
+    Outcome::QueueFull,
+    Outcome::Blocked,
+    Outcome::Error,
+    Outcome::RobotsFetched,
+    Outcome::Tunneled,
+    Outcome::OperatorReset,
+    Outcome::Denied,
+];
+
+/// Position of an outcome in [`OUTCOMES`]; exhaustive, so a new outcome
+/// cannot be forgotten here.
+fn index(o: Outcome) -> usize {
+    match o {
+        Outcome::Fetched => 0,
+        Outcome::Revalidated => 1,
+        Outcome::Unchanged => 2,
+        Outcome::Disallowed => 3,
+        Outcome::RobotsUnavailable => 4,
+        Outcome::SignalRefused => 5,
+        Outcome::Throttled => 6,
+        Outcome::Paused => 7,
+        Outcome::BreakerOpen => 8,
+        Outcome::QueueFull => 9,
+        Outcome::Blocked => 10,
+        Outcome::Error => 11,
+        Outcome::RobotsFetched => 12,
+        Outcome::Tunneled => 13,
+        Outcome::OperatorReset => 14,
+        Outcome::Denied => 15,
+    }
+}
+
+/// Seconds; from "no wait" to the longest hold a config allows.
+const WAIT_BUCKETS: &[f64] = &[
+    0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+const LATENCY_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// Scrape-time figures the caller reads from the store and elsewhere.
+#[derive(Debug, Default)]
+pub(crate) struct Gauges {
+    pub hosts_tracked: u64,
+    pub hosts_paused: u64,
+    pub hosts_breaker_open: u64,
+    pub queued: u64,
+    pub in_flight: u64,
+    pub store_errors: u64,
+    pub audit_lines: u64,
+    pub audit_write_errors: u64,
+    pub backend_degraded: bool,
+    /// For hosts in `admin.host_labels`: (host, rate, ceiling, paused seconds).
+    pub labelled: Vec<(String, f64, f64, f64)>,
+}
+
+pub(crate) struct Metrics {
+    recorder: PrometheusRecorder,
+    handle: PrometheusHandle,
+    decisions: Vec<Counter>,
+    /// Plain copies of the decision counts, for the dashboard's totals.
+    totals: [AtomicU64; OUTCOMES.len()],
+    status: [Counter; 5],
+    wait: Histogram,
+    latency: Histogram,
+    robots_fetches: Counter,
+    robots_failures: Counter,
+    cache_stored: Counter,
+    cache_revalidated: Counter,
+    cache_saved_bytes: Counter,
+    per_host: HashMap<String, Vec<Counter>>,
+}
+
+fn meta() -> Metadata<'static> {
+    Metadata::new(module_path!(), Level::INFO, Some(module_path!()))
+}
+
+impl Metrics {
+    pub(super) fn new(host_labels: &[String]) -> Metrics {
+        // Only fails on an empty bucket list; the lists above are not.
+        let recorder = PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Full("mannerly_wait_seconds".into()), WAIT_BUCKETS)
+            .and_then(|b| {
+                b.set_buckets_for_metric(
+                    Matcher::Full("mannerly_upstream_latency_seconds".into()),
+                    LATENCY_BUCKETS,
+                )
+            })
+            .unwrap_or_else(|_| PrometheusBuilder::new())
+            .build_recorder();
+        let handle = recorder.handle();
+        let r = &recorder;
+        let describe = |name: &'static str, help: &'static str| {
+            r.describe_counter(name.into(), None, help.into());
+        };
+        describe(
+            "mannerly_decisions_total",
+            "Decisions by outcome; equals the audit lines of each outcome.",
+        );
+        describe(
+            "mannerly_upstream_responses_total",
+            "Responses from origins by status class (robots.txt fetches included).",
+        );
+        describe(
+            "mannerly_robots_fetches_total",
+            "robots.txt fetches made by the proxy.",
+        );
+        describe(
+            "mannerly_robots_fetch_failures_total",
+            "robots.txt fetches that left the origin unavailable (429, 5xx, network, redirects).",
+        );
+        describe(
+            "mannerly_cache_stored_total",
+            "Responses written to the store.",
+        );
+        describe(
+            "mannerly_cache_revalidated_total",
+            "304s to our validators answered with the stored page.",
+        );
+        describe(
+            "mannerly_cache_saved_bytes_total",
+            "Body bytes clients got without the origin sending them.",
+        );
+        describe("mannerly_store_errors_total", "Response store failures.");
+        describe("mannerly_audit_lines_total", "Audit lines written.");
+        describe(
+            "mannerly_audit_write_errors_total",
+            "Audit log write failures (after one, no more lines are written).",
+        );
+        let counter = |name: &'static str, labels: Vec<Label>| {
+            r.register_counter(&Key::from_parts(name, labels), &meta())
+        };
+        let decisions = OUTCOMES
+            .iter()
+            .map(|o| {
+                counter(
+                    "mannerly_decisions_total",
+                    vec![Label::new("outcome", o.as_str())],
+                )
+            })
+            .collect();
+        let status = ["1xx", "2xx", "3xx", "4xx", "5xx"].map(|c| {
+            counter(
+                "mannerly_upstream_responses_total",
+                vec![Label::new("class", c)],
+            )
+        });
+        let per_host = host_labels
+            .iter()
+            .map(|h| {
+                let host = mannerly_policy::budget::host_key(h).into_owned();
+                let counters = OUTCOMES
+                    .iter()
+                    .map(|o| {
+                        counter(
+                            "mannerly_host_decisions_total",
+                            vec![
+                                Label::new("host", host.clone()),
+                                Label::new("outcome", o.as_str()),
+                            ],
+                        )
+                    })
+                    .collect();
+                (host, counters)
+            })
+            .collect();
+        let histogram = |name: &'static str| r.register_histogram(&Key::from_name(name), &meta());
+        Metrics {
+            decisions,
+            totals: std::array::from_fn(|_| AtomicU64::new(0)),
+            status,
+            wait: histogram("mannerly_wait_seconds"),
+            latency: histogram("mannerly_upstream_latency_seconds"),
+            robots_fetches: counter("mannerly_robots_fetches_total", vec![]),
+            robots_failures: counter("mannerly_robots_fetch_failures_total", vec![]),
+            cache_stored: counter("mannerly_cache_stored_total", vec![]),
+            cache_revalidated: counter("mannerly_cache_revalidated_total", vec![]),
+            cache_saved_bytes: counter("mannerly_cache_saved_bytes_total", vec![]),
+            per_host,
+            handle,
+            recorder,
+        }
+    }
+
+    /// Counts one audit record.
+    pub(super) fn observe(&self, rec: &AuditRecord) {
+        let Some(outcome) = rec.outcome else { return };
+        let i = index(outcome);
+        self.decisions[i].increment(1);
+        self.totals[i].fetch_add(1, Ordering::Relaxed);
+        if let Some(counters) = self.per_host.get(rec.host.as_str()) {
+            counters[i].increment(1);
+        }
+        let upstream_status = match outcome {
+            Outcome::Revalidated => Some(304),
+            Outcome::Fetched | Outcome::Unchanged | Outcome::Throttled | Outcome::RobotsFetched => {
+                rec.status
+            }
+            _ => None,
+        };
+        if let Some(s) = upstream_status.filter(|s| (100..600).contains(s)) {
+            self.status[usize::from(s / 100 - 1)].increment(1);
+        }
+        if let Some(ms) = rec.waited_ms {
+            self.wait.record(ms as f64 / 1000.0);
+        }
+        if let Some(ms) = rec.upstream_ms {
+            self.latency.record(ms as f64 / 1000.0);
+        }
+        if outcome == Outcome::RobotsFetched {
+            self.robots_fetches.increment(1);
+            if robots_failed(rec.status) {
+                self.robots_failures.increment(1);
+            }
+        }
+        match rec.cache {
+            Some("stored") => self.cache_stored.increment(1),
+            Some("revalidated") => self.cache_revalidated.increment(1),
+            _ => {}
+        }
+        if let Some(b) = rec.saved_bytes {
+            self.cache_saved_bytes.increment(b);
+        }
+    }
+
+    /// Decision counts by outcome name, for the dashboard.
+    pub(super) fn totals(&self) -> Vec<(&'static str, u64)> {
+        OUTCOMES
+            .iter()
+            .zip(&self.totals)
+            .map(|(o, n)| (o.as_str(), n.load(Ordering::Relaxed)))
+            .collect()
+    }
+
+    /// The Prometheus text, with the gauges set to `g` first.
+    pub(super) fn render(&self, g: &Gauges) -> String {
+        let r = &self.recorder;
+        let gauge = |name: &'static str, labels: Vec<Label>| -> Gauge {
+            r.register_gauge(&Key::from_parts(name, labels), &meta())
+        };
+        let total = |name: &'static str, v: u64| {
+            r.register_counter(&Key::from_name(name), &meta())
+                .absolute(v)
+        };
+        gauge("mannerly_hosts_tracked", vec![]).set(g.hosts_tracked as f64);
+        gauge("mannerly_hosts_paused", vec![]).set(g.hosts_paused as f64);
+        gauge("mannerly_hosts_breaker_open", vec![]).set(g.hosts_breaker_open as f64);
+        gauge("mannerly_queue_depth", vec![]).set(g.queued as f64);
+        gauge("mannerly_in_flight", vec![]).set(g.in_flight as f64);
+        gauge("mannerly_state_backend_degraded", vec![]).set(if g.backend_degraded {
+            1.0
+        } else {
+            0.0
+        });
+        total("mannerly_store_errors_total", g.store_errors);
+        total("mannerly_audit_lines_total", g.audit_lines);
+        total("mannerly_audit_write_errors_total", g.audit_write_errors);
+        for (host, rate, ceiling, paused) in &g.labelled {
+            let l = || vec![Label::new("host", host.clone())];
+            gauge("mannerly_host_rate", l()).set(*rate);
+            gauge("mannerly_host_ceiling", l()).set(*ceiling);
+            gauge("mannerly_host_paused_seconds", l()).set(*paused);
+        }
+        self.handle.render()
+    }
+}
+
+/// A robots.txt fetch that left the origin without known rules: no
+/// answer, 429, 5xx, or a redirect chain that did not end.
+pub(crate) fn robots_failed(status: Option<u16>) -> bool {
+    match status {
+        None => true,
+        Some(s) => s == 429 || s >= 500 || (300..400).contains(&s),
+    }
+}

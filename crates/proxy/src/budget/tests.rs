@@ -1,0 +1,113 @@
+//! The waits of `Budgets::acquire`, on tokio's paused time: exact numbers,
+//! no sleeping.
+
+// The tests measure waits on the paused clock they run on.
+#![allow(clippy::disallowed_methods)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mannerly_policy::budget::{BudgetParams, Refusal};
+use mannerly_state::hosts::MemoryHosts;
+use tokio::time::Instant;
+
+use super::Budgets;
+use crate::clock::Clock;
+
+fn budgets(params: BudgetParams) -> Arc<Budgets> {
+    let hosts = MemoryHosts::new(params).expect("valid test parameters");
+    Budgets::new(Arc::new(hosts), Clock::system())
+}
+
+fn hold(secs: u64) -> Instant {
+    Instant::now() + Duration::from_secs(secs)
+}
+
+#[tokio::test(start_paused = true)]
+async fn requests_above_the_rate_wait_one_interval_each_in_arrival_order() {
+    let b = budgets(BudgetParams::default()); // 1 request/s, burst 1
+    let t0 = Instant::now();
+    let first = b.acquire("example.org", hold(30)).await.expect("first");
+    assert_eq!(Instant::now() - t0, Duration::ZERO);
+    first.respond(200, None);
+    let second = b.acquire("example.org", hold(30)).await.expect("second");
+    assert_eq!(Instant::now() - t0, Duration::from_secs(1));
+    second.respond(200, None);
+    // Another host has its own budget: no wait.
+    let t1 = Instant::now();
+    let other = b.acquire("other.example", hold(30)).await.expect("other");
+    assert_eq!(Instant::now() - t1, Duration::ZERO);
+    drop(other);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_429_with_retry_after_holds_the_next_request_for_the_pause() {
+    let b = budgets(BudgetParams::default());
+    let p = b.acquire("example.org", hold(30)).await.expect("first");
+    let t0 = Instant::now();
+    p.respond(429, Some("7"));
+    let next = b.acquire("example.org", hold(30)).await.expect("held");
+    assert_eq!(Instant::now() - t0, Duration::from_secs(7));
+    drop(next);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pause_longer_than_the_hold_is_refused_at_once_with_its_remaining_time() {
+    let b = budgets(BudgetParams::default());
+    let p = b.acquire("example.org", hold(30)).await.expect("first");
+    p.respond(429, Some("120"));
+    tokio::time::advance(Duration::from_secs(20)).await;
+    let t0 = Instant::now();
+    let refused = b.acquire("example.org", hold(30)).await.map(drop);
+    assert_eq!(Instant::now(), t0, "refused without waiting");
+    assert_eq!(
+        refused,
+        Err(Refusal::Paused {
+            retry_after: Duration::from_secs(100)
+        })
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_concurrency_limit_holds_a_request_until_a_slot_is_freed() {
+    let params = BudgetParams {
+        start_rate: 8.0,
+        burst: 8,
+        concurrency: 1,
+        ..BudgetParams::default()
+    };
+    let b = budgets(params);
+    let first = b.acquire("example.org", hold(30)).await.expect("first");
+    let t0 = Instant::now();
+    let waiter = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            let p = b.acquire("example.org", hold(30)).await;
+            (Instant::now() - t0, p.is_ok())
+        })
+    };
+    tokio::time::advance(Duration::from_millis(2500)).await;
+    tokio::task::yield_now().await;
+    assert!(!waiter.is_finished(), "held while the only slot is taken");
+    first.respond(200, None);
+    let (waited, ok) = waiter.await.expect("waiter task");
+    assert!(ok);
+    assert_eq!(waited, Duration::from_millis(2500));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_still_waiting_when_its_hold_ends_gets_queue_full() {
+    let params = BudgetParams {
+        concurrency: 1,
+        ..BudgetParams::default()
+    };
+    let b = budgets(params);
+    let _busy = b.acquire("example.org", hold(30)).await.expect("first");
+    let t0 = Instant::now();
+    let refused = b.acquire("example.org", hold(5)).await.map(drop);
+    assert_eq!(Instant::now() - t0, Duration::from_secs(5));
+    assert!(
+        matches!(refused, Err(Refusal::QueueFull { .. })),
+        "{refused:?}"
+    );
+}

@@ -1,0 +1,192 @@
+//! The pipeline's steps one at a time, on tokio's paused time, with a real
+//! `Shared` (CA, store and audit log in a temporary directory).
+
+// The tests measure waits on the paused clock they run on.
+#![allow(clippy::disallowed_methods)]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{Method, Request};
+use mannerly_policy::conditional::CacheOutcome;
+use tokio::time::Instant;
+
+use super::{Exchange, Step};
+use crate::audit::{open, AuditWriter};
+use crate::ca::CertificateAuthority;
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::respond::DECISION;
+use crate::shared::Shared;
+use crate::target::Target;
+
+struct Fixture {
+    shared: Arc<Shared>,
+    writer: AuditWriter,
+    dir: PathBuf,
+}
+
+impl Fixture {
+    async fn new(cfg: Config) -> Fixture {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("mannerly-steps-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let cfg = Config {
+            data_dir: dir.clone(),
+            ..cfg
+        }
+        .validate()
+        .expect("valid config");
+        let ca = CertificateAuthority::load_or_create(&dir, 8).expect("CA");
+        let (sink, writer) = open(&cfg).expect("audit");
+        let shared = Shared::start(cfg, Clock::system(), Arc::new(ca), sink)
+            .await
+            .expect("shared state");
+        Fixture {
+            shared: Arc::new(shared),
+            writer,
+            dir,
+        }
+    }
+
+    fn exchange(&self, method: Method, url: &str) -> Exchange {
+        let req = Request::builder()
+            .method(method)
+            .uri(url)
+            .header("user-agent", "StepBot/1.0")
+            .body(())
+            .expect("request");
+        let target = Target::from_absolute(req.uri()).expect("target");
+        let client: SocketAddr = "127.0.0.1:40000".parse().expect("addr");
+        Exchange::begin(self.shared.clone(), &req, target, client)
+    }
+
+    /// Closes the log and returns its lines as JSON.
+    fn lines(self) -> Vec<serde_json::Value> {
+        let Fixture {
+            shared,
+            writer,
+            dir,
+        } = self;
+        drop(shared);
+        writer.close().expect("audit close");
+        let text = std::fs::read_to_string(dir.join("audit.jsonl")).expect("audit file");
+        let _ = std::fs::remove_dir_all(&dir);
+        // Decision lines only: the signed checkpoint of the close is left out.
+        text.lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("JSON line"))
+            .filter(|v| v["outcome"] != "checkpoint")
+            .collect()
+    }
+}
+
+fn decision<T>(step: &Step<T>) -> String {
+    match step {
+        Ok(_) => "went on".into(),
+        Err(resp) => resp
+            .headers()
+            .get(DECISION)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string(),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn budget_step_records_the_wait_and_answers_a_long_pause_with_429() {
+    let f = Fixture::new(Config::default()).await;
+    let mut first = f.exchange(Method::GET, "http://example.org/a");
+    let permit = first.budget().await.expect("first goes").expect("enforced");
+    assert_eq!(first.rec.waited_ms, Some(0));
+    permit.respond(200, None);
+
+    let mut second = f.exchange(Method::GET, "http://example.org/b");
+    let t0 = Instant::now();
+    let permit = second
+        .budget()
+        .await
+        .expect("second goes")
+        .expect("enforced");
+    assert_eq!(Instant::now() - t0, Duration::from_secs(1));
+    assert_eq!(second.rec.waited_ms, Some(1000));
+    permit.respond(429, Some("600"));
+
+    let mut third = f.exchange(Method::GET, "http://example.org/c");
+    let answered = third.budget().await;
+    assert_eq!(decision(&answered), "paused");
+    let resp = answered.err().expect("answered");
+    assert_eq!(resp.status(), 429);
+    assert_eq!(resp.headers()["retry-after"], "600");
+
+    let lines = f.lines();
+    assert_eq!(lines.len(), 1, "one line, for the refusal: {lines:?}");
+    assert_eq!(lines[0]["outcome"], "paused");
+    assert_eq!(lines[0]["status"], 429);
+    assert_eq!(lines[0]["url"], "http://example.org/c");
+    assert_eq!(lines[0]["source"], "policy");
+}
+
+#[tokio::test(start_paused = true)]
+async fn guard_step_refuses_a_loopback_target_before_anything_is_sent() {
+    let f = Fixture::new(Config::default()).await;
+    let mut x = f.exchange(Method::GET, "http://127.0.0.1:9/secret");
+    let answered = x.guard().await;
+    assert!(
+        decision(&answered).starts_with("blocked"),
+        "{}",
+        decision(&answered)
+    );
+    assert_eq!(answered.err().map(|r| r.status().as_u16()), Some(403));
+    let mut public = f.exchange(Method::GET, "http://93.184.215.14/page");
+    assert!(public.guard().await.is_ok());
+    let lines = f.lines();
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0]["outcome"], "blocked");
+}
+
+#[tokio::test(start_paused = true)]
+async fn conditional_step_leaves_a_post_alone_and_looks_up_a_get() {
+    let f = Fixture::new(Config::default()).await;
+    let mut post = f.exchange(Method::POST, "http://example.org/form");
+    let (parts, ()) = Request::post("http://example.org/form")
+        .body(())
+        .expect("request")
+        .into_parts();
+    let step = post
+        .conditional(&parts)
+        .await
+        .unwrap_or_else(|r| panic!("answered {}", r.status()));
+    assert!(step.key.is_none());
+    assert_eq!(step.outcome, CacheOutcome::Bypass);
+
+    let mut get = f.exchange(Method::GET, "http://example.org/page");
+    let (parts, ()) = Request::get("http://example.org/page")
+        .body(())
+        .expect("request")
+        .into_parts();
+    let step = get
+        .conditional(&parts)
+        .await
+        .unwrap_or_else(|r| panic!("answered {}", r.status()));
+    assert!(step.key.is_some());
+    assert_eq!(step.outcome, CacheOutcome::Miss);
+    assert!(step.validators.is_none(), "nothing stored yet");
+    assert!(f.lines().is_empty(), "no decision was made yet");
+}
+
+#[tokio::test(start_paused = true)]
+async fn observe_mode_never_holds_a_request() {
+    let mut cfg = Config::default();
+    cfg.policy.enforce = false;
+    let f = Fixture::new(cfg).await;
+    for path in ["/a", "/b", "/c"] {
+        let mut x = f.exchange(Method::GET, &format!("http://example.org{path}"));
+        let t0 = Instant::now();
+        assert!(x.budget().await.expect("goes").is_none());
+        assert_eq!(Instant::now(), t0);
+    }
+}

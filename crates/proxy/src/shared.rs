@@ -1,0 +1,253 @@
+//! What every connection shares: the configuration, the clock, the CA, the
+//! upstream client, the robots.txt cache, the budgets, the response store
+//! and the audit sink; and the tracker that graceful shutdown waits on.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::UNIX_EPOCH;
+
+use http::Response;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::server::conn::auto;
+use mannerly_policy::{AuditRecord, Outcome};
+use mannerly_state::hosts::MemoryHosts;
+use tokio::sync::{watch, Notify};
+
+use crate::audit::AuditSink;
+use crate::body::ProxyBody;
+use crate::budget::Budgets;
+use crate::ca::CertificateAuthority;
+use crate::cache::Cache;
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::error::{Source, StartError};
+use crate::heads::Limits;
+use crate::identity::Signer;
+use crate::intake::BadHead;
+use crate::respond::Answer;
+use crate::robots::RobotsCache;
+use crate::upstream::{self, Guard, UpstreamClient};
+
+/// State shared by every connection.
+pub(crate) struct Shared {
+    pub(crate) cfg: Config,
+    pub(crate) clock: Clock,
+    pub(crate) ca: Arc<CertificateAuthority>,
+    pub(crate) client: UpstreamClient,
+    pub(crate) guard: Guard,
+    pub(crate) audit: AuditSink,
+    pub(crate) robots: RobotsCache,
+    pub(crate) budgets: Arc<Budgets>,
+    pub(crate) cache: Arc<Cache>,
+    /// Wakes the budget saver early (after a throttle) so that a pause
+    /// survives even a `kill -9` moments later.
+    pub(crate) save_budgets: Notify,
+    pub(crate) tracker: Tracker,
+    /// Web Bot Auth signer (`[identity]`), when enabled.
+    pub(crate) identity: Option<Arc<Signer>>,
+    /// Who may use the proxy (`proxy.auth`, `proxy.allow`).
+    pub(crate) auth: crate::auth::Gate,
+    /// Connection caps (`proxy.max_connections*`).
+    pub(crate) conns: Arc<crate::limits::ConnLimits>,
+    ids: AtomicU64,
+    id_prefix: String,
+}
+
+impl Shared {
+    /// Builds everything a validated configuration asks for, except the
+    /// listener: upstream client, robots cache, budgets (with the state a
+    /// previous process saved), response store.
+    pub(crate) async fn start(
+        cfg: Config,
+        clock: Clock,
+        ca: Arc<CertificateAuthority>,
+        audit: AuditSink,
+    ) -> Result<Shared, StartError> {
+        let auth = crate::auth::Gate::new(&cfg)?;
+        let conns = crate::limits::ConnLimits::new(
+            cfg.proxy.max_connections,
+            cfg.proxy.max_connections_per_client,
+        );
+        let guard = Guard::new(&cfg.upstream, clock.clone());
+        let client = upstream::client(&cfg.upstream, guard.clone())?;
+        let start = clock
+            .wall()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or(0);
+        let identity = Signer::load(&cfg)?;
+        if let Some(signer) = &identity {
+            signer.watch();
+        }
+        let robots = RobotsCache::new(cfg.robots.clone(), clock.clone(), identity.clone());
+        let hosts = MemoryHosts::new(cfg.budget.clone()).map_err(crate::ConfigError::from)?;
+        let budgets = Budgets::new(Arc::new(hosts), clock.clone());
+        let cache = Cache::open(&cfg)?;
+        let restored = {
+            let (budgets, store) = (budgets.clone(), cache.store().clone());
+            tokio::task::spawn_blocking(move || budgets.load(store.as_ref()))
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()))
+        };
+        match restored {
+            Ok(0) => {}
+            Ok(n) => tracing::info!("budget state of {n} hosts restored"),
+            Err(why) => {
+                return Err(StartError::Store {
+                    path: cfg.store_path(),
+                    why: format!("reading saved budget state: {why}"),
+                })
+            }
+        }
+        Ok(Shared {
+            cfg,
+            clock,
+            ca,
+            client,
+            guard,
+            audit,
+            robots,
+            budgets,
+            cache,
+            save_budgets: Notify::new(),
+            tracker: Tracker::new(),
+            identity,
+            auth,
+            conns,
+            ids: AtomicU64::new(0),
+            id_prefix: format!("{start:x}"),
+        })
+    }
+
+    /// The next decision id: unique within this process, and across
+    /// restarts by its prefix (the start time).
+    pub(crate) fn next_id(&self) -> String {
+        let n = self.ids.fetch_add(1, Ordering::Relaxed);
+        format!("{}-{n}", self.id_prefix)
+    }
+
+    /// A new audit record for a request, stamped now.
+    pub(crate) fn record(
+        &self,
+        method: &str,
+        url: &str,
+        host: &str,
+        client: SocketAddr,
+    ) -> AuditRecord {
+        AuditRecord {
+            ts: humantime::format_rfc3339_millis(self.clock.wall()).to_string(),
+            id: self.next_id(),
+            client: Some(client.to_string()),
+            method: method.to_string(),
+            url: url.to_string(),
+            host: host.to_string(),
+            ..AuditRecord::default()
+        }
+    }
+
+    /// Sends an answer the proxy made itself and writes its audit line.
+    pub(crate) fn refuse(
+        &self,
+        mut rec: AuditRecord,
+        a: Answer,
+        source: Source,
+    ) -> Response<ProxyBody> {
+        let body = a.body_text();
+        rec.refused(
+            a.outcome,
+            a.status,
+            &a.reason,
+            source.as_str(),
+            body.len() as u64,
+        );
+        let mut resp = a.into_response(&rec.id);
+        // The head waits until the line is written (see `audit::line_written`).
+        crate::audit::gate(&mut resp, self.audit.commit(rec));
+        resp
+    }
+
+    /// The limits every request head of a client connection is held to.
+    pub(crate) fn head_limits(&self) -> Limits {
+        let p = &self.cfg.proxy;
+        Limits {
+            max_bytes: p.max_header_bytes,
+            max_headers: p.max_headers,
+            timeout: p.header_read_timeout,
+        }
+    }
+
+    /// The answer to a request head we refuse (framing, size, time), with
+    /// its audit line; the connection closes after it.
+    pub(crate) fn refuse_head(&self, bad: BadHead, peer: SocketAddr) -> Response<ProxyBody> {
+        let rec = self.record(&bad.method, &bad.target, "", peer);
+        let a = Answer::new(Outcome::Error, bad.reason)
+            .status(bad.status)
+            .close();
+        self.refuse(rec, a, Source::Client)
+    }
+
+    /// The HTTP server settings for client connections. Heads of HTTP/1
+    /// connections are timed by `heads::Heads`, which answers a late one
+    /// with 408, so hyper's own head timer (which closes silently) is off.
+    pub(crate) fn http(&self) -> auto::Builder<TokioExecutor> {
+        let mut b = auto::Builder::new(TokioExecutor::new());
+        b.http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(None)
+            .max_headers(self.cfg.proxy.max_headers)
+            .max_buf_size(self.cfg.proxy.max_header_bytes.max(8192));
+        // Client-side HTTP/2 (inside intercepted TLS): bounded streams and
+        // header lists (a CONTINUATION flood counts against the list size),
+        // and hyper's rapid-reset guards.
+        b.http2()
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(self.cfg.proxy.h2_max_streams)
+            .max_header_list_size(self.cfg.proxy.max_header_bytes.min(u32::MAX as usize) as u32)
+            .max_pending_accept_reset_streams(Some(20))
+            .max_local_error_reset_streams(Some(1024));
+        b
+    }
+}
+
+/// Counts live connection tasks and tells them when shutdown starts.
+pub(crate) struct Tracker {
+    pub(crate) live: watch::Sender<usize>,
+    pub(crate) stop: watch::Sender<bool>,
+}
+
+/// Held by a connection task for its whole life.
+pub(crate) struct Track {
+    live: watch::Sender<usize>,
+}
+
+impl Drop for Track {
+    fn drop(&mut self) {
+        self.live.send_modify(|n| *n -= 1);
+    }
+}
+
+impl Tracker {
+    fn new() -> Self {
+        Tracker {
+            live: watch::Sender::new(0),
+            stop: watch::Sender::new(false),
+        }
+    }
+
+    pub(crate) fn track(&self) -> Track {
+        self.live.send_modify(|n| *n += 1);
+        Track {
+            live: self.live.clone(),
+        }
+    }
+
+    pub(crate) fn stopping(&self) -> watch::Receiver<bool> {
+        self.stop.subscribe()
+    }
+
+    pub(crate) fn is_stopping(&self) -> bool {
+        *self.stop.borrow()
+    }
+}

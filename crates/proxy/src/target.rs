@@ -1,0 +1,90 @@
+//! Where a request goes: scheme, host and port. The robots.txt scope is the
+//! whole target; the budget key is its host.
+
+use http::uri::PathAndQuery;
+use http::Uri;
+
+/// http or https.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Scheme {
+    /// Plain HTTP.
+    Http,
+    /// HTTP over TLS.
+    Https,
+}
+
+impl Scheme {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Scheme::Http => "http",
+            Scheme::Https => "https",
+        }
+    }
+
+    pub(crate) fn default_port(self) -> u16 {
+        match self {
+            Scheme::Http => 80,
+            Scheme::Https => 443,
+        }
+    }
+}
+
+/// Where a request goes: robots.txt scope and budget key derive from it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Target {
+    /// Scheme.
+    pub(crate) scheme: Scheme,
+    /// Lower-case host; IPv6 literals keep their brackets.
+    pub(crate) host: String,
+    /// Port (explicit or the scheme's default).
+    pub(crate) port: u16,
+}
+
+impl Target {
+    /// The target of an absolute-form request URI; anything else is an error
+    /// in plain words.
+    pub(crate) fn from_absolute(uri: &Uri) -> Result<Target, String> {
+        let scheme = match uri.scheme_str() {
+            Some(s) if s.eq_ignore_ascii_case("http") => Scheme::Http,
+            Some(s) if s.eq_ignore_ascii_case("https") => Scheme::Https,
+            Some(s) => return Err(format!("scheme {s:?} is not proxied (http and https are)")),
+            None => {
+                return Err(format!(
+                    "{uri} is not a proxy request: send absolute-form (GET http://host/path) or use CONNECT"
+                ))
+            }
+        };
+        let authority = uri.authority().ok_or("request URI has no host")?;
+        if authority.as_str().contains('@') {
+            return Err("user info in the request URI is not accepted".into());
+        }
+        let host = authority.host().to_ascii_lowercase();
+        if host.is_empty() {
+            return Err("request URI has an empty host".into());
+        }
+        Ok(Target {
+            scheme,
+            port: authority.port_u16().unwrap_or(scheme.default_port()),
+            host,
+        })
+    }
+
+    /// `host[:port]`, the port only when it is not the scheme's default.
+    pub(crate) fn authority(&self) -> String {
+        if self.port == self.scheme.default_port() {
+            self.host.clone()
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+
+    /// The absolute URL of `path` on this target.
+    pub(crate) fn url(&self, path: Option<&PathAndQuery>) -> String {
+        format!(
+            "{}://{}{}",
+            self.scheme.as_str(),
+            self.authority(),
+            path.map(PathAndQuery::as_str).unwrap_or("/")
+        )
+    }
+}

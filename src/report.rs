@@ -1,0 +1,106 @@
+//! `mannerly report`: a conduct report from audit logs, streamed line by
+//! line with a fixed amount of state per host, as a terminal table or a
+//! self-contained HTML page with one SVG chart per host.
+
+mod html;
+mod stats;
+mod time;
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+
+use stats::Report;
+
+#[derive(Args)]
+pub struct ReportArgs {
+    /// Audit log files, oldest first (a log continued across files is
+    /// checked as one chain).
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// Also write a self-contained HTML page (SVG charts, no JavaScript).
+    #[arg(long)]
+    html: Option<PathBuf>,
+    /// Only decisions at or after this time: RFC 3339 (`2025-01-31T12:00:00Z`)
+    /// or an age (`2h`, `7d`). The chain is still checked over every line.
+    #[arg(long)]
+    since: Option<String>,
+    /// Charts in the HTML page, hosts with 429s first, then the busiest.
+    #[arg(long, default_value_t = 500)]
+    max_charts: usize,
+}
+
+pub fn run(args: ReportArgs) -> Result<ExitCode> {
+    let since = match &args.since {
+        None => None,
+        Some(s) => Some(time::parse_since(s).with_context(|| format!("--since {s}"))?),
+    };
+    let total: u64 = args
+        .files
+        .iter()
+        .map(|f| std::fs::metadata(f).map(|m| m.len()).unwrap_or(0))
+        .sum();
+    let bar = if std::io::stderr().is_terminal() {
+        let b = indicatif::ProgressBar::new(total);
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} {bytes}/{total_bytes} {wide_bar} {bytes_per_sec} eta {eta}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        b
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let mut report = Report::new(since);
+    for path in &args.files {
+        let f = File::open(path).with_context(|| format!("{}", path.display()))?;
+        let mut r = BufReader::with_capacity(1 << 20, f);
+        let mut line = String::new();
+        let mut pending = 0u64;
+        report.start_file(path.display().to_string());
+        loop {
+            line.clear();
+            let n = r
+                .read_line(&mut line)
+                .with_context(|| format!("reading {}", path.display()))?;
+            if n == 0 {
+                break;
+            }
+            report.line(line.trim_end_matches(['\n', '\r']));
+            pending += n as u64;
+            if pending >= 1 << 20 {
+                bar.inc(pending);
+                pending = 0;
+            }
+        }
+        bar.inc(pending);
+        report.end_file();
+    }
+    bar.finish_and_clear();
+    report.finish();
+    let out = std::io::stdout();
+    let mut out = out.lock();
+    report.write_text(&mut out)?;
+    if let Some(path) = &args.html {
+        let mut f = std::io::BufWriter::new(
+            File::create(path).with_context(|| format!("{}", path.display()))?,
+        );
+        html::write(&report, args.max_charts, &mut f)
+            .and_then(|_| f.flush())
+            .with_context(|| format!("writing {}", path.display()))?;
+        writeln!(out, "HTML report: {}", path.display())?;
+    }
+    if report.lines == 0 && report.unreadable == 0 {
+        bail!("no audit lines in the given files");
+    }
+    Ok(if report.chain_ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}

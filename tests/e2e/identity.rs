@@ -1,0 +1,313 @@
+//! Web Bot Auth through the proxy: what origins receive is verified by the
+//! Python `http-message-signatures` package (RFC 9421), not by our code;
+//! the key directory's thumbprints are recomputed in Python too.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use mannerly_policy::identity::{Identity, KeyId};
+use mannerly_proxy::KeyStore;
+use serde_json::{json, Value};
+
+use super::support::*;
+
+const AGENT: &str = "https://crawler.example";
+const SCRIPT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/e2e/verify_web_bot_auth.py"
+);
+
+/// Whether the verifier can run: SKIP with a message where it cannot, FAIL
+/// in CI (`.ci/run` installs it).
+fn python_verifier() -> bool {
+    let ok = std::process::Command::new("python3")
+        .args(["-c", "import http_message_signatures"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must install python3 and http-message-signatures (see .ci/run)"
+        );
+        eprintln!(
+            "SKIP: python3 with http-message-signatures 3.x is not installed \
+             (pip install 'http-message-signatures>=3,<4')"
+        );
+    }
+    ok
+}
+
+/// One request as the origin received it, ready for the verifier.
+fn captured(scheme_authority: &str, r: &SeenRequest) -> Value {
+    let headers: Vec<Value> = r
+        .headers
+        .iter()
+        .map(|(k, v)| json!([k.as_str(), v.to_str().unwrap_or("")]))
+        .collect();
+    json!({"method": "GET", "url": format!("{scheme_authority}{}", r.path), "headers": headers})
+}
+
+/// Runs the Python verifier over `requests` with `directory` as the only
+/// source of keys.
+fn verify(directory: &str, requests: &[Value]) -> Vec<Value> {
+    use std::io::Write;
+    let directory: Value = serde_json::from_str(directory).unwrap();
+    let input = json!({"directory": directory, "agent": AGENT, "requests": requests});
+    let mut child = std::process::Command::new("python3")
+        .arg(SCRIPT)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "verifier failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// An origin with a robots.txt that allows everything, `/throttle-once`
+/// that answers 429 (Retry-After: 1) the first time, and pages otherwise.
+fn origin_handler() -> Handler {
+    let throttled = Arc::new(AtomicUsize::new(0));
+    handler(move |req| {
+        let throttled = throttled.clone();
+        async move {
+            match req.uri().path() {
+                "/robots.txt" => text(200, "User-agent: *\nAllow: /\n"),
+                "/throttle-once" if throttled.fetch_add(1, Ordering::SeqCst) == 0 => {
+                    let mut r = text(429, "slow down");
+                    r.headers_mut().insert("retry-after", "1".parse().unwrap());
+                    r
+                }
+                _ => text(200, "page"),
+            }
+        }
+    })
+}
+
+fn enable_identity(c: &mut mannerly_proxy::Config) -> KeyStore {
+    c.identity.enabled = true;
+    c.identity.signature_agent = AGENT.into();
+    let store = KeyStore::of(c);
+    store.init(false).unwrap();
+    store
+}
+
+#[tokio::test]
+async fn every_request_is_signed_and_verifies_in_python_http_https_robots_and_retries() {
+    if !python_verifier() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new(dir.path());
+    let plain = Origin::http(origin_handler()).await;
+    let secure = Origin::https(origin_handler(), &ca, &["secure.test"]).await;
+    let (roots, port) = (ca.pem_path.clone(), secure.port());
+    let store = Arc::new(std::sync::Mutex::new(None));
+    let store2 = store.clone();
+    let mut proxy = TestProxy::start(move |c| {
+        *store2.lock().unwrap() = Some(enable_identity(c));
+        c.upstream.extra_roots = vec![roots];
+        c.upstream.resolve.insert(
+            "secure.test:443".into(),
+            format!("127.0.0.1:{port}").parse().unwrap(),
+        );
+    })
+    .await;
+    let store = store.lock().unwrap().clone().unwrap();
+    let keyid = Some(KeyId::of(&store.load().unwrap().verifying_key()).to_string());
+    let c = proxy.client();
+    let plain_base = format!("http://127.0.0.1:{}", plain.port());
+
+    // The client's own signature headers are replaced, not doubled.
+    let r = c
+        .get(format!("{plain_base}/page"))
+        .header("signature", "sig1=:AAAA:")
+        .header("signature-input", "sig1=(\"@method\");created=1")
+        .header("signature-agent", "sig1=\"https://spoof.example\"")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    // A throttled read is sent again after its pause: both sends signed.
+    let r = c
+        .get(format!("{plain_base}/throttle-once"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", decision(&r));
+    let r = c.get("https://secure.test/page").send().await.unwrap();
+    assert_eq!(r.status(), 200);
+
+    let plain_seen = plain.seen.all();
+    let secure_seen = secure.seen.all();
+    let paths = |s: &[SeenRequest]| s.iter().map(|r| r.path.clone()).collect::<Vec<_>>();
+    assert_eq!(
+        paths(&plain_seen),
+        ["/robots.txt", "/page", "/throttle-once", "/throttle-once"]
+    );
+    assert_eq!(paths(&secure_seen), ["/robots.txt", "/page"]);
+    for r in plain_seen.iter().chain(&secure_seen) {
+        for name in ["signature", "signature-input", "signature-agent"] {
+            assert_eq!(r.headers.get_all(name).iter().count(), 1, "{name} {r:?}");
+        }
+        assert_eq!(
+            r.headers["signature-agent"],
+            "sig1=\"https://crawler.example\""
+        );
+    }
+
+    let mut requests: Vec<Value> = plain_seen
+        .iter()
+        .map(|r| captured(&plain_base, r))
+        .collect();
+    requests.extend(
+        secure_seen
+            .iter()
+            .map(|r| captured("https://secure.test", r)),
+    );
+    let directory = store.directory(SystemTime::now()).unwrap();
+    let results = verify(&directory, &requests);
+    assert_eq!(results.len(), 6);
+    for (res, req) in results.iter().zip(&requests) {
+        assert_eq!(res["ok"], true, "{res} for {}", req["url"]);
+        assert_eq!(res["keyid"].as_str(), keyid.as_deref());
+        assert_eq!(res["params"]["tag"], "web-bot-auth");
+        assert_eq!(res["params"]["alg"], "ed25519");
+        let created = res["params"]["created"].as_u64().unwrap();
+        assert_eq!(res["params"]["expires"].as_u64().unwrap(), created + 300);
+    }
+
+    let lines = proxy.stop().await;
+    let mut signed = with_outcome(&lines, "fetched");
+    signed.extend(with_outcome(&lines, "robots_fetched"));
+    signed.extend(with_outcome(&lines, "throttled"));
+    assert_eq!(signed.len(), 6, "{lines:#?}");
+    for l in signed {
+        assert_eq!(l["signed"], true, "{l}");
+        assert_eq!(l["keyid"].as_str(), keyid.as_deref(), "{l}");
+    }
+}
+
+#[tokio::test]
+async fn expired_tampered_and_wrong_key_signatures_fail_verification() {
+    if !python_verifier() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = KeyStore::at(dir.path().join("key.pem"));
+    store.init(false).unwrap();
+    let other = KeyStore::at(dir.path().join("other.pem"));
+    other.init(false).unwrap();
+    let id = Identity::new(store.load().unwrap(), AGENT, Duration::from_secs(300), &[]).unwrap();
+    let now = SystemTime::now();
+    let request = |at: SystemTime, authority: &str| {
+        let mut parts = hyper::Request::get("/").body(()).unwrap().into_parts().0;
+        id.sign(&mut parts, "origin.test:8080", at).unwrap();
+        let seen = SeenRequest {
+            path: "/page".into(),
+            version: hyper::Version::HTTP_11,
+            headers: parts.headers,
+        };
+        captured(&format!("http://{authority}"), &seen)
+    };
+    let good = request(now, "origin.test:8080");
+    let expired = request(now - Duration::from_secs(3600), "origin.test:8080");
+    let moved = request(now, "origin.test:8081");
+    let mut flipped = good.clone();
+    for h in flipped["headers"].as_array_mut().unwrap() {
+        if h[0] == "signature" {
+            let v = h[1].as_str().unwrap().replacen(":", ":A", 1);
+            h[1] = json!(v);
+        }
+    }
+    let ours = store.directory(now).unwrap();
+    let results = verify(&ours, &[good.clone(), expired, moved, flipped]);
+    assert_eq!(results[0]["ok"], true, "{}", results[0]);
+    let errors: Vec<&str> = results[1..]
+        .iter()
+        .map(|r| {
+            assert_eq!(r["ok"], false, "{r}");
+            r["error"].as_str().unwrap()
+        })
+        .collect();
+    assert!(errors[0].contains("expires"), "{}", errors[0]);
+    assert!(errors[1].contains("InvalidSignature"), "{}", errors[1]);
+    assert!(errors[2].contains("InvalidSignature"), "{}", errors[2]);
+    let wrong = verify(&other.directory(now).unwrap(), &[good]);
+    assert_eq!(wrong[0]["ok"], false, "{}", wrong[0]);
+    assert!(
+        wrong[0]["error"].as_str().unwrap().contains("resolve"),
+        "{}",
+        wrong[0]
+    );
+}
+
+#[tokio::test]
+async fn rotation_switches_the_running_proxy_and_old_signatures_verify_during_the_overlap() {
+    if !python_verifier() {
+        return;
+    }
+    let origin = Origin::http(origin_handler()).await;
+    let store = Arc::new(std::sync::Mutex::new(None));
+    let store2 = store.clone();
+    let mut proxy = TestProxy::start(move |c| {
+        *store2.lock().unwrap() = Some(enable_identity(c));
+    })
+    .await;
+    let store = store.lock().unwrap().clone().unwrap();
+    let c = proxy.client();
+    let base = format!("http://127.0.0.1:{}", origin.port());
+    let keyid_of = |r: &SeenRequest| -> String {
+        let input = r.headers["signature-input"].to_str().unwrap();
+        let start = input.find("keyid=\"").unwrap() + 7;
+        input[start..].split('"').next().unwrap().to_string()
+    };
+
+    let r = c.get(format!("{base}/before")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let now = SystemTime::now();
+    let rotation = store.rotate(Duration::from_secs(3600), now).unwrap();
+    // The proxy looks at the key file every few seconds; ask until a
+    // request carries the new key (bounded, no timing asserted).
+    let mut switched = false;
+    for i in 0..100 {
+        let r = c.get(format!("{base}/after-{i}")).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        let last = origin.seen.all().pop().unwrap();
+        if keyid_of(&last) == rotation.new.as_str() {
+            switched = true;
+            break;
+        }
+        assert_eq!(keyid_of(&last), rotation.old.as_str());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(switched, "the proxy never signed with the rotated key");
+
+    let seen = origin.seen.all();
+    let before = seen.iter().find(|r| r.path == "/before").unwrap();
+    let after = seen.last().unwrap();
+    let requests = [captured(&base, before), captured(&base, after)];
+    // During the overlap the directory lists both keys: both verify.
+    let during = verify(&store.directory(now).unwrap(), &requests);
+    assert_eq!(during[0]["keyid"], rotation.old.as_str(), "{during:?}");
+    assert_eq!(during[1]["keyid"], rotation.new.as_str(), "{during:?}");
+    assert!(during.iter().all(|r| r["ok"] == true), "{during:?}");
+    // After it, the old key is gone from the directory and so are its signatures.
+    let later = now + Duration::from_secs(3601);
+    let after_overlap = verify(&store.directory(later).unwrap(), &requests);
+    assert_eq!(after_overlap[0]["ok"], false, "{after_overlap:?}");
+    assert_eq!(after_overlap[1]["ok"], true, "{after_overlap:?}");
+    proxy.stop().await;
+}

@@ -1,0 +1,183 @@
+//! Usage preferences through the proxy: robots.txt `Content-Usage` and
+//! `Content-Signal: use=` refuse before anything is sent; a page's
+//! `Content-Usage` header withholds it (or annotates it, by config); observe
+//! mode forwards everything and records `would`.
+
+use std::sync::Arc;
+
+use mannerly_policy::prefs::{DeclaredUse, ResponsePreferences};
+use mannerly_policy::robots::Purpose;
+
+use super::support::*;
+
+const ROBOTS: &str = "User-agent: *\nContent-Signal: search=yes, use=reference\nContent-Usage: /articles/ train-ai=n\nAllow: /\n";
+
+/// robots.txt as above; `/page` answers with `Content-Usage: ai-use=n`.
+async fn origin() -> (Origin, Arc<Seen>) {
+    let h = handler(|req| async move {
+        match req.uri().path() {
+            "/robots.txt" => text(200, ROBOTS),
+            "/page" => {
+                let mut r = text(200, "the page body");
+                r.headers_mut()
+                    .insert("content-usage", "ai-use=n, search=y".parse().unwrap());
+                r.headers_mut()
+                    .insert("cache-control", "max-age=600".parse().unwrap());
+                r
+            }
+            _ => text(200, "an article"),
+        }
+    });
+    let origin = Origin::http(h).await;
+    let seen = origin.seen.clone();
+    (origin, seen)
+}
+
+fn purposes(c: &mut mannerly_proxy::Config, p: &[Purpose]) {
+    c.crawler.purposes = p.to_vec();
+}
+
+#[tokio::test]
+async fn content_usage_in_robots_txt_refuses_ai_train_under_its_path_only() {
+    let (origin, seen) = origin().await;
+    let base = format!("http://127.0.0.1:{}", origin.port());
+    let mut proxy = TestProxy::start(|c| purposes(c, &[Purpose::AiTrain])).await;
+    let client = proxy.client();
+
+    let r = client
+        .get(format!("{base}/articles/1"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    assert_eq!(decision(&r), "signal_refused; purpose=ai-train; line=3");
+    let body = r.text().await.unwrap();
+    assert!(
+        body.contains("ai-train refused by Content-Usage (robots.txt line 3: Content-Usage: /articles/ train-ai=n)"),
+        "{body}"
+    );
+    assert_eq!(seen.count("/articles/1"), 0, "nothing was sent");
+
+    let r = client.get(format!("{base}/news/1")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(seen.count("/news/1"), 1);
+
+    let lines = proxy.stop().await;
+    let refused = with_outcome(&lines, "signal_refused");
+    assert_eq!(refused.len(), 1);
+    assert_eq!(refused[0]["prefs"]["ai-train"], "disallowed");
+    assert_eq!(refused[0]["prefs"]["use"], "reference");
+    assert_eq!(
+        refused[0]["rule"],
+        "robots.txt line 3: Content-Usage: /articles/ train-ai=n"
+    );
+    let fetched = with_outcome(&lines, "fetched");
+    assert_eq!(fetched.len(), 1);
+    assert_eq!(fetched[0]["prefs"]["ai-train"], "unknown");
+    assert_eq!(fetched[0]["prefs"]["search"], "allowed");
+}
+
+#[tokio::test]
+async fn use_reference_refuses_a_crawl_that_declares_full_use() {
+    let (origin, seen) = origin().await;
+    let url = format!("http://127.0.0.1:{}/news/1", origin.port());
+    let mut full = TestProxy::start(|c| c.crawler.usage = DeclaredUse::Full).await;
+    let r = full.client().get(&url).send().await.unwrap();
+    assert_eq!(r.status(), 403);
+    assert_eq!(decision(&r), "signal_refused; use=full; line=2");
+    assert_eq!(seen.count("/news/1"), 0);
+    full.stop().await;
+
+    let mut reference = TestProxy::start(|c| c.crawler.usage = DeclaredUse::Reference).await;
+    let r = reference.client().get(&url).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(seen.count("/news/1"), 1);
+    reference.stop().await;
+}
+
+#[tokio::test]
+async fn a_page_whose_header_refuses_the_purpose_is_withheld_or_annotated() {
+    let (origin, seen) = origin().await;
+    let url = format!("http://127.0.0.1:{}/page", origin.port());
+
+    // withhold (the default): 403 with the header's text; no body, nothing stored.
+    let mut proxy = TestProxy::start(|c| purposes(c, &[Purpose::AiInput])).await;
+    let client = proxy.client();
+    for _ in 0..2 {
+        let r = client.get(&url).send().await.unwrap();
+        assert_eq!(r.status(), 403);
+        assert_eq!(decision(&r), "signal_refused; purpose=ai-input");
+        let body = r.text().await.unwrap();
+        assert!(
+            body.contains("header Content-Usage: ai-use=n, search=y"),
+            "{body}"
+        );
+        assert!(!body.contains("the page body"), "{body}");
+    }
+    // Not stored: the second request went to the origin again.
+    assert_eq!(seen.count("/page"), 2);
+    let lines = proxy.stop().await;
+    let refused = with_outcome(&lines, "signal_refused");
+    assert_eq!(refused.len(), 2);
+    assert_eq!(refused[0]["prefs"]["ai-input"], "disallowed");
+    assert_eq!(
+        refused[0]["prefs"]["sources"][1],
+        "header Content-Usage: ai-use=n, search=y"
+    );
+
+    // annotate: the page, with what the site refuses.
+    let mut proxy = TestProxy::start(|c| {
+        purposes(c, &[Purpose::AiInput]);
+        c.policy.response_preferences = ResponsePreferences::Annotate;
+    })
+    .await;
+    let r = proxy.client().get(&url).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let note = r
+        .headers()
+        .get("mannerly-preferences")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    assert_eq!(
+        note.as_deref(),
+        Some(
+            "refused; ai-input refused by Content-Usage (header Content-Usage: ai-use=n, search=y)"
+        )
+    );
+    assert_eq!(r.text().await.unwrap(), "the page body");
+    let lines = proxy.stop().await;
+    let fetched = with_outcome(&lines, "fetched");
+    assert_eq!(fetched.len(), 1);
+    assert_eq!(fetched[0]["prefs"]["ai-input"], "disallowed");
+
+    // A crawl that does not declare ai-input gets the page as it is.
+    let mut proxy = TestProxy::start(|c| purposes(c, &[Purpose::Search])).await;
+    let r = proxy.client().get(&url).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.headers().get("mannerly-preferences").is_none());
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn observe_mode_forwards_everything_and_records_would() {
+    let (origin, seen) = origin().await;
+    let base = format!("http://127.0.0.1:{}", origin.port());
+    let mut proxy = TestProxy::start(|c| {
+        purposes(c, &[Purpose::AiTrain, Purpose::AiInput]);
+        c.crawler.usage = DeclaredUse::Full;
+        c.policy.enforce = false;
+    })
+    .await;
+    let client = proxy.client();
+    for path in ["/articles/1", "/page"] {
+        let r = client.get(format!("{base}{path}")).send().await.unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+        assert_eq!(seen.count(path), 1, "{path}");
+    }
+    let lines = proxy.stop().await;
+    let fetched = with_outcome(&lines, "fetched");
+    assert_eq!(fetched.len(), 2);
+    for line in fetched {
+        assert_eq!(line["would"], "signal_refused", "{line}");
+    }
+}

@@ -1,0 +1,382 @@
+//! The real web: strict servers and clients we did not write, through the
+//! real proxy.
+
+use std::time::Duration;
+
+use crate::e2e::support::*;
+
+const NGINX_SITE: &str = r#"
+    location = /robots.txt { return 200 "User-agent: *\nDisallow: /private/\n"; }
+    location / { return 200 "hello from nginx\n"; }
+"#;
+
+/// nginx with `http2` is strict about RFC 9113 §8.3.1: a request with both
+/// `:authority` and `Host` is a 400 ("client sent duplicate host header").
+#[tokio::test]
+async fn https_to_an_h2_nginx_origin_is_forwarded_over_h2() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new(dir.path());
+    let Some(nginx) = Nginx::start_tls(&ca, "origin.test", NGINX_SITE) else {
+        return;
+    };
+    let port = nginx.port;
+    let ca_path = ca.pem_path.clone();
+    let mut proxy = TestProxy::start(|c| {
+        c.upstream.extra_roots = vec![ca_path];
+        c.proxy.connect_ports.push(port);
+        c.upstream.resolve.insert(
+            format!("origin.test:{port}"),
+            format!("127.0.0.1:{port}").parse().unwrap(),
+        );
+    })
+    .await;
+    let client = proxy.client();
+    for _ in 0..3 {
+        let r = client
+            .get(format!("https://origin.test:{port}/page"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{}", nginx.error_log());
+        assert!(decision(&r).starts_with("fetched"), "{}", decision(&r));
+        assert_eq!(r.text().await.unwrap(), "hello from nginx\n");
+    }
+    let r = client
+        .get(format!("https://origin.test:{port}/private/x"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    assert!(decision(&r).starts_with("disallowed"));
+
+    let log = nginx.access_log();
+    assert!(log.contains("\"GET /robots.txt HTTP/2.0\" 200"), "{log}");
+    assert_eq!(
+        log.matches("\"GET /page HTTP/2.0\" 200").count(),
+        3,
+        "{log}"
+    );
+    assert!(!log.contains("/private/"), "refused before sending: {log}");
+    assert!(!nginx.error_log().contains("duplicate host"));
+    let lines = proxy.stop().await;
+    assert_eq!(with_outcome(&lines, "fetched").len(), 3);
+    assert_eq!(with_outcome(&lines, "robots_fetched").len(), 1);
+    assert_eq!(with_outcome(&lines, "disallowed").len(), 1);
+}
+
+/// Python `requests` and `httpx`, trusting mannerly's CA as the README
+/// says, through mannerly to the h2 nginx.
+#[tokio::test]
+async fn python_requests_and_httpx_reach_an_h2_nginx_through_mannerly() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new(dir.path());
+    if !have_tool("python3", "python3") {
+        return;
+    }
+    let Some(nginx) = Nginx::start_tls(&ca, "origin.test", NGINX_SITE) else {
+        return;
+    };
+    let port = nginx.port;
+    let ca_path = ca.pem_path.clone();
+    let mut proxy = TestProxy::start(|c| {
+        c.upstream.extra_roots = vec![ca_path];
+        c.proxy.connect_ports.push(port);
+        c.upstream.resolve.insert(
+            format!("origin.test:{port}"),
+            format!("127.0.0.1:{port}").parse().unwrap(),
+        );
+    })
+    .await;
+    let mannerly_ca = proxy.dir.path().join("ca.pem");
+    let script = format!(
+        r#"
+import sys
+url = "https://origin.test:{port}/page"
+try:
+    import requests
+except ImportError:
+    requests = None
+try:
+    import httpx
+except ImportError:
+    httpx = None
+if requests is None or httpx is None:
+    print("MISSING requests or httpx")
+    sys.exit(3)
+r = requests.get(url, timeout=30)
+print("requests", r.status_code, r.headers.get("mannerly-decision"), r.text.strip())
+with httpx.Client(timeout=30) as c:
+    r = c.get(url)
+    print("httpx", r.status_code, r.headers.get("mannerly-decision"), r.text.strip())
+"#
+    );
+    let proxy_url = proxy.url();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("python3")
+            .arg("-c")
+            .arg(script)
+            .env("HTTPS_PROXY", &proxy_url)
+            .env("https_proxy", &proxy_url)
+            .env("NO_PROXY", "")
+            .env("REQUESTS_CA_BUNDLE", &mannerly_ca)
+            .env("SSL_CERT_FILE", &mannerly_ca)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    if out.status.code() == Some(3) {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI needs pip install requests httpx"
+        );
+        eprintln!("skipped: {stdout}");
+        return;
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("requests 200 fetched; waited_ms="),
+        "{stdout}\n{stderr}"
+    );
+    assert!(stdout.contains("hello from nginx"), "{stdout}");
+    assert!(stdout.contains("httpx 200 fetched; waited_ms="), "{stdout}");
+    let log = nginx.access_log();
+    assert_eq!(
+        log.matches("\"GET /page HTTP/2.0\" 200").count(),
+        2,
+        "{log}"
+    );
+    let lines = proxy.stop().await;
+    assert_eq!(with_outcome(&lines, "fetched").len(), 2);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+}
+
+/// Node's undici, installed from the npm registry once into cargo's test
+/// temp dir. `None` (skipped) where node or npm is missing, or the install
+/// fails outside CI.
+fn undici_dir() -> Option<std::path::PathBuf> {
+    if !have_tool("node", "nodejs") || !have_tool("npm", "npm") {
+        return None;
+    }
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("node-undici");
+    if dir.join("node_modules/undici/package.json").exists() {
+        return Some(dir);
+    }
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = std::process::Command::new("npm")
+        .args(["install", "--no-audit", "--no-fund", "--silent", "undici@6"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        let why = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "npm install undici: {why}"
+        );
+        eprintln!("skipped: npm install undici failed: {why}");
+        return None;
+    }
+    Some(dir)
+}
+
+/// undici's `ProxyAgent` sends `CONNECT host:port` for http:// URLs too and
+/// speaks plain HTTP inside the tunnel; for https:// it speaks TLS. Both
+/// reach the origin through the pipeline, with an audit line each.
+#[tokio::test]
+async fn node_undici_proxy_agent_fetches_http_and_https_urls() {
+    let Some(node_dir) = undici_dir() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new(dir.path());
+    let page = |_req| async { text(200, "hello undici") };
+    let plain = Origin::http(handler(page)).await;
+    let secure = Origin::https(handler(page), &ca, &["secure.test"]).await;
+    let (hp, sp) = (plain.port(), secure.port());
+    let ca_path = ca.pem_path.clone();
+    let mut proxy = TestProxy::start(|c| {
+        c.upstream.extra_roots = vec![ca_path];
+        c.proxy.connect_ports = vec![hp, sp];
+        for (name, port) in [("plain.test", hp), ("secure.test", sp)] {
+            c.upstream.resolve.insert(
+                format!("{name}:{port}"),
+                format!("127.0.0.1:{port}").parse().unwrap(),
+            );
+        }
+    })
+    .await;
+    let script = r#"
+const { ProxyAgent, fetch } = require('undici');
+const fs = require('fs');
+const agent = new ProxyAgent({
+  uri: process.env.PROXY,
+  requestTls: { ca: fs.readFileSync(process.env.MANNERLY_CA) },
+});
+(async () => {
+  for (const url of process.argv.slice(1)) {
+    const r = await fetch(url, { dispatcher: agent });
+    console.log(url, r.status, r.headers.get('mannerly-decision'), await r.text());
+  }
+})().catch((e) => { console.error(e); process.exit(1); });
+"#;
+    let plain_url = format!("http://plain.test:{hp}/a");
+    let secure_url = format!("https://secure.test:{sp}/b");
+    let ca_pem = proxy.dir.path().join("ca.pem");
+    let proxy_url = proxy.url();
+    let (u1, u2) = (plain_url.clone(), secure_url.clone());
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("node")
+            .arg("-e")
+            .arg(script)
+            .arg(u1)
+            .arg(u2)
+            .current_dir(node_dir)
+            .env("PROXY", proxy_url)
+            .env("MANNERLY_CA", ca_pem)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains(&format!("{plain_url} 200 fetched; waited_ms=")),
+        "{stdout}\n{stderr}"
+    );
+    assert!(
+        stdout.contains(&format!("{secure_url} 200 fetched; waited_ms=")),
+        "{stdout}"
+    );
+    assert_eq!(stdout.matches("hello undici").count(), 2, "{stdout}");
+    assert_eq!(plain.seen.count("/a"), 1);
+    assert_eq!(secure.seen.count("/b"), 1);
+    let lines = proxy.stop().await;
+    let fetched: Vec<_> = with_outcome(&lines, "fetched")
+        .iter()
+        .map(|l| l["url"].as_str().unwrap().to_string())
+        .collect();
+    assert!(fetched.contains(&plain_url), "{fetched:?}");
+    assert!(fetched.contains(&secure_url), "{fetched:?}");
+}
+
+/// A host name glibc refuses without asking any DNS server (a label over
+/// 63 octets), so the test sends nothing off the machine.
+fn unresolvable() -> String {
+    format!("{}.test", "a".repeat(70))
+}
+
+#[tokio::test]
+async fn a_name_that_does_not_resolve_is_a_502_that_says_so() {
+    let mut proxy = TestProxy::start(|_| {}).await;
+    let r = proxy
+        .client()
+        .get(format!("http://{}/page", unresolvable()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 502);
+    assert_eq!(decision(&r), "error; reason=\"name not resolved\"");
+    let lines = proxy.stop().await;
+    assert_eq!(lines.len(), 1, "no robots.txt fetch: {lines:?}");
+    assert_eq!(lines[0]["outcome"], "error");
+    assert_eq!(lines[0]["source"], "upstream");
+    assert!(lines[0]["reason"]
+        .as_str()
+        .unwrap()
+        .starts_with("cannot resolve"));
+}
+
+#[tokio::test]
+async fn an_origin_certificate_that_does_not_verify_names_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new(dir.path());
+    let origin = Origin::https(
+        handler(|_req| async { text(200, "x") }),
+        &ca,
+        &["origin.test"],
+    )
+    .await;
+    let port = origin.port();
+    // The origin's CA is deliberately not in upstream.extra_roots.
+    let mut proxy = TestProxy::start(|c| {
+        c.proxy.connect_ports.push(port);
+        c.upstream.resolve.insert(
+            format!("origin.test:{port}"),
+            format!("127.0.0.1:{port}").parse().unwrap(),
+        );
+    })
+    .await;
+    let r = proxy
+        .client()
+        .get(format!("https://origin.test:{port}/page"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    let body = r.text().await.unwrap();
+    let fix =
+        "origin certificate not trusted (unknown issuer) — add its CA to upstream.extra_roots";
+    assert!(body.contains(fix), "{body}");
+    let lines = proxy.stop().await;
+    let fetch = with_outcome(&lines, "robots_fetched");
+    assert_eq!(fetch.len(), 1);
+    assert!(
+        fetch[0]["reason"].as_str().unwrap().contains(fix),
+        "{:?}",
+        fetch[0]
+    );
+}
+
+#[tokio::test]
+async fn a_refused_connect_says_why_in_the_decision_header() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut proxy = TestProxy::start(|_| {}).await;
+    let mut s = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    s.write_all(b"CONNECT example.org:25 HTTP/1.1\r\nHost: example.org:25\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = s.read(&mut buf).await.unwrap();
+    let head = String::from_utf8_lossy(&buf[..n]).to_lowercase();
+    assert!(head.starts_with("http/1.1 403"), "{head}");
+    assert!(
+        head.contains("mannerly-decision: blocked; reason=\"connect to port 25 is not allowed (proxy.connect_ports)\""),
+        "{head}"
+    );
+    let lines = proxy.stop().await;
+    assert_eq!(with_outcome(&lines, "blocked").len(), 1);
+}
+
+#[tokio::test]
+async fn a_client_that_does_not_trust_our_ca_leaves_an_audit_line() {
+    let origin = Origin::http(handler(|_req| async { text(200, "x") })).await;
+    let port = origin.port();
+    let mut proxy = TestProxy::start(|c| c.proxy.connect_ports.push(port)).await;
+    // A client with only the public roots: our leaf does not verify.
+    let client = reqwest::Client::builder()
+        .proxy(reqwest::Proxy::all(proxy.url()).unwrap())
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    let err = client
+        .get(format!("https://localhost:{port}/"))
+        .send()
+        .await
+        .unwrap_err();
+    assert!(err.is_connect() || err.is_request(), "{err:?}");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let lines = proxy.stop().await;
+    let errors = with_outcome(&lines, "error");
+    assert_eq!(errors.len(), 1, "{lines:?}");
+    assert_eq!(errors[0]["source"], "client");
+    let reason = errors[0]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("client rejected our certificate for localhost"),
+        "{reason}"
+    );
+}
