@@ -2,6 +2,7 @@
 //! rules, verify audit logs, manage the Web Bot Auth identity, see and
 //! reset hosts, report on conduct.
 
+mod nofile;
 mod settings;
 
 use std::path::PathBuf;
@@ -9,7 +10,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use mannerly_proxy::{AuditTarget, CertificateAuthority, Proxy};
 
 #[derive(Parser)]
@@ -23,14 +24,45 @@ struct Cli {
     /// `MANNERLY_*` variables override either.
     #[arg(long, short, global = true, env = "MANNERLY_CONFIG")]
     config: Option<PathBuf>,
+    /// Log format on standard error: `text` (coloured only on a terminal)
+    /// or `json` (one object per line, for container log collectors).
+    #[arg(
+        long,
+        global = true,
+        env = "MANNERLY_LOG_FORMAT",
+        value_enum,
+        default_value_t = LogFormat::Text
+    )]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// Address to listen on (`proxy.listen`), e.g. `0.0.0.0:3128` or `localhost:3128`.
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<String>,
+    /// Where the CA, the audit log and stored state live (`data_dir`).
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
 enum Command {
     /// Run the proxy.
-    Run,
+    Run(RunArgs),
+    /// Check or print the configuration (defaults + file + environment).
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
     /// Manage the interception CA.
     Ca {
         #[command(subcommand)]
@@ -64,11 +96,24 @@ enum Command {
 }
 
 #[derive(Subcommand)]
+enum ConfigCommand {
+    /// Load and validate the configuration: exit 0 when it is usable, 2 with
+    /// the key, value and source of the first problem otherwise.
+    Check,
+    /// Print the effective configuration as TOML, each value with where it came from.
+    Show,
+}
+
+#[derive(Subcommand)]
 enum CaCommand {
-    /// Create the CA in the data dir if it does not exist; print its path.
+    /// Create the CA (in `ca_dir`, else the data dir) if it does not exist; print its path.
     Init,
-    /// Print the CA certificate (PEM), creating it if needed.
-    Export,
+    /// Print the CA certificate (PEM), creating the CA if needed.
+    Export {
+        /// Write the certificate to this file (mode 0644) instead of standard output.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -118,7 +163,8 @@ mod robots_fetch;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Run => run(cli.config),
+        Command::Run(args) => run(cli.config, args, cli.log_format),
+        Command::Config { command } => config_cmd(cli.config, command),
         Command::Ca { command } => ca(cli.config, command),
         Command::Audit {
             command: AuditCommand::Verify { pubkey, files },
@@ -139,30 +185,109 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("mannerly: {e:#}");
+            eprintln!("mannerly: {}", describe(&e));
             ExitCode::from(2)
         }
     }
 }
 
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("MANNERLY_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+/// The error and its causes, each said once (a cause whose text is already
+/// part of the message is not repeated), plus a hint where there is one.
+fn describe(e: &anyhow::Error) -> String {
+    let mut msg = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if msg.contains(&text) {
+            continue;
+        }
+        if !msg.is_empty() {
+            msg.push_str(": ");
+        }
+        msg.push_str(&text);
+    }
+    let in_use = e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::AddrInUse)
+    });
+    if in_use {
+        msg.push_str(
+            "\nhint: another program listens on that address; change proxy.listen \
+             (--listen ADDR, MANNERLY_PROXY__LISTEN or the config file)",
+        );
+    }
+    msg
 }
 
-fn run(config: Option<PathBuf>) -> Result<ExitCode> {
-    init_tracing();
-    let cfg = settings::load(config.as_deref())?;
+fn init_tracing(format: LogFormat) {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("MANNERLY_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => logs.json().init(),
+        LogFormat::Text => {
+            // Colour codes only for a person at a terminal, never in a file or a collector.
+            let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+            logs.with_ansi(colour).init()
+        }
+    }
+}
+
+fn config_cmd(config: Option<PathBuf>, command: ConfigCommand) -> Result<ExitCode> {
+    let loaded = settings::load_with(config.as_deref(), &settings::Flags::default())?;
+    match command {
+        ConfigCommand::Check => {
+            let from = match &loaded.file {
+                Some(f) => format!("defaults + {}", f.display()),
+                None => "defaults".to_string(),
+            };
+            let vars = loaded
+                .values
+                .values()
+                .filter(|(_, s)| matches!(s, settings::Source::Env(_)))
+                .count();
+            println!("configuration OK ({from} + {vars} MANNERLY_* variables)");
+        }
+        ConfigCommand::Show => {
+            let file = match &loaded.file {
+                Some(f) => f.display().to_string(),
+                None => "(no file)".to_string(),
+            };
+            let header = format!(
+                "mannerly effective configuration\n\
+                 layers, later wins: defaults < {file} < MANNERLY_* environment < flags"
+            );
+            print!("{}", settings::render(&loaded.values, &header));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run(config: Option<PathBuf>, args: RunArgs, log_format: LogFormat) -> Result<ExitCode> {
+    init_tracing(log_format);
+    let flags = settings::Flags {
+        listen: args.listen,
+        data_dir: args.data_dir,
+    };
+    let cfg = settings::load_with(config.as_deref(), &flags)?.config;
+    match nofile::raise() {
+        Ok(n) if n.soft_before < n.soft => tracing::info!(
+            "open files limit raised from {} to {} (hard limit {})",
+            n.soft_before,
+            n.soft,
+            n.hard
+        ),
+        Ok(n) => tracing::info!("open files limit {} (hard limit {})", n.soft, n.hard),
+        Err(e) => tracing::warn!("open files limit could not be raised: {e}"),
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the runtime")?;
     rt.block_on(async move {
-        let ca = CertificateAuthority::load_or_create(&cfg.data_dir, cfg.proxy.leaf_cache)
+        let ca = CertificateAuthority::load_or_create(&cfg.ca_dir(), cfg.proxy.leaf_cache)
             .context("interception CA")?;
         let target = cfg.audit_target();
         let (sink, writer) = mannerly_proxy::open_audit(&cfg).context("audit log")?;
@@ -175,21 +300,14 @@ fn run(config: Option<PathBuf>) -> Result<ExitCode> {
             AuditTarget::Stdout => "standard output".to_string(),
             AuditTarget::File(p) => p.display().to_string(),
         };
-        eprintln!("mannerly listening on http://{addr}");
-        eprintln!("CA certificate: {}", ca_path.display());
-        eprintln!("audit log: {audit}");
+        let shutdown = shutdown_signal();
+        // The banner is the program's output (stdout); logs go to stderr.
+        print!("{}", banner(addr, &ca_path, &audit));
         if let Some(a) = admin {
-            eprintln!("admin: http://{a}/ (dashboard; /metrics, /hosts, /healthz, /readyz)");
+            println!("admin: http://{a}/ (dashboard; /metrics, /hosts, /healthz, /readyz)");
         }
-        eprintln!("Point your crawler at it:");
-        eprintln!("  export HTTP_PROXY=http://{addr} HTTPS_PROXY=http://{addr}");
-        eprintln!(
-            "  export SSL_CERT_FILE={} REQUESTS_CA_BUNDLE={} NODE_EXTRA_CA_CERTS={}",
-            ca_path.display(),
-            ca_path.display(),
-            ca_path.display()
-        );
-        proxy.run(shutdown_signal()).await;
+        let _ = std::io::Write::flush(&mut std::io::stdout());
+        proxy.run(shutdown).await;
         let lines = tokio::task::spawn_blocking(move || writer.close())
             .await
             .context("audit writer")?
@@ -221,25 +339,49 @@ fn reopen_on_sighup(sink: mannerly_proxy::AuditSink) {
     let _ = sink;
 }
 
-async fn shutdown_signal() {
+/// What a user needs to point a crawler at the proxy. curl and wget read
+/// only the lowercase proxy variables, most other clients the uppercase.
+fn banner(addr: std::net::SocketAddr, ca: &std::path::Path, audit: &str) -> String {
+    let url = format!("http://{addr}");
+    let ca = ca.display();
+    format!(
+        "mannerly listening on {url}\n\
+         CA certificate: {ca}\n\
+         audit log: {audit}\n\
+         Point your crawler at it:\n  \
+         export http_proxy={url} https_proxy={url} HTTP_PROXY={url} HTTPS_PROXY={url}\n  \
+         export SSL_CERT_FILE={ca} REQUESTS_CA_BUNDLE={ca} CURL_CA_BUNDLE={ca} NODE_EXTRA_CA_CERTS={ca}\n"
+    )
+}
+
+/// SIGTERM or SIGINT. The handlers are installed when this is called, not
+/// when the future is first polled: a supervisor may send SIGTERM as soon as
+/// the banner is out, and that must drain, not kill.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
-        let mut term = match signal(SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-                return;
+        let term = signal(SignalKind::terminate());
+        let int = signal(SignalKind::interrupt());
+        async move {
+            match (term, int) {
+                (Ok(mut term), Ok(mut int)) => {
+                    tokio::select! {
+                        _ = term.recv() => {}
+                        _ = int.recv() => {}
+                    }
+                }
+                _ => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
             }
-        };
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
         }
     }
     #[cfg(not(unix))]
     {
-        let _ = tokio::signal::ctrl_c().await;
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
 
@@ -261,10 +403,25 @@ fn users_add(config: Option<PathBuf>, name: &str) -> Result<ExitCode> {
 
 fn ca(config: Option<PathBuf>, command: CaCommand) -> Result<ExitCode> {
     let cfg = settings::load(config.as_deref())?;
-    let ca = CertificateAuthority::load_or_create(&cfg.data_dir, 1).context("interception CA")?;
+    let ca = CertificateAuthority::load_or_create(&cfg.ca_dir(), 1).context("interception CA")?;
     match command {
         CaCommand::Init => println!("{}", ca.cert_path().display()),
-        CaCommand::Export => print!("{}", ca.cert_pem()),
+        CaCommand::Export { out: None } => print!("{}", ca.cert_pem()),
+        CaCommand::Export { out: Some(path) } => write_public(&path, ca.cert_pem())?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The certificate is public: written readable by all, so a crawler running
+/// as another user can trust it without access to the key next to it.
+fn write_public(path: &std::path::Path, pem: &str) -> Result<()> {
+    std::fs::write(path, pem).with_context(|| format!("writing {}", path.display()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644))
+            .with_context(|| format!("chmod 644 {}", path.display()))?;
+    }
+    println!("{}", path.display());
+    Ok(())
 }

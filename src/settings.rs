@@ -1,77 +1,122 @@
-//! Loading configuration: the embedded `config/mannerly.toml` (or the file
-//! given), then `MANNERLY_*` variables on top, then validation. A key that
-//! does not exist is an error naming it.
+//! Loading configuration in layers: the documented defaults (the embedded
+//! `config/mannerly.toml`), then the file given with `--config`, then
+//! `MANNERLY_*` variables, then command-line flags. Every value remembers
+//! where it came from, so an error can name the key, the value and its
+//! source (file line or variable), and `mannerly config show` can print it.
 
+mod layers;
+mod show;
+mod suggest;
+
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
-use mannerly_proxy::Config;
+use anyhow::{Context, Result};
+use mannerly_proxy::{Config, ConfigError};
+
+pub use layers::Source;
+pub use show::render;
 
 /// The documented defaults, compiled in so `mannerly run` needs no file.
 pub const EMBEDDED: &str = include_str!("../config/mannerly.toml");
 
 /// Variables that are options of the command, not config keys.
-const NOT_KEYS: &[&str] = &["MANNERLY_CONFIG", "MANNERLY_LOG"];
+pub const NOT_KEYS: &[&str] = &["MANNERLY_CONFIG", "MANNERLY_LOG", "MANNERLY_LOG_FORMAT"];
 
+/// Settings given as command-line flags; they win over everything else.
+#[derive(Clone, Debug, Default)]
+pub struct Flags {
+    /// `--listen`: `proxy.listen`.
+    pub listen: Option<String>,
+    /// `--data-dir`: `data_dir`.
+    pub data_dir: Option<PathBuf>,
+}
+
+/// The effective configuration and where each value came from.
+pub struct Loaded {
+    /// The validated configuration.
+    pub config: Config,
+    /// Every key with its effective value (as TOML) and its source.
+    pub values: BTreeMap<Vec<String>, (toml::Value, Source)>,
+    /// The source files layered over the defaults, for the header of `config show`.
+    pub file: Option<PathBuf>,
+}
+
+/// Loads the configuration for a command that needs no flags.
 pub fn load(path: Option<&Path>) -> Result<Config> {
-    let (text, origin) = match path {
-        Some(p) => (
-            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
+    Ok(load_with(path, &Flags::default())?.config)
+}
+
+/// Loads defaults + file + environment + flags, and validates the result.
+pub fn load_with(path: Option<&Path>, flags: &Flags) -> Result<Loaded> {
+    let file = match path {
+        Some(p) => Some((
+            std::fs::read_to_string(p)
+                .with_context(|| format!("reading configuration file {}", p.display()))?,
             p.display().to_string(),
-        ),
-        None => (EMBEDDED.to_string(), "embedded defaults".to_string()),
+        )),
+        None => None,
     };
     let env: Vec<(String, String)> = std::env::vars().collect();
-    let mut cfg = parse(&text, &env).with_context(|| format!("configuration ({origin})"))?;
-    if cfg.data_dir.as_os_str().is_empty() {
-        cfg.data_dir = default_data_dir();
-    }
-    Ok(cfg.validate()?)
+    let mut loaded = build(
+        file.as_ref().map(|(t, n)| (t.as_str(), n.as_str())),
+        &env,
+        flags,
+    )?;
+    loaded.file = path.map(Path::to_path_buf);
+    Ok(loaded)
 }
 
-/// Parses `text` and applies the `MANNERLY_*` pairs of `env`:
-/// `MANNERLY_DATA_DIR` sets `data_dir`, `MANNERLY_PROXY__LISTEN` sets
-/// `proxy.listen` (a double underscore separates table and key). Values are
-/// read as TOML (`[443, 8443]`, `true`, `2.5`) and otherwise as strings.
+/// Parses `text` as the only layer over the defaults and applies `env`
+/// (`MANNERLY_DATA_DIR` sets `data_dir`, `MANNERLY_PROXY__LISTEN` sets
+/// `proxy.listen`: a double underscore separates table and key). The data
+/// dir is left as given (possibly empty).
+#[cfg(test)]
 pub fn parse(text: &str, env: &[(String, String)]) -> Result<Config> {
-    let mut table: toml::Table = text.parse().context("not valid TOML")?;
-    for (name, value) in env {
-        let Some(rest) = name.strip_prefix("MANNERLY_") else {
-            continue;
-        };
-        if NOT_KEYS.contains(&name.as_str()) || rest.is_empty() {
-            continue;
-        }
-        let path: Vec<String> = rest.split("__").map(|s| s.to_ascii_lowercase()).collect();
-        let parsed = format!("v = {value}")
-            .parse::<toml::Table>()
-            .ok()
-            .and_then(|mut t| t.remove("v"))
-            .unwrap_or_else(|| toml::Value::String(value.clone()));
-        set(&mut table, &path, parsed).with_context(|| format!("environment variable {name}"))?;
-    }
-    let cfg: Config = toml::Value::Table(table)
-        .try_into()
-        .map_err(|e: toml::de::Error| anyhow::anyhow!("{}", e.message()))?;
-    Ok(cfg)
+    let mut layers = layers::Layers::new()?;
+    layers.file(text, "config.toml")?;
+    layers.env(env, NOT_KEYS)?;
+    layers.config()
 }
 
-fn set(table: &mut toml::Table, path: &[String], value: toml::Value) -> Result<()> {
-    match path {
-        [] => bail!("empty key"),
-        [key] => {
-            table.insert(key.clone(), value);
-            Ok(())
-        }
-        [head, tail @ ..] => {
-            let entry = table
-                .entry(head.clone())
-                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
-            match entry {
-                toml::Value::Table(t) => set(t, tail, value),
-                _ => bail!("{head} is not a table"),
-            }
-        }
+fn build(file: Option<(&str, &str)>, env: &[(String, String)], flags: &Flags) -> Result<Loaded> {
+    let mut layers = layers::Layers::new()?;
+    if let Some((text, name)) = file {
+        layers.file(text, name)?;
+    }
+    layers.env(env, NOT_KEYS)?;
+    if let Some(listen) = &flags.listen {
+        layers.flag(&["proxy", "listen"], "--listen", listen)?;
+    }
+    if let Some(dir) = &flags.data_dir {
+        layers.flag(&["data_dir"], "--data-dir", &dir.display().to_string())?;
+    }
+    layers.resolve_listen_names()?;
+    if layers.is_empty_string(&["data_dir"]) {
+        let dir = default_data_dir();
+        layers.set_default(
+            &["data_dir"],
+            toml::Value::String(dir.display().to_string()),
+        );
+    }
+    let cfg = layers.config()?;
+    let cfg = cfg
+        .validate()
+        .map_err(|e| anyhow::anyhow!(explain_invalid(&layers, e)))?;
+    Ok(Loaded {
+        config: cfg,
+        values: layers.into_values(),
+        file: None,
+    })
+}
+
+/// `config key budget.max_rate: must be ...` becomes
+/// `budget.max_rate = 0.0 (from MANNERLY_BUDGET__MAX_RATE): must be ...`.
+fn explain_invalid(layers: &layers::Layers, e: ConfigError) -> String {
+    let ConfigError::Invalid { key, why } = e;
+    match layers.find_dotted(&key) {
+        Some((value, source)) => format!("{key} = {value} ({source}): {why}"),
+        None => format!("{key}: {why}"),
     }
 }
 
@@ -86,66 +131,4 @@ fn default_data_dir() -> PathBuf {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs
-            .iter()
-            .map(|(a, b)| (a.to_string(), b.to_string()))
-            .collect()
-    }
-
-    #[test]
-    fn embedded_file_is_the_compiled_in_defaults() {
-        let from_file = parse(EMBEDDED, &[]).unwrap();
-        let from_serde: Config = toml::from_str("").unwrap();
-        assert_eq!(format!("{from_file:?}"), format!("{from_serde:?}"));
-    }
-
-    #[test]
-    fn environment_overrides_keys() {
-        let cfg = parse(
-            EMBEDDED,
-            &env(&[
-                ("MANNERLY_PROXY__LISTEN", "127.0.0.1:9999"),
-                ("MANNERLY_PROXY__CONNECT_PORTS", "[443, 8443]"),
-                ("MANNERLY_UPSTREAM__ALLOW_PRIVATE", "true"),
-                ("MANNERLY_DATA_DIR", "/tmp/x"),
-                ("MANNERLY_LOG", "debug"),
-            ]),
-        )
-        .unwrap();
-        assert_eq!(cfg.proxy.listen.port(), 9999);
-        assert_eq!(cfg.proxy.connect_ports, vec![443, 8443]);
-        assert!(cfg.upstream.allow_private);
-        assert_eq!(cfg.data_dir, PathBuf::from("/tmp/x"));
-    }
-
-    #[test]
-    fn crawler_use_is_reference_full_or_undeclared() {
-        use mannerly_policy::prefs::DeclaredUse;
-        assert_eq!(
-            parse(EMBEDDED, &[]).unwrap().crawler.usage,
-            DeclaredUse::Undeclared
-        );
-        let cfg = parse("[crawler]\nuse = \"full\"\n", &[]).unwrap();
-        assert_eq!(cfg.crawler.usage, DeclaredUse::Full);
-        let cfg = parse("", &env(&[("MANNERLY_CRAWLER__USE", "reference")])).unwrap();
-        assert_eq!(cfg.crawler.usage, DeclaredUse::Reference);
-        let err = parse("[crawler]\nuse = \"everything\"\n", &[]).unwrap_err();
-        let msg = format!("{err:#}");
-        assert!(
-            msg.contains("use") && msg.contains("\"reference\", \"full\""),
-            "{msg}"
-        );
-    }
-
-    #[test]
-    fn unknown_keys_are_errors_that_name_the_key() {
-        let err = parse("[proxy]\nlisten_addr = \"x\"\n", &[]).unwrap_err();
-        assert!(format!("{err:#}").contains("listen_addr"), "{err:#}");
-        let err = parse("", &env(&[("MANNERLY_PROXY__LISTNE", "1")])).unwrap_err();
-        assert!(format!("{err:#}").contains("listne"), "{err:#}");
-    }
-}
+mod tests;

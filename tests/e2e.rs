@@ -2,16 +2,22 @@
 //! clients (reqwest trusting our CA, curl where installed, raw sockets).
 
 mod e2e {
+    #[path = "../../crates/state/tests/support/redis_server.rs"]
+    pub mod redis_server;
     pub mod support;
 
     mod admin;
     mod audit;
     mod auth;
+    mod broad;
     mod browser;
     mod budget;
     mod cache;
+    mod cli;
+    mod cluster;
     mod dashboard;
     mod datadir;
+    mod deploy;
     mod forwarding;
     mod identity;
     mod limits;

@@ -118,13 +118,14 @@ async fn sigterm_during_load_answers_every_accepted_request_and_logs_it() {
         .env("MANNERLY_BUDGET__MAX_RATE", "1000")
         .env("MANNERLY_BUDGET__BURST", "1000")
         .env("MANNERLY_BUDGET__CONCURRENCY", "1000")
-        .stderr(Stdio::piped())
+        .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let stderr = child.stderr.take().unwrap();
+    // The banner is on stdout.
+    let stdout = child.stdout.take().unwrap();
     let (addr_tx, addr_rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
             if let Some(a) = line.strip_prefix("mannerly listening on http://") {
                 let _ = addr_tx.send(a.to_string());
             }

@@ -331,16 +331,18 @@ async fn sighup_seals_the_file_and_reopens_the_path() {
     for i in 3..6 {
         get(i).await;
     }
-    let mut child = bin.child;
     assert!(std::process::Command::new("kill")
         .args(["-TERM", &pid])
         .status()
         .unwrap()
         .success());
-    let status = tokio::task::spawn_blocking(move || child.wait())
-        .await
-        .unwrap()
-        .unwrap();
+    let status = tokio::task::spawn_blocking(move || {
+        let mut bin = bin;
+        bin.child.wait()
+    })
+    .await
+    .unwrap()
+    .unwrap();
     assert!(status.success());
     let old = audit_lines_all(&moved);
     assert_eq!(old.last().unwrap()["why"], "rotation");

@@ -363,15 +363,16 @@ impl RunningBinary {
             .env("MANNERLY_BUDGET__MAX_RATE", "1000")
             .env("MANNERLY_BUDGET__BURST", "1000")
             .env("MANNERLY_BUDGET__CONCURRENCY", "1000")
-            .stderr(std::process::Stdio::piped());
+            .stdout(std::process::Stdio::piped());
         for (k, v) in env {
             cmd.env(k, v);
         }
         let mut child = cmd.spawn().unwrap();
-        let stderr = child.stderr.take().unwrap();
+        // The banner is on stdout; logs stay on stderr.
+        let stdout = child.stdout.take().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stderr)
+            for line in std::io::BufReader::new(stdout)
                 .lines()
                 .map_while(Result::ok)
             {
@@ -412,6 +413,15 @@ impl RunningBinary {
             .status()
             .unwrap();
         assert!(killed.success());
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for RunningBinary {
+    /// A test that fails midway leaves no proxy running (it would hold the
+    /// test's output pipe open).
+    fn drop(&mut self) {
+        let _ = self.child.kill();
         let _ = self.child.wait();
     }
 }

@@ -84,6 +84,12 @@ pub struct AuditRecord {
     pub prefs: Option<PrefsRecord>,
     /// Whether the request carried Web Bot Auth signature headers.
     pub signed: bool,
+    /// Where the host's budget was decided: `"degraded"` when a shared
+    /// state backend was out of reach and this proxy decided alone at its
+    /// conservative rate; absent otherwise (so lines of a proxy without a
+    /// shared backend keep their shape).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<&'static str>,
     /// The `keyid` (JWK thumbprint) of the Web Bot Auth signature mannerly
     /// added, when it signed the request.
     pub keyid: Option<String>,

@@ -30,7 +30,7 @@ mod reset;
 mod retry_after;
 
 pub use decision::{HostView, Reaction, Refusal, Reservation, Start, Throttle, QUEUE_RETRY_AFTER};
-pub use host::HostBudget;
+pub use host::{DecodeError, HostBudget, ENCODED_LEN};
 pub use params::{BudgetParams, HostOverride, HostParams, MAX_BREAKER_THRESHOLD};
 pub use persist::PersistedHost;
 pub use reset::ResetReport;

@@ -25,6 +25,9 @@ pub struct RobotsParams {
     pub fetch_timeout_secs: f64,
     /// Origins whose robots.txt is kept in memory.
     pub max_entries: usize,
+    /// Bytes of robots.txt bodies kept in memory over all origins (a body
+    /// may be up to 500 KiB, so the entry count alone does not bound memory).
+    pub max_bytes: u64,
 }
 
 impl Default for RobotsParams {
@@ -36,6 +39,7 @@ impl Default for RobotsParams {
             max_redirects: 5,
             fetch_timeout_secs: 20.0,
             max_entries: 100_000,
+            max_bytes: 64 * 1024 * 1024,
         }
     }
 }
@@ -72,6 +76,12 @@ impl RobotsParams {
         if self.max_entries == 0 {
             return Err(ParamError::new("robots.max_entries", "must be at least 1"));
         }
+        if self.max_bytes < crate::robots::MAX_ROBOTS_BYTES as u64 {
+            return Err(ParamError::new(
+                "robots.max_bytes",
+                "must hold at least one robots.txt (512000 bytes)",
+            ));
+        }
         Ok(self)
     }
 
@@ -81,7 +91,7 @@ impl RobotsParams {
 }
 
 /// How a fetch of robots.txt ended, as the proxy saw it.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FetchResult {
     /// A 2xx with this body.
     Body(Vec<u8>),

@@ -624,3 +624,64 @@ fn a_request_out_of_hold_is_told_about_the_pause_or_the_breaker() {
         }
     );
 }
+
+/// The fetch of a new host's robots.txt and its first page, as the proxy
+/// does them: robots.txt reserved, started and answered, then the page.
+fn robots_then_page(b: &mut HostBudget, p: &HostParams, t0: Instant, delay: Option<f64>) {
+    assert_eq!(b.admit_robots(p, t0, HOLD), Reservation::Go);
+    assert_eq!(b.try_start(p, t0, HOLD), Start::Go);
+    assert_eq!(ok_rate(respond(b, p, t0, ms(10), 200, None)).0, 1.2);
+    b.set_crawl_delay(p, t0 + ms(10), delay);
+}
+
+#[test]
+fn a_new_hosts_robots_fetch_does_not_cost_its_first_page_an_interval() {
+    let p = defaults();
+    let t0 = Instant::now();
+    let mut b = HostBudget::new(&p, t0);
+    robots_then_page(&mut b, &p, t0, None);
+    // The first page goes right behind robots.txt...
+    assert_eq!(b.admit(&p, t0 + ms(10)), Reservation::Go);
+    assert_eq!(b.try_start(&p, t0 + ms(10), HOLD), Start::Go);
+    // ...and pacing from the second page on is the rate's: 1/1.2 s after
+    // the first page's slot, rounded up to whole milliseconds.
+    assert_eq!(ok_rate(respond(&mut b, &p, t0, ms(20), 200, None)).0, 1.4);
+    assert_eq!(b.admit(&p, t0 + ms(20)), Reservation::Wait(ms(824)));
+    // Looking the rules up again changes nothing.
+    b.set_crawl_delay(&p, t0 + ms(20), None);
+    assert_eq!(b.admit(&p, t0 + ms(20)), Reservation::Wait(ms(824 + 715)));
+}
+
+#[test]
+fn a_crawl_delay_in_the_robots_txt_just_fetched_holds_the_first_page() {
+    let p = defaults();
+    let t0 = Instant::now();
+    let mut b = HostBudget::new(&p, t0);
+    robots_then_page(&mut b, &p, t0, Some(5.0));
+    // Five seconds after robots.txt was sent (at t0), then every five.
+    assert_eq!(b.admit(&p, t0 + ms(10)), Reservation::Wait(ms(4990)));
+    // The same Crawl-delay seen again (every lookup applies it) does not
+    // push the schedule further.
+    b.set_crawl_delay(&p, t0 + ms(20), Some(5.0));
+    assert_eq!(b.admit(&p, t0 + ms(20)), Reservation::Wait(ms(9980)));
+}
+
+#[test]
+fn a_robots_fetch_waits_out_a_pause_like_any_request() {
+    let p = defaults();
+    let t0 = Instant::now();
+    let mut b = HostBudget::new(&p, t0);
+    assert_eq!(b.admit(&p, t0), Reservation::Go);
+    assert_eq!(b.try_start(&p, t0, HOLD), Start::Go);
+    throttled(respond(&mut b, &p, t0, ms(0), 429, Some("60")));
+    assert_eq!(
+        b.admit_robots(&p, t0 + secs(1), HOLD),
+        Reservation::Refuse(Refusal::Paused {
+            retry_after: secs(59)
+        })
+    );
+    assert_eq!(
+        b.admit_robots(&p, t0 + secs(40), HOLD),
+        Reservation::Wait(secs(20))
+    );
+}

@@ -100,22 +100,19 @@ impl Observe {
 // --- host reads: the one place that knows how the store is asked ---
 
 fn host_views(shared: &Shared) -> Vec<(String, HostView)> {
-    shared
-        .budgets
-        .store()
-        .views(shared.clock.now_std(), usize::MAX)
+    shared.budgets.views()
 }
 
 fn host_view(shared: &Shared, host: &str) -> Option<HostView> {
-    shared.budgets.store().view(host, shared.clock.now_std())
+    shared.budgets.view(host)
 }
 
 fn host_params(shared: &Shared, host: &str) -> HostParams {
-    shared.budgets.store().params(host)
+    shared.budgets.params(host)
 }
 
-fn host_reset(shared: &Shared, host: &str) -> Option<ResetReport> {
-    shared.budgets.store().reset(host, shared.clock.now_std())
+async fn host_reset(shared: &Shared, host: &str) -> Option<ResetReport> {
+    shared.budgets.reset(host).await
 }
 
 // --- the listener ---
@@ -236,7 +233,7 @@ async fn route(
                     "a reset must come from the dashboard of this listener or a non-browser client",
                 );
             }
-            reset(shared, &pct_decode(host), peer)
+            reset(shared, &pct_decode(host), peer).await
         }
         (_, ["metrics"] | ["hosts"] | ["hosts", _] | ["hosts", _, "reset"]) => {
             error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed here")
@@ -434,9 +431,9 @@ struct ResetAnswer {
     after: HostView,
 }
 
-fn reset(shared: &Shared, host: &str, peer: SocketAddr) -> Answer {
+async fn reset(shared: &Shared, host: &str, peer: SocketAddr) -> Answer {
     let key = host_key(host).into_owned();
-    let Some(report) = host_reset(shared, &key) else {
+    let Some(report) = host_reset(shared, &key).await else {
         return error(StatusCode::NOT_FOUND, &format!("{key} is not tracked"));
     };
     // Saved now, like a throttle, so that a restart does not bring the

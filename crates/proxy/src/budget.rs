@@ -2,29 +2,50 @@
 //! The store decides (slot, pause, concurrency, refusal); this module only
 //! sleeps until the decided time or until another request to the same host
 //! frees a concurrency slot. No polling: one timer or one notification per
-//! wait.
+//! wait — except with the shared (redis) backend, where a slot freed by
+//! another proxy sends no notification here, so a concurrency waiter also
+//! looks again every [`SHARED_SLOT_RECHECK`].
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use dashmap::DashMap;
+use mannerly_policy::budget::HostParams;
 use mannerly_policy::budget::{
-    host_key, PersistedHost, Reaction, Refusal, Reservation, Start, QUEUE_RETRY_AFTER,
+    host_key, HostView, PersistedHost, Reaction, Refusal, Reservation, ResetReport, Start,
+    QUEUE_RETRY_AFTER,
 };
-use mannerly_state::hosts::HostStore;
+use mannerly_state::hosts::{HostStore, Lease, MemoryHosts, RedisHosts, RedisSettings};
 use mannerly_state::responses::{ResponseStore, StoreError};
+use mannerly_state::robots::SharedRobots;
 use tokio::sync::{Mutex, Notify};
 use tokio::time::Instant;
 
 use crate::clock::Clock;
+use crate::config::Config;
+use crate::error::ConfigError;
+
+/// How often a request waiting for a concurrency slot looks again when
+/// the slots are shared with other proxies.
+pub(crate) const SHARED_SLOT_RECHECK: Duration = Duration::from_millis(100);
 
 /// The budgets of all hosts and the wake-ups of their waiters.
 pub(crate) struct Budgets {
-    store: Arc<dyn HostStore>,
+    backend: Backend,
     clock: Clock,
     lines: DashMap<String, Arc<Line>>,
     seed: AtomicU64,
+    /// Crawl-delays to apply to shared budgets before the next request.
+    crawl_delays: DashMap<String, Option<f64>>,
+}
+
+/// Where the budgets live.
+enum Backend {
+    /// This process only (`state.backend = "memory"`).
+    Memory(Arc<dyn HostStore>),
+    /// Shared by the cluster (`state.backend = "redis"`).
+    Redis(Arc<RedisHosts>),
 }
 
 /// The requests waiting for one host.
@@ -43,25 +64,130 @@ pub(crate) struct Permit {
     host: String,
     budgets: Arc<Budgets>,
     open: bool,
+    lease: Option<Lease>,
+    degraded: bool,
 }
 
 impl Budgets {
     pub(crate) fn new(store: Arc<dyn HostStore>, clock: Clock) -> Arc<Budgets> {
+        Budgets::with(Backend::Memory(store), clock)
+    }
+
+    fn with(backend: Backend, clock: Clock) -> Arc<Budgets> {
         Arc::new(Budgets {
-            store,
+            backend,
             clock,
             lines: DashMap::new(),
             seed: AtomicU64::new(0x9e37_79b9_7f4a_7c15),
+            crawl_delays: DashMap::new(),
         })
     }
 
-    pub(crate) fn store(&self) -> &dyn HostStore {
-        self.store.as_ref()
+    /// The budgets `[state]` and `[budget]` ask for. Must run inside the
+    /// runtime (the redis connection is made lazily, on it).
+    pub(crate) fn from_config(cfg: &Config, clock: Clock) -> Result<Arc<Budgets>, ConfigError> {
+        let invalid = ConfigError::from;
+        match cfg.state.backend {
+            crate::config::StateBackend::Memory => {
+                let hosts = MemoryHosts::new(cfg.budget.clone()).map_err(invalid)?;
+                Ok(Budgets::new(Arc::new(hosts), clock))
+            }
+            crate::config::StateBackend::Redis => {
+                let s = &cfg.state;
+                let u = &cfg.upstream;
+                let mut settings = RedisSettings::new(s.redis_url.clone());
+                settings.key_prefix = s.key_prefix.clone();
+                settings.instances_hint = s.instances_hint;
+                settings.command_timeout = Duration::from_secs_f64(s.command_timeout_ms / 1000.0);
+                // A lease outlives the longest a request may wait for its
+                // response head, plus a margin for a slow clock or GC.
+                settings.lease_ttl = u.connect_timeout
+                    + u.first_byte_timeout
+                    + Duration::from_secs_f64(s.lease_margin_secs);
+                settings.budget_ttl = Duration::from_secs_f64(
+                    cfg.budget.ceiling_relax_secs + cfg.budget.breaker_open_secs + 3600.0,
+                );
+                let hosts = RedisHosts::new(cfg.budget.clone(), settings).map_err(|e| match e {
+                    mannerly_state::hosts::RedisHostsError::Params(e) => invalid(e),
+                    other => ConfigError::Invalid {
+                        key: "state.redis_url".into(),
+                        why: other.to_string(),
+                    },
+                })?;
+                Ok(Budgets::with(Backend::Redis(Arc::new(hosts)), clock))
+            }
+        }
+    }
+
+    /// The shared store, when budgets are shared.
+    pub(crate) fn shared(&self) -> Option<&Arc<RedisHosts>> {
+        match &self.backend {
+            Backend::Redis(r) => Some(r),
+            Backend::Memory(_) => None,
+        }
+    }
+
+    /// The cluster's robots.txt copies, when state is shared.
+    pub(crate) fn shared_robots(&self) -> Option<SharedRobots> {
+        let r = self.shared()?;
+        let s = r.settings();
+        Some(SharedRobots::new(
+            r.connection(),
+            &s.key_prefix,
+            s.command_timeout,
+        ))
+    }
+
+    /// The resolved budget parameters of `host`.
+    pub(crate) fn params(&self, host: &str) -> HostParams {
+        match &self.backend {
+            Backend::Memory(m) => m.params(&host_key(host)),
+            Backend::Redis(r) => r.params(host),
+        }
+    }
+
+    /// The audit `state` of a decision made now: absent with the memory
+    /// backend, `shared` or `degraded` with redis.
+    pub(crate) fn state(&self) -> Option<&'static str> {
+        match &self.backend {
+            Backend::Memory(_) => None,
+            Backend::Redis(r) if r.is_degraded() => Some("degraded"),
+            Backend::Redis(_) => Some("shared"),
+        }
+    }
+
+    /// The state of one host (for `/hosts`): with Redis, as this proxy saw
+    /// it last.
+    pub(crate) fn view(&self, host: &str) -> Option<HostView> {
+        let now = self.clock.now_std();
+        match &self.backend {
+            Backend::Memory(m) => m.view(host, now),
+            Backend::Redis(r) => r.view(host, now),
+        }
+    }
+
+    /// Every host held, sorted by name.
+    pub(crate) fn views(&self) -> Vec<(String, HostView)> {
+        let now = self.clock.now_std();
+        match &self.backend {
+            Backend::Memory(m) => m.views(now, usize::MAX),
+            Backend::Redis(r) => r.views(now, usize::MAX),
+        }
+    }
+
+    /// An operator's reset of `host`'s learned pause, ceiling and breaker;
+    /// `None` when nothing is held for it.
+    pub(crate) async fn reset(&self, host: &str) -> Option<ResetReport> {
+        let now = self.clock.now_std();
+        match &self.backend {
+            Backend::Memory(m) => m.reset(host, now),
+            Backend::Redis(r) => Some(r.reset(host, now, self.clock.wall()).await.value),
+        }
     }
 
     /// The longest a new request to `host` may be held.
     pub(crate) fn max_hold(&self, host: &str) -> Duration {
-        self.store.params(&host_key(host)).max_hold()
+        self.params(host).max_hold()
     }
 
     /// Waits for `host`'s turn: a rate slot in arrival order, the end of a
@@ -72,9 +198,29 @@ impl Budgets {
         host: &str,
         deadline: Instant,
     ) -> Result<Permit, Refusal> {
+        self.acquire_as(host, deadline, false).await
+    }
+
+    /// [`Budgets::acquire`] for a robots.txt fetch: its slot is not charged,
+    /// so the page waiting for the rules goes right after it (the policy's
+    /// `admit_robots`).
+    pub(crate) async fn acquire_for_robots(
+        self: &Arc<Self>,
+        host: &str,
+        deadline: Instant,
+    ) -> Result<Permit, Refusal> {
+        self.acquire_as(host, deadline, true).await
+    }
+
+    async fn acquire_as(
+        self: &Arc<Self>,
+        host: &str,
+        deadline: Instant,
+        robots: bool,
+    ) -> Result<Permit, Refusal> {
         let key = host_key(host).into_owned();
         let line = self.line(&key);
-        let params = self.store.params(&key);
+        let params = self.params(&key);
         // One request at a time asks for its slot, in arrival order (tokio's
         // mutex is fair): a slot is only reserved when it is next, so a rate
         // that changed while others waited applies at once.
@@ -89,13 +235,13 @@ impl Budgets {
         let Ok(_turn) = turn else {
             return Err(self.held_too_long(&key));
         };
+        self.apply_crawl_delay(&key).await;
         let now = self.clock.now();
         let mut reserved = now;
-        match self.store.admit(
-            &key,
-            now.into_std(),
-            deadline.saturating_duration_since(now),
-        ) {
+        match self
+            .admit(&key, now, deadline.saturating_duration_since(now), robots)
+            .await
+        {
             Reservation::Refuse(r) => return Err(r),
             Reservation::Wait(d) => tokio::time::sleep(d).await,
             Reservation::Go => {}
@@ -108,15 +254,16 @@ impl Budgets {
             freed.as_mut().enable();
             let now = self.clock.now();
             let hold_left = deadline.saturating_duration_since(now);
-            let answer =
-                self.store
-                    .try_start_since(&key, now.into_std(), hold_left, reserved.into_std());
+            let (answer, lease, degraded) =
+                self.try_start_since(&key, now, hold_left, reserved).await;
             match answer {
                 Start::Go => {
                     return Ok(Permit {
                         host: key,
                         budgets: self.clone(),
                         open: true,
+                        lease,
+                        degraded,
                     })
                 }
                 Start::Refuse(r) => return Err(r),
@@ -125,8 +272,13 @@ impl Budgets {
                     tokio::time::sleep(d).await
                 }
                 Start::WaitConcurrency => {
+                    let recheck = match self.backend {
+                        Backend::Memory(_) => deadline,
+                        Backend::Redis(_) => (now + SHARED_SLOT_RECHECK).min(deadline),
+                    };
                     tokio::select! {
                         _ = &mut freed => {}
+                        _ = tokio::time::sleep_until(recheck), if recheck < deadline => {}
                         _ = tokio::time::sleep_until(deadline) => {
                             return Err(self.held_too_long(&key));
                         }
@@ -139,7 +291,12 @@ impl Budgets {
     /// The refusal for a request whose hold ran out in the line: the host's
     /// pause if it has one, else a full queue.
     fn held_too_long(&self, key: &str) -> Refusal {
-        self.store.view(key, self.clock.now_std()).map_or(
+        let now = self.clock.now_std();
+        let view = match &self.backend {
+            Backend::Memory(m) => m.view(key, now),
+            Backend::Redis(r) => r.view(key, now),
+        };
+        view.map_or(
             Refusal::QueueFull {
                 retry_after: QUEUE_RETRY_AFTER,
             },
@@ -149,8 +306,71 @@ impl Budgets {
 
     /// Makes sure a robots.txt Crawl-delay caps the host's rate.
     pub(crate) fn set_crawl_delay(&self, host: &str, delay: Option<f64>) {
-        self.store
-            .set_crawl_delay(&host_key(host), self.clock.now_std(), delay);
+        match &self.backend {
+            Backend::Memory(m) => m.set_crawl_delay(&host_key(host), self.clock.now_std(), delay),
+            // Applied on the way into the host's next request, where a round
+            // trip may be awaited.
+            Backend::Redis(_) => {
+                self.crawl_delays.insert(host_key(host).into_owned(), delay);
+            }
+        }
+    }
+
+    async fn apply_crawl_delay(&self, key: &str) {
+        let Backend::Redis(r) = &self.backend else {
+            return;
+        };
+        let Some((_, delay)) = self.crawl_delays.remove(key) else {
+            return;
+        };
+        r.set_crawl_delay(key, self.clock.now_std(), self.clock.wall(), delay)
+            .await;
+    }
+
+    /// Reserves `key`'s next slot; a robots.txt fetch's slot is not charged
+    /// (`HostBudget::admit_robots`).
+    async fn admit(
+        &self,
+        key: &str,
+        now: Instant,
+        hold_left: Duration,
+        robots: bool,
+    ) -> Reservation {
+        let (now, wall) = (now.into_std(), self.clock.wall());
+        match &self.backend {
+            Backend::Memory(m) if robots => m.admit_robots(key, now, hold_left),
+            Backend::Memory(m) => m.admit(key, now, hold_left),
+            Backend::Redis(r) if robots => r.admit_robots(key, now, wall, hold_left).await.value,
+            Backend::Redis(r) => r.admit(key, now, wall, hold_left).await.value,
+        }
+    }
+
+    async fn try_start_since(
+        &self,
+        key: &str,
+        now: Instant,
+        hold_left: Duration,
+        reserved: Instant,
+    ) -> (Start, Option<Lease>, bool) {
+        match &self.backend {
+            Backend::Memory(m) => (
+                m.try_start_since(key, now.into_std(), hold_left, reserved.into_std()),
+                None,
+                false,
+            ),
+            Backend::Redis(r) => {
+                let d = r
+                    .try_start_since(
+                        key,
+                        now.into_std(),
+                        self.clock.wall(),
+                        hold_left,
+                        reserved.into_std(),
+                    )
+                    .await;
+                (d.value.0, d.value.1, d.degraded)
+            }
+        }
     }
 
     fn line(&self, key: &str) -> Arc<Line> {
@@ -197,8 +417,12 @@ impl Budgets {
     /// ceilings) to `store`, and forgets the records of hosts that no longer
     /// have any. Blocking: call it off the async threads.
     pub(crate) fn save(&self, store: &dyn ResponseStore) -> Result<usize, StoreError> {
+        // Shared budgets outlive any one proxy in Redis itself.
+        let Backend::Memory(hosts) = &self.backend else {
+            return Ok(0);
+        };
         let now = self.clock.now_std();
-        let saved = self.store.persisted(now, self.clock.wall());
+        let saved = hosts.persisted(now, self.clock.wall());
         let before = store.host_records()?;
         for (host, record) in &saved {
             let bytes = serde_json::to_vec(record)?;
@@ -218,6 +442,9 @@ impl Budgets {
     /// Loads what [`Budgets::save`] wrote in an earlier process. A record
     /// that cannot be read is skipped (and overwritten at the next save).
     pub(crate) fn load(&self, store: &dyn ResponseStore) -> Result<usize, StoreError> {
+        let Backend::Memory(hosts) = &self.backend else {
+            return Ok(0);
+        };
         let records = store.host_records()?;
         let saved: Vec<(String, PersistedHost)> = records
             .into_iter()
@@ -230,33 +457,77 @@ impl Budgets {
             })
             .collect();
         let n = saved.len();
-        self.store
-            .restore(saved, self.clock.now_std(), self.clock.wall());
+        hosts.restore(saved, self.clock.now_std(), self.clock.wall());
         Ok(n)
     }
 
     /// Forgets hosts with nothing to remember, and their wakers.
     pub(crate) fn sweep(&self) -> usize {
-        let dropped = self.store.sweep(self.clock.now_std());
+        let now = self.clock.now_std();
+        let dropped = match &self.backend {
+            Backend::Memory(m) => m.sweep(now),
+            Backend::Redis(r) => r.sweep(now),
+        };
         self.lines.retain(|_, l| Arc::strong_count(l) > 1);
         dropped
     }
 }
 
 impl Permit {
+    /// The audit `state` of the decision that let this request go.
+    pub(crate) fn state(&self) -> Option<&'static str> {
+        match self.budgets.backend {
+            Backend::Memory(_) => None,
+            Backend::Redis(_) if self.degraded => Some("degraded"),
+            Backend::Redis(_) => Some("shared"),
+        }
+    }
+
     /// Releases the slot with what the origin answered; returns what the
     /// budget learned.
-    pub(crate) fn respond(mut self, status: u16, retry_after: Option<&str>) -> Reaction {
+    pub(crate) async fn respond(mut self, status: u16, retry_after: Option<&str>) -> Reaction {
         self.open = false;
-        let b = &self.budgets;
-        let reaction = b.store.on_response(
-            &self.host,
-            b.clock.now_std(),
-            b.clock.wall(),
-            status,
-            retry_after,
-            b.jitter(),
-        );
+        let b = self.budgets.clone();
+        let jitter = b.jitter();
+        let now = self.budgets.clock.now_std();
+        let reaction = match (&b.backend, &self.lease) {
+            (Backend::Memory(m), _) => m.on_response(
+                &self.host,
+                now,
+                self.budgets.clock.wall(),
+                status,
+                retry_after,
+                jitter,
+            ),
+            (Backend::Redis(r), Some(lease)) => {
+                r.on_response(
+                    &self.host,
+                    lease,
+                    now,
+                    self.budgets.clock.wall(),
+                    status,
+                    retry_after,
+                    jitter,
+                )
+                .await
+                .value
+            }
+            // Every shared start hands out a lease; without one there is
+            // nothing to give back, only something to learn.
+            (Backend::Redis(r), None) => {
+                r.on_response(
+                    &self.host,
+                    &Lease::Local,
+                    now,
+                    self.budgets.clock.wall(),
+                    status,
+                    retry_after,
+                    jitter,
+                )
+                .await
+                .value
+            }
+        };
         b.wake(&self.host);
         reaction
     }
@@ -264,12 +535,29 @@ impl Permit {
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        if self.open {
-            self.budgets
-                .store
-                .finish(&self.host, self.budgets.clock.now_std());
-            self.budgets.wake(&self.host);
+        if !self.open {
+            return;
         }
+        let now = self.budgets.clock.now_std();
+        let wall = self.budgets.clock.wall();
+        match (&self.budgets.backend, self.lease.take()) {
+            (Backend::Memory(m), _) => {
+                m.finish(&self.host, now);
+            }
+            (Backend::Redis(r), Some(lease)) => {
+                // Given back off the request's path; should the task never
+                // run (shutdown), the lease expires in Redis on its own.
+                if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                    let (r, host, b) = (r.clone(), self.host.clone(), self.budgets.clone());
+                    rt.spawn(async move {
+                        r.finish(&host, &lease, now, wall).await;
+                        b.wake(&host);
+                    });
+                }
+            }
+            (Backend::Redis(_), None) => {}
+        }
+        self.budgets.wake(&self.host);
     }
 }
 

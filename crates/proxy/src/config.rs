@@ -24,6 +24,10 @@ pub struct Config {
     /// Where the CA, the audit log and stored state live.
     /// Empty: `$MANNERLY_DATA_DIR`, else `$XDG_DATA_HOME/mannerly`, else `~/.local/share/mannerly`.
     pub data_dir: PathBuf,
+    /// Where the interception CA (`ca.pem`, `ca-key.pem`) lives; empty means
+    /// the data dir. Lets several instances share one CA while each keeps its
+    /// own data dir.
+    pub ca_dir: PathBuf,
     /// The listener.
     pub proxy: ProxyConfig,
     /// The client towards origins.
@@ -45,6 +49,8 @@ pub struct Config {
     pub identity: IdentityConfig,
     /// The admin listener: metrics, hosts API, dashboard.
     pub admin: AdminConfig,
+    /// Where host budgets live: this process, or Redis for a cluster.
+    pub state: StateConfig,
 }
 
 /// `[admin]`: the listener operators use to see and steer the proxy.
@@ -96,6 +102,51 @@ impl AdminConfig {
             });
         }
         Ok(Some(addr))
+    }
+}
+
+/// `[state]`: where host budgets (and the robots.txt copies of a cluster) live.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StateConfig {
+    /// `memory` (this process) or `redis` (shared by every proxy pointed at
+    /// the same Redis and `key_prefix`).
+    pub backend: StateBackend,
+    /// `redis://host:port/db` (with `redis` only).
+    pub redis_url: String,
+    /// Prepended to every Redis key, so that several crawls can share one Redis.
+    pub key_prefix: String,
+    /// How many proxies share the budgets. While Redis is out of reach each
+    /// proxy decides alone at 1/`instances_hint` of a host's last shared rate.
+    pub instances_hint: u32,
+    /// A Redis command slower than this counts as Redis being out of reach.
+    pub command_timeout_ms: f64,
+    /// A concurrency lease of a proxy that died expires this long after
+    /// `upstream.connect_timeout_secs + upstream.first_byte_timeout_secs`.
+    pub lease_margin_secs: f64,
+}
+
+/// `state.backend`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StateBackend {
+    /// One process.
+    #[default]
+    Memory,
+    /// Shared through Redis.
+    Redis,
+}
+
+impl Default for StateConfig {
+    fn default() -> Self {
+        StateConfig {
+            backend: StateBackend::Memory,
+            redis_url: String::from("redis://127.0.0.1:6379/0"),
+            key_prefix: String::from("mannerly:"),
+            instances_hint: 4,
+            command_timeout_ms: 50.0,
+            lease_margin_secs: 5.0,
+        }
     }
 }
 
@@ -184,7 +235,8 @@ pub struct UpstreamConfig {
     pub allow_private: bool,
     /// PEM files with extra root certificates trusted for origins (corporate CAs, tests).
     pub extra_roots: Vec<PathBuf>,
-    /// `"name:port" = "ip:port"` overrides of name resolution, like curl --resolve.
+    /// `"name:port" = "ip:port"` overrides of name resolution, like curl --resolve;
+    /// `"*.name:port"` matches every name under `name`, an exact name wins.
     pub resolve: BTreeMap<String, SocketAddr>,
     /// TCP connect timeout.
     #[serde(rename = "connect_timeout_secs", deserialize_with = "seconds")]
@@ -200,6 +252,12 @@ pub struct UpstreamConfig {
     pub pool_idle: Duration,
     /// Idle pooled connections kept per origin.
     pub pool_max_idle_per_host: usize,
+    /// Idle pooled connections kept over all origins; the one idle longest
+    /// is closed first.
+    pub pool_max_idle_total: usize,
+    /// Connections being opened at once; more wait their turn within the
+    /// connect timeout.
+    pub max_connecting: usize,
 }
 
 impl Default for UpstreamConfig {
@@ -211,8 +269,10 @@ impl Default for UpstreamConfig {
             connect_timeout: Duration::from_secs(10),
             first_byte_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(60),
-            pool_idle: Duration::from_secs(90),
-            pool_max_idle_per_host: 32,
+            pool_idle: Duration::from_secs(15),
+            pool_max_idle_per_host: 8,
+            pool_max_idle_total: 256,
+            max_connecting: 128,
         }
     }
 }
@@ -396,16 +456,42 @@ impl Config {
             });
         }
         let u = &self.upstream;
-        for key in u.resolve.keys() {
-            let ok = key
-                .rsplit_once(':')
-                .is_some_and(|(h, port)| !h.is_empty() && port.parse::<u16>().is_ok());
-            if !ok {
-                return Err(ConfigError::Invalid {
-                    key: format!("upstream.resolve.\"{key}\""),
-                    why: "keys are \"name:port\"".into(),
-                });
-            }
+        crate::resolve::Overrides::new(&u.resolve)?;
+        if u.max_connecting == 0 {
+            return Err(ConfigError::Invalid {
+                key: "upstream.max_connecting".into(),
+                why: "must be at least 1".into(),
+            });
+        }
+        let st = &self.state;
+        if st.instances_hint == 0 || st.instances_hint > 10_000 {
+            return Err(ConfigError::Invalid {
+                key: "state.instances_hint".into(),
+                why: "must be between 1 and 10000".into(),
+            });
+        }
+        if !(st.command_timeout_ms.is_finite()
+            && st.command_timeout_ms >= 1.0
+            && st.command_timeout_ms <= 10_000.0)
+        {
+            return Err(ConfigError::Invalid {
+                key: "state.command_timeout_ms".into(),
+                why: "must be between 1 and 10000".into(),
+            });
+        }
+        if !(st.lease_margin_secs.is_finite() && (0.0..=3600.0).contains(&st.lease_margin_secs)) {
+            return Err(ConfigError::Invalid {
+                key: "state.lease_margin_secs".into(),
+                why: "must be between 0 and 3600".into(),
+            });
+        }
+        if st.backend == StateBackend::Redis
+            && !(st.redis_url.starts_with("redis://") || st.redis_url.starts_with("unix://"))
+        {
+            return Err(ConfigError::Invalid {
+                key: "state.redis_url".into(),
+                why: format!("must start with redis:// (got {:?})", st.redis_url),
+            });
         }
         let a = &self.audit;
         if a.checkpoint_lines == 0 {
@@ -474,6 +560,15 @@ impl Config {
         cfg.budget = cfg.budget.validate()?;
         cfg.cache = cfg.cache.validate()?;
         Ok(cfg)
+    }
+
+    /// The directory of the interception CA.
+    pub fn ca_dir(&self) -> PathBuf {
+        if self.ca_dir.as_os_str().is_empty() {
+            self.data_dir.clone()
+        } else {
+            self.ca_dir.clone()
+        }
     }
 
     /// The embedded store: stored responses and budget state that must

@@ -235,6 +235,9 @@ pub(crate) enum Source {
     Policy,
     /// mannerly itself failed.
     Internal,
+    /// The proxy is at its own limits (file descriptors, connections being
+    /// opened): nobody's fault, try again shortly.
+    Proxy,
 }
 
 impl Source {
@@ -245,6 +248,7 @@ impl Source {
             Source::Upstream => "upstream",
             Source::Policy => "policy",
             Source::Internal => "internal",
+            Source::Proxy => "proxy",
         }
     }
 }

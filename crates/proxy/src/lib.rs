@@ -13,6 +13,7 @@ mod cache;
 mod clock;
 mod config;
 mod connection;
+mod conns;
 mod datadir;
 mod error;
 mod heads;
@@ -21,6 +22,7 @@ mod intake;
 mod limits;
 mod pipeline;
 mod prefs;
+mod resolve;
 mod respond;
 mod robots;
 mod server;
@@ -39,7 +41,7 @@ pub use auth::{add_user, users_path, Cidr};
 pub use ca::CertificateAuthority;
 pub use config::{
     AdminConfig, AuditConfig, AuditSync, AuditTarget, Config, CrawlerConfig, IdentityConfig,
-    PolicyConfig, ProxyAuth, ProxyConfig, UpstreamConfig,
+    PolicyConfig, ProxyAuth, ProxyConfig, StateBackend, StateConfig, UpstreamConfig,
 };
 pub use error::{
     AuditError, AuthError, CaError, ConfigError, DataDirError, KeyFileError, StartError,

@@ -30,12 +30,13 @@ use tokio::time::Instant;
 use crate::body::{boxed, empty, full, AuditedBody, ProxyBody};
 use crate::budget::Permit;
 use crate::cache::Tee;
+use crate::conns::{ConnHandle, Conns, ReleaseOnEnd};
 use crate::error::Source;
 use crate::respond::{decision_value, header_text, Answer, DECISION, ID};
 use crate::robots;
 use crate::shared::Shared;
 use crate::target::Target;
-use crate::upstream::{explain, ConnectError};
+use crate::upstream::{connect_error, explain, ConnectError};
 
 /// What a step gives the next one, or the answer that ends the walk.
 type Step<T> = Result<T, Response<ProxyBody>>;
@@ -59,7 +60,10 @@ pub(crate) async fn handle(
             let mut out = x.outgoing(&parts, body.take(), &cache)?;
             x.identity(&mut out); // 4. Web Bot Auth signature
             let resp = x.upstream(out).await?; // 5. send
-            match x.learn(&parts, &mut cache, permit, resp, body.resendable()) {
+            match x
+                .learn(&parts, &mut cache, permit, resp, body.resendable())
+                .await
+            {
                 Learned::Answer(answer) => return Ok(answer), // 6.-7. learn, audit
                 Learned::RetryAfterThrottle => continue,
                 Learned::RefetchWithoutValidators => cache.drop_validators(),
@@ -312,6 +316,9 @@ impl Exchange {
             .await;
         self.waited += self.shared.clock.now().saturating_duration_since(since);
         self.rec.waited(self.waited);
+        self.rec.state = permit
+            .as_ref()
+            .map_or(self.shared.budgets.state(), |p| p.state());
         match permit {
             Ok(p) => Ok(Some(p)),
             Err(r) => Err(self.answer(budget_answer(&r, ""), Source::Policy)),
@@ -360,7 +367,16 @@ impl Exchange {
         let took = self.shared.clock.now().saturating_duration_since(sending);
         self.rec.upstream_ms = Some(took.as_millis() as u64);
         match sent {
-            Ok(Ok(resp)) => Ok(resp),
+            Ok(Ok(resp)) => {
+                // A response without a body frees its connection at once,
+                // whichever way the pipeline goes on.
+                if resp.body().is_end_stream() {
+                    if let Some(conn) = ConnHandle::of(&resp) {
+                        Conns::release(&conn);
+                    }
+                }
+                Ok(resp)
+            }
             Ok(Err(e)) => Err(self.upstream_failure(&e)),
             Err(_) => {
                 let why = format!("no response from the origin within {first_byte:?}");
@@ -374,7 +390,7 @@ impl Exchange {
     /// sent again when it may be; a 304 to our validators is the stored
     /// page; any other answer may become the stored page. Step 7, audit: the
     /// line is written when the body has been passed on.
-    fn learn(
+    async fn learn(
         &mut self,
         parts: &Parts,
         cache: &mut CacheStep,
@@ -386,7 +402,10 @@ impl Exchange {
             .headers()
             .get(RETRY_AFTER)
             .and_then(|v| v.to_str().ok());
-        let reaction = permit.map(|p| p.respond(resp.status().as_u16(), retry_after));
+        let reaction = match permit {
+            Some(p) => Some(p.respond(resp.status().as_u16(), retry_after).await),
+            None => None,
+        };
         if let Some(r) = &reaction {
             self.rec.budget(r);
         }
@@ -415,11 +434,7 @@ impl Exchange {
         let hold_left = self
             .deadline
             .saturating_duration_since(self.shared.clock.now());
-        let params = self
-            .shared
-            .budgets
-            .store()
-            .params(&host_key(&self.target.host));
+        let params = self.shared.budgets.params(&host_key(&self.target.host));
         if !(resendable && params.may_retry(&parts.method, self.retries, pause, hold_left)) {
             return Learned::Answer(self.forward(resp, Outcome::Throttled));
         }
@@ -547,7 +562,7 @@ impl Exchange {
         let rec = self.take_record();
         let (parts, body, rec) = forwarded_head(rec, resp, outcome);
         let idle = Some(self.shared.cfg.upstream.idle_timeout);
-        AuditedBody::new(boxed(body), rec, self.shared.audit.clone(), idle).respond(parts)
+        AuditedBody::new(body, rec, self.shared.audit.clone(), idle).respond(parts)
     }
 
     /// Like [`Exchange::forward`], keeping a copy of the body for the
@@ -563,7 +578,7 @@ impl Exchange {
         let shared = &self.shared;
         let (parts, body, rec) = forwarded_head(rec, resp, Outcome::Fetched);
         let idle = Some(shared.cfg.upstream.idle_timeout);
-        let (tee, copy) = Tee::new(boxed(body), shared.cache.params().max_body);
+        let (tee, copy) = Tee::new(body, shared.cache.params().max_body);
         AuditedBody::new(boxed(tee), rec, shared.audit.clone(), idle)
             .on_finish(shared.cache.store_when_done(meta, copy))
             .respond(parts)
@@ -598,6 +613,14 @@ impl Exchange {
     }
 
     fn upstream_failure(&mut self, err: &hyper_util::client::legacy::Error) -> Response<ProxyBody> {
+        // The proxy at its own limits (descriptors, connections being
+        // opened): not the origin's fault, and soon over.
+        if let Some(e @ ConnectError::ProxyBusy { .. }) = connect_error(err) {
+            let a = Answer::new(Outcome::Error, e.to_string())
+                .status(503)
+                .retry_after(1);
+            return self.answer(a, Source::Proxy);
+        }
         let f = explain(err);
         let (answer, source) = if f.blocked {
             (Answer::new(Outcome::Blocked, f.why), Source::Policy)
@@ -711,13 +734,17 @@ fn upstream_request(
     Ok(Request::from_parts(parts, body))
 }
 
+/// The head of an origin's response as the client gets it; its body marks
+/// the upstream connection idle once read to the end.
 fn forwarded_head(
     mut rec: AuditRecord,
     resp: Response<Incoming>,
     outcome: Outcome,
-) -> (http::response::Parts, Incoming, AuditRecord) {
+) -> (http::response::Parts, ProxyBody, AuditRecord) {
     let waited_ms = rec.waited_ms.unwrap_or(0);
+    let conn = ConnHandle::of(&resp);
     let (mut parts, body) = resp.into_parts();
+    let body = boxed(ReleaseOnEnd::new(body, conn));
     strip_hop_by_hop(&mut parts.headers);
     parts.headers.insert(
         DECISION,

@@ -3,6 +3,7 @@
 //! same guarded upstream client as every request. What a fetch result means
 //! is decided by `mannerly_policy::robots_cache`.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,12 +24,17 @@ use tokio::time::Instant;
 use crate::body::empty;
 use crate::budget::Budgets;
 use crate::clock::Clock;
+use crate::conns::{ConnHandle, ReleaseOnEnd};
 use crate::identity::Signer;
 use crate::target::Target;
 use crate::upstream::{explain, UpstreamClient};
 
+mod cluster;
+
 struct Slot {
     entry: std::sync::RwLock<Option<RobotsEntry>>,
+    /// Body bytes of the entry, counted in `RobotsCache::bytes`.
+    bytes: AtomicU64,
     // Held while fetching, so concurrent requests to a cold origin wait for
     // the one fetch instead of starting their own.
     fetching: Mutex<()>,
@@ -54,6 +60,8 @@ pub(crate) struct RobotsCache {
     clock: Clock,
     identity: Option<Arc<Signer>>,
     slots: DashMap<String, Arc<Slot>>,
+    /// Body bytes of every entry held (`robots.max_bytes`).
+    bytes: AtomicU64,
 }
 
 impl RobotsCache {
@@ -63,6 +71,7 @@ impl RobotsCache {
             clock,
             identity,
             slots: DashMap::new(),
+            bytes: AtomicU64::new(0),
         }
     }
 
@@ -89,7 +98,17 @@ impl RobotsCache {
         if let Some(rules) = self.cached(&slot) {
             return Ok(rules);
         }
-        let permit = budgets.acquire(&target.host, deadline).await?;
+        // With shared state one proxy of the cluster fetches; the others
+        // take its copy.
+        let claim =
+            match cluster::claim(budgets, &key, &self.params, deadline, self.clock.now_std()).await
+            {
+                cluster::Next::Use(result, fetched_at) => {
+                    return Ok(self.install(&slot, &result, fetched_at));
+                }
+                cluster::Next::Fetch(claim) => claim,
+            };
+        let permit = budgets.acquire_for_robots(&target.host, deadline).await?;
         let timeout = Duration::from_secs_f64(self.params.fetch_timeout_secs);
         let url = format!("{key}robots.txt");
         let report = match tokio::time::timeout(
@@ -117,17 +136,32 @@ impl RobotsCache {
         };
         match report.status {
             Some(status) => {
-                permit.respond(status, report.retry_after.as_deref());
+                permit.respond(status, report.retry_after.as_deref()).await;
             }
             None => drop(permit),
         }
         on_fetch(&report);
+        if let FetchResult::Body(body) = &report.result {
+            let new = body.len() as u64;
+            let old = slot.bytes.swap(new, Ordering::Relaxed);
+            self.bytes.fetch_add(new, Ordering::Relaxed);
+            self.bytes.fetch_sub(old, Ordering::Relaxed);
+            if self.bytes.load(Ordering::Relaxed) > self.params.max_bytes {
+                self.evict();
+            }
+        }
+        cluster::publish(claim, &key, &report.result, &self.params).await;
+        Ok(self.install(&slot, &report.result, self.clock.now_std()))
+    }
+
+    /// Puts the result of a fetch made at `fetched_at` into the slot.
+    fn install(&self, slot: &Slot, result: &FetchResult, fetched_at: std::time::Instant) -> Rules {
         let now = self.clock.now_std();
         let mut guard = slot.entry.write().unwrap_or_else(|p| p.into_inner());
-        let entry = RobotsEntry::after_fetch(guard.as_ref(), &report.result, &self.params, now);
+        let entry = RobotsEntry::after_fetch(guard.as_ref(), result, &self.params, fetched_at);
         let rules = entry.rules_now(now);
         *guard = Some(entry);
-        Ok(rules)
+        rules
     }
 
     fn cached(&self, slot: &Slot) -> Option<Rules> {
@@ -151,6 +185,7 @@ impl RobotsCache {
             .or_insert_with(|| {
                 Arc::new(Slot {
                     entry: std::sync::RwLock::new(None),
+                    bytes: AtomicU64::new(0),
                     fetching: Mutex::new(()),
                 })
             })
@@ -159,15 +194,24 @@ impl RobotsCache {
 
     // Stale entries go first; if every entry is live the oldest half of the
     // map's iteration order goes, which bounds memory at the cost of refetches.
+    // The byte bound works the same way, on the bodies' sizes.
     fn evict(&self) {
         let now = self.clock.now_std();
         self.slots.retain(|_, s| {
-            s.entry
+            let keep = s
+                .entry
                 .read()
                 .map(|e| e.as_ref().is_some_and(|e| e.is_live(&self.params, now)))
-                .unwrap_or(false)
+                .unwrap_or(false);
+            if !keep {
+                self.bytes
+                    .fetch_sub(s.bytes.swap(0, Ordering::Relaxed), Ordering::Relaxed);
+            }
+            keep
         });
-        if self.slots.len() >= self.params.max_entries {
+        if self.slots.len() >= self.params.max_entries
+            || self.bytes.load(Ordering::Relaxed) > self.params.max_bytes
+        {
             let drop: Vec<String> = self
                 .slots
                 .iter()
@@ -175,7 +219,10 @@ impl RobotsCache {
                 .map(|e| e.key().clone())
                 .collect();
             for k in drop {
-                self.slots.remove(&k);
+                if let Some((_, s)) = self.slots.remove(&k) {
+                    self.bytes
+                        .fetch_sub(s.bytes.swap(0, Ordering::Relaxed), Ordering::Relaxed);
+                }
             }
         }
     }
@@ -262,11 +309,13 @@ async fn fetch_hops(
             }
         }
         if !resp.status().is_success() {
+            drain_small(resp).await;
             let mut r = report(url, Some(status), FetchResult::Status(status));
             r.retry_after = retry_after;
             return r;
         }
-        let mut body = resp.into_body();
+        let conn = ConnHandle::of(&resp);
+        let mut body = ReleaseOnEnd::new(resp.into_body(), conn);
         let mut buf = BytesMut::new();
         // Only the first 500 KiB are parsed, so only that much is read.
         while buf.len() < MAX_ROBOTS_BYTES {
@@ -293,6 +342,21 @@ async fn fetch_hops(
             result: FetchResult::Body(body.to_vec()),
             blocked: false,
         };
+    }
+}
+
+/// Reads a short error body to its end, so that the connection goes back
+/// to the pool for the page that asked for robots.txt (a 404 is the common
+/// answer); a long one is dropped, and its connection with it.
+async fn drain_small(resp: http::Response<hyper::body::Incoming>) {
+    const DRAIN_MAX: u64 = 16 * 1024;
+    let conn = ConnHandle::of(&resp);
+    let small = http_body::Body::size_hint(resp.body())
+        .upper()
+        .is_some_and(|n| n <= DRAIN_MAX);
+    if small {
+        let body = ReleaseOnEnd::new(resp.into_body(), conn);
+        let _ = body.collect().await;
     }
 }
 

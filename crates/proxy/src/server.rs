@@ -124,12 +124,14 @@ impl Proxy {
                 }
             })
         };
+        let mut backoff = AcceptBackoff::default();
         loop {
             tokio::select! {
                 biased;
                 _ = &mut shutdown => break,
                 accepted = listener.accept() => match accepted {
                     Ok((stream, peer)) => {
+                        backoff.recovered();
                         let Some(permit) = shared.conns.admit(peer.ip()) else { continue };
                         let _ = stream.set_nodelay(true);
                         let track = shared.tracker.track();
@@ -141,9 +143,14 @@ impl Proxy {
                     }
                     Err(e) => {
                         // Out of file descriptors and the like: back off
-                        // instead of spinning on the error.
-                        tracing::warn!("accept failed: {e}");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        // instead of spinning on the error. The waiting
+                        // clients stay in the listen backlog meanwhile.
+                        let pause = backoff.failed(&e);
+                        tokio::select! {
+                            biased;
+                            _ = &mut shutdown => break,
+                            _ = tokio::time::sleep(pause) => {}
+                        }
                     }
                 }
             }
@@ -179,6 +186,31 @@ impl Proxy {
             tracing::warn!(
                 "cache: {errors} store errors since start (those requests were passed through)"
             );
+        }
+    }
+}
+
+/// How long the accept loop rests after a failed accept: 10 ms doubling to
+/// 1 s while failures go on, logged once per episode (a loop that logs
+/// every failure fills the disk at the worst moment).
+#[derive(Default)]
+struct AcceptBackoff {
+    failures: u32,
+}
+
+impl AcceptBackoff {
+    fn failed(&mut self, e: &std::io::Error) -> Duration {
+        if self.failures == 0 {
+            tracing::warn!("accept failed, backing off until it works again: {e}");
+        }
+        self.failures = self.failures.saturating_add(1);
+        Duration::from_millis(10u64 << (self.failures - 1).min(7)).min(Duration::from_secs(1))
+    }
+
+    fn recovered(&mut self) {
+        if self.failures > 0 {
+            tracing::info!("accepting again after {} failed accepts", self.failures);
+            self.failures = 0;
         }
     }
 }

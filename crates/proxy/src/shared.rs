@@ -11,7 +11,6 @@ use http::Response;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use hyper_util::server::conn::auto;
 use mannerly_policy::{AuditRecord, Outcome};
-use mannerly_state::hosts::MemoryHosts;
 use tokio::sync::{watch, Notify};
 
 use crate::audit::AuditSink;
@@ -81,8 +80,7 @@ impl Shared {
             signer.watch();
         }
         let robots = RobotsCache::new(cfg.robots.clone(), clock.clone(), identity.clone());
-        let hosts = MemoryHosts::new(cfg.budget.clone()).map_err(crate::ConfigError::from)?;
-        let budgets = Budgets::new(Arc::new(hosts), clock.clone());
+        let budgets = Budgets::from_config(&cfg, clock.clone())?;
         let cache = Cache::open(&cfg)?;
         let restored = {
             let (budgets, store) = (budgets.clone(), cache.store().clone());

@@ -2,7 +2,6 @@
 //! against internal addresses (applied to every address that is connected
 //! to), TLS with webpki roots plus configured extras, HTTP/1.1 or h2 by ALPN.
 
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -21,7 +20,9 @@ use tokio::net::TcpStream;
 use crate::body::ProxyBody;
 use crate::clock::Clock;
 use crate::config::UpstreamConfig;
+use crate::conns::{Conns, Tracked};
 use crate::error::StartError;
+use crate::resolve::Overrides;
 
 /// Why a connection to an origin was not made.
 #[derive(Debug, thiserror::Error)]
@@ -61,13 +62,28 @@ pub(crate) enum ConnectError {
     /// The URI has no host.
     #[error("no host in {0}")]
     NoHost(String),
+    /// The proxy is at its own limits (file descriptors, connections being
+    /// opened); the origin is not to blame and may be tried again soon.
+    #[error("connect to {host}: {why}")]
+    ProxyBusy {
+        /// The host.
+        host: String,
+        /// Which limit.
+        why: String,
+    },
+}
+
+/// `EMFILE` / `ENFILE` (Linux numbering): the process or the system is out
+/// of file descriptors.
+fn out_of_descriptors(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(23 | 24))
 }
 
 /// Resolves names (overrides first) and refuses internal addresses.
 #[derive(Debug, Clone)]
 pub(crate) struct Guard {
     allow_private: bool,
-    overrides: Arc<BTreeMap<String, SocketAddr>>,
+    overrides: Arc<Overrides>,
     /// Names that recently resolved to allowed addresses only, for the early
     /// check of each request; the connector still checks every address it
     /// connects to, so a name that changes meanwhile is caught there.
@@ -84,11 +100,8 @@ const VETTED_MAX: usize = 100_000;
 impl Guard {
     /// A guard from the `[upstream]` section.
     pub(crate) fn new(cfg: &UpstreamConfig, clock: Clock) -> Self {
-        let overrides = cfg
-            .resolve
-            .iter()
-            .map(|(k, v)| (k.to_ascii_lowercase(), *v))
-            .collect();
+        // `Config::validate` has read every key already.
+        let overrides = Overrides::new(&cfg.resolve).unwrap_or_default();
         Guard {
             allow_private: cfg.allow_private,
             overrides: Arc::new(overrides),
@@ -126,9 +139,8 @@ impl Guard {
         port: u16,
     ) -> Result<Vec<SocketAddr>, ConnectError> {
         let bare = host.trim_start_matches('[').trim_end_matches(']');
-        let key = format!("{}:{port}", host.to_ascii_lowercase());
-        let addrs = if let Some(addr) = self.overrides.get(&key) {
-            vec![*addr]
+        let addrs = if let Some(addr) = self.overrides.get(bare, port) {
+            vec![addr]
         } else if let Some(ip) = parse_host_ip(host) {
             vec![SocketAddr::new(ip, port)]
         } else {
@@ -176,12 +188,13 @@ impl Guard {
 pub(crate) struct GuardedConnector {
     guard: Guard,
     connect_timeout: Duration,
+    conns: Arc<Conns>,
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 impl tower_service::Service<Uri> for GuardedConnector {
-    type Response = TokioIo<TcpStream>;
+    type Response = TokioIo<Tracked>;
     type Error = BoxError;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
 
@@ -192,6 +205,7 @@ impl tower_service::Service<Uri> for GuardedConnector {
     fn call(&mut self, uri: Uri) -> Self::Future {
         let guard = self.guard.clone();
         let timeout = self.connect_timeout;
+        let conns = self.conns.clone();
         Box::pin(async move {
             let host = uri
                 .host()
@@ -201,9 +215,18 @@ impl tower_service::Service<Uri> for GuardedConnector {
                 Some("https") => 443,
                 _ => 80,
             });
+            let Some(_turn) = conns.connecting(timeout).await else {
+                return Err(ConnectError::ProxyBusy {
+                    host,
+                    why: format!(
+                        "no turn to open a connection within {timeout:?} (upstream.max_connecting)"
+                    ),
+                }
+                .into());
+            };
             let addrs = guard.resolve(&host, port).await?;
             let stream = connect_any(&host, &addrs, timeout).await?;
-            Ok(TokioIo::new(stream))
+            Ok(TokioIo::new(conns.track(stream)))
         })
     }
 }
@@ -225,9 +248,16 @@ pub(crate) async fn connect_any(
                 Err(e) => last = Some(e),
             }
         }
+        let source = last.unwrap_or_else(|| std::io::Error::other("no address"));
+        if out_of_descriptors(&source) {
+            return Err(ConnectError::ProxyBusy {
+                host: host.to_string(),
+                why: format!("mannerly is out of file descriptors ({source})"),
+            });
+        }
         Err(ConnectError::Io {
             host: host.to_string(),
-            source: last.unwrap_or_else(|| std::io::Error::other("no address")),
+            source,
         })
     };
     tokio::time::timeout(timeout, attempt)
@@ -279,6 +309,7 @@ pub(crate) fn client(cfg: &UpstreamConfig, guard: Guard) -> Result<UpstreamClien
         .wrap_connector(GuardedConnector {
             guard,
             connect_timeout: cfg.connect_timeout,
+            conns: Conns::new(cfg.max_connecting, cfg.pool_max_idle_total),
         });
     Ok(Client::builder(TokioExecutor::new())
         .timer(TokioTimer::new())

@@ -16,8 +16,10 @@
 //! own metrics; it never fails open.
 
 mod memory;
+mod redis;
 
 pub use memory::MemoryHosts;
+pub use redis::{Decided, Lease, RedisHosts, RedisHostsError, RedisSettings, RedisStats, SCRIPT};
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -35,6 +37,11 @@ pub trait HostStore: Send + Sync {
     /// ([`mannerly_policy::budget::HostBudget::admit_within`]); pass
     /// `params(host).max_hold()` for a new request.
     fn admit(&self, host: &str, now: Instant, hold_left: Duration) -> Reservation;
+
+    /// Reserves a slot for the host's robots.txt fetch that the page
+    /// behind it does not pay for
+    /// ([`mannerly_policy::budget::HostBudget::admit_robots`]).
+    fn admit_robots(&self, host: &str, now: Instant, hold_left: Duration) -> Reservation;
 
     /// Re-checks the pause and takes an in-flight slot once the reserved
     /// slot has come ([`mannerly_policy::budget::HostBudget::try_start`]).

@@ -5,3 +5,4 @@
 
 pub mod hosts;
 pub mod responses;
+pub mod robots;

@@ -6,6 +6,9 @@ use super::decision::{HostView, Reaction, Refusal, Reservation, Start, Throttle}
 use super::params::{millis, HostParams, MAX_BREAKER_THRESHOLD};
 use super::retry_after::parse_retry_after;
 
+mod shared;
+pub use shared::{DecodeError, ENCODED_LEN};
+
 /// Marks an empty time slot in the compact clock.
 const NONE: u32 = u32::MAX;
 /// Longest gap between two sends that counts towards the observed pace.
@@ -117,6 +120,28 @@ impl HostBudget {
         }
     }
 
+    /// Reserves a slot for the host's robots.txt fetch, within `hold_left`.
+    ///
+    /// Like [`HostBudget::admit_within`] (pauses and the queue bound apply),
+    /// but the slot is not charged: the page that asked for robots.txt may
+    /// go right after it instead of waiting a whole interval. A robots.txt
+    /// is fetched once per origin and day, so this adds at most one request
+    /// per origin per fetch. If the robots.txt sets a Crawl-delay, the page
+    /// waits for it after all: see [`HostBudget::set_crawl_delay`].
+    pub fn admit_robots(
+        &mut self,
+        p: &HostParams,
+        now: Instant,
+        hold_left: Duration,
+    ) -> Reservation {
+        let tat = self.tat;
+        let r = self.admit_within(p, now, hold_left);
+        if !matches!(r, Reservation::Refuse(_)) {
+            self.tat = tat;
+        }
+        r
+    }
+
     /// Called when a reserved slot has come (or a concurrency waiter woke):
     /// re-checks the pause, then the concurrency gate. `hold_left` is what
     /// remains of the request's hold.
@@ -220,9 +245,15 @@ impl HostBudget {
     /// 1/delay. `None`, zero, negative or non-finite lift the cap; a delay
     /// above a day counts as a day. Cheap and idempotent, so the proxy may
     /// call it after every robots lookup.
+    ///
+    /// A delay that is new or changed counts from the host's last send:
+    /// the robots.txt fetch itself is not charged a slot
+    /// ([`HostBudget::admit_robots`]), so without this the page behind it
+    /// would go at once, a Crawl-delay notwithstanding.
     pub fn set_crawl_delay(&mut self, p: &HostParams, now: Instant, delay_secs: Option<f64>) {
         let n = self.tick(now);
         let tau = self.tau_ms(p, n);
+        let before = self.crawl_delay_ms;
         self.crawl_delay_ms = match delay_secs {
             Some(d) if d.is_finite() && d > 0.0 => {
                 millis(d).min(MAX_INTERVAL_MS) as u32 // bounded just above
@@ -230,6 +261,12 @@ impl HostBudget {
             _ => 0,
         };
         self.keep_next_slot(p, n, tau);
+        if self.crawl_delay_ms != before && self.crawl_delay_ms > 0 {
+            if let Some(sent) = get(self.sent) {
+                let next = sent + u64::from(self.crawl_delay_ms) + self.tau_ms(p, n);
+                self.tat = put(get(self.tat).unwrap_or(0).max(next));
+            }
+        }
     }
 
     /// The host as seen at `now`.

@@ -1,0 +1,284 @@
+//! A host's budget as bytes for a store shared by several processes, and
+//! the local stand-in a process uses while that store is out of reach.
+//!
+//! `HostBudget` counts milliseconds from a monotonic `base` that means
+//! nothing to another process, so the encoding carries `base` as unix
+//! microseconds and every decode re-anchors it on the reader's clocks. The
+//! in-flight count is left out: a shared store keeps it as expiring leases,
+//! so that a process that dies holding slots does not hold them forever.
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use super::super::params::HostParams;
+use super::{get, put, HostBudget, NONE, RING};
+
+/// First byte of an encoded budget; a layout change gets a new one.
+const LAYOUT: u8 = 1;
+/// Encoded length: layout, base, 3 + RING + 5 `u32`s, 2 `u16`s, 2 bytes.
+pub const ENCODED_LEN: usize = 1 + 8 + 4 * (3 + RING + 5) + 2 * 2 + 2;
+
+/// Why stored bytes are not a budget.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// Wrong length or an unknown layout byte: written by another version.
+    #[error("not an encoded host budget (layout {layout}, {len} bytes)")]
+    Layout {
+        /// The first byte found.
+        layout: u8,
+        /// The length found.
+        len: usize,
+    },
+}
+
+// === impl HostBudget (shared) ===
+
+impl HostBudget {
+    /// The budget as bytes any process can [`HostBudget::decode`], without
+    /// the in-flight count. `now` and `wall` are read together by the caller.
+    pub fn encode(&self, now: Instant, wall: SystemTime) -> Vec<u8> {
+        let mut out = Vec::with_capacity(ENCODED_LEN);
+        out.push(LAYOUT);
+        out.extend_from_slice(&base_unix_us(self.base, now, wall).to_le_bytes());
+        let words = [self.tat, self.pause, self.throttled]
+            .into_iter()
+            .chain(self.history)
+            .chain([
+                self.rate,
+                self.ceiling,
+                self.crawl_delay_ms,
+                self.sent,
+                self.gap,
+            ]);
+        for w in words {
+            out.extend_from_slice(&w.to_le_bytes());
+        }
+        out.extend_from_slice(&self.concurrency.to_le_bytes());
+        out.extend_from_slice(&self.streak.to_le_bytes());
+        out.push(self.strikes);
+        out.push(u8::from(self.breaker));
+        out
+    }
+
+    /// Rebuilds a budget from [`HostBudget::encode`] output on this
+    /// process's clocks, with `in_flight` requests in flight (the live
+    /// leases). Values are clamped to `p`: another process may run with
+    /// other parameters.
+    pub fn decode(
+        p: &HostParams,
+        bytes: &[u8],
+        in_flight: u32,
+        now: Instant,
+        wall: SystemTime,
+    ) -> Result<HostBudget, DecodeError> {
+        if bytes.len() != ENCODED_LEN || bytes[0] != LAYOUT {
+            return Err(DecodeError::Layout {
+                layout: bytes.first().copied().unwrap_or(0),
+                len: bytes.len(),
+            });
+        }
+        let mut at = 1;
+        let mut take = |n: usize| {
+            let s = &bytes[at..at + n];
+            at += n;
+            s
+        };
+        let base_us = i64::from_le_bytes(take(8).try_into().unwrap_or([0; 8]));
+        let mut word = || u32::from_le_bytes(take(4).try_into().unwrap_or([0; 4]));
+        let (tat, pause, throttled) = (word(), word(), word());
+        let mut history = [NONE; RING];
+        for h in &mut history {
+            *h = word();
+        }
+        let (rate, ceiling, crawl_delay_ms, sent, gap) = (word(), word(), word(), word(), word());
+        let concurrency = u16::from_le_bytes(take(2).try_into().unwrap_or([0; 2]));
+        let streak = u16::from_le_bytes(take(2).try_into().unwrap_or([0; 2]));
+        let strikes = take(1)[0];
+        let breaker = take(1)[0] != 0;
+
+        let mut b = HostBudget::new(p, now);
+        b.tat = tat;
+        b.pause = pause;
+        b.throttled = throttled;
+        b.history = history;
+        b.rate = rate.clamp(1, p.max_u());
+        b.ceiling = ceiling.clamp(p.floor_u(), p.max_u());
+        b.crawl_delay_ms = crawl_delay_ms.min(super::MAX_INTERVAL_MS as u32);
+        b.sent = sent;
+        b.gap = gap;
+        b.concurrency = concurrency.clamp(1, p.concurrency_u());
+        b.in_flight = u16::try_from(in_flight).unwrap_or(u16::MAX);
+        b.streak = streak;
+        b.strikes = strikes;
+        b.breaker = breaker;
+        b.rebase_to(base_us, now, wall);
+        Ok(b)
+    }
+
+    /// Requests in flight.
+    pub fn in_flight(&self) -> u32 {
+        u32::from(self.in_flight)
+    }
+
+    /// Sets the requests in flight (the live leases of a shared store).
+    pub fn set_in_flight(&mut self, n: u32) {
+        self.in_flight = u16::try_from(n).unwrap_or(u16::MAX);
+    }
+
+    /// What one of `instances` processes may do alone while the state they
+    /// share is out of reach: this budget with its rate divided by
+    /// `instances` (never above it) and its concurrency likewise (at least
+    /// one). The cap is a minimum spacing, returned in milliseconds, that
+    /// the caller keeps in force over any Crawl-delay it applies later
+    /// (see [`HostBudget::set_crawl_delay`]).
+    pub fn degraded(&self, p: &HostParams, now: Instant, instances: u32) -> (HostBudget, u64) {
+        let mut b = self.clone();
+        let n = b.tick(now);
+        let instances = instances.max(1);
+        let rate = (b.rate_u(p, n) / instances).max(1);
+        let spacing = 1_000_000_000u64
+            .div_ceil(u64::from(rate))
+            .min(super::MAX_INTERVAL_MS);
+        let tau = b.tau_ms(p, n);
+        b.crawl_delay_ms = b.crawl_delay_ms.max(spacing as u32);
+        b.keep_next_slot(p, n, tau);
+        let limit = b.concurrency_limit(p);
+        b.concurrency = (limit / u16::try_from(instances).unwrap_or(u16::MAX)).max(1);
+        b.in_flight = 0;
+        (b, spacing)
+    }
+
+    /// Moves `base` to where `base_us` (unix µs) falls on this process's
+    /// monotonic clock, given `now` and `wall` read together.
+    fn rebase_to(&mut self, base_us: i64, now: Instant, wall: SystemTime) {
+        let wall_us = unix_us(wall);
+        let ago = i128::from(wall_us) - i128::from(base_us);
+        let mag = Duration::from_micros(u64::try_from(ago.unsigned_abs()).unwrap_or(u64::MAX));
+        let base = if ago >= 0 {
+            now.checked_sub(mag)
+        } else {
+            now.checked_add(mag)
+        };
+        match base {
+            Some(base) => self.base = base,
+            None => {
+                // This clock cannot reach that far: count from `now`, and
+                // drop the times that lie before it (all long past).
+                self.base = now;
+                let shift = u64::try_from(ago.max(0) / 1000).unwrap_or(u64::MAX);
+                for t in [
+                    &mut self.tat,
+                    &mut self.pause,
+                    &mut self.throttled,
+                    &mut self.sent,
+                ] {
+                    *t = match get(*t) {
+                        Some(v) if v > shift => put(v - shift),
+                        _ => NONE,
+                    };
+                }
+            }
+        }
+    }
+}
+
+/// Where `base` lies in unix µs, given `now` and `wall` read together.
+fn base_unix_us(base: Instant, now: Instant, wall: SystemTime) -> i64 {
+    let wall_us = i128::from(unix_us(wall));
+    let at = if base <= now {
+        wall_us - i128::try_from(now.duration_since(base).as_micros()).unwrap_or(0)
+    } else {
+        wall_us + i128::try_from(base.duration_since(now).as_micros()).unwrap_or(0)
+    };
+    i64::try_from(at).unwrap_or(0)
+}
+
+fn unix_us(wall: SystemTime) -> i64 {
+    match wall.duration_since(UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_micros()).unwrap_or(i64::MAX),
+        Err(e) => -i64::try_from(e.duration().as_micros()).unwrap_or(i64::MAX),
+    }
+}
+
+#[cfg(test)]
+// Tests need some instant to start from; all later ones are derived by hand.
+#[allow(clippy::disallowed_methods)]
+mod tests {
+    use super::*;
+    use crate::budget::{BudgetParams, Reaction, Reservation, Start};
+
+    fn params() -> HostParams {
+        BudgetParams::default().for_host("example.com")
+    }
+
+    #[test]
+    fn encoded_length_is_fixed() {
+        let p = params();
+        let now = Instant::now();
+        let b = HostBudget::new(&p, now);
+        assert_eq!(b.encode(now, SystemTime::UNIX_EPOCH).len(), ENCODED_LEN);
+    }
+
+    /// Two processes with unrelated monotonic clocks see one budget: a
+    /// pause set in one is the same wall-clock pause in the other.
+    #[test]
+    fn a_pause_survives_the_trip_between_processes() {
+        let p = params();
+        let t0 = Instant::now();
+        let wall0 = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let mut a = HostBudget::new(&p, t0);
+        assert_eq!(a.admit(&p, t0), Reservation::Go);
+        assert_eq!(a.try_start(&p, t0, p.max_hold()), Start::Go);
+        let r = a.on_response(&p, t0, wall0, 429, Some("7"), 0.0);
+        assert!(matches!(r, Reaction::Throttled(_)));
+        let bytes = a.encode(t0, wall0);
+
+        // The other process's monotonic clock reads 1000 s more at the
+        // same wall time, one second later.
+        let t1 = t0 + Duration::from_secs(1001);
+        let wall1 = wall0 + Duration::from_secs(1);
+        let b = HostBudget::decode(&p, &bytes, 0, t1, wall1).expect("decodes");
+        let va = a.view(&p, t0 + Duration::from_secs(1));
+        let vb = b.view(&p, t1);
+        assert_eq!(va.paused_for, vb.paused_for);
+        assert_eq!(vb.paused_for, Some(Duration::from_secs(6)));
+        assert_eq!(va.rate, vb.rate);
+        assert_eq!(va.ceiling, vb.ceiling);
+        assert_eq!(vb.recent_throttles, 1);
+        assert_eq!(vb.in_flight, 0);
+    }
+
+    #[test]
+    fn in_flight_comes_from_the_caller() {
+        let p = params();
+        let now = Instant::now();
+        let bytes = HostBudget::new(&p, now).encode(now, SystemTime::UNIX_EPOCH);
+        let b = HostBudget::decode(&p, &bytes, 3, now, SystemTime::UNIX_EPOCH).expect("decodes");
+        assert_eq!(b.in_flight(), 3);
+    }
+
+    #[test]
+    fn foreign_bytes_are_refused() {
+        let p = params();
+        let now = Instant::now();
+        let e = HostBudget::decode(&p, b"hello", 0, now, SystemTime::UNIX_EPOCH);
+        assert!(matches!(e, Err(DecodeError::Layout { len: 5, .. })));
+    }
+
+    #[test]
+    fn degraded_divides_rate_and_concurrency() {
+        let p = params();
+        let now = Instant::now();
+        let b = HostBudget::new(&p, now);
+        let shared = b.view(&p, now);
+        let (d, spacing) = b.degraded(&p, now, 4);
+        let v = d.view(&p, now);
+        assert!(
+            v.rate <= shared.rate / 4.0 + 1e-9,
+            "{} vs {}",
+            v.rate,
+            shared.rate
+        );
+        assert_eq!(spacing, (4000.0 / shared.rate).ceil() as u64);
+        assert_eq!(v.concurrency, (shared.concurrency / 4).max(1));
+    }
+}

@@ -1,0 +1,66 @@
+//! One robots.txt fetch per origin for the whole cluster (redis backend):
+//! the proxy that takes the lock fetches and publishes; the others use its
+//! copy, aged by its fetch time so that it expires on every proxy at once.
+
+use std::time::Duration;
+
+use mannerly_policy::robots_cache::{FetchResult, RobotsParams};
+use mannerly_state::robots::{Claim, SharedRobots};
+use tokio::time::Instant;
+
+use crate::budget::Budgets;
+
+/// What the caller does next.
+pub(super) enum Next {
+    /// Use this result, fetched at this instant (on this process's clock).
+    Use(FetchResult, std::time::Instant),
+    /// Fetch, then [`publish`] with this.
+    Fetch(Option<(SharedRobots, bool)>),
+}
+
+pub(super) async fn claim(
+    budgets: &Budgets,
+    origin: &str,
+    params: &RobotsParams,
+    deadline: Instant,
+    now: std::time::Instant,
+) -> Next {
+    let Some(shared) = budgets.shared_robots() else {
+        return Next::Fetch(None);
+    };
+    let max_age = Duration::from_secs_f64(params.max_age_secs);
+    // The lock outlives a fetch that runs into its timeout, not more.
+    let lock_ttl = Duration::from_secs_f64(params.fetch_timeout_secs + 1.0);
+    match shared
+        .claim(origin, max_age, lock_ttl, deadline.into_std())
+        .await
+    {
+        Claim::Copy { result, age } => {
+            // `now` was read before the wait; the copy is, if anything,
+            // a little older than counted, never younger.
+            Next::Use(result, now.checked_sub(age).unwrap_or(now))
+        }
+        Claim::Fetch { locked } => Next::Fetch(Some((shared, locked))),
+    }
+}
+
+pub(super) async fn publish(
+    claim: Option<(SharedRobots, bool)>,
+    origin: &str,
+    result: &FetchResult,
+    params: &RobotsParams,
+) {
+    let Some((shared, locked)) = claim else {
+        return;
+    };
+    // A good copy is kept for its full age; a failure only until the first
+    // retry, so that the cluster tries again together.
+    let keep = match result {
+        FetchResult::Body(_) => params.max_age_secs,
+        FetchResult::Status(_) if result.means_no_rules() => params.max_age_secs,
+        _ => params.retry_min_secs,
+    };
+    shared
+        .publish(origin, result, Duration::from_secs_f64(keep), locked)
+        .await;
+}

@@ -1,0 +1,188 @@
+//! robots.txt fetched once per origin for a whole cluster, through Redis.
+//!
+//! Keys: `{prefix}r:{origin}` holds the last fetch (its result and unix-ms
+//! fetch time, so that its expiry is the same on every proxy);
+//! `{prefix}rl:{origin}` is a short lock (`SET NX PX`) held by the proxy
+//! that fetches. The others wait for the copy. Redis out of reach means
+//! every proxy fetches for itself, as a lone proxy does.
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use mannerly_policy::robots_cache::FetchResult;
+use redis::aio::ConnectionManager;
+use redis::AsyncCommands;
+
+/// How often a proxy waiting for another's fetch looks for the copy.
+const WAIT_STEP: Duration = Duration::from_millis(50);
+
+/// The cluster's robots.txt copies.
+#[derive(Clone)]
+pub struct SharedRobots {
+    conn: ConnectionManager,
+    prefix: String,
+    timeout: Duration,
+}
+
+/// What a proxy about to fetch robots.txt should do.
+#[derive(Debug, PartialEq)]
+pub enum Claim {
+    /// Another proxy fetched it: use this result, fetched `age` ago.
+    Copy {
+        /// The fetch result.
+        result: FetchResult,
+        /// How long ago it was fetched.
+        age: Duration,
+    },
+    /// Fetch it; `locked` when this proxy holds the cluster's lock (then
+    /// [`SharedRobots::publish`] must follow).
+    Fetch {
+        /// This proxy holds the lock.
+        locked: bool,
+    },
+}
+
+impl std::fmt::Debug for SharedRobots {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedRobots")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SharedRobots {
+    /// Copies under `prefix` on `conn`; a command slower than `timeout`
+    /// counts as Redis being out of reach.
+    pub fn new(conn: ConnectionManager, prefix: &str, timeout: Duration) -> SharedRobots {
+        SharedRobots {
+            conn,
+            prefix: prefix.to_string(),
+            timeout,
+        }
+    }
+
+    /// Uses a copy younger than `max_age`, else takes the lock for
+    /// `lock_ttl`, else waits for the lock holder's copy until `until`.
+    pub async fn claim(
+        &self,
+        origin: &str,
+        max_age: Duration,
+        lock_ttl: Duration,
+        until: Instant,
+    ) -> Claim {
+        let copy_key = format!("{}r:{origin}", self.prefix);
+        let lock_key = format!("{}rl:{origin}", self.prefix);
+        loop {
+            match self.copy(&copy_key, max_age).await {
+                Ok(Some(claim)) => return claim,
+                Ok(None) => {}
+                Err(()) => return Claim::Fetch { locked: false },
+            }
+            let mut conn = self.conn.clone();
+            let mut set = redis::cmd("SET");
+            set.arg(&lock_key)
+                .arg(std::process::id())
+                .arg("NX")
+                .arg("PX")
+                .arg(ms(lock_ttl));
+            let lock = set.query_async::<Option<String>>(&mut conn);
+            match tokio::time::timeout(self.timeout, lock).await {
+                Ok(Ok(Some(_))) => return Claim::Fetch { locked: true },
+                Ok(Ok(None)) => {}
+                _ => return Claim::Fetch { locked: false },
+            }
+            if Instant::now() + WAIT_STEP >= until {
+                return Claim::Fetch { locked: false };
+            }
+            tokio::time::sleep(WAIT_STEP).await;
+        }
+    }
+
+    /// Stores this proxy's fetch for the others (for `keep`) and lifts its lock.
+    pub async fn publish(&self, origin: &str, result: &FetchResult, keep: Duration, locked: bool) {
+        let copy_key = format!("{}r:{origin}", self.prefix);
+        let lock_key = format!("{}rl:{origin}", self.prefix);
+        let mut value = unix_ms(SystemTime::now()).to_le_bytes().to_vec();
+        value.extend(encode(result));
+        let mut pipe = redis::pipe();
+        pipe.cmd("SET")
+            .arg(&copy_key)
+            .arg(value)
+            .arg("PX")
+            .arg(ms(keep))
+            .ignore();
+        if locked {
+            pipe.cmd("DEL").arg(&lock_key).ignore();
+        }
+        let mut conn = self.conn.clone();
+        let _ = tokio::time::timeout(self.timeout, pipe.query_async::<()>(&mut conn)).await;
+    }
+
+    async fn copy(&self, key: &str, max_age: Duration) -> Result<Option<Claim>, ()> {
+        let mut conn = self.conn.clone();
+        let got = tokio::time::timeout(self.timeout, conn.get::<_, Option<Vec<u8>>>(key)).await;
+        let bytes = match got {
+            Ok(Ok(b)) => b,
+            _ => return Err(()),
+        };
+        let Some(bytes) = bytes else {
+            return Ok(None);
+        };
+        let Some((at, rest)) = bytes.split_first_chunk::<8>() else {
+            return Ok(None);
+        };
+        let fetched = u64::from_le_bytes(*at);
+        let age = Duration::from_millis(unix_ms(SystemTime::now()).saturating_sub(fetched));
+        if age >= max_age {
+            return Ok(None);
+        }
+        Ok(decode(rest).map(|result| Claim::Copy { result, age }))
+    }
+}
+
+fn encode(r: &FetchResult) -> Vec<u8> {
+    match r {
+        FetchResult::Body(b) => [&[b'B'][..], b].concat(),
+        FetchResult::Status(s) => [&[b'S'][..], &s.to_le_bytes()].concat(),
+        FetchResult::TooManyRedirects => vec![b'R'],
+        FetchResult::Failed(why) => [&[b'F'][..], why.as_bytes()].concat(),
+    }
+}
+
+fn decode(b: &[u8]) -> Option<FetchResult> {
+    let (tag, rest) = b.split_first()?;
+    Some(match tag {
+        b'B' => FetchResult::Body(rest.to_vec()),
+        b'S' => FetchResult::Status(u16::from_le_bytes(rest.try_into().ok()?)),
+        b'R' => FetchResult::TooManyRedirects,
+        b'F' => FetchResult::Failed(String::from_utf8_lossy(rest).into_owned()),
+        _ => return None,
+    })
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_result_survives_the_trip() {
+        for r in [
+            FetchResult::Body(b"User-agent: *\nDisallow: /x\n".to_vec()),
+            FetchResult::Status(404),
+            FetchResult::TooManyRedirects,
+            FetchResult::Failed(String::from("timed out")),
+        ] {
+            assert_eq!(decode(&encode(&r)), Some(r));
+        }
+        assert_eq!(decode(b""), None);
+        assert_eq!(decode(b"S1"), None);
+    }
+}

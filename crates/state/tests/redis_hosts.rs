@@ -1,0 +1,252 @@
+//! The Redis host store against a real redis-server: two stores stand for
+//! two proxies of one cluster.
+
+#[path = "support/redis_server.rs"]
+mod redis_server;
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant, SystemTime};
+
+use mannerly_policy::budget::{BudgetParams, Reaction, Reservation, Start};
+use mannerly_state::hosts::{Lease, RedisHosts, RedisSettings};
+use redis_server::RedisServer;
+
+const HOST: &str = "example.com";
+
+fn store(server: &RedisServer, lease_ttl: Duration) -> RedisHosts {
+    let mut s = RedisSettings::new(server.url());
+    s.key_prefix = String::from("test:");
+    s.lease_ttl = lease_ttl;
+    // A loaded test machine must not look like an unreachable Redis.
+    s.command_timeout = Duration::from_secs(2);
+    RedisHosts::new(BudgetParams::default(), s).expect("store")
+}
+
+async fn send(s: &RedisHosts, status: u16, retry_after: Option<&str>) -> Reaction {
+    let now = Instant::now();
+    let wall = SystemTime::now();
+    let hold = s.params(HOST).max_hold();
+    let a = s.admit(HOST, now, wall, hold).await;
+    assert!(!a.degraded);
+    if let Reservation::Wait(d) = a.value {
+        tokio::time::sleep(d).await;
+    }
+    let now = Instant::now();
+    let st = s
+        .try_start_since(HOST, now, SystemTime::now(), hold, now)
+        .await;
+    let (Start::Go, Some(lease)) = st.value else {
+        panic!("expected to start, got {:?}", st.value);
+    };
+    let r = s
+        .on_response(
+            HOST,
+            &lease,
+            Instant::now(),
+            SystemTime::now(),
+            status,
+            retry_after,
+            0.0,
+        )
+        .await;
+    assert!(!r.degraded);
+    r.value
+}
+
+#[tokio::test]
+async fn one_429_slows_the_whole_cluster_once() {
+    let Some(server) = RedisServer::start("one_429_slows_the_whole_cluster_once") else {
+        return;
+    };
+    let a = store(&server, Duration::from_secs(30));
+    let b = store(&server, Duration::from_secs(30));
+    let ok = send(&a, 200, None).await;
+    let before = ok.rate();
+    // `a` sends a request that is still out when `b`'s 429 comes.
+    let hold = a.params(HOST).max_hold();
+    let now = Instant::now();
+    if let Reservation::Wait(d) = a.admit(HOST, now, SystemTime::now(), hold).await.value {
+        tokio::time::sleep(d).await;
+    }
+    let now = Instant::now();
+    let (Start::Go, Some(early)) = a
+        .try_start_since(HOST, now, SystemTime::now(), hold, now)
+        .await
+        .value
+    else {
+        panic!("a starts");
+    };
+
+    let Reaction::Throttled(t) = send(&b, 429, Some("1")).await else {
+        panic!("a 429 throttles");
+    };
+    assert!(t.rate < before, "the rate was lowered");
+    // The other proxy sees the same pause and rate without any response of
+    // its own.
+    let refused = a
+        .admit(HOST, Instant::now(), SystemTime::now(), Duration::ZERO)
+        .await;
+    assert!(
+        matches!(refused.value, Reservation::Refuse(_)),
+        "paused for the whole cluster: {:?}",
+        refused.value
+    );
+    let va = a.view(HOST, Instant::now()).expect("a saw the host");
+    assert_eq!(va.rate, t.rate);
+    assert_eq!(va.recent_throttles, 1);
+
+    // The 429 to `a`'s early request is the same episode: the rate is not
+    // lowered a second time and the breaker does not count it.
+    let echo = a
+        .on_response(
+            HOST,
+            &early,
+            Instant::now(),
+            SystemTime::now(),
+            429,
+            Some("1"),
+            0.0,
+        )
+        .await;
+    let Reaction::Throttled(e) = echo.value else {
+        panic!("still a throttle");
+    };
+    assert_eq!(e.rate, t.rate);
+    let vb = b.view(HOST, Instant::now());
+    let va = a.view(HOST, Instant::now()).expect("view");
+    assert_eq!(va.recent_throttles, 1);
+    assert!(vb.is_some());
+}
+
+#[tokio::test]
+async fn a_lone_proxy_pays_one_round_trip_per_step() {
+    let Some(server) = RedisServer::start("a_lone_proxy_pays_one_round_trip_per_step") else {
+        return;
+    };
+    let a = store(&server, Duration::from_secs(30));
+    for _ in 0..5 {
+        send(&a, 200, None).await;
+    }
+    let st = a.stats();
+    assert_eq!(st.ops.load(Ordering::Relaxed), 15);
+    assert_eq!(st.round_trips.load(Ordering::Relaxed), 15);
+    assert_eq!(st.conflicts.load(Ordering::Relaxed), 0);
+}
+
+#[tokio::test]
+async fn leases_of_a_dead_proxy_expire() {
+    let Some(server) = RedisServer::start("leases_of_a_dead_proxy_expire") else {
+        return;
+    };
+    let ttl = Duration::from_secs(1);
+    let dead = store(&server, ttl);
+    let alive = store(&server, ttl);
+    let limit = dead.params(HOST).concurrency;
+    let hold = Duration::from_secs(60);
+    // The doomed proxy takes every slot and never gives one back.
+    for _ in 0..limit {
+        let now = Instant::now();
+        let _ = dead.admit(HOST, now, SystemTime::now(), hold).await;
+        loop {
+            let now = Instant::now();
+            let st = dead
+                .try_start_since(HOST, now, SystemTime::now(), hold, now)
+                .await;
+            match st.value {
+                (Start::Go, Some(Lease::Shared(_))) => break,
+                (Start::Wait(d), _) => tokio::time::sleep(d).await,
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
+    drop(dead);
+    let now = Instant::now();
+    let st = alive
+        .try_start_since(HOST, now, SystemTime::now(), hold, now)
+        .await;
+    assert_eq!(st.value.0, Start::WaitConcurrency, "all slots are leased");
+    // Once the leases have expired the full concurrency is back.
+    tokio::time::sleep(ttl + Duration::from_millis(100)).await;
+    let mut started = Vec::new();
+    for _ in 0..limit {
+        loop {
+            let now = Instant::now();
+            let st = alive
+                .try_start_since(HOST, now, SystemTime::now(), hold, now)
+                .await;
+            match st.value {
+                (Start::Go, Some(l)) => {
+                    started.push(l);
+                    break;
+                }
+                (Start::Wait(d), _) => tokio::time::sleep(d).await,
+                other => panic!("a stuck lease: {other:?}"),
+            }
+        }
+    }
+    assert_eq!(started.len() as u32, limit);
+}
+
+#[tokio::test]
+async fn without_redis_decides_alone_at_a_quarter_then_shares_again() {
+    let Some(mut server) =
+        RedisServer::start("without_redis_decides_alone_at_a_quarter_then_shares_again")
+    else {
+        return;
+    };
+    let mut settings = RedisSettings::new(server.url());
+    settings.command_timeout = Duration::from_millis(200);
+    settings.probe_every = Duration::from_millis(100);
+    let a = RedisHosts::new(BudgetParams::default(), settings).expect("store");
+    let shared_rate = send(&a, 200, None).await.rate();
+
+    server.kill();
+    let now = Instant::now();
+    let hold = a.params(HOST).max_hold();
+    let d = a.admit(HOST, now, SystemTime::now(), hold).await;
+    assert!(d.degraded, "decided alone");
+    assert!(a.is_degraded());
+    let v = a.view(HOST, Instant::now()).expect("local view");
+    assert!(
+        v.rate <= shared_rate / 4.0 + 1e-9,
+        "degraded rate {} vs shared {shared_rate}",
+        v.rate
+    );
+    // A request started alone is given back alone.
+    let now = Instant::now();
+    let st = a
+        .try_start_since(HOST, now, SystemTime::now(), hold, now)
+        .await;
+    if let (Start::Go, Some(lease)) = st.value {
+        assert_eq!(lease, Lease::Local);
+        let r = a
+            .on_response(
+                HOST,
+                &lease,
+                Instant::now(),
+                SystemTime::now(),
+                200,
+                None,
+                0.0,
+            )
+            .await;
+        assert!(r.degraded);
+        assert!(r.value.rate() <= shared_rate / 4.0 + 1e-9);
+    }
+
+    server.restart();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    // The connection comes back within a few probes.
+    let mut shared = false;
+    for _ in 0..50 {
+        let now = Instant::now();
+        let d = a.admit(HOST, now, SystemTime::now(), hold).await;
+        if !d.degraded {
+            shared = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(shared, "back to shared state once Redis answers");
+    assert!(!a.is_degraded());
+}

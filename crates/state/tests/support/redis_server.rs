@@ -1,0 +1,122 @@
+//! A throwaway redis-server on a free loopback port, for tests and examples.
+//! Shared by the state tests, the end-to-end tests and the cluster examples.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A running redis-server, stopped on drop.
+pub struct RedisServer {
+    child: Option<Child>,
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+    dir: PathBuf,
+}
+
+/// Where redis-server lives, or `None` (after saying so) when the test must
+/// be skipped. With `CI` set a missing server is a failure.
+pub fn redis_server_binary(test: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|p| p.join("redis-server"))
+            .find(|p| p.is_file())
+    });
+    if found.is_none() {
+        let msg =
+            format!("{test}: redis-server not found; install the Debian package `redis-server`");
+        if std::env::var_os("CI").is_some() {
+            panic!("{msg}");
+        }
+        eprintln!("SKIPPED {msg}");
+    }
+    found
+}
+
+impl RedisServer {
+    /// Starts redis-server on a free port (no persistence) and waits until
+    /// it answers. `None` when it is not installed (see
+    /// [`redis_server_binary`]).
+    pub fn start(test: &str) -> Option<RedisServer> {
+        let bin = redis_server_binary(test)?;
+        let port = free_port();
+        let dir =
+            std::env::temp_dir().join(format!("mannerly-redis-{}-{port}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        let mut s = RedisServer {
+            child: None,
+            port,
+            dir,
+        };
+        s.spawn(&bin);
+        Some(s)
+    }
+
+    /// `redis://127.0.0.1:PORT/0`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    /// Kills the server (SIGKILL): everything it held is gone.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts it again on the same port, empty.
+    pub fn restart(&mut self) {
+        self.kill();
+        if let Some(bin) = redis_server_binary("restart") {
+            self.spawn(&bin);
+        }
+    }
+
+    /// Runs one command with redis-cli and returns its output.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(args)
+            .output();
+        match out {
+            Ok(o) => String::from_utf8_lossy(&o.stdout).into_owned(),
+            Err(e) => format!("redis-cli failed: {e}"),
+        }
+    }
+
+    fn spawn(&mut self, bin: &PathBuf) {
+        let child = Command::new(bin)
+            .args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server starts");
+        self.child = Some(child);
+        // Ready when it accepts a connection and answers PING.
+        for _ in 0..200 {
+            if self.cli(&["PING"]).trim() == "PONG" {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        panic!("redis-server on port {} did not answer PING", self.port);
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}

@@ -1,0 +1,242 @@
+//! Broad crawls: many host names, one page each. Wildcard name overrides,
+//! a new host's first page not held behind its robots.txt fetch, a global
+//! cap on idle upstream connections, and running out of file descriptors
+//! without falling over.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+
+use super::support::*;
+
+/// An origin that counts the connections open to it right now; every
+/// path answers 200 "page <host>", robots.txt 404 with a short body.
+async fn counting_origin(close: bool) -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let live = Arc::new(AtomicUsize::new(0));
+    let live2 = live.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let live = live2.clone();
+            live.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let svc = service_fn(
+                    move |req: hyper::Request<hyper::body::Incoming>| async move {
+                        let host = req
+                            .headers()
+                            .get("host")
+                            .and_then(|h| h.to_str().ok())
+                            .unwrap_or("")
+                            .to_string();
+                        let (status, body) = if req.uri().path() == "/robots.txt" {
+                            (404, "none".to_string())
+                        } else {
+                            (200, format!("page {host}"))
+                        };
+                        let mut r = hyper::Response::new(Full::new(Bytes::from(body)));
+                        *r.status_mut() = hyper::StatusCode::from_u16(status).unwrap();
+                        if close {
+                            r.headers_mut().insert(
+                                "connection",
+                                hyper::header::HeaderValue::from_static("close"),
+                            );
+                        }
+                        Ok::<_, Infallible>(r)
+                    },
+                );
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+                live.fetch_sub(1, Ordering::SeqCst);
+            });
+        }
+    });
+    (addr, live)
+}
+
+#[tokio::test]
+async fn many_names_share_one_origin_and_idle_connections_stay_under_the_total_cap() {
+    let (origin, live) = counting_origin(false).await;
+    let mut p = TestProxy::start(|c| {
+        c.upstream.resolve = BTreeMap::from([(format!("*.test:{}", origin.port()), origin)]);
+        c.upstream.pool_max_idle_total = 4;
+        // The default budget: one request per second to start, burst 1.
+        c.budget = Default::default();
+    })
+    .await;
+    let client = p.client();
+    let mut pages = Vec::new();
+    for i in 0..20 {
+        let url = format!("http://h{i}.test:{}/page", origin.port());
+        pages.push(client.get(&url).send());
+    }
+    for (i, resp) in futures_join(pages).await.into_iter().enumerate() {
+        let resp = resp.unwrap();
+        assert_eq!(resp.status(), 200);
+        // Each new host's page went right behind its robots.txt fetch.
+        assert_eq!(decision(&resp), "fetched; waited_ms=0", "host {i}");
+        let body = resp.text().await.unwrap();
+        assert_eq!(body, format!("page h{i}.test:{}", origin.port()));
+    }
+    // Every page has been passed on; the idle connections left are capped.
+    let mut open = live.load(Ordering::SeqCst);
+    for _ in 0..100 {
+        if open <= 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        open = live.load(Ordering::SeqCst);
+    }
+    assert!(open <= 4, "{open} connections open to the origin, cap 4");
+    let lines = p.stop().await;
+    assert_eq!(with_outcome(&lines, "robots_fetched").len(), 20);
+    assert_eq!(with_outcome(&lines, "fetched").len(), 20);
+}
+
+async fn futures_join<F: std::future::Future>(fs: Vec<F>) -> Vec<F::Output> {
+    let handles: Vec<_> = fs.into_iter().map(Box::pin).collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await);
+    }
+    out
+}
+
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// Sends one proxied GET on a raw connection and reads the answer head.
+fn raw_get(stream: &mut std::net::TcpStream, url: &str) -> String {
+    let host = url.trim_start_matches("http://").split('/').next().unwrap();
+    write!(
+        stream,
+        "GET {url} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: FdBot/1\r\n\r\n"
+    )
+    .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = stream.read(&mut buf).unwrap();
+        assert!(n > 0, "connection closed before an answer");
+        got.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&got).to_lowercase()
+}
+
+#[tokio::test]
+async fn out_of_descriptors_upstream_gets_503_and_service_resumes() {
+    if std::process::Command::new("prlimit")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        assert!(std::env::var_os("CI").is_none(), "prlimit is needed in CI");
+        eprintln!("SKIP: prlimit (util-linux) not installed");
+        return;
+    }
+    // The origin closes every connection, so each page needs a new one.
+    let (origin, _) = counting_origin(true).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut proxy = RunningBinary::start(
+        dir.path(),
+        &[("MANNERLY_PROXY__HEADER_READ_TIMEOUT_SECS", "120")],
+    );
+    let pid = proxy.child.id();
+    let url = format!("http://127.0.0.1:{}/page", origin.port());
+    let paddr = proxy.addr.clone();
+    let first = tokio::task::spawn_blocking(move || {
+        let mut c = std::net::TcpStream::connect(&paddr).unwrap();
+        let head = raw_get(&mut c, &url);
+        (c, head)
+    })
+    .await
+    .unwrap();
+    let (held_first, head) = first;
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    // Leave the proxy three descriptors, then take them with idle clients.
+    let limit = open_fds(pid) + 3;
+    let set = std::process::Command::new("prlimit")
+        .args([
+            "--pid",
+            &pid.to_string(),
+            &format!("--nofile={limit}:{limit}"),
+        ])
+        .status()
+        .unwrap();
+    assert!(set.success());
+    let paddr = proxy.addr.clone();
+    let url = format!("http://127.0.0.1:{}/page", origin.port());
+    let (mut held, head) = tokio::task::spawn_blocking(move || {
+        let mut c = std::net::TcpStream::connect(&paddr).unwrap();
+        let held: Vec<_> = (0..20)
+            .map(|_| std::net::TcpStream::connect(&paddr).unwrap())
+            .collect();
+        std::thread::sleep(Duration::from_millis(300));
+        let head = raw_get(&mut c, &url);
+        (vec![c].into_iter().chain(held).collect::<Vec<_>>(), head)
+    })
+    .await
+    .unwrap();
+    assert!(head.starts_with("http/1.1 503"), "{head}");
+    assert!(head.contains("retry-after: 1"), "{head}");
+    assert!(head.contains("mannerly-decision: error"), "{head}");
+    // Descriptors free up: the proxy accepts and forwards again.
+    held.clear();
+    drop(held_first);
+    let paddr = proxy.addr.clone();
+    let url = format!("http://127.0.0.1:{}/page", origin.port());
+    let resumed = tokio::task::spawn_blocking(move || {
+        for _ in 0..100 {
+            std::thread::sleep(Duration::from_millis(50));
+            let Ok(mut c) = std::net::TcpStream::connect(&paddr) else {
+                continue;
+            };
+            let head = raw_get(&mut c, &url);
+            if head.starts_with("http/1.1 200") {
+                return head;
+            }
+        }
+        String::new()
+    })
+    .await
+    .unwrap();
+    assert!(
+        resumed.starts_with("http/1.1 200"),
+        "service did not resume"
+    );
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
+    let status = proxy.child.wait().unwrap();
+    assert!(status.success(), "the proxy exited with {status}");
+    let lines = audit_lines(&dir.path().join("audit.jsonl"));
+    let busy: Vec<_> = lines
+        .iter()
+        .filter(|l| l["status"] == 503 && l["source"] == "proxy")
+        .collect();
+    assert!(
+        !busy.is_empty(),
+        "no 503 with source proxy in the audit log"
+    );
+    assert!(busy[0]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("out of file descriptors"));
+}

@@ -1,0 +1,217 @@
+//! The command line as a user meets it: config errors, `config check|show`,
+//! `run --listen/--data-dir`, the banner, the logs.
+
+use std::io::{BufRead, Read};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use super::support::mannerly;
+
+#[test]
+fn config_check_accepts_the_defaults_and_names_a_bad_variable() {
+    let (code, out) = mannerly(&["config", "check"], &[]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.starts_with("configuration OK"), "{out}");
+
+    let (code, out) = mannerly(
+        &["config", "check"],
+        &[("MANNERLY_UPSTREAM__CONNECT_TIMEOUT_SECS", "soon")],
+    );
+    assert_eq!(code, 2, "{out}");
+    assert_eq!(
+        out.trim_end(),
+        "mannerly: upstream.connect_timeout_secs = \"soon\" (environment variable \
+         MANNERLY_UPSTREAM__CONNECT_TIMEOUT_SECS): invalid type: string \"soon\", expected f64"
+    );
+}
+
+#[test]
+fn config_check_names_file_line_and_suggests_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("my.toml");
+    std::fs::write(
+        &file,
+        "[proxy]\nlisten = \"127.0.0.1:3128\"\nconect_ports = [443]\n",
+    )
+    .unwrap();
+    let (code, out) = mannerly(
+        &["config", "check", "--config", file.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains("unknown key proxy.conect_ports (")
+            && out.contains("my.toml line 3); did you mean proxy.connect_ports?"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_single_value_fills_a_list_and_show_says_where_it_came_from() {
+    let (code, out) = mannerly(
+        &["config", "show"],
+        &[("MANNERLY_PROXY__CONNECT_PORTS", "8443")],
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains(
+            "connect_ports = [8443]  # environment variable MANNERLY_PROXY__CONNECT_PORTS"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("listen = \"127.0.0.1:3128\"  # default"),
+        "{out}"
+    );
+}
+
+struct Run {
+    banner: Vec<String>,
+    stderr: String,
+    success: bool,
+}
+
+/// Starts `mannerly run ARGS`, reads the banner from stdout, stops it with
+/// SIGTERM and returns what it printed.
+fn run_and_stop(args: &[&str], env: &[(&str, &str)]) -> Run {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mannerly"))
+        .arg("run")
+        .args(args)
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let mut banner = Vec::new();
+    // The banner's last line names the CA bundle variables.
+    while let Ok(line) = rx.recv_timeout(Duration::from_secs(30)) {
+        let last = line.contains("NODE_EXTRA_CA_CERTS=");
+        banner.push(line);
+        if last {
+            break;
+        }
+    }
+    let term = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let status = child.wait().unwrap();
+    Run {
+        banner,
+        stderr: err_reader.join().unwrap(),
+        success: status.success(),
+    }
+}
+
+#[test]
+fn run_flags_banner_on_stdout_plain_logs_on_stderr() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let run = run_and_stop(
+        &[
+            "--listen",
+            "localhost:0",
+            "--data-dir",
+            data.to_str().unwrap(),
+        ],
+        &[("MANNERLY_LOG", "info")],
+    );
+    assert!(run.success, "{}", run.stderr);
+    let banner = run.banner.join("\n");
+    assert!(
+        banner.starts_with("mannerly listening on http://127.0.0.1:"),
+        "{banner}"
+    );
+    let ca = data.join("ca.pem");
+    let ca = ca.display();
+    for var in ["http_proxy=", "https_proxy=", "HTTP_PROXY=", "HTTPS_PROXY="] {
+        assert!(
+            banner.contains(&format!("{var}http://127.0.0.1:")),
+            "{var} missing: {banner}"
+        );
+    }
+    for var in [
+        "SSL_CERT_FILE",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        "NODE_EXTRA_CA_CERTS",
+    ] {
+        assert!(
+            banner.contains(&format!("{var}={ca}")),
+            "{var} missing: {banner}"
+        );
+    }
+    assert!(data.join("audit.jsonl").exists());
+    // Logs: on stderr, no colour codes when stderr is not a terminal.
+    assert!(run.stderr.contains("audit lines written"), "{}", run.stderr);
+    assert!(
+        !run.stderr.contains('\u{1b}'),
+        "ANSI codes in {:?}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("mannerly listening"), "{}", run.stderr);
+}
+
+#[test]
+fn log_format_json_gives_one_object_per_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = run_and_stop(
+        &[
+            "--log-format",
+            "json",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            dir.path().to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(run.success, "{}", run.stderr);
+    let lines: Vec<&str> = run.stderr.lines().collect();
+    assert!(!lines.is_empty(), "no log lines; banner: {:?}", run.banner);
+    for line in lines {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        assert!(
+            v["level"].is_string() && v["fields"]["message"].is_string(),
+            "{line}"
+        );
+    }
+}
+
+#[test]
+fn address_in_use_is_said_once_with_the_key_to_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let (code, out) = mannerly(
+        &[
+            "run",
+            "--listen",
+            &addr,
+            "--data-dir",
+            dir.path().to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(code, 2, "{out}");
+    assert_eq!(out.matches("Address already in use").count(), 1, "{out}");
+    assert!(out.contains("change proxy.listen"), "{out}");
+}

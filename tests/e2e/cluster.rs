@@ -1,0 +1,250 @@
+//! Several proxies sharing host state through a real redis-server.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use mannerly_proxy::StateBackend;
+
+use super::redis_server::RedisServer;
+use super::support::*;
+
+fn shared(cfg: &mut mannerly_proxy::Config, redis: &RedisServer, rate: f64) {
+    cfg.state.backend = StateBackend::Redis;
+    cfg.state.redis_url = redis.url();
+    cfg.state.key_prefix = String::from("e2e:");
+    cfg.state.instances_hint = 2;
+    // A loaded test machine must not look like an unreachable Redis.
+    cfg.state.command_timeout_ms = 500.0;
+    cfg.budget.start_rate = rate;
+    cfg.budget.max_rate = rate;
+    cfg.budget.burst = 1;
+}
+
+/// Times at which the origin served each proxy's requests (`/a/..`, `/b/..`).
+struct Clock(Mutex<Vec<(String, Instant)>>);
+
+impl Clock {
+    fn times(&self, prefix: &str, since: Instant) -> Vec<Instant> {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(p, t)| p.starts_with(prefix) && *t >= since)
+            .map(|(_, t)| *t)
+            .collect()
+    }
+}
+
+fn states<'a>(lines: &'a [serde_json::Value], path_part: &str) -> Vec<&'a str> {
+    lines
+        .iter()
+        .filter(|l| {
+            l["outcome"] == "fetched" && l["url"].as_str().is_some_and(|u| u.contains(path_part))
+        })
+        .map(|l| l["state"].as_str().unwrap_or("none"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_going_away_slows_each_proxy_and_sharing_resumes() {
+    let Some(mut redis) =
+        RedisServer::start("redis_going_away_slows_each_proxy_and_sharing_resumes")
+    else {
+        return;
+    };
+    let clock = Arc::new(Clock(Mutex::new(Vec::new())));
+    let c = clock.clone();
+    let origin = Origin::http(handler(move |req| {
+        let c = c.clone();
+        async move {
+            c.0.lock()
+                .unwrap()
+                .push((req.uri().path().to_string(), Instant::now()));
+            text(200, "ok\n")
+        }
+    }))
+    .await;
+    let rate = 8.0;
+    let mut a = TestProxy::start(|cfg| shared(cfg, &redis, rate)).await;
+    let mut b = TestProxy::start(|cfg| shared(cfg, &redis, rate)).await;
+    let (ca, cb) = (a.client(), b.client());
+    let port = origin.port();
+    let fetch = |c: reqwest::Client, who: &'static str, phase: &'static str, n: usize| async move {
+        for i in 0..n {
+            let url = format!("http://127.0.0.1:{port}/{who}/{phase}/{i}");
+            let r = c.get(url).send().await.expect("no request fails");
+            assert_eq!(r.status(), 200, "{who} {phase} {i}: {}", decision(&r));
+        }
+    };
+
+    // Shared: both proxies draw from one budget.
+    tokio::join!(
+        fetch(ca.clone(), "a", "before", 4),
+        fetch(cb.clone(), "b", "before", 4)
+    );
+
+    // Redis gone: every request still gets its page, each proxy alone at
+    // rate / instances_hint.
+    redis.kill();
+    let down = Instant::now();
+    let n = 6;
+    tokio::join!(
+        fetch(ca.clone(), "a", "down", n),
+        fetch(cb.clone(), "b", "down", n)
+    );
+    for who in ["/a/down", "/b/down"] {
+        let t = clock.times(who, down);
+        assert_eq!(t.len(), n);
+        let span = t[n - 1].duration_since(t[0]).as_secs_f64();
+        // n requests at rate/2 take (n-1) intervals; a few ms of slack for
+        // the ms rounding of the budget and the loopback hop.
+        let least = (n - 1) as f64 / (rate / 2.0) - 0.05;
+        assert!(
+            span >= least,
+            "{who}: {n} requests in {span:.3}s, degraded pace allows no less than {least:.3}s"
+        );
+    }
+
+    // Redis back (empty): the proxies share again once a probe gets through.
+    redis.restart();
+    let mut shared_again = false;
+    for i in 0..40 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let url = format!("http://127.0.0.1:{port}/a/after/{i}");
+        let r = ca.get(url).send().await.expect("no request fails");
+        assert_eq!(r.status(), 200);
+        let url = format!("http://127.0.0.1:{port}/b/after/{i}");
+        let r2 = cb.get(url).send().await.expect("no request fails");
+        assert_eq!(r2.status(), 200);
+        let la = a.dir.path().join("audit.jsonl");
+        let lb = b.dir.path().join("audit.jsonl");
+        let (la, lb) = (audit_lines(&la), audit_lines(&lb));
+        let sa = states(&la, "/a/after/");
+        let sb = states(&lb, "/b/after/");
+        if sa.last() == Some(&"shared") && sb.last() == Some(&"shared") {
+            shared_again = true;
+            break;
+        }
+    }
+
+    let la = a.stop().await;
+    let lb = b.stop().await;
+    assert!(
+        shared_again,
+        "both proxies share state again after Redis is back"
+    );
+    for (lines, who) in [(&la, "/a/"), (&lb, "/b/")] {
+        assert!(states(lines, &format!("{who}before/"))
+            .iter()
+            .all(|s| *s == "shared"));
+        let down = states(lines, &format!("{who}down/"));
+        assert_eq!(down.len(), n);
+        assert!(down.iter().all(|s| *s == "degraded"), "{who}: {down:?}");
+        assert!(lines.iter().all(|l| l["outcome"] != "error"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxy_killed_mid_request_leaves_no_lease_behind() {
+    let Some(redis) = RedisServer::start("a_proxy_killed_mid_request_leaves_no_lease_behind")
+    else {
+        return;
+    };
+    // `/hang` never answers (the proxy gives up after 5 s); `/pair` answers once two are in flight at once
+    // (the full concurrency of the host), or after 20 s with a 500.
+    let in_pair = Arc::new(AtomicUsize::new(0));
+    let notify = Arc::new(tokio::sync::Notify::new());
+    let (p, n) = (in_pair.clone(), notify.clone());
+    let origin = Origin::http(handler(move |req| {
+        let (p, n) = (p.clone(), n.clone());
+        async move {
+            match req.uri().path() {
+                "/robots.txt" => text(404, "none\n"),
+                "/hang" => {
+                    tokio::time::sleep(Duration::from_secs(3600)).await;
+                    text(200, "late\n")
+                }
+                _ => {
+                    if p.fetch_add(1, Ordering::SeqCst) + 1 >= 2 {
+                        n.notify_waiters();
+                        return text(200, "pair\n");
+                    }
+                    let waited = tokio::time::timeout(Duration::from_secs(20), n.notified()).await;
+                    if waited.is_ok() {
+                        text(200, "pair\n")
+                    } else {
+                        text(500, "alone\n")
+                    }
+                }
+            }
+        }
+    }))
+    .await;
+    let port = origin.port();
+    let dir = tempfile::tempdir().unwrap();
+    let url = redis.url();
+    let env = [
+        ("MANNERLY_STATE__BACKEND", "redis"),
+        ("MANNERLY_STATE__REDIS_URL", url.as_str()),
+        ("MANNERLY_STATE__KEY_PREFIX", "kill:"),
+        ("MANNERLY_STATE__COMMAND_TIMEOUT_MS", "500"),
+        ("MANNERLY_STATE__LEASE_MARGIN_SECS", "1"),
+        ("MANNERLY_BUDGET__CONCURRENCY", "2"),
+        ("MANNERLY_UPSTREAM__CONNECT_TIMEOUT_SECS", "1"),
+        ("MANNERLY_UPSTREAM__FIRST_BYTE_TIMEOUT_SECS", "5"),
+    ];
+    let doomed = RunningBinary::start(dir.path(), &env);
+    let c = doomed.client();
+    let hang = format!("http://127.0.0.1:{port}/hang");
+    let hung: Vec<_> = (0..2)
+        .map(|_| {
+            let (c, u) = (c.clone(), hang.clone());
+            tokio::spawn(async move { c.get(u).send().await.map(|r| r.status()) })
+        })
+        .collect();
+    // Both slots are leased once the origin holds both requests.
+    let leases = String::from("kill:l:127.0.0.1");
+    for _ in 0..200 {
+        if redis.cli(&["ZCARD", &leases]).trim() == "2" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        redis.cli(&["ZCARD", &leases]).trim(),
+        "2",
+        "both slots leased"
+    );
+    doomed.kill9();
+    for h in hung {
+        let _ = h.await;
+    }
+
+    // The survivor (lease TTL 1 + 5 + 1 = 7 s) gets both slots back.
+    let mut alive = TestProxy::start(|cfg| {
+        cfg.state.backend = StateBackend::Redis;
+        cfg.state.redis_url = url.clone();
+        cfg.state.key_prefix = String::from("kill:");
+        cfg.state.command_timeout_ms = 500.0;
+        cfg.state.lease_margin_secs = 1.0;
+        cfg.budget.concurrency = 2;
+        cfg.budget.max_hold_secs = 30.0;
+        cfg.upstream.connect_timeout = Duration::from_secs(1);
+        cfg.upstream.first_byte_timeout = Duration::from_secs(5);
+    })
+    .await;
+    let ac = alive.client();
+    let pair = format!("http://127.0.0.1:{port}/pair");
+    let (r1, r2) = tokio::join!(ac.get(&pair).send(), ac.get(&pair).send());
+    let (r1, r2) = (r1.expect("answered"), r2.expect("answered"));
+    assert_eq!(r1.status(), 200, "{}", decision(&r1));
+    assert_eq!(r2.status(), 200, "{}", decision(&r2));
+    let lines = alive.stop().await;
+    let waited: Vec<u64> = lines
+        .iter()
+        .filter(|l| l["url"].as_str().is_some_and(|u| u.ends_with("/pair")))
+        .filter_map(|l| l["waited_ms"].as_u64())
+        .collect();
+    assert_eq!(waited.len(), 2);
+}
