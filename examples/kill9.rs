@@ -157,23 +157,31 @@ pub async fn run_once(
         .env("MANNERLY_UPSTREAM__ALLOW_PRIVATE", "true")
         .env("MANNERLY_AUDIT__PATH", &audit)
         .env("MANNERLY_POLICY__ENFORCE", "false")
+        .env("MANNERLY_ADMIN__LISTEN", "127.0.0.1:0")
         .env("MANNERLY_LOG", "warn")
-        .stderr(Stdio::piped())
+        .stdout(Stdio::piped())
         .spawn()
         .map_err(|e| format!("{}: {e}", mannerly.display()))?;
-    let stderr = child.stderr.take().ok_or("no stderr")?;
+    // The banner ("mannerly listening on http://ADDR") is on stdout.
+    let stdout = child.stdout.take().ok_or("no stdout")?;
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
             if let Some(a) = line.strip_prefix("mannerly listening on http://") {
                 let _ = tx.send(a.to_string());
             }
         }
     });
-    let proxy = tokio::task::spawn_blocking(move || rx.recv_timeout(Duration::from_secs(60)))
+    let started = tokio::task::spawn_blocking(move || rx.recv_timeout(Duration::from_secs(60)))
         .await
-        .map_err(|e| e.to_string())?
-        .map_err(|_| "proxy did not start".to_string())?;
+        .ok()
+        .and_then(Result::ok);
+    let Some(proxy) = started else {
+        // Never leave the proxy running behind a failed run.
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err("proxy did not print its address within 60 s".into());
+    };
     let answered = Arc::new(Mutex::new(Vec::new()));
     let count = Arc::new(AtomicUsize::new(0));
     let stop = Arc::new(AtomicBool::new(false));

@@ -142,6 +142,7 @@ fn a_non_loopback_listen_without_auth_or_allow_refuses_to_start() {
         &[
             ("MANNERLY_DATA_DIR", dir.path().to_str().unwrap()),
             ("MANNERLY_PROXY__LISTEN", "0.0.0.0:0"),
+            ("MANNERLY_ADMIN__LISTEN", "127.0.0.1:0"),
         ],
     );
     assert_eq!(code, 2, "{out}");

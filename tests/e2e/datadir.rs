@@ -10,6 +10,8 @@ fn run_env(dir: &std::path::Path) -> Vec<(&'static str, String)> {
         ("MANNERLY_DATA_DIR", dir.display().to_string()),
         ("MANNERLY_PROXY__LISTEN", "127.0.0.1:0".into()),
         ("MANNERLY_UPSTREAM__ALLOW_PRIVATE", "true".into()),
+        // Not the default 9128: tests run side by side.
+        ("MANNERLY_ADMIN__LISTEN", "127.0.0.1:0".into()),
     ]
 }
 
