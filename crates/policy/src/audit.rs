@@ -15,6 +15,12 @@ use crate::conditional::CacheOutcome;
 use crate::prefs::PrefsRecord;
 use crate::Outcome;
 
+mod checkpoint;
+mod verify;
+
+pub use checkpoint::{hex, parse_public_key, Checkpoint, SealReason, CHECKPOINT};
+pub use verify::{FileReport, Problem, Report, Verifier};
+
 /// The chain value before the first line of a log.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
@@ -30,6 +36,8 @@ pub struct AuditRecord {
     pub id: String,
     /// The client's socket address.
     pub client: Option<String>,
+    /// The proxy user the client authenticated as (`proxy.auth`).
+    pub user: Option<String>,
     /// Request method.
     pub method: String,
     /// Absolute URL of the request.

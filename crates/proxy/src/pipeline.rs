@@ -147,6 +147,7 @@ impl Exchange {
     ) -> Exchange {
         let url = target.url(req.uri().path_and_query());
         let mut rec = shared.record(req.method().as_str(), &url, &target.host, client);
+        rec.user = shared.auth.user_for(client);
         rec.agent = Some(agent(&shared, req.headers()));
         let deadline = shared.clock.now() + shared.budgets.max_hold(&target.host);
         Exchange {
@@ -571,8 +572,7 @@ impl Exchange {
         let rec = self.take_record();
         let (parts, body, rec) = forwarded_head(rec, resp, outcome);
         let idle = Some(self.shared.cfg.upstream.idle_timeout);
-        let body = AuditedBody::new(body, rec, self.shared.audit.clone(), idle);
-        Response::from_parts(parts, boxed(body))
+        AuditedBody::new(body, rec, self.shared.audit.clone(), idle).respond(parts)
     }
 
     /// Like [`Exchange::forward`], keeping a copy of the body for the
@@ -589,9 +589,9 @@ impl Exchange {
         let (parts, body, rec) = forwarded_head(rec, resp, Outcome::Fetched);
         let idle = Some(shared.cfg.upstream.idle_timeout);
         let (tee, copy) = Tee::new(body, shared.cache.params().max_body);
-        let body = AuditedBody::new(boxed(tee), rec, shared.audit.clone(), idle)
-            .on_finish(shared.cache.store_when_done(meta, copy));
-        Response::from_parts(parts, boxed(body))
+        AuditedBody::new(boxed(tee), rec, shared.audit.clone(), idle)
+            .on_finish(shared.cache.store_when_done(meta, copy))
+            .respond(parts)
     }
 
     /// Answers with a stored page: after a 304 to our validators
@@ -616,10 +616,10 @@ impl Exchange {
         rec.status = Some(status.as_u16());
         rec.saved_bytes = Some(body.len() as u64);
         let audit = self.shared.audit.clone();
-        let mut resp = Response::new(boxed(AuditedBody::new(full(body), rec, audit, None)));
-        *resp.status_mut() = status;
-        *resp.headers_mut() = headers;
-        resp
+        let (mut parts, ()) = Response::new(()).into_parts();
+        parts.status = status;
+        parts.headers = headers;
+        AuditedBody::new(full(body), rec, audit, None).respond(parts)
     }
 
     fn upstream_failure(&mut self, err: &hyper_util::client::legacy::Error) -> Response<ProxyBody> {
@@ -745,6 +745,9 @@ fn upstream_request(
         .map_err(|e| format!("bad host {}: {e}", target.host))?;
     parts.version = Version::HTTP_11;
     strip_hop_by_hop(&mut parts.headers);
+    parts
+        .headers
+        .append(http::header::VIA, crate::limits::via_value());
     parts.headers.remove(HOST);
     Ok(Request::from_parts(parts, body))
 }

@@ -43,7 +43,8 @@ pub(crate) async fn connect(
     };
     let host = authority.host().to_ascii_lowercase();
     let port = authority.port_u16().unwrap_or(443);
-    let rec = shared.record("CONNECT", &url, &host, peer);
+    let mut rec = shared.record("CONNECT", &url, &host, peer);
+    rec.user = shared.auth.user_for(peer);
     if !shared.cfg.proxy.connect_ports.contains(&port) {
         let why = format!("CONNECT to port {port} is not allowed (proxy.connect_ports)");
         // curl and most clients show only the CONNECT answer's headers.
@@ -156,7 +157,9 @@ fn service(
         let bad = refused.as_ref().and_then(|r| r.take(&req));
         async move {
             if let Some(bad) = bad {
-                return Ok(shared.refuse_head(bad, peer));
+                let mut resp = shared.refuse_head(bad, peer);
+                crate::audit::line_written(&mut resp).await;
+                return Ok(resp);
             }
             let mut resp = pipeline::handle(shared.clone(), req, target, peer).await;
             if shared.tracker.is_stopping() {
@@ -165,6 +168,7 @@ fn service(
                     http::HeaderValue::from_static("close"),
                 );
             }
+            crate::audit::line_written(&mut resp).await;
             Ok::<_, Infallible>(resp)
         }
     })
