@@ -10,6 +10,21 @@ const NGINX_SITE: &str = r#"
     location / { return 200 "hello from nginx\n"; }
 "#;
 
+/// A proxy that trusts `ca` for origins and sends `origin.test:port` to
+/// the loopback `port`.
+async fn proxy_to_origin_test(ca: &TestCa, port: u16) -> TestProxy {
+    let ca_path = ca.pem_path.clone();
+    TestProxy::start(|c| {
+        c.upstream.extra_roots = vec![ca_path];
+        c.proxy.connect_ports.push(port);
+        c.upstream.resolve.insert(
+            format!("origin.test:{port}"),
+            format!("127.0.0.1:{port}").parse().unwrap(),
+        );
+    })
+    .await
+}
+
 /// nginx with `http2` is strict about RFC 9113 §8.3.1: a request with both
 /// `:authority` and `Host` is a 400 ("client sent duplicate host header").
 #[tokio::test]
@@ -20,16 +35,7 @@ async fn https_to_an_h2_nginx_origin_is_forwarded_over_h2() {
         return;
     };
     let port = nginx.port;
-    let ca_path = ca.pem_path.clone();
-    let mut proxy = TestProxy::start(|c| {
-        c.upstream.extra_roots = vec![ca_path];
-        c.proxy.connect_ports.push(port);
-        c.upstream.resolve.insert(
-            format!("origin.test:{port}"),
-            format!("127.0.0.1:{port}").parse().unwrap(),
-        );
-    })
-    .await;
+    let mut proxy = proxy_to_origin_test(&ca, port).await;
     let client = proxy.client();
     for _ in 0..3 {
         let r = client
@@ -77,16 +83,7 @@ async fn python_requests_and_httpx_reach_an_h2_nginx_through_mannerly() {
         return;
     };
     let port = nginx.port;
-    let ca_path = ca.pem_path.clone();
-    let mut proxy = TestProxy::start(|c| {
-        c.upstream.extra_roots = vec![ca_path];
-        c.proxy.connect_ports.push(port);
-        c.upstream.resolve.insert(
-            format!("origin.test:{port}"),
-            format!("127.0.0.1:{port}").parse().unwrap(),
-        );
-    })
-    .await;
+    let mut proxy = proxy_to_origin_test(&ca, port).await;
     let mannerly_ca = proxy.dir.path().join("ca.pem");
     let script = format!(
         r#"
