@@ -149,7 +149,16 @@ async fn origin(retry_after: Option<&'static str>, announce: Option<Round>) -> (
 }
 
 async fn get(c: &reqwest::Client, url: String) -> Option<(u16, Instant)> {
-    let r = c.get(url).send().await.ok()?;
+    let r = match c.get(url).send().await {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!(
+                "request failed: {e:?} at {:?}",
+                std::time::SystemTime::now()
+            );
+            return None;
+        }
+    };
     let status = r.status().as_u16();
     r.bytes().await.ok()?;
     Some((status, Instant::now()))
@@ -264,6 +273,11 @@ async fn run(
 
 #[tokio::main]
 async fn main() {
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .init();
+    }
     let pages = std::env::var("SEED_PAGES")
         .ok()
         .and_then(|v| v.parse().ok())

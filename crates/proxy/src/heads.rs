@@ -109,6 +109,13 @@ pub(crate) struct Heads<S> {
     /// Checked bytes for hyper.
     ready: BytesMut,
     timer: Option<Pin<Box<Sleep>>>,
+    /// A head completed and nothing has been written since: its answer is
+    /// pending. A request held for its budget (up to `max_hold_secs`) is
+    /// not an idle connection.
+    answering: bool,
+    /// Bytes went to the client since the timer was last armed: a long
+    /// answer is not an idle connection either.
+    wrote: bool,
     refused: Refused,
 }
 
@@ -123,6 +130,8 @@ impl<S> Heads<S> {
             pending: BytesMut::new(),
             ready: BytesMut::new(),
             timer: None,
+            answering: false,
+            wrote: false,
             refused: refused.clone(),
         };
         heads.arm();
@@ -176,6 +185,7 @@ impl<S> Heads<S> {
                 let head = self.pending.split_to(len);
                 self.ready.extend_from_slice(&head);
                 self.timer = None;
+                self.answering = true;
                 self.state = match framing {
                     Framing::None => State::Head,
                     Framing::Length(n) => State::Body(n),
@@ -333,6 +343,16 @@ impl<S: AsyncRead + Unpin> AsyncRead for Heads<S> {
                     if !expired {
                         return Poll::Pending;
                     }
+                    if this.pending.is_empty() && (this.answering || this.wrote) {
+                        // Still answering: the idle clock starts over, and
+                        // its wake-up is registered.
+                        this.wrote = false;
+                        this.arm();
+                        if let Some(t) = this.timer.as_mut() {
+                            let _ = t.as_mut().poll(cx);
+                        }
+                        return Poll::Pending;
+                    }
                     if this.pending.is_empty() {
                         // An idle kept-alive connection: closed, nothing to say.
                         this.state = State::Done { stand_in: false };
@@ -357,6 +377,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Heads<S> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
+        self.answering = false;
+        self.wrote = true;
         Pin::new(&mut self.inner).poll_write(cx, buf)
     }
 
@@ -365,6 +387,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Heads<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
+        self.answering = false;
+        self.wrote = true;
         Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
     }
 
@@ -412,6 +436,28 @@ mod tests {
         let out = drain(&mut h).await;
         let bad = refused.bad.lock().expect("lock").take();
         (String::from_utf8_lossy(&out).into_owned(), bad)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_held_request_keeps_its_connection_past_the_head_timeout() {
+        use tokio::io::AsyncWriteExt;
+        let (_client, server) = tokio::io::duplex(4096);
+        let head = "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n";
+        let (mut h, _) = Heads::new(server, BytesMut::from(head), LIMITS);
+        let mut buf = [0u8; 4096];
+        let n = h.read(&mut buf).await.expect("read");
+        assert_eq!(&buf[..n], head.as_bytes());
+        // The request is held (a budget wait) for 25 s, well past the 10 s
+        // head timeout: the connection is not idle, it stays open.
+        let read = tokio::time::timeout(Duration::from_secs(25), h.read(&mut buf)).await;
+        assert!(read.is_err(), "closed while its request was held: {read:?}");
+        // Answered, then nothing more from the client: an idle connection,
+        // closed (end of stream for hyper).
+        h.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+            .await
+            .expect("write");
+        let read = tokio::time::timeout(Duration::from_secs(60), h.read(&mut buf)).await;
+        assert!(matches!(read, Ok(Ok(0))), "{read:?}");
     }
 
     #[tokio::test(start_paused = true)]
