@@ -157,7 +157,7 @@ async fn run(redis: Option<&RedisServer>) -> Report {
         }
         let cfg = cfg.validate().unwrap();
         let ca = CertificateAuthority::load_or_create(&dir, 16).unwrap();
-        let (sink, writer) = mannerly_proxy::open_audit(&cfg.audit_target()).unwrap();
+        let (sink, writer) = mannerly_proxy::open_audit(&cfg).unwrap();
         let proxy = Proxy::bind(cfg, Arc::new(ca), sink).await.unwrap();
         addrs.push(proxy.local_addr().unwrap());
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

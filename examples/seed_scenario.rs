@@ -194,7 +194,7 @@ async fn run(
     cfg.upstream.allow_private = true;
     cfg.audit.path = dir.join("audit.jsonl").display().to_string();
     let ca = CertificateAuthority::load_or_create(&dir, 16).unwrap();
-    let (sink, writer) = mannerly_proxy::open_audit(&cfg.audit_target()).unwrap();
+    let (sink, writer) = mannerly_proxy::open_audit(&cfg).unwrap();
     let proxy = Proxy::bind(cfg, Arc::new(ca), sink).await.unwrap();
     let addr = proxy.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

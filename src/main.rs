@@ -5,7 +5,6 @@
 mod nofile;
 mod settings;
 
-use std::io::BufRead;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -74,6 +73,11 @@ enum Command {
         #[command(subcommand)]
         command: AuditCommand,
     },
+    /// Proxy users (`proxy.auth = "basic"`).
+    Users {
+        #[command(subcommand)]
+        command: UsersCommand,
+    },
     /// robots.txt tools.
     Robots {
         #[command(subcommand)]
@@ -114,10 +118,32 @@ enum CaCommand {
 
 #[derive(Subcommand)]
 enum AuditCommand {
-    /// Check the hash chain of an audit log; names the first broken line.
+    /// Check an audit log: the hash chain (names the first broken line)
+    /// and, with --pubkey, the signed checkpoints. Exit 0: intact (and, with
+    /// a key, sealed to the end); 1: edited, cut or re-chained; 3: intact
+    /// but the last lines are not sealed (crash, or cut); 2: error.
     Verify {
-        /// The log file.
-        file: PathBuf,
+        /// The audit public key (hex, as `mannerly audit pubkey` prints
+        /// it, or a file holding it). Without it, truncation and
+        /// re-chaining cannot be detected.
+        #[arg(long)]
+        pubkey: Option<String>,
+        /// Log files in order, or directories (rotated files first, then the current one).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Print the public key that verifies this proxy's checkpoints
+    /// (creates the key in the data dir if needed).
+    Pubkey,
+}
+
+#[derive(Subcommand)]
+enum UsersCommand {
+    /// Add a user (or set a user's password) in proxy.users_file. The
+    /// password is read from the first line of standard input.
+    Add {
+        /// User name: letters, digits and . _ - @.
+        name: String,
     },
 }
 
@@ -127,6 +153,7 @@ enum RobotsCommand {
     Check(robots_cmd::CheckArgs),
 }
 
+mod audit_cmd;
 mod hosts_cmd;
 mod identity_cmd;
 mod report;
@@ -140,8 +167,14 @@ fn main() -> ExitCode {
         Command::Config { command } => config_cmd(cli.config, command),
         Command::Ca { command } => ca(cli.config, command),
         Command::Audit {
-            command: AuditCommand::Verify { file },
-        } => verify(&file),
+            command: AuditCommand::Verify { pubkey, files },
+        } => audit_cmd::verify(pubkey.as_deref(), &files),
+        Command::Audit {
+            command: AuditCommand::Pubkey,
+        } => audit_cmd::pubkey(cli.config.as_deref()),
+        Command::Users {
+            command: UsersCommand::Add { name },
+        } => users_add(cli.config, &name),
         Command::Robots {
             command: RobotsCommand::Check(args),
         } => return robots_cmd::check(cli.config, args),
@@ -257,7 +290,8 @@ fn run(config: Option<PathBuf>, args: RunArgs, log_format: LogFormat) -> Result<
         let ca = CertificateAuthority::load_or_create(&cfg.ca_dir(), cfg.proxy.leaf_cache)
             .context("interception CA")?;
         let target = cfg.audit_target();
-        let (sink, writer) = mannerly_proxy::open_audit(&target).context("audit log")?;
+        let (sink, writer) = mannerly_proxy::open_audit(&cfg).context("audit log")?;
+        reopen_on_sighup(sink.clone());
         let proxy = Proxy::bind(cfg, Arc::new(ca), sink).await?;
         let addr = proxy.local_addr()?;
         let admin = proxy.admin_addr();
@@ -281,6 +315,28 @@ fn run(config: Option<PathBuf>, args: RunArgs, log_format: LogFormat) -> Result<
         tracing::info!("stopped; {lines} audit lines written");
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// SIGHUP: seal the audit file and open the configured path again, for
+/// logrotate's `create` mode (it has moved the file away).
+fn reopen_on_sighup(sink: mannerly_proxy::AuditSink) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::hangup()) {
+            Ok(mut hup) => {
+                tokio::spawn(async move {
+                    while hup.recv().await.is_some() {
+                        tracing::info!("SIGHUP: reopening the audit log");
+                        sink.reopen();
+                    }
+                });
+            }
+            Err(e) => tracing::warn!("SIGHUP handler not installed: {e}"),
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = sink;
 }
 
 /// What a user needs to point a crawler at the proxy. curl and wget read
@@ -329,6 +385,22 @@ fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     }
 }
 
+fn users_add(config: Option<PathBuf>, name: &str) -> Result<ExitCode> {
+    let cfg = settings::load(config.as_deref())?;
+    let path = mannerly_proxy::users_path(&cfg);
+    if std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+        eprint!("password for {name} (shown as typed): ");
+    }
+    let mut password = String::new();
+    std::io::stdin()
+        .read_line(&mut password)
+        .context("reading the password from standard input")?;
+    let password = password.trim_end_matches(['\n', '\r']);
+    mannerly_proxy::add_user(&path, name, password)?;
+    println!("{name} added to {}", path.display());
+    Ok(ExitCode::SUCCESS)
+}
+
 fn ca(config: Option<PathBuf>, command: CaCommand) -> Result<ExitCode> {
     let cfg = settings::load(config.as_deref())?;
     let ca = CertificateAuthority::load_or_create(&cfg.ca_dir(), 1).context("interception CA")?;
@@ -352,22 +424,4 @@ fn write_public(path: &std::path::Path, pem: &str) -> Result<()> {
     }
     println!("{}", path.display());
     Ok(())
-}
-
-fn verify(file: &PathBuf) -> Result<ExitCode> {
-    let f = std::fs::File::open(file).with_context(|| format!("{}", file.display()))?;
-    let lines: Vec<String> = std::io::BufReader::new(f)
-        .lines()
-        .collect::<Result<_, _>>()
-        .with_context(|| format!("reading {}", file.display()))?;
-    match mannerly_policy::verify_chain(lines.iter().map(String::as_str)) {
-        Ok((n, _)) => {
-            println!("{}: {n} lines, chain intact", file.display());
-            Ok(ExitCode::SUCCESS)
-        }
-        Err(e) => {
-            println!("{}: {e}", file.display());
-            Ok(ExitCode::from(1))
-        }
-    }
 }

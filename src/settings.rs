@@ -115,7 +115,11 @@ fn build(file: Option<(&str, &str)>, env: &[(String, String)], flags: &Flags) ->
 fn explain_invalid(layers: &layers::Layers, e: ConfigError) -> String {
     let ConfigError::Invalid { key, why } = e;
     match layers.find_dotted(&key) {
-        Some((value, source)) => format!("{key} = {value} ({source}): {why}"),
+        Some((value, source)) => {
+            let path: Vec<String> = key.split('.').map(str::to_string).collect();
+            let value = show::redacted(&path, &value);
+            format!("{key} = {value} ({source}): {why}")
+        }
         None => format!("{key}: {why}"),
     }
 }

@@ -8,6 +8,7 @@ mod e2e {
 
     mod admin;
     mod audit;
+    mod auth;
     mod broad;
     mod browser;
     mod budget;
@@ -15,11 +16,18 @@ mod e2e {
     mod cli;
     mod cluster;
     mod dashboard;
+    mod datadir;
     mod deploy;
     mod forwarding;
     mod identity;
+    mod limits;
+    mod parent;
     mod prefs;
     mod realweb;
     mod report;
     mod robots;
+    mod seal;
+
+    #[path = "../../examples/kill9.rs"]
+    mod kill9;
 }

@@ -1,5 +1,6 @@
-//! "did you mean": the nearest known key by edit distance, else the same
-//! key name in another table (`[proxy] allow_private` is `upstream.allow_private`).
+//! "did you mean": the same key name in another table (`[proxy]
+//! allow_private` is `upstream.allow_private`), else the nearest known key
+//! by edit distance.
 
 use toml::{Table, Value};
 
@@ -9,26 +10,24 @@ use super::layers::{dotted, leaves};
 /// exist at that level.
 pub fn hint(schema: &Table, path: &[String], at: usize, siblings: &[String]) -> Option<String> {
     let word = path.get(at)?;
-    if let Some(best) = nearest(word, siblings.iter().map(String::as_str)) {
-        let mut fixed = path[..=at].to_vec();
-        fixed[at] = best.to_string();
-        fixed.extend_from_slice(&path[at + 1..]);
-        return Some(dotted(&fixed));
+    // The same key name in another table first: an exact name put in the
+    // wrong table (`[proxy] allow_private`) beats a fuzzy sibling
+    // (`proxy.allow`).
+    if at + 1 == path.len() {
+        let elsewhere: Vec<String> = leaves(schema)
+            .into_iter()
+            .filter(|(p, v)| p.last() == Some(word) && !matches!(v, Value::Table(_)))
+            .map(|(p, _)| dotted(&p))
+            .collect();
+        if let [one] = elsewhere.as_slice() {
+            return Some(one.clone());
+        }
     }
-    // The same key name somewhere else: a key put in the wrong table.
-    if at + 1 != path.len() {
-        return None;
-    }
-    let leaf = path.last()?;
-    let elsewhere: Vec<String> = leaves(schema)
-        .into_iter()
-        .filter(|(p, v)| p.last() == Some(leaf) && !matches!(v, Value::Table(_)))
-        .map(|(p, _)| dotted(&p))
-        .collect();
-    match elsewhere.as_slice() {
-        [one] => Some(one.clone()),
-        _ => None,
-    }
+    let best = nearest(word, siblings.iter().map(String::as_str))?;
+    let mut fixed = path[..=at].to_vec();
+    fixed[at] = best.to_string();
+    fixed.extend_from_slice(&path[at + 1..]);
+    Some(dotted(&fixed))
 }
 
 /// The closest candidate within a distance that still looks like a typo.

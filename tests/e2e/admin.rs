@@ -358,10 +358,8 @@ async fn a_non_loopback_admin_address_needs_a_token_and_then_requires_it() {
     let mut cfg = test_config(dir.path());
     cfg.admin.listen = "0.0.0.0:0".into();
     let ca = mannerly_proxy::CertificateAuthority::load_or_create(dir.path(), 4).unwrap();
-    let (sink, _writer) = mannerly_proxy::open_audit(&mannerly_proxy::AuditTarget::File(
-        dir.path().join("a.jsonl"),
-    ))
-    .unwrap();
+    cfg.audit.path = dir.path().join("a.jsonl").display().to_string();
+    let (sink, _writer) = mannerly_proxy::open_audit(&cfg).unwrap();
     let err = match mannerly_proxy::Proxy::bind(cfg, std::sync::Arc::new(ca), sink).await {
         Ok(_) => panic!("a non-loopback admin listener without a token started"),
         Err(e) => e.to_string(),

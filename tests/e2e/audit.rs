@@ -40,10 +40,14 @@ async fn n_requests_give_n_lines_and_edits_break_the_chain_at_that_line() {
     }
     let path = proxy.audit_path.clone();
     let dir = tempfile::tempdir().unwrap();
-    let lines = proxy.stop().await;
+    proxy.stop().await;
+    let lines = audit_lines_all(&path);
     assert_eq!(with_outcome(&lines, "fetched").len(), 20);
     assert_eq!(with_outcome(&lines, "robots_fetched").len(), 1);
-    assert_eq!(lines.len(), 21);
+    // The last line is the signed checkpoint of the clean shutdown.
+    assert_eq!(with_outcome(&lines, "checkpoint").len(), 1);
+    assert_eq!(lines[21]["why"], "shutdown");
+    assert_eq!(lines.len(), 22);
     for l in &lines {
         let ts = l["ts"].as_str().unwrap();
         assert_eq!(ts.len(), "2026-11-29T19:30:59.799Z".len(), "{ts}");
@@ -52,7 +56,7 @@ async fn n_requests_give_n_lines_and_edits_break_the_chain_at_that_line() {
 
     let (code, out) = verify(&path);
     assert_eq!(code, 0, "{out}");
-    assert!(out.contains("21 lines, chain intact"), "{out}");
+    assert!(out.contains("22 lines, chain intact"), "{out}");
 
     let text = std::fs::read_to_string(&path).unwrap();
     let mut rows: Vec<&str> = text.lines().collect();
@@ -94,7 +98,8 @@ async fn a_restarted_proxy_continues_the_chain() {
     }
     let (code, out) = verify(&audit);
     assert_eq!(code, 0, "{out}");
-    assert!(out.contains("4 lines"), "{out}");
+    // Two lines per run, each run sealed by its shutdown checkpoint.
+    assert!(out.contains("6 lines"), "{out}");
 }
 
 #[tokio::test]

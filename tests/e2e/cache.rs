@@ -570,12 +570,12 @@ async fn serve_fresh_answers_fresh_pages_without_asking_the_origin() {
 #[tokio::test]
 async fn a_store_that_cannot_be_opened_stops_the_start_and_names_the_file() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = test_config(dir.path());
+    let mut cfg = test_config(dir.path());
     // A directory where the store file should be: it cannot be opened.
     std::fs::create_dir_all(cfg.store_path()).unwrap();
     let ca = mannerly_proxy::CertificateAuthority::load_or_create(&cfg.data_dir, 64).unwrap();
-    let target = mannerly_proxy::AuditTarget::File(dir.path().join("audit.jsonl"));
-    let (sink, _writer) = mannerly_proxy::open_audit(&target).unwrap();
+    cfg.audit.path = dir.path().join("audit.jsonl").display().to_string();
+    let (sink, _writer) = mannerly_proxy::open_audit(&cfg).unwrap();
     let err = match mannerly_proxy::Proxy::bind(cfg, Arc::new(ca), sink).await {
         Ok(_) => panic!("started without its store"),
         Err(e) => e.to_string(),
@@ -592,7 +592,13 @@ impl SmallDisk {
     fn mount(size: &str) -> Option<SmallDisk> {
         let dir = tempfile::tempdir().ok()?;
         let ok = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=700"),
+                "tmpfs",
+            ])
             .arg(dir.path())
             .stderr(std::process::Stdio::null())
             .status()

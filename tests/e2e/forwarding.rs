@@ -541,3 +541,72 @@ async fn later_heads_on_a_kept_alive_connection_get_the_same_checks() {
     assert!(errors.iter().all(|l| l["source"] == "client"));
     assert_eq!(with_outcome(&lines, "fetched").len(), cases.len());
 }
+
+/// A client that trickles its body holds nothing of the host's: another
+/// client's GET to the same host (concurrency 1) is answered while the slow
+/// body is still coming, and the slow one gets 408 once it goes silent.
+#[tokio::test]
+async fn a_slow_request_body_does_not_hold_the_host_and_ends_in_408() {
+    let origin = Origin::http(echo()).await;
+    let mut proxy = TestProxy::start(|c| {
+        c.budget.concurrency = 1;
+        c.proxy.body_idle_timeout = Duration::from_millis(800);
+    })
+    .await;
+    let target = format!("http://127.0.0.1:{}/slow", origin.port());
+    let mut slow = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    slow.write_all(
+        format!("POST {target} HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\nab").as_bytes(),
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let r = proxy
+        .client()
+        .get(format!("http://127.0.0.1:{}/fast", origin.port()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        origin.seen.count("/slow"),
+        0,
+        "the slow body is not complete"
+    );
+    // Nothing more: the body goes silent.
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), slow.read_to_end(&mut out))
+        .await
+        .expect("the proxy closes the connection")
+        .unwrap();
+    let resp = String::from_utf8_lossy(&out).to_lowercase();
+    assert!(resp.starts_with("http/1.1 408"), "{resp}");
+    assert!(resp.contains("mannerly-decision: error"), "{resp}");
+    assert_eq!(origin.seen.count("/slow"), 0, "never sent");
+    let lines = proxy.stop().await;
+    let errors = with_outcome(&lines, "error");
+    assert_eq!(errors.len(), 1, "{lines:#?}");
+    assert_eq!(errors[0]["source"], "client");
+    assert_eq!(errors[0]["status"], 408);
+}
+
+/// A broken chunked body is the client's error (400, source client), not
+/// an origin failure.
+#[tokio::test]
+async fn a_bad_chunk_size_in_the_client_body_is_a_400_from_the_client() {
+    let origin = Origin::http(echo()).await;
+    let mut proxy = TestProxy::start(|_| {}).await;
+    let target = format!("http://127.0.0.1:{}/post", origin.port());
+    let resp = raw(
+        &proxy,
+        format!("POST {target} HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n").as_bytes(),
+    )
+    .await
+    .to_lowercase();
+    assert!(resp.starts_with("http/1.1 400"), "{resp}");
+    assert!(resp.contains("mannerly-decision: error"), "{resp}");
+    let lines = proxy.stop().await;
+    let errors = with_outcome(&lines, "error");
+    assert_eq!(errors.len(), 1, "{lines:#?}");
+    assert_eq!(errors[0]["source"], "client");
+}

@@ -380,3 +380,122 @@ async fn a_client_that_does_not_trust_our_ca_leaves_an_audit_line() {
         "{reason}"
     );
 }
+
+/// An origin written with raw sockets: robots.txt is a 404, everything else
+/// gets `answer` as bytes, then the connection closes.
+async fn raw_origin(answer: &'static str) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 1024];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let head = String::from_utf8_lossy(&buf);
+                let reply = if head.starts_with("GET /robots.txt") {
+                    "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                } else {
+                    answer
+                };
+                let _ = s.write_all(reply.as_bytes()).await;
+                let _ = s.shutdown().await;
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test]
+async fn a_101_nobody_asked_for_is_a_502() {
+    let port = raw_origin(
+        "HTTP/1.1 101 Switching Protocols\r\nupgrade: something\r\nconnection: upgrade\r\n\r\n",
+    )
+    .await;
+    let mut proxy = TestProxy::start(|_| {}).await;
+    let r = proxy
+        .client()
+        .get(format!("http://127.0.0.1:{port}/page"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 502);
+    assert!(decision(&r).starts_with("error"), "{}", decision(&r));
+    let lines = proxy.stop().await;
+    let errors = with_outcome(&lines, "error");
+    assert_eq!(errors.len(), 1, "{lines:#?}");
+    assert_eq!(errors[0]["source"], "upstream");
+    assert!(errors[0]["reason"].as_str().unwrap().contains("101"));
+}
+
+/// SIIT (::ffff:0:a.b.c.d) and 6to4 (2002:AABB:CCDD::) carry an IPv4
+/// address inside an IPv6 one: an internal one is refused like the IPv4.
+#[tokio::test]
+async fn siit_and_6to4_addresses_of_internal_hosts_are_blocked() {
+    let mut proxy = TestProxy::start(|c| c.upstream.allow_private = false).await;
+    for host in [
+        "[::ffff:0:127.0.0.1]",
+        "[2002:7f00:1::1]",
+        "[2002:a9fe:a9fe::]",
+    ] {
+        let r = proxy
+            .client()
+            .get(format!("http://{host}:9/secret"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 403, "{host}");
+        assert!(
+            decision(&r).starts_with("blocked"),
+            "{host}: {}",
+            decision(&r)
+        );
+    }
+    let lines = proxy.stop().await;
+    assert_eq!(with_outcome(&lines, "blocked").len(), 3);
+}
+
+/// With interception off, a tunnel nobody uses is closed after
+/// `upstream.idle_timeout_secs`, with its `tunneled` line.
+#[tokio::test]
+async fn an_idle_pass_through_tunnel_is_closed() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // An origin that accepts and then says nothing.
+    let held = tokio::spawn(async move {
+        let (s, _) = listener.accept().await.unwrap();
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        drop(s);
+    });
+    let mut proxy = TestProxy::start(|c| {
+        c.proxy.intercept = false;
+        c.proxy.connect_ports.push(port);
+        c.upstream.idle_timeout = Duration::from_millis(700);
+    })
+    .await;
+    let mut s = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    s.write_all(format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(15), s.read_to_end(&mut out))
+        .await
+        .expect("the idle tunnel is closed")
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out).starts_with("HTTP/1.1 200"));
+    let lines = proxy.stop().await;
+    let t = with_outcome(&lines, "tunneled");
+    assert_eq!(t.len(), 1, "{lines:#?}");
+    assert!(t[0]["reason"].as_str().unwrap().contains("without traffic"));
+    held.abort();
+}

@@ -250,7 +250,7 @@ impl TestProxy {
         let audit_path = PathBuf::from(&cfg.audit.path);
         let ca = mannerly_proxy::CertificateAuthority::load_or_create(&cfg.data_dir, 64).unwrap();
         let ca_pem = ca.cert_pem().to_string();
-        let (sink, writer) = mannerly_proxy::open_audit(&cfg.audit_target()).unwrap();
+        let (sink, writer) = mannerly_proxy::open_audit(&cfg).unwrap();
         let proxy = Proxy::bind(cfg, Arc::new(ca), sink).await.unwrap();
         let addr = proxy.local_addr().unwrap();
         let admin = proxy.admin_addr();
@@ -302,7 +302,16 @@ impl TestProxy {
     }
 }
 
+/// The decision lines of an audit log (signed checkpoints left out).
 pub fn audit_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
+    audit_lines_all(path)
+        .into_iter()
+        .filter(|l| l["outcome"] != "checkpoint")
+        .collect()
+}
+
+/// Every line of an audit log, checkpoints included.
+pub fn audit_lines_all(path: &std::path::Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
         .lines()

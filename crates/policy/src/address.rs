@@ -83,10 +83,22 @@ fn classify_v6(ip: Ipv6Addr) -> AddressClass {
     if let Some(v4) = ip.to_ipv4_mapped() {
         return classify_v4(v4);
     }
-    // IPv4-compatible (::a.b.c.d, deprecated) and NAT64 (64:ff9b::/96).
-    if s[..6] == [0, 0, 0, 0, 0, 0] || s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+    // IPv4-compatible (::a.b.c.d, deprecated), SIIT (::ffff:0:a.b.c.d,
+    // RFC 6052 / 7915) and NAT64 (64:ff9b::/96): the last 32 bits.
+    if s[..6] == [0, 0, 0, 0, 0, 0]
+        || s[..6] == [0, 0, 0, 0, 0xffff, 0]
+        || s[..6] == [0x64, 0xff9b, 0, 0, 0, 0]
+    {
         let v4 = Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
         return classify_v4(v4);
+    }
+    // 6to4 (2002::/16, RFC 3056): the IPv4 address is bits 16..48.
+    if s[0] == 0x2002 {
+        let v4 = Ipv4Addr::new((s[1] >> 8) as u8, s[1] as u8, (s[2] >> 8) as u8, s[2] as u8);
+        let class = classify_v4(v4);
+        if class.is_internal() {
+            return class;
+        }
     }
     if ip == Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254) {
         return AddressClass::Metadata;
@@ -167,6 +179,19 @@ fn parse_part(p: &str) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn siit_and_6to4_with_an_internal_ipv4_are_internal() {
+        let c = |a: &str| classify_ip(a.parse().expect("address"));
+        assert_eq!(c("::ffff:0:127.0.0.1"), AddressClass::Loopback);
+        assert_eq!(c("::ffff:0:10.1.2.3"), AddressClass::Private);
+        assert_eq!(c("::ffff:0:169.254.169.254"), AddressClass::Metadata);
+        assert_eq!(c("2002:7f00:1::1"), AddressClass::Loopback);
+        assert_eq!(c("2002:c0a8:101::"), AddressClass::Private);
+        assert_eq!(c("2002:a9fe:a9fe::1"), AddressClass::Metadata);
+        assert_eq!(c("2002:5db8:d70e::1"), AddressClass::Public);
+        assert_eq!(c("::ffff:0:93.184.215.14"), AddressClass::Public);
+    }
+
     use super::*;
 
     fn class(host: &str) -> AddressClass {

@@ -15,6 +15,12 @@ use crate::conditional::CacheOutcome;
 use crate::prefs::PrefsRecord;
 use crate::Outcome;
 
+mod checkpoint;
+mod verify;
+
+pub use checkpoint::{hex, parse_public_key, Checkpoint, SealReason, CHECKPOINT};
+pub use verify::{FileReport, Problem, Report, Verifier};
+
 /// The chain value before the first line of a log.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
@@ -30,6 +36,8 @@ pub struct AuditRecord {
     pub id: String,
     /// The client's socket address.
     pub client: Option<String>,
+    /// The proxy user the client authenticated as (`proxy.auth`).
+    pub user: Option<String>,
     /// Request method.
     pub method: String,
     /// Absolute URL of the request.
@@ -44,11 +52,17 @@ pub struct AuditRecord {
     pub would: Option<Outcome>,
     /// Status sent to the client.
     pub status: Option<u16>,
+    /// The target's own status when a parent proxy carried it in a header
+    /// (`upstream.status_header`) and it is what the budget learned from;
+    /// absent otherwise, so lines without a parent keep their bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_status: Option<u16>,
     /// The rule behind the decision (`Disallow: /private/ (line 3, group *)`).
     pub rule: Option<String>,
     /// Plain words on why, for refusals and errors.
     pub reason: Option<String>,
-    /// Who caused an error: `client`, `upstream`, `policy` or `internal`.
+    /// Who caused an error: `client`, `upstream`, `parent` (the parent
+    /// proxy of `upstream.proxy`), `policy`, `internal` or `proxy`.
     pub source: Option<&'static str>,
     /// How long the request was held by the budget.
     pub waited_ms: Option<u64>,

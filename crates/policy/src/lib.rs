@@ -11,12 +11,17 @@ mod headers;
 pub mod identity;
 mod outcome;
 mod param;
+pub mod parent;
 pub mod prefs;
 pub mod robots;
 pub mod robots_cache;
 
 pub use address::{classify_ip, parse_host_ip, AddressClass};
-pub use audit::{chain_line, last_chain, verify_chain, AuditRecord, ChainError, GENESIS};
+pub use audit::{
+    chain_line, hex, last_chain, parse_public_key, verify_chain, AuditRecord, ChainError,
+    Checkpoint, FileReport, Problem, Report, SealReason, Verifier, CHECKPOINT, GENESIS,
+};
+pub use ed25519_dalek::{SigningKey, VerifyingKey};
 pub use headers::strip_hop_by_hop;
 pub use outcome::Outcome;
 pub use param::ParamError;

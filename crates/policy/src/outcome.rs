@@ -33,6 +33,9 @@ pub enum Outcome {
     RobotsFetched,
     /// A CONNECT tunnel passed through without interception.
     Tunneled,
+    /// The client is not allowed to use the proxy (proxy authentication or
+    /// the client address allow-list).
+    Denied,
     /// An operator cleared a host's learned pause, ceiling and breaker
     /// (admin `POST /hosts/{host}/reset`).
     OperatorReset,
@@ -56,6 +59,7 @@ impl Outcome {
             Outcome::Error => "error",
             Outcome::RobotsFetched => "robots_fetched",
             Outcome::Tunneled => "tunneled",
+            Outcome::Denied => "denied",
             Outcome::OperatorReset => "operator_reset",
         }
     }
@@ -64,6 +68,7 @@ impl Outcome {
     pub fn refusal_status(self) -> u16 {
         match self {
             Outcome::Disallowed | Outcome::SignalRefused | Outcome::Blocked => 403,
+            Outcome::Denied => 407,
             Outcome::RobotsUnavailable | Outcome::QueueFull => 503,
             Outcome::Paused | Outcome::BreakerOpen | Outcome::Throttled => 429,
             Outcome::Error => 502,

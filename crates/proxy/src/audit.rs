@@ -1,25 +1,48 @@
-//! The audit log writer: records are handed over a channel and written by
-//! one thread, so the request path never waits on the disk. The thread
-//! chains each line to the previous one and flushes whenever it runs out of
-//! work, and once more on close.
+//! The audit log writer. Records are handed over a channel to one thread
+//! that chains each line to the previous one, writes everything queued in
+//! one `write` (lines of many requests share it), and then tells the
+//! requests waiting for their line that it has reached the OS: an answer's
+//! last byte is released only after that, so a `kill -9` at any moment
+//! leaves no completely answered request without its line.
+//!
+//! The same thread seals the chain with signed checkpoints (every
+//! `audit.checkpoint_lines` lines or `audit.checkpoint_secs` seconds, at
+//! rotation and at shutdown), rotates the file by size or age, and reopens
+//! it on request (SIGHUP after logrotate moved it).
 
-use std::fs::{File, OpenOptions};
-use std::io::{self, BufRead, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
-use std::path::Path;
+use std::fs::File;
+use std::future::Future;
+use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, Mutex};
+use std::task::{Context, Poll};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
-use mannerly_policy::{chain_line, last_chain, AuditRecord, GENESIS};
+use http::Response;
+use mannerly_policy::{
+    chain_line, last_chain, AuditRecord, Checkpoint, SealReason, SigningKey, GENESIS,
+};
+use tokio::sync::oneshot;
 
-use crate::config::AuditTarget;
+use crate::clock::Clock;
+use crate::config::{AuditConfig, AuditSync, AuditTarget, Config};
+use crate::datadir;
+use crate::error::AuditError;
+
+mod key;
+
+pub use key::{key_path, load as load_key, load_or_create as load_or_create_key};
 
 enum Msg {
-    Record(Box<AuditRecord>),
+    Record(Box<AuditRecord>, Option<oneshot::Sender<bool>>),
+    Reopen,
     Close,
 }
 
-/// Called with every record as it is handed to the writer (metrics).
+/// Sees every record as it is handed to the writer (the dashboard's live feed).
 pub(crate) type Observer = Arc<dyn Fn(&AuditRecord) + Send + Sync>;
 
 /// Hands records to the writer. Cheap to clone; never blocks.
@@ -30,46 +53,137 @@ pub struct AuditSink {
     observer: Option<Observer>,
 }
 
-/// Lines the writer thread wrote and the writes that failed.
+/// Counters of the writer, for `/metrics`.
 #[derive(Debug, Default)]
 pub(crate) struct AuditStats {
+    /// Lines written (checkpoints included).
     pub written: AtomicU64,
+    /// Failed writes.
     pub errors: AtomicU64,
 }
 
 impl AuditSink {
-    /// Queues a record for writing.
+    /// Queues a record that no answer waits for (robots.txt fetches, retries,
+    /// tunnels that already ended).
     pub fn send(&self, rec: AuditRecord) {
-        // Every decision passes here exactly once, so counting here makes
-        // the metrics equal the audit lines by construction.
-        if let Some(observe) = &self.observer {
-            observe(&rec);
-        }
+        self.observe(&rec);
         // Only fails after close, when there is no log left to write to.
-        let _ = self.tx.send(Msg::Record(Box::new(rec)));
+        let _ = self.tx.send(Msg::Record(Box::new(rec), None));
     }
 
-    /// This sink with `observer` called on every record sent through it
-    /// (and through its clones).
+    /// Queues a record and returns what resolves once its line has been
+    /// written to the file (handed to the OS with `write`).
+    pub fn commit(&self, rec: AuditRecord) -> Written {
+        self.observe(&rec);
+        let (tx, rx) = oneshot::channel();
+        let _ = self.tx.send(Msg::Record(Box::new(rec), Some(tx)));
+        Written(rx)
+    }
+
+    fn observe(&self, rec: &AuditRecord) {
+        if let Some(observe) = &self.observer {
+            observe(rec);
+        }
+    }
+
+    /// The same sink, also showing every record to `observer`.
     pub(crate) fn observed(mut self, observer: Observer) -> AuditSink {
         self.observer = Some(observer);
         self
     }
 
+    /// The writer's counters.
     pub(crate) fn stats(&self) -> &Arc<AuditStats> {
         &self.stats
     }
+
+    /// A committer for code that completes a record later.
+    pub(crate) fn committer(&self) -> (Committer, Written) {
+        let (tx, rx) = oneshot::channel();
+        (
+            Committer {
+                sink: self.clone(),
+                ack: tx,
+            },
+            Written(rx),
+        )
+    }
+
+    /// Seals the current file and opens the configured path again (for
+    /// logrotate's `create` mode: it moved the file, we start a new one).
+    pub fn reopen(&self) {
+        let _ = self.tx.send(Msg::Reopen);
+    }
 }
 
-/// The writer thread; [`AuditWriter::close`] flushes and joins it.
+/// Sends one record whose answer waits for it.
+pub(crate) struct Committer {
+    sink: AuditSink,
+    ack: oneshot::Sender<bool>,
+}
+
+impl Committer {
+    /// Queues the record; the waiting answer is released once it is written.
+    pub(crate) fn send(self, rec: AuditRecord) {
+        self.sink.observe(&rec);
+        let _ = self
+            .sink
+            .tx
+            .send(Msg::Record(Box::new(rec), Some(self.ack)));
+    }
+}
+
+/// Resolves to `true` once a line is written, `false` if it could not be.
+pub struct Written(oneshot::Receiver<bool>);
+
+impl Future for Written {
+    type Output = bool;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<bool> {
+        Pin::new(&mut self.0).poll(cx).map(|r| r.unwrap_or(false))
+    }
+}
+
+/// A line an answer's head must wait for (refusals, bodiless answers), kept
+/// in the response's extensions until the connection code awaits it.
+#[derive(Clone)]
+pub(crate) struct LineGate(Arc<Mutex<Option<Written>>>);
+
+/// Makes `resp` wait for `written` before it is sent.
+pub(crate) fn gate<B>(resp: &mut Response<B>, written: Written) {
+    resp.extensions_mut()
+        .insert(LineGate(Arc::new(Mutex::new(Some(written)))));
+}
+
+/// Waits for the line `resp` records, if it has one to wait for. If the
+/// line could not be written the answer becomes a 503: nothing is answered
+/// without its line.
+pub(crate) async fn line_written(resp: &mut Response<crate::body::ProxyBody>) {
+    let pending = resp
+        .extensions_mut()
+        .remove::<LineGate>()
+        .and_then(|g| g.0.lock().ok().and_then(|mut w| w.take()));
+    if let Some(w) = pending {
+        if !w.await {
+            *resp = crate::respond::Answer::new(
+                mannerly_policy::Outcome::Error,
+                "the audit log cannot be written, so nothing is answered",
+            )
+            .status(503)
+            .close()
+            .into_response("");
+        }
+    }
+}
+
+/// The writer thread; [`AuditWriter::close`] seals, flushes and joins it.
 pub struct AuditWriter {
     tx: mpsc::Sender<Msg>,
     thread: Option<JoinHandle<io::Result<u64>>>,
 }
 
 impl AuditWriter {
-    /// Writes everything queued so far, flushes, and returns the number of
-    /// lines written by this writer.
+    /// Writes everything queued so far, seals the file with a shutdown
+    /// checkpoint, syncs, and returns the number of lines this writer wrote.
     pub fn close(mut self) -> io::Result<u64> {
         let _ = self.tx.send(Msg::Close);
         match self.thread.take().map(JoinHandle::join) {
@@ -89,35 +203,58 @@ impl Drop for AuditWriter {
     }
 }
 
-/// Opens the log (appending to an existing file and continuing its chain)
-/// and starts the writer thread.
-pub fn open(target: &AuditTarget) -> io::Result<(AuditSink, AuditWriter)> {
-    let (out, prev): (Box<dyn Write + Send>, String) = match target {
-        AuditTarget::Stdout => (Box::new(io::stdout()), GENESIS.to_string()),
+/// Opens the log of `cfg` (appending to an existing file and continuing its
+/// chain), loads or creates the signing key, and starts the writer thread.
+pub fn open(cfg: &Config) -> Result<(AuditSink, AuditWriter), AuditError> {
+    let key = key::load_or_create(&cfg.data_dir)?;
+    let target = cfg.audit_target();
+    let (out, prev, lines) = match &target {
+        AuditTarget::Stdout => (Out::Stdout(io::stdout()), GENESIS.to_string(), 0),
         AuditTarget::File(path) => {
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir)?;
+                datadir::prepare(dir)?;
             }
-            let prev = read_last_chain(path)?;
-            let f = OpenOptions::new().create(true).append(true).open(path)?;
-            (Box::new(f), prev)
+            let (file, lines, prev) = open_file(path)?;
+            (Out::File(file), prev, lines)
         }
     };
     let (tx, rx) = mpsc::channel();
     let stats = Arc::new(AuditStats::default());
-    let thread = {
-        let stats = stats.clone();
-        std::thread::Builder::new()
-            .name("mannerly-audit".into())
-            .spawn(move || {
-                let r = write_loop(rx, out, prev, &stats);
-                if let Err(e) = &r {
-                    stats.errors.fetch_add(1, Ordering::Relaxed);
-                    tracing::error!("audit log write failed, no more lines are written: {e}");
-                }
-                r
-            })?
+    let clock = Clock::system();
+    let now = clock.now_std();
+    let bytes = match &out {
+        Out::File(f) => f.metadata().map(|m| m.len()).unwrap_or(0),
+        Out::Stdout(_) => 0,
     };
+    let mut w = Writer {
+        target,
+        out,
+        prev,
+        lines,
+        // A file that does not end in a checkpoint (a crash) gets one soon.
+        since_seal: 0,
+        bytes,
+        opened: now,
+        last_seal: now,
+        last_sync: now,
+        dirty: false,
+        key,
+        cfg: cfg.audit.clone(),
+        buf: Vec::with_capacity(64 * 1024),
+        acks: Vec::new(),
+        written: 0,
+        stats: stats.clone(),
+        clock,
+    };
+    if w.lines == 0 && w.prev != GENESIS {
+        // A new file continuing an earlier one starts by saying so.
+        w.seal(SealReason::Continuation);
+        w.flush();
+    }
+    let thread = std::thread::Builder::new()
+        .name("mannerly-audit".into())
+        .spawn(move || w.run(rx))
+        .map_err(AuditError::Thread)?;
     Ok((
         AuditSink {
             tx: tx.clone(),
@@ -131,64 +268,42 @@ pub fn open(target: &AuditTarget) -> io::Result<(AuditSink, AuditWriter)> {
     ))
 }
 
-fn write_loop(
-    rx: mpsc::Receiver<Msg>,
-    out: Box<dyn Write + Send>,
-    mut prev: String,
-    stats: &AuditStats,
-) -> io::Result<u64> {
-    let mut w = BufWriter::with_capacity(64 * 1024, out);
-    let mut n = 0u64;
-    let mut write =
-        |rec: &AuditRecord, w: &mut BufWriter<Box<dyn Write + Send>>| -> io::Result<()> {
-            let (line, chain) = chain_line(&prev, &rec.to_json());
-            w.write_all(line.as_bytes())?;
-            w.write_all(b"\n")?;
-            prev = chain;
-            n += 1;
-            stats.written.fetch_add(1, Ordering::Relaxed);
-            Ok(())
-        };
-    loop {
-        let msg = match rx.try_recv() {
-            Ok(m) => m,
-            Err(mpsc::TryRecvError::Empty) => {
-                w.flush()?;
-                match rx.recv() {
-                    Ok(m) => m,
-                    Err(_) => break,
-                }
-            }
-            Err(mpsc::TryRecvError::Disconnected) => break,
-        };
-        match msg {
-            Msg::Record(rec) => write(&rec, &mut w)?,
-            Msg::Close => {
-                // Records queued before the close are still written.
-                while let Ok(Msg::Record(rec)) = rx.try_recv() {
-                    write(&rec, &mut w)?;
-                }
-                break;
-            }
-        }
-    }
-    w.flush()?;
-    if let Ok(f) = w.into_inner() {
-        drop(f);
-    }
-    Ok(n)
+/// Opens `path` for appending: its line count and the chain value to go on
+/// from (the last line's, or the newest rotated file's when `path` is new).
+fn open_file(path: &Path) -> Result<(File, u64, String), AuditError> {
+    let mut file = datadir::open_append(path)?;
+    let (lines, last) =
+        scan(&mut file).map_err(|e| AuditError::Log(format!("{}: {e}", path.display())))?;
+    let prev = match last {
+        Some(line) => last_chain(&line).ok_or_else(|| {
+            AuditError::Log(format!(
+                "{}: last line has no chain field; move the file aside or run `mannerly audit verify` on it",
+                path.display()
+            ))
+        })?,
+        None => match newest_rotated(path) {
+            Some(old) => read_last_chain(&old)?,
+            None => GENESIS.to_string(),
+        },
+    };
+    Ok((file, lines, prev))
 }
 
-/// The chain value of a file's last line, so appending keeps one chain.
-fn read_last_chain(path: &Path) -> io::Result<String> {
-    let mut f = match File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(GENESIS.to_string()),
-        Err(e) => return Err(e),
-    };
-    let len = f.metadata()?.len();
+/// Counts the lines of a file and returns its last non-empty line.
+fn scan(f: &mut File) -> io::Result<(u64, Option<String>)> {
+    f.seek(SeekFrom::Start(0))?;
+    let mut lines = 0u64;
+    let mut buf = vec![0u8; 256 * 1024];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        lines += buf[..n].iter().filter(|b| **b == b'\n').count() as u64;
+    }
+    let len = f.seek(SeekFrom::End(0))?;
     if len == 0 {
-        return Ok(GENESIS.to_string());
+        return Ok((0, None));
     }
     let start = len.saturating_sub(256 * 1024);
     f.seek(SeekFrom::Start(start))?;
@@ -199,14 +314,352 @@ fn read_last_chain(path: &Path) -> io::Result<String> {
         .map_while(Result::ok)
         .filter(|l| !l.trim().is_empty())
         .last();
-    match last.as_deref().and_then(last_chain) {
-        Some(c) => Ok(c),
-        None => Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!(
-                "{}: last line has no chain field; move the file aside or run `mannerly audit verify` on it",
+    Ok((lines, last))
+}
+
+fn read_last_chain(path: &Path) -> Result<String, AuditError> {
+    datadir::check_regular(path)?;
+    let mut f =
+        File::open(path).map_err(|e| AuditError::Log(format!("{}: {e}", path.display())))?;
+    let (_, last) =
+        scan(&mut f).map_err(|e| AuditError::Log(format!("{}: {e}", path.display())))?;
+    match last.as_deref().map(last_chain) {
+        Some(Some(c)) => Ok(c),
+        Some(None) => Err(AuditError::Log(format!(
+            "{}: last line has no chain field",
+            path.display()
+        ))),
+        None => Ok(GENESIS.to_string()),
+    }
+}
+
+/// Files rotated out of `path`, oldest first: `audit.jsonl.20261130T111746.123Z`.
+pub fn rotated_files(path: &Path) -> Vec<PathBuf> {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return Vec::new();
+    };
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    let prefix = format!("{}.", name.to_string_lossy());
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .filter(|e| {
+            let n = e.file_name().to_string_lossy().to_string();
+            n.strip_prefix(&prefix).is_some_and(is_rotation_stamp)
+        })
+        .map(|e| e.path())
+        .collect();
+    found.sort();
+    found
+}
+
+fn is_rotation_stamp(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() >= 9 && b[..8].iter().all(u8::is_ascii_digit) && b[8] == b'T'
+}
+
+fn newest_rotated(path: &Path) -> Option<PathBuf> {
+    rotated_files(path).pop()
+}
+
+enum Out {
+    File(File),
+    Stdout(io::Stdout),
+}
+
+impl Out {
+    fn write_all(&mut self, b: &[u8]) -> io::Result<()> {
+        match self {
+            Out::File(f) => f.write_all(b),
+            Out::Stdout(s) => {
+                let mut s = s.lock();
+                s.write_all(b)?;
+                s.flush()
+            }
+        }
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        match self {
+            Out::File(f) => f.sync_data(),
+            Out::Stdout(_) => Ok(()),
+        }
+    }
+}
+
+struct Writer {
+    target: AuditTarget,
+    out: Out,
+    prev: String,
+    /// Lines in the current file.
+    lines: u64,
+    /// Records since the last checkpoint.
+    since_seal: u64,
+    /// Bytes in the current file.
+    bytes: u64,
+    opened: Instant,
+    last_seal: Instant,
+    last_sync: Instant,
+    dirty: bool,
+    key: SigningKey,
+    cfg: AuditConfig,
+    buf: Vec<u8>,
+    acks: Vec<oneshot::Sender<bool>>,
+    written: u64,
+    stats: Arc<AuditStats>,
+    clock: Clock,
+}
+
+// Past this, a batch is written even if more records are queued.
+const BATCH_BYTES: usize = 1 << 20;
+
+impl Writer {
+    fn run(&mut self, rx: mpsc::Receiver<Msg>) -> io::Result<u64> {
+        let mut closing = false;
+        while !closing {
+            let msg = match self.next_deadline() {
+                Some(d) => match rx.recv_timeout(d) {
+                    Ok(m) => Some(m),
+                    Err(mpsc::RecvTimeoutError::Timeout) => None,
+                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                },
+                None => match rx.recv() {
+                    Ok(m) => Some(m),
+                    Err(_) => break,
+                },
+            };
+            if let Some(m) = msg {
+                closing = self.handle(m);
+                // Everything queued meanwhile goes into the same write.
+                while self.buf.len() < BATCH_BYTES {
+                    match rx.try_recv() {
+                        Ok(m) => closing |= self.handle(m),
+                        Err(_) => break,
+                    }
+                }
+            }
+            if closing {
+                // Records queued before the close are still written.
+                while let Ok(m) = rx.try_recv() {
+                    self.handle(m);
+                }
+            }
+            self.flush();
+            self.tick();
+            if self.rotation_due() {
+                self.rotate(false);
+            }
+        }
+        if self.since_seal > 0 {
+            self.seal(SealReason::Shutdown);
+        }
+        self.flush();
+        if self.cfg.sync != AuditSync::None {
+            self.out.sync()?;
+        }
+        Ok(self.written)
+    }
+
+    /// Returns true on close.
+    fn handle(&mut self, m: Msg) -> bool {
+        match m {
+            Msg::Record(rec, ack) => {
+                self.push(&rec.to_json());
+                self.since_seal += 1;
+                self.written += 1;
+                if let Some(a) = ack {
+                    self.acks.push(a);
+                }
+                if self.since_seal >= self.cfg.checkpoint_lines {
+                    self.seal(SealReason::Interval);
+                }
+                false
+            }
+            Msg::Reopen => {
+                self.rotate(true);
+                false
+            }
+            Msg::Close => true,
+        }
+    }
+
+    fn push(&mut self, content: &str) {
+        let (line, chain) = chain_line(&self.prev, content);
+        self.stats.written.fetch_add(1, Ordering::Relaxed);
+        self.buf.extend_from_slice(line.as_bytes());
+        self.buf.push(b'\n');
+        self.prev = chain;
+        self.lines += 1;
+    }
+
+    fn seal(&mut self, why: SealReason) {
+        let cp = Checkpoint::sign(
+            &self.key,
+            now_rfc3339(&self.clock),
+            why,
+            self.lines,
+            &self.prev,
+            self.cfg.checkpoint_lines,
+            self.cfg.checkpoint_secs,
+        );
+        self.push(&cp.to_json());
+        self.written += 1;
+        self.since_seal = 0;
+        self.last_seal = self.clock.now_std();
+    }
+
+    /// Writes the batch and releases the answers waiting for it.
+    fn flush(&mut self) {
+        if self.buf.is_empty() {
+            return;
+        }
+        let mut ok = self.out.write_all(&self.buf).is_ok();
+        self.bytes += self.buf.len() as u64;
+        self.buf.clear();
+        if ok && self.cfg.sync == AuditSync::Every {
+            ok = self.out.sync().is_ok();
+            self.last_sync = self.clock.now_std();
+        } else {
+            self.dirty = true;
+        }
+        if !ok {
+            self.stats.errors.fetch_add(1, Ordering::Relaxed);
+            tracing::error!("audit log write failed; answers waiting for their lines get 503");
+        }
+        for a in self.acks.drain(..) {
+            let _ = a.send(ok);
+        }
+    }
+
+    fn next_deadline(&self) -> Option<Duration> {
+        let mut next: Option<Duration> = None;
+        let mut at = |since: Instant, every: Duration| {
+            let left = every.saturating_sub(self.clock.now_std().saturating_duration_since(since));
+            next = Some(next.map_or(left, |n| n.min(left)));
+        };
+        if self.since_seal > 0 {
+            at(
+                self.last_seal,
+                Duration::from_secs(self.cfg.checkpoint_secs),
+            );
+        }
+        if self.dirty && self.cfg.sync == AuditSync::Batch {
+            at(self.last_sync, Duration::from_secs(1));
+        }
+        if let Some(every) = self.cfg.rotate_every() {
+            at(self.opened, every);
+        }
+        next
+    }
+
+    fn tick(&mut self) {
+        if self.since_seal > 0
+            && self
+                .clock
+                .now_std()
+                .saturating_duration_since(self.last_seal)
+                >= Duration::from_secs(self.cfg.checkpoint_secs)
+        {
+            self.seal(SealReason::Interval);
+            self.flush();
+        }
+        if self.dirty
+            && self.cfg.sync == AuditSync::Batch
+            && self
+                .clock
+                .now_std()
+                .saturating_duration_since(self.last_sync)
+                >= Duration::from_secs(1)
+        {
+            if let Err(e) = self.out.sync() {
+                tracing::error!("audit log fsync failed: {e}");
+            }
+            self.dirty = false;
+            self.last_sync = self.clock.now_std();
+        }
+    }
+
+    fn rotation_due(&self) -> bool {
+        if !matches!(self.target, AuditTarget::File(_)) || self.lines == 0 {
+            return false;
+        }
+        (self.cfg.rotate_bytes > 0 && self.bytes >= self.cfg.rotate_bytes)
+            || self.cfg.rotate_every().is_some_and(|every| {
+                self.clock.now_std().saturating_duration_since(self.opened) >= every
+            })
+    }
+
+    /// Seals the current file and starts a new one at the configured path;
+    /// the new file's first line chains from the sealed one's last.
+    /// `reopen`: someone else moved the file already (logrotate).
+    fn rotate(&mut self, reopen: bool) {
+        let AuditTarget::File(path) = self.target.clone() else {
+            return;
+        };
+        self.seal(SealReason::Rotation);
+        self.flush();
+        if let Err(e) = self.out.sync() {
+            tracing::error!("audit log fsync before rotation failed: {e}");
+        }
+        self.dirty = false;
+        if !reopen {
+            let rotated = rotated_name(&path, &self.clock);
+            if let Err(e) = std::fs::rename(&path, &rotated) {
+                tracing::error!(
+                    "audit log rotation: cannot rename {} to {}: {e}; going on in the same file",
+                    path.display(),
+                    rotated.display()
+                );
+                self.opened = self.clock.now_std();
+                return;
+            }
+        }
+        match datadir::open_append(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|mut f| scan(&mut f).map(|(n, _)| (f, n)).map_err(|e| e.to_string()))
+        {
+            Ok((f, n)) => {
+                self.out = Out::File(f);
+                self.lines = n;
+                self.bytes = 0;
+                self.opened = self.clock.now_std();
+                if n == 0 {
+                    self.seal(SealReason::Continuation);
+                    self.flush();
+                }
+                tracing::info!("audit log: now writing {}", path.display());
+            }
+            Err(e) => tracing::error!(
+                "audit log: cannot open {}: {e}; still writing to the previous file",
                 path.display()
             ),
-        )),
+        }
     }
+}
+
+fn rotated_name(path: &Path, clock: &Clock) -> PathBuf {
+    let stamp: String = now_rfc3339(clock)
+        .chars()
+        .filter(|c| *c != '-' && *c != ':')
+        .collect();
+    let base = format!(
+        "{}.{stamp}",
+        path.file_name().unwrap_or_default().to_string_lossy()
+    );
+    let mut candidate = path.with_file_name(&base);
+    let mut n = 1;
+    while candidate.exists() {
+        candidate = path.with_file_name(format!("{base}-{n}"));
+        n += 1;
+    }
+    candidate
+}
+
+fn now_rfc3339(clock: &Clock) -> String {
+    humantime::format_rfc3339_millis(clock.wall()).to_string()
 }

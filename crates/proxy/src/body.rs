@@ -1,6 +1,9 @@
 //! Body types: one boxed body for everything the proxy sends, and the
 //! wrapper that counts bytes, enforces the idle timeout and writes the
 //! request's audit line exactly once, when the body ends or is dropped.
+//! The end of the body (its last frame, or the end of a chunked body) is
+//! held back until the line has been written, so no client has a complete
+//! answer whose line could still be lost.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -13,7 +16,7 @@ use http_body_util::{BodyExt, Empty, Full};
 use mannerly_policy::AuditRecord;
 use tokio::time::Sleep;
 
-use crate::audit::AuditSink;
+use crate::audit::{gate, AuditSink, Committer, Written};
 
 /// Errors inside bodies.
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -56,11 +59,18 @@ pub(crate) struct AuditedBody {
     idle: Option<Duration>,
     sleep: Option<Pin<Box<Sleep>>>,
     on_finish: Option<FinishHook>,
+    /// The end of the body, held until its line is written.
+    held: Option<(Option<Frame<Bytes>>, Written)>,
 }
 
 /// Takes over sending the audit record when the body is done, for a line
 /// that can only be completed later (whether a stored copy was written).
-pub(crate) type FinishHook = Box<dyn FnOnce(AuditRecord, AuditSink) + Send + Sync>;
+/// The end of the body waits until the committer has sent it.
+pub(crate) type FinishHook = Box<dyn FnOnce(AuditRecord, Committer) + Send + Sync>;
+
+#[derive(Debug, thiserror::Error)]
+#[error("the audit log cannot be written, so the answer is not completed")]
+struct AuditFailed;
 
 impl AuditedBody {
     /// `idle`: the longest silence allowed between two frames.
@@ -78,7 +88,23 @@ impl AuditedBody {
             idle,
             sleep: None,
             on_finish: None,
+            held: None,
         }
+    }
+
+    /// The response with this body. A body that is already over (HEAD,
+    /// 304, empty) is never polled, so its line is written now and the
+    /// head waits for it instead.
+    pub(crate) fn respond(mut self, parts: http::response::Parts) -> http::Response<ProxyBody> {
+        if self.inner.is_end_stream() {
+            let written = self.finish_committed(None);
+            let mut resp = http::Response::from_parts(parts, boxed(self));
+            if let Some(w) = written {
+                gate(&mut resp, w);
+            }
+            return resp;
+        }
+        http::Response::from_parts(parts, boxed(self))
     }
 
     /// Hands the finished record to `hook` instead of sending it.
@@ -87,18 +113,36 @@ impl AuditedBody {
         self
     }
 
+    /// Completes the record and sends it with an acknowledgement.
+    fn finish_committed(&mut self, failure: Option<String>) -> Option<Written> {
+        let rec = self.complete(failure)?;
+        let (committer, written) = self.sink.committer();
+        match self.on_finish.take() {
+            Some(hook) => hook(rec, committer),
+            None => committer.send(rec),
+        }
+        Some(written)
+    }
+
+    fn complete(&mut self, failure: Option<String>) -> Option<AuditRecord> {
+        let mut rec = self.record.take()?;
+        rec.bytes = Some(self.bytes);
+        if let Some(why) = failure {
+            rec.reason = Some(match rec.reason.take() {
+                Some(r) => format!("{r}; {why}"),
+                None => why,
+            });
+        }
+        Some(rec)
+    }
+
+    /// Sends the record without waiting: nothing more reaches the client.
     fn finish(&mut self, failure: Option<String>) {
-        if let Some(mut rec) = self.record.take() {
-            rec.bytes = Some(self.bytes);
-            if let Some(why) = failure {
-                rec.reason = Some(match rec.reason.take() {
-                    Some(r) => format!("{r}; {why}"),
-                    None => why,
-                });
-            }
+        if let Some(rec) = self.complete(failure) {
+            let (committer, _) = self.sink.committer();
             match self.on_finish.take() {
-                Some(hook) => hook(rec, self.sink.clone()),
-                None => self.sink.send(rec),
+                Some(hook) => hook(rec, committer),
+                None => committer.send(rec),
             }
         }
     }
@@ -113,12 +157,33 @@ impl Body for AuditedBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
+        if let Some((_, written)) = &mut this.held {
+            let ok = std::task::ready!(Pin::new(written).poll(cx));
+            let frame = this.held.take().and_then(|(f, _)| f);
+            if !ok {
+                tracing::error!("audit line not written; answer cut short");
+                return Poll::Ready(Some(Err(Box::new(AuditFailed))));
+            }
+            return Poll::Ready(frame.map(Ok));
+        }
+        if this.record.is_none() && this.on_finish.is_none() && this.inner.is_end_stream() {
+            return Poll::Ready(None);
+        }
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref() {
                     this.bytes += data.len() as u64;
                 }
                 this.sleep = None;
+                // hyper stops polling a body that says it has ended, so the
+                // last frame of a sized body is where its line is written.
+                if this.inner.is_end_stream() {
+                    if let Some(w) = this.finish_committed(None) {
+                        this.held = Some((Some(frame), w));
+                        cx.waker().wake_by_ref();
+                        return Poll::Pending;
+                    }
+                }
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(e))) => {
@@ -126,7 +191,11 @@ impl Body for AuditedBody {
                 Poll::Ready(Some(Err(e)))
             }
             Poll::Ready(None) => {
-                this.finish(None);
+                if let Some(w) = this.finish_committed(None) {
+                    this.held = Some((None, w));
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
                 Poll::Ready(None)
             }
             Poll::Pending => {
@@ -149,16 +218,29 @@ impl Body for AuditedBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.held.is_none() && self.record.is_none() && self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        let mut hint = self.inner.size_hint();
+        if let Some((Some(frame), _)) = &self.held {
+            let held = frame.data_ref().map_or(0, |d| d.len() as u64);
+            hint.set_lower(hint.lower() + held);
+            if let Some(u) = hint.upper() {
+                hint.set_upper(u + held);
+            }
+        }
+        hint
     }
 }
 
 impl Drop for AuditedBody {
     fn drop(&mut self) {
+        if let Some((Some(_), _)) = &self.held {
+            // Dropped while its end was held: the line is on its way, but
+            // the client did not get the whole answer.
+            return;
+        }
         if self.record.is_some() {
             let done = self.inner.is_end_stream();
             self.finish(if done {

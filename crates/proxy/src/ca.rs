@@ -17,7 +17,8 @@ use rustls::ServerConfig;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use sha2::{Digest, Sha256};
 
-use crate::error::CaError;
+use crate::datadir;
+use crate::error::{CaError, DataDirError};
 
 const CA_CERT_FILE: &str = "ca.pem";
 const CA_KEY_FILE: &str = "ca-key.pem";
@@ -64,24 +65,37 @@ impl CertificateAuthority {
     /// Loads the CA from `dir`, creating it (and `dir`) on first use. The key
     /// is written with mode 0600 and refused if group or others can read it.
     pub fn load_or_create(dir: &Path, leaf_cap: usize) -> Result<Self, CaError> {
-        fs::create_dir_all(dir).map_err(io_err(dir))?;
+        datadir::prepare(dir)?;
         let cert_path = dir.join(CA_CERT_FILE);
         let key_path = dir.join(CA_KEY_FILE);
-        let (key, cert_pem) = if key_path.exists() {
-            check_key_mode(&key_path)?;
-            let key_pem = fs::read_to_string(&key_path).map_err(io_err(&key_path))?;
-            let cert_pem = fs::read_to_string(&cert_path).map_err(io_err(&cert_path))?;
-            (KeyPair::from_pem(&key_pem)?, cert_pem)
+        let (key, cert_pem) = if datadir::check_regular(&key_path)? {
+            let key_pem = datadir::read_key(&key_path).map_err(|e| match e {
+                DataDirError::KeyPermissions { path, mode } => {
+                    CaError::KeyPermissions { path, mode }
+                }
+                e => CaError::DataDir(e),
+            })?;
+            let key = KeyPair::from_pem(&key_pem)?;
+            datadir::check_regular(&cert_path)?;
+            let cert_pem = match fs::read_to_string(&cert_path) {
+                Ok(pem) => pem,
+                // The certificate follows from the key; a lost one is made again.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    let pem = new_ca_cert(&key)?;
+                    datadir::write_atomic(&cert_path, pem.as_bytes())?;
+                    pem
+                }
+                Err(e) => return Err(io_err(&cert_path)(e)),
+            };
+            (key, cert_pem)
         } else {
             let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
-            let mut params = ca_params();
-            let now = time::OffsetDateTime::now_utc();
-            params.not_before = now - time::Duration::days(1);
-            params.not_after = now + time::Duration::days(3650);
-            let cert = params.self_signed(&key)?;
+            let pem = new_ca_cert(&key)?;
             write_private(&key_path, key.serialize_pem().as_bytes())?;
-            fs::write(&cert_path, cert.pem()).map_err(io_err(&cert_path))?;
-            (key, cert.pem())
+            // Written through a temp file and a rename: a symlink planted
+            // at ca.pem is replaced, never followed.
+            datadir::write_atomic(&cert_path, pem.as_bytes())?;
+            (key, pem)
         };
         let cert_der = rustls_pki_types::pem::PemObject::from_pem_slice(cert_pem.as_bytes())
             .map_err(|e| CaError::Io {
@@ -172,36 +186,16 @@ impl CertificateAuthority {
     }
 }
 
-#[cfg(unix)]
-fn check_key_mode(path: &Path) -> Result<(), CaError> {
-    use std::os::unix::fs::PermissionsExt;
-    let mode = fs::metadata(path)
-        .map_err(io_err(path))?
-        .permissions()
-        .mode();
-    if mode & 0o077 != 0 {
-        return Err(CaError::KeyPermissions {
-            path: path.to_path_buf(),
-            mode: mode & 0o777,
-        });
-    }
-    Ok(())
-}
-
-#[cfg(not(unix))]
-fn check_key_mode(_path: &Path) -> Result<(), CaError> {
-    Ok(())
+fn new_ca_cert(key: &KeyPair) -> Result<String, CaError> {
+    let mut params = ca_params();
+    let now = time::OffsetDateTime::now_utc();
+    params.not_before = now - time::Duration::days(1);
+    params.not_after = now + time::Duration::days(3650);
+    Ok(params.self_signed(key)?.pem())
 }
 
 fn write_private(path: &Path, bytes: &[u8]) -> Result<(), CaError> {
-    let mut opts = fs::OpenOptions::new();
-    opts.write(true).create_new(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        opts.mode(0o600);
-    }
-    let mut f = opts.open(path).map_err(io_err(path))?;
+    let mut f = datadir::create_new(path)?;
     f.write_all(bytes).map_err(io_err(path))?;
     f.sync_all().map_err(io_err(path))
 }
@@ -212,8 +206,8 @@ mod tests {
 
     #[test]
     fn created_once_then_loaded_with_the_same_certificate() {
-        let dir = std::env::temp_dir().join(format!("mannerly-ca-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("data");
         let a = CertificateAuthority::load_or_create(&dir, 4).unwrap();
         let b = CertificateAuthority::load_or_create(&dir, 4).unwrap();
         assert_eq!(a.cert_pem(), b.cert_pem());

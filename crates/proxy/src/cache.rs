@@ -19,7 +19,7 @@ use mannerly_state::responses::{
 };
 use tokio::sync::{oneshot, watch};
 
-use crate::audit::AuditSink;
+use crate::audit::Committer;
 use crate::body::{BoxError, FinishHook, ProxyBody};
 use crate::config::Config;
 use crate::error::StartError;
@@ -42,7 +42,10 @@ impl Cache {
             path: path.clone(),
             why,
         };
-        std::fs::create_dir_all(&cfg.data_dir).map_err(|e| store_err(e.to_string()))?;
+        crate::datadir::prepare(&cfg.data_dir)?;
+        // redb opens by path and creates with the umask's mode: the file is
+        // made here first, private, and never through a symlink.
+        crate::datadir::ensure_private_file(&path)?;
         let store = DiskStore::open(&path, StoreLimits::from(&cfg.cache))
             .map_err(|e| store_err(e.to_string()))?;
         Ok(Cache::with_store(Arc::new(store), cfg.cache.clone()))
@@ -135,7 +138,7 @@ impl Cache {
         copy: oneshot::Receiver<Vec<Bytes>>,
     ) -> FinishHook {
         let this = self.clone();
-        Box::new(move |mut rec: AuditRecord, sink: AuditSink| {
+        Box::new(move |mut rec: AuditRecord, sink: Committer| {
             let mut copy = copy;
             let Ok(chunks) = copy.try_recv() else {
                 // Cut short, failed, or above max_body: nothing to store.

@@ -171,8 +171,39 @@ pub struct ProxyConfig {
     /// Time in-flight requests and tunnels get to finish on shutdown.
     #[serde(rename = "shutdown_grace_secs", deserialize_with = "seconds")]
     pub shutdown_grace: Duration,
+    /// Longest silence inside a client's request body; longer gets 408.
+    #[serde(rename = "body_idle_timeout_secs", deserialize_with = "seconds")]
+    pub body_idle_timeout: Duration,
     /// Leaf certificates kept in memory.
     pub leaf_cache: usize,
+    /// Proxy authentication: `none` or `basic` (users in `users_file`).
+    pub auth: ProxyAuth,
+    /// Users for `auth = "basic"`: `NAME:ARGON2-HASH` lines, written by
+    /// `mannerly users add NAME`. Empty: `users` in the data dir.
+    pub users_file: String,
+    /// Client addresses allowed to use the proxy (`"10.0.0.0/8"`); empty: any.
+    pub allow: Vec<String>,
+    /// Allow a non-loopback `listen` with neither `auth` nor `allow`.
+    pub open: bool,
+    /// Open client connections at most; more are closed at accept.
+    pub max_connections: usize,
+    /// Open connections per client address at most.
+    pub max_connections_per_client: usize,
+    /// Listen backlog (capped by the kernel's `net.core.somaxconn`).
+    pub backlog: u32,
+    /// HTTP/2 (inside intercepted TLS): concurrent streams per connection.
+    pub h2_max_streams: u32,
+}
+
+/// `proxy.auth`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProxyAuth {
+    /// No credentials asked.
+    #[default]
+    None,
+    /// `Proxy-Authorization: Basic`, checked against the users file.
+    Basic,
 }
 
 impl Default for ProxyConfig {
@@ -185,13 +216,22 @@ impl Default for ProxyConfig {
             max_headers: 100,
             header_read_timeout: Duration::from_secs(10),
             shutdown_grace: Duration::from_secs(10),
+            body_idle_timeout: Duration::from_secs(10),
             leaf_cache: 1024,
+            auth: ProxyAuth::None,
+            users_file: String::new(),
+            allow: Vec::new(),
+            open: false,
+            max_connections: 10_000,
+            max_connections_per_client: 1_000,
+            backlog: 4096,
+            h2_max_streams: 100,
         }
     }
 }
 
 /// `[upstream]`: how the proxy reaches origins.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct UpstreamConfig {
     /// Allow loopback, private, link-local and metadata targets. Off by default:
@@ -222,6 +262,43 @@ pub struct UpstreamConfig {
     /// Connections being opened at once; more wait their turn within the
     /// connect timeout.
     pub max_connecting: usize,
+    /// A parent proxy every origin is reached through
+    /// (`http://[user:pass@]host:port` or `https://…`); empty: direct.
+    /// Plain HTTP targets are sent to it in absolute form, HTTPS targets
+    /// through CONNECT with TLS to the target inside the tunnel.
+    pub proxy: String,
+    /// Targets reached directly despite `proxy`, `NO_PROXY` style: names
+    /// (and every name under them), `.suffix`, IPs, CIDRs, `*`.
+    pub no_proxy: Vec<String>,
+    /// The response header in which a proxy provider carries the target's
+    /// own status (e.g. `original_status`); the budget learns from it.
+    pub status_header: String,
+}
+
+impl std::fmt::Debug for UpstreamConfig {
+    // By hand, so that the parent proxy's password never reaches a log.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let proxy = match mannerly_policy::parent::ParentUrl::parse(&self.proxy) {
+            Ok(p) => p.to_string(),
+            Err(_) if self.proxy.is_empty() => String::new(),
+            Err(_) => "(invalid)".into(),
+        };
+        f.debug_struct("UpstreamConfig")
+            .field("allow_private", &self.allow_private)
+            .field("extra_roots", &self.extra_roots)
+            .field("resolve", &self.resolve)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("first_byte_timeout", &self.first_byte_timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("pool_idle", &self.pool_idle)
+            .field("pool_max_idle_per_host", &self.pool_max_idle_per_host)
+            .field("pool_max_idle_total", &self.pool_max_idle_total)
+            .field("max_connecting", &self.max_connecting)
+            .field("proxy", &proxy)
+            .field("no_proxy", &self.no_proxy)
+            .field("status_header", &self.status_header)
+            .finish()
+    }
 }
 
 impl Default for UpstreamConfig {
@@ -237,16 +314,67 @@ impl Default for UpstreamConfig {
             pool_max_idle_per_host: 8,
             pool_max_idle_total: 256,
             max_connecting: 128,
+            proxy: String::new(),
+            no_proxy: Vec::new(),
+            status_header: String::new(),
         }
     }
 }
 
-/// `[audit]`: where decisions are written.
-#[derive(Clone, Debug, Default, Deserialize)]
+/// `[audit]`: where decisions are written, how durably, how sealed.
+#[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AuditConfig {
     /// File to append to; empty means `audit.jsonl` in the data dir, `-` means stdout.
     pub path: String,
+    /// When lines are forced to disk (`fsync`). Every line reaches the OS
+    /// before its answer completes whatever this says.
+    pub sync: AuditSync,
+    /// A signed checkpoint after this many lines.
+    pub checkpoint_lines: u64,
+    /// A signed checkpoint after this many seconds with unsealed lines.
+    pub checkpoint_secs: u64,
+    /// Rotate the file when it reaches this many bytes; 0: never.
+    pub rotate_bytes: u64,
+    /// Rotate the file when it is this old (`"1d"`, `"12h"`); empty: never.
+    pub rotate_every: String,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        AuditConfig {
+            path: String::new(),
+            sync: AuditSync::Batch,
+            checkpoint_lines: 1000,
+            checkpoint_secs: 10,
+            rotate_bytes: 0,
+            rotate_every: String::new(),
+        }
+    }
+}
+
+impl AuditConfig {
+    /// `rotate_every` as a duration; `None` when rotation by age is off
+    /// (or the value is invalid, which `validate` refuses).
+    pub fn rotate_every(&self) -> Option<Duration> {
+        if self.rotate_every.trim().is_empty() {
+            return None;
+        }
+        humantime::parse_duration(self.rotate_every.trim()).ok()
+    }
+}
+
+/// `audit.sync`: when the log is forced to disk.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AuditSync {
+    /// Never: lines reach the OS (they survive a crash of the proxy, not of the machine).
+    None,
+    /// At least once a second and at shutdown.
+    #[default]
+    Batch,
+    /// Before any answer whose line is in the batch is released.
+    Every,
 }
 
 /// `[crawler]`: who the crawl is and what it is for.
@@ -349,6 +477,22 @@ impl Config {
                 why: "must be at least 1".into(),
             });
         }
+        for (key, v) in [
+            ("proxy.max_connections", p.max_connections),
+            (
+                "proxy.max_connections_per_client",
+                p.max_connections_per_client,
+            ),
+            ("proxy.backlog", p.backlog as usize),
+            ("proxy.h2_max_streams", p.h2_max_streams as usize),
+        ] {
+            if v == 0 {
+                return Err(ConfigError::Invalid {
+                    key: key.into(),
+                    why: "must be at least 1".into(),
+                });
+            }
+        }
         if p.leaf_cache == 0 {
             return Err(ConfigError::Invalid {
                 key: "proxy.leaf_cache".into(),
@@ -357,6 +501,7 @@ impl Config {
         }
         let u = &self.upstream;
         crate::resolve::Overrides::new(&u.resolve)?;
+        crate::parent::Parent::from_config(u, &rustls::RootCertStore::empty())?;
         if u.max_connecting == 0 {
             return Err(ConfigError::Invalid {
                 key: "upstream.max_connecting".into(),
@@ -392,6 +537,39 @@ impl Config {
                 key: "state.redis_url".into(),
                 why: format!("must start with redis:// (got {:?})", st.redis_url),
             });
+        }
+        let a = &self.audit;
+        if a.checkpoint_lines == 0 {
+            return Err(ConfigError::Invalid {
+                key: "audit.checkpoint_lines".into(),
+                why: "must be at least 1".into(),
+            });
+        }
+        if a.checkpoint_secs == 0 {
+            return Err(ConfigError::Invalid {
+                key: "audit.checkpoint_secs".into(),
+                why: "must be at least 1".into(),
+            });
+        }
+        if !a.rotate_every.trim().is_empty() {
+            match humantime::parse_duration(a.rotate_every.trim()) {
+                Ok(d) if d >= Duration::from_secs(1) => {}
+                Ok(_) => {
+                    return Err(ConfigError::Invalid {
+                        key: "audit.rotate_every".into(),
+                        why: "must be at least one second".into(),
+                    })
+                }
+                Err(e) => {
+                    return Err(ConfigError::Invalid {
+                        key: "audit.rotate_every".into(),
+                        why: format!(
+                            "{:?} is not a duration like \"1d\" or \"12h\": {e}",
+                            a.rotate_every
+                        ),
+                    })
+                }
+            }
         }
         let id = &self.identity;
         if id.validity_secs == 0 || id.validity_secs > 86_400 {

@@ -45,6 +45,9 @@ pub enum CaError {
         /// Its mode bits.
         mode: u32,
     },
+    /// The data dir or a CA file is not safe.
+    #[error(transparent)]
+    DataDir(#[from] DataDirError),
     /// Certificate generation or parsing failed.
     #[error("certificate: {0}")]
     Cert(#[from] rcgen::Error),
@@ -99,6 +102,89 @@ pub enum KeyFileError {
     Random(String),
 }
 
+/// The data dir or a file in it is not safe to use.
+#[derive(Debug, thiserror::Error)]
+pub enum DataDirError {
+    /// Someone else could read or change it; `fix` says what to do.
+    #[error("{path}: {why}; refusing to use it (fix: `{fix}`)")]
+    Unsafe {
+        /// The dir or file.
+        path: PathBuf,
+        /// What is wrong.
+        why: String,
+        /// The command that fixes it.
+        fix: String,
+    },
+    /// A key file group or others can read.
+    #[error("{path}: key is readable by group or others (mode {mode:o}); run `chmod 600 {path}`")]
+    KeyPermissions {
+        /// The key file.
+        path: PathBuf,
+        /// Its mode bits.
+        mode: u32,
+    },
+    /// Reading or writing failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The dir or file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+}
+
+/// Opening the audit log or its signing key.
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    /// The file, the key or the data dir.
+    #[error(transparent)]
+    DataDir(#[from] DataDirError),
+    /// The key file does not hold an Ed25519 key.
+    #[error("{path}: not an Ed25519 private key (PKCS#8 PEM): {why}")]
+    Key {
+        /// The key file.
+        path: PathBuf,
+        /// What the parser said.
+        why: String,
+    },
+    /// The existing log cannot be continued.
+    #[error("{0}")]
+    Log(String),
+    /// Starting the writer thread failed.
+    #[error("audit writer: {0}")]
+    Thread(std::io::Error),
+}
+
+/// Proxy authentication: the users file and the listen/allow rules.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    /// A setting that cannot work (open proxy, bad CIDR).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The users file or the data dir is not safe.
+    #[error(transparent)]
+    DataDir(#[from] DataDirError),
+    /// `proxy.auth = "basic"` with no users.
+    #[error("{0}: no users; add one with `mannerly users add NAME` (proxy.auth = \"basic\")")]
+    NoUsers(PathBuf),
+    /// A line of the users file that is not `NAME:ARGON2-HASH`.
+    #[error("{path} line {line}: {why}")]
+    BadLine {
+        /// The users file.
+        path: PathBuf,
+        /// 1-based line.
+        line: usize,
+        /// What is wrong.
+        why: String,
+    },
+    /// A user name that cannot be used.
+    #[error("user name {0:?}: use letters, digits and . _ - @ (at most 64)")]
+    BadName(String),
+    /// Hashing failed.
+    #[error("password hash: {0}")]
+    Hash(String),
+}
+
 /// Starting the proxy.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -119,6 +205,12 @@ pub enum StartError {
         /// The cause.
         source: std::io::Error,
     },
+    /// The data dir or a file in it is not safe.
+    #[error(transparent)]
+    DataDir(#[from] DataDirError),
+    /// Proxy authentication cannot be set up.
+    #[error(transparent)]
+    Auth(#[from] AuthError),
     /// An extra root certificate could not be used.
     #[error("upstream.extra_roots: {0}")]
     Roots(String),
@@ -146,6 +238,9 @@ pub(crate) enum Source {
     /// The proxy is at its own limits (file descriptors, connections being
     /// opened): nobody's fault, try again shortly.
     Proxy,
+    /// The parent proxy (`upstream.proxy`) failed or refused; the target
+    /// was never asked.
+    Parent,
 }
 
 impl Source {
@@ -157,6 +252,7 @@ impl Source {
             Source::Policy => "policy",
             Source::Internal => "internal",
             Source::Proxy => "proxy",
+            Source::Parent => "parent",
         }
     }
 }

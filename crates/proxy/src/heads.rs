@@ -37,8 +37,7 @@ const MAX_CHUNK_LINE: usize = 4096;
 pub(crate) struct Limits {
     pub(crate) max_bytes: usize,
     pub(crate) max_headers: usize,
-    /// Time to complete a head once its first byte came; an idle
-    /// kept-alive connection is closed after it too, silently.
+    /// Time to complete a head once its first byte came.
     pub(crate) timeout: Duration,
 }
 
@@ -82,8 +81,8 @@ enum State {
     Body(u64),
     /// A chunked body.
     Chunked(Chunk),
-    /// Nothing more is read: after a refused head (its stand-in ends the
-    /// connection once answered) or an idle timeout (end of stream).
+    /// Nothing more is read after a refused head: its stand-in ends the
+    /// connection once answered.
     Done { stand_in: bool },
 }
 
@@ -109,13 +108,6 @@ pub(crate) struct Heads<S> {
     /// Checked bytes for hyper.
     ready: BytesMut,
     timer: Option<Pin<Box<Sleep>>>,
-    /// A head completed and nothing has been written since: its answer is
-    /// pending. A request held for its budget (up to `max_hold_secs`) is
-    /// not an idle connection.
-    answering: bool,
-    /// Bytes went to the client since the timer was last armed: a long
-    /// answer is not an idle connection either.
-    wrote: bool,
     refused: Refused,
 }
 
@@ -130,17 +122,19 @@ impl<S> Heads<S> {
             pending: BytesMut::new(),
             ready: BytesMut::new(),
             timer: None,
-            answering: false,
-            wrote: false,
             refused: refused.clone(),
         };
-        heads.arm();
         heads.feed(&first);
         (heads, refused)
     }
 
+    /// Starts a head's clock at its first byte. Between requests nothing
+    /// is timed here: a request still being answered must not lose its
+    /// connection, and idle kept-alive connections are hyper's to close.
     fn arm(&mut self) {
-        self.timer = Some(Box::pin(tokio::time::sleep(self.limits.timeout)));
+        if self.timer.is_none() && !self.pending.is_empty() {
+            self.timer = Some(Box::pin(tokio::time::sleep(self.limits.timeout)));
+        }
     }
 
     /// Runs `bytes` through the framing state machine.
@@ -151,6 +145,7 @@ impl<S> Heads<S> {
                 State::Head => {
                     self.pending.extend_from_slice(bytes);
                     bytes = &[];
+                    self.arm();
                     self.next_head();
                     if !matches!(self.state, State::Head) {
                         // The rest of what was gathered belongs to the body.
@@ -185,7 +180,6 @@ impl<S> Heads<S> {
                 let head = self.pending.split_to(len);
                 self.ready.extend_from_slice(&head);
                 self.timer = None;
-                self.answering = true;
                 self.state = match framing {
                     Framing::None => State::Head,
                     Framing::Length(n) => State::Body(n),
@@ -208,7 +202,7 @@ impl<S> Heads<S> {
 
     fn head_next(&mut self) {
         self.state = State::Head;
-        self.arm();
+        self.timer = None;
     }
 
     /// Follows a chunked body over `bytes`; returns how many belong to it
@@ -343,21 +337,6 @@ impl<S: AsyncRead + Unpin> AsyncRead for Heads<S> {
                     if !expired {
                         return Poll::Pending;
                     }
-                    if this.pending.is_empty() && (this.answering || this.wrote) {
-                        // Still answering: the idle clock starts over, and
-                        // its wake-up is registered.
-                        this.wrote = false;
-                        this.arm();
-                        if let Some(t) = this.timer.as_mut() {
-                            let _ = t.as_mut().poll(cx);
-                        }
-                        return Poll::Pending;
-                    }
-                    if this.pending.is_empty() {
-                        // An idle kept-alive connection: closed, nothing to say.
-                        this.state = State::Done { stand_in: false };
-                        return Poll::Ready(Ok(()));
-                    }
                     let timeout = this.limits.timeout;
                     this.refuse(BadHead {
                         status: 408,
@@ -377,8 +356,6 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Heads<S> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        self.answering = false;
-        self.wrote = true;
         Pin::new(&mut self.inner).poll_write(cx, buf)
     }
 
@@ -387,8 +364,6 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Heads<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        self.answering = false;
-        self.wrote = true;
         Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
     }
 
@@ -436,28 +411,6 @@ mod tests {
         let out = drain(&mut h).await;
         let bad = refused.bad.lock().expect("lock").take();
         (String::from_utf8_lossy(&out).into_owned(), bad)
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_held_request_keeps_its_connection_past_the_head_timeout() {
-        use tokio::io::AsyncWriteExt;
-        let (_client, server) = tokio::io::duplex(4096);
-        let head = "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n";
-        let (mut h, _) = Heads::new(server, BytesMut::from(head), LIMITS);
-        let mut buf = [0u8; 4096];
-        let n = h.read(&mut buf).await.expect("read");
-        assert_eq!(&buf[..n], head.as_bytes());
-        // The request is held (a budget wait) for 25 s, well past the 10 s
-        // head timeout: the connection is not idle, it stays open.
-        let read = tokio::time::timeout(Duration::from_secs(25), h.read(&mut buf)).await;
-        assert!(read.is_err(), "closed while its request was held: {read:?}");
-        // Answered, then nothing more from the client: an idle connection,
-        // closed (end of stream for hyper).
-        h.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
-            .await
-            .expect("write");
-        let read = tokio::time::timeout(Duration::from_secs(60), h.read(&mut buf)).await;
-        assert!(matches!(read, Ok(Ok(0))), "{read:?}");
     }
 
     #[tokio::test(start_paused = true)]
@@ -529,7 +482,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_head_not_finished_in_time_is_408_and_an_idle_connection_just_closes() {
+    async fn a_head_not_finished_in_time_is_408_and_silence_between_requests_is_not_timed() {
         let (client, server) = tokio::io::duplex(4096);
         let (mut h, refused) = Heads::new(server, BytesMut::new(), LIMITS);
         let mut client = client;
@@ -543,10 +496,13 @@ mod tests {
             Some(408)
         );
 
+        // Between requests nothing is timed: a request being answered keeps
+        // its connection however long the budget holds it.
         let (_client, server) = tokio::io::duplex(4096);
         let (mut idle, refused) = Heads::new(server, BytesMut::new(), LIMITS);
-        let out = drain(&mut idle).await;
-        assert!(out.is_empty());
+        let mut buf = [0u8; 16];
+        let read = tokio::time::timeout(Duration::from_secs(3600), idle.read(&mut buf)).await;
+        assert!(read.is_err(), "still open after an hour of silence");
         assert!(refused.bad.lock().expect("lock").is_none());
     }
 }

@@ -104,6 +104,21 @@ fn bad(status: u16, reason: impl Into<String>, req: &httparse::Request<'_, '_>) 
     })
 }
 
+/// What the intake makes of `buf` as a first request head: `None` while
+/// incomplete, `Some(Ok(()))` when accepted, `Some(Err(status))` when
+/// refused. For fuzzing and property tests.
+pub fn check_request_head(
+    buf: &[u8],
+    max_bytes: usize,
+    max_headers: usize,
+) -> Option<Result<(), u16>> {
+    match check(buf, max_bytes, max_headers) {
+        Check::Complete { .. } => Some(Ok(())),
+        Check::Partial => None,
+        Check::Bad(b) => Some(Err(b.status)),
+    }
+}
+
 /// Checks the head at the start of `buf`.
 pub(crate) fn check(buf: &[u8], max_bytes: usize, max_headers: usize) -> Check {
     if buf.is_empty() {
@@ -330,5 +345,28 @@ mod tests {
         assert_eq!(status(&format!("GET / HTTP/1.1\r\n{many}\r\n")), Some(431));
         let long = "a".repeat(2000);
         assert_eq!(status(&format!("GET / HTTP/1.1\r\nX: {long}")), Some(431));
+    }
+}
+
+#[cfg(test)]
+mod props {
+    use super::check_request_head;
+    use proptest::prelude::*;
+
+    proptest! {
+        // The cargo-fuzz target `request_head` runs this without bounds.
+        #[test]
+        fn any_head_is_accepted_waited_for_or_refused_with_a_4xx(
+            data in proptest::collection::vec(any::<u8>(), 0..512),
+            prefix in prop::sample::select(vec![&b""[..], b"GET http://a.test/ HTTP/1.1\r\n", b"CONNECT a.test:443 HTTP/1.1\r\nhost: a\r\n"]),
+        ) {
+            let mut buf = prefix.to_vec();
+            buf.extend(&data);
+            for (max_bytes, max_headers) in [(65536, 100), (1024, 4)] {
+                if let Some(Err(status)) = check_request_head(&buf, max_bytes, max_headers) {
+                    prop_assert!((400..500).contains(&status), "{}", status);
+                }
+            }
+        }
     }
 }

@@ -5,18 +5,23 @@
 
 mod admin;
 mod audit;
+mod auth;
 mod body;
 mod budget;
 mod ca;
 mod cache;
+mod client_body;
 mod clock;
 mod config;
 mod connection;
 mod conns;
+mod datadir;
 mod error;
 mod heads;
 mod identity;
 mod intake;
+mod limits;
+mod parent;
 mod pipeline;
 mod prefs;
 mod resolve;
@@ -29,14 +34,23 @@ mod tunnel;
 mod upstream;
 
 pub use admin::{call as admin_call, AdminReply};
-pub use audit::{open as open_audit, AuditSink, AuditWriter};
+pub use audit::{
+    key_path as audit_key_path, load_key as load_audit_key,
+    load_or_create_key as load_or_create_audit_key, open as open_audit, rotated_files, AuditSink,
+    AuditWriter, Written,
+};
+pub use auth::{add_user, users_path, Cidr};
 pub use ca::CertificateAuthority;
 pub use config::{
-    AdminConfig, AuditConfig, AuditTarget, Config, CrawlerConfig, IdentityConfig, PolicyConfig,
-    ProxyConfig, StateBackend, StateConfig, UpstreamConfig,
+    AdminConfig, AuditConfig, AuditSync, AuditTarget, Config, CrawlerConfig, IdentityConfig,
+    PolicyConfig, ProxyAuth, ProxyConfig, StateBackend, StateConfig, UpstreamConfig,
 };
-pub use error::{CaError, ConfigError, KeyFileError, StartError};
+pub use error::{
+    AuditError, AuthError, CaError, ConfigError, DataDirError, KeyFileError, StartError,
+};
 pub use identity::{KeyStore, Rotation, Signer};
+#[doc(hidden)]
+pub use intake::check_request_head;
 pub use server::Proxy;
 
 /// Fetches the robots.txt of `url`'s origin once, as the proxy would (same

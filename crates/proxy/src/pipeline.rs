@@ -27,9 +27,10 @@ use mannerly_policy::{parse_host_ip, strip_hop_by_hop, AuditRecord, Outcome};
 use mannerly_state::responses::StoredResponse;
 use tokio::time::Instant;
 
-use crate::body::{boxed, empty, full, AuditedBody, ProxyBody};
+use crate::body::{boxed, full, AuditedBody, ProxyBody};
 use crate::budget::Permit;
 use crate::cache::Tee;
+use crate::client_body::ClientBody;
 use crate::conns::{ConnHandle, Conns, ReleaseOnEnd};
 use crate::error::Source;
 use crate::respond::{decision_value, header_text, Answer, DECISION, ID};
@@ -54,7 +55,7 @@ pub(crate) async fn handle(
         x.robots(&req).await?; // 1. robots.txt: allowed, signals, Crawl-delay
         let (parts, body) = req.into_parts();
         let mut cache = x.conditional(&parts).await?; // 3. stored page or validators
-        let mut body = OnceBody::new(body);
+        let mut body = x.client_body(body).await?; // small bodies read before the turn
         loop {
             let permit = x.budget().await?; // 2. the host's turn
             let mut out = x.outgoing(&parts, body.take(), &cache)?;
@@ -103,31 +104,6 @@ enum Learned {
     RefetchWithoutValidators,
 }
 
-/// The request body, sent once; a request without one can be sent again.
-struct OnceBody {
-    body: Option<ProxyBody>,
-    resendable: bool,
-}
-
-impl OnceBody {
-    fn new(body: Incoming) -> OnceBody {
-        OnceBody {
-            resendable: body.is_end_stream(),
-            body: Some(boxed(body)),
-        }
-    }
-
-    fn take(&mut self) -> ProxyBody {
-        self.body.take().unwrap_or_else(empty)
-    }
-
-    /// Whether the body is gone once sent; which methods may be sent twice
-    /// is the budget's rule (`may_retry`).
-    fn resendable(&self) -> bool {
-        self.resendable
-    }
-}
-
 /// What step 3 found, carried to step 6.
 struct CacheStep {
     /// The request's cache key; `None` when the store is left alone.
@@ -171,6 +147,7 @@ impl Exchange {
     ) -> Exchange {
         let url = target.url(req.uri().path_and_query());
         let mut rec = shared.record(req.method().as_str(), &url, &target.host, client);
+        rec.user = shared.auth.user_for(client);
         rec.agent = Some(agent(&shared, req.headers()));
         let deadline = shared.clock.now() + shared.budgets.max_hold(&target.host);
         Exchange {
@@ -239,14 +216,17 @@ impl Exchange {
                     let r = shared.record("GET", &report.url, host, client);
                     shared.audit.send(robots::fetch_record(r, report));
                     if let (true, FetchResult::Failed(why)) = (report.blocked, &report.result) {
-                        blocked = Some(why.clone());
+                        blocked =
+                            Some((Answer::new(Outcome::Blocked, why.clone()), Source::Policy));
+                    }
+                    if let (true, FetchResult::Failed(why)) = (report.parent, &report.result) {
+                        blocked = Some((chained::parent_answer(why), Source::Parent));
                     }
                 },
             )
             .await;
-        if let Some(why) = blocked {
-            let a = Answer::new(Outcome::Blocked, why);
-            return Err(self.answer(a, Source::Policy));
+        if let Some((a, source)) = blocked {
+            return Err(self.answer(a, source));
         }
         let refusal = match fetched {
             Ok(rules) => robots_verdict(shared, &rules, host, &self.path, &mut self.rec),
@@ -299,6 +279,21 @@ impl Exchange {
             }
         }
         Ok(step)
+    }
+
+    /// The client's body: read whole when small, so that a slow client does
+    /// not hold the host's turn; a silence past the idle limit is a 408.
+    async fn client_body(&mut self, body: Incoming) -> Step<ClientBody> {
+        let idle = self.shared.cfg.proxy.body_idle_timeout;
+        match ClientBody::read(body, idle).await {
+            Ok(b) => Ok(b),
+            Err(e) => {
+                let a = Answer::new(Outcome::Error, e.to_string())
+                    .status(e.status())
+                    .close();
+                Err(self.answer(a, Source::Client))
+            }
+        }
     }
 
     /// Step 2: the host's turn: a rate slot, the end of a pause, a free
@@ -374,7 +369,7 @@ impl Exchange {
                         Conns::release(&conn);
                     }
                 }
-                Ok(resp)
+                self.through_parent(resp)
             }
             Ok(Err(e)) => Err(self.upstream_failure(&e)),
             Err(_) => {
@@ -403,10 +398,11 @@ impl Exchange {
             .and_then(|v| v.to_str().ok());
         let announced = Announced::from_headers(resp.headers(), self.shared.clock.wall());
         let reaction = match permit {
-            Some(p) => Some(
-                p.respond(resp.status().as_u16(), retry_after, announced.as_ref())
-                    .await,
-            ),
+            // Behind a provider, the target's status as it carried it.
+            Some(p) => {
+                let status = self.rec.target_status.unwrap_or(resp.status().as_u16());
+                Some(p.respond(status, retry_after, announced.as_ref()).await)
+            }
             None => None,
         };
         self.rec.announced = announced;
@@ -464,6 +460,13 @@ impl Exchange {
         resp: Response<Incoming>,
         resendable: bool,
     ) -> Learned {
+        if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+            // Upgrade is a hop-by-hop field we never forward, so no 101 was
+            // asked for: the origin is speaking something else.
+            let why = "the origin switched protocols (101) without being asked to";
+            let a = Answer::new(Outcome::Error, why).status(502);
+            return Learned::Answer(self.answer(a, Source::Upstream));
+        }
         let shared = self.shared.clone();
         let params = shared.cache.params();
         let now = shared.clock.wall();
@@ -506,7 +509,12 @@ impl Exchange {
             // The client's own validators: its 304 goes back as is.
             return Learned::Answer(self.forward(resp, Outcome::Unchanged));
         }
-        let Some(key) = cache.key.clone() else {
+        // A provider's 200 around a target's error is not the target's page.
+        let own = self
+            .rec
+            .target_status
+            .is_none_or(|s| s == resp.status().as_u16());
+        let Some(key) = cache.key.clone().filter(|_| own) else {
             return Learned::Answer(self.forward(resp, Outcome::Fetched));
         };
         let (head, body) = resp.into_parts();
@@ -566,8 +574,7 @@ impl Exchange {
         let rec = self.take_record();
         let (parts, body, rec) = forwarded_head(rec, resp, outcome);
         let idle = Some(self.shared.cfg.upstream.idle_timeout);
-        let body = AuditedBody::new(body, rec, self.shared.audit.clone(), idle);
-        Response::from_parts(parts, boxed(body))
+        AuditedBody::new(body, rec, self.shared.audit.clone(), idle).respond(parts)
     }
 
     /// Like [`Exchange::forward`], keeping a copy of the body for the
@@ -584,9 +591,9 @@ impl Exchange {
         let (parts, body, rec) = forwarded_head(rec, resp, Outcome::Fetched);
         let idle = Some(shared.cfg.upstream.idle_timeout);
         let (tee, copy) = Tee::new(body, shared.cache.params().max_body);
-        let body = AuditedBody::new(boxed(tee), rec, shared.audit.clone(), idle)
-            .on_finish(shared.cache.store_when_done(meta, copy));
-        Response::from_parts(parts, boxed(body))
+        AuditedBody::new(boxed(tee), rec, shared.audit.clone(), idle)
+            .on_finish(shared.cache.store_when_done(meta, copy))
+            .respond(parts)
     }
 
     /// Answers with a stored page: after a 304 to our validators
@@ -611,10 +618,10 @@ impl Exchange {
         rec.status = Some(status.as_u16());
         rec.saved_bytes = Some(body.len() as u64);
         let audit = self.shared.audit.clone();
-        let mut resp = Response::new(boxed(AuditedBody::new(full(body), rec, audit, None)));
-        *resp.status_mut() = status;
-        *resp.headers_mut() = headers;
-        resp
+        let (mut parts, ()) = Response::new(()).into_parts();
+        parts.status = status;
+        parts.headers = headers;
+        AuditedBody::new(full(body), rec, audit, None).respond(parts)
     }
 
     fn upstream_failure(&mut self, err: &hyper_util::client::legacy::Error) -> Response<ProxyBody> {
@@ -629,6 +636,14 @@ impl Exchange {
         let f = explain(err);
         let (answer, source) = if f.blocked {
             (Answer::new(Outcome::Blocked, f.why), Source::Policy)
+        } else if f.client {
+            let a = Answer::new(Outcome::Error, f.why).status(f.status).close();
+            (a, Source::Client)
+        } else if f.parent {
+            let a = Answer::new(Outcome::Error, f.why.clone())
+                .status(f.status)
+                .detail("reason", f.why);
+            (a, Source::Parent)
         } else {
             let a = Answer::new(Outcome::Error, f.why.clone())
                 .status(f.status)
@@ -732,6 +747,9 @@ fn upstream_request(
         .map_err(|e| format!("bad host {}: {e}", target.host))?;
     parts.version = Version::HTTP_11;
     strip_hop_by_hop(&mut parts.headers);
+    parts
+        .headers
+        .append(http::header::VIA, crate::limits::via_value());
     parts.headers.remove(HOST);
     Ok(Request::from_parts(parts, body))
 }
@@ -757,5 +775,6 @@ fn forwarded_head(
     (parts, body, rec)
 }
 
+mod chained;
 #[cfg(test)]
 mod tests;

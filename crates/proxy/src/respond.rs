@@ -64,6 +64,8 @@ pub(crate) struct Answer {
     pub retry_after: Option<u64>,
     /// Close the client connection after answering (bad input).
     pub close: bool,
+    /// Extra headers (`Proxy-Authenticate`).
+    pub headers: Vec<(http::HeaderName, HeaderValue)>,
 }
 
 impl Answer {
@@ -76,7 +78,14 @@ impl Answer {
             details: Vec::new(),
             retry_after: None,
             close: false,
+            headers: Vec::new(),
         }
+    }
+
+    /// Adds a header to the answer.
+    pub(crate) fn header(mut self, name: http::HeaderName, value: HeaderValue) -> Self {
+        self.headers.push((name, value));
+        self
     }
 
     /// Sets the status.
@@ -130,6 +139,9 @@ impl Answer {
         }
         if self.close {
             h.insert(CONNECTION, HeaderValue::from_static("close"));
+        }
+        for (k, v) in self.headers {
+            h.insert(k, v);
         }
         resp
     }

@@ -28,6 +28,7 @@ use crate::conns::{ConnHandle, ReleaseOnEnd};
 use crate::identity::Signer;
 use crate::target::Target;
 use crate::upstream::{explain, UpstreamClient};
+use mannerly_policy::parent::ParentVerdict;
 
 mod cluster;
 
@@ -54,6 +55,8 @@ pub(crate) struct FetchReport {
     /// The guard refused the address the name resolved to at connect time
     /// (DNS rebinding): the request is `blocked`, not merely unanswered.
     pub blocked: bool,
+    /// The parent proxy failed or refused; the site was never asked.
+    pub parent: bool,
 }
 
 /// robots.txt per origin.
@@ -135,6 +138,7 @@ impl RobotsCache {
                 keyid: None,
                 result: FetchResult::Failed(format!("no complete answer within {timeout:?}")),
                 blocked: false,
+                parent: false,
             },
         };
         match report.status {
@@ -289,16 +293,32 @@ async fn fetch_hops(
                 let f = explain(&e);
                 let mut r = report(url, None, FetchResult::Failed(f.why));
                 r.blocked = f.blocked;
+                r.parent = f.parent;
                 return r;
             }
         };
-        let status = resp.status().as_u16();
+        // Through a parent: its own refusal says nothing about the site's
+        // rules (a 407 is not a 4xx from the site), and a provider's 200
+        // may carry the site's status in a header.
+        let verdict = client
+            .parent_for(&uri)
+            .map(|p| p.judge(resp.status().as_u16(), resp.headers()));
+        let status = match verdict {
+            Some(ParentVerdict::Parent { why }) => {
+                drain_small(resp).await;
+                let mut r = report(url, None, FetchResult::Failed(why));
+                r.parent = true;
+                return r;
+            }
+            Some(ParentVerdict::Target { status, .. }) => status,
+            None => resp.status().as_u16(),
+        };
         let retry_after = resp
             .headers()
             .get(http::header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
-        if resp.status().is_redirection() {
+        if (300..400).contains(&status) {
             let next = resp
                 .headers()
                 .get(LOCATION)
@@ -314,7 +334,7 @@ async fn fetch_hops(
                 None => return report(url, Some(status), FetchResult::Status(status)),
             }
         }
-        if !resp.status().is_success() {
+        if !(200..300).contains(&status) {
             let headers = resp.headers().clone();
             drain_small(resp).await;
             let mut r = report(url, Some(status), FetchResult::Status(status));
@@ -351,6 +371,7 @@ async fn fetch_hops(
             keyid: None,
             result: FetchResult::Body(body.to_vec()),
             blocked: false,
+            parent: false,
         };
     }
 }
@@ -394,6 +415,7 @@ fn report(url: &str, status: Option<u16>, result: FetchResult) -> FetchReport {
         keyid: None,
         result,
         blocked: false,
+        parent: false,
     }
 }
 
@@ -422,6 +444,9 @@ pub(crate) fn fetch_record(mut rec: AuditRecord, r: &FetchReport) -> AuditRecord
     rec.retry_after = r.retry_after.clone();
     rec.signed = r.keyid.is_some();
     rec.keyid = r.keyid.as_ref().map(|k| k.to_string());
+    if r.parent {
+        rec.source = Some(crate::error::Source::Parent.as_str());
+    }
     rec.reason = match &r.result {
         FetchResult::Body(_) => None,
         result if result.means_no_rules() => Some(format!(

@@ -56,11 +56,12 @@ impl Proxy {
             Arc::new(move |rec: &mannerly_policy::AuditRecord| observe.record(rec))
         });
         let admin = admin::bind(&cfg.admin).await?;
-        let listener = TcpListener::bind(cfg.proxy.listen)
-            .await
-            .map_err(|source| StartError::Io {
-                what: format!("listen on {}", cfg.proxy.listen),
-                source,
+        let listener =
+            crate::limits::listen(cfg.proxy.listen, cfg.proxy.backlog).map_err(|source| {
+                StartError::Io {
+                    what: format!("listen on {}", cfg.proxy.listen),
+                    source,
+                }
             })?;
         let shared = Shared::start(cfg, clock, ca, audit).await?;
         Ok(Proxy {
@@ -131,12 +132,13 @@ impl Proxy {
                 accepted = listener.accept() => match accepted {
                     Ok((stream, peer)) => {
                         backoff.recovered();
+                        let Some(permit) = shared.conns.admit(peer.ip()) else { continue };
                         let _ = stream.set_nodelay(true);
                         let track = shared.tracker.track();
                         let shared = shared.clone();
                         tokio::spawn(async move {
                             serve_client(shared, stream, peer).await;
-                            drop(track);
+                            drop((track, permit));
                         });
                     }
                     Err(e) => {
@@ -249,20 +251,24 @@ async fn serve_client(shared: Arc<Shared>, mut stream: TcpStream, peer: SocketAd
         let shared = svc_shared.clone();
         let bad = refused.take(&req);
         async move {
-            Ok::<_, Infallible>(match bad {
+            let mut resp = match bad {
                 Some(bad) => shared.refuse_head(bad, peer),
                 None => dispatch(shared, req, peer).await,
-            })
+            };
+            crate::audit::line_written(&mut resp).await;
+            Ok::<_, Infallible>(resp)
         }
     });
     let http = shared.http().http1_only();
     let conn = http.serve_connection_with_upgrades(io, svc);
     drive(&shared, conn, peer).await;
+    shared.auth.forget(peer);
 }
 
 /// Writes a response on a raw stream (before hyper owns it) and closes.
-async fn write_raw(stream: &mut TcpStream, resp: Response<ProxyBody>) -> std::io::Result<()> {
+async fn write_raw(stream: &mut TcpStream, mut resp: Response<ProxyBody>) -> std::io::Result<()> {
     use http_body_util::BodyExt;
+    crate::audit::line_written(&mut resp).await;
     let (parts, body) = resp.into_parts();
     let body = body
         .collect()
@@ -292,6 +298,15 @@ async fn dispatch(
     req: Request<Incoming>,
     peer: SocketAddr,
 ) -> Response<ProxyBody> {
+    if let Err(denied) = crate::auth::admit(&shared, &req, peer).await {
+        return denied;
+    }
+    if crate::limits::is_loop(req.headers()) {
+        let rec = shared.record(req.method().as_str(), &req.uri().to_string(), "", peer);
+        let why = "this request has already passed through this proxy (its own Via): a proxy loop";
+        let a = Answer::new(Outcome::Error, why).status(508).close();
+        return shared.refuse(rec, a, Source::Client);
+    }
     if req.method() == Method::CONNECT {
         return tunnel::connect(shared, req, peer).await;
     }

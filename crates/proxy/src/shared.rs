@@ -45,6 +45,10 @@ pub(crate) struct Shared {
     pub(crate) tracker: Tracker,
     /// Web Bot Auth signer (`[identity]`), when enabled.
     pub(crate) identity: Option<Arc<Signer>>,
+    /// Who may use the proxy (`proxy.auth`, `proxy.allow`).
+    pub(crate) auth: crate::auth::Gate,
+    /// Connection caps (`proxy.max_connections*`).
+    pub(crate) conns: Arc<crate::limits::ConnLimits>,
     ids: AtomicU64,
     id_prefix: String,
 }
@@ -59,6 +63,11 @@ impl Shared {
         ca: Arc<CertificateAuthority>,
         audit: AuditSink,
     ) -> Result<Shared, StartError> {
+        let auth = crate::auth::Gate::new(&cfg)?;
+        let conns = crate::limits::ConnLimits::new(
+            cfg.proxy.max_connections,
+            cfg.proxy.max_connections_per_client,
+        );
         let guard = Guard::new(&cfg.upstream, clock.clone());
         let client = upstream::client(&cfg.upstream, guard.clone())?;
         let start = clock
@@ -103,6 +112,8 @@ impl Shared {
             save_budgets: Notify::new(),
             tracker: Tracker::new(),
             identity,
+            auth,
+            conns,
             ids: AtomicU64::new(0),
             id_prefix: format!("{start:x}"),
         })
@@ -149,8 +160,9 @@ impl Shared {
             source.as_str(),
             body.len() as u64,
         );
-        let resp = a.into_response(&rec.id);
-        self.audit.send(rec);
+        let mut resp = a.into_response(&rec.id);
+        // The head waits until the line is written (see `audit::line_written`).
+        crate::audit::gate(&mut resp, self.audit.commit(rec));
         resp
     }
 
@@ -174,17 +186,27 @@ impl Shared {
         self.refuse(rec, a, Source::Client)
     }
 
-    /// The HTTP server settings for client connections. Heads of HTTP/1
-    /// connections are timed by `heads::Heads`, which answers a late one
-    /// with 408, so hyper's own head timer (which closes silently) is off.
+    /// The HTTP server settings for client connections. A head is timed by
+    /// `heads::Heads` from its first byte and answered 408 when late;
+    /// hyper's own timer, which runs from the end of the previous request
+    /// and closes silently, is set at twice that, to close idle kept-alive
+    /// connections.
     pub(crate) fn http(&self) -> auto::Builder<TokioExecutor> {
         let mut b = auto::Builder::new(TokioExecutor::new());
         b.http1()
             .timer(TokioTimer::new())
-            .header_read_timeout(None)
+            .header_read_timeout(self.cfg.proxy.header_read_timeout * 2)
             .max_headers(self.cfg.proxy.max_headers)
             .max_buf_size(self.cfg.proxy.max_header_bytes.max(8192));
-        b.http2().timer(TokioTimer::new());
+        // Client-side HTTP/2 (inside intercepted TLS): bounded streams and
+        // header lists (a CONTINUATION flood counts against the list size),
+        // and hyper's rapid-reset guards.
+        b.http2()
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(self.cfg.proxy.h2_max_streams)
+            .max_header_list_size(self.cfg.proxy.max_header_bytes.min(u32::MAX as usize) as u32)
+            .max_pending_accept_reset_streams(Some(20))
+            .max_local_error_reset_streams(Some(1024));
         b
     }
 }

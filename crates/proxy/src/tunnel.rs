@@ -24,7 +24,7 @@ use crate::pipeline;
 use crate::respond::{Answer, DECISION};
 use crate::shared::Shared;
 use crate::target::{Scheme, Target};
-use crate::upstream::{connect_any, ConnectError};
+use crate::upstream::ConnectError;
 
 /// Handles a CONNECT request read on the proxy port.
 pub(crate) async fn connect(
@@ -43,7 +43,8 @@ pub(crate) async fn connect(
     };
     let host = authority.host().to_ascii_lowercase();
     let port = authority.port_u16().unwrap_or(443);
-    let rec = shared.record("CONNECT", &url, &host, peer);
+    let mut rec = shared.record("CONNECT", &url, &host, peer);
+    rec.user = shared.auth.user_for(peer);
     if !shared.cfg.proxy.connect_ports.contains(&port) {
         let why = format!("CONNECT to port {port} is not allowed (proxy.connect_ports)");
         // curl and most clients show only the CONNECT answer's headers.
@@ -156,7 +157,9 @@ fn service(
         let bad = refused.as_ref().and_then(|r| r.take(&req));
         async move {
             if let Some(bad) = bad {
-                return Ok(shared.refuse_head(bad, peer));
+                let mut resp = shared.refuse_head(bad, peer);
+                crate::audit::line_written(&mut resp).await;
+                return Ok(resp);
             }
             let mut resp = pipeline::handle(shared.clone(), req, target, peer).await;
             if shared.tracker.is_stopping() {
@@ -165,6 +168,7 @@ fn service(
                     http::HeaderValue::from_static("close"),
                 );
             }
+            crate::audit::line_written(&mut resp).await;
             Ok::<_, Infallible>(resp)
         }
     })
@@ -254,26 +258,77 @@ async fn pass_through(
     addrs: Vec<SocketAddr>,
     mut rec: mannerly_policy::AuditRecord,
 ) {
-    let timeout = shared.cfg.upstream.connect_timeout;
     let mut client = TokioIo::new(upgraded);
     rec.outcome = Some(Outcome::Tunneled);
-    match connect_any(&target.host, &addrs, timeout).await {
-        Ok(mut origin) => {
+    let opened = shared
+        .client
+        .tunnel(&target.host, target.port, &addrs)
+        .await;
+    match opened {
+        Ok(origin) => {
             rec.status = Some(200);
-            match tokio::io::copy_bidirectional(&mut client, &mut origin).await {
-                Ok((up, down)) => {
-                    rec.bytes = Some(down);
-                    rec.reason = Some(format!("{up} bytes up, {down} bytes down"));
-                }
-                Err(e) => rec.reason = Some(format!("tunnel ended: {e}")),
-            }
+            let idle = shared.cfg.upstream.idle_timeout;
+            let (up, down, ended) = copy_until_idle(&mut client, origin, idle).await;
+            rec.bytes = Some(down);
+            rec.reason = Some(format!("{up} bytes up, {down} bytes down; {ended}"));
         }
         Err(e) => {
+            let source = match e {
+                ConnectError::Parent { .. } => Source::Parent,
+                _ => Source::Upstream,
+            };
             rec.outcome = Some(Outcome::Error);
             rec.status = Some(502);
-            rec.source = Some(Source::Upstream.as_str());
+            rec.source = Some(source.as_str());
             rec.reason = Some(e.to_string());
         }
     }
     shared.audit.send(rec);
+}
+
+/// Copies both ways until either side closes, or nothing has moved either
+/// way for `idle` (an idle tunnel holds two descriptors for nothing).
+/// Returns the bytes up and down and how it ended.
+async fn copy_until_idle<C, O>(
+    client: &mut C,
+    origin: O,
+    idle: std::time::Duration,
+) -> (u64, u64, String)
+where
+    C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    O: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::AsyncWriteExt;
+    let (mut cr, mut cw) = tokio::io::split(client);
+    let (mut or, mut ow) = tokio::io::split(origin);
+    let (mut up, mut down) = (0u64, 0u64);
+    let (mut cbuf, mut obuf) = (vec![0u8; 16 * 1024], vec![0u8; 16 * 1024]);
+    let ended = loop {
+        tokio::select! {
+            r = cr.read(&mut cbuf) => match r {
+                Ok(0) => break "client closed".to_string(),
+                Ok(n) => {
+                    if let Err(e) = ow.write_all(&cbuf[..n]).await {
+                        break format!("origin write failed: {e}");
+                    }
+                    up += n as u64;
+                }
+                Err(e) => break format!("client read failed: {e}"),
+            },
+            r = or.read(&mut obuf) => match r {
+                Ok(0) => break "origin closed".to_string(),
+                Ok(n) => {
+                    if let Err(e) = cw.write_all(&obuf[..n]).await {
+                        break format!("client write failed: {e}");
+                    }
+                    down += n as u64;
+                }
+                Err(e) => break format!("origin read failed: {e}"),
+            },
+            _ = tokio::time::sleep(idle) => break format!("closed after {idle:?} without traffic"),
+        }
+    };
+    let _ = ow.shutdown().await;
+    let _ = cw.shutdown().await;
+    (up, down, ended)
 }

@@ -9,9 +9,10 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use http::Uri;
+use http::{Request, Uri};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::ResponseFuture;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use mannerly_policy::{classify_ip, parse_host_ip, AddressClass};
 use rustls::RootCertStore;
@@ -20,8 +21,9 @@ use tokio::net::TcpStream;
 use crate::body::ProxyBody;
 use crate::clock::Clock;
 use crate::config::UpstreamConfig;
-use crate::conns::{Conns, Tracked};
+use crate::conns::Conns;
 use crate::error::StartError;
+use crate::parent::{Link, Parent};
 use crate::resolve::Overrides;
 
 /// Why a connection to an origin was not made.
@@ -69,6 +71,13 @@ pub(crate) enum ConnectError {
         /// The host.
         host: String,
         /// Which limit.
+        why: String,
+    },
+    /// The parent proxy (`upstream.proxy`) is unreachable or refused the
+    /// tunnel; the target was never asked.
+    #[error("{why}")]
+    Parent {
+        /// Plain words, naming the parent without its password.
         why: String,
     },
 }
@@ -138,6 +147,18 @@ impl Guard {
         host: &str,
         port: u16,
     ) -> Result<Vec<SocketAddr>, ConnectError> {
+        let addrs = self.lookup(host, port).await?;
+        self.check(host, &addrs)?;
+        Ok(addrs)
+    }
+
+    /// The addresses of `host:port` (overrides first), unjudged: for the
+    /// parent proxy, whose address the operator chose.
+    pub(crate) async fn lookup(
+        &self,
+        host: &str,
+        port: u16,
+    ) -> Result<Vec<SocketAddr>, ConnectError> {
         let bare = host.trim_start_matches('[').trim_end_matches(']');
         let addrs = if let Some(addr) = self.overrides.get(bare, port) {
             vec![addr]
@@ -159,7 +180,6 @@ impl Guard {
                 why: "no addresses".into(),
             });
         }
-        self.check(host, &addrs)?;
         Ok(addrs)
     }
 
@@ -189,12 +209,13 @@ pub(crate) struct GuardedConnector {
     guard: Guard,
     connect_timeout: Duration,
     conns: Arc<Conns>,
+    parent: Option<Arc<Parent>>,
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 impl tower_service::Service<Uri> for GuardedConnector {
-    type Response = TokioIo<Tracked>;
+    type Response = TokioIo<Link>;
     type Error = BoxError;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
 
@@ -206,6 +227,7 @@ impl tower_service::Service<Uri> for GuardedConnector {
         let guard = self.guard.clone();
         let timeout = self.connect_timeout;
         let conns = self.conns.clone();
+        let parent = self.parent.clone();
         Box::pin(async move {
             let host = uri
                 .host()
@@ -224,9 +246,16 @@ impl tower_service::Service<Uri> for GuardedConnector {
                 }
                 .into());
             };
+            if let Some(parent) = parent.filter(|p| p.serves(&host, port)) {
+                let tunnel = uri.scheme_str() == Some("https");
+                let link = parent
+                    .open(&guard, &conns, &host, port, tunnel, timeout)
+                    .await?;
+                return Ok(TokioIo::new(link));
+            }
             let addrs = guard.resolve(&host, port).await?;
             let stream = connect_any(&host, &addrs, timeout).await?;
-            Ok(TokioIo::new(conns.track(stream)))
+            Ok(TokioIo::new(Link::direct(conns.track(stream))))
         })
     }
 }
@@ -269,8 +298,66 @@ pub(crate) async fn connect_any(
         })
 }
 
-/// The pooled client towards origins.
-pub(crate) type UpstreamClient = Client<HttpsConnector<GuardedConnector>, ProxyBody>;
+/// The pooled client towards origins, directly or through the parent.
+#[derive(Clone)]
+pub(crate) struct UpstreamClient {
+    inner: Client<HttpsConnector<GuardedConnector>, ProxyBody>,
+    parent: Option<Arc<Parent>>,
+    guard: Guard,
+    conns: Arc<Conns>,
+    connect_timeout: Duration,
+}
+
+impl UpstreamClient {
+    /// Sends a request; a plain-HTTP one the parent carries gets the
+    /// parent's credentials.
+    pub(crate) fn request(&self, mut req: Request<ProxyBody>) -> ResponseFuture {
+        if let Some(parent) = self.parent_for(req.uri()) {
+            if req.uri().scheme_str() != Some("https") {
+                parent.authorize(&mut req);
+            }
+        }
+        self.inner.request(req)
+    }
+
+    /// The parent that carries requests to `uri`, if any.
+    pub(crate) fn parent_for(&self, uri: &Uri) -> Option<&Parent> {
+        let port = uri.port_u16().unwrap_or(match uri.scheme_str() {
+            Some("https") => 443,
+            _ => 80,
+        });
+        self.parent_serving(uri.host()?, port)
+    }
+
+    /// The parent that carries requests to `host:port`, if any.
+    pub(crate) fn parent_serving(&self, host: &str, port: u16) -> Option<&Parent> {
+        let parent = self.parent.as_deref()?;
+        parent.serves(host, port).then_some(parent)
+    }
+
+    /// A raw byte stream to `host:port` (for CONNECT without interception):
+    /// through the parent's CONNECT when it serves the target, else direct
+    /// to the addresses the guard already passed.
+    pub(crate) async fn tunnel(
+        &self,
+        host: &str,
+        port: u16,
+        addrs: &[SocketAddr],
+    ) -> Result<Link, ConnectError> {
+        let timeout = self.connect_timeout;
+        match self.parent.as_deref().filter(|p| p.serves(host, port)) {
+            Some(parent) => {
+                parent
+                    .open(&self.guard, &self.conns, host, port, true, timeout)
+                    .await
+            }
+            None => {
+                let stream = connect_any(host, addrs, timeout).await?;
+                Ok(Link::direct(self.conns.track(stream)))
+            }
+        }
+    }
+}
 
 /// Builds the client: webpki roots plus `extra_roots`, ALPN h2 + http/1.1.
 pub(crate) fn client(cfg: &UpstreamConfig, guard: Guard) -> Result<UpstreamClient, StartError> {
@@ -298,25 +385,40 @@ pub(crate) fn client(cfg: &UpstreamConfig, guard: Guard) -> Result<UpstreamClien
             )));
         }
     }
+    let parent = Parent::from_config(cfg, &roots)
+        .map_err(StartError::Config)?
+        .map(Arc::new);
+    if let Some(p) = &parent {
+        tracing::info!("origins are reached through the parent proxy {}", p.shown());
+    }
     let tls = rustls::ClientConfig::builder()
         .with_root_certificates(roots)
         .with_no_client_auth();
+    let conns = Conns::new(cfg.max_connecting, cfg.pool_max_idle_total);
     let connector = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_or_http()
         .enable_http1()
         .enable_http2()
         .wrap_connector(GuardedConnector {
-            guard,
+            guard: guard.clone(),
             connect_timeout: cfg.connect_timeout,
-            conns: Conns::new(cfg.max_connecting, cfg.pool_max_idle_total),
+            conns: conns.clone(),
+            parent: parent.clone(),
         });
-    Ok(Client::builder(TokioExecutor::new())
+    let inner = Client::builder(TokioExecutor::new())
         .timer(TokioTimer::new())
         .pool_timer(TokioTimer::new())
         .pool_idle_timeout(cfg.pool_idle)
         .pool_max_idle_per_host(cfg.pool_max_idle_per_host)
-        .build(connector))
+        .build(connector);
+    Ok(UpstreamClient {
+        inner,
+        parent,
+        guard,
+        conns,
+        connect_timeout: cfg.connect_timeout,
+    })
 }
 
 /// Finds our [`ConnectError`] inside a client error, if that is what it was.
@@ -341,6 +443,10 @@ pub(crate) struct Failure {
     pub(crate) status: u16,
     /// Whether the guard refused the target (the request is `blocked`).
     pub(crate) blocked: bool,
+    /// Whether the parent proxy failed, not the target.
+    pub(crate) parent: bool,
+    /// The client's request body failed, not the origin.
+    pub(crate) client: bool,
 }
 
 /// Explains a client error from the upstream client: our guard's refusal,
@@ -351,13 +457,33 @@ pub(crate) fn explain(err: &(dyn std::error::Error + 'static)) -> Failure {
         why,
         status,
         blocked: false,
+        parent: false,
+        client: false,
     };
+    if let Some(c) = crate::client_body::client_body_error(err) {
+        return Failure {
+            why: c.to_string(),
+            status: c.status(),
+            blocked: false,
+            parent: false,
+            client: true,
+        };
+    }
     if let Some(c) = connect_error(err) {
         return match c {
             ConnectError::Blocked { .. } => Failure {
                 why: c.to_string(),
                 status: 403,
                 blocked: true,
+                parent: false,
+                client: false,
+            },
+            ConnectError::Parent { why } => Failure {
+                why: why.clone(),
+                status: 502,
+                blocked: false,
+                parent: true,
+                client: false,
             },
             ConnectError::Resolve { host, .. } => fail(format!("name not resolved: {host}"), 502),
             ConnectError::Timeout { .. } => fail(c.to_string(), 504),

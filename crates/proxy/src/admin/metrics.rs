@@ -16,7 +16,7 @@ use metrics_exporter_prometheus::{
 };
 
 /// Every outcome, in the order of [`index`].
-pub(crate) const OUTCOMES: [Outcome; 15] = [
+pub(crate) const OUTCOMES: [Outcome; 16] = [
     Outcome::Fetched,
     Outcome::Revalidated,
     Outcome::Unchanged,
@@ -32,6 +32,7 @@ pub(crate) const OUTCOMES: [Outcome; 15] = [
     Outcome::RobotsFetched,
     Outcome::Tunneled,
     Outcome::OperatorReset,
+    Outcome::Denied,
 ];
 
 /// Position of an outcome in [`OUTCOMES`]; exhaustive, so a new outcome
@@ -53,6 +54,7 @@ fn index(o: Outcome) -> usize {
         Outcome::RobotsFetched => 12,
         Outcome::Tunneled => 13,
         Outcome::OperatorReset => 14,
+        Outcome::Denied => 15,
     }
 }
 

@@ -1,0 +1,351 @@
+//! Verifying a log: one or more files in order, the chain carried across
+//! them, checkpoints checked against a public key when one is given.
+//!
+//! Fed line by line so a verifier never holds a whole log in memory.
+
+use ed25519_dalek::VerifyingKey;
+
+use super::checkpoint::{Checkpoint, SealReason};
+use super::{digest, split_line, GENESIS};
+
+/// Evidence that a log is not what the proxy wrote.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Problem {
+    /// The line has no well-formed `chain` field, or a checkpoint that does not parse.
+    Malformed {
+        /// File name as given.
+        file: String,
+        /// 1-based line number.
+        line: u64,
+    },
+    /// The chain breaks here: this line was edited, or a line before it removed.
+    Broken {
+        /// File name as given.
+        file: String,
+        /// 1-based line number.
+        line: u64,
+    },
+    /// A checkpoint whose signature does not verify with the key given.
+    BadSignature {
+        /// File name as given.
+        file: String,
+        /// 1-based line number.
+        line: u64,
+    },
+    /// A checkpoint that seals another chain value or line count than the
+    /// log has: lines before it were edited, removed or added and the chain
+    /// recomputed.
+    Rechained {
+        /// File name as given.
+        file: String,
+        /// 1-based line number of the checkpoint.
+        line: u64,
+    },
+    /// The first line of a file does not chain from the last line of the
+    /// file before it: a file between them is missing, or they are out of order.
+    Gap {
+        /// The file whose start does not follow.
+        file: String,
+    },
+    /// More lines are unsealed at the end than one checkpoint interval can
+    /// leave: a checkpoint, and what followed it, was cut off.
+    Truncated {
+        /// The last file.
+        file: String,
+        /// Unsealed lines at its end.
+        unsealed: u64,
+        /// Why this cannot be a crash.
+        why: String,
+    },
+    /// The last file given ends with a rotation checkpoint: the file that
+    /// continued the log is missing.
+    NextFileMissing {
+        /// The file sealed for rotation.
+        file: String,
+    },
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Problem::Malformed { file, line } => {
+                write!(f, "{file}: line {line}: not an audit line (no chain field, or a checkpoint that does not parse)")
+            }
+            Problem::Broken { file, line } => write!(
+                f,
+                "{file}: line {line}: chain does not match (line edited, or a line before it removed)"
+            ),
+            Problem::BadSignature { file, line } => write!(
+                f,
+                "{file}: line {line}: checkpoint signature does not verify with the given key (forged checkpoint)"
+            ),
+            Problem::Rechained { file, line } => write!(
+                f,
+                "{file}: line {line}: checkpoint seals a different chain or line count: the lines before it were changed and re-chained"
+            ),
+            Problem::Gap { file } => write!(
+                f,
+                "{file}: first line does not follow from the previous file (a file is missing between them, or they are out of order)"
+            ),
+            Problem::Truncated { file, unsealed, why } => write!(
+                f,
+                "{file}: the last {unsealed} lines are not sealed and {why}: the log was cut below a checkpoint"
+            ),
+            Problem::NextFileMissing { file } => write!(
+                f,
+                "{file}: ends with a rotation checkpoint but no later file was given (the file after it is missing)"
+            ),
+        }
+    }
+}
+
+/// What verification found, file by file.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    /// One entry per file, in the order given.
+    pub files: Vec<FileReport>,
+    /// Tamper evidence; empty for a good log.
+    pub problems: Vec<Problem>,
+    /// Whether checkpoints were checked against a key.
+    pub keyed: bool,
+    /// The first file's first line chains from a file that was not given.
+    pub starts_mid_log: bool,
+}
+
+/// One file of a verified log.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FileReport {
+    /// File name as given.
+    pub name: String,
+    /// Lines read (up to the first problem in this file).
+    pub lines: u64,
+    /// Checkpoints found.
+    pub checkpoints: u64,
+    /// Line number of the last checkpoint (0: none).
+    pub sealed_through: u64,
+    /// Why the last checkpoint was written.
+    pub last_seal: Option<SealReason>,
+}
+
+impl Report {
+    /// Lines at the end of the last file that no checkpoint seals.
+    pub fn unsealed_tail(&self) -> u64 {
+        self.files
+            .last()
+            .map_or(0, |f| f.lines.saturating_sub(f.sealed_through))
+    }
+}
+
+/// Checks a log line by line; call [`Verifier::start_file`] before each file.
+pub struct Verifier {
+    key: Option<VerifyingKey>,
+    prev: Option<String>,
+    report: Report,
+    line: u64,
+    failed_file: bool,
+    // For the truncation check: the interval in force and the first
+    // unsealed line's time.
+    every: Option<(u64, u64)>,
+    first_unsealed_ts: Option<String>,
+    last_ts: Option<String>,
+}
+
+impl Verifier {
+    /// A verifier; without a key, checkpoints are checked for consistency
+    /// only (a forger can recompute them).
+    pub fn new(key: Option<VerifyingKey>) -> Verifier {
+        Verifier {
+            report: Report {
+                keyed: key.is_some(),
+                ..Report::default()
+            },
+            key,
+            prev: None,
+            line: 0,
+            failed_file: false,
+            every: None,
+            first_unsealed_ts: None,
+            last_ts: None,
+        }
+    }
+
+    /// Begins the next file of the log.
+    pub fn start_file(&mut self, name: &str) {
+        self.report.files.push(FileReport {
+            name: name.to_string(),
+            ..FileReport::default()
+        });
+        self.line = 0;
+        self.failed_file = false;
+        self.first_unsealed_ts = None;
+    }
+
+    fn file(&mut self) -> &mut FileReport {
+        if self.report.files.is_empty() {
+            self.start_file("-");
+        }
+        let last = self.report.files.len() - 1;
+        &mut self.report.files[last]
+    }
+
+    fn fail(&mut self, p: Problem) {
+        self.report.problems.push(p);
+        self.failed_file = true;
+    }
+
+    /// Checks one line (without its newline). After the first problem in a
+    /// file the rest of that file is skipped; the next file is checked
+    /// against the chain as it stood.
+    pub fn line(&mut self, text: &str) {
+        if self.failed_file {
+            return;
+        }
+        let name = self.file().name.clone();
+        self.line += 1;
+        let n = self.line;
+        let Some((content, chain)) = split_line(text) else {
+            self.fail(Problem::Malformed {
+                file: name,
+                line: n,
+            });
+            return;
+        };
+        let prev = match self.prev.take() {
+            Some(p) => p,
+            None if digest(GENESIS, &content) == chain => GENESIS.to_string(),
+            None => match continued_from(&content) {
+                // Older files were not given: the file's first line says
+                // (signed) which chain value it continues.
+                Some(p) if digest(&p, &content) == chain => {
+                    self.report.starts_mid_log = true;
+                    p
+                }
+                _ => {
+                    self.fail(Problem::Broken {
+                        file: name,
+                        line: n,
+                    });
+                    return;
+                }
+            },
+        };
+        if digest(&prev, &content) != chain {
+            self.prev = Some(prev);
+            if n == 1 && self.report.files.len() > 1 {
+                self.fail(Problem::Gap { file: name });
+            } else {
+                self.fail(Problem::Broken {
+                    file: name,
+                    line: n,
+                });
+            }
+            return;
+        }
+        self.accept(&name, n, &content, chain, &prev);
+    }
+
+    fn accept(&mut self, name: &str, n: u64, content: &str, chain: &str, prev: &str) {
+        self.prev = Some(chain.to_string());
+        self.file().lines = n;
+        let ts = ts_of(content);
+        if content.contains("\"outcome\":\"checkpoint\"") {
+            let Ok(cp) = serde_json::from_str::<Checkpoint>(content) else {
+                self.fail(Problem::Malformed {
+                    file: name.to_string(),
+                    line: n,
+                });
+                return;
+            };
+            if let Some(key) = &self.key {
+                if !cp.verify(key) {
+                    self.fail(Problem::BadSignature {
+                        file: name.to_string(),
+                        line: n,
+                    });
+                    return;
+                }
+            }
+            if prev != cp.sealed || cp.lines != n - 1 {
+                self.fail(Problem::Rechained {
+                    file: name.to_string(),
+                    line: n,
+                });
+                return;
+            }
+            let f = self.file();
+            f.checkpoints += 1;
+            f.sealed_through = n;
+            f.last_seal = Some(cp.why);
+            self.every = Some((cp.every_lines, cp.every_secs));
+            self.first_unsealed_ts = None;
+        } else if self.first_unsealed_ts.is_none() {
+            self.first_unsealed_ts = ts.clone();
+        }
+        if ts.is_some() {
+            self.last_ts = ts;
+        }
+    }
+
+    /// The findings. `parse_ts` turns an RFC 3339 time into seconds, for
+    /// the check that the unsealed tail spans at most one interval.
+    pub fn finish(mut self, parse_ts: impl Fn(&str) -> Option<f64>) -> Report {
+        let Some(last) = self.report.files.last().cloned() else {
+            return self.report;
+        };
+        if self.key.is_none() || self.failed_file {
+            return self.report;
+        }
+        if last.last_seal == Some(SealReason::Rotation) && last.sealed_through == last.lines {
+            self.report
+                .problems
+                .push(Problem::NextFileMissing { file: last.name });
+            return self.report;
+        }
+        let unsealed = last.lines - last.sealed_through;
+        if unsealed == 0 {
+            return self.report;
+        }
+        let Some((every_lines, every_secs)) = self.every else {
+            // No checkpoint at all: nothing says how much may be unsealed.
+            return self.report;
+        };
+        // The writer seals when a line would be the `every_lines`-th after a
+        // checkpoint, so a crash leaves fewer than that many.
+        let why = if unsealed > every_lines {
+            Some(format!(
+                "that is more than one interval ({every_lines} lines)"
+            ))
+        } else {
+            let span = self
+                .first_unsealed_ts
+                .as_deref()
+                .and_then(&parse_ts)
+                .zip(self.last_ts.as_deref().and_then(&parse_ts))
+                .map(|(a, b)| b - a);
+            // Two seconds of slack: the writer checks its timer between batches.
+            span.filter(|s| *s > every_secs as f64 + 2.0)
+                .map(|s| format!("they span {s:.0} s, more than one interval ({every_secs} s)"))
+        };
+        if let Some(why) = why {
+            self.report.problems.push(Problem::Truncated {
+                file: last.name,
+                unsealed,
+                why,
+            });
+        }
+        self.report
+    }
+}
+
+/// The chain value a continuation checkpoint says its file continues.
+fn continued_from(content: &str) -> Option<String> {
+    let cp: Checkpoint = serde_json::from_str(content).ok()?;
+    (cp.why == SealReason::Continuation).then_some(cp.sealed)
+}
+
+/// The `ts` field of a line's content, found without a full parse.
+fn ts_of(content: &str) -> Option<String> {
+    let rest = content.strip_prefix("{\"ts\":\"")?;
+    let end = rest.find('"')?;
+    Some(rest[..end].to_string())
+}

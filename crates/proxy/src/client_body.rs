@@ -1,0 +1,179 @@
+//! The client's request body on its way to the origin. A body small enough
+//! is read whole before the request takes the host's turn, so a client that
+//! trickles its body holds nothing of the host's (its slot, its place in
+//! line); a larger one streams. Either way a silence longer than the idle
+//! limit, or a body that is not valid HTTP framing, is the client's error
+//! ([`ClientBodyError`]), answered 408 or 400 with `source: client`, never
+//! blamed on the origin.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use tokio::time::Sleep;
+
+use crate::body::{boxed, full, BoxError, ProxyBody};
+
+/// Bodies up to this size are read whole before the budget step.
+pub(crate) const READ_AHEAD: u64 = 64 * 1024;
+
+/// The client's body failed: it went silent, or its framing is broken.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ClientBodyError {
+    /// No body bytes from the client for this long.
+    #[error("no request body data from the client for {0:?}")]
+    Idle(Duration),
+    /// The body could not be read (bad chunk size, connection lost).
+    #[error("the client's request body is broken: {0}")]
+    Broken(String),
+}
+
+impl ClientBodyError {
+    /// The status the client gets.
+    pub(crate) fn status(&self) -> u16 {
+        match self {
+            ClientBodyError::Idle(_) => 408,
+            ClientBodyError::Broken(_) => 400,
+        }
+    }
+}
+
+/// The request body, read ahead when small, and whether it can be sent
+/// twice (a throttled read is sent again after the pause).
+pub(crate) struct ClientBody {
+    body: Option<ProxyBody>,
+    resendable: bool,
+    buffered: Option<Bytes>,
+}
+
+impl ClientBody {
+    /// Reads `body` whole when it is known to be at most [`READ_AHEAD`]
+    /// bytes, waiting at most `idle` between its frames.
+    pub(crate) async fn read(
+        body: Incoming,
+        idle: Duration,
+    ) -> Result<ClientBody, ClientBodyError> {
+        if body.is_end_stream() {
+            return Ok(ClientBody {
+                body: None,
+                resendable: true,
+                buffered: Some(Bytes::new()),
+            });
+        }
+        let small = body.size_hint().upper().is_some_and(|n| n <= READ_AHEAD);
+        if !small {
+            return Ok(ClientBody {
+                body: Some(boxed(Idle::new(body, idle))),
+                resendable: false,
+                buffered: None,
+            });
+        }
+        let mut body = Idle::new(body, idle);
+        let mut buf = BytesMut::new();
+        while let Some(frame) = body.frame().await {
+            let frame = frame?;
+            if let Ok(data) = frame.into_data() {
+                buf.extend_from_slice(&data);
+            }
+        }
+        Ok(ClientBody {
+            body: None,
+            resendable: true,
+            buffered: Some(buf.freeze()),
+        })
+    }
+
+    /// The body for one send.
+    pub(crate) fn take(&mut self) -> ProxyBody {
+        if let Some(b) = &self.buffered {
+            return if b.is_empty() {
+                crate::body::empty()
+            } else {
+                full(b.clone())
+            };
+        }
+        self.body.take().unwrap_or_else(crate::body::empty)
+    }
+
+    /// Whether the body is gone once sent; which methods may be sent twice
+    /// is the budget's rule (`may_retry`).
+    pub(crate) fn resendable(&self) -> bool {
+        self.resendable
+    }
+}
+
+/// A client body with an idle limit between frames; its errors are the
+/// client's.
+struct Idle {
+    inner: Incoming,
+    idle: Duration,
+    sleep: Option<Pin<Box<Sleep>>>,
+}
+
+impl Idle {
+    fn new(inner: Incoming, idle: Duration) -> Idle {
+        Idle {
+            inner,
+            idle,
+            sleep: None,
+        }
+    }
+}
+
+impl Body for Idle {
+    type Data = Bytes;
+    type Error = ClientBodyError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, ClientBodyError>>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(r) => {
+                this.sleep = None;
+                Poll::Ready(r.map(|f| f.map_err(|e| ClientBodyError::Broken(e.to_string()))))
+            }
+            Poll::Pending => {
+                let idle = this.idle;
+                let sleep = this
+                    .sleep
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
+                match sleep.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Some(Err(ClientBodyError::Idle(idle)))),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Finds the client's body error inside an upstream client error.
+pub(crate) fn client_body_error<'a>(
+    err: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a ClientBodyError> {
+    let mut cur: Option<&'a (dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = cur {
+        if let Some(c) = e.downcast_ref::<ClientBodyError>() {
+            return Some(c);
+        }
+        cur = e.source();
+    }
+    None
+}
+
+// `BoxError` errors keep their type for `client_body_error`.
+const _: fn(ClientBodyError) -> BoxError = |e| Box::new(e);

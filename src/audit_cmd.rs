@@ -1,0 +1,176 @@
+//! `mannerly audit verify|pubkey`.
+
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use mannerly_policy::{parse_public_key, Problem, SealReason, Verifier, VerifyingKey};
+
+/// Exit code for a log whose chain is intact but whose last lines no
+/// checkpoint seals (a crash, or lines cut from the end).
+const UNSEALED: u8 = 3;
+
+/// Prints the audit public key of the data dir (creating the key if needed).
+pub fn pubkey(config: Option<&Path>) -> Result<ExitCode> {
+    let cfg = crate::settings::load(config)?;
+    let key = mannerly_proxy::load_or_create_audit_key(&cfg.data_dir).context("audit key")?;
+    println!("{}", mannerly_policy::hex(key.verifying_key().as_bytes()));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A public key given as hex, or as a file holding the hex.
+fn read_pubkey(arg: &str) -> Result<VerifyingKey> {
+    if let Some(k) = parse_public_key(arg) {
+        return Ok(k);
+    }
+    let text = std::fs::read_to_string(arg).with_context(|| {
+        format!("--pubkey {arg}: neither a key (64 hex digits) nor a readable file")
+    })?;
+    match parse_public_key(&text) {
+        Some(k) => Ok(k),
+        None => bail!("--pubkey {arg}: the file does not hold a key (64 hex digits, as `mannerly audit pubkey` prints)"),
+    }
+}
+
+/// The files to check, in log order: directories are expanded to their
+/// audit files, rotated ones (`audit.jsonl.<time>`) before the current one.
+pub fn log_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            let mut found: Vec<PathBuf> = std::fs::read_dir(p)
+                .with_context(|| format!("reading {}", p.display()))?
+                .filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|f| {
+                    f.is_file()
+                        && f.file_name()
+                            .is_some_and(|n| n.to_string_lossy().contains(".jsonl"))
+                })
+                .collect();
+            found.sort_by_key(|f| order_key(f));
+            if found.is_empty() {
+                bail!(
+                    "{}: no audit files (*.jsonl*) in this directory",
+                    p.display()
+                );
+            }
+            out.extend(found);
+        } else {
+            out.push(p.clone());
+        }
+    }
+    Ok(out)
+}
+
+/// `audit.jsonl.20261130T...` sorts by its time, and `audit.jsonl` after
+/// every file rotated out of it.
+fn order_key(f: &Path) -> (String, u8, String) {
+    let name = f
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_default();
+    match name.find(".jsonl") {
+        Some(i) => {
+            let base = name[..i + 6].to_string();
+            let rest = name[i + 6..].to_string();
+            let current = u8::from(rest.is_empty());
+            (base, current, rest)
+        }
+        None => (name, 0, String::new()),
+    }
+}
+
+pub fn verify(pubkey: Option<&str>, paths: &[PathBuf]) -> Result<ExitCode> {
+    let key = pubkey.map(read_pubkey).transpose()?;
+    let files = log_files(paths)?;
+    if files.is_empty() {
+        bail!("no audit files given");
+    }
+    let mut v = Verifier::new(key);
+    for f in &files {
+        let name = f.display().to_string();
+        v.start_file(&name);
+        let file = std::fs::File::open(f).with_context(|| name.clone())?;
+        let mut r = std::io::BufReader::with_capacity(256 * 1024, file);
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            let n = r
+                .read_until(b'\n', &mut buf)
+                .with_context(|| format!("reading {name}"))?;
+            if n == 0 {
+                break;
+            }
+            let line = String::from_utf8_lossy(&buf);
+            let line = line.trim_end_matches(['\n', '\r']);
+            if line.is_empty() {
+                continue;
+            }
+            v.line(line);
+        }
+    }
+    let report = v.finish(|ts| {
+        humantime::parse_rfc3339(ts)
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_secs_f64())
+    });
+    let broken: Vec<&str> = report
+        .problems
+        .iter()
+        .filter_map(|p| match p {
+            Problem::Malformed { file, .. }
+            | Problem::Broken { file, .. }
+            | Problem::BadSignature { file, .. }
+            | Problem::Rechained { file, .. }
+            | Problem::Gap { file } => Some(file.as_str()),
+            _ => None,
+        })
+        .collect();
+    for f in &report.files {
+        let seal = if f.checkpoints == 0 {
+            "no checkpoint".to_string()
+        } else {
+            format!(
+                "{} checkpoints, sealed through line {}",
+                f.checkpoints, f.sealed_through
+            )
+        };
+        if broken.contains(&f.name.as_str()) {
+            println!("{}: {} lines read; {seal}", f.name, f.lines);
+        } else {
+            println!("{}: {} lines, chain intact; {seal}", f.name, f.lines);
+        }
+    }
+    if report.starts_mid_log {
+        println!("note: the first file continues a log whose earlier files were not given; its first line is taken as it is");
+    }
+    if !report.problems.is_empty() {
+        for p in &report.problems {
+            println!("FAILED: {p}");
+        }
+        return Ok(ExitCode::from(1));
+    }
+    if !report.keyed {
+        println!("chain intact. Checkpoint signatures not checked (no --pubkey): truncation and re-chaining cannot be detected without the key.");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let unsealed = report.unsealed_tail();
+    let last = report.files.last().cloned().unwrap_or_default();
+    if unsealed == 0 {
+        let why = match last.last_seal {
+            Some(SealReason::Shutdown) => "clean shutdown",
+            Some(SealReason::Rotation) => "rotation",
+            Some(SealReason::Interval | SealReason::Continuation) | None => "interval",
+        };
+        println!("sealed: every line is covered by a checkpoint signed with the key (last: {why})");
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "unsealed: the last {unsealed} lines of {} follow the last checkpoint (line {}); the proxy did not stop cleanly (crash, kill -9), which leaves at most one checkpoint interval unsealed, or lines after them were cut",
+        last.name, last.sealed_through
+    );
+    Ok(ExitCode::from(UNSEALED))
+}

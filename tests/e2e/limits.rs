@@ -1,0 +1,90 @@
+//! Limits: connection caps per client address, and our own Via coming
+//! back (a proxy loop) answered 508.
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::support::*;
+
+fn ok_origin() -> Handler {
+    handler(|req| async move {
+        if req.uri().path() == "/robots.txt" {
+            return text(404, "");
+        }
+        text(200, "page")
+    })
+}
+
+#[tokio::test]
+async fn connections_above_the_per_client_cap_are_closed() {
+    let origin = Origin::http(ok_origin()).await;
+    let mut proxy = TestProxy::start(|c| c.proxy.max_connections_per_client = 2).await;
+    let mut a = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    let b = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    let mut c = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    let mut buf = [0u8; 64];
+    let _ = c.write_all(b"GET http://127.0.0.1/ HTTP/1.1\r\n\r\n").await;
+    assert_eq!(
+        c.read(&mut buf).await.unwrap_or(0),
+        0,
+        "third connection closed"
+    );
+    drop(b);
+    // The first is still served.
+    let req = format!(
+        "GET http://127.0.0.1:{p}/x HTTP/1.1\r\nhost: 127.0.0.1:{p}\r\nconnection: close\r\n\r\n",
+        p = origin.port()
+    );
+    a.write_all(req.as_bytes()).await.unwrap();
+    let mut resp = String::new();
+    a.read_to_string(&mut resp).await.unwrap();
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+    // A slot is free again once a connection closes.
+    let mut d = None;
+    for _ in 0..100 {
+        let mut s = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut r = String::new();
+        let _ = s.read_to_string(&mut r).await;
+        if r.starts_with("HTTP/1.1 200") {
+            d = Some(r);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(
+        d.is_some(),
+        "a new connection is served after others closed"
+    );
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn a_request_carrying_our_own_via_is_a_loop() {
+    let origin = Origin::http(ok_origin()).await;
+    let mut proxy = TestProxy::start(|_| {}).await;
+    let c = proxy.client();
+    let url = format!("http://127.0.0.1:{}/v", origin.port());
+    assert_eq!(c.get(&url).send().await.unwrap().status(), 200);
+    let via = origin
+        .seen
+        .all()
+        .iter()
+        .find(|s| s.path == "/v")
+        .unwrap()
+        .headers["via"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(via.starts_with("1.1 mannerly-"), "{via}");
+    let r = c
+        .get(&url)
+        .header("via", format!("1.0 other, {via}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 508);
+    assert!(decision(&r).starts_with("error"));
+    assert_eq!(origin.seen.count("/v"), 1, "the loop is not forwarded");
+    let lines = proxy.stop().await;
+    assert!(lines.iter().any(|l| l["status"] == 508));
+}
