@@ -9,7 +9,12 @@
 //!   allowed, since the origin runs here).
 //!
 //! Three runs: with Retry-After, without it, and with the 40 GETs spread over
-//! 8 client connections. Everything listens on 127.0.0.1 and stops by itself.
+//! 8 client connections; then the same origin announcing its limit
+//! (`RateLimit-Policy: "default";q=2;w=1` and `RateLimit: "default";r=R;t=T`
+//! on every answer, `R` = what its window has left, `T` = whole seconds
+//! until a unit frees, rounded down, then rounded up). Everything listens on
+//! 127.0.0.1 and stops by itself. `SEED_PAGES=200` runs 200 GETs instead
+//! of 40.
 //!
 //!     cargo run --release --example seed_scenario
 
@@ -38,6 +43,45 @@ struct Limiter {
     throttled: AtomicUsize,
     ok: AtomicUsize,
     retry_after: Option<&'static str>,
+    announce: Option<Round>,
+}
+
+/// How the origin turns "a unit frees in 0.47 s" into the whole seconds of
+/// the `t` parameter.
+#[derive(Clone, Copy)]
+enum Round {
+    Down,
+    Up,
+}
+
+impl Limiter {
+    fn announce(&self, r: &mut Response<Full<Bytes>>, served: &VecDeque<Instant>, now: Instant) {
+        let Some(round) = self.announce else {
+            return;
+        };
+        let left = LIMIT_PER_SEC.saturating_sub(served.len());
+        let frees_in = match served.front() {
+            Some(t) if left == 0 => {
+                (Duration::from_secs(1).saturating_sub(now.duration_since(*t))).as_secs_f64()
+            }
+            _ => 0.0,
+        };
+        let t = match round {
+            Round::Down => frees_in.floor(),
+            Round::Up => frees_in.ceil(),
+        } as u64;
+        let h = r.headers_mut();
+        h.insert(
+            "ratelimit-policy",
+            format!("\"default\";q={LIMIT_PER_SEC};w=1")
+                .parse()
+                .unwrap(),
+        );
+        h.insert(
+            "ratelimit",
+            format!("\"default\";r={left};t={t}").parse().unwrap(),
+        );
+    }
 }
 
 impl Limiter {
@@ -63,6 +107,7 @@ impl Limiter {
             if let Some(ra) = self.retry_after {
                 r.headers_mut().insert("retry-after", ra.parse().unwrap());
             }
+            self.announce(&mut r, &served, now);
             return r;
         }
         served.push_back(now);
@@ -70,11 +115,12 @@ impl Limiter {
         let mut r = Response::new(Full::new(Bytes::from(format!("page {path}\n"))));
         r.headers_mut()
             .insert("etag", format!("\"{}\"", path.len()).parse().unwrap());
+        self.announce(&mut r, &served, now);
         r
     }
 }
 
-async fn origin(retry_after: Option<&'static str>) -> (u16, Arc<Limiter>) {
+async fn origin(retry_after: Option<&'static str>, announce: Option<Round>) -> (u16, Arc<Limiter>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let limiter = Arc::new(Limiter {
@@ -82,6 +128,7 @@ async fn origin(retry_after: Option<&'static str>) -> (u16, Arc<Limiter>) {
         throttled: AtomicUsize::new(0),
         ok: AtomicUsize::new(0),
         retry_after,
+        announce,
     });
     let l = limiter.clone();
     tokio::spawn(async move {
@@ -102,7 +149,16 @@ async fn origin(retry_after: Option<&'static str>) -> (u16, Arc<Limiter>) {
 }
 
 async fn get(c: &reqwest::Client, url: String) -> Option<(u16, Instant)> {
-    let r = c.get(url).send().await.ok()?;
+    let r = match c.get(url).send().await {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!(
+                "request failed: {e:?} at {:?}",
+                std::time::SystemTime::now()
+            );
+            return None;
+        }
+    };
     let status = r.status().as_u16();
     r.bytes().await.ok()?;
     Some((status, Instant::now()))
@@ -116,8 +172,14 @@ struct Report {
     client_429: usize,
 }
 
-async fn run(name: &'static str, retry_after: Option<&'static str>, connections: usize) -> Report {
-    let (port, limiter) = origin(retry_after).await;
+async fn run(
+    name: &'static str,
+    retry_after: Option<&'static str>,
+    announce: Option<Round>,
+    connections: usize,
+    pages: usize,
+) -> Report {
+    let (port, limiter) = origin(retry_after, announce).await;
     let dir = std::env::temp_dir().join(format!("mannerly-seed-{}-{port}", std::process::id()));
     let mut cfg: Config = toml::from_str(include_str!("../config/mannerly.toml")).unwrap();
     cfg.data_dir = dir.clone();
@@ -155,7 +217,7 @@ async fn run(name: &'static str, retry_after: Option<&'static str>, connections:
     if connections == 1 {
         // Fire and forget at 5/s: each GET goes out on schedule, whatever
         // happened to the ones before it.
-        for i in 0..PAGES {
+        for i in 0..pages {
             let c = clients[0].clone();
             let url = format!("http://127.0.0.1:{port}/page/{i}");
             tasks.push(tokio::spawn(async move { vec![get(&c, url).await] }));
@@ -165,7 +227,7 @@ async fn run(name: &'static str, retry_after: Option<&'static str>, connections:
         // Each connection sends its share back to back, as fast as answers come.
         for (w, c) in clients.iter().enumerate() {
             let c = c.clone();
-            let urls: Vec<String> = (w..PAGES)
+            let urls: Vec<String> = (w..pages)
                 .step_by(connections)
                 .map(|i| format!("http://127.0.0.1:{port}/page/{i}"))
                 .collect();
@@ -211,24 +273,50 @@ async fn run(name: &'static str, retry_after: Option<&'static str>, connections:
 
 #[tokio::main]
 async fn main() {
-    println!("seed scenario: 40 GETs at 5/s, origin limit 2/s (sliding 1 s window), proxy on default budgets");
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .init();
+    }
+    let pages = std::env::var("SEED_PAGES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(PAGES);
+    println!("seed scenario: {pages} GETs at 5/s, origin limit 2/s (sliding 1 s window), proxy on default budgets");
     println!(
         "{:<34} {:>13} {:>10} {:>10} {:>11}",
         "run", "upstream 429s", "pages/s", "delivered", "client 429s"
     );
-    for (name, ra, conns) in [
-        ("Retry-After: 2, 1 client at 5/s", Some("2"), 1),
-        ("no Retry-After, 1 client at 5/s", None, 1),
-        ("Retry-After: 2, 8 connections", Some("2"), 8),
+    let only = std::env::var("SEED_ONLY").ok();
+    for (name, ra, announce, conns) in [
+        ("Retry-After: 2, 1 client at 5/s", Some("2"), None, 1),
+        ("no Retry-After, 1 client at 5/s", None, None, 1),
+        ("Retry-After: 2, 8 connections", Some("2"), None, 8),
+        (
+            "announced (t down), 1 client",
+            Some("2"),
+            Some(Round::Down),
+            1,
+        ),
+        ("announced (t up), 1 client", Some("2"), Some(Round::Up), 1),
+        (
+            "announced (t down), 8 connections",
+            Some("2"),
+            Some(Round::Down),
+            8,
+        ),
     ] {
-        let r = run(name, ra, conns).await;
+        if only.as_deref().is_some_and(|o| !name.contains(o)) {
+            continue;
+        }
+        let r = run(name, ra, announce, conns, pages).await;
         let rate = if r.seconds > 0.0 {
             r.delivered as f64 / r.seconds
         } else {
             0.0
         };
         println!(
-            "{:<34} {:>13} {:>10.2} {:>7}/{PAGES} {:>11}",
+            "{:<34} {:>13} {:>10.2} {:>7}/{pages} {:>11}",
             r.name, r.upstream_429, rate, r.delivered, r.client_429
         );
     }

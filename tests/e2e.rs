@@ -7,6 +7,7 @@ mod e2e {
     pub mod support;
 
     mod admin;
+    mod announced;
     mod audit;
     mod auth;
     mod broad;

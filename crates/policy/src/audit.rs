@@ -10,7 +10,7 @@ use sha2::{Digest, Sha256};
 
 use std::time::Duration;
 
-use crate::budget::Reaction;
+use crate::budget::{Announced, Reaction};
 use crate::conditional::CacheOutcome;
 use crate::prefs::PrefsRecord;
 use crate::Outcome;
@@ -96,6 +96,11 @@ pub struct AuditRecord {
     /// shared backend keep their shape).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub state: Option<&'static str>,
+    /// The limit the origin announced in this response's headers
+    /// (`RateLimit-Policy` / `RateLimit` or `X-RateLimit-*`), as read;
+    /// absent when it announced none, so older lines keep their bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub announced: Option<Announced>,
     /// The `keyid` (JWK thumbprint) of the Web Bot Auth signature mannerly
     /// added, when it signed the request.
     pub keyid: Option<String>,

@@ -20,8 +20,9 @@
 //!    response) releases it and learns from the status.
 //!
 //! Rates are kept as whole micro-requests per second and times as whole
-//! milliseconds, so that the arithmetic is exact and a host costs 72 bytes.
+//! milliseconds, so that the arithmetic is exact and a host costs 80 bytes.
 
+mod announced;
 mod decision;
 mod host;
 mod params;
@@ -29,6 +30,7 @@ mod persist;
 mod reset;
 mod retry_after;
 
+pub use announced::{Announced, AnnouncedBy, EPOCH_THRESHOLD};
 pub use decision::{HostView, Reaction, Refusal, Reservation, Start, Throttle, QUEUE_RETRY_AFTER};
 pub use host::{DecodeError, HostBudget, ENCODED_LEN};
 pub use params::{BudgetParams, HostOverride, HostParams, MAX_BREAKER_THRESHOLD};

@@ -13,8 +13,8 @@ use std::time::{Duration, SystemTime};
 use dashmap::DashMap;
 use mannerly_policy::budget::HostParams;
 use mannerly_policy::budget::{
-    host_key, HostView, PersistedHost, Reaction, Refusal, Reservation, ResetReport, Start,
-    QUEUE_RETRY_AFTER,
+    host_key, Announced, HostView, PersistedHost, Reaction, Refusal, Reservation, ResetReport,
+    Start, QUEUE_RETRY_AFTER,
 };
 use mannerly_state::hosts::{HostStore, Lease, MemoryHosts, RedisHosts, RedisSettings};
 use mannerly_state::responses::{ResponseStore, StoreError};
@@ -485,7 +485,12 @@ impl Permit {
 
     /// Releases the slot with what the origin answered; returns what the
     /// budget learned.
-    pub(crate) async fn respond(mut self, status: u16, retry_after: Option<&str>) -> Reaction {
+    pub(crate) async fn respond(
+        mut self,
+        status: u16,
+        retry_after: Option<&str>,
+        announced: Option<&Announced>,
+    ) -> Reaction {
         self.open = false;
         let b = self.budgets.clone();
         let jitter = b.jitter();
@@ -497,6 +502,7 @@ impl Permit {
                 self.budgets.clock.wall(),
                 status,
                 retry_after,
+                announced,
                 jitter,
             ),
             (Backend::Redis(r), Some(lease)) => {
@@ -507,6 +513,7 @@ impl Permit {
                     self.budgets.clock.wall(),
                     status,
                     retry_after,
+                    announced,
                     jitter,
                 )
                 .await
@@ -522,6 +529,7 @@ impl Permit {
                     self.budgets.clock.wall(),
                     status,
                     retry_after,
+                    announced,
                     jitter,
                 )
                 .await

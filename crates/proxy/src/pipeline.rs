@@ -20,7 +20,7 @@ use http::uri::{Authority, PathAndQuery};
 use http::{HeaderMap, Request, Response, StatusCode, Uri, Version};
 use http_body::Body as _;
 use hyper::body::Incoming;
-use mannerly_policy::budget::{host_key, Reaction, Refusal as BudgetRefusal};
+use mannerly_policy::budget::{host_key, Announced, Reaction, Refusal as BudgetRefusal};
 use mannerly_policy::conditional::{self, Admission, CacheKey, CacheOutcome, Plan};
 use mannerly_policy::robots_cache::{FetchResult, Rules};
 use mannerly_policy::{parse_host_ip, strip_hop_by_hop, AuditRecord, Outcome};
@@ -396,14 +396,16 @@ impl Exchange {
             .headers()
             .get(RETRY_AFTER)
             .and_then(|v| v.to_str().ok());
+        let announced = Announced::from_headers(resp.headers(), self.shared.clock.wall());
         let reaction = match permit {
             // Behind a provider, the target's status as it carried it.
             Some(p) => {
                 let status = self.rec.target_status.unwrap_or(resp.status().as_u16());
-                Some(p.respond(status, retry_after).await)
+                Some(p.respond(status, retry_after, announced.as_ref()).await)
             }
             None => None,
         };
+        self.rec.announced = announced;
         if let Some(r) = &reaction {
             self.rec.budget(r);
         }

@@ -14,7 +14,7 @@ use dashmap::DashMap;
 use http::header::{HeaderValue, LOCATION, USER_AGENT};
 use http::{Method, Request, Uri};
 use http_body_util::BodyExt;
-use mannerly_policy::budget::Refusal;
+use mannerly_policy::budget::{Announced, Refusal};
 use mannerly_policy::robots::MAX_ROBOTS_BYTES;
 use mannerly_policy::robots_cache::{FetchResult, Lookup, RobotsEntry, RobotsParams, Rules};
 use mannerly_policy::{AuditRecord, Outcome};
@@ -46,6 +46,8 @@ pub(crate) struct FetchReport {
     pub url: String,
     pub status: Option<u16>,
     pub retry_after: Option<String>,
+    /// The response head, for the limit it may announce.
+    pub headers: http::HeaderMap,
     pub bytes: u64,
     /// The Web Bot Auth key the (last) request was signed with.
     pub keyid: Option<KeyId>,
@@ -131,6 +133,7 @@ impl RobotsCache {
                 url: url.clone(),
                 status: None,
                 retry_after: None,
+                headers: http::HeaderMap::new(),
                 bytes: 0,
                 keyid: None,
                 result: FetchResult::Failed(format!("no complete answer within {timeout:?}")),
@@ -140,7 +143,10 @@ impl RobotsCache {
         };
         match report.status {
             Some(status) => {
-                permit.respond(status, report.retry_after.as_deref()).await;
+                let announced = Announced::from_headers(&report.headers, self.clock.wall());
+                permit
+                    .respond(status, report.retry_after.as_deref(), announced.as_ref())
+                    .await;
             }
             None => drop(permit),
         }
@@ -329,11 +335,14 @@ async fn fetch_hops(
             }
         }
         if !(200..300).contains(&status) {
+            let headers = resp.headers().clone();
             drain_small(resp).await;
             let mut r = report(url, Some(status), FetchResult::Status(status));
             r.retry_after = retry_after;
+            r.headers = headers;
             return r;
         }
+        let headers = resp.headers().clone();
         let conn = ConnHandle::of(&resp);
         let mut body = ReleaseOnEnd::new(resp.into_body(), conn);
         let mut buf = BytesMut::new();
@@ -357,6 +366,7 @@ async fn fetch_hops(
             url: url.to_string(),
             status: Some(status),
             retry_after: None,
+            headers,
             bytes: body.len() as u64,
             keyid: None,
             result: FetchResult::Body(body.to_vec()),
@@ -400,6 +410,7 @@ fn report(url: &str, status: Option<u16>, result: FetchResult) -> FetchReport {
         url: url.to_string(),
         status,
         retry_after: None,
+        headers: http::HeaderMap::new(),
         bytes: 0,
         keyid: None,
         result,

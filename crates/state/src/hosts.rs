@@ -24,7 +24,7 @@ pub use redis::{Decided, Lease, RedisHosts, RedisHostsError, RedisSettings, Redi
 use std::time::{Duration, Instant, SystemTime};
 
 use mannerly_policy::budget::{
-    HostParams, HostView, PersistedHost, Reaction, Reservation, ResetReport, Start,
+    Announced, HostParams, HostView, PersistedHost, Reaction, Reservation, ResetReport, Start,
 };
 
 /// Where per-host budgets live. See the module docs for the contract.
@@ -63,8 +63,10 @@ pub trait HostStore: Send + Sync {
     fn finish(&self, host: &str, now: Instant) -> bool;
 
     /// Learns from a response and releases its in-flight slot
-    /// ([`mannerly_policy::budget::HostBudget::on_response`]). `jitter` is a
-    /// random number in [0, 1) drawn by the caller.
+    /// ([`mannerly_policy::budget::HostBudget::on_answer`]), with the limit
+    /// the response announced if any. `jitter` is a random number in [0, 1)
+    /// drawn by the caller.
+    #[allow(clippy::too_many_arguments)]
     fn on_response(
         &self,
         host: &str,
@@ -72,6 +74,7 @@ pub trait HostStore: Send + Sync {
         wall: SystemTime,
         status: u16,
         retry_after: Option<&str>,
+        announced: Option<&Announced>,
         jitter: f64,
     ) -> Reaction;
 

@@ -46,6 +46,7 @@ async fn send(s: &RedisHosts, status: u16, retry_after: Option<&str>) -> Reactio
             SystemTime::now(),
             status,
             retry_after,
+            None,
             0.0,
         )
         .await;
@@ -105,6 +106,7 @@ async fn one_429_slows_the_whole_cluster_once() {
             SystemTime::now(),
             429,
             Some("1"),
+            None,
             0.0,
         )
         .await;
@@ -226,6 +228,7 @@ async fn without_redis_decides_alone_at_a_quarter_then_shares_again() {
                 Instant::now(),
                 SystemTime::now(),
                 200,
+                None,
                 None,
                 0.0,
             )

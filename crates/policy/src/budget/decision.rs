@@ -167,6 +167,10 @@ pub struct HostView {
     /// The Crawl-delay in force, in seconds when serialised.
     #[serde(serialize_with = "opt_secs")]
     pub crawl_delay: Option<Duration>,
+    /// The rate cap taken from a limit the origin announced
+    /// (`RateLimit-Policy`, `X-RateLimit-*`), requests/s.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub announced_rate: Option<f64>,
     /// Throttles inside the breaker window.
     pub recent_throttles: u32,
 }

@@ -25,7 +25,7 @@ pub(super) const KEEP_MS: u64 = 8 * 86_400_000;
 const MAX_INTERVAL_MS: u64 = 86_400_000;
 /// Retry-After values are logged raw, but not at any length.
 const RAW_RETRY_AFTER_MAX: usize = 64;
-/// The budget state of one host: 72 bytes.
+/// The budget state of one host: 80 bytes.
 ///
 /// Times are `u32` milliseconds after `base` (`NONE` when unset), rates are
 /// micro-requests per second. Rate slots follow GCRA: `tat` is the
@@ -44,6 +44,9 @@ pub struct HostBudget {
     pub(super) rate: u32,
     pub(super) ceiling: u32,
     pub(super) crawl_delay_ms: u32,
+    /// Rate cap from a limit the origin announced (already scaled by
+    /// `announced_share`), micro-requests/s; 0 when none.
+    pub(super) announced: u32,
     /// Last send, and the smoothed gap between sends (ms): the pace the host
     /// was really driven at, which lags the rate while old slots drain.
     pub(super) sent: u32,
@@ -69,6 +72,7 @@ impl HostBudget {
             rate: p.start_u(),
             ceiling: p.max_u(),
             crawl_delay_ms: 0,
+            announced: 0,
             sent: NONE,
             gap: NONE,
             concurrency: p.concurrency_u(),
@@ -285,6 +289,7 @@ impl HostBudget {
             breaker_open_for: paused.filter(|_| self.breaker),
             crawl_delay: (self.crawl_delay_ms > 0)
                 .then(|| Duration::from_millis(u64::from(self.crawl_delay_ms))),
+            announced_rate: (self.announced > 0).then(|| f(self.announced)),
             recent_throttles: self.recent_throttles(p, n),
         }
     }
@@ -454,7 +459,7 @@ impl HostBudget {
 
     /// Milliseconds since `base` (saturating), re-basing first if the
     /// compact clock is running out, and expiring a past pause.
-    fn tick(&mut self, now: Instant) -> u64 {
+    pub(super) fn tick(&mut self, now: Instant) -> u64 {
         let mut n = self.ms(now);
         if n >= REBASE_AFTER_MS {
             let shift = n - KEEP_MS;
@@ -496,7 +501,7 @@ impl HostBudget {
         u64::try_from(t.saturating_duration_since(self.base).as_millis()).unwrap_or(u64::MAX)
     }
 
-    fn ms_ceil(&self, t: Instant) -> u64 {
+    pub(super) fn ms_ceil(&self, t: Instant) -> u64 {
         let d = t.saturating_duration_since(self.base);
         let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         ms.saturating_add(u64::from(!d.subsec_nanos().is_multiple_of(1_000_000)))
@@ -525,13 +530,17 @@ impl HostBudget {
         u32::try_from(c).unwrap_or(max)
     }
 
-    /// Highest rate allowed now: ceiling and Crawl-delay.
-    fn cap_u(&self, p: &HostParams, n: u64) -> u32 {
+    /// Highest rate allowed now: ceiling, Crawl-delay and announced limit.
+    pub(super) fn cap_u(&self, p: &HostParams, n: u64) -> u32 {
         let crawl = match self.crawl_delay_ms {
             0 => u32::MAX,
             d => u32::try_from(1_000_000_000 / u64::from(d)).unwrap_or(u32::MAX),
         };
-        self.ceiling_u(p, n).min(crawl).max(1)
+        let announced = match self.announced {
+            0 => u32::MAX,
+            a => a,
+        };
+        self.ceiling_u(p, n).min(crawl).min(announced).max(1)
     }
 
     fn rate_u(&self, p: &HostParams, n: u64) -> u32 {
@@ -540,7 +549,7 @@ impl HostBudget {
 
     /// Spacing between slots, rounded up to whole milliseconds so that the
     /// budget is never faster than its rate.
-    fn interval_ms(&self, p: &HostParams, n: u64) -> u64 {
+    pub(super) fn interval_ms(&self, p: &HostParams, n: u64) -> u64 {
         1_000_000_000u64
             .div_ceil(u64::from(self.rate_u(p, n)))
             .max(u64::from(self.crawl_delay_ms))
@@ -555,7 +564,7 @@ impl HostBudget {
     /// After a rate drop the burst allowance is longer in time; moving `tat`
     /// with it keeps the next slot where it was, so that no reservation
     /// lands before one already given.
-    fn keep_next_slot(&mut self, p: &HostParams, n: u64, tau_before: u64) {
+    pub(super) fn keep_next_slot(&mut self, p: &HostParams, n: u64, tau_before: u64) {
         if let Some(tat) = get(self.tat) {
             let next = tat.saturating_sub(tau_before);
             self.tat = put(next + self.tau_ms(p, n));
@@ -644,7 +653,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_host_is_72_bytes() {
-        assert_eq!(std::mem::size_of::<HostBudget>(), 72);
+    fn a_host_is_80_bytes() {
+        assert_eq!(std::mem::size_of::<HostBudget>(), 80);
     }
 }

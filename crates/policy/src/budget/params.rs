@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::ParamError;
 
 /// The most 429s the breaker can be set to count: the throttle history per
-/// host is a fixed ring of this many entries, to keep a host at 72 bytes.
+/// host is a fixed ring of this many entries, to keep a host at 80 bytes.
 pub const MAX_BREAKER_THRESHOLD: u32 = 5;
 
 /// Highest rate a host may be given, in requests per second. Rates are kept
@@ -130,6 +130,13 @@ budget_params! {
     /// Times the proxy may resend a throttled GET/HEAD/OPTIONS after its
     /// pause, within `max_hold_secs`. Default 2.
     retry_attempts: u32 = 2,
+    /// Pace a host under the limit it announces in `RateLimit-Policy` /
+    /// `RateLimit` or `X-RateLimit-*` response headers, and send nothing
+    /// while it says nothing remains. Default true.
+    announced_limits: bool = true,
+    /// Share of an announced rate the host is paced at, leaving room for
+    /// network jitter at the origin's window edges. Default 0.95.
+    announced_share: f64 = 0.95,
 }
 
 // === impl BudgetParams ===
@@ -255,6 +262,12 @@ impl HostParams {
         }
         if !(1..=MAX_BREAKER_THRESHOLD).contains(&self.breaker_threshold) {
             return e("breaker_threshold", "must be between 1 and 5");
+        }
+        if !(self.announced_share.is_finite()
+            && self.announced_share > 0.0
+            && self.announced_share <= 1.0)
+        {
+            return e("announced_share", "must be a factor in (0, 1]");
         }
         if self.retry_attempts > 10 {
             return e("retry_attempts", "must be at most 10");

@@ -102,7 +102,7 @@ async fn budget_step_records_the_wait_and_answers_a_long_pause_with_429() {
     let mut first = f.exchange(Method::GET, "http://example.org/a");
     let permit = first.budget().await.expect("first goes").expect("enforced");
     assert_eq!(first.rec.waited_ms, Some(0));
-    permit.respond(200, None).await;
+    permit.respond(200, None, None).await;
 
     let mut second = f.exchange(Method::GET, "http://example.org/b");
     let t0 = Instant::now();
@@ -113,7 +113,7 @@ async fn budget_step_records_the_wait_and_answers_a_long_pause_with_429() {
         .expect("enforced");
     assert_eq!(Instant::now() - t0, Duration::from_secs(1));
     assert_eq!(second.rec.waited_ms, Some(1000));
-    permit.respond(429, Some("600")).await;
+    permit.respond(429, Some("600"), None).await;
 
     let mut third = f.exchange(Method::GET, "http://example.org/c");
     let answered = third.budget().await;

@@ -4,8 +4,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use dashmap::DashMap;
 use mannerly_policy::budget::{
-    host_key, BudgetParams, HostBudget, HostParams, HostView, PersistedHost, Reaction, Reservation,
-    ResetReport, Start,
+    host_key, Announced, BudgetParams, HostBudget, HostParams, HostView, PersistedHost, Reaction,
+    Reservation, ResetReport, Start,
 };
 
 use super::HostStore;
@@ -112,10 +112,11 @@ impl HostStore for MemoryHosts {
         wall: SystemTime,
         status: u16,
         retry_after: Option<&str>,
+        announced: Option<&Announced>,
         jitter: f64,
     ) -> Reaction {
         self.with(host, now, |b, p| {
-            b.on_response(p, now, wall, status, retry_after, jitter)
+            b.on_answer(p, now, wall, status, retry_after, announced, jitter)
         })
     }
 

@@ -21,8 +21,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use dashmap::DashMap;
 use mannerly_policy::budget::{
-    host_key, BudgetParams, HostBudget, HostParams, HostView, Reaction, Reservation, ResetReport,
-    Start,
+    host_key, Announced, BudgetParams, HostBudget, HostParams, HostView, Reaction, Reservation,
+    ResetReport, Start,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Value;
@@ -280,11 +280,12 @@ impl RedisHosts {
         wall: SystemTime,
         status: u16,
         retry_after: Option<&str>,
+        announced: Option<&Announced>,
         jitter: f64,
     ) -> Decided<Reaction> {
         let Lease::Shared(id) = lease else {
             let value = self.local(host, now, |b, p| {
-                b.on_response(p, now, wall, status, retry_after, jitter)
+                b.on_answer(p, now, wall, status, retry_after, announced, jitter)
             });
             return Decided {
                 value,
@@ -293,7 +294,7 @@ impl RedisHosts {
         };
         self.run(host, now, wall, LeaseAction::Release(id), |b, p| {
             (
-                b.on_response(p, now, wall, status, retry_after, jitter),
+                b.on_answer(p, now, wall, status, retry_after, announced, jitter),
                 false,
             )
         })

@@ -13,9 +13,13 @@ use super::super::params::HostParams;
 use super::{get, put, HostBudget, NONE, RING};
 
 /// First byte of an encoded budget; a layout change gets a new one.
-const LAYOUT: u8 = 1;
-/// Encoded length: layout, base, 3 + RING + 5 `u32`s, 2 `u16`s, 2 bytes.
-pub const ENCODED_LEN: usize = 1 + 8 + 4 * (3 + RING + 5) + 2 * 2 + 2;
+const LAYOUT: u8 = 2;
+/// Encoded length: layout, base, 3 + RING + 5 `u32`s, 2 `u16`s, 2 bytes,
+/// then (layout 2) the announced cap.
+pub const ENCODED_LEN: usize = LAYOUT_1_LEN + 4;
+/// Layout 1 had no announced cap; it is still read, so that a cluster can
+/// be upgraded one proxy at a time.
+const LAYOUT_1_LEN: usize = 1 + 8 + 4 * (3 + RING + 5) + 2 * 2 + 2;
 
 /// Why stored bytes are not a budget.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -56,6 +60,7 @@ impl HostBudget {
         out.extend_from_slice(&self.streak.to_le_bytes());
         out.push(self.strikes);
         out.push(u8::from(self.breaker));
+        out.extend_from_slice(&self.announced.to_le_bytes());
         out
     }
 
@@ -70,7 +75,11 @@ impl HostBudget {
         now: Instant,
         wall: SystemTime,
     ) -> Result<HostBudget, DecodeError> {
-        if bytes.len() != ENCODED_LEN || bytes[0] != LAYOUT {
+        let known = matches!(
+            (bytes.first(), bytes.len()),
+            (Some(&LAYOUT), ENCODED_LEN) | (Some(1), LAYOUT_1_LEN)
+        );
+        if !known {
             return Err(DecodeError::Layout {
                 layout: bytes.first().copied().unwrap_or(0),
                 len: bytes.len(),
@@ -94,6 +103,11 @@ impl HostBudget {
         let streak = u16::from_le_bytes(take(2).try_into().unwrap_or([0; 2]));
         let strikes = take(1)[0];
         let breaker = take(1)[0] != 0;
+        let announced = if bytes.len() == ENCODED_LEN {
+            u32::from_le_bytes(take(4).try_into().unwrap_or([0; 4]))
+        } else {
+            0
+        };
 
         let mut b = HostBudget::new(p, now);
         b.tat = tat;
@@ -110,6 +124,7 @@ impl HostBudget {
         b.streak = streak;
         b.strikes = strikes;
         b.breaker = breaker;
+        b.announced = announced;
         b.rebase_to(base_us, now, wall);
         Ok(b)
     }
