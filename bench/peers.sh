@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# Peers benchmark: mannerly beside squid and tinyproxy (caching and logging
+# off) and straight to the origin, in one run, on the paths crawls take:
+#
+#   plain    the origin sends no validators (nothing to store or revalidate)
+#   reval    the origin sends ETag/Last-Modified and the same page is asked
+#            again and again (mannerly: 304 from the origin -> stored 200)
+#   fresh    every URL is new and the origin sends validators (mannerly
+#            stores every response)
+#
+#   bench/peers.sh
+#
+# The origin is Debian's nginx (static 1 KiB file with ETag for reval/fresh,
+# a `return 200` 1 KiB body without validators for plain). wrk -t2 -c32, 1
+# KiB pages. Prints req/s, p50, p99 per path and peer, and the ratio of
+# mannerly to squid. mannerly runs with the whole pipeline (robots.txt cached,
+# audit on, store on) in observe mode, so its per-host budget does not pace
+# the one host (the point of the budget is to pace it).
+#
+# Installs nothing: needs nginx, squid, tinyproxy, wrk, curl (Debian:
+# apt-get install -y nginx-light squid tinyproxy wrk curl). BENCH_DURATION
+# (default 10 s per run), BENCH_SKIP_BUILD=1, BENCH_KEEP=1.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+DURATION=${BENCH_DURATION:-10}
+CONNS=32
+THREADS=2
+die() { echo "peers.sh: $*" >&2; exit 1; }
+for t in nginx squid tinyproxy wrk curl; do
+  command -v "$t" >/dev/null || [[ -x /usr/sbin/$t ]] || die "$t not found (apt-get install -y nginx-light squid tinyproxy wrk curl)"
+done
+SQUID=$(command -v squid || echo /usr/sbin/squid)
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+TINYPROXY=$(command -v tinyproxy || echo /usr/bin/tinyproxy)
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+ORIGIN_PORT=$(free_port); SQUID_PORT=$(free_port); TINY_PORT=$(free_port); MANNERLY_PORT=$(free_port)
+
+if [[ ${BENCH_SKIP_BUILD:-0} != 1 ]]; then
+  (cd "$ROOT" && cargo build --release --bin mannerly)
+fi
+MANNERLY=$TARGET_DIR/release/mannerly
+[[ -x $MANNERLY ]] || die "$MANNERLY missing"
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/mannerly-peers.XXXXXX")
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  sleep 0.5
+  for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+  [[ -n ${BENCH_KEEP:-} ]] && echo "kept $WORK" || rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+wait_port() { local i; for i in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; die "port $1 did not open (logs in $WORK)"; }
+
+# --- origin: nginx --------------------------------------------------------
+mkdir -p "$WORK/www/etag"
+head -c 1024 /dev/zero | tr '\0' 'x' > "$WORK/www/etag/page.html"
+BODY=$(head -c 1024 /dev/zero | tr '\0' 'y')
+cat > "$WORK/nginx.conf" <<CONF
+daemon off; master_process off; worker_processes 1;
+pid $WORK/nginx.pid; error_log $WORK/nginx-error.log crit;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  client_body_temp_path $WORK/nb; proxy_temp_path $WORK/np;
+  fastcgi_temp_path $WORK/nf; uwsgi_temp_path $WORK/nu; scgi_temp_path $WORK/ns;
+  server {
+    listen 127.0.0.1:$ORIGIN_PORT;
+    location = /robots.txt { return 404; }
+    location = /plain { default_type text/plain; return 200 "$BODY"; }
+    location /etag/ { root $WORK/www; }
+  }
+}
+CONF
+"$NGINX" -c "$WORK/nginx.conf" -p "$WORK" 2>/dev/null & PIDS+=($!)
+wait_port "$ORIGIN_PORT"
+
+# --- squid: no cache, no logs ----------------------------------------------
+cat > "$WORK/squid.conf" <<CONF
+http_port 127.0.0.1:$SQUID_PORT
+acl localnet src 127.0.0.1/32
+http_access allow localnet
+http_access deny all
+cache deny all
+cache_mem 0 MB
+access_log none
+cache_store_log none
+cache_log /dev/null
+logfile_rotate 0
+pid_filename $WORK/squid.pid
+coredump_dir $WORK
+shutdown_lifetime 0 seconds
+CONF
+"$SQUID" -N -f "$WORK/squid.conf" 2>"$WORK/squid.err" & PIDS+=($!)
+
+# --- tinyproxy: logging down to criticals --------------------------------
+cat > "$WORK/tinyproxy.conf" <<CONF
+Port $TINY_PORT
+Listen 127.0.0.1
+Timeout 600
+MaxClients 200
+LogLevel Critical
+Allow 127.0.0.1
+CONF
+"$TINYPROXY" -d -c "$WORK/tinyproxy.conf" 2>"$WORK/tinyproxy.err" >/dev/null & PIDS+=($!)
+
+# --- mannerly ------------------------------------------------------------
+mkdir -m 700 "$WORK/data"
+MANNERLY_DATA_DIR=$WORK/data MANNERLY_PROXY__LISTEN=127.0.0.1:$MANNERLY_PORT \
+MANNERLY_ADMIN__LISTEN= MANNERLY_UPSTREAM__ALLOW_PRIVATE=true \
+MANNERLY_POLICY__ENFORCE=false \
+  "$MANNERLY" run >"$WORK/mannerly.out" 2>"$WORK/mannerly.log" & PIDS+=($!)
+
+wait_port "$SQUID_PORT"; wait_port "$TINY_PORT"; wait_port "$MANNERLY_PORT"
+ORIGIN=http://127.0.0.1:$ORIGIN_PORT
+for p in "$SQUID_PORT" "$TINY_PORT" "$MANNERLY_PORT"; do
+  code=$(curl -sS -x "http://127.0.0.1:$p" -o /dev/null -w '%{http_code}' "$ORIGIN/etag/page.html") || die "proxy on $p failed"
+  [[ $code == 200 ]] || die "proxy on $p answered $code"
+done
+
+run() { # name, proxy port (or 'direct'), url, unique
+  local name=$1 port=$2 url=$3 unique=$4 out=$WORK/wrk-$1.txt
+  if [[ $port == direct ]]; then
+    if [[ $unique == 1 ]]; then
+      BENCH_TARGET=$url BENCH_UNIQUE=1 wrk -t$THREADS -c$CONNS -d${DURATION}s --latency -s "$ROOT/bench/peers-direct.lua" "$url" >"$out"
+    else
+      wrk -t$THREADS -c$CONNS -d${DURATION}s --latency "$url" >"$out"
+    fi
+  else
+    BENCH_TARGET=$url BENCH_UNIQUE=$unique wrk -t$THREADS -c$CONNS -d${DURATION}s --latency \
+      -s "$ROOT/bench/peers.lua" "http://127.0.0.1:$port" >"$out"
+  fi
+}
+ms() { awk -v q="$2" '$1 == q {
+  v = $2; u = v; sub(/[0-9.]+/, "", u); sub(/[a-z]+$/, "", v)
+  m = (u == "us") ? 0.001 : (u == "ms") ? 1 : (u == "s") ? 1000 : -1
+  printf "%.2f", v * m }' "$WORK/wrk-$1.txt"; }
+rps() { awk '/^Requests\/sec:/ {printf "%.0f", $2}' "$WORK/wrk-$1.txt"; }
+bad() { awk -F: '/Non-2xx or 3xx/ {gsub(/ /,"",$2); print $2}' "$WORK/wrk-$1.txt" | grep . || echo 0; }
+
+declare -A URL=([plain]=$ORIGIN/plain [reval]=$ORIGIN/etag/page.html [fresh]=$ORIGIN/etag/page.html)
+declare -A UNIQ=([plain]=0 [reval]=0 [fresh]=1)
+printf '\n%-6s %-9s %9s %9s %9s %8s %12s\n' path peer req/s p50_ms p99_ms non2xx vs_squid
+for path in plain reval fresh; do
+  for peer in direct squid tinyproxy mannerly; do
+    case $peer in
+      direct) port=direct ;; squid) port=$SQUID_PORT ;; tinyproxy) port=$TINY_PORT ;; mannerly) port=$MANNERLY_PORT ;;
+    esac
+    run "$path-$peer" "$port" "${URL[$path]}" "${UNIQ[$path]}"
+  done
+  s=$(rps "$path-squid")
+  for peer in direct squid tinyproxy mannerly; do
+    r=$(rps "$path-$peer")
+    printf '%-6s %-9s %9s %9s %9s %8s %12s\n' "$path" "$peer" "$r" "$(ms "$path-$peer" 50%)" \
+      "$(ms "$path-$peer" 99%)" "$(bad "$path-$peer")" "$(awk -v a="$r" -v b="$s" 'BEGIN{printf "%.2fx", a/b}')"
+  done
+done
+echo
+echo "mannerly audit: $(grep -c '"outcome":"revalidated"' "$WORK/data/audit.jsonl" || true) revalidated, $(grep -c '"cache":"stored"' "$WORK/data/audit.jsonl" || true) stored, $(wc -l <"$WORK/data/audit.jsonl") lines"
+"$MANNERLY" audit verify "$WORK/data/audit.jsonl" >/dev/null 2>&1 && echo "audit chain: intact" || echo "audit chain: see mannerly audit verify (end unsealed while running is expected)"
+echo "($(nproc) CPUs shared by origin, proxies and wrk; ${DURATION}s per run, $CONNS connections)"
