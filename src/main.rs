@@ -291,8 +291,9 @@ fn run(config: Option<PathBuf>, args: RunArgs, log_format: LogFormat) -> Result<
             .context("interception CA")?;
         let target = cfg.audit_target();
         let (sink, writer) = mannerly_proxy::open_audit(&cfg).context("audit log")?;
-        reopen_on_sighup(sink.clone());
+        let hup_sink = sink.clone();
         let proxy = Proxy::bind(cfg, Arc::new(ca), sink).await?;
+        on_sighup(hup_sink, proxy.reloader(), config.clone(), flags.clone());
         let addr = proxy.local_addr()?;
         let admin = proxy.admin_addr();
         let ca_path = proxy.ca_path();
@@ -317,9 +318,17 @@ fn run(config: Option<PathBuf>, args: RunArgs, log_format: LogFormat) -> Result<
     })
 }
 
-/// SIGHUP: seal the audit file and open the configured path again, for
-/// logrotate's `create` mode (it has moved the file away).
-fn reopen_on_sighup(sink: mannerly_proxy::AuditSink) {
+/// SIGHUP: seal the audit file and open the configured path again (for
+/// logrotate's `create` mode), and read the configuration again: `[policy]`,
+/// `[crawler]` and `[budget]` apply at once, other changed sections are named
+/// in a warning (they need a restart). A configuration that does not load
+/// changes nothing and says why.
+fn on_sighup(
+    sink: mannerly_proxy::AuditSink,
+    reloader: mannerly_proxy::Reloader,
+    config: Option<PathBuf>,
+    flags: settings::Flags,
+) {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
@@ -329,6 +338,7 @@ fn reopen_on_sighup(sink: mannerly_proxy::AuditSink) {
                     while hup.recv().await.is_some() {
                         tracing::info!("SIGHUP: reopening the audit log");
                         sink.reopen();
+                        reload(&reloader, config.as_deref(), &flags);
                     }
                 });
             }
@@ -336,7 +346,40 @@ fn reopen_on_sighup(sink: mannerly_proxy::AuditSink) {
         }
     }
     #[cfg(not(unix))]
-    let _ = sink;
+    let _ = (sink, reloader, config, flags);
+}
+
+fn reload(
+    reloader: &mannerly_proxy::Reloader,
+    config: Option<&std::path::Path>,
+    flags: &settings::Flags,
+) {
+    let applied = settings::load_with(config, flags)
+        .map_err(|e| format!("{e:#}"))
+        .and_then(|loaded| reloader.reload(loaded.config).map_err(|e| e.to_string()));
+    match applied {
+        Ok(r) => {
+            if r.changed.is_empty() {
+                tracing::info!(
+                    "SIGHUP: configuration reloaded; nothing that applies while running changed"
+                );
+            } else {
+                tracing::info!(
+                    "SIGHUP: configuration reloaded; now in force: {}",
+                    r.changed.join(", ")
+                );
+            }
+            if !r.restart.is_empty() {
+                tracing::warn!(
+                    "SIGHUP: changed but only read at start (restart to apply): {}",
+                    r.restart.join(", ")
+                );
+            }
+        }
+        Err(why) => {
+            tracing::warn!("SIGHUP: configuration not reloaded, the running one stays: {why}")
+        }
+    }
 }
 
 /// What a user needs to point a crawler at the proxy. curl and wget read

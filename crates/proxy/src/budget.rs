@@ -138,6 +138,18 @@ impl Budgets {
         ))
     }
 
+    /// Replaces the `[budget]` table: every host is decided by the new
+    /// numbers from its next step on, keeping what it learned.
+    pub(crate) fn set_params(
+        &self,
+        params: mannerly_policy::budget::BudgetParams,
+    ) -> Result<(), mannerly_policy::ParamError> {
+        match &self.backend {
+            Backend::Memory(m) => m.set_budget_params(params),
+            Backend::Redis(r) => r.set_budget_params(params),
+        }
+    }
+
     /// The resolved budget parameters of `host`.
     pub(crate) fn params(&self, host: &str) -> HostParams {
         match &self.backend {

@@ -51,7 +51,8 @@ pub use error::{
 pub use identity::{KeyStore, Rotation, Signer};
 #[doc(hidden)]
 pub use intake::check_request_head;
-pub use server::Proxy;
+pub use server::{Proxy, Reloader};
+pub use shared::Reloaded;
 
 /// Fetches the robots.txt of `url`'s origin once, as the proxy would (same
 /// client, guard and redirect rules): `Some(body)` on 2xx, `None` when the

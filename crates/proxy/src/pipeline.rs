@@ -151,7 +151,7 @@ impl Exchange {
         rec.agent = Some(agent(&shared, req.headers()));
         let deadline = shared.clock.now() + shared.budgets.max_hold(&target.host);
         Exchange {
-            enforce: shared.cfg.policy.enforce,
+            enforce: shared.live().policy.enforce,
             path: req
                 .uri()
                 .path_and_query()
@@ -537,7 +537,7 @@ impl Exchange {
     /// purpose is withheld (neither delivered nor stored) or annotated, by
     /// config; in observe mode it passes and the line says `would`.
     fn preferences(&mut self, mut resp: Response<Incoming>) -> Step<Response<Incoming>> {
-        match crate::prefs::judge(&self.shared.cfg, resp.headers(), &mut self.rec) {
+        match crate::prefs::judge(&self.shared.live(), resp.headers(), &mut self.rec) {
             crate::prefs::OnResponse::Pass => Ok(resp),
             crate::prefs::OnResponse::Annotate(value) => {
                 resp.headers_mut().insert(crate::prefs::PREFERENCES, value);
@@ -713,14 +713,15 @@ fn robots_verdict(
         }
         return Some(r);
     }
-    crate::prefs::robots_refusal(&shared.cfg, robots, agent, path, rec)
+    crate::prefs::robots_refusal(&shared.live(), robots, agent, path, rec)
 }
 
 /// The product token decisions are made for: configured, else the first
 /// token of the client's User-Agent.
 fn agent(shared: &Shared, headers: &HeaderMap) -> String {
-    if !shared.cfg.crawler.agent.is_empty() {
-        return shared.cfg.crawler.agent.clone();
+    let live = shared.live();
+    if !live.crawler.agent.is_empty() {
+        return live.crawler.agent.clone();
     }
     let ua = headers
         .get(USER_AGENT)

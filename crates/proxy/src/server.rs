@@ -29,9 +29,22 @@ use crate::heads::Heads;
 use crate::intake::{read_head, Intake};
 use crate::pipeline;
 use crate::respond::Answer;
-use crate::shared::Shared;
+use crate::shared::{Reloaded, Shared};
 use crate::target::Target;
 use crate::tunnel;
+
+/// Applies the reloadable keys of a new configuration (`[policy]`,
+/// `[crawler]`, `[budget]`) to a running proxy.
+#[derive(Clone)]
+pub struct Reloader(Arc<Shared>);
+
+impl Reloader {
+    /// Validates `cfg` and applies what may change while running; says
+    /// what changed and which changed sections need a restart.
+    pub fn reload(&self, cfg: Config) -> Result<Reloaded, crate::ConfigError> {
+        self.0.reload(cfg)
+    }
+}
 
 /// A bound proxy, ready to run.
 pub struct Proxy {
@@ -70,6 +83,12 @@ impl Proxy {
             admin,
             observe,
         })
+    }
+
+    /// A handle that applies a reloaded configuration to this proxy while
+    /// it runs (what `mannerly run` does on SIGHUP).
+    pub fn reloader(&self) -> Reloader {
+        Reloader(self.shared.clone())
     }
 
     /// The address of the admin listener, `None` when it is off.

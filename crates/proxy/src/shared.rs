@@ -20,7 +20,7 @@ use crate::ca::CertificateAuthority;
 use crate::cache::Cache;
 use crate::clock::Clock;
 use crate::config::Config;
-use crate::error::{Source, StartError};
+use crate::error::{ConfigError, Source, StartError};
 use crate::heads::Limits;
 use crate::identity::Signer;
 use crate::intake::BadHead;
@@ -30,7 +30,11 @@ use crate::upstream::{self, Guard, UpstreamClient};
 
 /// State shared by every connection.
 pub(crate) struct Shared {
+    /// The configuration the proxy started with.
     pub(crate) cfg: Config,
+    /// The keys a reload (SIGHUP) may change while running: `[policy]`,
+    /// `[crawler]` and `[budget]`; everything else is read from `cfg`.
+    live: std::sync::RwLock<Arc<Config>>,
     pub(crate) clock: Clock,
     pub(crate) ca: Arc<CertificateAuthority>,
     pub(crate) client: UpstreamClient,
@@ -100,6 +104,7 @@ impl Shared {
             }
         }
         Ok(Shared {
+            live: std::sync::RwLock::new(Arc::new(cfg.clone())),
             cfg,
             clock,
             ca,
@@ -117,6 +122,54 @@ impl Shared {
             ids: AtomicU64::new(0),
             id_prefix: format!("{start:x}"),
         })
+    }
+
+    /// The configuration in force for the keys a reload may change.
+    pub(crate) fn live(&self) -> Arc<Config> {
+        self.live.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Applies a new configuration's reloadable keys (`[policy]`,
+    /// `[crawler]`, `[budget]` with its per-host overrides) and says what
+    /// changed; a changed key that needs a restart is named, not applied.
+    pub(crate) fn reload(&self, new: Config) -> Result<Reloaded, ConfigError> {
+        let new = new.validate()?;
+        let old = self.live();
+        let section = |v: &dyn std::fmt::Debug| format!("{v:?}");
+        let mut changed = Vec::new();
+        if section(&old.policy) != section(&new.policy) {
+            changed.push("policy".to_string());
+        }
+        if section(&old.crawler) != section(&new.crawler) {
+            changed.push("crawler".to_string());
+        }
+        if section(&old.budget) != section(&new.budget) {
+            self.budgets.set_params(new.budget.clone())?;
+            changed.push("budget".to_string());
+        }
+        let fixed = [
+            ("data_dir", section(&old.data_dir), section(&new.data_dir)),
+            ("ca_dir", section(&old.ca_dir), section(&new.ca_dir)),
+            ("proxy", section(&old.proxy), section(&new.proxy)),
+            ("upstream", section(&old.upstream), section(&new.upstream)),
+            ("audit", section(&old.audit), section(&new.audit)),
+            ("robots", section(&old.robots), section(&new.robots)),
+            ("cache", section(&old.cache), section(&new.cache)),
+            ("identity", section(&old.identity), section(&new.identity)),
+            ("admin", section(&old.admin), section(&new.admin)),
+            ("state", section(&old.state), section(&new.state)),
+        ];
+        let restart = fixed
+            .into_iter()
+            .filter(|(_, a, b)| a != b)
+            .map(|(name, _, _)| name.to_string())
+            .collect();
+        let mut next = (*old).clone();
+        next.policy = new.policy;
+        next.crawler = new.crawler;
+        next.budget = new.budget;
+        *self.live.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(next);
+        Ok(Reloaded { changed, restart })
     }
 
     /// The next decision id: unique within this process, and across
@@ -209,6 +262,15 @@ impl Shared {
             .max_local_error_reset_streams(Some(1024));
         b
     }
+}
+
+/// What a reload did: the sections applied, the ones that need a restart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reloaded {
+    /// Changed and now in force: `policy`, `crawler`, `budget`.
+    pub changed: Vec<String>,
+    /// Changed in the file but only read at start.
+    pub restart: Vec<String>,
 }
 
 /// Counts live connection tasks and tells them when shutdown starts.

@@ -114,4 +114,10 @@ pub trait HostStore: Send + Sync {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// Replaces the `[budget]` table (a configuration reload).
+    fn set_budget_params(
+        &self,
+        params: mannerly_policy::budget::BudgetParams,
+    ) -> Result<(), mannerly_policy::ParamError>;
 }

@@ -178,3 +178,34 @@ fn the_store_is_shared_across_threads() {
     assert_eq!(waits, want);
     assert_eq!(refused, 9);
 }
+
+#[test]
+fn a_reloaded_budget_table_applies_to_known_hosts_and_keeps_what_they_learned() {
+    let hosts = MemoryHosts::new(BudgetParams::default()).unwrap();
+    let t0 = Instant::now();
+    let _ = hosts.admit("a.example", t0, Duration::from_secs(30));
+    let _ = hosts.try_start("a.example", t0, Duration::from_secs(30));
+    let _ = hosts.on_response("a.example", t0, wall(), 429, Some("600"), None, 0.0);
+    let paused = hosts.view("a.example", t0).unwrap().paused_for;
+    assert!(paused.is_some());
+    let lower = BudgetParams {
+        start_rate: 0.25,
+        max_rate: 0.25,
+        ..BudgetParams::default()
+    };
+    hosts.set_budget_params(lower).unwrap();
+    let v = hosts.view("a.example", t0).unwrap();
+    assert_eq!(v.ceiling, 0.25, "the new max_rate caps the host");
+    assert_eq!(v.paused_for, paused, "the pause it learned stays");
+    let bad = BudgetParams {
+        max_rate: -1.0,
+        ..BudgetParams::default()
+    };
+    let err = hosts.set_budget_params(bad).unwrap_err();
+    assert_eq!(err.key, "budget.max_rate");
+    assert_eq!(
+        hosts.view("a.example", t0).unwrap().ceiling,
+        0.25,
+        "a bad table changes nothing"
+    );
+}

@@ -15,7 +15,7 @@ use super::HostStore;
 /// other hosts on other shards are never slowed.
 #[derive(Debug)]
 pub struct MemoryHosts {
-    params: BudgetParams,
+    params: std::sync::RwLock<BudgetParams>,
     hosts: DashMap<Box<str>, HostBudget>,
 }
 
@@ -26,14 +26,31 @@ impl MemoryHosts {
     /// store never runs on nonsense).
     pub fn new(params: BudgetParams) -> Result<MemoryHosts, mannerly_policy::ParamError> {
         Ok(MemoryHosts {
-            params: params.validate()?,
+            params: std::sync::RwLock::new(params.validate()?),
             hosts: DashMap::new(),
         })
     }
 
     /// The parameters the store runs on.
-    pub fn budget_params(&self) -> &BudgetParams {
-        &self.params
+    /// The `[budget]` table in force.
+    pub fn budget_params(&self) -> BudgetParams {
+        self.table().clone()
+    }
+
+    /// Replaces the `[budget]` table (a configuration reload): every host
+    /// is decided by the new numbers from its next step on; what it learned
+    /// (pause, ceiling, breaker) stays.
+    pub fn set_budget_params(
+        &self,
+        params: BudgetParams,
+    ) -> Result<(), mannerly_policy::ParamError> {
+        let params = params.validate()?;
+        *self.params.write().unwrap_or_else(|p| p.into_inner()) = params;
+        Ok(())
+    }
+
+    fn table(&self) -> std::sync::RwLockReadGuard<'_, BudgetParams> {
+        self.params.read().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Runs `f` on the budget of `host`, creating it if new.
@@ -44,7 +61,7 @@ impl MemoryHosts {
         f: impl FnOnce(&mut HostBudget, &HostParams) -> R,
     ) -> R {
         let key = host_key(host);
-        let p = self.params.for_host(&key);
+        let p = self.table().for_host(&key);
         // The common case is a known host: look it up without allocating
         // the key.
         if let Some(mut b) = self.hosts.get_mut(key.as_ref()) {
@@ -61,15 +78,19 @@ impl MemoryHosts {
 impl Default for MemoryHosts {
     fn default() -> Self {
         MemoryHosts {
-            params: BudgetParams::default(),
+            params: std::sync::RwLock::new(BudgetParams::default()),
             hosts: DashMap::new(),
         }
     }
 }
 
 impl HostStore for MemoryHosts {
+    fn set_budget_params(&self, params: BudgetParams) -> Result<(), mannerly_policy::ParamError> {
+        MemoryHosts::set_budget_params(self, params)
+    }
+
     fn params(&self, host: &str) -> HostParams {
-        self.params.for_host(host)
+        self.table().for_host(host)
     }
 
     fn admit(&self, host: &str, now: Instant, hold_left: Duration) -> Reservation {
@@ -98,7 +119,7 @@ impl HostStore for MemoryHosts {
 
     fn finish(&self, host: &str, now: Instant) -> bool {
         let key = host_key(host);
-        let p = self.params.for_host(&key);
+        let p = self.table().for_host(&key);
         match self.hosts.get_mut(key.as_ref()) {
             Some(mut b) => b.finish(&p, now),
             None => true,
@@ -130,7 +151,7 @@ impl HostStore for MemoryHosts {
 
     fn view(&self, host: &str, now: Instant) -> Option<HostView> {
         let key = host_key(host);
-        let p = self.params.for_host(&key);
+        let p = self.table().for_host(&key);
         self.hosts.get(key.as_ref()).map(|b| b.view(&p, now))
     }
 
@@ -140,7 +161,7 @@ impl HostStore for MemoryHosts {
             .iter()
             .take(limit)
             .map(|e| {
-                let p = self.params.for_host(e.key());
+                let p = self.table().for_host(e.key());
                 (e.key().to_string(), e.value().view(&p, now))
             })
             .collect();
@@ -150,7 +171,7 @@ impl HostStore for MemoryHosts {
 
     fn reset(&self, host: &str, now: Instant) -> Option<ResetReport> {
         let key = host_key(host);
-        let p = self.params.for_host(&key);
+        let p = self.table().for_host(&key);
         self.hosts
             .get_mut(key.as_ref())
             .map(|mut b| b.reset(&p, now))
@@ -159,7 +180,7 @@ impl HostStore for MemoryHosts {
     fn sweep(&self, now: Instant) -> usize {
         let before = self.hosts.len();
         self.hosts
-            .retain(|host, b| !b.forgettable(&self.params.for_host(host), now));
+            .retain(|host, b| !b.forgettable(&self.table().for_host(host), now));
         before.saturating_sub(self.hosts.len())
     }
 
@@ -168,7 +189,7 @@ impl HostStore for MemoryHosts {
             .hosts
             .iter()
             .filter_map(|e| {
-                let p = self.params.for_host(e.key());
+                let p = self.table().for_host(e.key());
                 let saved = e.value().persist(&p, now, wall)?;
                 Some((e.key().to_string(), saved))
             })
@@ -180,7 +201,7 @@ impl HostStore for MemoryHosts {
     fn restore(&self, saved: Vec<(String, PersistedHost)>, now: Instant, wall: SystemTime) {
         for (host, saved) in saved {
             let key = host_key(&host);
-            let p = self.params.for_host(&key);
+            let p = self.table().for_host(&key);
             let b = HostBudget::restore(&p, &saved, now, wall);
             self.hosts.insert(Box::from(key.as_ref()), b);
         }

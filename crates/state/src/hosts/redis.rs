@@ -114,7 +114,7 @@ pub struct RedisStats {
 
 /// Shared host budgets. See the module docs.
 pub struct RedisHosts {
-    params: BudgetParams,
+    params: std::sync::RwLock<BudgetParams>,
     settings: RedisSettings,
     conn: ConnectionManager,
     script: redis::Script,
@@ -178,7 +178,7 @@ impl RedisHosts {
         let conn = ConnectionManager::new_lazy_with_config(client, config)
             .map_err(RedisHostsError::Url)?;
         Ok(RedisHosts {
-            params,
+            params: std::sync::RwLock::new(params),
             script: redis::Script::new(SCRIPT),
             instance: instance_id(),
             next_lease: AtomicU64::new(0),
@@ -192,13 +192,30 @@ impl RedisHosts {
     }
 
     /// The parameters the store runs on.
-    pub fn budget_params(&self) -> &BudgetParams {
-        &self.params
+    /// The `[budget]` table in force.
+    pub fn budget_params(&self) -> BudgetParams {
+        self.table().clone()
+    }
+
+    /// Replaces the `[budget]` table (a configuration reload): every host
+    /// is decided by the new numbers from its next step on; what it learned
+    /// (pause, ceiling, breaker) stays.
+    pub fn set_budget_params(
+        &self,
+        params: BudgetParams,
+    ) -> Result<(), mannerly_policy::ParamError> {
+        let params = params.validate()?;
+        *self.params.write().unwrap_or_else(|p| p.into_inner()) = params;
+        Ok(())
+    }
+
+    fn table(&self) -> std::sync::RwLockReadGuard<'_, BudgetParams> {
+        self.params.read().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The resolved parameters of `host`.
     pub fn params(&self, host: &str) -> HostParams {
-        self.params.for_host(&host_key(host))
+        self.table().for_host(&host_key(host))
     }
 
     /// The counters.
@@ -331,7 +348,7 @@ impl RedisHosts {
             .filter(|d| d.is_finite() && *d > 0.0)
             .map(|d| Duration::from_millis((d * 1000.0).round() as u64));
         if let Some(seen) = self.seen.get(key.as_ref()) {
-            let p = self.params.for_host(&key);
+            let p = self.table().for_host(&key);
             if seen.budget.view(&p, now).crawl_delay == want {
                 return;
             }
@@ -357,7 +374,7 @@ impl RedisHosts {
     /// The host as this proxy saw it last (its stand-in while degraded).
     pub fn view(&self, host: &str, now: Instant) -> Option<HostView> {
         let key = host_key(host);
-        let p = self.params.for_host(&key);
+        let p = self.table().for_host(&key);
         if self.is_degraded() {
             if let Some(l) = self.local.get(key.as_ref()) {
                 return Some(l.budget.view(&p, now));
@@ -373,7 +390,7 @@ impl RedisHosts {
             .iter()
             .take(limit)
             .map(|e| {
-                let p = self.params.for_host(e.key());
+                let p = self.table().for_host(e.key());
                 (e.key().to_string(), e.value().budget.view(&p, now))
             })
             .collect();
@@ -386,9 +403,9 @@ impl RedisHosts {
     pub fn sweep(&self, now: Instant) -> usize {
         let before = self.seen.len() + self.local.len();
         self.seen
-            .retain(|h, s| !s.budget.forgettable(&self.params.for_host(h), now));
+            .retain(|h, s| !s.budget.forgettable(&self.table().for_host(h), now));
         self.local
-            .retain(|h, l| !l.budget.forgettable(&self.params.for_host(h), now));
+            .retain(|h, l| !l.budget.forgettable(&self.table().for_host(h), now));
         before.saturating_sub(self.seen.len() + self.local.len())
     }
 
@@ -417,7 +434,7 @@ impl RedisHosts {
     ) -> Decided<(R, Option<Lease>)> {
         self.stats.ops.fetch_add(1, Ordering::Relaxed);
         let key = host_key(host);
-        let p = self.params.for_host(&key);
+        let p = self.table().for_host(&key);
         if self.may_try_shared(now) {
             match self.shared(&key, &p, now, wall, &action, &mut decide).await {
                 Ok(value) => {
@@ -551,7 +568,7 @@ impl RedisHosts {
         f: impl FnOnce(&mut HostBudget, &HostParams) -> R,
     ) -> R {
         let key = host_key(host);
-        let p = self.params.for_host(&key);
+        let p = self.table().for_host(&key);
         let mut entry = self
             .local
             .entry(Box::from(key.as_ref()))
