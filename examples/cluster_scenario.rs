@@ -144,6 +144,8 @@ async fn run(redis: Option<&RedisServer>) -> Report {
         let mut cfg: Config = toml::from_str(include_str!("../config/mannerly.toml")).unwrap();
         cfg.data_dir = dir.clone();
         cfg.proxy.listen = "127.0.0.1:0".parse().unwrap();
+        // Three proxies in one process: no admin listeners (they would share a port).
+        cfg.admin.listen = String::new();
         cfg.upstream.allow_private = true;
         // Impatient clients, patient proxies: 120 pages at 2/s take a
         // minute, and a page held is better than a 503.
