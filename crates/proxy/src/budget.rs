@@ -517,26 +517,12 @@ impl Permit {
                 announced,
                 jitter,
             ),
-            (Backend::Redis(r), Some(lease)) => {
-                r.on_response(
-                    &self.host,
-                    lease,
-                    now,
-                    self.budgets.clock.wall(),
-                    status,
-                    retry_after,
-                    announced,
-                    jitter,
-                )
-                .await
-                .value
-            }
             // Every shared start hands out a lease; without one there is
             // nothing to give back, only something to learn.
-            (Backend::Redis(r), None) => {
+            (Backend::Redis(r), lease) => {
                 r.on_response(
                     &self.host,
-                    &Lease::Local,
+                    lease.as_ref().unwrap_or(&Lease::Local),
                     now,
                     self.budgets.clock.wall(),
                     status,

@@ -246,11 +246,8 @@ impl RedisHosts {
         wall: SystemTime,
         hold_left: Duration,
     ) -> Decided<Reservation> {
-        self.run(host, now, wall, LeaseAction::None, |b, p| {
-            (b.admit_within(p, now, hold_left), false)
-        })
-        .await
-        .map(|(a, _)| a)
+        self.reserve(host, now, wall, |b, p| b.admit_within(p, now, hold_left))
+            .await
     }
 
     /// [`HostBudget::admit_robots`] on the shared budget: the slot of a
@@ -262,8 +259,20 @@ impl RedisHosts {
         wall: SystemTime,
         hold_left: Duration,
     ) -> Decided<Reservation> {
+        self.reserve(host, now, wall, |b, p| b.admit_robots(p, now, hold_left))
+            .await
+    }
+
+    /// A slot reservation on the shared budget, no lease involved.
+    async fn reserve(
+        &self,
+        host: &str,
+        now: Instant,
+        wall: SystemTime,
+        mut decide: impl FnMut(&mut HostBudget, &HostParams) -> Reservation,
+    ) -> Decided<Reservation> {
         self.run(host, now, wall, LeaseAction::None, |b, p| {
-            (b.admit_robots(p, now, hold_left), false)
+            (decide(b, p), false)
         })
         .await
         .map(|(a, _)| a)
