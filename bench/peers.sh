@@ -19,7 +19,10 @@
 #
 # Installs nothing: needs nginx, squid, tinyproxy, wrk, curl (Debian:
 # apt-get install -y nginx-light squid tinyproxy wrk curl). BENCH_DURATION
-# (default 10 s per run), BENCH_SKIP_BUILD=1, BENCH_KEEP=1.
+# (default 10 s per run), BENCH_SKIP_BUILD=1, BENCH_KEEP=1,
+# BENCH_PATHS="plain reval fresh" (a subset runs fewer), BENCH_PERF=1
+# (perf record on mannerly during its runs; prints each path's top symbols;
+# needs perf: apt-get install -y linux-perf).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -112,7 +115,7 @@ CONF
 mkdir -m 700 "$WORK/data"
 MANNERLY_DATA_DIR=$WORK/data MANNERLY_PROXY__LISTEN=127.0.0.1:$MANNERLY_PORT \
 MANNERLY_ADMIN__LISTEN= MANNERLY_UPSTREAM__ALLOW_PRIVATE=true \
-MANNERLY_POLICY__ENFORCE=false \
+MANNERLY_POLICY__ENFORCE=false MANNERLY_UPSTREAM__POOL_MAX_IDLE_PER_HOST=${BENCH_POOL:-8} \
   "$MANNERLY" run >"$WORK/mannerly.out" 2>"$WORK/mannerly.log" & PIDS+=($!)
 
 wait_port "$SQUID_PORT"; wait_port "$TINY_PORT"; wait_port "$MANNERLY_PORT"
@@ -145,12 +148,19 @@ bad() { awk -F: '/Non-2xx or 3xx/ {gsub(/ /,"",$2); print $2}' "$WORK/wrk-$1.txt
 declare -A URL=([plain]=$ORIGIN/plain [reval]=$ORIGIN/etag/page.html [fresh]=$ORIGIN/etag/page.html)
 declare -A UNIQ=([plain]=0 [reval]=0 [fresh]=1)
 printf '\n%-6s %-9s %9s %9s %9s %8s %12s\n' path peer req/s p50_ms p99_ms non2xx vs_squid
-for path in plain reval fresh; do
+PATHS=${BENCH_PATHS:-plain reval fresh}
+MANNERLY_PID=${PIDS[-1]}
+for path in $PATHS; do
   for peer in direct squid tinyproxy mannerly; do
     case $peer in
       direct) port=direct ;; squid) port=$SQUID_PORT ;; tinyproxy) port=$TINY_PORT ;; mannerly) port=$MANNERLY_PORT ;;
     esac
+    perf_pid=
+    if [[ $peer == mannerly && ${BENCH_PERF:-0} == 1 ]]; then
+      perf record -F 499 ${BENCH_PERF_CALLGRAPH:--g} -o "$WORK/perf-$path.data" -p "$MANNERLY_PID" >/dev/null 2>&1 & perf_pid=$!
+    fi
     run "$path-$peer" "$port" "${URL[$path]}" "${UNIQ[$path]}"
+    [[ -n $perf_pid ]] && { kill -INT "$perf_pid"; wait "$perf_pid" || true; }
   done
   s=$(rps "$path-squid")
   for peer in direct squid tinyproxy mannerly; do
@@ -159,6 +169,13 @@ for path in plain reval fresh; do
       "$(ms "$path-$peer" 99%)" "$(bad "$path-$peer")" "$(awk -v a="$r" -v b="$s" 'BEGIN{printf "%.2fx", a/b}')"
   done
 done
+if [[ ${BENCH_PERF:-0} == 1 ]]; then
+  for path in $PATHS; do
+    echo; echo "== perf, mannerly, $path: top symbols (self time) =="
+    perf report -i "$WORK/perf-$path.data" --no-children --sort symbol --stdio -g none --percent-limit 1.5 2>/dev/null | sed -E "s/ +-? +-? *$//" \
+      | grep -v '^#' | grep -v '^$' | head -25
+  done
+fi
 echo
 echo "mannerly audit: $(grep -c '"outcome":"revalidated"' "$WORK/data/audit.jsonl" || true) revalidated, $(grep -c '"cache":"stored"' "$WORK/data/audit.jsonl" || true) stored, $(wc -l <"$WORK/data/audit.jsonl") lines"
 "$MANNERLY" audit verify "$WORK/data/audit.jsonl" >/dev/null 2>&1 && echo "audit chain: intact" || echo "audit chain: see mannerly audit verify (end unsealed while running is expected)"
