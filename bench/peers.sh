@@ -7,6 +7,10 @@
 #            again and again (mannerly: 304 from the origin -> stored 200)
 #   fresh    every URL is new and the origin sends validators (mannerly
 #            stores every response)
+#   https    HTTPS through interception, keep-alive, the same page again
+#            (origin: nginx with TLS; validators on, so mannerly revalidates):
+#            direct, mannerly and mitmproxy, with curl --parallel (16
+#            connections) as the client, since wrk cannot tunnel
 #
 #   bench/peers.sh
 #
@@ -17,8 +21,11 @@
 # audit on, store on) in observe mode, so its per-host budget does not pace
 # the one host (the point of the budget is to pace it).
 #
-# Installs nothing: needs nginx, squid, tinyproxy, wrk, curl (Debian:
-# apt-get install -y nginx-light squid tinyproxy wrk curl). BENCH_DURATION
+# Installs nothing: needs nginx, squid, tinyproxy, wrk, curl, openssl (Debian:
+# apt-get install -y nginx-light squid tinyproxy wrk curl openssl), and for
+# the https path mitmdump (pip install mitmproxy; MITMDUMP=/path/to/mitmdump
+# if it is not on PATH; without it the mitmproxy row is skipped).
+# BENCH_HTTPS_REQUESTS (default 20000; mitmproxy gets a tenth). BENCH_DURATION
 # (default 10 s per run), BENCH_SKIP_BUILD=1, BENCH_KEEP=1,
 # BENCH_PATHS="plain reval fresh" (a subset runs fewer), BENCH_PERF=1
 # (perf record on mannerly during its runs; prints each path's top symbols;
@@ -40,6 +47,8 @@ TINYPROXY=$(command -v tinyproxy || echo /usr/bin/tinyproxy)
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 ORIGIN_PORT=$(free_port); SQUID_PORT=$(free_port); TINY_PORT=$(free_port); MANNERLY_PORT=$(free_port)
+TLS_PORT=$(free_port); MITM_PORT=$(free_port)
+MITMDUMP=${MITMDUMP:-$(command -v mitmdump || true)}
 
 if [[ ${BENCH_SKIP_BUILD:-0} != 1 ]]; then
   (cd "$ROOT" && cargo build --release --bin mannerly)
@@ -61,6 +70,15 @@ wait_port() { local i; for i in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1")
 
 # --- origin: nginx --------------------------------------------------------
 mkdir -p "$WORK/www/etag"
+# The origin's TLS certificate, from a throwaway CA that mannerly and
+# mitmproxy are told to trust.
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+  -subj /CN=peers-origin-ca -keyout "$WORK/origin-ca.key" -out "$WORK/origin-ca.pem" 2>/dev/null
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=localhost \
+  -keyout "$WORK/origin.key" -out "$WORK/origin.csr" 2>/dev/null
+printf 'subjectAltName=DNS:localhost\n' > "$WORK/origin.ext"
+openssl x509 -req -in "$WORK/origin.csr" -CA "$WORK/origin-ca.pem" -CAkey "$WORK/origin-ca.key" \
+  -CAcreateserial -days 2 -extfile "$WORK/origin.ext" -out "$WORK/origin.pem" 2>/dev/null
 head -c 1024 /dev/zero | tr '\0' 'x' > "$WORK/www/etag/page.html"
 BODY=$(head -c 1024 /dev/zero | tr '\0' 'y')
 cat > "$WORK/nginx.conf" <<CONF
@@ -75,6 +93,13 @@ http {
     listen 127.0.0.1:$ORIGIN_PORT;
     location = /robots.txt { return 404; }
     location = /plain { default_type text/plain; return 200 "$BODY"; }
+    location /etag/ { root $WORK/www; }
+  }
+  server {
+    listen 127.0.0.1:$TLS_PORT ssl;
+    ssl_certificate $WORK/origin.pem; ssl_certificate_key $WORK/origin.key;
+    keepalive_requests 100000;
+    location = /robots.txt { return 404; }
     location /etag/ { root $WORK/www; }
   }
 }
@@ -115,8 +140,17 @@ CONF
 mkdir -m 700 "$WORK/data"
 MANNERLY_DATA_DIR=$WORK/data MANNERLY_PROXY__LISTEN=127.0.0.1:$MANNERLY_PORT \
 MANNERLY_ADMIN__LISTEN= MANNERLY_UPSTREAM__ALLOW_PRIVATE=true \
-MANNERLY_POLICY__ENFORCE=false MANNERLY_UPSTREAM__POOL_MAX_IDLE_PER_HOST=${BENCH_POOL:-8} \
+MANNERLY_UPSTREAM__EXTRA_ROOTS=$WORK/origin-ca.pem MANNERLY_PROXY__CONNECT_PORTS=$TLS_PORT \
+MANNERLY_POLICY__ENFORCE=false MANNERLY_UPSTREAM__POOL_MAX_IDLE_PER_HOST=${BENCH_POOL:-32} \
   "$MANNERLY" run >"$WORK/mannerly.out" 2>"$WORK/mannerly.log" & PIDS+=($!)
+MANNERLY_PID=$!
+
+# --- mitmproxy (https path only) --------------------------------------------
+if [[ -n $MITMDUMP ]]; then
+  "$MITMDUMP" -q --listen-host 127.0.0.1 --listen-port "$MITM_PORT" --set confdir="$WORK/mitm" \
+    --set ssl_verify_upstream_trusted_ca="$WORK/origin-ca.pem" --set flow_detail=0 \
+    >"$WORK/mitm.log" 2>&1 & PIDS+=($!)
+fi
 
 wait_port "$SQUID_PORT"; wait_port "$TINY_PORT"; wait_port "$MANNERLY_PORT"
 ORIGIN=http://127.0.0.1:$ORIGIN_PORT
@@ -148,9 +182,9 @@ bad() { awk -F: '/Non-2xx or 3xx/ {gsub(/ /,"",$2); print $2}' "$WORK/wrk-$1.txt
 declare -A URL=([plain]=$ORIGIN/plain [reval]=$ORIGIN/etag/page.html [fresh]=$ORIGIN/etag/page.html)
 declare -A UNIQ=([plain]=0 [reval]=0 [fresh]=1)
 printf '\n%-6s %-9s %9s %9s %9s %8s %12s\n' path peer req/s p50_ms p99_ms non2xx vs_squid
-PATHS=${BENCH_PATHS:-plain reval fresh}
-MANNERLY_PID=${PIDS[-1]}
+PATHS=${BENCH_PATHS:-plain reval fresh https}
 for path in $PATHS; do
+  [[ $path == https ]] && continue
   for peer in direct squid tinyproxy mannerly; do
     case $peer in
       direct) port=direct ;; squid) port=$SQUID_PORT ;; tinyproxy) port=$TINY_PORT ;; mannerly) port=$MANNERLY_PORT ;;
@@ -169,6 +203,54 @@ for path in $PATHS; do
       "$(ms "$path-$peer" 99%)" "$(bad "$path-$peer")" "$(awk -v a="$r" -v b="$s" 'BEGIN{printf "%.2fx", a/b}')"
   done
 done
+# --- https: curl --parallel, 16 keep-alive connections ----------------------
+https_run() { # name, requests, curl options...
+  local name=$1 n=$2; shift 2
+  local url=https://localhost:$TLS_PORT/etag/page.html
+  : >"$WORK/urls-$name"
+  for ((i = 0; i < n; i++)); do printf 'url = "%s"\noutput = "/dev/null"\n' "$url"; done >"$WORK/urls-$name"
+  local t0 t1
+  t0=$(date +%s.%N)
+  curl -sS --parallel --parallel-max 16 --parallel-immediate -K "$WORK/urls-$name" \
+    --resolve "localhost:$TLS_PORT:127.0.0.1" -w '%{http_code} %{time_total}\n' "$@" \
+    >"$WORK/https-$name.txt" 2>"$WORK/https-$name.err" || true
+  t1=$(date +%s.%N)
+  local secs got bad p50 p99
+  secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN{print b-a}')
+  got=$(wc -l <"$WORK/https-$name.txt")
+  bad=$(awk -v n="$n" '$1 != 200 {b++} END {print b + (n - NR)}' "$WORK/https-$name.txt")
+  awk '{print $2 * 1000}' "$WORK/https-$name.txt" | sort -n >"$WORK/https-$name.sorted"
+  p50=$(sed -n "$(( (got + 1) / 2 ))p" "$WORK/https-$name.sorted")
+  p99=$(sed -n "$(( (got * 99 + 99) / 100 ))p" "$WORK/https-$name.sorted")
+  printf '%s %.0f %.2f %.2f %d\n' "$name" "$(awk -v g="$got" -v s="$secs" 'BEGIN{print g/s}')" \
+    "${p50:-0}" "${p99:-0}" "$bad" >"$WORK/https-$name.sum"
+}
+if [[ " $PATHS " == *" https "* ]]; then
+  N=${BENCH_HTTPS_REQUESTS:-20000}
+  https_run direct "$N" --cacert "$WORK/origin-ca.pem"
+  perf_pid=
+  if [[ ${BENCH_PERF:-0} == 1 ]]; then
+    perf record -F 499 ${BENCH_PERF_CALLGRAPH:--g} -o "$WORK/perf-https.data" -p "$MANNERLY_PID" >/dev/null 2>&1 & perf_pid=$!
+  fi
+  https_run mannerly "$N" --cacert "$WORK/data/ca.pem" -x "http://127.0.0.1:$MANNERLY_PORT"
+  [[ -n $perf_pid ]] && { kill -INT "$perf_pid"; wait "$perf_pid" || true; }
+  if [[ -n $MITMDUMP ]]; then
+    wait_port "$MITM_PORT"
+    https_run mitmproxy $((N / 10)) --cacert "$WORK/mitm/mitmproxy-ca-cert.pem" -x "http://127.0.0.1:$MITM_PORT"
+  fi
+  echo
+  printf '%-6s %-9s %9s %9s %9s %8s %12s %14s\n' path peer req/s p50_ms p99_ms failed vs_direct vs_mitmproxy
+  d=$(awk '{print $2}' "$WORK/https-direct.sum")
+  m=$( [[ -f $WORK/https-mitmproxy.sum ]] && awk '{print $2}' "$WORK/https-mitmproxy.sum" || echo 0)
+  for peer in direct mannerly mitmproxy; do
+    [[ -f $WORK/https-$peer.sum ]] || continue
+    read -r _ r p50 p99 bad <"$WORK/https-$peer.sum"
+    printf '%-6s %-9s %9s %9s %9s %8s %12s %14s\n' https "$peer" "$r" "$p50" "$p99" "$bad" \
+      "$(awk -v a="$r" -v b="$d" 'BEGIN{printf "%.2fx", a/b}')" \
+      "$(awk -v a="$r" -v b="$m" 'BEGIN{ if (b > 0) printf "%.1fx", a/b; else print "-" }')"
+  done
+fi
+
 if [[ ${BENCH_PERF:-0} == 1 ]]; then
   for path in $PATHS; do
     echo; echo "== perf, mannerly, $path: top symbols (self time) =="

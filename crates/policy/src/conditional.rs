@@ -68,6 +68,26 @@ pub struct CacheParams {
     /// Evaluate responses as a shared cache (`private` is never stored,
     /// `s-maxage` counts). Leave on: one proxy serves many clients.
     pub shared: bool,
+    /// Bytes of recently used entries kept decoded in memory (default 64
+    /// MiB), so that revalidating a page crawled again reads no disk. 0:
+    /// none.
+    pub memory_size: u64,
+    /// When the store's writes are forced to disk.
+    pub sync: CacheSync,
+}
+
+/// `cache.sync`: when the store's writes are forced to disk.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CacheSync {
+    /// Writes queued while the previous commit ran are committed together
+    /// and forced to disk (`fsync`) before their audit lines say `stored`.
+    #[default]
+    Batch,
+    /// Commits are not forced one by one; a forced commit follows within a
+    /// second. A crash may lose the last second of stored pages (the store
+    /// stays consistent); the audit line says `stored` once committed.
+    None,
 }
 
 impl Default for CacheParams {
@@ -78,6 +98,8 @@ impl Default for CacheParams {
             max_size: 1024 * 1024 * 1024,
             serve_fresh: false,
             shared: true,
+            memory_size: 64 * 1024 * 1024,
+            sync: CacheSync::Batch,
         }
     }
 }
@@ -432,6 +454,31 @@ pub struct Revalidated {
     pub headers: HeaderMap,
     /// The refreshed entry to write back (same body).
     pub meta: CacheEntryMeta,
+    /// Whether writing `meta` back changes anything a later request uses.
+    /// With `serve_fresh` on, always (freshness starts again). Off, every
+    /// later request revalidates anyway, so only a header other than
+    /// `Date`, `Age` and `Expires` that the 304 changed is worth a write.
+    pub worth_storing: bool,
+}
+
+/// Header fields a 304 refreshes on every answer, whose stored value no later
+/// revalidation uses (each 304 brings its own).
+const PER_ANSWER_FIELDS: [HeaderName; 3] = [header::DATE, header::AGE, header::EXPIRES];
+
+/// The headers of `a` and `b` are the same apart from [`PER_ANSWER_FIELDS`]
+/// (lines of one field in order, fields in any order).
+fn same_apart_from_per_answer(a: &HeaderMap, b: &HeaderMap) -> bool {
+    fn lines(m: &HeaderMap) -> Vec<(&str, &[u8])> {
+        let mut v: Vec<(&str, &[u8])> = m
+            .iter()
+            .filter(|(name, _)| !PER_ANSWER_FIELDS.contains(name))
+            .map(|(name, value)| (name.as_str(), value.as_bytes()))
+            .collect();
+        // Stable: the lines of one field keep their order.
+        v.sort_by_key(|(name, _)| *name);
+        v
+    }
+    lines(a) == lines(b)
 }
 
 /// A 304 that does not belong to the stored response (its validator differs):
@@ -498,10 +545,13 @@ pub fn merge_not_modified(
         policy,
         ..stored.clone()
     };
+    let worth_storing =
+        params.serve_fresh || !same_apart_from_per_answer(&stored.headers, &meta.headers);
     Ok(Revalidated {
         status: stored.status,
         headers,
         meta,
+        worth_storing,
     })
 }
 

@@ -378,6 +378,61 @@ fn a_304_refreshes_the_stored_headers() {
 }
 
 #[test]
+fn a_304_that_changes_only_per_answer_fields_is_not_worth_a_write() {
+    let meta = stored(
+        &[],
+        &[
+            ("etag", "\"v1\""),
+            ("date", "Tue, 14 Nov 2023 22:13:20 GMT"),
+            ("expires", "Tue, 14 Nov 2023 22:14:20 GMT"),
+            ("cache-control", "max-age=60"),
+            ("vary", "Accept-Encoding"),
+        ],
+    );
+    let later = t0() + Duration::from_secs(600);
+    let merge = |headers: &[(&str, &str)], params: &CacheParams| {
+        let nm = resp(304, headers);
+        merge_not_modified(&meta, &req(&[]), &nm, params, later).unwrap()
+    };
+    let per_answer = [
+        ("etag", "\"v1\""),
+        ("date", "Tue, 14 Nov 2023 22:23:20 GMT"),
+        ("expires", "Tue, 14 Nov 2023 22:24:20 GMT"),
+        ("age", "3"),
+    ];
+    let out = merge(&per_answer, &CacheParams::default());
+    assert!(!out.worth_storing, "only Date, Expires and Age changed");
+    // The client still gets the 304's Date.
+    assert_eq!(
+        out.headers.get("date").unwrap(),
+        "Tue, 14 Nov 2023 22:23:20 GMT"
+    );
+    // A 304 that repeats what is stored changes nothing either.
+    let same = merge(
+        &[("etag", "\"v1\""), ("cache-control", "max-age=60")],
+        &CacheParams::default(),
+    );
+    assert!(!same.worth_storing);
+    // A changed field that later answers replay is worth a write.
+    let changed = merge(
+        &[("etag", "\"v1\""), ("cache-control", "max-age=120")],
+        &CacheParams::default(),
+    );
+    assert!(changed.worth_storing);
+    let added = merge(
+        &[("etag", "\"v1\""), ("x-new", "1")],
+        &CacheParams::default(),
+    );
+    assert!(added.worth_storing);
+    // Serving fresh entries: the freshness restarts, so always.
+    let fresh = CacheParams {
+        serve_fresh: true,
+        ..CacheParams::default()
+    };
+    assert!(merge(&per_answer, &fresh).worth_storing);
+}
+
+#[test]
 fn a_304_for_another_representation_is_refused() {
     let meta = stored(&[], &[("etag", "\"v1\"")]);
     let nm = resp(304, &[("etag", "\"v2\"")]);

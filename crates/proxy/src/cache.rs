@@ -15,7 +15,7 @@ use http_body::{Body, Frame, SizeHint};
 use mannerly_policy::conditional::{CacheEntryMeta, CacheKey, CacheOutcome, CacheParams};
 use mannerly_policy::AuditRecord;
 use mannerly_state::responses::{
-    DiskStore, PutOutcome, ResponseStore, StoreError, StoreLimits, StoredResponse,
+    DiskOptions, DiskStore, PutOutcome, ResponseStore, StoreError, StoreLimits, StoredResponse,
 };
 use tokio::sync::{oneshot, watch};
 
@@ -46,7 +46,8 @@ impl Cache {
         // redb opens by path and creates with the umask's mode: the file is
         // made here first, private, and never through a symlink.
         crate::datadir::ensure_private_file(&path)?;
-        let store = DiskStore::open(&path, StoreLimits::from(&cfg.cache))
+        let limits = StoreLimits::from(&cfg.cache);
+        let store = DiskStore::open_with(&path, limits, DiskOptions::from(&cfg.cache))
             .map_err(|e| store_err(e.to_string()))?;
         Ok(Cache::with_store(Arc::new(store), cfg.cache.clone()))
     }
@@ -82,11 +83,16 @@ impl Cache {
     }
 
     /// The stored response for `key` that the request's headers select.
+    /// Misses and entries held in memory are answered on this thread; only
+    /// a read of the disk goes to the blocking pool.
     pub(crate) async fn get(
         self: &Arc<Self>,
         key: &CacheKey,
         headers: &HeaderMap,
     ) -> Result<Option<StoredResponse>, StoreError> {
+        if let Some(known) = self.store.get_resident(key, headers) {
+            return known;
+        }
         let this = self.clone();
         let key = key.clone();
         let headers = headers.clone();
@@ -111,10 +117,30 @@ impl Cache {
         });
     }
 
+    /// Queues `meta` and `body` for the store; `then` hears the outcome on
+    /// the store's thread. Shutdown waits for it (see [`Cache::drain`]).
+    fn put_then(
+        self: &Arc<Self>,
+        meta: CacheEntryMeta,
+        body: Bytes,
+        then: impl FnOnce(&Cache, Result<PutOutcome, StoreError>) + Send + 'static,
+    ) {
+        self.pending.send_modify(|n| *n += 1);
+        let this = self.clone();
+        self.store.put_then(
+            meta,
+            body,
+            Box::new(move |outcome| {
+                then(&this, outcome);
+                this.pending.send_modify(|n| *n -= 1);
+            }),
+        );
+    }
+
     /// Writes a refreshed entry back, off the response path.
     pub(crate) fn write_back(self: &Arc<Self>, meta: CacheEntryMeta, body: Bytes) {
-        self.background(move |c| {
-            if let Err(e) = c.store.put(&meta, &body) {
+        self.put_then(meta, body, |c, outcome| {
+            if let Err(e) = outcome {
                 c.failed("write-back", &e);
             }
         });
@@ -146,16 +172,16 @@ impl Cache {
                 sink.send(rec);
                 return;
             };
-            if tokio::runtime::Handle::try_current().is_err() {
-                rec.cache = Some(CacheOutcome::Miss.as_str());
-                sink.send(rec);
-                return;
-            }
-            this.background(move |c| {
-                let body = chunks.concat();
-                let outcome = match c.store.put(&meta, &body) {
+            let body = match chunks.as_slice() {
+                [one] => one.clone(),
+                _ => Bytes::from(chunks.concat()),
+            };
+            this.put_then(meta, body, move |c, outcome| {
+                let outcome = match outcome {
                     Ok(PutOutcome::Stored { .. }) => CacheOutcome::Stored,
-                    Ok(PutOutcome::TooLarge | PutOutcome::LengthMismatch) => CacheOutcome::Miss,
+                    Ok(PutOutcome::TooLarge | PutOutcome::LengthMismatch | PutOutcome::Busy) => {
+                        CacheOutcome::Miss
+                    }
                     Err(e) => {
                         c.failed("write", &e);
                         CacheOutcome::Error

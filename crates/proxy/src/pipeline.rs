@@ -275,7 +275,7 @@ impl Exchange {
             Plan::ServeStored { status, headers } => {
                 let body = found.map(|f| f.body).unwrap_or_default();
                 self.rec.cache(CacheOutcome::Hit);
-                return Err(self.stored_answer(status, headers, body.into()));
+                return Err(self.stored_answer(status, headers, body));
             }
         }
         Ok(step)
@@ -479,8 +479,10 @@ impl Exchange {
                 .map(|s| conditional::merge_not_modified(&s.meta, parts, &head, params, now));
             return match (merged, stored) {
                 (Some(Ok(fresh)), Some(stored)) => {
-                    let body = Bytes::from(stored.body);
-                    shared.cache.write_back(fresh.meta, body.clone());
+                    let body = stored.body;
+                    if fresh.worth_storing {
+                        shared.cache.write_back(fresh.meta, body.clone());
+                    }
                     self.rec.cache(CacheOutcome::Revalidated);
                     self.rec.saved_bytes = Some(body.len() as u64);
                     self.rec.outcome = Some(Outcome::Revalidated);

@@ -8,10 +8,13 @@
 //!
 //! # Blocking
 //!
-//! Every method blocks (redb is synchronous and commits with `fsync`). From
-//! async code call them inside `tokio::task::spawn_blocking`, and do not make
-//! the client's response wait for a write: spawn the `put` once the body has
-//! been sent (and fully received), and move on.
+//! Every method but two may block (redb is synchronous and commits with
+//! `fsync`). From async code call them inside `tokio::task::spawn_blocking`,
+//! except [`ResponseStore::get_resident`] (memory only: try it first, and go
+//! to the blocking pool only when it cannot tell) and
+//! [`ResponseStore::put_then`] (queues the write and returns; its callback
+//! runs once the write is done). Never make the client's response wait for a
+//! write.
 //!
 //! # Failure
 //!
@@ -21,16 +24,20 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use bytes::Bytes;
+
 use mannerly_policy::conditional::http::HeaderMap;
 use mannerly_policy::conditional::{CacheEntryMeta, CacheKey, CacheParams};
 
 mod disk;
 mod error;
+mod index;
 mod lru;
 mod memory;
 mod record;
+mod writer;
 
-pub use disk::DiskStore;
+pub use disk::{DiskOptions, DiskStore, WriterHold};
 pub use error::StoreError;
 pub use memory::MemoryStore;
 
@@ -41,7 +48,7 @@ pub struct StoredResponse {
     /// Status, headers, validators and RFC 9111 state.
     pub meta: CacheEntryMeta,
     /// The body bytes.
-    pub body: Vec<u8>,
+    pub body: Bytes,
 }
 
 /// What [`ResponseStore::put`] did.
@@ -58,7 +65,13 @@ pub enum PutOutcome {
     /// The body's length differs from the `Content-Length` the origin sent:
     /// a cut-off transfer, never stored.
     LengthMismatch,
+    /// Too many bytes are already waiting to be written: not stored, so that
+    /// a store slower than the crawl does not fill the memory.
+    Busy,
 }
+
+/// The callback of [`ResponseStore::put_then`].
+pub type PutDone = Box<dyn FnOnce(Result<PutOutcome, StoreError>) + Send>;
 
 /// Counters for `/metrics` and the dashboard.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -71,6 +84,10 @@ pub struct StoreStats {
     pub evicted: u64,
     /// Damaged entries found and removed since start.
     pub corrupt_removed: u64,
+    /// Write transactions committed since start (one per group of writes).
+    pub commits: u64,
+    /// Bytes of entries held decoded in memory.
+    pub resident_bytes: u64,
 }
 
 /// Where responses (and per-host records) are kept. Implementations are
@@ -85,6 +102,26 @@ pub trait ResponseStore: Send + Sync {
         key: &CacheKey,
         request_headers: &HeaderMap,
     ) -> Result<Option<StoredResponse>, StoreError>;
+
+    /// What [`ResponseStore::get`] would answer, when memory alone can tell:
+    /// `Some(Ok(None))` when nothing is stored for the URL, `Some(Ok(Some(_)))`
+    /// for an entry held in memory. `None`: only the disk can tell. Never
+    /// blocks on I/O, so async code may call it directly.
+    fn get_resident(
+        &self,
+        key: &CacheKey,
+        request_headers: &HeaderMap,
+    ) -> Option<Result<Option<StoredResponse>, StoreError>> {
+        let _ = (key, request_headers);
+        None
+    }
+
+    /// [`ResponseStore::put`] without waiting: `done` hears the outcome once
+    /// the write is done (for the disk store: committed, and with
+    /// `sync = "batch"` on disk), on a thread of the store's choosing.
+    fn put_then(&self, meta: CacheEntryMeta, body: Bytes, done: PutDone) {
+        done(self.put(&meta, &body));
+    }
 
     /// Stores `body` under `meta`'s key and variant, replacing what was there.
     /// When the response's `Vary` differs from the stored one for this URL,
@@ -145,16 +182,23 @@ impl StoreLimits {
 struct Counters {
     evicted: AtomicU64,
     corrupt_removed: AtomicU64,
+    commits: AtomicU64,
 }
 
 impl Counters {
-    fn stats(&self, entries: usize, bytes: u64) -> StoreStats {
+    fn stats(&self, entries: usize, bytes: u64, resident_bytes: u64) -> StoreStats {
         StoreStats {
             entries: u64::try_from(entries).unwrap_or(u64::MAX),
             bytes,
             evicted: self.evicted.load(Ordering::Relaxed),
             corrupt_removed: self.corrupt_removed.load(Ordering::Relaxed),
+            commits: self.commits.load(Ordering::Relaxed),
+            resident_bytes,
         }
+    }
+
+    fn add_commit(&self) {
+        self.commits.fetch_add(1, Ordering::Relaxed);
     }
 
     fn add_evicted(&self, n: usize) {

@@ -1,11 +1,16 @@
 //! Both response stores, through the trait the proxy uses; the disk store
 //! also across a reopen and with a damaged record.
 
+use std::sync::mpsc;
 use std::time::{Duration, SystemTime};
 
+use bytes::Bytes;
+
 use mannerly_policy::conditional::http::{request, response, HeaderMap, Method, Request, Response};
-use mannerly_policy::conditional::{storable, CacheEntryMeta, CacheKey, CacheParams};
-use mannerly_state::responses::{DiskStore, MemoryStore, PutOutcome, ResponseStore, StoreLimits};
+use mannerly_policy::conditional::{storable, CacheEntryMeta, CacheKey, CacheParams, CacheSync};
+use mannerly_state::responses::{
+    DiskOptions, DiskStore, MemoryStore, PutOutcome, ResponseStore, StoreError, StoreLimits,
+};
 use redb::ReadableTable;
 
 fn t0() -> SystemTime {
@@ -50,7 +55,10 @@ fn limits(max_body: u64, max_size: u64) -> StoreLimits {
 }
 
 fn body_of(store: &dyn ResponseStore, path: &str, h: &[(&str, &str)]) -> Option<Vec<u8>> {
-    store.get(&key(path), &headers(h)).unwrap().map(|r| r.body)
+    store
+        .get(&key(path), &headers(h))
+        .unwrap()
+        .map(|r| r.body.to_vec())
 }
 
 /// Every behaviour both backends must share.
@@ -76,7 +84,7 @@ fn common(store: &dyn ResponseStore) {
     store.put(&v2, b"new page").unwrap();
     let got = store.get(&key("/a"), &HeaderMap::new()).unwrap().unwrap();
     assert_eq!(
-        (got.body.as_slice(), got.meta.etag()),
+        (&got.body[..], got.meta.etag()),
         (&b"new page"[..], Some("\"v2\""))
     );
     assert_eq!(store.stats().entries, 1);
@@ -226,7 +234,7 @@ fn reopen_keeps_entries_records_and_recency() {
     let store = DiskStore::open(&path, cap()).unwrap();
     let got = store.get(&key("/3"), &HeaderMap::new()).unwrap().unwrap();
     assert_eq!(got.meta.etag(), Some("\"e2\""));
-    assert_eq!(got.body, body);
+    assert_eq!(got.body[..], body);
     assert_eq!(store.stats().entries, 3);
     assert!(store
         .host_records()
@@ -302,4 +310,205 @@ fn a_torn_record_in_memory_is_a_miss_too() {
     assert!(body_of(&store, "/page", &[]).is_none());
     assert_eq!(store.stats().corrupt_removed, 1);
     assert_eq!(store.stats().entries, 0);
+}
+
+fn opts(memory_size: u64, sync: CacheSync) -> DiskOptions {
+    DiskOptions { memory_size, sync }
+}
+
+/// Waits for a `put_then` outcome delivered on the writer's thread.
+fn put_later(
+    store: &DiskStore,
+    m: CacheEntryMeta,
+    body: &'static [u8],
+) -> mpsc::Receiver<Result<PutOutcome, StoreError>> {
+    let (tx, rx) = mpsc::channel();
+    store.put_then(
+        m,
+        Bytes::from_static(body),
+        Box::new(move |r| {
+            let _ = tx.send(r);
+        }),
+    );
+    rx
+}
+
+#[test]
+fn writes_queued_during_a_commit_share_one_transaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = DiskStore::open(dir.path().join("s.redb"), limits(1 << 20, 1 << 30)).unwrap();
+    let before = store.stats().commits;
+    let hold = store.hold_writer();
+    let waits: Vec<_> = (0..100)
+        .map(|i| {
+            put_later(
+                &store,
+                meta(&format!("/p{i}"), &[], &[("etag", "\"e\"")]),
+                b"page",
+            )
+        })
+        .collect();
+    // Nothing is reported before the commit.
+    assert!(waits[0].try_recv().is_err());
+    drop(hold);
+    for w in waits {
+        assert_eq!(
+            w.recv().unwrap().unwrap(),
+            PutOutcome::Stored { evicted: 0 }
+        );
+    }
+    assert_eq!(
+        store.stats().commits,
+        before + 1,
+        "one transaction for 100 pages"
+    );
+    assert_eq!(store.stats().entries, 100);
+    // A lone write is committed by itself, waiting for no one.
+    store
+        .put(&meta("/lone", &[], &[("etag", "\"e\"")]), b"x")
+        .unwrap();
+    assert_eq!(store.stats().commits, before + 2);
+}
+
+#[test]
+fn misses_and_recent_entries_are_answered_from_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.redb");
+    let gz = [("accept-encoding", "gzip")];
+    let m = meta("/v", &gz, &[("etag", "\"x\""), ("vary", "Accept-Encoding")]);
+    {
+        let store = DiskStore::open(&path, limits(1 << 20, 1 << 30)).unwrap();
+        // Nothing stored for the URL: memory says so.
+        assert!(matches!(
+            store.get_resident(&key("/v"), &headers(&gz)),
+            Some(Ok(None))
+        ));
+        store.put(&m, b"gzipped").unwrap();
+        let got = store.get_resident(&key("/v"), &headers(&gz));
+        assert_eq!(&got.unwrap().unwrap().unwrap().body[..], b"gzipped");
+        // Another variant of a stored URL: memory cannot tell.
+        assert!(store
+            .get_resident(&key("/v"), &headers(&[("accept-encoding", "br")]))
+            .is_none());
+        assert!(store.stats().resident_bytes > 0);
+    }
+    let store = DiskStore::open(&path, limits(1 << 20, 1 << 30)).unwrap();
+    assert_eq!(store.stats().resident_bytes, 0);
+    assert!(matches!(
+        store.get_resident(&key("/other"), &HeaderMap::new()),
+        Some(Ok(None))
+    ));
+    // Stored, not yet read since the start: the disk must tell.
+    assert!(store.get_resident(&key("/v"), &headers(&gz)).is_none());
+    assert_eq!(body_of(&store, "/v", &gz).unwrap(), b"gzipped");
+    // Read once, then held.
+    let got = store.get_resident(&key("/v"), &headers(&gz));
+    assert_eq!(&got.unwrap().unwrap().unwrap().body[..], b"gzipped");
+    // Removed: memory knows it is gone.
+    store.remove(&key("/v")).unwrap();
+    assert!(matches!(
+        store.get_resident(&key("/v"), &headers(&gz)),
+        Some(Ok(None))
+    ));
+}
+
+#[test]
+fn memory_holds_at_most_its_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.redb");
+    let store = DiskStore::open_with(
+        &path,
+        limits(1 << 20, 1 << 30),
+        opts(16_000, CacheSync::Batch),
+    )
+    .unwrap();
+    let body = [5u8; 1000];
+    for i in 0..40 {
+        store
+            .put(&meta(&format!("/p{i}"), &[], &[("etag", "\"e\"")]), &body)
+            .unwrap();
+    }
+    let resident = store.stats().resident_bytes;
+    assert!(resident <= 16_000, "{resident}");
+    // The newest are held, the oldest went to disk only.
+    assert!(store
+        .get_resident(&key("/p39"), &HeaderMap::new())
+        .is_some());
+    assert!(store.get_resident(&key("/p0"), &HeaderMap::new()).is_none());
+    assert_eq!(body_of(&store, "/p0", &[]).unwrap(), body);
+    // An entry above an eighth of the budget is never held.
+    store
+        .put(&meta("/big", &[], &[("etag", "\"e\"")]), &[1u8; 2500])
+        .unwrap();
+    assert!(store
+        .get_resident(&key("/big"), &HeaderMap::new())
+        .is_none());
+    // memory_size = 0: nothing held, misses still known.
+    let none = DiskStore::open_with(
+        dir.path().join("n.redb"),
+        limits(1 << 20, 1 << 30),
+        opts(0, CacheSync::Batch),
+    )
+    .unwrap();
+    none.put(&meta("/a", &[], &[("etag", "\"e\"")]), b"a")
+        .unwrap();
+    assert!(none.get_resident(&key("/a"), &HeaderMap::new()).is_none());
+    assert!(matches!(
+        none.get_resident(&key("/b"), &HeaderMap::new()),
+        Some(Ok(None))
+    ));
+    assert_eq!(none.stats().resident_bytes, 0);
+}
+
+#[test]
+fn a_full_write_queue_refuses_rather_than_grows() {
+    static MIB: [u8; 1 << 20] = [3u8; 1 << 20];
+    let dir = tempfile::tempdir().unwrap();
+    let store = DiskStore::open(dir.path().join("s.redb"), limits(2 << 20, 1 << 30)).unwrap();
+    let hold = store.hold_writer();
+    let waits: Vec<_> = (0..70)
+        .map(|i| {
+            put_later(
+                &store,
+                meta(&format!("/m{i}"), &[], &[("etag", "\"e\"")]),
+                &MIB,
+            )
+        })
+        .collect();
+    drop(hold);
+    let outcomes: Vec<_> = waits
+        .into_iter()
+        .map(|w| w.recv().unwrap().unwrap())
+        .collect();
+    let busy = outcomes.iter().filter(|o| **o == PutOutcome::Busy).count();
+    // 64 MiB may wait; the rest is refused at once.
+    assert_eq!(busy, 6, "{outcomes:?}");
+    assert_eq!(store.stats().entries, 64);
+    // Once written, the queue takes writes again.
+    assert_eq!(
+        store
+            .put(&meta("/after", &[], &[("etag", "\"e\"")]), &MIB)
+            .unwrap(),
+        PutOutcome::Stored { evicted: 0 }
+    );
+}
+
+#[test]
+fn unforced_commits_are_on_disk_after_a_clean_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.redb");
+    {
+        let store = DiskStore::open_with(&path, limits(1 << 20, 1 << 30), opts(0, CacheSync::None))
+            .unwrap();
+        for i in 0..20 {
+            store
+                .put(&meta(&format!("/p{i}"), &[], &[("etag", "\"e\"")]), b"page")
+                .unwrap();
+        }
+        store.put_host_record("h.example", b"r").unwrap();
+    }
+    let store = DiskStore::open(&path, limits(1 << 20, 1 << 30)).unwrap();
+    assert_eq!(store.stats().entries, 20);
+    assert_eq!(body_of(&store, "/p19", &[]).unwrap(), b"page");
+    assert_eq!(store.host_records().unwrap().len(), 1);
 }

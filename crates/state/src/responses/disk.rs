@@ -1,95 +1,264 @@
 //! The embedded on-disk store: one redb file, ACID commits.
+//!
+//! Reads run on the caller's thread, and what [`Index`] holds in memory
+//! answers misses and recently used entries without a read transaction.
+//! Writes go to one thread that commits everything queued while its previous
+//! commit ran as one transaction (group commit): under load many responses
+//! share one `fsync`, and a lone write waits for no one but itself.
 
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
 
+use bytes::Bytes;
 use mannerly_policy::conditional::http::HeaderMap;
-use mannerly_policy::conditional::{variant_key, variant_prefix, CacheEntryMeta, CacheKey};
+use mannerly_policy::conditional::{
+    variant_key, variant_prefix, CacheEntryMeta, CacheKey, CacheParams, CacheSync,
+};
 use redb::{Database, ReadableDatabase, ReadableTable, Table, TableDefinition};
 
-use super::lru::Lru;
+use super::index::Index;
+use super::writer::{self, Done, Job};
 use super::{
-    entry_size, record, Counters, PutOutcome, ResponseStore, StoreError, StoreLimits, StoreStats,
+    record, Counters, PutDone, PutOutcome, ResponseStore, StoreError, StoreLimits, StoreStats,
     StoredResponse,
 };
 
 /// Variant key → record (see `record.rs`).
-const ENTRIES: TableDefinition<&str, &[u8]> = TableDefinition::new("responses_v1");
+pub(super) const ENTRIES: TableDefinition<&str, &[u8]> = TableDefinition::new("responses_v1");
 /// Primary key → JSON list of the `Vary` names of its variants.
-const VARY: TableDefinition<&str, &str> = TableDefinition::new("vary_v1");
+pub(super) const VARY: TableDefinition<&str, &str> = TableDefinition::new("vary_v1");
 /// Variant key → (recency tick, size): rebuilds the LRU index on open without
 /// reading any body.
-const ACCESS: TableDefinition<&str, (u64, u64)> = TableDefinition::new("access_v1");
+pub(super) const ACCESS: TableDefinition<&str, (u64, u64)> = TableDefinition::new("access_v1");
 /// Host → opaque budget record.
-const HOSTS: TableDefinition<&str, &[u8]> = TableDefinition::new("host_records_v1");
+pub(super) const HOSTS: TableDefinition<&str, &[u8]> = TableDefinition::new("host_records_v1");
+
+/// Bodies waiting for the writer, at most: a write beyond it is not stored
+/// (`PutOutcome::Busy`) rather than held in memory without bound.
+const MAX_QUEUED_BYTES: u64 = 64 * 1024 * 1024;
+
+/// How the disk store keeps things in memory and commits, from `[cache]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DiskOptions {
+    /// Bytes of decoded entries kept in memory (0: none).
+    pub memory_size: u64,
+    /// When commits are forced to disk.
+    pub sync: CacheSync,
+}
+
+impl Default for DiskOptions {
+    fn default() -> Self {
+        DiskOptions::from(&CacheParams::default())
+    }
+}
+
+impl From<&CacheParams> for DiskOptions {
+    fn from(params: &CacheParams) -> Self {
+        DiskOptions {
+            memory_size: params.memory_size,
+            sync: params.sync,
+        }
+    }
+}
 
 /// Responses and host records in one redb file.
 ///
-/// Every write is one atomic, durable transaction: a crash (even `kill -9`)
-/// mid-write leaves the previous state. Records carry a SHA-256 that is
-/// checked on every read. Only one process may open the file at a time.
+/// Every write is part of one atomic transaction: a crash (even `kill -9`)
+/// mid-write leaves the previous state. With `sync = "batch"` a write's
+/// outcome is reported once it is on disk. Records carry a SHA-256 that is
+/// checked on every read from disk. Only one process may open the file at a
+/// time.
 pub struct DiskStore {
-    db: Database,
-    limits: StoreLimits,
-    lru: Mutex<Lru>,
-    counters: Counters,
+    inner: Arc<Inner>,
+    queue: Option<mpsc::Sender<Job>>,
+    writer: Option<JoinHandle<()>>,
+}
+
+/// What the callers' threads and the writer share.
+pub(super) struct Inner {
+    pub(super) db: Database,
+    pub(super) limits: StoreLimits,
+    pub(super) index: Mutex<Index>,
+    pub(super) counters: Counters,
+    /// Body bytes handed to the writer and not yet written.
+    pub(super) queued: AtomicU64,
+    pub(super) options: DiskOptions,
 }
 
 impl std::fmt::Debug for DiskStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DiskStore")
-            .field("limits", &self.limits)
+            .field("limits", &self.inner.limits)
+            .field("options", &self.inner.options)
             .finish_non_exhaustive()
     }
 }
 
 impl DiskStore {
-    /// Opens (or creates) the store at `path`. Entries beyond a lowered
-    /// `max_size` are evicted at the next write.
+    /// Opens (or creates) the store at `path` with the default options.
+    /// Entries beyond a lowered `max_size` are evicted at the next write.
     pub fn open(path: impl AsRef<Path>, limits: StoreLimits) -> Result<Self, StoreError> {
+        DiskStore::open_with(path, limits, DiskOptions::default())
+    }
+
+    /// Opens (or creates) the store at `path`.
+    pub fn open_with(
+        path: impl AsRef<Path>,
+        limits: StoreLimits,
+        options: DiskOptions,
+    ) -> Result<Self, StoreError> {
         let db = Database::create(path)?;
         let txn = db.begin_write()?;
-        let mut rows = Vec::new();
         {
             txn.open_table(ENTRIES)?;
             txn.open_table(VARY)?;
             txn.open_table(HOSTS)?;
-            let access = txn.open_table(ACCESS)?;
-            for row in access.iter()? {
-                let (key, value) = row?;
-                let (tick, size) = value.value();
-                rows.push((key.value().to_owned(), tick, size));
-            }
+            txn.open_table(ACCESS)?;
         }
         txn.commit()?;
-        Ok(DiskStore {
+        let inner = Arc::new(Inner {
             db,
             limits,
-            lru: Mutex::new(Lru::from_rows(rows)),
+            index: Mutex::new(Index::from_rows(Vec::new(), options.memory_size)),
             counters: Counters::default(),
+            queued: AtomicU64::new(0),
+            options,
+        });
+        *inner.index()? = Index::from_rows(inner.access_rows()?, options.memory_size);
+        let (queue, jobs) = mpsc::channel();
+        let for_writer = inner.clone();
+        let writer = std::thread::Builder::new()
+            .name("mannerly-store".into())
+            .spawn(move || writer::run(&for_writer, &jobs))
+            .map_err(StoreError::Thread)?;
+        Ok(DiskStore {
+            inner,
+            queue: Some(queue),
+            writer: Some(writer),
         })
     }
 
-    fn lru(&self) -> Result<MutexGuard<'_, Lru>, StoreError> {
-        self.lru.lock().map_err(|_| StoreError::Poisoned)
+    /// Holds the writer until the returned value is dropped; writes queued
+    /// meanwhile are then committed together. Lets tests make a batch.
+    #[doc(hidden)]
+    pub fn hold_writer(&self) -> WriterHold {
+        let (release, held) = mpsc::channel();
+        self.send(Job::Hold(held));
+        WriterHold { _release: release }
+    }
+
+    /// Hands `job` to the writer; if the writer is gone, the job's callback
+    /// hears so at once.
+    fn send(&self, job: Job) {
+        match &self.queue {
+            Some(queue) => {
+                if let Err(mpsc::SendError(job)) = queue.send(job) {
+                    drop(job); // its callbacks report `Closed`
+                }
+            }
+            None => drop(job),
+        }
+    }
+
+    /// Sends a job and waits for its outcome.
+    fn wait<T: Send + 'static>(&self, job: impl FnOnce(Done<T>) -> Job) -> Result<T, StoreError> {
+        let (tx, rx) = mpsc::sync_channel(1);
+        self.send(job(Done::new(move |r| {
+            let _ = tx.send(r);
+        })));
+        rx.recv().unwrap_or(Err(StoreError::Closed))
     }
 
     /// Removes one damaged variant; the lookup that found it is a miss.
-    fn drop_corrupt(&self, variant: &str) -> Result<(), StoreError> {
-        let mut lru = self.lru()?;
-        let txn = self.db.begin_write()?;
-        {
-            txn.open_table(ENTRIES)?.remove(variant)?;
-            txn.open_table(ACCESS)?.remove(variant)?;
-        }
-        txn.commit()?;
-        lru.remove(variant);
-        self.counters.add_corrupt();
+    fn drop_corrupt(&self, variant: String) -> Result<(), StoreError> {
+        self.wait(|done| Job::DropCorrupt { variant, done })?;
+        self.inner.counters.add_corrupt();
         Ok(())
+    }
+
+    /// Reads the variant `key` selects from disk; keeps a decoded copy in
+    /// memory unless a write committed meanwhile.
+    fn read(
+        &self,
+        key: &CacheKey,
+        request_headers: &HeaderMap,
+    ) -> Result<Option<StoredResponse>, StoreError> {
+        let generation = self.inner.index()?.generation();
+        let (variant, found, size) = {
+            let txn = self.inner.db.begin_read()?;
+            let vary_table = txn.open_table(VARY)?;
+            let Some(vary) = vary_table.get(key.as_str())? else {
+                return Ok(None);
+            };
+            // An unreadable Vary list selects nothing; the next put rewrites it.
+            let Ok(vary) = serde_json::from_str::<Vec<String>>(vary.value()) else {
+                return Ok(None);
+            };
+            let variant = variant_key(key, &vary, request_headers);
+            let entries = txn.open_table(ENTRIES)?;
+            let Some(bytes) = entries.get(variant.as_str())? else {
+                return Ok(None);
+            };
+            let bytes = bytes.value();
+            let found = record::decode(bytes).filter(|r| r.meta.variant() == variant);
+            let size = super::entry_size(&variant, bytes);
+            (variant, found, size)
+        };
+        let Some(found) = found else {
+            self.drop_corrupt(variant)?;
+            return Ok(None);
+        };
+        let mut index = self.inner.index()?;
+        index.lru.touch(&variant);
+        if index.generation() == generation {
+            index.keep(&found, size);
+        }
+        Ok(Some(found))
     }
 }
 
-fn variants_of(entries: &Table<&str, &[u8]>, key: &CacheKey) -> Result<Vec<String>, StoreError> {
+/// See [`DiskStore::hold_writer`].
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct WriterHold {
+    _release: mpsc::Sender<()>,
+}
+
+impl Drop for DiskStore {
+    /// Lets the writer finish what is queued and close the file, so that the
+    /// same path can be opened again at once.
+    fn drop(&mut self) {
+        self.queue = None;
+        if let Some(writer) = self.writer.take() {
+            let _ = writer.join();
+        }
+    }
+}
+
+impl Inner {
+    pub(super) fn index(&self) -> Result<MutexGuard<'_, Index>, StoreError> {
+        self.index.lock().map_err(|_| StoreError::Poisoned)
+    }
+
+    pub(super) fn access_rows(&self) -> Result<Vec<(String, u64, u64)>, StoreError> {
+        let txn = self.db.begin_read()?;
+        let access = txn.open_table(ACCESS)?;
+        let mut rows = Vec::new();
+        for row in access.iter()? {
+            let (key, value) = row?;
+            let (tick, size) = value.value();
+            rows.push((key.value().to_owned(), tick, size));
+        }
+        Ok(rows)
+    }
+}
+
+pub(super) fn variants_of(
+    entries: &Table<&str, &[u8]>,
+    key: &CacheKey,
+) -> Result<Vec<String>, StoreError> {
     let prefix = variant_prefix(key);
     let mut out = Vec::new();
     for row in entries.range::<&str>(prefix.as_str()..)? {
@@ -109,97 +278,83 @@ impl ResponseStore for DiskStore {
         key: &CacheKey,
         request_headers: &HeaderMap,
     ) -> Result<Option<StoredResponse>, StoreError> {
-        let (variant, found) = {
-            let txn = self.db.begin_read()?;
-            let vary_table = txn.open_table(VARY)?;
-            let Some(vary) = vary_table.get(key.as_str())? else {
-                return Ok(None);
-            };
-            // An unreadable Vary list selects nothing; the next put rewrites it.
-            let Ok(vary) = serde_json::from_str::<Vec<String>>(vary.value()) else {
-                return Ok(None);
-            };
-            let variant = variant_key(key, &vary, request_headers);
-            let entries = txn.open_table(ENTRIES)?;
-            let Some(bytes) = entries.get(variant.as_str())? else {
-                return Ok(None);
-            };
-            let found = record::decode(bytes.value()).filter(|r| r.meta.variant() == variant);
-            (variant, found)
-        };
-        match found {
-            Some(found) => {
-                self.lru()?.touch(&variant);
-                Ok(Some(found))
-            }
-            None => {
-                self.drop_corrupt(&variant)?;
-                Ok(None)
-            }
+        match self.get_resident(key, request_headers) {
+            Some(known) => known,
+            None => self.read(key, request_headers),
         }
+    }
+
+    fn get_resident(
+        &self,
+        key: &CacheKey,
+        request_headers: &HeaderMap,
+    ) -> Option<Result<Option<StoredResponse>, StoreError>> {
+        let mut index = match self.inner.index() {
+            Ok(index) => index,
+            Err(e) => return Some(Err(e)),
+        };
+        if !index.may_hold(key) {
+            return Some(Ok(None));
+        }
+        index
+            .resident_get(key, request_headers)
+            .map(|found| Ok(Some(found)))
     }
 
     fn put(&self, meta: &CacheEntryMeta, body: &[u8]) -> Result<PutOutcome, StoreError> {
-        if let Some(refused) = self.limits.refuse(meta, body) {
-            return Ok(refused);
+        let (meta, body) = (meta.clone(), Bytes::copy_from_slice(body));
+        let (tx, rx) = mpsc::sync_channel(1);
+        self.put_then(
+            meta,
+            body,
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        );
+        rx.recv().unwrap_or(Err(StoreError::Closed))
+    }
+
+    fn put_then(&self, meta: CacheEntryMeta, body: Bytes, done: PutDone) {
+        if let Some(refused) = self.inner.limits.refuse(&meta, &body) {
+            return done(Ok(refused));
         }
-        let bytes = record::encode(meta, body)?;
-        let size = entry_size(meta.variant(), &bytes);
-        if size > self.limits.max_size {
-            return Ok(PutOutcome::TooLarge);
+        let len = u64::try_from(body.len()).unwrap_or(u64::MAX);
+        let before = self.inner.queued.fetch_add(len, Ordering::Relaxed);
+        if before.saturating_add(len) > MAX_QUEUED_BYTES && before > 0 {
+            self.inner.queued.fetch_sub(len, Ordering::Relaxed);
+            return done(Ok(PutOutcome::Busy));
         }
-        let vary_json = serde_json::to_string(meta.vary())?;
-        let mut lru = self.lru()?;
-        let written = self.write_entry(&mut lru, meta, &bytes, size, &vary_json);
-        if written.is_err() {
-            // The commit did not happen: the disk still holds the previous
-            // state, so the index is rebuilt from it rather than patched.
-            if let Ok(rows) = self.access_rows() {
-                *lru = Lru::from_rows(rows);
-            }
-        }
-        let evicted = written?;
-        self.counters.add_evicted(evicted);
-        Ok(PutOutcome::Stored { evicted })
+        self.send(Job::Put {
+            meta,
+            body,
+            done: Done::new(done),
+        });
     }
 
     fn remove(&self, key: &CacheKey) -> Result<usize, StoreError> {
-        let mut lru = self.lru()?;
-        let txn = self.db.begin_write()?;
-        let variants;
-        {
-            let mut entries = txn.open_table(ENTRIES)?;
-            let mut access = txn.open_table(ACCESS)?;
-            variants = variants_of(&entries, key)?;
-            for variant in &variants {
-                entries.remove(variant.as_str())?;
-                access.remove(variant.as_str())?;
-            }
-            txn.open_table(VARY)?.remove(key.as_str())?;
-        }
-        txn.commit()?;
-        for variant in &variants {
-            lru.remove(variant);
-        }
-        Ok(variants.len())
+        let key = key.clone();
+        self.wait(|done| Job::Remove { key, done })
     }
 
     fn stats(&self) -> StoreStats {
-        match self.lru.lock() {
-            Ok(lru) => self.counters.stats(lru.len(), lru.total()),
-            Err(_) => self.counters.stats(0, 0),
+        match self.inner.index() {
+            Ok(index) => {
+                let (entries, bytes) = (index.lru.len(), index.lru.total());
+                self.inner
+                    .counters
+                    .stats(entries, bytes, index.resident_bytes())
+            }
+            Err(_) => self.inner.counters.stats(0, 0, 0),
         }
     }
 
     fn put_host_record(&self, host: &str, record: &[u8]) -> Result<(), StoreError> {
-        let txn = self.db.begin_write()?;
-        txn.open_table(HOSTS)?.insert(host, record)?;
-        txn.commit()?;
-        Ok(())
+        let (host, record) = (host.to_owned(), record.to_vec());
+        self.wait(|done| Job::PutHost { host, record, done })
     }
 
     fn host_records(&self) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.inner.db.begin_read()?;
         let hosts = txn.open_table(HOSTS)?;
         let mut out = Vec::new();
         for row in hosts.iter()? {
@@ -210,70 +365,13 @@ impl ResponseStore for DiskStore {
     }
 
     fn remove_host_record(&self, host: &str) -> Result<(), StoreError> {
-        let txn = self.db.begin_write()?;
-        txn.open_table(HOSTS)?.remove(host)?;
-        txn.commit()?;
-        Ok(())
+        let host = host.to_owned();
+        self.wait(|done| Job::RemoveHost { host, done })
     }
 }
 
-impl DiskStore {
-    /// One transaction: drop variants a changed `Vary` orphaned, evict least
-    /// recently used entries, write the entry, persist recent reads.
-    fn write_entry(
-        &self,
-        lru: &mut Lru,
-        meta: &CacheEntryMeta,
-        bytes: &[u8],
-        size: u64,
-        vary_json: &str,
-    ) -> Result<usize, StoreError> {
-        let txn = self.db.begin_write()?;
-        let evicted;
-        {
-            let mut entries = txn.open_table(ENTRIES)?;
-            let mut access = txn.open_table(ACCESS)?;
-            let mut vary = txn.open_table(VARY)?;
-            let primary = meta.key().as_str();
-            let vary_changed = vary
-                .get(primary)?
-                .is_some_and(|old| old.value() != vary_json);
-            if vary_changed {
-                // Old variants were keyed by other header names: unreachable now.
-                for variant in variants_of(&entries, meta.key())? {
-                    entries.remove(variant.as_str())?;
-                    access.remove(variant.as_str())?;
-                    lru.remove(&variant);
-                }
-            }
-            vary.insert(primary, vary_json)?;
-            let victims = lru.victims(meta.variant(), size, self.limits.max_size);
-            for victim in &victims {
-                entries.remove(victim.as_str())?;
-                access.remove(victim.as_str())?;
-                lru.remove(victim);
-            }
-            evicted = victims.len();
-            entries.insert(meta.variant(), bytes)?;
-            let tick = lru.insert(meta.variant(), size);
-            access.insert(meta.variant(), (tick, size))?;
-            for (key, tick, size) in lru.take_dirty() {
-                access.insert(key.as_str(), (tick, size))?;
-            }
-        }
-        txn.commit()?;
-        Ok(evicted)
-    }
-
-    fn access_rows(&self) -> Result<Vec<(String, u64, u64)>, StoreError> {
-        let txn = self.db.begin_read()?;
-        let access = txn.open_table(ACCESS)?;
-        let mut rows = Vec::new();
-        for row in access.iter()? {
-            let (key, value) = row?;
-            let (tick, size) = value.value();
-            rows.push((key.value().to_owned(), tick, size));
-        }
-        Ok(rows)
-    }
+/// The count of queued body bytes, for the writer to give back.
+pub(super) fn dequeued(inner: &Inner, len: usize) {
+    let len = u64::try_from(len).unwrap_or(u64::MAX);
+    inner.queued.fetch_sub(len, Ordering::Relaxed);
 }

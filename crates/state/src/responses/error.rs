@@ -13,6 +13,17 @@ pub enum StoreError {
     /// A thread panicked while holding the store's lock.
     #[error("response store lock poisoned")]
     Poisoned,
+    /// The store's writer thread is gone (it panicked, or the store is
+    /// closing): nothing more is written.
+    #[error("response store writer stopped")]
+    Closed,
+    /// The store's writer thread could not be started.
+    #[error("response store writer thread: {0}")]
+    Thread(std::io::Error),
+    /// The transaction this write was part of failed (every write in it
+    /// gets the same error).
+    #[error(transparent)]
+    Batch(std::sync::Arc<StoreError>),
 }
 
 macro_rules! from_redb {
@@ -30,5 +41,6 @@ from_redb!(
     redb::TransactionError,
     redb::TableError,
     redb::StorageError,
-    redb::CommitError
+    redb::CommitError,
+    redb::SetDurabilityError
 );

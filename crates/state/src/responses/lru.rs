@@ -11,6 +11,9 @@ pub(crate) struct Lru {
     order: BTreeMap<u64, String>,
     total: u64,
     dirty: HashSet<String>,
+    /// Reads are not collected for persisting (an index of what is in
+    /// memory only).
+    untracked: bool,
 }
 
 impl Lru {
@@ -22,6 +25,18 @@ impl Lru {
             lru.insert_at(key, tick, size);
         }
         lru
+    }
+
+    /// An index whose reads are never persisted.
+    pub(crate) fn untracked() -> Self {
+        Lru {
+            untracked: true,
+            ..Lru::default()
+        }
+    }
+
+    pub(crate) fn keys(&self) -> impl Iterator<Item = &String> {
+        self.entries.keys()
     }
 
     pub(crate) fn total(&self) -> u64 {
@@ -48,7 +63,9 @@ impl Lru {
             self.order.remove(&old);
             self.order.insert(tick, key.to_owned());
             self.entries.insert(key.to_owned(), (tick, size));
-            self.dirty.insert(key.to_owned());
+            if !self.untracked {
+                self.dirty.insert(key.to_owned());
+            }
         }
     }
 

@@ -95,6 +95,14 @@ impl ResponseStore for MemoryStore {
         }
     }
 
+    fn get_resident(
+        &self,
+        key: &CacheKey,
+        request_headers: &HeaderMap,
+    ) -> Option<Result<Option<StoredResponse>, StoreError>> {
+        Some(self.get(key, request_headers))
+    }
+
     fn put(&self, meta: &CacheEntryMeta, body: &[u8]) -> Result<PutOutcome, StoreError> {
         if let Some(refused) = self.limits.refuse(meta, body) {
             return Ok(refused);
@@ -138,8 +146,8 @@ impl ResponseStore for MemoryStore {
 
     fn stats(&self) -> StoreStats {
         match self.inner.lock() {
-            Ok(inner) => self.counters.stats(inner.lru.len(), inner.lru.total()),
-            Err(_) => self.counters.stats(0, 0),
+            Ok(inner) => self.counters.stats(inner.lru.len(), inner.lru.total(), 0),
+            Err(_) => self.counters.stats(0, 0, 0),
         }
     }
 

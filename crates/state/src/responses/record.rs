@@ -45,6 +45,6 @@ pub(crate) fn decode(bytes: &[u8]) -> Option<StoredResponse> {
     let meta: CacheEntryMeta = serde_json::from_slice(meta).ok()?;
     Some(StoredResponse {
         meta,
-        body: body.to_vec(),
+        body: bytes::Bytes::copy_from_slice(body),
     })
 }

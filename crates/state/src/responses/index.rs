@@ -1,0 +1,217 @@
+//! What the disk store keeps in memory, so that the common lookups never
+//! wait for the disk: recency and size of every stored variant (to evict, and
+//! to persist recency with the next write), which URLs have anything stored
+//! (a miss is answered without a read transaction), and the most recently
+//! used entries, decoded (a revalidation of a page crawled again is answered
+//! without reading, checksumming and parsing its record).
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
+
+use mannerly_policy::conditional::http::HeaderMap;
+use mannerly_policy::conditional::{variant_key, CacheKey};
+
+use super::lru::Lru;
+use super::StoredResponse;
+
+/// A resident entry may take at most this share of the memory budget, so
+/// that one large page does not push out many small ones.
+const LARGEST_RESIDENT_SHARE: u64 = 8;
+
+#[derive(Debug)]
+pub(crate) struct Index {
+    /// Every variant on disk.
+    pub(crate) lru: Lru,
+    /// Hash of a URL's primary key → its variants on disk. A hash collision
+    /// only sends a lookup to the disk; the count keeps removals exact.
+    urls: HashMap<u64, u32>,
+    hasher: RandomState,
+    resident: Resident,
+    /// Bumped by every committed write: a reader keeps what it read only if
+    /// no write committed meanwhile, so an older copy never replaces a newer.
+    generation: u64,
+}
+
+/// Decoded entries, least recently used out first, within `cap` bytes.
+#[derive(Debug)]
+struct Resident {
+    cap: u64,
+    lru: Lru,
+    entries: HashMap<String, StoredResponse>,
+    urls: HashMap<String, ResidentUrl>,
+}
+
+/// A URL's `Vary` names (every variant of a URL shares them) and its
+/// resident variants.
+#[derive(Debug)]
+struct ResidentUrl {
+    vary: Vec<String>,
+    variants: Vec<String>,
+}
+
+/// The primary key a variant key starts with (`variant_key` puts a newline
+/// after it, and a URL holds none).
+fn primary_of(variant: &str) -> &str {
+    variant.split('\n').next().unwrap_or(variant)
+}
+
+impl Index {
+    /// The index of a store whose disk holds `rows` (variant, tick, size),
+    /// keeping up to `resident_cap` bytes of decoded entries.
+    pub(crate) fn from_rows(
+        rows: impl IntoIterator<Item = (String, u64, u64)>,
+        resident_cap: u64,
+    ) -> Index {
+        let mut index = Index {
+            lru: Lru::default(),
+            urls: HashMap::new(),
+            hasher: RandomState::new(),
+            resident: Resident::new(resident_cap),
+            generation: 0,
+        };
+        let lru = Lru::from_rows(rows);
+        for variant in lru.keys() {
+            let h = index.hash(primary_of(variant));
+            *index.urls.entry(h).or_default() += 1;
+        }
+        index.lru = lru;
+        index
+    }
+
+    fn hash(&self, primary: &str) -> u64 {
+        self.hasher.hash_one(primary)
+    }
+
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Rebuilds the index from the disk's rows (after a write whose effect
+    /// on the index is unknown); nothing stays resident.
+    pub(crate) fn reset(&mut self, rows: impl IntoIterator<Item = (String, u64, u64)>) {
+        let generation = self.generation + 1;
+        *self = Index::from_rows(rows, self.resident.cap);
+        self.generation = generation;
+    }
+
+    /// A write committed: readers that started before it keep nothing.
+    pub(crate) fn committed(&mut self) {
+        self.generation += 1;
+    }
+
+    /// Records a variant written to disk; returns the tick to persist.
+    pub(crate) fn stored(&mut self, variant: &str, size: u64) -> u64 {
+        if self.lru.size_of(variant).is_none() {
+            let h = self.hash(primary_of(variant));
+            *self.urls.entry(h).or_default() += 1;
+        }
+        self.lru.insert(variant, size)
+    }
+
+    /// Records a variant removed from disk (and drops its decoded copy).
+    pub(crate) fn forget(&mut self, variant: &str) {
+        if self.lru.remove(variant).is_some() {
+            let h = self.hash(primary_of(variant));
+            if let Some(n) = self.urls.get_mut(&h) {
+                *n -= 1;
+                if *n == 0 {
+                    self.urls.remove(&h);
+                }
+            }
+        }
+        self.resident.remove(variant);
+    }
+
+    /// False when nothing at all is stored for `key`'s URL.
+    pub(crate) fn may_hold(&self, key: &CacheKey) -> bool {
+        self.urls.contains_key(&self.hash(key.as_str()))
+    }
+
+    /// The decoded entry the request selects, if it is resident. Counts as
+    /// a read of it.
+    pub(crate) fn resident_get(
+        &mut self,
+        key: &CacheKey,
+        request_headers: &HeaderMap,
+    ) -> Option<StoredResponse> {
+        let url = self.resident.urls.get(key.as_str())?;
+        let variant = variant_key(key, &url.vary, request_headers);
+        let found = self.resident.entries.get(&variant)?.clone();
+        self.resident.lru.touch(&variant);
+        self.lru.touch(&variant);
+        Some(found)
+    }
+
+    /// Keeps a decoded copy of an entry that is on disk; `size` is what it
+    /// counts against the memory budget.
+    pub(crate) fn keep(&mut self, entry: &StoredResponse, size: u64) {
+        let variant = entry.meta.variant();
+        if self.lru.size_of(variant).is_none() {
+            // Evicted or removed since it was read.
+            return;
+        }
+        self.resident.insert(entry, size);
+    }
+
+    /// Bytes of decoded entries held (for tests and stats).
+    pub(crate) fn resident_bytes(&self) -> u64 {
+        self.resident.lru.total()
+    }
+}
+
+impl Resident {
+    fn new(cap: u64) -> Resident {
+        Resident {
+            cap,
+            lru: Lru::untracked(),
+            entries: HashMap::new(),
+            urls: HashMap::new(),
+        }
+    }
+
+    fn insert(&mut self, entry: &StoredResponse, size: u64) {
+        let variant = entry.meta.variant();
+        if size > self.cap / LARGEST_RESIDENT_SHARE {
+            self.remove(variant);
+            return;
+        }
+        let primary = primary_of(variant);
+        let vary = entry.meta.vary();
+        if self.urls.get(primary).is_some_and(|u| u.vary != vary) {
+            // The store dropped the URL's other variants when its Vary changed.
+            let stale = self.urls.get(primary).map(|u| u.variants.clone());
+            for v in stale.unwrap_or_default() {
+                self.remove(&v);
+            }
+        }
+        for victim in self.lru.victims(variant, size, self.cap) {
+            self.remove(&victim);
+        }
+        let url = self
+            .urls
+            .entry(primary.to_owned())
+            .or_insert_with(|| ResidentUrl {
+                vary: vary.to_vec(),
+                variants: Vec::new(),
+            });
+        if !url.variants.iter().any(|v| v == variant) {
+            url.variants.push(variant.to_owned());
+        }
+        self.lru.insert(variant, size);
+        self.entries.insert(variant.to_owned(), entry.clone());
+    }
+
+    fn remove(&mut self, variant: &str) {
+        if self.entries.remove(variant).is_none() {
+            return;
+        }
+        self.lru.remove(variant);
+        let primary = primary_of(variant);
+        if let Some(url) = self.urls.get_mut(primary) {
+            url.variants.retain(|v| v != variant);
+            if url.variants.is_empty() {
+                self.urls.remove(primary);
+            }
+        }
+    }
+}

@@ -1,0 +1,389 @@
+//! The disk store's one writer thread: group commit.
+//!
+//! It takes the first job queued, then everything else already waiting (up
+//! to [`MAX_BATCH`]), and writes them in one transaction. While that
+//! transaction commits, new jobs queue up and form the next batch, so under
+//! load one `fsync` serves many responses and no job waits longer than the
+//! commit before its own. Each job's callback hears its outcome only after
+//! the commit: with `sync = "batch"` that is when it is on disk.
+//!
+//! With `sync = "none"` commits are not forced to disk one by one; one
+//! forced commit follows within [`SYNC_EVERY`] of the first unforced one
+//! (redb frees the pages of unforced commits only then), and one at exit.
+
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use mannerly_policy::conditional::{CacheEntryMeta, CacheKey, CacheSync};
+use redb::{Durability, ReadableTable, Table};
+
+use super::disk::{dequeued, variants_of, Inner, ACCESS, ENTRIES, HOSTS, VARY};
+use super::{entry_size, record, PutOutcome, StoreError, StoredResponse};
+
+/// Jobs written in one transaction, at most.
+const MAX_BATCH: usize = 512;
+/// With `sync = "none"`, the longest an unforced commit stays unforced.
+const SYNC_EVERY: Duration = Duration::from_secs(1);
+
+/// A job's callback. Dropped without being called (the writer is gone, or
+/// panicked), it reports [`StoreError::Closed`], so that no caller waits
+/// forever and no audit line waiting for a write is lost.
+pub(super) struct Done<T>(Option<Box<dyn FnOnce(Result<T, StoreError>) + Send>>);
+
+impl<T> Done<T> {
+    pub(super) fn new(f: impl FnOnce(Result<T, StoreError>) + Send + 'static) -> Self {
+        Done(Some(Box::new(f)))
+    }
+
+    fn finish(mut self, result: Result<T, StoreError>) {
+        if let Some(f) = self.0.take() {
+            f(result);
+        }
+    }
+}
+
+impl<T> Drop for Done<T> {
+    fn drop(&mut self) {
+        if let Some(f) = self.0.take() {
+            f(Err(StoreError::Closed));
+        }
+    }
+}
+
+/// One write, as queued by the store's callers.
+pub(super) enum Job {
+    Put {
+        meta: CacheEntryMeta,
+        body: Bytes,
+        done: Done<PutOutcome>,
+    },
+    Remove {
+        key: CacheKey,
+        done: Done<usize>,
+    },
+    DropCorrupt {
+        variant: String,
+        done: Done<()>,
+    },
+    PutHost {
+        host: String,
+        record: Vec<u8>,
+        done: Done<()>,
+    },
+    RemoveHost {
+        host: String,
+        done: Done<()>,
+    },
+    /// Waits until the sender is dropped, then goes on collecting the batch.
+    Hold(Receiver<()>),
+}
+
+/// A job's write, encoded and ready for the transaction.
+enum Op {
+    Put {
+        meta: CacheEntryMeta,
+        body: Bytes,
+        bytes: Vec<u8>,
+        vary_json: String,
+    },
+    Remove(CacheKey),
+    DropCorrupt(String),
+    PutHost(String, Vec<u8>),
+    RemoveHost(String),
+}
+
+/// A job's callback, by the type of its outcome.
+enum Waiter {
+    Put(Done<PutOutcome>),
+    Count(Done<usize>),
+    Unit(Done<()>),
+}
+
+enum Outcome {
+    Put(PutOutcome),
+    Count(usize),
+    Unit,
+}
+
+impl Waiter {
+    fn finish(self, result: Result<Outcome, Arc<StoreError>>) {
+        let err = |e: &Arc<StoreError>| StoreError::Batch(e.clone());
+        match (self, result) {
+            (Waiter::Put(d), Ok(Outcome::Put(o))) => d.finish(Ok(o)),
+            (Waiter::Count(d), Ok(Outcome::Count(n))) => d.finish(Ok(n)),
+            (Waiter::Unit(d), Ok(Outcome::Unit)) => d.finish(Ok(())),
+            (Waiter::Put(d), Err(e)) => d.finish(Err(err(&e))),
+            (Waiter::Count(d), Err(e)) => d.finish(Err(err(&e))),
+            (Waiter::Unit(d), Err(e)) => d.finish(Err(err(&e))),
+            // Outcomes are produced in the order of their jobs, one each.
+            (w, Ok(_)) => drop(w),
+        }
+    }
+}
+
+/// The writer thread's loop; returns when every sender is gone and the
+/// queue is empty.
+pub(super) fn run(inner: &Inner, jobs: &Receiver<Job>) {
+    // The first commit not forced to disk since the last forced one.
+    let mut unforced: Option<Instant> = None;
+    loop {
+        let first = match unforced {
+            Some(since) => match jobs.recv_timeout(SYNC_EVERY.saturating_sub(since.elapsed())) {
+                Ok(job) => job,
+                Err(RecvTimeoutError::Timeout) => {
+                    if force(inner).is_ok() {
+                        unforced = None;
+                    }
+                    continue;
+                }
+                Err(RecvTimeoutError::Disconnected) => break,
+            },
+            None => match jobs.recv() {
+                Ok(job) => job,
+                Err(_) => break,
+            },
+        };
+        let mut batch = Vec::new();
+        match first {
+            Job::Hold(held) => while held.recv().is_ok() {},
+            job => batch.push(job),
+        }
+        while batch.len() < MAX_BATCH {
+            match jobs.try_recv() {
+                Ok(Job::Hold(held)) => while held.recv().is_ok() {},
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        if batch.is_empty() {
+            continue;
+        }
+        let durable = match inner.options.sync {
+            CacheSync::Batch => true,
+            CacheSync::None => unforced.is_some_and(|t| t.elapsed() >= SYNC_EVERY),
+        };
+        let committed = commit(inner, batch, durable);
+        match (durable, committed) {
+            (true, true) => unforced = None,
+            (false, true) => unforced = unforced.or(Some(Instant::now())),
+            (_, false) => {}
+        }
+    }
+    if unforced.is_some() {
+        if let Err(e) = force(inner) {
+            tracing::warn!("response store: last commit not forced to disk: {e}");
+        }
+    }
+}
+
+/// An empty forced commit: makes every earlier unforced commit durable.
+fn force(inner: &Inner) -> Result<(), StoreError> {
+    let txn = inner.db.begin_write()?;
+    txn.commit()?;
+    Ok(())
+}
+
+/// Writes one batch; every job's callback hears its outcome. Returns
+/// whether the transaction committed.
+fn commit(inner: &Inner, batch: Vec<Job>, durable: bool) -> bool {
+    let mut ops = Vec::with_capacity(batch.len());
+    let mut waiters = Vec::with_capacity(batch.len());
+    for job in batch {
+        match job {
+            Job::Put { meta, body, done } => {
+                dequeued(inner, body.len());
+                // Encoding fails for this job alone, before the transaction.
+                let encoded = record::encode(&meta, &body)
+                    .and_then(|bytes| Ok((bytes, serde_json::to_string(meta.vary())?)));
+                match encoded {
+                    Ok((bytes, vary_json)) => {
+                        ops.push(Op::Put {
+                            meta,
+                            body,
+                            bytes,
+                            vary_json,
+                        });
+                        waiters.push(Waiter::Put(done));
+                    }
+                    Err(e) => done.finish(Err(e.into())),
+                }
+            }
+            Job::Remove { key, done } => {
+                ops.push(Op::Remove(key));
+                waiters.push(Waiter::Count(done));
+            }
+            Job::DropCorrupt { variant, done } => {
+                ops.push(Op::DropCorrupt(variant));
+                waiters.push(Waiter::Unit(done));
+            }
+            Job::PutHost { host, record, done } => {
+                ops.push(Op::PutHost(host, record));
+                waiters.push(Waiter::Unit(done));
+            }
+            Job::RemoveHost { host, done } => {
+                ops.push(Op::RemoveHost(host));
+                waiters.push(Waiter::Unit(done));
+            }
+            Job::Hold(_) => {}
+        }
+    }
+    if ops.is_empty() {
+        return true;
+    }
+    let mut keep = Vec::new();
+    match write(inner, ops, durable, &mut keep) {
+        Ok(outcomes) => {
+            inner.counters.add_commit();
+            if let Ok(mut index) = inner.index() {
+                for (entry, size) in &keep {
+                    index.keep(entry, *size);
+                }
+                index.committed();
+            }
+            for (waiter, outcome) in waiters.into_iter().zip(outcomes) {
+                if let Outcome::Put(PutOutcome::Stored { evicted }) = outcome {
+                    inner.counters.add_evicted(evicted);
+                }
+                waiter.finish(Ok(outcome));
+            }
+            true
+        }
+        Err(e) => {
+            // The disk still holds the state before this batch; the index was
+            // changed as the batch went, so it is rebuilt from the disk.
+            if let (Ok(rows), Ok(mut index)) = (inner.access_rows(), inner.index()) {
+                index.reset(rows);
+            }
+            let e = Arc::new(e);
+            for waiter in waiters {
+                waiter.finish(Err(e.clone()));
+            }
+            false
+        }
+    }
+}
+
+struct Tables<'t> {
+    entries: Table<'t, &'static str, &'static [u8]>,
+    access: Table<'t, &'static str, (u64, u64)>,
+    vary: Table<'t, &'static str, &'static str>,
+    hosts: Table<'t, &'static str, &'static [u8]>,
+}
+
+impl Tables<'_> {
+    fn remove_variant(&mut self, inner: &Inner, variant: &str) -> Result<(), StoreError> {
+        self.entries.remove(variant)?;
+        self.access.remove(variant)?;
+        inner.index()?.forget(variant);
+        Ok(())
+    }
+}
+
+/// The batch as one transaction; the outcomes in the order of `ops`. Entries
+/// written are pushed to `keep`, to be held in memory once committed.
+fn write(
+    inner: &Inner,
+    ops: Vec<Op>,
+    durable: bool,
+    keep: &mut Vec<(StoredResponse, u64)>,
+) -> Result<Vec<Outcome>, StoreError> {
+    let mut txn = inner.db.begin_write()?;
+    if !durable {
+        txn.set_durability(Durability::None)?;
+    }
+    let mut out = Vec::with_capacity(ops.len());
+    {
+        let mut t = Tables {
+            entries: txn.open_table(ENTRIES)?,
+            access: txn.open_table(ACCESS)?,
+            vary: txn.open_table(VARY)?,
+            hosts: txn.open_table(HOSTS)?,
+        };
+        for op in ops {
+            out.push(match op {
+                Op::Put {
+                    meta,
+                    body,
+                    bytes,
+                    vary_json,
+                } => put(inner, &mut t, meta, body, &bytes, &vary_json, keep)?,
+                Op::Remove(key) => {
+                    let variants = variants_of(&t.entries, &key)?;
+                    for variant in &variants {
+                        t.remove_variant(inner, variant)?;
+                    }
+                    t.vary.remove(key.as_str())?;
+                    Outcome::Count(variants.len())
+                }
+                Op::DropCorrupt(variant) => {
+                    t.remove_variant(inner, &variant)?;
+                    Outcome::Unit
+                }
+                Op::PutHost(host, record) => {
+                    t.hosts.insert(host.as_str(), record.as_slice())?;
+                    Outcome::Unit
+                }
+                Op::RemoveHost(host) => {
+                    t.hosts.remove(host.as_str())?;
+                    Outcome::Unit
+                }
+            });
+        }
+        // Reads since the last write reach the disk with this one.
+        let dirty = inner.index()?.lru.take_dirty();
+        for (variant, tick, size) in dirty {
+            t.access.insert(variant.as_str(), (tick, size))?;
+        }
+    }
+    txn.commit()?;
+    Ok(out)
+}
+
+/// Drops variants a changed `Vary` orphaned, evicts least recently used
+/// entries, writes the entry.
+fn put(
+    inner: &Inner,
+    t: &mut Tables<'_>,
+    meta: CacheEntryMeta,
+    body: Bytes,
+    bytes: &[u8],
+    vary_json: &str,
+    keep: &mut Vec<(StoredResponse, u64)>,
+) -> Result<Outcome, StoreError> {
+    let size = entry_size(meta.variant(), bytes);
+    if size > inner.limits.max_size {
+        return Ok(Outcome::Put(PutOutcome::TooLarge));
+    }
+    let primary = meta.key().as_str();
+    let vary_changed = t
+        .vary
+        .get(primary)?
+        .is_some_and(|old| old.value() != vary_json);
+    if vary_changed {
+        // Old variants were keyed by other header names: unreachable now.
+        for variant in variants_of(&t.entries, meta.key())? {
+            t.remove_variant(inner, &variant)?;
+        }
+    }
+    t.vary.insert(primary, vary_json)?;
+    let variant = meta.variant();
+    let (victims, tick) = {
+        let mut index = inner.index()?;
+        let victims = index.lru.victims(variant, size, inner.limits.max_size);
+        for victim in &victims {
+            index.forget(victim);
+        }
+        (victims, index.stored(variant, size))
+    };
+    for victim in &victims {
+        t.entries.remove(victim.as_str())?;
+        t.access.remove(victim.as_str())?;
+    }
+    t.entries.insert(variant, bytes)?;
+    t.access.insert(variant, (tick, size))?;
+    let evicted = victims.len();
+    keep.push((StoredResponse { meta, body }, size));
+    Ok(Outcome::Put(PutOutcome::Stored { evicted }))
+}
