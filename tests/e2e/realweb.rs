@@ -496,3 +496,85 @@ async fn an_idle_pass_through_tunnel_is_closed() {
     assert!(t[0]["reason"].as_str().unwrap().contains("without traffic"));
     held.abort();
 }
+
+/// A page crawled again from nginx (static file: ETag and Last-Modified,
+/// 304s that carry a new Date each time): every later fetch is a 304
+/// answered with the stored page, and none of those 304s costs a store
+/// write, since they change nothing a later request uses.
+#[tokio::test]
+async fn a_page_crawled_again_from_nginx_costs_no_store_write_per_304() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new(dir.path());
+    let page = "<html><body>".to_string() + &"static page ".repeat(100) + "</body></html>\n";
+    std::fs::write(dir.path().join("page.html"), &page).unwrap();
+    let site = format!(
+        "location = /robots.txt {{ return 404; }}\n    location = /page.html {{ root {}; }}",
+        dir.path().display()
+    );
+    let Some(nginx) = Nginx::start_tls(&ca, "origin.test", &site) else {
+        return;
+    };
+    let port = nginx.port;
+    let ca_path = ca.pem_path.clone();
+    let mut proxy = TestProxy::start(|c| {
+        c.upstream.extra_roots = vec![ca_path];
+        c.proxy.connect_ports.push(port);
+        c.upstream.resolve.insert(
+            format!("origin.test:{port}"),
+            format!("127.0.0.1:{port}").parse().unwrap(),
+        );
+        c.admin.listen = "127.0.0.1:0".into();
+        c.budget.start_rate = 1000.0;
+        c.budget.max_rate = 1000.0;
+        c.budget.burst = 100;
+    })
+    .await;
+    let admin = proxy.admin.unwrap();
+    let client = proxy.client();
+    let url = format!("https://origin.test:{port}/page.html");
+    for i in 0..6 {
+        let r = client.get(&url).send().await.unwrap();
+        assert_eq!(r.status(), 200, "{}", nginx.error_log());
+        let want = if i == 0 { "fetched" } else { "revalidated" };
+        assert!(decision(&r).starts_with(want), "{i}: {}", decision(&r));
+        assert_eq!(r.text().await.unwrap(), page);
+        if i == 0 {
+            // The first copy is stored before the audit line is written.
+            wait_cache_lines(&proxy.audit_path, "/page.html", "stored", 1).await;
+        }
+    }
+    let log = nginx.access_log();
+    assert_eq!(
+        log.matches("\"GET /page.html HTTP/2.0\" 304").count(),
+        5,
+        "{log}"
+    );
+    let metrics = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap()
+        .get(format!("http://{admin}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let value = |name: &str| -> f64 {
+        let line = metrics
+            .lines()
+            .find(|l| l.split(' ').next() == Some(name))
+            .unwrap_or_else(|| panic!("{name} missing:\n{metrics}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    assert_eq!(value("mannerly_store_entries"), 1.0, "{metrics}");
+    // One write: the first copy. The five 304s wrote nothing.
+    assert_eq!(value("mannerly_store_commits_total"), 1.0, "{metrics}");
+    // Revalidated from memory: the page is held decoded.
+    assert!(value("mannerly_store_resident_bytes") > page.len() as f64);
+    let lines = proxy.stop().await;
+    assert_eq!(with_outcome(&lines, "revalidated").len(), 5);
+    for l in with_outcome(&lines, "revalidated") {
+        assert_eq!(l["saved_bytes"], page.len() as u64, "{l}");
+    }
+}

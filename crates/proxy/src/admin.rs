@@ -294,6 +294,7 @@ fn metrics(shared: &Shared, observe: &Observe) -> Answer {
         }
     }
     g.store_errors = shared.cache.errors();
+    g.store = shared.cache.store().stats();
     let stats = shared.audit.stats();
     g.audit_lines = stats.written.load(Ordering::Relaxed);
     g.audit_write_errors = stats.errors.load(Ordering::Relaxed);

@@ -75,6 +75,7 @@ pub(crate) struct Gauges {
     pub queued: u64,
     pub in_flight: u64,
     pub store_errors: u64,
+    pub store: mannerly_state::responses::StoreStats,
     pub audit_lines: u64,
     pub audit_write_errors: u64,
     pub backend_degraded: bool,
@@ -150,6 +151,26 @@ impl Metrics {
             "Body bytes clients got without the origin sending them.",
         );
         describe("mannerly_store_errors_total", "Response store failures.");
+        describe(
+            "mannerly_store_entries",
+            "Pages (variants) in the response store.",
+        );
+        describe(
+            "mannerly_store_bytes",
+            "Bytes the stored pages count against cache.max_size.",
+        );
+        describe(
+            "mannerly_store_resident_bytes",
+            "Bytes of stored pages held decoded in memory (cache.memory_size).",
+        );
+        describe(
+            "mannerly_store_commits_total",
+            "Store write transactions; under load one carries many pages.",
+        );
+        describe(
+            "mannerly_store_evicted_total",
+            "Pages evicted to stay under cache.max_size.",
+        );
         describe("mannerly_audit_lines_total", "Audit lines written.");
         describe(
             "mannerly_audit_write_errors_total",
@@ -281,6 +302,11 @@ impl Metrics {
             0.0
         });
         total("mannerly_store_errors_total", g.store_errors);
+        gauge("mannerly_store_entries", vec![]).set(g.store.entries as f64);
+        gauge("mannerly_store_bytes", vec![]).set(g.store.bytes as f64);
+        gauge("mannerly_store_resident_bytes", vec![]).set(g.store.resident_bytes as f64);
+        total("mannerly_store_commits_total", g.store.commits);
+        total("mannerly_store_evicted_total", g.store.evicted);
         total("mannerly_audit_lines_total", g.audit_lines);
         total("mannerly_audit_write_errors_total", g.audit_write_errors);
         for (host, rate, ceiling, paused) in &g.labelled {
