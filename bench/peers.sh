@@ -25,9 +25,11 @@
 # apt-get install -y nginx-light squid tinyproxy wrk curl openssl), and for
 # the https path mitmdump (pip install mitmproxy; MITMDUMP=/path/to/mitmdump
 # if it is not on PATH; without it the mitmproxy row is skipped).
-# BENCH_HTTPS_REQUESTS (default 20000; mitmproxy gets a tenth). BENCH_DURATION
+# BENCH_HTTPS_REQUESTS (default 20000; mitmproxy gets a tenth),
+# BENCH_MANNERLY_ENV="MANNERLY_CACHE__SYNC=none ..." (extra settings). BENCH_DURATION
 # (default 10 s per run), BENCH_SKIP_BUILD=1, BENCH_KEEP=1,
-# BENCH_PATHS="plain reval fresh" (a subset runs fewer), BENCH_PERF=1
+# BENCH_PATHS="plain reval fresh https" and BENCH_PEERS="direct squid
+# tinyproxy mannerly" (subsets run fewer; squid is the ratio's base), BENCH_PERF=1
 # (perf record on mannerly during its runs; prints each path's top symbols;
 # needs perf: apt-get install -y linux-perf).
 set -euo pipefail
@@ -53,7 +55,7 @@ MITMDUMP=${MITMDUMP:-$(command -v mitmdump || true)}
 if [[ ${BENCH_SKIP_BUILD:-0} != 1 ]]; then
   (cd "$ROOT" && cargo build --release --bin mannerly)
 fi
-MANNERLY=$TARGET_DIR/release/mannerly
+MANNERLY=${BENCH_MANNERLY:-$TARGET_DIR/release/mannerly}
 [[ -x $MANNERLY ]] || die "$MANNERLY missing"
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/mannerly-peers.XXXXXX")
@@ -142,7 +144,7 @@ MANNERLY_DATA_DIR=$WORK/data MANNERLY_PROXY__LISTEN=127.0.0.1:$MANNERLY_PORT \
 MANNERLY_ADMIN__LISTEN= MANNERLY_UPSTREAM__ALLOW_PRIVATE=true \
 MANNERLY_UPSTREAM__EXTRA_ROOTS=$WORK/origin-ca.pem MANNERLY_PROXY__CONNECT_PORTS=$TLS_PORT \
 MANNERLY_POLICY__ENFORCE=false MANNERLY_UPSTREAM__POOL_MAX_IDLE_PER_HOST=${BENCH_POOL:-32} \
-  "$MANNERLY" run >"$WORK/mannerly.out" 2>"$WORK/mannerly.log" & PIDS+=($!)
+  env ${BENCH_MANNERLY_ENV:-} "$MANNERLY" run >"$WORK/mannerly.out" 2>"$WORK/mannerly.log" & PIDS+=($!)
 MANNERLY_PID=$!
 
 # --- mitmproxy (https path only) --------------------------------------------
@@ -185,7 +187,7 @@ printf '\n%-6s %-9s %9s %9s %9s %8s %12s\n' path peer req/s p50_ms p99_ms non2xx
 PATHS=${BENCH_PATHS:-plain reval fresh https}
 for path in $PATHS; do
   [[ $path == https ]] && continue
-  for peer in direct squid tinyproxy mannerly; do
+  for peer in ${BENCH_PEERS:-direct squid tinyproxy mannerly}; do
     case $peer in
       direct) port=direct ;; squid) port=$SQUID_PORT ;; tinyproxy) port=$TINY_PORT ;; mannerly) port=$MANNERLY_PORT ;;
     esac
@@ -197,7 +199,7 @@ for path in $PATHS; do
     [[ -n $perf_pid ]] && { kill -INT "$perf_pid"; wait "$perf_pid" || true; }
   done
   s=$(rps "$path-squid")
-  for peer in direct squid tinyproxy mannerly; do
+  for peer in ${BENCH_PEERS:-direct squid tinyproxy mannerly}; do
     r=$(rps "$path-$peer")
     printf '%-6s %-9s %9s %9s %9s %8s %12s\n' "$path" "$peer" "$r" "$(ms "$path-$peer" 50%)" \
       "$(ms "$path-$peer" 99%)" "$(bad "$path-$peer")" "$(awk -v a="$r" -v b="$s" 'BEGIN{printf "%.2fx", a/b}')"
