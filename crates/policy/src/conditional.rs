@@ -85,8 +85,9 @@ pub enum CacheSync {
     #[default]
     Batch,
     /// Commits are not forced one by one; a forced commit follows within a
-    /// second. A crash may lose the last second of stored pages (the store
-    /// stays consistent); the audit line says `stored` once committed.
+    /// tenth of a second. A crash (of the process or the machine) may lose
+    /// the pages stored in that time, never the store's consistency; the
+    /// audit line says `stored` once committed.
     None,
 }
 

@@ -325,7 +325,7 @@ impl ResponseStore for DiskStore {
             return done(Ok(PutOutcome::Busy));
         }
         self.send(Job::Put {
-            meta,
+            meta: Box::new(meta),
             body,
             done: Done::new(done),
         });

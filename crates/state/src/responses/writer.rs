@@ -25,12 +25,14 @@ use super::{entry_size, record, PutOutcome, StoreError, StoredResponse};
 /// Jobs written in one transaction, at most.
 const MAX_BATCH: usize = 512;
 /// With `sync = "none"`, the longest an unforced commit stays unforced.
-const SYNC_EVERY: Duration = Duration::from_secs(1);
+const SYNC_EVERY: Duration = Duration::from_millis(100);
 
 /// A job's callback. Dropped without being called (the writer is gone, or
 /// panicked), it reports [`StoreError::Closed`], so that no caller waits
 /// forever and no audit line waiting for a write is lost.
-pub(super) struct Done<T>(Option<Box<dyn FnOnce(Result<T, StoreError>) + Send>>);
+pub(super) struct Done<T>(Option<Callback<T>>);
+
+type Callback<T> = Box<dyn FnOnce(Result<T, StoreError>) + Send>;
 
 impl<T> Done<T> {
     pub(super) fn new(f: impl FnOnce(Result<T, StoreError>) + Send + 'static) -> Self {
@@ -55,7 +57,7 @@ impl<T> Drop for Done<T> {
 /// One write, as queued by the store's callers.
 pub(super) enum Job {
     Put {
-        meta: CacheEntryMeta,
+        meta: Box<CacheEntryMeta>,
         body: Bytes,
         done: Done<PutOutcome>,
     },
@@ -83,7 +85,7 @@ pub(super) enum Job {
 /// A job's write, encoded and ready for the transaction.
 enum Op {
     Put {
-        meta: CacheEntryMeta,
+        meta: Box<CacheEntryMeta>,
         body: Bytes,
         bytes: Vec<u8>,
         vary_json: String,
@@ -308,7 +310,7 @@ fn write(
                     body,
                     bytes,
                     vary_json,
-                } => put(inner, &mut t, meta, body, &bytes, &vary_json, keep)?,
+                } => put(inner, &mut t, *meta, body, &bytes, &vary_json, keep)?,
                 Op::Remove(key) => {
                     let variants = variants_of(&t.entries, &key)?;
                     for variant in &variants {
