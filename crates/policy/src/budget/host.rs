@@ -399,9 +399,7 @@ impl HostBudget {
             return nominal;
         }
         let pace = count * 1_000_000_000 / span.max(1);
-        nominal
-            .min(u32::try_from(pace).unwrap_or(u32::MAX))
-            .max(1)
+        nominal.min(u32::try_from(pace).unwrap_or(u32::MAX)).max(1)
     }
 
     fn throttle(

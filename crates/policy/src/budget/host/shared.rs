@@ -273,9 +273,11 @@ mod tests {
     /// A budget whose nominal rate (4/s) ran ahead of its sends: 600 ms
     /// then 300 ms apart.
     fn ahead_of_its_sends(t0: Instant) -> (HostParams, HostBudget) {
-        let mut bp = BudgetParams::default();
-        bp.start_rate = 4.0;
-        let p = bp.for_host("example.com");
+        let p = BudgetParams {
+            start_rate: 4.0,
+            ..Default::default()
+        }
+        .for_host("example.com");
         let mut b = HostBudget::new(&p, t0);
         for at in [0, 600, 900] {
             let t = t0 + Duration::from_millis(at);
