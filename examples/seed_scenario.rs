@@ -14,7 +14,8 @@
 //! on every answer, `R` = what its window has left, `T` = whole seconds
 //! until a unit frees, rounded down, then rounded up). Everything listens on
 //! 127.0.0.1 and stops by itself. `SEED_PAGES=200` runs 200 GETs instead
-//! of 40.
+//! of 40; `SEED_ONLY=a|b` runs only the runs whose name contains `a` or
+//! `b`.
 //!
 //!     cargo run --release --example seed_scenario
 
@@ -306,7 +307,10 @@ async fn main() {
             8,
         ),
     ] {
-        if only.as_deref().is_some_and(|o| !name.contains(o)) {
+        if only
+            .as_deref()
+            .is_some_and(|o| !o.split('|').any(|o| name.contains(o)))
+        {
             continue;
         }
         let r = run(name, ra, announce, conns, pages).await;

@@ -645,11 +645,12 @@ fn a_new_hosts_robots_fetch_does_not_cost_its_first_page_an_interval() {
     assert_eq!(b.try_start(&p, t0 + ms(10), HOLD), Start::Go);
     // ...and pacing from the second page on is the rate's: 1/1.2 s after
     // the first page's slot, rounded up to whole milliseconds.
-    assert_eq!(ok_rate(respond(&mut b, &p, t0, ms(20), 200, None)).0, 1.4);
+    // (Slow start: 1.2 × 1.2 = 1.44/s after the page, 1/1.44 s = 695 ms.)
+    assert_eq!(ok_rate(respond(&mut b, &p, t0, ms(20), 200, None)).0, 1.44);
     assert_eq!(b.admit(&p, t0 + ms(20)), Reservation::Wait(ms(824)));
     // Looking the rules up again changes nothing.
     b.set_crawl_delay(&p, t0 + ms(20), None);
-    assert_eq!(b.admit(&p, t0 + ms(20)), Reservation::Wait(ms(824 + 715)));
+    assert_eq!(b.admit(&p, t0 + ms(20)), Reservation::Wait(ms(824 + 695)));
 }
 
 #[test]
@@ -684,4 +685,97 @@ fn a_robots_fetch_waits_out_a_pause_like_any_request() {
         b.admit_robots(&p, t0 + secs(40), HOLD),
         Reservation::Wait(secs(20))
     );
+}
+
+/// A send at `at`, without its answer yet.
+fn send(b: &mut HostBudget, p: &HostParams, t0: Instant, at: Duration) {
+    assert_eq!(b.try_start(p, t0 + at, HOLD), Start::Go);
+}
+
+#[test]
+fn slow_start_grows_the_rate_by_a_factor_until_the_first_429() {
+    let p = defaults();
+    let t0 = Instant::now();
+    let mut b = HostBudget::new(&p, t0);
+    let mut rates = Vec::new();
+    for s in 0..7 {
+        rates.push(ok_rate(respond(&mut b, &p, t0, secs(s), 200, None)).0);
+    }
+    // × 1.2 per success, in whole micro-requests/s.
+    assert_eq!(
+        rates,
+        [1.2, 1.44, 1.728, 2.0736, 2.48832, 2.985984, 3.583181]
+    );
+
+    // The first 429 ends slow start: halved, then + 0.2 per success.
+    let t = throttled(respond(&mut b, &p, t0, secs(7), 429, Some("1")));
+    assert_eq!((t.rate_before, t.rate), (3.583181, 1.791591));
+    let mut rates = Vec::new();
+    for s in 8..11 {
+        rates.push(ok_rate(respond(&mut b, &p, t0, secs(s), 200, None)).0);
+    }
+    assert_eq!(rates, [1.991591, 2.191591, 2.391591]);
+}
+
+#[test]
+fn slow_start_never_climbs_slower_than_the_recovery_step_nor_past_max_rate() {
+    // At 0.5/s, × 1.2 would add 0.1: the 0.2 step is taken instead.
+    let p = with(|p| {
+        p.start_rate = 0.5;
+        p.max_rate = 1.5;
+    });
+    let t0 = Instant::now();
+    let mut b = HostBudget::new(&p, t0);
+    let rates: Vec<f64> = (0..5)
+        .map(|s| ok_rate(respond(&mut b, &p, t0, secs(s), 200, None)).0)
+        .collect();
+    assert_eq!(rates, [0.7, 0.9, 1.1, 1.32, 1.5]);
+
+    // A factor of 1 is the additive climb alone.
+    let p = with(|p| p.slow_start_factor = 1.0);
+    let mut b = HostBudget::new(&p, t0);
+    let rates: Vec<f64> = (0..4)
+        .map(|s| ok_rate(respond(&mut b, &p, t0, secs(s), 200, None)).0)
+        .collect();
+    assert_eq!(rates, [1.2, 1.4, 1.6, 1.8]);
+}
+
+#[test]
+fn the_rate_that_drew_a_429_is_the_pace_of_the_last_two_gaps() {
+    // The nominal rate (4/s) ran ahead of the sends: 600 ms then 300 ms
+    // apart, 2 sends in 0.9 s. The last gap alone would read 3.33/s.
+    let p = with(|p| p.start_rate = 4.0);
+    let t0 = Instant::now();
+    let mut b = HostBudget::new(&p, t0);
+    send(&mut b, &p, t0, ms(0));
+    b.finish(&p, t0);
+    send(&mut b, &p, t0, ms(600));
+    b.finish(&p, t0 + ms(600));
+    send(&mut b, &p, t0, ms(900));
+    let t = throttled(respond(&mut b, &p, t0, ms(900), 429, Some("2")));
+    assert_eq!(
+        (t.rate_before, t.rate, t.ceiling),
+        (2.222222, 1.111111, 1.777778)
+    );
+}
+
+#[test]
+fn with_one_gap_known_the_pace_is_that_gap_and_never_above_the_rate() {
+    let p = defaults();
+    let t0 = Instant::now();
+    let mut b = HostBudget::new(&p, t0);
+    send(&mut b, &p, t0, ms(0));
+    b.finish(&p, t0);
+    // 1.25/s paced, but the nominal rate is still 1/s.
+    send(&mut b, &p, t0, ms(800));
+    let t = throttled(respond(&mut b, &p, t0, ms(800), 429, Some("2")));
+    assert_eq!(t.rate_before, 1.0);
+
+    let p = with(|p| p.start_rate = 4.0);
+    let mut b = HostBudget::new(&p, t0);
+    send(&mut b, &p, t0, ms(0));
+    b.finish(&p, t0);
+    send(&mut b, &p, t0, ms(800));
+    let t = throttled(respond(&mut b, &p, t0, ms(800), 429, Some("2")));
+    assert_eq!(t.rate_before, 1.25);
 }

@@ -13,6 +13,8 @@ pub use shared::{DecodeError, ENCODED_LEN};
 const NONE: u32 = u32::MAX;
 /// Longest gap between two sends that counts towards the observed pace.
 const MAX_SEND_GAP_MS: u64 = 10_000;
+/// Marks an unknown gap between sends.
+pub(super) const GAP_NONE: u16 = u16::MAX;
 /// Earlier throttles remembered besides the last one.
 const RING: usize = MAX_BREAKER_THRESHOLD as usize - 1;
 /// The compact clock counts u32 milliseconds from `base`; well before it
@@ -47,10 +49,11 @@ pub struct HostBudget {
     /// Rate cap from a limit the origin announced (already scaled by
     /// `announced_share`), micro-requests/s; 0 when none.
     pub(super) announced: u32,
-    /// Last send, and the smoothed gap between sends (ms): the pace the host
-    /// was really driven at, which lags the rate while old slots drain.
+    /// Last send, and the last two gaps between sends (ms, newest first,
+    /// `GAP_NONE` when unknown): the pace the host was really driven at,
+    /// which lags the rate while the rate climbs.
     pub(super) sent: u32,
-    pub(super) gap: u32,
+    pub(super) gaps: [u16; 2],
     pub(super) concurrency: u16,
     pub(super) in_flight: u16,
     pub(super) streak: u16,
@@ -74,7 +77,7 @@ impl HostBudget {
             crawl_delay_ms: 0,
             announced: 0,
             sent: NONE,
-            gap: NONE,
+            gaps: [GAP_NONE; 2],
             concurrency: p.concurrency_u(),
             in_flight: 0,
             streak: 0,
@@ -233,7 +236,17 @@ impl HostBudget {
         }
         self.strikes = 0;
         self.streak = self.streak.saturating_add(1);
-        self.rate = rate.saturating_add(p.step_u()).min(self.cap_u(p, n));
+        // Before the first 429 nothing is known of the host's limit, so the
+        // rate grows geometrically to find it; afterwards it creeps back
+        // under the ceiling that 429 taught.
+        let grown = match get(self.throttled) {
+            None => scale(rate, p.slow_start_factor),
+            Some(_) => 0,
+        };
+        self.rate = rate
+            .saturating_add(p.step_u())
+            .max(grown)
+            .min(self.cap_u(p, n));
         if self.concurrency < p.concurrency_u()
             && u32::from(self.streak) % p.concurrency_recovery_successes.max(1) == 0
         {
@@ -363,27 +376,30 @@ impl HostBudget {
             // Long idle gaps are capped so one quiet spell does not read as
             // a crawl of one request a day.
             let gap = n.saturating_sub(last).clamp(1, MAX_SEND_GAP_MS);
-            self.gap = put(match get(self.gap) {
-                // Half-weight smoothing: follows a climbing pace within a
-                // couple of sends, which is what a throttle must judge.
-                Some(g) => (g + gap) / 2,
-                None => gap,
-            });
+            self.gaps = [gap as u16, self.gaps[0]]; // at most 10 000
         }
         self.sent = put(n);
     }
 
     /// The rate that drew a throttle: the nominal rate, or the pace requests
-    /// really went out at when that was slower (slots reserved at an older,
-    /// lower rate are still draining while the rate climbs).
+    /// really went out at when that was slower (the rate runs ahead of the
+    /// sends while it climbs, since a slot is spaced at the rate in force
+    /// when it was reserved). The pace is that of the last two gaps: two
+    /// gaps are what the commonest limit, N requests in a sliding window,
+    /// first refuses when the pace creeps past it, and one gap alone would
+    /// read a late send followed by a punctual one as a burst.
     fn drawn_rate_u(&self, p: &HostParams, n: u64) -> u32 {
         let nominal = self.rate_u(p, n);
-        match get(self.gap) {
-            Some(g) => nominal
-                .min(u32::try_from(1_000_000_000 / g.max(1)).unwrap_or(u32::MAX))
-                .max(1),
-            None => nominal,
+        let (count, span) = self
+            .gaps
+            .iter()
+            .filter(|&&g| g != GAP_NONE)
+            .fold((0u64, 0u64), |(c, s), &g| (c + 1, s + u64::from(g)));
+        if count == 0 {
+            return nominal;
         }
+        let pace = count * 1_000_000_000 / span.max(1);
+        nominal.min(u32::try_from(pace).unwrap_or(u32::MAX)).max(1)
     }
 
     fn throttle(

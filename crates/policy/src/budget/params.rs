@@ -114,6 +114,11 @@ budget_params! {
     /// Requests/s added to the rate by each successful response (additive
     /// recovery, never above the ceiling). Default 0.2.
     recovery_step: f64 = 0.2,
+    /// Until a host's first 429, each success multiplies the rate by this
+    /// when that climbs faster than `recovery_step` (slow start: the limit
+    /// is found within a few requests instead of a few dozen); 1 turns it
+    /// off. Default 1.2.
+    slow_start_factor: f64 = 1.2,
     /// Successes in a row that give back one concurrency slot after a 429.
     /// Default 20.
     concurrency_recovery_successes: u32 = 20,
@@ -253,6 +258,9 @@ impl HostParams {
         }
         if !secs(self.recovery_step, MAX_RATE) {
             return e("recovery_step", "must be between 0 and 4000 requests/s");
+        }
+        if !(self.slow_start_factor.is_finite() && (1.0..=10.0).contains(&self.slow_start_factor)) {
+            return e("slow_start_factor", "must be a factor between 1 and 10");
         }
         if !(1..=u32::from(u16::MAX)).contains(&self.concurrency_recovery_successes) {
             return e(
@@ -402,6 +410,11 @@ mod tests {
         );
         let e = p.validate().unwrap_err();
         assert_eq!(e.key, "budget.hosts.\"Slow.Example\".burst");
+        let p = BudgetParams {
+            slow_start_factor: 0.9,
+            ..Default::default()
+        };
+        assert_eq!(p.validate().unwrap_err().key, "budget.slow_start_factor");
         assert!(e
             .to_string()
             .starts_with("budget.hosts.\"Slow.Example\".burst: "));

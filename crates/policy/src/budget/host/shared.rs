@@ -10,12 +10,14 @@
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::super::params::HostParams;
-use super::{get, put, HostBudget, NONE, RING};
+use super::{get, put, HostBudget, GAP_NONE, MAX_SEND_GAP_MS, NONE, RING};
 
 /// First byte of an encoded budget; a layout change gets a new one.
-const LAYOUT: u8 = 2;
+const LAYOUT: u8 = 3;
 /// Encoded length: layout, base, 3 + RING + 5 `u32`s, 2 `u16`s, 2 bytes,
-/// then (layout 2) the announced cap.
+/// then (layout 2) the announced cap. Layout 3 has the same length: its
+/// fifth `u32` holds the last two gaps between sends (two `u16`s, newest
+/// first) where layout 2 held one smoothed gap.
 pub const ENCODED_LEN: usize = LAYOUT_1_LEN + 4;
 /// Layout 1 had no announced cap; it is still read, so that a cluster can
 /// be upgraded one proxy at a time.
@@ -51,7 +53,7 @@ impl HostBudget {
                 self.ceiling,
                 self.crawl_delay_ms,
                 self.sent,
-                self.gap,
+                u32::from(self.gaps[0]) | u32::from(self.gaps[1]) << 16,
             ]);
         for w in words {
             out.extend_from_slice(&w.to_le_bytes());
@@ -77,7 +79,7 @@ impl HostBudget {
     ) -> Result<HostBudget, DecodeError> {
         let known = matches!(
             (bytes.first(), bytes.len()),
-            (Some(&LAYOUT), ENCODED_LEN) | (Some(1), LAYOUT_1_LEN)
+            (Some(&LAYOUT) | Some(2), ENCODED_LEN) | (Some(1), LAYOUT_1_LEN)
         );
         if !known {
             return Err(DecodeError::Layout {
@@ -118,7 +120,13 @@ impl HostBudget {
         b.ceiling = ceiling.clamp(p.floor_u(), p.max_u());
         b.crawl_delay_ms = crawl_delay_ms.min(super::MAX_INTERVAL_MS as u32);
         b.sent = sent;
-        b.gap = gap;
+        b.gaps = if bytes[0] == LAYOUT {
+            [gap as u16, (gap >> 16) as u16]
+        } else {
+            // Layouts 1 and 2 kept one smoothed gap: the best guess at both.
+            let g = get(gap).map_or(GAP_NONE, |g| g.min(MAX_SEND_GAP_MS) as u16);
+            [g, g]
+        };
         b.concurrency = concurrency.clamp(1, p.concurrency_u());
         b.in_flight = u16::try_from(in_flight).unwrap_or(u16::MAX);
         b.streak = streak;
@@ -260,6 +268,60 @@ mod tests {
         assert_eq!(va.ceiling, vb.ceiling);
         assert_eq!(vb.recent_throttles, 1);
         assert_eq!(vb.in_flight, 0);
+    }
+
+    /// A budget whose nominal rate (4/s) ran ahead of its sends: 600 ms
+    /// then 300 ms apart.
+    fn ahead_of_its_sends(t0: Instant) -> (HostParams, HostBudget) {
+        let p = BudgetParams {
+            start_rate: 4.0,
+            ..Default::default()
+        }
+        .for_host("example.com");
+        let mut b = HostBudget::new(&p, t0);
+        for at in [0, 600, 900] {
+            let t = t0 + Duration::from_millis(at);
+            assert_eq!(b.try_start(&p, t, p.max_hold()), Start::Go);
+            b.finish(&p, t);
+        }
+        (p, b)
+    }
+
+    fn drawn(p: &HostParams, b: &mut HostBudget, now: Instant) -> f64 {
+        match b.on_response(p, now, UNIX_EPOCH, 429, Some("2"), 0.0) {
+            Reaction::Throttled(t) => t.rate_before,
+            other => panic!("expected a throttle, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_pace_of_the_last_two_gaps_survives_the_trip() {
+        let t0 = Instant::now();
+        let (p, a) = ahead_of_its_sends(t0);
+        let now = t0 + Duration::from_millis(900);
+        let bytes = a.encode(now, UNIX_EPOCH);
+        assert_eq!(bytes[0], 3);
+        let mut b = HostBudget::decode(&p, &bytes, 1, now, UNIX_EPOCH).expect("decodes");
+        assert_eq!(drawn(&p, &mut b, now), 2.222222);
+    }
+
+    /// Layout 2 kept one smoothed gap where layout 3 keeps the last two: a
+    /// proxy of the new version reads it as both.
+    #[test]
+    fn a_layout_2_smoothed_gap_reads_as_both_gaps() {
+        let t0 = Instant::now();
+        let (p, a) = ahead_of_its_sends(t0);
+        let now = t0 + Duration::from_millis(900);
+        let mut bytes = a.encode(now, UNIX_EPOCH);
+        bytes[0] = 2;
+        let gap_at = 1 + 8 + 4 * (3 + RING + 4);
+        bytes[gap_at..gap_at + 4].copy_from_slice(&400u32.to_le_bytes());
+        let mut b = HostBudget::decode(&p, &bytes, 1, now, UNIX_EPOCH).expect("decodes");
+        assert_eq!(drawn(&p, &mut b, now), 2.5);
+        // Unknown stays unknown: the nominal rate is all there is.
+        bytes[gap_at..gap_at + 4].copy_from_slice(&NONE.to_le_bytes());
+        let mut b = HostBudget::decode(&p, &bytes, 1, now, UNIX_EPOCH).expect("decodes");
+        assert_eq!(drawn(&p, &mut b, now), 4.0);
     }
 
     #[test]
