@@ -10,7 +10,7 @@
 #   https    HTTPS through interception, keep-alive, the same page again
 #            (origin: nginx with TLS; validators on, so mannerly revalidates):
 #            direct, mannerly and mitmproxy, with curl --parallel (16
-#            connections) as the client, since wrk cannot tunnel
+#            connections, HTTP/1.1) as the client, since wrk cannot tunnel
 #
 #   bench/peers.sh
 #
@@ -213,7 +213,7 @@ https_run() { # name, requests, curl options...
   for ((i = 0; i < n; i++)); do printf 'url = "%s"\noutput = "/dev/null"\n' "$url"; done >"$WORK/urls-$name"
   local t0 t1
   t0=$(date +%s.%N)
-  curl -sS --parallel --parallel-max 16 --parallel-immediate -K "$WORK/urls-$name" \
+  curl -sS --http1.1 --parallel --parallel-max 16 --parallel-immediate -K "$WORK/urls-$name" \
     --resolve "localhost:$TLS_PORT:127.0.0.1" -w '%{http_code} %{time_total}\n' "$@" \
     >"$WORK/https-$name.txt" 2>"$WORK/https-$name.err" || true
   t1=$(date +%s.%N)

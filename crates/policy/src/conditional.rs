@@ -20,8 +20,9 @@
 //!      origin (only with `serve_fresh = true`), audit `hit`.
 //! 3. Upstream answered 304 to our validators → [`merge_not_modified`]: send
 //!    the client the stored status + refreshed headers + stored body
-//!    (`Mannerly-Decision: revalidated`), write the refreshed meta back
-//!    (off the response path). `Err(NotModifiedMismatch)` → remove the entry
+//!    (`Mannerly-Decision: revalidated`), and write the refreshed meta back
+//!    (off the response path) when there is one: a 304 that changed only
+//!    `Date`/`Age`/`Expires` gives none. `Err(NotModifiedMismatch)` → remove the entry
 //!    and fetch once more without validators.
 //! 4. Upstream answered anything else → stream it to the client while
 //!    buffering up to `max_body` bytes; when the body completed, if
@@ -453,13 +454,12 @@ pub struct Revalidated {
     pub status: StatusCode,
     /// The headers to send the client with the stored body.
     pub headers: HeaderMap,
-    /// The refreshed entry to write back (same body).
-    pub meta: CacheEntryMeta,
-    /// Whether writing `meta` back changes anything a later request uses.
-    /// With `serve_fresh` on, always (freshness starts again). Off, every
-    /// later request revalidates anyway, so only a header other than
-    /// `Date`, `Age` and `Expires` that the 304 changed is worth a write.
-    pub worth_storing: bool,
+    /// The refreshed entry to write back (same body), when that changes
+    /// anything a later request uses. With `serve_fresh` on, always
+    /// (freshness starts again). Off, every later request revalidates
+    /// anyway, so only a header other than `Date`, `Age` and `Expires` that
+    /// the 304 changed is worth a write; otherwise `None`.
+    pub meta: Option<CacheEntryMeta>,
 }
 
 /// Header fields a 304 refreshes on every answer, whose stored value no later
@@ -536,23 +536,26 @@ pub fn merge_not_modified(
         AfterResponse::Modified(..) => return Err(NotModifiedMismatch),
     };
     let headers = repair_merge(&library_merge, &stored.headers, &answer.headers);
-    let head = response_head(stored.status, headers.clone());
-    let policy = CachePolicy::new_options(&canonical, &head, now, params.options());
-    let meta = CacheEntryMeta {
-        headers: headers.clone(),
-        etag: text(&headers, header::ETAG),
-        last_modified: text(&headers, header::LAST_MODIFIED),
-        stored_at: now,
-        policy,
-        ..stored.clone()
-    };
     let worth_storing =
-        params.serve_fresh || !same_apart_from_per_answer(&stored.headers, &meta.headers);
+        params.serve_fresh || !same_apart_from_per_answer(&stored.headers, &headers);
+    // Judging the refreshed response costs as much as the rest of the
+    // merge; it is only needed when the entry is written back.
+    let meta = worth_storing.then(|| {
+        let head = response_head(stored.status, headers.clone());
+        let policy = CachePolicy::new_options(&canonical, &head, now, params.options());
+        CacheEntryMeta {
+            headers: headers.clone(),
+            etag: text(&headers, header::ETAG),
+            last_modified: text(&headers, header::LAST_MODIFIED),
+            stored_at: now,
+            policy,
+            ..stored.clone()
+        }
+    });
     Ok(Revalidated {
         status: stored.status,
         headers,
         meta,
-        worth_storing,
     })
 }
 

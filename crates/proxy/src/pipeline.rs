@@ -480,8 +480,8 @@ impl Exchange {
             return match (merged, stored) {
                 (Some(Ok(fresh)), Some(stored)) => {
                     let body = stored.body;
-                    if fresh.worth_storing {
-                        shared.cache.write_back(fresh.meta, body.clone());
+                    if let Some(meta) = fresh.meta {
+                        shared.cache.write_back(meta, body.clone());
                     }
                     self.rec.cache(CacheOutcome::Revalidated);
                     self.rec.saved_bytes = Some(body.len() as u64);

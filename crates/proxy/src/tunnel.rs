@@ -122,17 +122,35 @@ async fn inside(
             scheme: Scheme::Http,
             ..target
         };
-        serve_h1(shared, io, first, target, peer).await;
+        serve_h1(shared, io, first, target, peer, Writes::Vectored).await;
     }
 }
 
+/// How hyper hands a response to the stream.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Writes {
+    /// Head and body as separate buffers in one `writev` (plain TCP).
+    Vectored,
+    /// Head and body copied into one buffer first: rustls makes a record of
+    /// each buffer it is given, so separate buffers cost a record (and its
+    /// encryption and framing) each.
+    Flattened,
+}
+
 /// HTTP/1 on a tunnel: every head checked (`heads::Heads`).
-async fn serve_h1<S>(shared: Arc<Shared>, io: S, first: BytesMut, target: Target, peer: SocketAddr)
-where
+async fn serve_h1<S>(
+    shared: Arc<Shared>,
+    io: S,
+    first: BytesMut,
+    target: Target,
+    peer: SocketAddr,
+    writes: Writes,
+) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let (io, refused) = Heads::new(io, first, shared.head_limits());
-    let http = shared.http().http1_only();
+    let mut http = shared.http().http1_only();
+    http.http1().writev(writes == Writes::Vectored);
     let svc = service(&shared, target, peer, Some(refused));
     let conn = http.serve_connection_with_upgrades(TokioIo::new(io), svc);
     drive(&shared, conn, peer).await;
@@ -221,7 +239,15 @@ where
         let conn = http.serve_connection_with_upgrades(TokioIo::new(tls), svc);
         drive(&shared, conn, peer).await;
     } else {
-        serve_h1(shared, tls, BytesMut::new(), target, peer).await;
+        serve_h1(
+            shared,
+            tls,
+            BytesMut::new(),
+            target,
+            peer,
+            Writes::Flattened,
+        )
+        .await;
     }
 }
 
