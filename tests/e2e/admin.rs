@@ -43,7 +43,7 @@ pub async fn get_json(url: &str) -> (u16, Value) {
 }
 
 /// `name{labels} value` lines of a Prometheus text, by series.
-fn series(text: &str) -> BTreeMap<String, f64> {
+pub fn series(text: &str) -> BTreeMap<String, f64> {
     text.lines()
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
         .filter_map(|l| {

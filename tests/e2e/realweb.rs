@@ -549,10 +549,7 @@ async fn a_page_crawled_again_from_nginx_costs_no_store_write_per_304() {
         5,
         "{log}"
     );
-    let metrics = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .unwrap()
+    let metrics = crate::e2e::admin::admin_client()
         .get(format!("http://{admin}/metrics"))
         .send()
         .await
@@ -560,13 +557,8 @@ async fn a_page_crawled_again_from_nginx_costs_no_store_write_per_304() {
         .text()
         .await
         .unwrap();
-    let value = |name: &str| -> f64 {
-        let line = metrics
-            .lines()
-            .find(|l| l.split(' ').next() == Some(name))
-            .unwrap_or_else(|| panic!("{name} missing:\n{metrics}"));
-        line.rsplit(' ').next().unwrap().parse().unwrap()
-    };
+    let m = crate::e2e::admin::series(&metrics);
+    let value = |name: &str| m.get(name).copied().unwrap_or(f64::NAN);
     assert_eq!(value("mannerly_store_entries"), 1.0, "{metrics}");
     // One write: the first copy. The five 304s wrote nothing.
     assert_eq!(value("mannerly_store_commits_total"), 1.0, "{metrics}");
