@@ -194,3 +194,110 @@ async fn sigterm_during_load_answers_every_accepted_request_and_logs_it() {
     let (code, out) = verify(&audit);
     assert_eq!(code, 0, "{out}");
 }
+
+/// Audit lines to standard output, read by something that stops reading:
+/// once the pipe is full, answers wait for their lines (nothing is answered
+/// without one), but the proxy itself goes on: its admin listener answers.
+/// When the reader catches up, every request is answered and logged.
+#[tokio::test]
+async fn a_stalled_stdout_reader_holds_answers_but_not_the_proxy() {
+    const N: usize = 600;
+    let origin = Origin::http(ok_origin()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mannerly"))
+        .arg("run")
+        .env("MANNERLY_DATA_DIR", dir.path())
+        .env("MANNERLY_PROXY__LISTEN", "127.0.0.1:0")
+        .env("MANNERLY_ADMIN__LISTEN", "127.0.0.1:0")
+        .env("MANNERLY_UPSTREAM__ALLOW_PRIVATE", "true")
+        .env("MANNERLY_AUDIT__PATH", "-")
+        .env("MANNERLY_POLICY__ENFORCE", "false")
+        // One runtime thread, as in a one-CPU container: a write blocked on
+        // the pipe there would stop everything.
+        .env("TOKIO_WORKER_THREADS", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let (mut proxy, mut admin) = (String::new(), String::new());
+    let mut line = String::new();
+    while proxy.is_empty() || admin.is_empty() {
+        line.clear();
+        assert!(
+            stdout.read_line(&mut line).unwrap() > 0,
+            "banner ended early"
+        );
+        if let Some(a) = line.trim().strip_prefix("mannerly listening on http://") {
+            proxy = a.to_string();
+        }
+        if let Some(a) = line.trim().strip_prefix("admin: http://") {
+            admin = a
+                .split(' ')
+                .next()
+                .unwrap()
+                .trim_end_matches('/')
+                .to_string();
+        }
+    }
+    // From here on nobody reads stdout until the check below.
+    let client = reqwest::Client::builder()
+        .proxy(reqwest::Proxy::all(format!("http://{proxy}")).unwrap())
+        .timeout(Duration::from_secs(120))
+        .build()
+        .unwrap();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..N {
+        let (client, done) = (client.clone(), done.clone());
+        let url = format!("http://127.0.0.1:{}/p{i}", origin.port());
+        tasks.push(tokio::spawn(async move {
+            let r = client.get(url).send().await.unwrap();
+            let status = r.status();
+            let _ = r.bytes().await;
+            done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            status
+        }));
+    }
+    // 600 lines of ~500 bytes are several times what a pipe holds (64 KiB).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let answered = done.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(answered < N, "the pipe never filled: {answered} answered");
+    let health = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+        .get(format!("http://{admin}/healthz"))
+        .send()
+        .await
+        .expect("the admin listener answers while the audit pipe is full");
+    assert_eq!(health.status(), 200);
+    // The reader catches up.
+    let reader = std::thread::spawn(move || {
+        stdout
+            .lines()
+            .map_while(Result::ok)
+            .filter(|l| l.starts_with('{'))
+            .collect::<Vec<String>>()
+    });
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), 200);
+    }
+    let term = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    assert!(child.wait().unwrap().success());
+    let lines = reader.join().unwrap();
+    let fetched = lines
+        .iter()
+        .filter(|l| l.contains("\"outcome\":\"fetched\""))
+        .count();
+    assert_eq!(fetched, N);
+    let log = dir.path().join("stdout.jsonl");
+    std::fs::write(&log, lines.join("\n") + "\n").unwrap();
+    let (code, out) = verify(&log);
+    assert_eq!(code, 0, "{out}");
+}

@@ -14,7 +14,9 @@
 //! second handle, so that writers do not wait for the disk), rotation by
 //! age, and reopening on request (SIGHUP after logrotate moved the file).
 //! Checkpoints by line count and rotation by size happen in the writing
-//! round that reaches them.
+//! round that reaches them. With the log on stdout the timer thread also
+//! does the writing: a pipe whose reader stalls must not block a runtime
+//! thread.
 
 use std::fs::File;
 use std::future::Future;
@@ -47,6 +49,8 @@ type Queued = (Box<AuditRecord>, Option<oneshot::Sender<bool>>);
 
 /// Messages to the timer thread.
 enum Msg {
+    /// Records are queued for the timer thread to write (stdout target).
+    Write,
     Reopen,
     Close,
 }
@@ -55,6 +59,11 @@ enum Msg {
 struct Log {
     writer: Mutex<Writer>,
     queue: Mutex<Vec<Queued>>,
+    /// Set for the stdout target: a pipe whose reader stalls would block
+    /// the writing task's runtime thread (and with it every task on that
+    /// thread), so records are handed to the timer thread instead. A file
+    /// takes a `write` without waiting for anyone.
+    handoff: Option<mpsc::Sender<Msg>>,
 }
 
 impl Log {
@@ -77,7 +86,16 @@ impl Log {
     /// looks at the queue again after each round.
     fn submit(&self, rec: Box<AuditRecord>, ack: Option<oneshot::Sender<bool>>) {
         self.queue().push((rec, ack));
-        self.write_queued();
+        match &self.handoff {
+            Some(timers) => {
+                if timers.send(Msg::Write).is_err() {
+                    // The timer thread is gone (closed): the closed writer
+                    // answers `false` to whoever waits.
+                    self.write_queued();
+                }
+            }
+            None => self.write_queued(),
+        }
     }
 
     fn write_queued(&self) {
@@ -302,11 +320,13 @@ pub fn open(cfg: &Config) -> Result<(AuditSink, AuditWriter), AuditError> {
         w.seal(SealReason::Continuation);
         w.flush();
     }
+    let (ctl, rx) = mpsc::channel();
+    let stdout = matches!(w.out, Out::Stdout(_));
     let log = Arc::new(Log {
         writer: Mutex::new(w),
         queue: Mutex::new(Vec::new()),
+        handoff: stdout.then(|| ctl.clone()),
     });
-    let (ctl, rx) = mpsc::channel();
     let timers = log.clone();
     let thread = std::thread::Builder::new()
         .name("mannerly-audit".into())
@@ -336,6 +356,7 @@ fn run_timers(log: &Log, ctl: &mpsc::Receiver<Msg>) -> io::Result<u64> {
     loop {
         let wait = log.writer().next_deadline().map_or(TICK, |d| d.min(TICK));
         match ctl.recv_timeout(wait) {
+            Ok(Msg::Write) => log.write_queued(),
             Ok(Msg::Reopen) => log.writer().rotate(true),
             Ok(Msg::Close) | Err(mpsc::RecvTimeoutError::Disconnected) => break,
             Err(mpsc::RecvTimeoutError::Timeout) => {}
