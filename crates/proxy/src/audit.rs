@@ -83,7 +83,8 @@ impl Log {
 
     /// Queues a record and writes everything queued unless someone else is
     /// writing now; that writer then writes it in its next round, since it
-    /// looks at the queue again after each round.
+    /// looks at the queue again after each round, and once more after it
+    /// let go of the writer with nothing left.
     fn submit(&self, rec: Box<AuditRecord>, ack: Option<oneshot::Sender<bool>>) {
         self.queue().push((rec, ack));
         match &self.handoff {
@@ -98,6 +99,15 @@ impl Log {
         }
     }
 
+    /// Runs `f` on the writer for what is due by time, then writes what
+    /// was queued meanwhile: a record queued while `f` held the writer
+    /// found it taken and was left to whoever held it.
+    fn with_writer<T>(&self, f: impl FnOnce(&mut Writer) -> T) -> T {
+        let out = f(&mut self.writer());
+        self.write_queued();
+        out
+    }
+
     fn write_queued(&self) {
         loop {
             let mut w = match self.writer.try_lock() {
@@ -107,7 +117,14 @@ impl Log {
             };
             let batch = std::mem::take(&mut *self.queue());
             if batch.is_empty() {
-                return;
+                drop(w);
+                // A record queued after that look but before the unlock
+                // found the writer taken and left it to us: look again
+                // now that anyone can take the writer.
+                if self.queue().is_empty() {
+                    return;
+                }
+                continue;
             }
             w.write_batch(batch);
         }
@@ -354,14 +371,16 @@ const TICK: Duration = Duration::from_millis(100);
 /// what is queued, seals, syncs, and returns the lines written.
 fn run_timers(log: &Log, ctl: &mpsc::Receiver<Msg>) -> io::Result<u64> {
     loop {
-        let wait = log.writer().next_deadline().map_or(TICK, |d| d.min(TICK));
+        let wait = log
+            .with_writer(|w| w.next_deadline())
+            .map_or(TICK, |d| d.min(TICK));
         match ctl.recv_timeout(wait) {
             Ok(Msg::Write) => log.write_queued(),
-            Ok(Msg::Reopen) => log.writer().rotate(true),
+            Ok(Msg::Reopen) => log.with_writer(|w| w.rotate(true)),
             Ok(Msg::Close) | Err(mpsc::RecvTimeoutError::Disconnected) => break,
             Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
-        let due = log.writer().tick();
+        let due = log.with_writer(Writer::tick);
         if let Some(file) = due {
             // On a second handle, outside the lock: writers go on meanwhile.
             if let Err(e) = file.sync_data() {
@@ -369,19 +388,21 @@ fn run_timers(log: &Log, ctl: &mpsc::Receiver<Msg>) -> io::Result<u64> {
             }
         }
     }
-    let mut w = log.writer();
-    // Records queued before the close are still written.
-    let batch = std::mem::take(&mut *log.queue());
-    w.write_batch(batch);
-    if w.since_seal > 0 {
-        w.seal(SealReason::Shutdown);
-    }
-    w.flush();
-    w.closed = true;
-    if w.cfg.sync != AuditSync::None {
-        w.out.sync()?;
-    }
-    Ok(w.written)
+    // Records queued before the close are still written; any queued while
+    // the log closes hear `false` (no line, no answer).
+    log.with_writer(|w| {
+        let batch = std::mem::take(&mut *log.queue());
+        w.write_batch(batch);
+        if w.since_seal > 0 {
+            w.seal(SealReason::Shutdown);
+        }
+        w.flush();
+        w.closed = true;
+        if w.cfg.sync != AuditSync::None {
+            w.out.sync()?;
+        }
+        Ok(w.written)
+    })
 }
 
 /// Opens `path` for appending: its line count and the chain value to go on
@@ -754,4 +775,63 @@ fn rotated_name(path: &Path, clock: &Clock) -> PathBuf {
 
 fn now_rfc3339(clock: &Clock) -> String {
     humantime::format_rfc3339_millis(clock.wall()).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use mannerly_policy::AuditRecord;
+
+    use super::open;
+    use crate::config::Config;
+
+    /// Threads that each send a record and wait for its line, over and
+    /// over: a record queued just as the current writer lets go must still
+    /// be written (a stranded one would leave its sender waiting, since
+    /// nobody else sends).
+    #[test]
+    fn every_committed_record_is_written_while_others_write() {
+        let dir = std::env::temp_dir().join(format!("mannerly-combine-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let cfg = Config {
+            data_dir: dir.clone(),
+            ..Config::default()
+        }
+        .validate()
+        .expect("valid config");
+        let (sink, writer) = open(&cfg).expect("audit");
+        const THREADS: usize = 4;
+        const EACH: usize = 3000;
+        let workers: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let sink = sink.clone();
+                std::thread::spawn(move || {
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_time()
+                        .build()
+                        .expect("runtime");
+                    for i in 0..EACH {
+                        let rec = AuditRecord {
+                            id: format!("t{t}-{i}"),
+                            ..AuditRecord::default()
+                        };
+                        let written = sink.commit(rec);
+                        let ok = rt.block_on(async {
+                            tokio::time::timeout(Duration::from_secs(10), written).await
+                        });
+                        assert_eq!(ok, Ok(true), "record t{t}-{i} was never written");
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().expect("worker");
+        }
+        drop(sink);
+        let lines = writer.close().expect("close");
+        assert!(lines >= (THREADS * EACH) as u64, "{lines}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

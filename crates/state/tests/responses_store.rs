@@ -122,6 +122,38 @@ fn common(store: &dyn ResponseStore) {
     );
     assert!(body_of(store, "/v", &[("x-lang", "fr")]).is_none());
     assert_eq!(store.stats().entries, 2);
+    // ...and when it stops varying, and starts again.
+    store
+        .put(
+            &meta(
+                "/w",
+                &[("x-lang", "de")],
+                &[("etag", "\"w\""), ("vary", "X-Lang")],
+            ),
+            b"de",
+        )
+        .unwrap();
+    store
+        .put(&meta("/w", &[], &[("etag", "\"w2\"")]), b"any")
+        .unwrap();
+    assert_eq!(body_of(store, "/w", &[("x-lang", "de")]).unwrap(), b"any");
+    assert_eq!(body_of(store, "/w", &[]).unwrap(), b"any");
+    assert_eq!(store.stats().entries, 3);
+    store
+        .put(
+            &meta(
+                "/w",
+                &[("x-lang", "fr")],
+                &[("etag", "\"w3\""), ("vary", "X-Lang")],
+            ),
+            b"fr",
+        )
+        .unwrap();
+    assert!(body_of(store, "/w", &[]).is_none());
+    assert_eq!(body_of(store, "/w", &[("x-lang", "fr")]).unwrap(), b"fr");
+    assert_eq!(store.stats().entries, 3);
+    store.remove(&key("/w")).unwrap();
+    assert_eq!(store.stats().entries, 2);
 
     // A body cut short (or padded) against its Content-Length is never stored.
     let cl = meta("/cl", &[], &[("etag", "\"c\""), ("content-length", "10")]);

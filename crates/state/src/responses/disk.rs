@@ -27,8 +27,11 @@ use super::{
 
 /// Variant key → record (see `record.rs`).
 pub(super) const ENTRIES: TableDefinition<&str, &[u8]> = TableDefinition::new("responses_v1");
-/// Primary key → JSON list of the `Vary` names of its variants.
+/// Primary key → JSON list of the `Vary` names of its variants. No row: the
+/// URL's response has no `Vary` (its one variant is keyed by the URL alone).
 pub(super) const VARY: TableDefinition<&str, &str> = TableDefinition::new("vary_v1");
+/// The `Vary` list of a response without `Vary`, as JSON.
+pub(super) const NO_VARY: &str = "[]";
 /// Variant key → (recency tick, size): rebuilds the LRU index on open without
 /// reading any body.
 pub(super) const ACCESS: TableDefinition<&str, (u64, u64)> = TableDefinition::new("access_v1");
@@ -189,12 +192,14 @@ impl DiskStore {
         let (variant, found, size) = {
             let txn = self.inner.db.begin_read()?;
             let vary_table = txn.open_table(VARY)?;
-            let Some(vary) = vary_table.get(key.as_str())? else {
-                return Ok(None);
-            };
-            // An unreadable Vary list selects nothing; the next put rewrites it.
-            let Ok(vary) = serde_json::from_str::<Vec<String>>(vary.value()) else {
-                return Ok(None);
+            let vary = match vary_table.get(key.as_str())? {
+                // An unreadable Vary list selects nothing; the next put
+                // rewrites it.
+                Some(row) => match serde_json::from_str::<Vec<String>>(row.value()) {
+                    Ok(vary) => vary,
+                    Err(_) => return Ok(None),
+                },
+                None => Vec::new(),
             };
             let variant = variant_key(key, &vary, request_headers);
             let entries = txn.open_table(ENTRIES)?;

@@ -19,7 +19,7 @@ use bytes::Bytes;
 use mannerly_policy::conditional::{CacheEntryMeta, CacheKey, CacheSync};
 use redb::{Durability, ReadableTable, Table};
 
-use super::disk::{dequeued, variants_of, Inner, ACCESS, ENTRIES, HOSTS, VARY};
+use super::disk::{dequeued, variants_of, Inner, ACCESS, ENTRIES, HOSTS, NO_VARY, VARY};
 use super::{entry_size, record, PutOutcome, StoreError, StoredResponse};
 
 /// Jobs written in one transaction, at most.
@@ -359,17 +359,23 @@ fn put(
         return Ok(Outcome::Put(PutOutcome::TooLarge));
     }
     let primary = meta.key().as_str();
-    let vary_changed = t
-        .vary
-        .get(primary)?
-        .is_some_and(|old| old.value() != vary_json);
-    if vary_changed {
+    // A URL without Vary has no row (most have none, and a row per page is
+    // one more tree written per commit).
+    let old = t.vary.get(primary)?.map(|v| v.value().to_owned());
+    let old_json = old.as_deref().unwrap_or(NO_VARY);
+    if old_json != vary_json {
         // Old variants were keyed by other header names: unreachable now.
         for variant in variants_of(&t.entries, meta.key())? {
             t.remove_variant(inner, &variant)?;
         }
     }
-    t.vary.insert(primary, vary_json)?;
+    if vary_json == NO_VARY {
+        if old.is_some() {
+            t.vary.remove(primary)?;
+        }
+    } else if old_json != vary_json {
+        t.vary.insert(primary, vary_json)?;
+    }
     let variant = meta.variant();
     let (victims, tick) = {
         let mut index = inner.index()?;
