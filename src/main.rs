@@ -210,10 +210,14 @@ fn describe(e: &anyhow::Error) -> String {
             .is_some_and(|io| io.kind() == std::io::ErrorKind::AddrInUse)
     });
     if in_use {
-        msg.push_str(
+        // The message names the listener whose address is taken.
+        msg.push_str(if msg.contains("(admin.listen)") {
+            "\nhint: another program listens on that address; change admin.listen \
+             (MANNERLY_ADMIN__LISTEN or the config file; empty turns the admin listener off)"
+        } else {
             "\nhint: another program listens on that address; change proxy.listen \
-             (--listen ADDR, MANNERLY_PROXY__LISTEN or the config file)",
-        );
+             (--listen ADDR, MANNERLY_PROXY__LISTEN or the config file)"
+        });
     }
     msg
 }

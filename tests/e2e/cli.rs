@@ -131,7 +131,11 @@ fn run_flags_banner_on_stdout_plain_logs_on_stderr() {
             "--data-dir",
             data.to_str().unwrap(),
         ],
-        &[("MANNERLY_LOG", "info")],
+        // Tests run at once: the admin listener's default port is not theirs.
+        &[
+            ("MANNERLY_LOG", "info"),
+            ("MANNERLY_ADMIN__LISTEN", "127.0.0.1:0"),
+        ],
     );
     assert!(run.success, "{}", run.stderr);
     let banner = run.banner.join("\n");
@@ -181,7 +185,7 @@ fn log_format_json_gives_one_object_per_line() {
             "--data-dir",
             dir.path().to_str().unwrap(),
         ],
-        &[],
+        &[("MANNERLY_ADMIN__LISTEN", "127.0.0.1:0")],
     );
     assert!(run.success, "{}", run.stderr);
     let lines: Vec<&str> = run.stderr.lines().collect();
@@ -214,4 +218,25 @@ fn address_in_use_is_said_once_with_the_key_to_change() {
     assert_eq!(code, 2, "{out}");
     assert_eq!(out.matches("Address already in use").count(), 1, "{out}");
     assert!(out.contains("change proxy.listen"), "{out}");
+}
+
+#[test]
+fn a_taken_admin_address_names_admin_listen() {
+    let dir = tempfile::tempdir().unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let (code, out) = mannerly(
+        &[
+            "run",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            dir.path().to_str().unwrap(),
+        ],
+        &[("MANNERLY_ADMIN__LISTEN", &addr)],
+    );
+    assert_eq!(code, 2, "{out}");
+    assert_eq!(out.matches("Address already in use").count(), 1, "{out}");
+    assert!(out.contains("change admin.listen"), "{out}");
+    assert!(!out.contains("change proxy.listen"), "{out}");
 }
