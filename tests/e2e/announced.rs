@@ -40,12 +40,7 @@ async fn an_announced_quota_sets_the_rate_and_is_in_the_audit_line() {
     let mut proxy = TestProxy::start(|_| {}).await;
     let c = proxy.client();
     for i in 0..3 {
-        let r = c
-            .get(format!("http://127.0.0.1:{}/p{i}", origin.port()))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 200);
+        get_ok(&c, &format!("http://127.0.0.1:{}/p{i}", origin.port())).await;
     }
     assert_eq!(seen.load(Ordering::SeqCst), 3);
     let lines = proxy.stop().await;

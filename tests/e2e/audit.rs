@@ -30,13 +30,7 @@ async fn n_requests_give_n_lines_and_edits_break_the_chain_at_that_line() {
     let mut proxy = TestProxy::start(|_| {}).await;
     let c = proxy.client();
     for i in 0..20 {
-        let r = c
-            .get(format!("http://127.0.0.1:{}/p{i}", origin.port()))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 200);
-        r.bytes().await.unwrap();
+        get_ok(&c, &format!("http://127.0.0.1:{}/p{i}", origin.port())).await;
     }
     let path = proxy.audit_path.clone();
     let dir = tempfile::tempdir().unwrap();

@@ -149,10 +149,7 @@ async fn a_paused_host_gets_429_with_retry_after_and_other_hosts_keep_going() {
             },
         );
         for (name, port) in [("limited.test", lport), ("other.test", oport)] {
-            c.upstream.resolve.insert(
-                format!("{name}:{port}"),
-                format!("127.0.0.1:{port}").parse().unwrap(),
-            );
+            resolve_to_loopback(c, &format!("{name}:{port}"), port);
         }
     })
     .await;
@@ -302,12 +299,7 @@ async fn crawl_delay_caps_the_rate() {
     let mut proxy = TestProxy::start(|_| {}).await;
     let c = proxy.client();
     for i in 0..3 {
-        let r = c
-            .get(format!("http://127.0.0.1:{}/d{i}", origin.port()))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 200);
+        get_ok(&c, &format!("http://127.0.0.1:{}/d{i}", origin.port())).await;
     }
     let lines = proxy.stop().await;
     let fetched = with_outcome(&lines, "fetched");

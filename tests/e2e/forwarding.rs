@@ -106,10 +106,7 @@ async fn https_is_intercepted_and_reaches_an_h2_origin() {
     let roots = ca.pem_path.clone();
     let mut proxy = TestProxy::start(move |c| {
         c.upstream.extra_roots = vec![roots];
-        c.upstream.resolve.insert(
-            "secure.test:443".into(),
-            format!("127.0.0.1:{port}").parse().unwrap(),
-        );
+        resolve_to_loopback(c, "secure.test:443", port);
     })
     .await;
     let c = proxy.client();
@@ -204,13 +201,7 @@ async fn keep_alive_connections_are_reused_both_sides() {
     let mut proxy = TestProxy::start(|_| {}).await;
     let c = proxy.client();
     for i in 0..10 {
-        let r = c
-            .get(format!("http://127.0.0.1:{}/k{i}", origin.port()))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 200);
-        r.bytes().await.unwrap();
+        get_ok(&c, &format!("http://127.0.0.1:{}/k{i}", origin.port())).await;
     }
     assert_eq!(
         origin
@@ -236,10 +227,7 @@ async fn hop_by_hop_headers_are_stripped_and_host_is_the_target() {
     let origin = Origin::http(echo()).await;
     let port = origin.port();
     let mut proxy = TestProxy::start(move |c| {
-        c.upstream.resolve.insert(
-            format!("origin.test:{port}"),
-            format!("127.0.0.1:{port}").parse().unwrap(),
-        );
+        resolve_to_loopback(c, &format!("origin.test:{port}"), port);
     })
     .await;
     let r = proxy
@@ -284,10 +272,7 @@ async fn curl_through_the_proxy_http_and_https() {
     let roots = ca.pem_path.clone();
     let mut proxy = TestProxy::start(move |c| {
         c.upstream.extra_roots = vec![roots];
-        c.upstream.resolve.insert(
-            "secure.test:443".into(),
-            format!("127.0.0.1:{port}").parse().unwrap(),
-        );
+        resolve_to_loopback(c, "secure.test:443", port);
     })
     .await;
     let ca_file = proxy.dir.path().join("ca.pem");
@@ -337,10 +322,7 @@ async fn internal_targets_are_blocked_by_default() {
     let port = origin.port();
     let mut proxy = TestProxy::start(move |c| {
         c.upstream.allow_private = false;
-        c.upstream.resolve.insert(
-            format!("sneaky.test:{port}"),
-            format!("127.0.0.1:{port}").parse().unwrap(),
-        );
+        resolve_to_loopback(c, &format!("sneaky.test:{port}"), port);
     })
     .await;
     let c = proxy.client();

@@ -119,10 +119,7 @@ async fn every_request_is_signed_and_verifies_in_python_http_https_robots_and_re
     let mut proxy = TestProxy::start(move |c| {
         *store2.lock().unwrap() = Some(enable_identity(c));
         c.upstream.extra_roots = vec![roots];
-        c.upstream.resolve.insert(
-            "secure.test:443".into(),
-            format!("127.0.0.1:{port}").parse().unwrap(),
-        );
+        resolve_to_loopback(c, "secure.test:443", port);
     })
     .await;
     let store = store.lock().unwrap().clone().unwrap();

@@ -134,10 +134,7 @@ fn site() -> Handler {
 }
 
 fn pin(c: &mut mannerly_proxy::Config, name: &str, port: u16) {
-    c.upstream.resolve.insert(
-        format!("{name}:{port}"),
-        format!("127.0.0.1:{port}").parse().unwrap(),
-    );
+    resolve_to_loopback(c, &format!("{name}:{port}"), port);
 }
 
 #[tokio::test]

@@ -17,10 +17,7 @@ async fn proxy_to_origin_test(ca: &TestCa, port: u16) -> TestProxy {
     TestProxy::start(|c| {
         c.upstream.extra_roots = vec![ca_path];
         c.proxy.connect_ports.push(port);
-        c.upstream.resolve.insert(
-            format!("origin.test:{port}"),
-            format!("127.0.0.1:{port}").parse().unwrap(),
-        );
+        resolve_to_loopback(c, &format!("origin.test:{port}"), port);
     })
     .await
 }
@@ -198,10 +195,7 @@ async fn node_undici_proxy_agent_fetches_http_and_https_urls() {
         c.upstream.extra_roots = vec![ca_path];
         c.proxy.connect_ports = vec![hp, sp];
         for (name, port) in [("plain.test", hp), ("secure.test", sp)] {
-            c.upstream.resolve.insert(
-                format!("{name}:{port}"),
-                format!("127.0.0.1:{port}").parse().unwrap(),
-            );
+            resolve_to_loopback(c, &format!("{name}:{port}"), port);
         }
     })
     .await;
@@ -302,10 +296,7 @@ async fn an_origin_certificate_that_does_not_verify_names_the_fix() {
     // The origin's CA is deliberately not in upstream.extra_roots.
     let mut proxy = TestProxy::start(|c| {
         c.proxy.connect_ports.push(port);
-        c.upstream.resolve.insert(
-            format!("origin.test:{port}"),
-            format!("127.0.0.1:{port}").parse().unwrap(),
-        );
+        resolve_to_loopback(c, &format!("origin.test:{port}"), port);
     })
     .await;
     let r = proxy
@@ -519,10 +510,7 @@ async fn a_page_crawled_again_from_nginx_costs_no_store_write_per_304() {
     let mut proxy = TestProxy::start(|c| {
         c.upstream.extra_roots = vec![ca_path];
         c.proxy.connect_ports.push(port);
-        c.upstream.resolve.insert(
-            format!("origin.test:{port}"),
-            format!("127.0.0.1:{port}").parse().unwrap(),
-        );
+        resolve_to_loopback(c, &format!("origin.test:{port}"), port);
         c.admin.listen = "127.0.0.1:0".into();
         c.budget.start_rate = 1000.0;
         c.budget.max_rate = 1000.0;

@@ -86,13 +86,7 @@ async fn checkpoints_catch_truncation_edits_deletions_and_rechaining() {
     let mut proxy = TestProxy::start(|c| c.audit.checkpoint_lines = 10).await;
     let c = proxy.client();
     for i in 0..35 {
-        let r = c
-            .get(format!("http://127.0.0.1:{}/p{i}", origin.port()))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 200);
-        r.bytes().await.unwrap();
+        get_ok(&c, &format!("http://127.0.0.1:{}/p{i}", origin.port())).await;
     }
     let path = proxy.audit_path.clone();
     let data = proxy.dir.path().to_path_buf();

@@ -327,6 +327,22 @@ pub fn with_outcome<'a>(
     lines.iter().filter(|l| l["outcome"] == outcome).collect()
 }
 
+/// Sends `authority` (`host:port`, as the client asks for it) to the
+/// loopback `port`.
+pub fn resolve_to_loopback(c: &mut Config, authority: &str, port: u16) {
+    c.upstream.resolve.insert(
+        authority.into(),
+        format!("127.0.0.1:{port}").parse().unwrap(),
+    );
+}
+
+/// GETs `url` through `c`, asserts a 200 and returns the body.
+pub async fn get_ok(c: &reqwest::Client, url: &str) -> Bytes {
+    let r = c.get(url).send().await.unwrap();
+    assert_eq!(r.status(), 200, "{url}: {}", decision(&r));
+    r.bytes().await.unwrap()
+}
+
 pub fn decision(resp: &reqwest::Response) -> String {
     resp.headers()
         .get("mannerly-decision")
