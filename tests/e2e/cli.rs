@@ -200,21 +200,26 @@ fn log_format_json_gives_one_object_per_line() {
     }
 }
 
-#[test]
-fn address_in_use_is_said_once_with_the_key_to_change() {
+/// Runs `mannerly run` with one of its listeners on an address another
+/// socket holds (`{taken}` in `listen` or in an env value is replaced by
+/// it); returns the exit code and output.
+fn run_on_taken(listen: &str, env: &[(&str, &str)]) -> (i32, String) {
     let dir = tempfile::tempdir().unwrap();
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
-    let (code, out) = mannerly(
-        &[
-            "run",
-            "--listen",
-            &addr,
-            "--data-dir",
-            dir.path().to_str().unwrap(),
-        ],
-        &[],
-    );
+    let listen = listen.replace("{taken}", &addr);
+    let env: Vec<(&str, String)> = env
+        .iter()
+        .map(|(k, v)| (*k, v.replace("{taken}", &addr)))
+        .collect();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let data = dir.path().to_str().unwrap();
+    mannerly(&["run", "--listen", &listen, "--data-dir", data], &env)
+}
+
+#[test]
+fn address_in_use_is_said_once_with_the_key_to_change() {
+    let (code, out) = run_on_taken("{taken}", &[]);
     assert_eq!(code, 2, "{out}");
     assert_eq!(out.matches("Address already in use").count(), 1, "{out}");
     assert!(out.contains("change proxy.listen"), "{out}");
@@ -222,19 +227,7 @@ fn address_in_use_is_said_once_with_the_key_to_change() {
 
 #[test]
 fn a_taken_admin_address_names_admin_listen() {
-    let dir = tempfile::tempdir().unwrap();
-    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = taken.local_addr().unwrap().to_string();
-    let (code, out) = mannerly(
-        &[
-            "run",
-            "--listen",
-            "127.0.0.1:0",
-            "--data-dir",
-            dir.path().to_str().unwrap(),
-        ],
-        &[("MANNERLY_ADMIN__LISTEN", &addr)],
-    );
+    let (code, out) = run_on_taken("127.0.0.1:0", &[("MANNERLY_ADMIN__LISTEN", "{taken}")]);
     assert_eq!(code, 2, "{out}");
     assert_eq!(out.matches("Address already in use").count(), 1, "{out}");
     assert!(out.contains("change admin.listen"), "{out}");
