@@ -1,9 +1,10 @@
 //! Host budget state behind a trait.
 //!
-//! [`HostStore`] is what the proxy calls. Each method is one whole operation
-//! on one host (reserve a slot, start, learn from a response), so that a
-//! shared backend can run each as a single atomic step — for redis, one Lua
-//! script per call — and never needs a lock held across calls. The rules
+//! [`HostStore`] is what the proxy calls for the in-process backend. Each
+//! method is one whole operation on one host (reserve a slot, start, learn
+//! from a response), and never needs a lock held across calls. The shared
+//! backend, [`RedisHosts`], offers the same operations, async, each one
+//! compare-and-set round trip per try (see its module). The rules
 //! themselves are [`mannerly_policy::budget`]; a backend only keeps the
 //! state and applies them.
 //!
@@ -12,11 +13,46 @@
 //! `example.com` are one budget.
 //!
 //! Methods are infallible on purpose: a backend that loses its shared store
-//! falls back to local state at the floor rate and reports that through its
-//! own metrics; it never fails open.
+//! falls back to local state (for Redis, at the host's last shared rate
+//! divided by `instances_hint`) and says so (`state: "degraded"` in the
+//! audit line); it never fails open.
 
 mod memory;
 mod redis;
+
+/// The `[budget]` table a store decides by, swapped whole by a reload.
+#[derive(Debug, Default)]
+pub(crate) struct BudgetTable(std::sync::RwLock<mannerly_policy::budget::BudgetParams>);
+
+impl BudgetTable {
+    pub(crate) fn new(params: mannerly_policy::budget::BudgetParams) -> BudgetTable {
+        BudgetTable(std::sync::RwLock::new(params))
+    }
+
+    /// The table in force.
+    pub(crate) fn get(
+        &self,
+    ) -> std::sync::RwLockReadGuard<'_, mannerly_policy::budget::BudgetParams> {
+        self.0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Checks and installs a new table: every host is decided by the new
+    /// numbers from its next step on; what it learned (pause, ceiling,
+    /// breaker) stays.
+    pub(crate) fn set(
+        &self,
+        params: mannerly_policy::budget::BudgetParams,
+    ) -> Result<(), mannerly_policy::ParamError> {
+        let params = params.validate()?;
+        *self
+            .0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = params;
+        Ok(())
+    }
+}
 
 pub use memory::MemoryHosts;
 pub use redis::{Decided, Lease, RedisHosts, RedisHostsError, RedisSettings, RedisStats, SCRIPT};

@@ -15,7 +15,7 @@ use super::HostStore;
 /// other hosts on other shards are never slowed.
 #[derive(Debug)]
 pub struct MemoryHosts {
-    params: std::sync::RwLock<BudgetParams>,
+    params: super::BudgetTable,
     hosts: DashMap<Box<str>, HostBudget>,
 }
 
@@ -26,12 +26,11 @@ impl MemoryHosts {
     /// store never runs on nonsense).
     pub fn new(params: BudgetParams) -> Result<MemoryHosts, mannerly_policy::ParamError> {
         Ok(MemoryHosts {
-            params: std::sync::RwLock::new(params.validate()?),
+            params: super::BudgetTable::new(params.validate()?),
             hosts: DashMap::new(),
         })
     }
 
-    /// The parameters the store runs on.
     /// The `[budget]` table in force.
     pub fn budget_params(&self) -> BudgetParams {
         self.table().clone()
@@ -44,13 +43,11 @@ impl MemoryHosts {
         &self,
         params: BudgetParams,
     ) -> Result<(), mannerly_policy::ParamError> {
-        let params = params.validate()?;
-        *self.params.write().unwrap_or_else(|p| p.into_inner()) = params;
-        Ok(())
+        self.params.set(params)
     }
 
     fn table(&self) -> std::sync::RwLockReadGuard<'_, BudgetParams> {
-        self.params.read().unwrap_or_else(|p| p.into_inner())
+        self.params.get()
     }
 
     /// Runs `f` on the budget of `host`, creating it if new.
@@ -78,7 +75,7 @@ impl MemoryHosts {
 impl Default for MemoryHosts {
     fn default() -> Self {
         MemoryHosts {
-            params: std::sync::RwLock::new(BudgetParams::default()),
+            params: super::BudgetTable::default(),
             hosts: DashMap::new(),
         }
     }

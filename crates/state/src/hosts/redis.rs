@@ -9,7 +9,8 @@
 //! response) while one proxy drives a host, and two when another proxy
 //! changed it meanwhile.
 //!
-//! When Redis does not answer within the command timeout the store decides
+//! When Redis does not answer within the command timeout (or one operation
+//! loses its compare-and-set [`MAX_ROUNDS`] times) the store decides
 //! alone ("degraded") on a local copy at the host's last known shared rate
 //! divided by `instances_hint`, tries Redis again every `probe_every`, and
 //! drops the local copies once Redis answers. It never fails a request and
@@ -30,7 +31,8 @@ use redis::Value;
 /// The Lua script every budget operation runs (see the file for its contract).
 pub const SCRIPT: &str = include_str!("redis/op.lua");
 /// Compare-and-set rounds before an operation gives up on the shared copy
-/// (only reached under heavy contention on one host).
+/// (only reached under heavy contention on one host); giving up counts as
+/// Redis out of reach, so the store then decides alone until its next probe.
 const MAX_ROUNDS: u32 = 8;
 
 /// How to reach Redis and how to behave without it.
@@ -114,7 +116,7 @@ pub struct RedisStats {
 
 /// Shared host budgets. See the module docs.
 pub struct RedisHosts {
-    params: std::sync::RwLock<BudgetParams>,
+    params: super::BudgetTable,
     settings: RedisSettings,
     conn: ConnectionManager,
     script: redis::Script,
@@ -178,7 +180,7 @@ impl RedisHosts {
         let conn = ConnectionManager::new_lazy_with_config(client, config)
             .map_err(RedisHostsError::Url)?;
         Ok(RedisHosts {
-            params: std::sync::RwLock::new(params),
+            params: super::BudgetTable::new(params),
             script: redis::Script::new(SCRIPT),
             instance: instance_id(),
             next_lease: AtomicU64::new(0),
@@ -191,7 +193,6 @@ impl RedisHosts {
         })
     }
 
-    /// The parameters the store runs on.
     /// The `[budget]` table in force.
     pub fn budget_params(&self) -> BudgetParams {
         self.table().clone()
@@ -204,13 +205,11 @@ impl RedisHosts {
         &self,
         params: BudgetParams,
     ) -> Result<(), mannerly_policy::ParamError> {
-        let params = params.validate()?;
-        *self.params.write().unwrap_or_else(|p| p.into_inner()) = params;
-        Ok(())
+        self.params.set(params)
     }
 
     fn table(&self) -> std::sync::RwLockReadGuard<'_, BudgetParams> {
-        self.params.read().unwrap_or_else(|p| p.into_inner())
+        self.params.get()
     }
 
     /// The resolved parameters of `host`.
@@ -418,7 +417,8 @@ impl RedisHosts {
         before.saturating_sub(self.seen.len() + self.local.len())
     }
 
-    /// Hosts this proxy holds a copy of.
+    /// Hosts whose shared copy this proxy has seen (local copies of a
+    /// degraded spell not counted).
     pub fn len(&self) -> usize {
         self.seen.len()
     }
