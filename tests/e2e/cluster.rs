@@ -66,7 +66,30 @@ async fn redis_going_away_slows_each_proxy_and_sharing_resumes() {
     }))
     .await;
     let rate = 8.0;
-    let mut a = TestProxy::start(|cfg| shared(cfg, &redis, rate)).await;
+    let mut a = TestProxy::start(|cfg| {
+        shared(cfg, &redis, rate);
+        cfg.admin.listen = "127.0.0.1:0".into();
+    })
+    .await;
+    let admin = format!("http://{}", a.admin.expect("admin listener"));
+    // What an operator sees: the backend, and whether it is degraded.
+    let backend = |admin: String| async move {
+        let (_, ready) = crate::e2e::admin::get_json(&format!("{admin}/readyz")).await;
+        let metrics = crate::e2e::admin::admin_client()
+            .get(format!("{admin}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let degraded = crate::e2e::admin::series(&metrics)["mannerly_state_backend_degraded"];
+        (
+            ready["state_backend"].clone(),
+            ready["state"].clone(),
+            degraded,
+        )
+    };
     let mut b = TestProxy::start(|cfg| shared(cfg, &redis, rate)).await;
     let (ca, cb) = (a.client(), b.client());
     let port = origin.port();
@@ -84,6 +107,11 @@ async fn redis_going_away_slows_each_proxy_and_sharing_resumes() {
         fetch(cb.clone(), "b", "before", 4)
     );
 
+    assert_eq!(
+        backend(admin.clone()).await,
+        ("redis".into(), "shared".into(), 0.0)
+    );
+
     // Redis gone: every request still gets its page, each proxy alone at
     // rate / instances_hint.
     redis.kill();
@@ -92,6 +120,10 @@ async fn redis_going_away_slows_each_proxy_and_sharing_resumes() {
     tokio::join!(
         fetch(ca.clone(), "a", "down", n),
         fetch(cb.clone(), "b", "down", n)
+    );
+    assert_eq!(
+        backend(admin.clone()).await,
+        ("redis".into(), "degraded".into(), 1.0)
     );
     for who in ["/a/down", "/b/down"] {
         let t = clock.times(who, down);

@@ -197,7 +197,7 @@ async fn route(
     let method = req.method().clone();
     match (&method, path.as_str()) {
         (&Method::GET, "/healthz") => return answer(StatusCode::OK, "text/plain", "ok\n"),
-        (&Method::GET, "/readyz") => return readyz(observe),
+        (&Method::GET, "/readyz") => return readyz(shared, observe),
         (&Method::GET, "/") => {
             let mut r = answer(StatusCode::OK, "text/html; charset=utf-8", DASHBOARD);
             r.headers_mut().insert(
@@ -242,16 +242,19 @@ async fn route(
     }
 }
 
-fn readyz(observe: &Observe) -> Answer {
+fn readyz(shared: &Shared, observe: &Observe) -> Answer {
     let ready = observe.ready.load(Ordering::SeqCst);
     // The CA and the store are opened before the listener accepts, so
-    // "serving" implies them; the state backend is the in-process one.
+    // "serving" implies them. A degraded Redis backend still serves (each
+    // proxy decides alone at its share of the rate), so it is said, not
+    // made unready.
     let body = serde_json::json!({
         "ready": ready,
         "listener": ready,
         "ca": true,
         "store": true,
-        "state_backend": "memory",
+        "state_backend": if shared.budgets.shared().is_some() { "redis" } else { "memory" },
+        "state": shared.budgets.state(),
     });
     let status = if ready {
         StatusCode::OK
@@ -294,6 +297,7 @@ fn metrics(shared: &Shared, observe: &Observe) -> Answer {
         }
     }
     g.store_errors = shared.cache.errors();
+    g.backend_degraded = shared.budgets.state() == Some("degraded");
     g.store = shared.cache.store().stats();
     let stats = shared.audit.stats();
     g.audit_lines = stats.written.load(Ordering::Relaxed);

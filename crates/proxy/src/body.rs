@@ -225,10 +225,12 @@ impl Body for AuditedBody {
         let mut hint = self.inner.size_hint();
         if let Some((Some(frame), _)) = &self.held {
             let held = frame.data_ref().map_or(0, |d| d.len() as u64);
-            hint.set_lower(hint.lower() + held);
+            // Upper first: set_lower asserts lower <= upper, and an inner
+            // body that has ended says upper 0.
             if let Some(u) = hint.upper() {
                 hint.set_upper(u + held);
             }
+            hint.set_lower(hint.lower() + held);
         }
         hint
     }

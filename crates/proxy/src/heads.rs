@@ -184,9 +184,7 @@ impl<S> Heads<S> {
                     Framing::None => State::Head,
                     Framing::Length(n) => State::Body(n),
                     Framing::Chunked => State::Chunked(Chunk::Size),
-                    // hyper hands the raw stream on after a CONNECT or an
-                    // upgrade; a refused upgrade leaves later heads unchecked
-                    // (hyper's parser still applies).
+                    // hyper hands the raw stream on after a CONNECT.
                     Framing::Tunnel => State::Body(u64::MAX),
                 };
                 if matches!(self.state, State::Head) {
@@ -440,6 +438,18 @@ mod tests {
             &String::from_utf8_lossy(input).into_owned().into_bytes()[..]
         );
         assert_eq!(bad, None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_upgrade_header_does_not_stop_the_checks_of_later_heads() {
+        let first =
+            "GET http://a.test/ HTTP/1.1\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n";
+        let big = format!(
+            "GET http://a.test/ HTTP/1.1\r\nX: {}\r\n\r\n",
+            "a".repeat(2000)
+        );
+        let (_, bad) = through(format!("{first}{big}").as_bytes()).await;
+        assert_eq!(bad.map(|b| b.status), Some(431));
     }
 
     #[tokio::test(start_paused = true)]

@@ -80,8 +80,7 @@ pub(crate) enum Framing {
     Length(u64),
     /// Chunked.
     Chunked,
-    /// CONNECT, or a request asking to switch protocols: what follows its
-    /// head is not HTTP/1 from here on.
+    /// CONNECT: what follows its head is not HTTP/1 from here on.
     Tunnel,
 }
 
@@ -161,7 +160,10 @@ fn framing(req: &httparse::Request<'_, '_>, len: usize) -> Check {
     let mut length: Option<&[u8]> = None;
     let mut te = false;
     let mut te_chunked_only = false;
-    let mut upgrade = req
+    // Only CONNECT turns the connection into a tunnel. An `Upgrade` header
+    // does not: it is hop-by-hop, never forwarded, and an origin's 101 is
+    // answered 502, so HTTP/1 goes on after it and its heads are checked.
+    let connect = req
         .method
         .is_some_and(|m| m.eq_ignore_ascii_case("CONNECT"));
     for h in req.headers.iter() {
@@ -178,8 +180,6 @@ fn framing(req: &httparse::Request<'_, '_>, len: usize) -> Check {
                     _ => length = Some(v),
                 }
             }
-        } else if h.name.eq_ignore_ascii_case("upgrade") {
-            upgrade = true;
         } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
             if te {
                 return bad(501, "more than one Transfer-Encoding field", req);
@@ -206,7 +206,7 @@ fn framing(req: &httparse::Request<'_, '_>, len: usize) -> Check {
         );
     }
     let framing = match (te, length) {
-        _ if upgrade => Framing::Tunnel,
+        _ if connect => Framing::Tunnel,
         (true, _) => Framing::Chunked,
         (false, Some(v)) => match std::str::from_utf8(v).ok().and_then(|v| v.parse().ok()) {
             Some(0) | None => Framing::None,
