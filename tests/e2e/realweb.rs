@@ -558,3 +558,94 @@ async fn a_page_crawled_again_from_nginx_costs_no_store_write_per_304() {
         assert_eq!(l["saved_bytes"], page.len() as u64, "{l}");
     }
 }
+
+/// Limits as nginx announces them (headers added by `add_header`, sent over
+/// h2, so lower-case): the host is paced at 95% of the announced quota from
+/// the first answer on, and the audit line says what was announced.
+#[tokio::test]
+async fn a_limit_nginx_announces_paces_the_host_and_is_audited() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new(dir.path());
+    let site = r#"
+    location = /robots.txt { return 404; }
+    location / {
+        add_header RateLimit-Policy '"default";q=4;w=2' always;
+        add_header RateLimit '"default";r=3;t=2' always;
+        return 200 "page\n";
+    }"#;
+    let Some(nginx) = Nginx::start_tls(&ca, "origin.test", site) else {
+        return;
+    };
+    let port = nginx.port;
+    let mut proxy = proxy_to_origin_test(&ca, port).await;
+    let c = proxy.client();
+    for i in 0..3 {
+        get_ok(&c, &format!("https://origin.test:{port}/p{i}")).await;
+    }
+    let log = nginx.access_log();
+    assert_eq!(log.matches("HTTP/2.0\" 200").count(), 3, "{log}");
+    let lines = proxy.stop().await;
+    let fetched = with_outcome(&lines, "fetched");
+    assert_eq!(fetched.len(), 3);
+    for l in &fetched {
+        assert_eq!(l["rate"].as_f64(), Some(1.9), "{l}");
+        assert_eq!(l["announced"]["by"], "ratelimit", "{l}");
+        assert_eq!(l["announced"]["limit"], 4);
+        assert_eq!(l["announced"]["window_s"], 2);
+        assert_eq!(l["announced"]["remaining"], 3);
+    }
+}
+
+/// A 429 as nginx sends it (its own error page, `Retry-After` added): the
+/// host is paused for what it asked, the next request is answered by the
+/// proxy with the remaining pause, and nginx sees no second request.
+#[tokio::test]
+async fn a_429_from_nginx_pauses_the_host_for_its_retry_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new(dir.path());
+    let site = r#"
+    location = /robots.txt { return 404; }
+    location / {
+        add_header Retry-After 120 always;
+        return 429;
+    }"#;
+    let Some(nginx) = Nginx::start_tls(&ca, "origin.test", site) else {
+        return;
+    };
+    let port = nginx.port;
+    let mut proxy = proxy_to_origin_test(&ca, port).await;
+    let c = proxy.client();
+    let first = c
+        .get(format!("https://origin.test:{port}/a"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(first.status(), 429);
+    let second = c
+        .get(format!("https://origin.test:{port}/b"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(second.status(), 429);
+    assert!(
+        decision(&second).starts_with("paused"),
+        "{}",
+        decision(&second)
+    );
+    let ra: u64 = second.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((110..=120).contains(&ra), "{ra}");
+    let log = nginx.access_log();
+    assert_eq!(log.matches("\" 429 ").count(), 1, "{log}");
+    assert!(!log.contains("GET /b"), "{log}");
+    let lines = proxy.stop().await;
+    let throttled = with_outcome(&lines, "throttled");
+    assert_eq!(throttled.len(), 1, "{lines:?}");
+    // The header as the origin sent it, and the pause it gave.
+    assert_eq!(throttled[0]["retry_after"], "120", "{}", throttled[0]);
+    assert_eq!(throttled[0]["pause_s"], 120.0);
+    assert_eq!(with_outcome(&lines, "paused").len(), 1);
+}
