@@ -303,12 +303,7 @@ impl Budgets {
     /// The refusal for a request whose hold ran out in the line: the host's
     /// pause if it has one, else a full queue.
     fn held_too_long(&self, key: &str) -> Refusal {
-        let now = self.clock.now_std();
-        let view = match &self.backend {
-            Backend::Memory(m) => m.view(key, now),
-            Backend::Redis(r) => r.view(key, now),
-        };
-        view.map_or(
+        self.view(key).map_or(
             Refusal::QueueFull {
                 retry_after: QUEUE_RETRY_AFTER,
             },

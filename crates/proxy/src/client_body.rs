@@ -165,14 +165,7 @@ impl Body for Idle {
 pub(crate) fn client_body_error<'a>(
     err: &'a (dyn std::error::Error + 'static),
 ) -> Option<&'a ClientBodyError> {
-    let mut cur: Option<&'a (dyn std::error::Error + 'static)> = Some(err);
-    while let Some(e) = cur {
-        if let Some(c) = e.downcast_ref::<ClientBodyError>() {
-            return Some(c);
-        }
-        cur = e.source();
-    }
-    None
+    crate::error::find_in_chain(err)
 }
 
 // `BoxError` errors keep their type for `client_body_error`.

@@ -256,3 +256,23 @@ impl Source {
         }
     }
 }
+
+/// The first error of type `T` in `err`'s chain of sources, looking inside
+/// `io::Error`s too (their own `source()` skips the error they wrap).
+pub(crate) fn find_in_chain<'a, T: std::error::Error + 'static>(
+    err: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a T> {
+    let mut cur: Option<&'a (dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = cur {
+        if let Some(found) = e.downcast_ref::<T>() {
+            return Some(found);
+        }
+        cur = match e.downcast_ref::<std::io::Error>() {
+            Some(io) => io
+                .get_ref()
+                .map(|i| i as &(dyn std::error::Error + 'static)),
+            None => e.source(),
+        };
+    }
+    None
+}

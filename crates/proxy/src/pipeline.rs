@@ -658,15 +658,7 @@ impl Exchange {
 
 /// The answer for a request the budget will not hold.
 fn budget_answer(r: &BudgetRefusal, prefix: &str) -> Answer {
-    // A pause's end is kept in whole milliseconds, rounded up: without the
-    // millisecond taken off, an answer within a millisecond of the pause's
-    // start would say 61 for a 60 s pause.
-    let wait = r
-        .retry_after()
-        .saturating_sub(Duration::from_millis(1))
-        .as_secs_f64()
-        .ceil()
-        .max(1.0) as u64;
+    let wait = r.retry_after_secs();
     let why = match r {
         BudgetRefusal::Paused { .. } => {
             format!("{prefix}the host is paused for {wait} s after the origin asked to slow down")

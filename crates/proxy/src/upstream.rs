@@ -425,14 +425,7 @@ pub(crate) fn client(cfg: &UpstreamConfig, guard: Guard) -> Result<UpstreamClien
 pub(crate) fn connect_error<'a>(
     err: &'a (dyn std::error::Error + 'static),
 ) -> Option<&'a ConnectError> {
-    let mut cur: Option<&'a (dyn std::error::Error + 'static)> = Some(err);
-    while let Some(e) = cur {
-        if let Some(c) = e.downcast_ref::<ConnectError>() {
-            return Some(c);
-        }
-        cur = e.source();
-    }
-    None
+    crate::error::find_in_chain(err)
 }
 
 /// Why a request to an origin failed, in words that name the fix.
@@ -505,20 +498,7 @@ pub(crate) fn explain(err: &(dyn std::error::Error + 'static)) -> Failure {
 
 /// The rustls error inside a chain (hyper-rustls wraps it in io::Errors).
 fn rustls_error<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
-    let mut cur: Option<&'a (dyn std::error::Error + 'static)> = Some(err);
-    while let Some(e) = cur {
-        if let Some(r) = e.downcast_ref::<rustls::Error>() {
-            return Some(r);
-        }
-        // io::Error's own `source()` skips the error it wraps; look inside.
-        cur = match e.downcast_ref::<std::io::Error>() {
-            Some(io) => io
-                .get_ref()
-                .map(|i| i as &(dyn std::error::Error + 'static)),
-            None => e.source(),
-        };
-    }
-    None
+    crate::error::find_in_chain(err)
 }
 
 fn tls_words(e: &rustls::Error) -> String {

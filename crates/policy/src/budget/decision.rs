@@ -56,6 +56,15 @@ pub enum Refusal {
 }
 
 impl Refusal {
+    /// The Retry-After header's whole seconds, at least 1. The budget keeps
+    /// a pause's end in whole milliseconds, rounded up, so one millisecond is
+    /// taken off before rounding up: a request within a millisecond of a
+    /// 60 s pause's start is told 60, not 61.
+    pub fn retry_after_secs(&self) -> u64 {
+        let d = self.retry_after().saturating_sub(Duration::from_millis(1));
+        (d.as_secs_f64().ceil() as u64).max(1)
+    }
+
     /// The Retry-After the client should get.
     pub fn retry_after(&self) -> Duration {
         match *self {
@@ -198,5 +207,23 @@ fn opt_secs<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error
     match d {
         Some(d) => s.serialize_some(&d.as_secs_f64()),
         None => s.serialize_none(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_secs_rounds_up_past_the_stored_millisecond() {
+        let paused = |ms| Refusal::Paused {
+            retry_after: Duration::from_millis(ms),
+        };
+        assert_eq!(paused(60_001).retry_after_secs(), 60);
+        assert_eq!(paused(60_000).retry_after_secs(), 60);
+        assert_eq!(paused(60_002).retry_after_secs(), 61);
+        assert_eq!(paused(59_500).retry_after_secs(), 60);
+        assert_eq!(paused(200).retry_after_secs(), 1);
+        assert_eq!(paused(0).retry_after_secs(), 1);
     }
 }

@@ -36,8 +36,9 @@ pub(super) async fn claim(
         .await
     {
         Claim::Copy { result, age } => {
-            // `now` was read before the wait; the copy is, if anything,
-            // a little older than counted, never younger.
+            // `now` was read before the wait, so the fetch time worked out
+            // here is, if anything, a little early: the copy expires a
+            // little early, never late.
             Next::Use(result, now.checked_sub(age).unwrap_or(now))
         }
         Claim::Fetch { locked } => Next::Fetch(Some((shared, locked))),
