@@ -168,6 +168,11 @@ impl Budgets {
         }
     }
 
+    /// Wall time on the proxy's clock.
+    pub(crate) fn wall(&self) -> std::time::SystemTime {
+        self.clock.wall()
+    }
+
     /// The state of one host (for `/hosts`): with Redis, as this proxy saw
     /// it last.
     pub(crate) fn view(&self, host: &str) -> Option<HostView> {

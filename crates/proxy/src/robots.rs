@@ -160,7 +160,7 @@ impl RobotsCache {
                 self.evict();
             }
         }
-        cluster::publish(claim, &key, &report.result, &self.params).await;
+        cluster::publish(claim, &key, &report.result, &self.params, self.clock.wall()).await;
         Ok(self.install(&slot, &report.result, self.clock.now_std()))
     }
 

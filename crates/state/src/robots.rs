@@ -6,7 +6,7 @@
 //! that fetches. The others wait for the copy. Redis out of reach means
 //! every proxy fetches for itself, as a lone proxy does.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use mannerly_policy::robots_cache::FetchResult;
 use redis::aio::ConnectionManager;
@@ -62,17 +62,20 @@ impl SharedRobots {
 
     /// Uses a copy younger than `max_age`, else takes the lock for
     /// `lock_ttl`, else waits for the lock holder's copy until `until`.
+    /// Time is the caller's: `until` on tokio's clock (so paused time
+    /// drives the wait) and `wall` for the copies' fetch times.
     pub async fn claim(
         &self,
         origin: &str,
         max_age: Duration,
         lock_ttl: Duration,
-        until: Instant,
+        until: tokio::time::Instant,
+        wall: impl Fn() -> SystemTime,
     ) -> Claim {
         let copy_key = format!("{}r:{origin}", self.prefix);
         let lock_key = format!("{}rl:{origin}", self.prefix);
         loop {
-            match self.copy(&copy_key, max_age).await {
+            match self.copy(&copy_key, max_age, wall()).await {
                 Ok(Some(claim)) => return claim,
                 Ok(None) => {}
                 Err(()) => return Claim::Fetch { locked: false },
@@ -90,18 +93,26 @@ impl SharedRobots {
                 Ok(Ok(None)) => {}
                 _ => return Claim::Fetch { locked: false },
             }
-            if Instant::now() + WAIT_STEP >= until {
+            if tokio::time::Instant::now() + WAIT_STEP >= until {
                 return Claim::Fetch { locked: false };
             }
             tokio::time::sleep(WAIT_STEP).await;
         }
     }
 
-    /// Stores this proxy's fetch for the others (for `keep`) and lifts its lock.
-    pub async fn publish(&self, origin: &str, result: &FetchResult, keep: Duration, locked: bool) {
+    /// Stores this proxy's fetch, made at `fetched` (wall time), for the
+    /// others (for `keep`) and lifts its lock.
+    pub async fn publish(
+        &self,
+        origin: &str,
+        result: &FetchResult,
+        fetched: SystemTime,
+        keep: Duration,
+        locked: bool,
+    ) {
         let copy_key = format!("{}r:{origin}", self.prefix);
         let lock_key = format!("{}rl:{origin}", self.prefix);
-        let mut value = unix_ms(SystemTime::now()).to_le_bytes().to_vec();
+        let mut value = unix_ms(fetched).to_le_bytes().to_vec();
         value.extend(encode(result));
         let mut pipe = redis::pipe();
         pipe.cmd("SET")
@@ -117,7 +128,12 @@ impl SharedRobots {
         let _ = tokio::time::timeout(self.timeout, pipe.query_async::<()>(&mut conn)).await;
     }
 
-    async fn copy(&self, key: &str, max_age: Duration) -> Result<Option<Claim>, ()> {
+    async fn copy(
+        &self,
+        key: &str,
+        max_age: Duration,
+        now: SystemTime,
+    ) -> Result<Option<Claim>, ()> {
         let mut conn = self.conn.clone();
         let got = tokio::time::timeout(self.timeout, conn.get::<_, Option<Vec<u8>>>(key)).await;
         let bytes = match got {
@@ -131,7 +147,7 @@ impl SharedRobots {
             return Ok(None);
         };
         let fetched = u64::from_le_bytes(*at);
-        let age = Duration::from_millis(unix_ms(SystemTime::now()).saturating_sub(fetched));
+        let age = Duration::from_millis(unix_ms(now).saturating_sub(fetched));
         if age >= max_age {
             return Ok(None);
         }

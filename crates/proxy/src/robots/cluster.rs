@@ -32,7 +32,7 @@ pub(super) async fn claim(
     // The lock outlives a fetch that runs into its timeout, not more.
     let lock_ttl = Duration::from_secs_f64(params.fetch_timeout_secs + 1.0);
     match shared
-        .claim(origin, max_age, lock_ttl, deadline.into_std())
+        .claim(origin, max_age, lock_ttl, deadline, || budgets.wall())
         .await
     {
         Claim::Copy { result, age } => {
@@ -50,6 +50,7 @@ pub(super) async fn publish(
     origin: &str,
     result: &FetchResult,
     params: &RobotsParams,
+    wall: std::time::SystemTime,
 ) {
     let Some((shared, locked)) = claim else {
         return;
@@ -62,6 +63,6 @@ pub(super) async fn publish(
         _ => params.retry_min_secs,
     };
     shared
-        .publish(origin, result, Duration::from_secs_f64(keep), locked)
+        .publish(origin, result, wall, Duration::from_secs_f64(keep), locked)
         .await;
 }
