@@ -72,6 +72,9 @@ impl Cidr {
 }
 
 /// The check every request read on the proxy port goes through.
+/// Password checks that may run at once (see `Gate::checking`).
+const CHECKS_AT_ONCE: usize = 4;
+
 pub(crate) struct Gate {
     allow: Vec<Cidr>,
     users: Option<HashMap<String, String>>,
@@ -81,6 +84,10 @@ pub(crate) struct Gate {
     /// Verified against when the user is unknown, so that an unknown name
     /// takes as long as a wrong password.
     dummy: String,
+    /// Password checks running at once. Each argon2 check takes ~19 MiB and
+    /// a blocking thread; without a bound, a flood of wrong credentials
+    /// (never cached) could take hundreds of both.
+    checking: tokio::sync::Semaphore,
     /// The user of each authenticated client connection, so that requests
     /// inside its CONNECT tunnel (which carry no credentials) are its user's.
     by_peer: Mutex<HashMap<SocketAddr, String>>,
@@ -129,6 +136,7 @@ impl Gate {
             users,
             verified: Mutex::new(HashMap::new()),
             dummy,
+            checking: tokio::sync::Semaphore::new(CHECKS_AT_ONCE),
             by_peer: Mutex::new(HashMap::new()),
         })
     }
@@ -193,9 +201,12 @@ impl Gate {
             .cloned()
             .unwrap_or_else(|| self.dummy.clone());
         let known = users.contains_key(&name);
-        let ok = tokio::task::spawn_blocking(move || verify_password(&hash, &password))
-            .await
-            .unwrap_or(false);
+        let ok = match self.checking.acquire().await {
+            Ok(_turn) => tokio::task::spawn_blocking(move || verify_password(&hash, &password))
+                .await
+                .unwrap_or(false),
+            Err(_) => false,
+        };
         if !(ok && known) {
             return Err(challenge("unknown user or wrong password"));
         }
