@@ -151,21 +151,24 @@ impl RobotsCache {
             None => drop(permit),
         }
         on_fetch(&report);
-        if let FetchResult::Body(body) = &report.result {
-            let new = body.len() as u64;
-            let old = slot.bytes.swap(new, Ordering::Relaxed);
-            self.bytes.fetch_add(new, Ordering::Relaxed);
-            self.bytes.fetch_sub(old, Ordering::Relaxed);
-            if self.bytes.load(Ordering::Relaxed) > self.params.max_bytes {
-                self.evict();
-            }
-        }
         cluster::publish(claim, &key, &report.result, &self.params, self.clock.wall()).await;
         Ok(self.install(&slot, &report.result, self.clock.now_std()))
     }
 
-    /// Puts the result of a fetch made at `fetched_at` into the slot.
+    /// Puts the result of a fetch made at `fetched_at` (here, or by another
+    /// proxy of the cluster) into the slot, counting its body against
+    /// `robots.max_bytes`.
     fn install(&self, slot: &Slot, result: &FetchResult, fetched_at: std::time::Instant) -> Rules {
+        let new = match result {
+            FetchResult::Body(body) => body.len() as u64,
+            _ => 0,
+        };
+        let old = slot.bytes.swap(new, Ordering::Relaxed);
+        self.bytes.fetch_add(new, Ordering::Relaxed);
+        self.bytes.fetch_sub(old, Ordering::Relaxed);
+        if self.bytes.load(Ordering::Relaxed) > self.params.max_bytes {
+            self.evict();
+        }
         let now = self.clock.now_std();
         let mut guard = slot.entry.write().unwrap_or_else(|p| p.into_inner());
         let entry = RobotsEntry::after_fetch(guard.as_ref(), result, &self.params, fetched_at);
