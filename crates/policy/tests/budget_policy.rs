@@ -139,8 +139,13 @@ fn the_ceiling_relaxes_over_hours_not_minutes() {
     throttled(respond(&mut b, &p, t0, secs(0), 429, Some("1")));
 
     assert_eq!(b.view(&p, t0 + secs(60)).ceiling, 0.82);
+    assert_eq!(
+        b.view(&p, t0 + secs(60)).ceiling_relaxes_in,
+        Some(secs(6 * 3600 - 60))
+    );
     assert_eq!(b.view(&p, t0 + secs(3 * 3600)).ceiling, 4.4);
     assert_eq!(b.view(&p, t0 + secs(6 * 3600)).ceiling, 8.0);
+    assert_eq!(b.view(&p, t0 + secs(6 * 3600)).ceiling_relaxes_in, None);
     // The rate itself only climbs with successes.
     assert_eq!(b.view(&p, t0 + secs(6 * 3600)).rate, 0.5);
 

@@ -182,6 +182,10 @@ pub struct HostView {
     pub announced_rate: Option<f64>,
     /// Throttles inside the breaker window.
     pub recent_throttles: u32,
+    /// Time until a lowered ceiling is back at `max_rate` (`None` when it
+    /// is not lowered). `/hosts` shows it as `ceiling_relaxes_in_s`.
+    #[serde(skip)]
+    pub ceiling_relaxes_in: Option<Duration>,
 }
 
 impl HostView {

@@ -304,6 +304,7 @@ impl HostBudget {
                 .then(|| Duration::from_millis(u64::from(self.crawl_delay_ms))),
             announced_rate: (self.announced > 0).then(|| f(self.announced)),
             recent_throttles: self.recent_throttles(p, n),
+            ceiling_relaxes_in: self.ceiling_relaxes_in(p, n),
         }
     }
 
@@ -544,6 +545,16 @@ impl HostBudget {
         let c0 = u64::from(self.ceiling.min(max));
         let c = c0 + (u64::from(max) - c0) * elapsed / relax;
         u32::try_from(c).unwrap_or(max)
+    }
+
+    /// Time until the ceiling is back at `max_rate`, while it is lowered.
+    fn ceiling_relaxes_in(&self, p: &HostParams, n: u64) -> Option<Duration> {
+        let t = get(self.throttled)?;
+        if self.ceiling_u(p, n) >= p.max_u() {
+            return None;
+        }
+        let left = p.relax_ms().saturating_sub(n.saturating_sub(t));
+        Some(Duration::from_millis(left))
     }
 
     /// Highest rate allowed now: ceiling, Crawl-delay and announced limit.

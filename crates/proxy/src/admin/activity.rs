@@ -69,8 +69,6 @@ pub(crate) struct ThrottleSeen {
     pub status: Option<u16>,
     pub retry_after: Option<String>,
     pub pause_s: Option<f64>,
-    #[serde(skip)]
-    pub at_ms: u64,
 }
 
 #[derive(Debug, Default)]
@@ -192,7 +190,6 @@ impl Activity {
                     status: rec.status,
                     retry_after: rec.retry_after.clone(),
                     pause_s: rec.pause_s,
-                    at_ms: now_ms,
                 });
             }
             if outcome == Outcome::RobotsFetched {

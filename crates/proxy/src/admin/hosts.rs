@@ -73,14 +73,7 @@ pub(crate) fn entry(
 ) -> HostEntry {
     let now_ms = unix_ms(now);
     let secs = |d: Option<std::time::Duration>| d.map(|d| round(d.as_secs_f64()));
-    let lowered = v.ceiling < p.max_rate;
-    let relaxes = a
-        .and_then(|a| a.last_throttle.as_ref())
-        .filter(|_| lowered)
-        .map(|t| {
-            let until = t.at_ms as f64 / 1000.0 + p.ceiling_relax_secs;
-            round((until - now_ms as f64 / 1000.0).max(0.0))
-        });
+    let relaxes = secs(v.ceiling_relaxes_in);
     let pause_reason = match (v.breaker_open_for, v.paused_for) {
         (Some(_), _) => Some(format!(
             "breaker open: {} throttles within {} s",
