@@ -474,6 +474,23 @@ impl HostBudget {
         }
     }
 
+    /// Moves the stored times `shift` ms earlier after the base moved that
+    /// far ahead; those that would fall before the new base are dropped
+    /// (they are long past).
+    pub(super) fn shift_times(&mut self, shift: u64) {
+        for t in [
+            &mut self.tat,
+            &mut self.pause,
+            &mut self.throttled,
+            &mut self.sent,
+        ] {
+            *t = match get(*t) {
+                Some(v) if v > shift => put(v - shift),
+                _ => NONE,
+            };
+        }
+    }
+
     /// Milliseconds since `base` (saturating), re-basing first if the
     /// compact clock is running out, and expiring a past pause.
     pub(super) fn tick(&mut self, now: Instant) -> u64 {
@@ -481,17 +498,7 @@ impl HostBudget {
         if n >= REBASE_AFTER_MS {
             let shift = n - KEEP_MS;
             self.base = self.at(shift);
-            for t in [
-                &mut self.tat,
-                &mut self.pause,
-                &mut self.throttled,
-                &mut self.sent,
-            ] {
-                *t = match get(*t) {
-                    Some(v) if v > shift => put(v - shift),
-                    _ => NONE,
-                };
-            }
+            self.shift_times(shift);
             n = self.ms(now);
         }
         if get(self.pause).is_some_and(|u| u <= n) {

@@ -10,7 +10,7 @@
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::super::params::HostParams;
-use super::{get, put, HostBudget, GAP_NONE, MAX_SEND_GAP_MS, NONE, RING};
+use super::{get, HostBudget, GAP_NONE, MAX_SEND_GAP_MS, NONE, RING};
 
 /// First byte of an encoded budget; a layout change gets a new one.
 const LAYOUT: u8 = 3;
@@ -188,17 +188,7 @@ impl HostBudget {
                 // drop the times that lie before it (all long past).
                 self.base = now;
                 let shift = u64::try_from(ago.max(0) / 1000).unwrap_or(u64::MAX);
-                for t in [
-                    &mut self.tat,
-                    &mut self.pause,
-                    &mut self.throttled,
-                    &mut self.sent,
-                ] {
-                    *t = match get(*t) {
-                        Some(v) if v > shift => put(v - shift),
-                        _ => NONE,
-                    };
-                }
+                self.shift_times(shift);
             }
         }
     }
