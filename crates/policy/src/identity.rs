@@ -255,7 +255,7 @@ impl Identity {
         authority: &str,
         now: SystemTime,
     ) -> Option<KeyId> {
-        if self.skips(host_of(authority)) {
+        if self.skips(&crate::budget::host_key(authority)) {
             return None;
         }
         let signed = self.signature_headers(authority, now);
@@ -344,17 +344,5 @@ fn sf_string(s: &str) -> String {
 }
 
 /// The host of an authority, without port; IPv6 literals keep brackets.
-fn host_of(authority: &str) -> &str {
-    if authority.starts_with('[') {
-        return authority
-            .find(']')
-            .map_or(authority, |end| &authority[..=end]);
-    }
-    match authority.rsplit_once(':') {
-        Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
-        _ => authority,
-    }
-}
-
 #[cfg(test)]
 mod tests;

@@ -346,17 +346,8 @@ impl Signer {
             .clone()
     }
 
-    /// Signs `parts` for `authority` at `now` (see [`Identity::sign`]).
-    pub fn sign(
-        &self,
-        parts: &mut http::request::Parts,
-        authority: &str,
-        now: SystemTime,
-    ) -> Option<KeyId> {
-        self.identity().sign(parts, authority, now)
-    }
-
-    /// [`Signer::sign`] on a request's header map.
+    /// Signs a request's headers for `authority` at `now` (see
+    /// [`Identity::sign`]).
     pub fn sign_headers(
         &self,
         headers: &mut http::HeaderMap,
@@ -500,7 +491,7 @@ mod tests {
         let signer = Signer::load(&c).unwrap().unwrap();
         let now = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
         assert_eq!(
-            signer.sign(&mut parts(), "example.com", now),
+            signer.sign_headers(&mut parts().headers, "example.com", now),
             Some(old.clone())
         );
 
@@ -510,7 +501,7 @@ mod tests {
         assert!(signer.reload().unwrap(), "rotated key picked up");
         assert!(!signer.reload().unwrap(), "unchanged file, no reload");
         assert_eq!(
-            signer.sign(&mut parts(), "example.com", now),
+            signer.sign_headers(&mut parts().headers, "example.com", now),
             Some(r.new.clone())
         );
 
