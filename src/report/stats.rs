@@ -346,7 +346,7 @@ impl Report {
         if self.broken.is_some() {
             return;
         }
-        let Some((content, chain)) = split_chain(line) else {
+        let Some((content, chain)) = mannerly_policy::split_line(line) else {
             self.broken = Some((self.file_lines, "no chain field"));
             return;
         };
@@ -581,18 +581,4 @@ impl Report {
         )?;
         Ok(())
     }
-}
-
-/// A line's content as it was hashed, and its chain value.
-fn split_chain(line: &str) -> Option<(String, &str)> {
-    let rest = line.strip_suffix("\"}")?;
-    let at = rest.rfind("\"chain\":\"")?;
-    let chain = &rest[at + 9..];
-    if chain.len() != 64 || !chain.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return None;
-    }
-    let mut content = String::with_capacity(at + 1);
-    content.push_str(rest[..at].strip_suffix(',').unwrap_or(&rest[..at]));
-    content.push('}');
-    Some((content, chain))
 }

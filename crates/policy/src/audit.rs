@@ -208,8 +208,9 @@ pub enum ChainError {
     },
 }
 
-/// Splits a line into its content (as it was hashed) and its chain value.
-fn split_line(line: &str) -> Option<(String, &str)> {
+/// Splits a line into its content (as it was hashed) and its chain value;
+/// `None` for a line without a well-formed `chain` as its last field.
+pub fn split_line(line: &str) -> Option<(String, &str)> {
     let rest = line.strip_suffix("\"}")?;
     let at = rest.rfind("\"chain\":\"")?;
     let chain = &rest[at + 9..];
