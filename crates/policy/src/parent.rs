@@ -312,8 +312,10 @@ fn in_net(ip: IpAddr, net: IpAddr, bits: u8) -> bool {
     }
 }
 
-fn authority(host: &str, port: u16) -> String {
-    if host.contains(':') {
+/// `host:port` as written in a CONNECT line or a Host header: an IPv6
+/// address gets its brackets (unless it has them already).
+pub fn authority(host: &str, port: u16) -> String {
+    if host.contains(':') && !host.starts_with('[') {
         format!("[{host}]:{port}")
     } else {
         format!("{host}:{port}")

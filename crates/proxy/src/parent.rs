@@ -182,7 +182,7 @@ impl Parent {
             }
         };
         if tunnel {
-            let authority = target_authority(host, port);
+            let authority = mannerly_policy::parent::authority(host, port);
             let asked = self.connect(&mut io, &authority);
             match tokio::time::timeout(timeout, asked).await {
                 Ok(r) => r?,
@@ -260,14 +260,6 @@ impl Parent {
                 }
             }
         }
-    }
-}
-
-fn target_authority(host: &str, port: u16) -> String {
-    if host.contains(':') && !host.starts_with('[') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
     }
 }
 
