@@ -445,6 +445,14 @@ pub fn invalidates_stored(status: StatusCode) -> bool {
     !(status.is_server_error() || status == StatusCode::NOT_MODIFIED)
 }
 
+/// Whether a response is the target's own page, and so may be stored (or
+/// remove what is stored) as the URL's: behind a proxy provider that
+/// carries the target's status in a header (`upstream.status_header`), a
+/// provider's 200 around a target's error is not.
+pub fn is_targets_page(target_status: Option<u16>, status: StatusCode) -> bool {
+    target_status.is_none_or(|s| s == status.as_u16())
+}
+
 // === merge_not_modified ===
 
 /// The stored response, refreshed by a 304 (RFC 9111 §4.3.4).

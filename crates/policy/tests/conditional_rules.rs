@@ -521,3 +521,12 @@ fn params_validate_and_reject_unknown_keys() {
     .is_err());
     assert!(CacheParams::default().validate().is_ok());
 }
+
+#[test]
+fn a_providers_answer_around_another_status_is_not_the_targets_page() {
+    use mannerly_policy::conditional::is_targets_page;
+    assert!(is_targets_page(None, StatusCode::OK), "no provider: always");
+    assert!(is_targets_page(Some(200), StatusCode::OK));
+    assert!(!is_targets_page(Some(404), StatusCode::OK));
+    assert!(!is_targets_page(Some(200), StatusCode::BAD_GATEWAY));
+}

@@ -511,11 +511,7 @@ impl Exchange {
             // The client's own validators: its 304 goes back as is.
             return Learned::Answer(self.forward(resp, Outcome::Unchanged));
         }
-        // A provider's 200 around a target's error is not the target's page.
-        let own = self
-            .rec
-            .target_status
-            .is_none_or(|s| s == resp.status().as_u16());
+        let own = conditional::is_targets_page(self.rec.target_status, resp.status());
         let Some(key) = cache.key.clone().filter(|_| own) else {
             return Learned::Answer(self.forward(resp, Outcome::Fetched));
         };
