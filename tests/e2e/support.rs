@@ -587,6 +587,19 @@ http {{
         std::fs::read_to_string(self.dir.path().join("access.log")).unwrap_or_default()
     }
 
+    /// nginx's access log once it holds `n` lines containing `needle`, or
+    /// after 5 s (nginx logs a request after its answer has gone out).
+    pub fn access_log_with(&self, needle: &str, n: usize) -> String {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let log = self.access_log();
+            if log.matches(needle).count() >= n || std::time::Instant::now() > deadline {
+                return log;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// nginx's error log so far.
     pub fn error_log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("error.log")).unwrap_or_default()
