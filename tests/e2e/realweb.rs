@@ -488,6 +488,63 @@ async fn an_idle_pass_through_tunnel_is_closed() {
     held.abort();
 }
 
+/// A pass-through tunnel carries a half-close: a client that sends its
+/// request and shuts its write side (as `nc -N` or a one-shot protocol does)
+/// still gets the origin's whole reply, which the origin sends only after it
+/// has read to the end.
+#[tokio::test]
+async fn a_pass_through_tunnel_carries_the_reply_after_the_client_half_closes() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let origin = tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).await.unwrap();
+        let reply = format!(
+            "read {} bytes: {}",
+            got.len(),
+            String::from_utf8_lossy(&got)
+        );
+        s.write_all(reply.as_bytes()).await.unwrap();
+        s.shutdown().await.unwrap();
+    });
+    let mut proxy = TestProxy::start(|c| {
+        c.proxy.intercept = false;
+        c.proxy.connect_ports.push(port);
+    })
+    .await;
+    let mut s = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    s.write_all(format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut head = [0u8; 1024];
+    let n = s.read(&mut head).await.unwrap();
+    let head = String::from_utf8_lossy(&head[..n]).to_string();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(
+        head.ends_with("\r\n\r\n"),
+        "the 200 came in one read: {head:?}"
+    );
+    s.write_all(b"hello origin").await.unwrap();
+    s.shutdown().await.unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(15), s.read_to_end(&mut out))
+        .await
+        .expect("the tunnel ends once both sides have closed")
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out), "read 12 bytes: hello origin");
+    origin.await.unwrap();
+    let lines = proxy.stop().await;
+    let t = with_outcome(&lines, "tunneled");
+    assert_eq!(t.len(), 1, "{lines:#?}");
+    assert_eq!(t[0]["bytes"], 27);
+    assert_eq!(
+        t[0]["reason"],
+        "12 bytes up, 27 bytes down; client closed, then origin"
+    );
+}
+
 /// A page crawled again from nginx (static file: ETag and Last-Modified,
 /// 304s that carry a new Date each time): every later fetch is a 304
 /// answered with the stored page, and none of those 304s costs a store

@@ -5,6 +5,7 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::BytesMut;
 use http::{Request, Response};
@@ -312,49 +313,132 @@ async fn pass_through(
     shared.audit.send(rec);
 }
 
-/// Copies both ways until either side closes, or nothing has moved either
-/// way for `idle` (an idle tunnel holds two descriptors for nothing).
-/// Returns the bytes up and down and how it ended.
-async fn copy_until_idle<C, O>(
-    client: &mut C,
-    origin: O,
-    idle: std::time::Duration,
-) -> (u64, u64, String)
+/// Copies both ways until both sides have closed, or nothing has moved
+/// either way for `idle` (an idle tunnel holds two descriptors for nothing).
+/// A side that closes its sending half is half-closed toward the other,
+/// whose reply still comes back (as with `copy_bidirectional`). A write
+/// that stalls counts as no traffic, so a peer that stops reading cannot
+/// hold the tunnel open. Returns the bytes up and down and how it ended.
+async fn copy_until_idle<C, O>(client: &mut C, origin: O, idle: Duration) -> (u64, u64, String)
 where
     C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     O: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
-    use tokio::io::AsyncWriteExt;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     let (mut cr, mut cw) = tokio::io::split(client);
     let (mut or, mut ow) = tokio::io::split(origin);
-    let (mut up, mut down) = (0u64, 0u64);
-    let (mut cbuf, mut obuf) = (vec![0u8; 16 * 1024], vec![0u8; 16 * 1024]);
+    // Set by every byte moved; the idle check clears it. A tunnel ends
+    // after between one and two `idle` periods without traffic.
+    let moved = AtomicBool::new(false);
+    let (up, down) = (AtomicU64::new(0), AtomicU64::new(0));
+    let upward = pump(&mut cr, &mut ow, &up, &moved);
+    let downward = pump(&mut or, &mut cw, &down, &moved);
+    tokio::pin!(upward, downward);
+    let (mut up_open, mut down_open) = (true, true);
+    let idle_check = tokio::time::sleep(idle);
+    tokio::pin!(idle_check);
     let ended = loop {
         tokio::select! {
-            r = cr.read(&mut cbuf) => match r {
-                Ok(0) => break "client closed".to_string(),
-                Ok(n) => {
-                    if let Err(e) = ow.write_all(&cbuf[..n]).await {
-                        break format!("origin write failed: {e}");
-                    }
-                    up += n as u64;
-                }
-                Err(e) => break format!("client read failed: {e}"),
+            r = &mut upward, if up_open => match r {
+                Ok(()) if down_open => up_open = false,
+                Ok(()) => break "origin closed, then client".to_string(),
+                Err(e) => break format!("client to origin: {e}"),
             },
-            r = or.read(&mut obuf) => match r {
-                Ok(0) => break "origin closed".to_string(),
-                Ok(n) => {
-                    if let Err(e) = cw.write_all(&obuf[..n]).await {
-                        break format!("client write failed: {e}");
-                    }
-                    down += n as u64;
-                }
-                Err(e) => break format!("origin read failed: {e}"),
+            r = &mut downward, if down_open => match r {
+                Ok(()) if up_open => down_open = false,
+                Ok(()) => break "client closed, then origin".to_string(),
+                Err(e) => break format!("origin to client: {e}"),
             },
-            _ = tokio::time::sleep(idle) => break format!("closed after {idle:?} without traffic"),
+            _ = &mut idle_check => {
+                if !moved.swap(false, Ordering::Relaxed) {
+                    break format!("closed after {idle:?} without traffic");
+                }
+                idle_check.set(tokio::time::sleep(idle));
+            }
         }
     };
-    let _ = ow.shutdown().await;
-    let _ = cw.shutdown().await;
-    (up, down, ended)
+    (
+        up.load(Ordering::Relaxed),
+        down.load(Ordering::Relaxed),
+        ended,
+    )
+}
+
+/// Copies one direction until its reader ends, then shuts the writer (a
+/// half-close the far side sees as end of input).
+async fn pump<R, W>(
+    from: &mut R,
+    to: &mut W,
+    bytes: &std::sync::atomic::AtomicU64,
+    moved: &std::sync::atomic::AtomicBool,
+) -> Result<(), String>
+where
+    R: tokio::io::AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::AsyncWriteExt;
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = from
+            .read(&mut buf)
+            .await
+            .map_err(|e| format!("read failed: {e}"))?;
+        if n == 0 {
+            let _ = to.shutdown().await;
+            return Ok(());
+        }
+        to.write_all(&buf[..n])
+            .await
+            .map_err(|e| format!("write failed: {e}"))?;
+        bytes.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        moved.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    /// A client that stops reading while the origin keeps sending stalls the
+    /// downward write; the tunnel still ends after `idle`, not never.
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_write_counts_as_no_traffic() {
+        let (mut client, _client_far) = tokio::io::duplex(1024);
+        let (origin, mut origin_far) = tokio::io::duplex(1024);
+        let flood = tokio::spawn(async move {
+            let chunk = [7u8; 512];
+            while origin_far.write_all(&chunk).await.is_ok() {}
+        });
+        let (up, down, ended) = copy_until_idle(&mut client, origin, Duration::from_secs(5)).await;
+        assert_eq!(up, 0);
+        assert!(down <= 1024 + 16 * 1024, "{down}");
+        assert_eq!(ended, "closed after 5s without traffic");
+        flood.abort();
+    }
+
+    /// Each side's end of input reaches the other as a half-close, and the
+    /// tunnel ends when both have closed.
+    #[tokio::test]
+    async fn both_half_closes_end_the_tunnel() {
+        use tokio::io::AsyncReadExt;
+        let (mut client, mut client_far) = tokio::io::duplex(1024);
+        let (origin, mut origin_far) = tokio::io::duplex(1024);
+        let copy = tokio::spawn(async move {
+            copy_until_idle(&mut client, origin, Duration::from_secs(60)).await
+        });
+        origin_far.write_all(b"banner").await.unwrap();
+        origin_far.shutdown().await.unwrap();
+        let mut got = [0u8; 6];
+        client_far.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"banner");
+        client_far.write_all(b"late request").await.unwrap();
+        client_far.shutdown().await.unwrap();
+        let mut up = Vec::new();
+        origin_far.read_to_end(&mut up).await.unwrap();
+        assert_eq!(up, b"late request");
+        let (up, down, ended) = copy.await.unwrap();
+        assert_eq!((up, down), (12, 6));
+        assert_eq!(ended, "origin closed, then client");
+    }
 }
