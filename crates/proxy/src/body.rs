@@ -136,6 +136,24 @@ impl AuditedBody {
         Some(rec)
     }
 
+    /// The held end of the body, once its line is written. Polled at once
+    /// when the end is first held: the line is usually written by then
+    /// (the completing task writes it), and answering Pending would make
+    /// hyper flush the head alone, one more write and TCP segment per
+    /// response.
+    fn poll_held(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let Some((_, written)) = &mut self.held else {
+            return Poll::Ready(None);
+        };
+        let ok = std::task::ready!(Pin::new(written).poll(cx));
+        let frame = self.held.take().and_then(|(f, _)| f);
+        if !ok {
+            tracing::error!("audit line not written; answer cut short");
+            return Poll::Ready(Some(Err(Box::new(AuditFailed))));
+        }
+        Poll::Ready(frame.map(Ok))
+    }
+
     /// Sends the record without waiting: nothing more reaches the client.
     fn finish(&mut self, failure: Option<String>) {
         if let Some(rec) = self.complete(failure) {
@@ -157,14 +175,8 @@ impl Body for AuditedBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
-        if let Some((_, written)) = &mut this.held {
-            let ok = std::task::ready!(Pin::new(written).poll(cx));
-            let frame = this.held.take().and_then(|(f, _)| f);
-            if !ok {
-                tracing::error!("audit line not written; answer cut short");
-                return Poll::Ready(Some(Err(Box::new(AuditFailed))));
-            }
-            return Poll::Ready(frame.map(Ok));
+        if this.held.is_some() {
+            return this.poll_held(cx);
         }
         if this.record.is_none() && this.on_finish.is_none() && this.inner.is_end_stream() {
             return Poll::Ready(None);
@@ -180,8 +192,7 @@ impl Body for AuditedBody {
                 if this.inner.is_end_stream() {
                     if let Some(w) = this.finish_committed(None) {
                         this.held = Some((Some(frame), w));
-                        cx.waker().wake_by_ref();
-                        return Poll::Pending;
+                        return this.poll_held(cx);
                     }
                 }
                 Poll::Ready(Some(Ok(frame)))
@@ -193,8 +204,7 @@ impl Body for AuditedBody {
             Poll::Ready(None) => {
                 if let Some(w) = this.finish_committed(None) {
                     this.held = Some((None, w));
-                    cx.waker().wake_by_ref();
-                    return Poll::Pending;
+                    return this.poll_held(cx);
                 }
                 Poll::Ready(None)
             }
@@ -255,3 +265,47 @@ impl Drop for AuditedBody {
 }
 
 use std::future::Future as _;
+
+#[cfg(test)]
+mod tests {
+    use std::task::{Context, Poll};
+
+    use http_body::Body;
+    use mannerly_policy::AuditRecord;
+
+    use super::{full, AuditedBody};
+    use crate::config::Config;
+
+    /// A sized body's last frame goes out in the same poll once its line
+    /// is written (a file target writes it on the polling thread): held
+    /// back, hyper would flush the head alone first, an extra write and
+    /// TCP segment per answer.
+    #[test]
+    fn the_last_frame_is_not_held_once_its_line_is_written() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let cfg = Config {
+            data_dir: dir.path().to_path_buf(),
+            ..Config::default()
+        }
+        .validate()
+        .expect("valid config");
+        let (sink, writer) = crate::audit::open(&cfg).expect("audit");
+        let rec = AuditRecord {
+            id: "one".into(),
+            ..AuditRecord::default()
+        };
+        let mut body = AuditedBody::new(full("page"), rec, sink.clone(), None);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let first = std::pin::Pin::new(&mut body).poll_frame(&mut cx);
+        let Poll::Ready(Some(Ok(frame))) = first else {
+            panic!("the last frame was held: {first:?}");
+        };
+        assert_eq!(frame.into_data().ok().as_deref(), Some(&b"page"[..]));
+        assert!(body.is_end_stream());
+        drop(body);
+        drop(sink);
+        assert!(writer.close().expect("close") >= 1);
+        let log = std::fs::read_to_string(dir.path().join("audit.jsonl")).expect("log");
+        assert!(log.contains(r#""id":"one""#), "{log}");
+    }
+}
