@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Peers benchmark: mannerly beside squid and tinyproxy (caching and logging
-# off) and straight to the origin, in one run, on the paths crawls take:
+# off), straight to the origin, and through "relay" (nginx as a reverse
+# proxy: forwarding alone, no policy, a floor measurement for any proxy on
+# this machine), in one run, on the paths crawls take:
 #
 #   plain    the origin sends no validators (nothing to store or revalidate)
 #   reval    the origin sends ETag/Last-Modified and the same page is asked
@@ -28,7 +30,7 @@
 # BENCH_HTTPS_REQUESTS (default 20000; mitmproxy gets a tenth),
 # BENCH_MANNERLY_ENV="MANNERLY_CACHE__SYNC=none ..." (extra settings). BENCH_DURATION
 # (default 10 s per run), BENCH_SKIP_BUILD=1, BENCH_KEEP=1,
-# BENCH_PATHS="plain reval fresh https" and BENCH_PEERS="direct squid
+# BENCH_PATHS="plain reval fresh https" and BENCH_PEERS="direct relay squid
 # tinyproxy mannerly" (subsets run fewer; squid is the ratio's base), BENCH_PERF=1
 # (perf record on mannerly during its runs; prints each path's top symbols;
 # needs perf: apt-get install -y linux-perf).
@@ -49,7 +51,7 @@ TINYPROXY=$(command -v tinyproxy || echo /usr/bin/tinyproxy)
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 ORIGIN_PORT=$(free_port); SQUID_PORT=$(free_port); TINY_PORT=$(free_port); MANNERLY_PORT=$(free_port)
-TLS_PORT=$(free_port); MITM_PORT=$(free_port)
+TLS_PORT=$(free_port); MITM_PORT=$(free_port); RELAY_PORT=$(free_port); RELAY_TLS_PORT=$(free_port)
 MITMDUMP=${MITMDUMP:-$(command -v mitmdump || true)}
 
 if [[ ${BENCH_SKIP_BUILD:-0} != 1 ]]; then
@@ -109,6 +111,41 @@ CONF
 "$NGINX" -c "$WORK/nginx.conf" -p "$WORK" 2>/dev/null & PIDS+=($!)
 wait_port "$ORIGIN_PORT"
 
+# --- relay: nginx as a reverse proxy in front of the origin -----------------
+# Not a forward proxy and no policy at all: it does the socket and TLS work
+# every proxy must do per request (read the client's request, send it on a
+# kept-alive upstream connection, relay the answer), in C with nginx's
+# event loop. Its req/s is a floor measurement of what forwarding alone
+# costs on this machine, to read the other ratios against.
+cat > "$WORK/relay.conf" <<CONF
+daemon off; master_process on; worker_processes 2;
+pid $WORK/relay.pid; error_log $WORK/relay-error.log crit;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  client_body_temp_path $WORK/rb; proxy_temp_path $WORK/rp;
+  fastcgi_temp_path $WORK/rf; uwsgi_temp_path $WORK/ru; scgi_temp_path $WORK/rs;
+  upstream origin { server 127.0.0.1:$ORIGIN_PORT; keepalive 64; }
+  upstream origin_tls { server 127.0.0.1:$TLS_PORT; keepalive 64; }
+  server {
+    listen 127.0.0.1:$RELAY_PORT;
+    location / { proxy_pass http://origin; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_buffering off; }
+  }
+  server {
+    listen 127.0.0.1:$RELAY_TLS_PORT ssl;
+    ssl_certificate $WORK/origin.pem; ssl_certificate_key $WORK/origin.key;
+    keepalive_requests 100000;
+    location / {
+      proxy_pass https://origin_tls; proxy_http_version 1.1; proxy_set_header Connection "";
+      proxy_ssl_session_reuse on; proxy_ssl_server_name on; proxy_ssl_name localhost;
+      proxy_ssl_verify on; proxy_ssl_trusted_certificate $WORK/origin-ca.pem; proxy_buffering off;
+    }
+  }
+}
+CONF
+"$NGINX" -c "$WORK/relay.conf" -p "$WORK" 2>/dev/null & PIDS+=($!)
+RELAY_PID=$!
+
 # --- squid: no cache, no logs ----------------------------------------------
 cat > "$WORK/squid.conf" <<CONF
 http_port 127.0.0.1:$SQUID_PORT
@@ -126,6 +163,7 @@ coredump_dir $WORK
 shutdown_lifetime 0 seconds
 CONF
 "$SQUID" -N -f "$WORK/squid.conf" 2>"$WORK/squid.err" & PIDS+=($!)
+SQUID_PID=$!
 
 # --- tinyproxy: logging down to criticals --------------------------------
 cat > "$WORK/tinyproxy.conf" <<CONF
@@ -137,6 +175,7 @@ LogLevel Critical
 Allow 127.0.0.1
 CONF
 "$TINYPROXY" -d -c "$WORK/tinyproxy.conf" 2>"$WORK/tinyproxy.err" >/dev/null & PIDS+=($!)
+TINY_PID=$!
 
 # --- mannerly ------------------------------------------------------------
 mkdir -m 700 "$WORK/data"
@@ -154,7 +193,7 @@ if [[ -n $MITMDUMP ]]; then
     >"$WORK/mitm.log" 2>&1 & PIDS+=($!)
 fi
 
-wait_port "$SQUID_PORT"; wait_port "$TINY_PORT"; wait_port "$MANNERLY_PORT"
+wait_port "$SQUID_PORT"; wait_port "$TINY_PORT"; wait_port "$MANNERLY_PORT"; wait_port "$RELAY_PORT"
 ORIGIN=http://127.0.0.1:$ORIGIN_PORT
 for p in "$SQUID_PORT" "$TINY_PORT" "$MANNERLY_PORT"; do
   code=$(curl -sS -x "http://127.0.0.1:$p" -o /dev/null -w '%{http_code}' "$ORIGIN/etag/page.html") || die "proxy on $p failed"
@@ -179,42 +218,67 @@ ms() { awk -v q="$2" '$1 == q {
   m = (u == "us") ? 0.001 : (u == "ms") ? 1 : (u == "s") ? 1000 : -1
   printf "%.2f", v * m }' "$WORK/wrk-$1.txt"; }
 rps() { awk '/^Requests\/sec:/ {printf "%.0f", $2}' "$WORK/wrk-$1.txt"; }
+# CPU time (user + system, clock ticks) of a process and its children
+# (nginx's workers, squid's helpers). CPU per request is steadier than req/s
+# on a machine the client and origin share.
+ticks() {
+  local p total=0 t
+  for p in "$1" $(pgrep -P "$1" || true); do
+    t=$(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0)
+    total=$((total + t))
+  done
+  echo "$total"
+}
+declare -A PEER_PID
+cpu_us() { # name, ticks used
+  local n
+  n=$(awk '/ requests in / {print $1}' "$WORK/wrk-$1.txt")
+  awk -v t="$2" -v n="$n" -v hz="$(getconf CLK_TCK)" 'BEGIN{ if (n > 0) printf "%.1f", t * 1e6 / hz / n; else print "-" }'
+}
 bad() { awk -F: '/Non-2xx or 3xx/ {gsub(/ /,"",$2); print $2}' "$WORK/wrk-$1.txt" | grep . || echo 0; }
 
 declare -A URL=([plain]=$ORIGIN/plain [reval]=$ORIGIN/etag/page.html [fresh]=$ORIGIN/etag/page.html)
 declare -A UNIQ=([plain]=0 [reval]=0 [fresh]=1)
-printf '\n%-6s %-9s %9s %9s %9s %8s %12s\n' path peer req/s p50_ms p99_ms non2xx vs_squid
+PEER_PID=([relay]=$RELAY_PID [squid]=$SQUID_PID [tinyproxy]=$TINY_PID [mannerly]=$MANNERLY_PID)
+declare -A USED
+printf '\n%-6s %-9s %9s %9s %9s %8s %12s %11s\n' path peer req/s p50_ms p99_ms non2xx vs_squid cpu_us/req
 PATHS=${BENCH_PATHS:-plain reval fresh https}
 for path in $PATHS; do
   [[ $path == https ]] && continue
-  for peer in ${BENCH_PEERS:-direct squid tinyproxy mannerly}; do
+  for peer in ${BENCH_PEERS:-direct relay squid tinyproxy mannerly}; do
     case $peer in
-      direct) port=direct ;; squid) port=$SQUID_PORT ;; tinyproxy) port=$TINY_PORT ;; mannerly) port=$MANNERLY_PORT ;;
+      direct) port=direct ;; relay) port=direct ;; squid) port=$SQUID_PORT ;; tinyproxy) port=$TINY_PORT ;; mannerly) port=$MANNERLY_PORT ;;
     esac
     perf_pid=
     if [[ $peer == mannerly && ${BENCH_PERF:-0} == 1 ]]; then
       perf record -F 499 ${BENCH_PERF_CALLGRAPH:--g} -o "$WORK/perf-$path.data" -p "$MANNERLY_PID" >/dev/null 2>&1 & perf_pid=$!
     fi
-    run "$path-$peer" "$port" "${URL[$path]}" "${UNIQ[$path]}"
+    url=${URL[$path]}
+    [[ $peer == relay ]] && url=${url/:$ORIGIN_PORT/:$RELAY_PORT}
+    pid=${PEER_PID[$peer]:-}
+    before=$([[ -n $pid ]] && ticks "$pid" || echo 0)
+    run "$path-$peer" "$port" "$url" "${UNIQ[$path]}"
+    USED[$path-$peer]=$(( $([[ -n $pid ]] && ticks "$pid" || echo 0) - before ))
     [[ -n $perf_pid ]] && { kill -INT "$perf_pid"; wait "$perf_pid" || true; }
   done
   s=$(rps "$path-squid")
-  for peer in ${BENCH_PEERS:-direct squid tinyproxy mannerly}; do
+  for peer in ${BENCH_PEERS:-direct relay squid tinyproxy mannerly}; do
     r=$(rps "$path-$peer")
-    printf '%-6s %-9s %9s %9s %9s %8s %12s\n' "$path" "$peer" "$r" "$(ms "$path-$peer" 50%)" \
-      "$(ms "$path-$peer" 99%)" "$(bad "$path-$peer")" "$(awk -v a="$r" -v b="$s" 'BEGIN{printf "%.2fx", a/b}')"
+    cpu=-; [[ -n ${PEER_PID[$peer]:-} ]] && cpu=$(cpu_us "$path-$peer" "${USED[$path-$peer]}")
+    printf '%-6s %-9s %9s %9s %9s %8s %12s %11s\n' "$path" "$peer" "$r" "$(ms "$path-$peer" 50%)" \
+      "$(ms "$path-$peer" 99%)" "$(bad "$path-$peer")" "$(awk -v a="$r" -v b="$s" 'BEGIN{printf "%.2fx", a/b}')" "$cpu"
   done
 done
 # --- https: curl --parallel, 16 keep-alive connections ----------------------
-https_run() { # name, requests, curl options...
-  local name=$1 n=$2; shift 2
-  local url=https://localhost:$TLS_PORT/etag/page.html
+https_run() { # name, requests, port, curl options...
+  local name=$1 n=$2 port=$3; shift 3
+  local url=https://localhost:$port/etag/page.html
   : >"$WORK/urls-$name"
   for ((i = 0; i < n; i++)); do printf 'url = "%s"\noutput = "/dev/null"\n' "$url"; done >"$WORK/urls-$name"
   local t0 t1
   t0=$(date +%s.%N)
   curl -sS --http1.1 --parallel --parallel-max 16 --parallel-immediate -K "$WORK/urls-$name" \
-    --resolve "localhost:$TLS_PORT:127.0.0.1" -w '%{http_code} %{time_total}\n' "$@" \
+    --resolve "localhost:$port:127.0.0.1" -w '%{http_code} %{time_total}\n' "$@" \
     >"$WORK/https-$name.txt" 2>"$WORK/https-$name.err" || true
   t1=$(date +%s.%N)
   local secs got bad p50 p99
@@ -229,22 +293,23 @@ https_run() { # name, requests, curl options...
 }
 if [[ " $PATHS " == *" https "* ]]; then
   N=${BENCH_HTTPS_REQUESTS:-20000}
-  https_run direct "$N" --cacert "$WORK/origin-ca.pem"
+  https_run direct "$N" "$TLS_PORT" --cacert "$WORK/origin-ca.pem"
+  https_run relay "$N" "$RELAY_TLS_PORT" --cacert "$WORK/origin-ca.pem"
   perf_pid=
   if [[ ${BENCH_PERF:-0} == 1 ]]; then
     perf record -F 499 ${BENCH_PERF_CALLGRAPH:--g} -o "$WORK/perf-https.data" -p "$MANNERLY_PID" >/dev/null 2>&1 & perf_pid=$!
   fi
-  https_run mannerly "$N" --cacert "$WORK/data/ca.pem" -x "http://127.0.0.1:$MANNERLY_PORT"
+  https_run mannerly "$N" "$TLS_PORT" --cacert "$WORK/data/ca.pem" -x "http://127.0.0.1:$MANNERLY_PORT"
   [[ -n $perf_pid ]] && { kill -INT "$perf_pid"; wait "$perf_pid" || true; }
   if [[ -n $MITMDUMP ]]; then
     wait_port "$MITM_PORT"
-    https_run mitmproxy $((N / 10)) --cacert "$WORK/mitm/mitmproxy-ca-cert.pem" -x "http://127.0.0.1:$MITM_PORT"
+    https_run mitmproxy $((N / 10)) "$TLS_PORT" --cacert "$WORK/mitm/mitmproxy-ca-cert.pem" -x "http://127.0.0.1:$MITM_PORT"
   fi
   echo
   printf '%-6s %-9s %9s %9s %9s %8s %12s %14s\n' path peer req/s p50_ms p99_ms failed vs_direct vs_mitmproxy
   d=$(awk '{print $2}' "$WORK/https-direct.sum")
   m=$( [[ -f $WORK/https-mitmproxy.sum ]] && awk '{print $2}' "$WORK/https-mitmproxy.sum" || echo 0)
-  for peer in direct mannerly mitmproxy; do
+  for peer in direct relay mannerly mitmproxy; do
     [[ -f $WORK/https-$peer.sum ]] || continue
     read -r _ r p50 p99 bad <"$WORK/https-$peer.sum"
     printf '%-6s %-9s %9s %9s %9s %8s %12s %14s\n' https "$peer" "$r" "$p50" "$p99" "$bad" \
