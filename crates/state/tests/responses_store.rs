@@ -11,7 +11,7 @@ use mannerly_policy::conditional::{storable, CacheEntryMeta, CacheKey, CachePara
 use mannerly_state::responses::{
     DiskOptions, DiskStore, MemoryStore, PutOutcome, ResponseStore, StoreError, StoreLimits,
 };
-use redb::ReadableTable;
+use redb::{ReadableDatabase, ReadableTable, TableHandle};
 
 fn t0() -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000)
@@ -280,13 +280,109 @@ fn reopen_keeps_entries_records_and_recency() {
     assert!(body_of(&store, "/1", &[]).is_some());
 }
 
+/// A store written in the first layout (records keyed by variant, ticks
+/// beside them) opens with its entries and their recency; an entry that had
+/// no tick counts as the least recent.
+#[test]
+fn a_store_in_the_first_layout_is_moved_on_open() {
+    const PAGES: redb::TableDefinition<u64, &[u8]> = redb::TableDefinition::new("pages_v2");
+    const SEQS: redb::TableDefinition<u64, (&str, u64)> = redb::TableDefinition::new("seqs_v2");
+    const READS: redb::TableDefinition<&str, (u64, u64)> = redb::TableDefinition::new("reads_v2");
+    const ENTRIES_V1: redb::TableDefinition<&str, &[u8]> =
+        redb::TableDefinition::new("responses_v1");
+    const ACCESS_V1: redb::TableDefinition<&str, (u64, u64)> =
+        redb::TableDefinition::new("access_v1");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.redb");
+    let body = [1u8; 1000];
+    {
+        let store = DiskStore::open(&path, cap()).unwrap();
+        for p in ["/1", "/2", "/3"] {
+            store
+                .put(&meta(p, &[], &[("etag", "\"e\"")]), &body)
+                .unwrap();
+        }
+        assert!(body_of(&store, "/1", &[]).is_some());
+        store.put_host_record("x", b"y").unwrap();
+    }
+    // Rewrite it as the first layout wrote it: /2 oldest, then /3, then /1
+    // (read last); /3 loses its tick.
+    let third = key("/3").as_str().to_owned();
+    {
+        let db = redb::Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let pages = txn.open_table(PAGES).unwrap();
+            let seqs = txn.open_table(SEQS).unwrap();
+            let reads = txn.open_table(READS).unwrap();
+            let mut entries = txn.open_table(ENTRIES_V1).unwrap();
+            let mut access = txn.open_table(ACCESS_V1).unwrap();
+            for row in seqs.iter().unwrap() {
+                let (seq, value) = row.unwrap();
+                let (variant, size) = value.value();
+                let page = pages.get(seq.value()).unwrap().unwrap();
+                entries.insert(variant, page.value()).unwrap();
+                let read = reads.get(variant).unwrap().map(|r| r.value().0);
+                if !variant.starts_with(&third) {
+                    let tick = read.unwrap_or(0).max(seq.value());
+                    access.insert(variant, (tick, size)).unwrap();
+                }
+            }
+        }
+        for name in ["pages_v2", "seqs_v2", "reads_v2"] {
+            assert!(txn
+                .delete_table(redb::TableDefinition::<u64, &[u8]>::new(name))
+                .unwrap());
+        }
+        txn.commit().unwrap();
+    }
+    {
+        let store = DiskStore::open(&path, cap()).unwrap();
+        assert_eq!(store.stats().entries, 3);
+        for p in ["/1", "/2", "/3"] {
+            assert_eq!(body_of(&store, p, &[]).unwrap(), body, "{p}");
+        }
+        assert!(store
+            .host_records()
+            .unwrap()
+            .contains(&("x".into(), b"y".to_vec())));
+    }
+    {
+        let db = redb::Database::create(&path).unwrap();
+        let names: Vec<String> = db
+            .begin_read()
+            .unwrap()
+            .list_tables()
+            .unwrap()
+            .map(|t| t.name().to_string())
+            .collect();
+        assert!(
+            !names
+                .iter()
+                .any(|n| n == "responses_v1" || n == "access_v1"),
+            "{names:?}"
+        );
+    }
+    // The reads above were never followed by a write, so recency is as
+    // moved: /3 (no tick) goes first, then /2.
+    let store = DiskStore::open(&path, cap()).unwrap();
+    store
+        .put(&meta("/4", &[], &[("etag", "\"e\"")]), &body)
+        .unwrap();
+    assert!(
+        body_of(&store, "/3", &[]).is_none(),
+        "no tick: least recent"
+    );
+    assert!(body_of(&store, "/2", &[]).is_some());
+    assert!(body_of(&store, "/1", &[]).is_some());
+}
+
 #[test]
 fn a_damaged_entry_is_a_miss_and_is_removed() {
-    const ENTRIES: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("responses_v1");
+    const PAGES: redb::TableDefinition<u64, &[u8]> = redb::TableDefinition::new("pages_v2");
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("store.redb");
     let m = meta("/page", &[], &[("etag", "\"v1\"")]);
-    let variant = m.variant().to_owned();
     {
         let store = DiskStore::open(&path, limits(1 << 20, 1 << 30)).unwrap();
         store.put(&m, b"the page body").unwrap();
@@ -300,16 +396,20 @@ fn a_damaged_entry_is_a_miss_and_is_removed() {
         let db = redb::Database::create(&path).unwrap();
         let txn = db.begin_write().unwrap();
         {
-            let mut table = txn.open_table(ENTRIES).unwrap();
-            let mut bytes = table
-                .get(variant.as_str())
-                .unwrap()
-                .unwrap()
-                .value()
-                .to_vec();
+            let mut table = txn.open_table(PAGES).unwrap();
+            let url = m.key().as_str();
+            let (seq, mut bytes) = {
+                let found = table
+                    .iter()
+                    .unwrap()
+                    .map(|row| row.unwrap())
+                    .map(|(k, v)| (k.value(), v.value().to_vec()))
+                    .find(|(_, v)| v.windows(url.len()).any(|w| w == url.as_bytes()));
+                found.expect("the page's record")
+            };
             let at = bytes.len() - 40;
             bytes[at] ^= 0xff;
-            table.insert(variant.as_str(), bytes.as_slice()).unwrap();
+            table.insert(seq, bytes.as_slice()).unwrap();
         }
         txn.commit().unwrap();
     }

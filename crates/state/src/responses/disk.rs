@@ -13,28 +13,36 @@ use std::thread::JoinHandle;
 
 use bytes::Bytes;
 use mannerly_policy::conditional::http::HeaderMap;
-use mannerly_policy::conditional::{
-    variant_key, variant_prefix, CacheEntryMeta, CacheKey, CacheParams, CacheSync,
-};
-use redb::{Database, ReadableDatabase, ReadableTable, Table, TableDefinition};
+use mannerly_policy::conditional::{variant_key, CacheEntryMeta, CacheKey, CacheParams, CacheSync};
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
-use super::index::Index;
+use super::index::{Index, Row};
 use super::writer::{self, Done, Job};
 use super::{
     record, Counters, PutDone, PutOutcome, ResponseStore, StoreError, StoreLimits, StoreStats,
     StoredResponse,
 };
 
-/// Variant key → record (see `record.rs`).
-pub(super) const ENTRIES: TableDefinition<&str, &[u8]> = TableDefinition::new("responses_v1");
+/// Page key → record (see `record.rs`). A page's key is the recency tick it
+/// was written at, so every new page goes to the end of the tree: a commit
+/// of many responses writes a few pages at its right edge, where keys by URL
+/// hash put each response on a page of its own, anywhere in the file.
+pub(super) const PAGES: TableDefinition<u64, &[u8]> = TableDefinition::new("pages_v2");
+/// Page key → (variant key, size): rebuilds the index on open without
+/// reading any body.
+pub(super) const SEQS: TableDefinition<u64, (&str, u64)> = TableDefinition::new("seqs_v2");
+/// Variant key → (tick, size) of its latest read, for variants read since
+/// they were written: recency survives a restart.
+pub(super) const READS: TableDefinition<&str, (u64, u64)> = TableDefinition::new("reads_v2");
 /// Primary key → JSON list of the `Vary` names of its variants. No row: the
 /// URL's response has no `Vary` (its one variant is keyed by the URL alone).
 pub(super) const VARY: TableDefinition<&str, &str> = TableDefinition::new("vary_v1");
 /// The `Vary` list of a response without `Vary`, as JSON.
 pub(super) const NO_VARY: &str = "[]";
-/// Variant key → (recency tick, size): rebuilds the LRU index on open without
-/// reading any body.
-pub(super) const ACCESS: TableDefinition<&str, (u64, u64)> = TableDefinition::new("access_v1");
+/// The first layout: variant key → record, and variant key → (tick, size).
+/// Moved to the tables above when a store written by it is opened.
+const ENTRIES_V1: TableDefinition<&str, &[u8]> = TableDefinition::new("responses_v1");
+const ACCESS_V1: TableDefinition<&str, (u64, u64)> = TableDefinition::new("access_v1");
 /// Host → opaque budget record.
 pub(super) const HOSTS: TableDefinition<&str, &[u8]> = TableDefinition::new("host_records_v1");
 
@@ -115,11 +123,13 @@ impl DiskStore {
         let db = Database::create(path)?;
         let txn = db.begin_write()?;
         {
-            txn.open_table(ENTRIES)?;
+            txn.open_table(PAGES)?;
+            txn.open_table(SEQS)?;
+            txn.open_table(READS)?;
             txn.open_table(VARY)?;
             txn.open_table(HOSTS)?;
-            txn.open_table(ACCESS)?;
         }
+        migrate_v1(&txn)?;
         txn.commit()?;
         let inner = Arc::new(Inner {
             db,
@@ -129,7 +139,7 @@ impl DiskStore {
             queued: AtomicU64::new(0),
             options,
         });
-        *inner.index()? = Index::from_rows(inner.access_rows()?, options.memory_size);
+        *inner.index()? = Index::from_rows(inner.rows()?, options.memory_size);
         let (queue, jobs) = mpsc::channel();
         let for_writer = inner.clone();
         let writer = std::thread::Builder::new()
@@ -202,8 +212,13 @@ impl DiskStore {
                 None => Vec::new(),
             };
             let variant = variant_key(key, &vary, request_headers);
-            let entries = txn.open_table(ENTRIES)?;
-            let Some(bytes) = entries.get(variant.as_str())? else {
+            // The index may be ahead of this snapshot (a write not yet
+            // committed): its page is then not found here, a miss.
+            let Some(seq) = self.inner.index()?.seq_of(&variant) else {
+                return Ok(None);
+            };
+            let pages = txn.open_table(PAGES)?;
+            let Some(bytes) = pages.get(seq)? else {
                 return Ok(None);
             };
             let bytes = bytes.value();
@@ -218,7 +233,7 @@ impl DiskStore {
         let mut index = self.inner.index()?;
         index.lru.touch(&variant);
         if index.generation() == generation {
-            index.keep(&found, size);
+            index.keep(found.clone(), size);
         }
         Ok(Some(found))
     }
@@ -247,34 +262,74 @@ impl Inner {
         self.index.lock().map_err(|_| StoreError::Poisoned)
     }
 
-    pub(super) fn access_rows(&self) -> Result<Vec<(String, u64, u64)>, StoreError> {
+    /// Every stored variant, as the disk lists it.
+    pub(super) fn rows(&self) -> Result<Vec<Row>, StoreError> {
         let txn = self.db.begin_read()?;
-        let access = txn.open_table(ACCESS)?;
+        let reads = txn.open_table(READS)?;
+        let mut last_read = std::collections::HashMap::new();
+        for row in reads.iter()? {
+            let (variant, value) = row?;
+            last_read.insert(variant.value().to_owned(), value.value().0);
+        }
+        let seqs = txn.open_table(SEQS)?;
         let mut rows = Vec::new();
-        for row in access.iter()? {
-            let (key, value) = row?;
-            let (tick, size) = value.value();
-            rows.push((key.value().to_owned(), tick, size));
+        for row in seqs.iter()? {
+            let (seq, value) = row?;
+            let (variant, size) = value.value();
+            let read = last_read.get(variant).copied();
+            rows.push(Row {
+                variant: variant.to_owned(),
+                seq: seq.value(),
+                tick: read.unwrap_or(0),
+                size,
+                read_row: read.is_some(),
+            });
         }
         Ok(rows)
     }
 }
 
-pub(super) fn variants_of(
-    entries: &Table<&str, &[u8]>,
-    key: &CacheKey,
-) -> Result<Vec<String>, StoreError> {
-    let prefix = variant_prefix(key);
-    let mut out = Vec::new();
-    for row in entries.range::<&str>(prefix.as_str()..)? {
-        let (k, _) = row?;
-        let k = k.value();
-        if !k.starts_with(&prefix) {
-            break;
+/// Moves the entries of a store written in the first layout (keyed by
+/// variant) to pages keyed by recency, in the transaction that opens the
+/// store (a crash leaves the old layout whole), and drops the old tables.
+fn migrate_v1(txn: &redb::WriteTransaction) -> Result<(), StoreError> {
+    let moved = {
+        let entries = txn.open_table(ENTRIES_V1)?;
+        let access = txn.open_table(ACCESS_V1)?;
+        let mut pages = txn.open_table(PAGES)?;
+        let mut seqs = txn.open_table(SEQS)?;
+        // Entries without a tick come first (least recent), then the rest
+        // in the order of their ticks (all at least 1).
+        let mut unticked = 0;
+        for row in entries.iter()? {
+            if access.get(row?.0.value())?.is_none() {
+                unticked += 1;
+            }
         }
-        out.push(k.to_owned());
+        let mut next_unticked = 0;
+        let mut moved = 0u64;
+        for row in entries.iter()? {
+            let (variant, bytes) = row?;
+            let (variant, bytes) = (variant.value(), bytes.value());
+            let seq = match access.get(variant)? {
+                Some(a) => a.value().0 + unticked,
+                None => {
+                    next_unticked += 1;
+                    next_unticked
+                }
+            };
+            pages.insert(seq, bytes)?;
+            seqs.insert(seq, (variant, super::entry_size(variant, bytes)))?;
+            moved += 1;
+        }
+        moved
+    };
+    txn.delete_table(ENTRIES_V1)?;
+    txn.delete_table(ACCESS_V1)?;
+    if moved > 0 {
+        tracing::info!("response store: {moved} entries moved to the page-keyed layout");
     }
-    Ok(out)
+    Ok(())
 }
 
 impl ResponseStore for DiskStore {

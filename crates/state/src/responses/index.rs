@@ -5,7 +5,7 @@
 //! used entries, decoded (a revalidation of a page crawled again is answered
 //! without reading, checksumming and parsing its record).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, RandomState};
 
 use mannerly_policy::conditional::http::HeaderMap;
@@ -18,10 +18,29 @@ use super::StoredResponse;
 /// that one large page does not push out many small ones.
 const LARGEST_RESIDENT_SHARE: u64 = 8;
 
+/// A stored variant as the disk lists it when the store opens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Row {
+    pub(crate) variant: String,
+    /// Key of its page on disk: the recency tick it was written at.
+    pub(crate) seq: u64,
+    /// Its recency: `seq`, or the tick of a later read.
+    pub(crate) tick: u64,
+    pub(crate) size: u64,
+    /// A read's tick is on disk for it.
+    pub(crate) read_row: bool,
+}
+
 #[derive(Debug)]
 pub(crate) struct Index {
     /// Every variant on disk.
     pub(crate) lru: Lru,
+    /// Variant → the key of its page on disk. Pages are keyed by when they
+    /// were written, so a commit appends at the end of the disk's tree
+    /// instead of rewriting a page of it at random for every response.
+    seqs: HashMap<String, u64>,
+    /// Variants with a read's tick on disk, to delete with them.
+    read_rows: HashSet<String>,
     /// Hash of a URL's primary key → its variants on disk. A hash collision
     /// only sends a lookup to the disk; the count keeps removals exact.
     urls: HashMap<u64, u32>,
@@ -56,20 +75,27 @@ fn primary_of(variant: &str) -> &str {
 }
 
 impl Index {
-    /// The index of a store whose disk holds `rows` (variant, tick, size),
-    /// keeping up to `resident_cap` bytes of decoded entries.
-    pub(crate) fn from_rows(
-        rows: impl IntoIterator<Item = (String, u64, u64)>,
-        resident_cap: u64,
-    ) -> Index {
+    /// The index of a store whose disk holds `rows`, keeping up to
+    /// `resident_cap` bytes of decoded entries.
+    pub(crate) fn from_rows(rows: Vec<Row>, resident_cap: u64) -> Index {
         let mut index = Index {
             lru: Lru::default(),
+            seqs: HashMap::with_capacity(rows.len()),
+            read_rows: HashSet::new(),
             urls: HashMap::new(),
             hasher: RandomState::new(),
             resident: Resident::new(resident_cap),
             generation: 0,
         };
-        let lru = Lru::from_rows(rows);
+        let mut ticks = Vec::with_capacity(rows.len());
+        for row in rows {
+            if row.read_row {
+                index.read_rows.insert(row.variant.clone());
+            }
+            index.seqs.insert(row.variant.clone(), row.seq);
+            ticks.push((row.variant, row.tick.max(row.seq), row.size));
+        }
+        let lru = Lru::from_rows(ticks);
         for variant in lru.keys() {
             let h = index.hash(primary_of(variant));
             *index.urls.entry(h).or_default() += 1;
@@ -88,7 +114,7 @@ impl Index {
 
     /// Rebuilds the index from the disk's rows (after a write whose effect
     /// on the index is unknown); nothing stays resident.
-    pub(crate) fn reset(&mut self, rows: impl IntoIterator<Item = (String, u64, u64)>) {
+    pub(crate) fn reset(&mut self, rows: Vec<Row>) {
         let generation = self.generation + 1;
         *self = Index::from_rows(rows, self.resident.cap);
         self.generation = generation;
@@ -99,17 +125,56 @@ impl Index {
         self.generation += 1;
     }
 
-    /// Records a variant written to disk; returns the tick to persist.
+    /// Records a variant written to disk; returns the key of its new page
+    /// (later than every key on disk). Its old page and read row, if any,
+    /// are the caller's to delete ([`Index::seq_of`], [`Index::has_read_row`]
+    /// before this call).
     pub(crate) fn stored(&mut self, variant: &str, size: u64) -> u64 {
         if self.lru.size_of(variant).is_none() {
             let h = self.hash(primary_of(variant));
             *self.urls.entry(h).or_default() += 1;
         }
-        self.lru.insert(variant, size)
+        let seq = self.lru.insert(variant, size);
+        self.seqs.insert(variant.to_owned(), seq);
+        self.read_rows.remove(variant);
+        seq
+    }
+
+    /// The key of `variant`'s page on disk.
+    pub(crate) fn seq_of(&self, variant: &str) -> Option<u64> {
+        self.seqs.get(variant).copied()
+    }
+
+    /// Whether a read's tick is on disk for `variant`.
+    pub(crate) fn has_read_row(&self, variant: &str) -> bool {
+        self.read_rows.contains(variant)
+    }
+
+    /// Reads since the last write, to persist with it: `(variant, tick,
+    /// size)`; from then on they have a read row.
+    pub(crate) fn take_reads(&mut self) -> Vec<(String, u64, u64)> {
+        let reads = self.lru.take_dirty();
+        for (variant, _, _) in &reads {
+            self.read_rows.insert(variant.clone());
+        }
+        reads
+    }
+
+    /// Every stored variant of the URL whose variant keys start with
+    /// `prefix`. A scan of the whole index: only for the rare writes that
+    /// need it (a URL whose `Vary` changed, a removal).
+    pub(crate) fn variants_with_prefix(&self, prefix: &str) -> Vec<String> {
+        self.seqs
+            .keys()
+            .filter(|v| v.starts_with(prefix))
+            .cloned()
+            .collect()
     }
 
     /// Records a variant removed from disk (and drops its decoded copy).
     pub(crate) fn forget(&mut self, variant: &str) {
+        self.seqs.remove(variant);
+        self.read_rows.remove(variant);
         if self.lru.remove(variant).is_some() {
             let h = self.hash(primary_of(variant));
             if let Some(n) = self.urls.get_mut(&h) {
@@ -144,7 +209,7 @@ impl Index {
 
     /// Keeps a decoded copy of an entry that is on disk; `size` is what it
     /// counts against the memory budget.
-    pub(crate) fn keep(&mut self, entry: &StoredResponse, size: u64) {
+    pub(crate) fn keep(&mut self, entry: StoredResponse, size: u64) {
         let variant = entry.meta.variant();
         if self.lru.size_of(variant).is_none() {
             // Evicted or removed since it was read.
@@ -169,7 +234,7 @@ impl Resident {
         }
     }
 
-    fn insert(&mut self, entry: &StoredResponse, size: u64) {
+    fn insert(&mut self, entry: StoredResponse, size: u64) {
         let variant = entry.meta.variant();
         if size > self.cap / LARGEST_RESIDENT_SHARE {
             self.remove(variant);
@@ -198,7 +263,7 @@ impl Resident {
             url.variants.push(variant.to_owned());
         }
         self.lru.insert(variant, size);
-        self.entries.insert(variant.to_owned(), entry.clone());
+        self.entries.insert(variant.to_owned(), entry);
     }
 
     fn remove(&mut self, variant: &str) {

@@ -16,10 +16,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use mannerly_policy::conditional::{CacheEntryMeta, CacheKey, CacheSync};
+use mannerly_policy::conditional::{variant_prefix, CacheEntryMeta, CacheKey, CacheSync};
 use redb::{Durability, ReadableTable, Table};
 
-use super::disk::{dequeued, variants_of, Inner, ACCESS, ENTRIES, HOSTS, NO_VARY, VARY};
+use super::disk::{dequeued, Inner, HOSTS, NO_VARY, PAGES, READS, SEQS, VARY};
 use super::{entry_size, record, PutOutcome, StoreError, StoredResponse};
 
 /// Jobs written in one transaction, at most.
@@ -239,8 +239,8 @@ fn commit(inner: &Inner, batch: Vec<Job>, durable: bool) -> bool {
         Ok(outcomes) => {
             inner.counters.add_commit();
             if let Ok(mut index) = inner.index() {
-                for (entry, size) in &keep {
-                    index.keep(entry, *size);
+                for (entry, size) in keep {
+                    index.keep(entry, size);
                 }
                 index.committed();
             }
@@ -255,7 +255,7 @@ fn commit(inner: &Inner, batch: Vec<Job>, durable: bool) -> bool {
         Err(e) => {
             // The disk still holds the state before this batch; the index was
             // changed as the batch went, so it is rebuilt from the disk.
-            if let (Ok(rows), Ok(mut index)) = (inner.access_rows(), inner.index()) {
+            if let (Ok(rows), Ok(mut index)) = (inner.rows(), inner.index()) {
                 index.reset(rows);
             }
             let e = Arc::new(e);
@@ -268,17 +268,33 @@ fn commit(inner: &Inner, batch: Vec<Job>, durable: bool) -> bool {
 }
 
 struct Tables<'t> {
-    entries: Table<'t, &'static str, &'static [u8]>,
-    access: Table<'t, &'static str, (u64, u64)>,
+    pages: Table<'t, u64, &'static [u8]>,
+    seqs: Table<'t, u64, (&'static str, u64)>,
+    reads: Table<'t, &'static str, (u64, u64)>,
     vary: Table<'t, &'static str, &'static str>,
     hosts: Table<'t, &'static str, &'static [u8]>,
 }
 
 impl Tables<'_> {
+    /// Deletes a variant's page (and its read row) and forgets it.
     fn remove_variant(&mut self, inner: &Inner, variant: &str) -> Result<(), StoreError> {
-        self.entries.remove(variant)?;
-        self.access.remove(variant)?;
+        let (seq, read_row) = {
+            let index = inner.index()?;
+            (index.seq_of(variant), index.has_read_row(variant))
+        };
+        self.remove_page(seq, read_row.then_some(variant))?;
         inner.index()?.forget(variant);
+        Ok(())
+    }
+
+    fn remove_page(&mut self, seq: Option<u64>, read_row: Option<&str>) -> Result<(), StoreError> {
+        if let Some(seq) = seq {
+            self.pages.remove(seq)?;
+            self.seqs.remove(seq)?;
+        }
+        if let Some(variant) = read_row {
+            self.reads.remove(variant)?;
+        }
         Ok(())
     }
 }
@@ -298,8 +314,9 @@ fn write(
     let mut out = Vec::with_capacity(ops.len());
     {
         let mut t = Tables {
-            entries: txn.open_table(ENTRIES)?,
-            access: txn.open_table(ACCESS)?,
+            pages: txn.open_table(PAGES)?,
+            seqs: txn.open_table(SEQS)?,
+            reads: txn.open_table(READS)?,
             vary: txn.open_table(VARY)?,
             hosts: txn.open_table(HOSTS)?,
         };
@@ -312,7 +329,7 @@ fn write(
                     vary_json,
                 } => put(inner, &mut t, *meta, body, &bytes, &vary_json, keep)?,
                 Op::Remove(key) => {
-                    let variants = variants_of(&t.entries, &key)?;
+                    let variants = inner.index()?.variants_with_prefix(&variant_prefix(&key));
                     for variant in &variants {
                         t.remove_variant(inner, variant)?;
                     }
@@ -334,9 +351,9 @@ fn write(
             });
         }
         // Reads since the last write reach the disk with this one.
-        let dirty = inner.index()?.lru.take_dirty();
-        for (variant, tick, size) in dirty {
-            t.access.insert(variant.as_str(), (tick, size))?;
+        let reads = inner.index()?.take_reads();
+        for (variant, tick, size) in reads {
+            t.reads.insert(variant.as_str(), (tick, size))?;
         }
     }
     txn.commit()?;
@@ -365,7 +382,10 @@ fn put(
     let old_json = old.as_deref().unwrap_or(NO_VARY);
     if old_json != vary_json {
         // Old variants were keyed by other header names: unreachable now.
-        for variant in variants_of(&t.entries, meta.key())? {
+        let orphans = inner
+            .index()?
+            .variants_with_prefix(&variant_prefix(meta.key()));
+        for variant in orphans {
             t.remove_variant(inner, &variant)?;
         }
     }
@@ -377,20 +397,27 @@ fn put(
         t.vary.insert(primary, vary_json)?;
     }
     let variant = meta.variant();
-    let (victims, tick) = {
+    let (victims, old, seq) = {
         let mut index = inner.index()?;
-        let victims = index.lru.victims(variant, size, inner.limits.max_size);
-        for victim in &victims {
-            index.forget(victim);
-        }
-        (victims, index.stored(variant, size))
+        let victims: Vec<_> = index
+            .lru
+            .victims(variant, size, inner.limits.max_size)
+            .into_iter()
+            .map(|v| {
+                let page = (index.seq_of(&v), index.has_read_row(&v));
+                index.forget(&v);
+                (v, page)
+            })
+            .collect();
+        let old = (index.seq_of(variant), index.has_read_row(variant));
+        (victims, old, index.stored(variant, size))
     };
-    for victim in &victims {
-        t.entries.remove(victim.as_str())?;
-        t.access.remove(victim.as_str())?;
+    for (victim, (seq, read_row)) in &victims {
+        t.remove_page(*seq, read_row.then_some(victim.as_str()))?;
     }
-    t.entries.insert(variant, bytes)?;
-    t.access.insert(variant, (tick, size))?;
+    t.remove_page(old.0, old.1.then_some(variant))?;
+    t.pages.insert(seq, bytes)?;
+    t.seqs.insert(seq, (variant, size))?;
     let evicted = victims.len();
     keep.push((StoredResponse { meta, body }, size));
     Ok(Outcome::Put(PutOutcome::Stored { evicted }))
