@@ -90,10 +90,12 @@ pub struct AuditRecord {
     pub prefs: Option<PrefsRecord>,
     /// Whether the request carried Web Bot Auth signature headers.
     pub signed: bool,
-    /// Where the host's budget was decided: `"degraded"` when a shared
-    /// state backend was out of reach and this proxy decided alone at its
-    /// conservative rate; absent otherwise (so lines of a proxy without a
-    /// shared backend keep their shape).
+    /// Where the host's budget was decided, with a shared state backend:
+    /// `"shared"` on the cluster's copy; `"degraded"` when the backend was
+    /// out of reach and this proxy decided alone at its conservative rate;
+    /// `"contended"` when other proxies kept changing the host's copy, so
+    /// this request alone was decided that way. Absent with no shared
+    /// backend (so those lines keep their shape).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub state: Option<&'static str>,
     /// The limit the origin announced in this response's headers

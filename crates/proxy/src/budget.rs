@@ -16,7 +16,7 @@ use mannerly_policy::budget::{
     host_key, Announced, HostView, PersistedHost, Reaction, Refusal, Reservation, ResetReport,
     Start, QUEUE_RETRY_AFTER,
 };
-use mannerly_state::hosts::{HostStore, Lease, MemoryHosts, RedisHosts, RedisSettings};
+use mannerly_state::hosts::{Basis, HostStore, Lease, MemoryHosts, RedisHosts, RedisSettings};
 use mannerly_state::responses::{ResponseStore, StoreError};
 use mannerly_state::robots::SharedRobots;
 use tokio::sync::{Mutex, Notify};
@@ -65,7 +65,8 @@ pub(crate) struct Permit {
     budgets: Arc<Budgets>,
     open: bool,
     lease: Option<Lease>,
-    degraded: bool,
+    /// The audit `state` of the decisions that let it go.
+    state: Option<&'static str>,
 }
 
 impl Budgets {
@@ -255,10 +256,10 @@ impl Budgets {
         self.apply_crawl_delay(&key).await;
         let now = self.clock.now();
         let mut reserved = now;
-        match self
+        let (reservation, admitted_on) = self
             .admit(&key, now, deadline.saturating_duration_since(now), robots)
-            .await
-        {
+            .await;
+        match reservation {
             Reservation::Refuse(r) => return Err(r),
             Reservation::Wait(d) => tokio::time::sleep(d).await,
             Reservation::Go => {}
@@ -271,17 +272,23 @@ impl Budgets {
             freed.as_mut().enable();
             let now = self.clock.now();
             let hold_left = deadline.saturating_duration_since(now);
-            let (answer, lease, degraded) =
+            let (answer, lease, started_on) =
                 self.try_start_since(&key, now, hold_left, reserved).await;
             match answer {
                 Start::Go => {
+                    // A slot reserved on the stand-in makes the request a
+                    // local decision even when its start was shared.
+                    let basis = match started_on {
+                        Some(b) if b.is_local() => Some(b),
+                        _ => admitted_on.filter(|b| b.is_local()).or(started_on),
+                    };
                     return Ok(Permit {
                         host: key,
                         budgets: self.clone(),
                         open: true,
                         lease,
-                        degraded,
-                    })
+                        state: basis.map(Basis::as_str),
+                    });
                 }
                 Start::Refuse(r) => return Err(r),
                 Start::Wait(d) => {
@@ -340,20 +347,21 @@ impl Budgets {
     }
 
     /// Reserves `key`'s next slot; a robots.txt fetch's slot is not charged
-    /// (`HostBudget::admit_robots`).
+    /// (`HostBudget::admit_robots`). With Redis, also what it was decided on.
     async fn admit(
         &self,
         key: &str,
         now: Instant,
         hold_left: Duration,
         robots: bool,
-    ) -> Reservation {
+    ) -> (Reservation, Option<Basis>) {
         let (now, wall) = (now.into_std(), self.clock.wall());
+        let shared = |d: mannerly_state::hosts::Decided<Reservation>| (d.value, Some(d.basis));
         match &self.backend {
-            Backend::Memory(m) if robots => m.admit_robots(key, now, hold_left),
-            Backend::Memory(m) => m.admit(key, now, hold_left),
-            Backend::Redis(r) if robots => r.admit_robots(key, now, wall, hold_left).await.value,
-            Backend::Redis(r) => r.admit(key, now, wall, hold_left).await.value,
+            Backend::Memory(m) if robots => (m.admit_robots(key, now, hold_left), None),
+            Backend::Memory(m) => (m.admit(key, now, hold_left), None),
+            Backend::Redis(r) if robots => shared(r.admit_robots(key, now, wall, hold_left).await),
+            Backend::Redis(r) => shared(r.admit(key, now, wall, hold_left).await),
         }
     }
 
@@ -363,12 +371,12 @@ impl Budgets {
         now: Instant,
         hold_left: Duration,
         reserved: Instant,
-    ) -> (Start, Option<Lease>, bool) {
+    ) -> (Start, Option<Lease>, Option<Basis>) {
         match &self.backend {
             Backend::Memory(m) => (
                 m.try_start_since(key, now.into_std(), hold_left, reserved.into_std()),
                 None,
-                false,
+                None,
             ),
             Backend::Redis(r) => {
                 let d = r
@@ -380,7 +388,7 @@ impl Budgets {
                         reserved.into_std(),
                     )
                     .await;
-                (d.value.0, d.value.1, d.degraded)
+                (d.value.0, d.value.1, Some(d.basis))
             }
         }
     }
@@ -486,13 +494,10 @@ impl Budgets {
 }
 
 impl Permit {
-    /// The audit `state` of the decision that let this request go.
+    /// The audit `state` of the decisions that let this request go: absent
+    /// with the memory backend, else `shared`, `degraded` or `contended`.
     pub(crate) fn state(&self) -> Option<&'static str> {
-        match self.budgets.backend {
-            Backend::Memory(_) => None,
-            Backend::Redis(_) if self.degraded => Some("degraded"),
-            Backend::Redis(_) => Some("shared"),
-        }
+        self.state
     }
 
     /// Releases the slot with what the origin answered; returns what the

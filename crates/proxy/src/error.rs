@@ -222,6 +222,9 @@ pub enum StartError {
         /// The cause.
         why: String,
     },
+    /// The system's random source failed.
+    #[error("the system's random source failed ({0}); mannerly needs it for its Via name (what tells it from other proxies in a chain) and for TLS")]
+    Random(String),
 }
 
 /// Where an error came from, for the audit log's `source` field.

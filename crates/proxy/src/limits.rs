@@ -5,11 +5,13 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use http::header::VIA;
 use http::{HeaderMap, HeaderValue};
 use tokio::net::{TcpListener, TcpSocket};
+
+use crate::error::StartError;
 
 /// Binds `addr` with a listen backlog of `backlog` (the kernel caps it at
 /// `net.core.somaxconn`); the usual 128 drops connections in bursts.
@@ -88,34 +90,52 @@ impl ConnLimits {
     }
 }
 
-/// This process's `Via` pseudonym, random per start, so that two proxies
+/// This proxy's `Via` pseudonym, random per start, so that two proxies
 /// chained on purpose do not mistake each other for a loop.
-fn pseudonym() -> &'static str {
-    static NAME: OnceLock<String> = OnceLock::new();
-    NAME.get_or_init(|| {
+pub(crate) struct Via {
+    name: String,
+    value: HeaderValue,
+}
+
+impl Via {
+    /// A pseudonym from the system's random source.
+    pub(crate) fn new() -> Result<Via, StartError> {
+        Via::from_random(getrandom::getrandom)
+    }
+
+    /// Refuses to start without randomness rather than fall back to a name
+    /// made of the pid and the time: TLS (leaf keys for interception, every
+    /// handshake upstream) draws on the same random source, so such a proxy
+    /// would start only to fail its HTTPS traffic; failing here names the
+    /// cause instead of leaving it to be found in broken handshakes.
+    fn from_random(
+        fill: impl FnOnce(&mut [u8]) -> Result<(), getrandom::Error>,
+    ) -> Result<Via, StartError> {
         let mut b = [0u8; 6];
-        let _ = getrandom::getrandom(&mut b);
-        format!("mannerly-{}", mannerly_policy::hex(&b))
-    })
-}
+        fill(&mut b).map_err(|e| StartError::Random(e.to_string()))?;
+        let name = format!("mannerly-{}", mannerly_policy::hex(&b));
+        // Hex digits are always a valid header value.
+        let value = HeaderValue::from_str(&format!("1.1 {name}"))
+            .unwrap_or_else(|_| HeaderValue::from_static("1.1 mannerly"));
+        Ok(Via { name, value })
+    }
 
-/// The `Via` value added to requests sent upstream.
-pub(crate) fn via_value() -> HeaderValue {
-    HeaderValue::from_str(&format!("1.1 {}", pseudonym()))
-        .unwrap_or_else(|_| HeaderValue::from_static("1.1 mannerly"))
-}
+    /// The `Via` value added to requests sent upstream.
+    pub(crate) fn value(&self) -> HeaderValue {
+        self.value.clone()
+    }
 
-/// Whether a request has already been through this proxy.
-pub(crate) fn is_loop(headers: &HeaderMap) -> bool {
-    let me = pseudonym();
-    headers
-        .get_all(VIA)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .any(|v| {
-            v.split(',')
-                .any(|hop| hop.split_whitespace().nth(1) == Some(me))
-        })
+    /// Whether a request has already been through this proxy.
+    pub(crate) fn is_loop(&self, headers: &HeaderMap) -> bool {
+        headers
+            .get_all(VIA)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(|v| {
+                v.split(',')
+                    .any(|hop| hop.split_whitespace().nth(1) == Some(self.name.as_str()))
+            })
+    }
 }
 
 #[cfg(test)]
@@ -138,10 +158,30 @@ mod tests {
 
     #[test]
     fn our_via_is_a_loop_others_are_not() {
+        let me = Via::new().expect("a random source");
+        let next = Via::new().expect("a random source");
         let mut h = HeaderMap::new();
         h.append(VIA, HeaderValue::from_static("1.1 squid, 1.0 other"));
-        assert!(!is_loop(&h));
-        h.append(VIA, via_value());
-        assert!(is_loop(&h));
+        assert!(!me.is_loop(&h));
+        // A second proxy chained behind this one is not a loop for it.
+        h.append(VIA, next.value());
+        assert!(!me.is_loop(&h));
+        assert!(next.is_loop(&h));
+        h.append(VIA, me.value());
+        assert!(me.is_loop(&h));
+    }
+
+    #[test]
+    fn no_random_source_refuses_to_start_and_says_why() {
+        let Err(e) = Via::from_random(|_| Err(getrandom::Error::UNSUPPORTED)) else {
+            panic!("started without randomness");
+        };
+        assert!(matches!(e, StartError::Random(_)));
+        let msg = e.to_string();
+        assert!(msg.contains("random source failed"), "{msg}");
+        assert!(
+            msg.contains(&getrandom::Error::UNSUPPORTED.to_string()),
+            "{msg}"
+        );
     }
 }

@@ -17,7 +17,7 @@ use bytes::Bytes;
 use http::header::{HOST, RETRY_AFTER, USER_AGENT};
 use http::request::Parts;
 use http::uri::{Authority, PathAndQuery};
-use http::{HeaderMap, Request, Response, StatusCode, Uri, Version};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Uri, Version};
 use http_body::Body as _;
 use hyper::body::Incoming;
 use mannerly_policy::budget::{host_key, Announced, Reaction, Refusal as BudgetRefusal};
@@ -328,7 +328,8 @@ impl Exchange {
         body: ProxyBody,
         cache: &CacheStep,
     ) -> Step<Request<ProxyBody>> {
-        match upstream_request(parts, body, &self.target, &self.url) {
+        let via = self.shared.via.value();
+        match upstream_request(parts, body, &self.target, &self.url, via) {
             Ok(mut r) => {
                 if let Some(validators) = &cache.validators {
                     r.headers_mut().extend(validators.clone());
@@ -737,6 +738,7 @@ fn upstream_request(
     body: ProxyBody,
     target: &Target,
     url: &str,
+    via: HeaderValue,
 ) -> Result<Request<ProxyBody>, String> {
     let mut parts = parts.clone();
     parts.uri = url
@@ -746,9 +748,7 @@ fn upstream_request(
         .map_err(|e| format!("bad host {}: {e}", target.host))?;
     parts.version = Version::HTTP_11;
     strip_hop_by_hop(&mut parts.headers);
-    parts
-        .headers
-        .append(http::header::VIA, crate::limits::via_value());
+    parts.headers.append(http::header::VIA, via);
     parts.headers.remove(HOST);
     Ok(Request::from_parts(parts, body))
 }

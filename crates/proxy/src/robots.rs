@@ -109,7 +109,7 @@ impl RobotsCache {
             match cluster::claim(budgets, &key, &self.params, deadline, self.clock.now_std()).await
             {
                 cluster::Next::Use(result, fetched_at) => {
-                    return Ok(self.install(&slot, &result, fetched_at));
+                    return Ok(self.install(&key, &slot, &result, fetched_at));
                 }
                 cluster::Next::Fetch(claim) => claim,
             };
@@ -152,22 +152,38 @@ impl RobotsCache {
         }
         on_fetch(&report);
         cluster::publish(claim, &key, &report.result, &self.params, self.clock.wall()).await;
-        Ok(self.install(&slot, &report.result, self.clock.now_std()))
+        Ok(self.install(&key, &slot, &report.result, self.clock.now_std()))
     }
 
     /// Puts the result of a fetch made at `fetched_at` (here, or by another
-    /// proxy of the cluster) into the slot, counting its body against
-    /// `robots.max_bytes`.
-    fn install(&self, slot: &Slot, result: &FetchResult, fetched_at: std::time::Instant) -> Rules {
+    /// proxy of the cluster) into the slot of `key`, counting its body
+    /// against `robots.max_bytes`.
+    fn install(
+        &self,
+        key: &str,
+        slot: &Slot,
+        result: &FetchResult,
+        fetched_at: std::time::Instant,
+    ) -> Rules {
         let new = match result {
             FetchResult::Body(body) => body.len() as u64,
             _ => 0,
         };
-        let old = slot.bytes.swap(new, Ordering::Relaxed);
-        self.bytes.fetch_add(new, Ordering::Relaxed);
-        self.bytes.fetch_sub(old, Ordering::Relaxed);
-        if self.bytes.load(Ordering::Relaxed) > self.params.max_bytes {
-            self.evict();
+        // Counted only while the slot is in the map (whose shard lock keeps
+        // `evict` out meanwhile): a slot evicted while its fetch ran still
+        // answers the requests that waited for it, but nothing would ever
+        // subtract its bytes again.
+        let over = match self.slots.get(key) {
+            Some(listed) if std::ptr::eq(&**listed, slot) => {
+                let old = slot.bytes.swap(new, Ordering::Relaxed);
+                self.bytes.fetch_add(new, Ordering::Relaxed);
+                self.bytes.fetch_sub(old, Ordering::Relaxed);
+                self.bytes.load(Ordering::Relaxed) > self.params.max_bytes
+            }
+            _ => false,
+        };
+        if over {
+            self.evict(Some(slot));
         }
         let now = self.clock.now_std();
         let mut guard = slot.entry.write().unwrap_or_else(|p| p.into_inner());
@@ -191,7 +207,7 @@ impl RobotsCache {
             return s.clone();
         }
         if self.slots.len() >= self.params.max_entries {
-            self.evict();
+            self.evict(None);
         }
         self.slots
             .entry(key.to_string())
@@ -205,38 +221,60 @@ impl RobotsCache {
             .clone()
     }
 
-    // Stale entries go first; if every entry is live the oldest half of the
-    // map's iteration order goes, which bounds memory at the cost of refetches.
-    // The byte bound works the same way, on the bodies' sizes.
-    fn evict(&self) {
+    // Stale entries go first; if every entry is live, half of them go in
+    // the map's iteration order (hash order, not age), which bounds memory
+    // at the cost of refetches. The byte bound works the same way, on the
+    // bodies' sizes, and then goes on while the bodies left still pass it.
+    // `keep` is the entry being installed: its slot holds no live entry yet,
+    // and evicting it would drop the fetch just paid for and leave its
+    // origin to fetch again on its next request.
+    fn evict(&self, keep: Option<&Slot>) {
         let now = self.clock.now_std();
+        let kept = |s: &Arc<Slot>| keep.is_some_and(|k| std::ptr::eq(&**s, k));
         self.slots.retain(|_, s| {
-            let keep = s
-                .entry
-                .read()
-                .map(|e| e.as_ref().is_some_and(|e| e.is_live(&self.params, now)))
-                .unwrap_or(false);
+            let keep = kept(s)
+                || s.entry
+                    .read()
+                    .map(|e| e.as_ref().is_some_and(|e| e.is_live(&self.params, now)))
+                    .unwrap_or(false);
             if !keep {
                 self.bytes
                     .fetch_sub(s.bytes.swap(0, Ordering::Relaxed), Ordering::Relaxed);
             }
             keep
         });
-        if self.slots.len() >= self.params.max_entries
-            || self.bytes.load(Ordering::Relaxed) > self.params.max_bytes
-        {
+        let over_bytes = || self.bytes.load(Ordering::Relaxed) > self.params.max_bytes;
+        if self.slots.len() >= self.params.max_entries || over_bytes() {
             let drop: Vec<String> = self
                 .slots
                 .iter()
+                .filter(|e| !kept(e.value()))
                 .take(self.slots.len() / 2 + 1)
                 .map(|e| e.key().clone())
                 .collect();
             for k in drop {
-                if let Some((_, s)) = self.slots.remove(&k) {
-                    self.bytes
-                        .fetch_sub(s.bytes.swap(0, Ordering::Relaxed), Ordering::Relaxed);
-                }
+                self.remove(&k);
             }
+        }
+        // Ends under the cap: the entry kept is one body, at most
+        // MAX_ROBOTS_BYTES, which `robots.max_bytes` is never below.
+        while over_bytes() {
+            let next = self
+                .slots
+                .iter()
+                .find(|e| !kept(e.value()))
+                .map(|e| e.key().clone());
+            match next {
+                Some(k) => self.remove(&k),
+                None => break,
+            }
+        }
+    }
+
+    fn remove(&self, key: &str) {
+        if let Some((_, s)) = self.slots.remove(key) {
+            self.bytes
+                .fetch_sub(s.bytes.swap(0, Ordering::Relaxed), Ordering::Relaxed);
         }
     }
 }
@@ -464,6 +502,111 @@ pub(crate) fn fetch_record(mut rec: AuditRecord, r: &FetchReport) -> AuditRecord
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `robots.max_bytes` at its smallest: room for two 200 kB bodies.
+    const CAP: u64 = MAX_ROBOTS_BYTES as u64;
+    const BODY: usize = 200_000;
+
+    fn cache() -> RobotsCache {
+        let params = RobotsParams {
+            max_bytes: CAP,
+            ..RobotsParams::default()
+        }
+        .validate()
+        .expect("valid");
+        RobotsCache::new(params, Clock::system(), None)
+    }
+
+    /// A robots.txt of `len` bytes fetched for `origin` and put in the cache.
+    fn fetched(c: &RobotsCache, origin: &str, len: usize) {
+        let slot = c.slot(origin);
+        let mut body = format!("User-agent: *\nDisallow: /private\n# {origin}\n").into_bytes();
+        body.resize(len, b'#');
+        c.install(origin, &slot, &FetchResult::Body(body), c.clock.now_std());
+    }
+
+    fn held(c: &RobotsCache, origin: &str) -> bool {
+        c.slots.get(origin).is_some_and(|s| c.cached(&s).is_some())
+    }
+
+    /// What the cache counts against the cap, and what its listed entries hold.
+    fn counted_and_held(c: &RobotsCache) -> (u64, u64) {
+        let held = c
+            .slots
+            .iter()
+            .map(|s| s.bytes.load(Ordering::Relaxed))
+            .sum();
+        (c.bytes.load(Ordering::Relaxed), held)
+    }
+
+    #[test]
+    fn the_byte_cap_evicts_older_entries_and_keeps_the_one_just_fetched() {
+        let c = cache();
+        fetched(&c, "http://a.test/", BODY);
+        fetched(&c, "http://b.test/", BODY);
+        assert!(held(&c, "http://a.test/") && held(&c, "http://b.test/"));
+        assert_eq!(counted_and_held(&c), (2 * BODY as u64, 2 * BODY as u64));
+
+        // A third body would pass the cap: the older ones make room.
+        fetched(&c, "http://c.test/", BODY);
+        assert!(held(&c, "http://c.test/"), "the newest entry is kept");
+        assert!(!held(&c, "http://a.test/") && !held(&c, "http://b.test/"));
+        let (counted, held_bytes) = counted_and_held(&c);
+        assert_eq!(counted, held_bytes);
+        assert!(counted <= CAP, "{counted} bytes held over a cap of {CAP}");
+    }
+
+    #[test]
+    fn the_byte_cap_holds_through_many_fetches_of_any_size() {
+        let c = cache();
+        for (i, len) in [
+            150_000, 300_000, 20_000, 500_000, 90_000, 260_000, 400_000, 10,
+        ]
+        .into_iter()
+        .cycle()
+        .take(40)
+        .enumerate()
+        {
+            let origin = format!("http://o{i}.test/");
+            fetched(&c, &origin, len);
+            assert!(held(&c, &origin), "{origin} is kept");
+            let (counted, held_bytes) = counted_and_held(&c);
+            assert_eq!(counted, held_bytes, "after {origin}");
+            assert!(counted <= CAP, "{counted} bytes over {CAP} after {origin}");
+        }
+    }
+
+    #[test]
+    fn the_byte_cap_holds_when_evicting_half_is_not_enough() {
+        let c = cache();
+        for i in 0..5 {
+            fetched(&c, &format!("http://o{i}.test/"), 100_000);
+        }
+        // 4 of the 5 go in the first pass, whichever they are; the one left
+        // and the new body still pass the cap, so it goes too.
+        fetched(&c, "http://big.test/", MAX_ROBOTS_BYTES);
+        assert!(held(&c, "http://big.test/"));
+        assert_eq!(c.slots.len(), 1);
+        assert_eq!(counted_and_held(&c), (CAP, CAP));
+    }
+
+    #[test]
+    fn an_entry_evicted_while_its_fetch_ran_holds_no_bytes() {
+        let c = cache();
+        // A fetch for x starts; while it runs, others fill the cache over
+        // the cap and x's empty slot is evicted.
+        let x = c.slot("http://x.test/");
+        fetched(&c, "http://a.test/", BODY);
+        fetched(&c, "http://b.test/", BODY);
+        fetched(&c, "http://c.test/", BODY);
+        assert!(c.slots.get("http://x.test/").is_none());
+        // Its answer still serves the requests that waited for it, but
+        // counts against the cap only if it is in the cache.
+        let x_body = FetchResult::Body(vec![b'#'; BODY]);
+        c.install("http://x.test/", &x, &x_body, c.clock.now_std());
+        let (counted, held_bytes) = counted_and_held(&c);
+        assert_eq!(counted, held_bytes);
+    }
 
     #[test]
     fn locations_resolve_against_the_request() {

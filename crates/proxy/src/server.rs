@@ -320,7 +320,7 @@ async fn dispatch(
     if let Err(denied) = crate::auth::admit(&shared, &req, peer).await {
         return denied;
     }
-    if crate::limits::is_loop(req.headers()) {
+    if shared.via.is_loop(req.headers()) {
         let rec = shared.record(req.method().as_str(), &req.uri().to_string(), "", peer);
         let why = "this request has already passed through this proxy (its own Via): a proxy loop";
         let a = Answer::new(Outcome::Error, why).status(508).close();

@@ -53,6 +53,8 @@ pub(crate) struct Shared {
     pub(crate) auth: crate::auth::Gate,
     /// Connection caps (`proxy.max_connections*`).
     pub(crate) conns: Arc<crate::limits::ConnLimits>,
+    /// This proxy's name in `Via`, for loop detection.
+    pub(crate) via: crate::limits::Via,
     ids: AtomicU64,
     id_prefix: String,
 }
@@ -67,6 +69,7 @@ impl Shared {
         ca: Arc<CertificateAuthority>,
         audit: AuditSink,
     ) -> Result<Shared, StartError> {
+        let via = crate::limits::Via::new()?;
         let auth = crate::auth::Gate::new(&cfg)?;
         let conns = crate::limits::ConnLimits::new(
             cfg.proxy.max_connections,
@@ -119,6 +122,7 @@ impl Shared {
             identity,
             auth,
             conns,
+            via,
             ids: AtomicU64::new(0),
             id_prefix: format!("{start:x}"),
         })

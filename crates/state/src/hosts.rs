@@ -15,7 +15,9 @@
 //! Methods are infallible on purpose: a backend that loses its shared store
 //! falls back to local state (for Redis, at the host's last shared rate
 //! divided by `instances_hint`) and says so (`state: "degraded"` in the
-//! audit line); it never fails open.
+//! audit line); it never fails open. An operation on a host whose shared
+//! copy other proxies keep changing falls back the same way, alone
+//! (`state: "contended"`), while the store stays shared.
 
 mod memory;
 mod redis;
@@ -55,7 +57,9 @@ impl BudgetTable {
 }
 
 pub use memory::MemoryHosts;
-pub use redis::{Decided, Lease, RedisHosts, RedisHostsError, RedisSettings, RedisStats, SCRIPT};
+pub use redis::{
+    Basis, Decided, Lease, RedisHosts, RedisHostsError, RedisSettings, RedisStats, SCRIPT,
+};
 
 use std::time::{Duration, Instant, SystemTime};
 

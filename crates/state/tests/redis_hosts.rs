@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
 use mannerly_policy::budget::{BudgetParams, Reaction, Reservation, Start};
-use mannerly_state::hosts::{Lease, RedisHosts, RedisSettings};
+use mannerly_state::hosts::{Basis, Lease, RedisHosts, RedisSettings};
 use redis_server::RedisServer;
 
 const HOST: &str = "example.com";
@@ -27,7 +27,7 @@ async fn send(s: &RedisHosts, status: u16, retry_after: Option<&str>) -> Reactio
     let wall = SystemTime::now();
     let hold = s.params(HOST).max_hold();
     let a = s.admit(HOST, now, wall, hold).await;
-    assert!(!a.degraded);
+    assert_eq!(a.basis, Basis::Shared);
     if let Reservation::Wait(d) = a.value {
         tokio::time::sleep(d).await;
     }
@@ -50,7 +50,7 @@ async fn send(s: &RedisHosts, status: u16, retry_after: Option<&str>) -> Reactio
             0.0,
         )
         .await;
-    assert!(!r.degraded);
+    assert_eq!(r.basis, Basis::Shared);
     r.value
 }
 
@@ -206,7 +206,7 @@ async fn without_redis_decides_alone_at_a_quarter_then_shares_again() {
     let now = Instant::now();
     let hold = a.params(HOST).max_hold();
     let d = a.admit(HOST, now, SystemTime::now(), hold).await;
-    assert!(d.degraded, "decided alone");
+    assert_eq!(d.basis, Basis::Degraded, "decided alone");
     assert!(a.is_degraded());
     let v = a.view(HOST, Instant::now()).expect("local view");
     assert!(
@@ -233,7 +233,7 @@ async fn without_redis_decides_alone_at_a_quarter_then_shares_again() {
                 0.0,
             )
             .await;
-        assert!(r.degraded);
+        assert_eq!(r.basis, Basis::Degraded);
         assert!(r.value.rate() <= shared_rate / 4.0 + 1e-9);
     }
 
@@ -244,7 +244,7 @@ async fn without_redis_decides_alone_at_a_quarter_then_shares_again() {
     for _ in 0..50 {
         let now = Instant::now();
         let d = a.admit(HOST, now, SystemTime::now(), hold).await;
-        if !d.degraded {
+        if d.basis == Basis::Shared {
             shared = true;
             break;
         }

@@ -9,12 +9,16 @@
 //! response) while one proxy drives a host, and two when another proxy
 //! changed it meanwhile.
 //!
-//! When Redis does not answer within the command timeout (or one operation
-//! loses its compare-and-set [`MAX_ROUNDS`] times) the store decides
+//! When Redis does not answer within the command timeout the store decides
 //! alone ("degraded") on a local copy at the host's last known shared rate
 //! divided by `instances_hint`, tries Redis again every `probe_every`, and
 //! drops the local copies once Redis answers. It never fails a request and
 //! never decides above the shared rate.
+//!
+//! An operation that loses its compare-and-set [`MAX_ROUNDS`] times is
+//! contention on that one host, not an outage: Redis answered every time.
+//! Only that operation is decided on the host's local copy, made the same
+//! way at the same floor rate ([`Basis::Contended`]); the store stays shared.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -31,8 +35,9 @@ use redis::Value;
 /// The Lua script every budget operation runs (see the file for its contract).
 pub const SCRIPT: &str = include_str!("redis/op.lua");
 /// Compare-and-set rounds before an operation gives up on the shared copy
-/// (only reached under heavy contention on one host); giving up counts as
-/// Redis out of reach, so the store then decides alone until its next probe.
+/// (only reached when other proxies keep changing one host's budget). The
+/// operation is then decided locally ([`Basis::Contended`]); other hosts and
+/// later operations still go to Redis.
 const MAX_ROUNDS: u32 = 8;
 
 /// How to reach Redis and how to behave without it.
@@ -82,13 +87,26 @@ pub enum RedisHostsError {
     Url(redis::RedisError),
 }
 
-/// An answer of the store and whether it was decided without Redis.
+/// An answer of the store and what it was decided on.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Decided<T> {
     /// The decision.
     pub value: T,
-    /// Decided alone at the degraded rate, Redis being out of reach.
-    pub degraded: bool,
+    /// The cluster's copy, or this proxy's stand-in and why.
+    pub basis: Basis,
+}
+
+/// What a decision of the store was made on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Basis {
+    /// The cluster's copy in Redis.
+    Shared,
+    /// This proxy's stand-in at the degraded rate: Redis is out of reach.
+    Degraded,
+    /// This proxy's stand-in at the degraded rate, for this one operation:
+    /// other proxies changed the host's copy under it on every one of its
+    /// compare-and-set rounds (8). Redis answers, and the store stays shared.
+    Contended,
 }
 
 /// An in-flight slot taken by [`RedisHosts::try_start_since`]; give it back
@@ -110,8 +128,11 @@ pub struct RedisStats {
     pub round_trips: AtomicU64,
     /// Script calls that found the copy changed by another proxy.
     pub conflicts: AtomicU64,
-    /// Operations decided alone.
+    /// Operations decided alone, Redis being out of reach.
     pub degraded_ops: AtomicU64,
+    /// Operations decided alone after losing every compare-and-set round,
+    /// the store staying shared.
+    pub contended_ops: AtomicU64,
 }
 
 /// Shared host budgets. See the module docs.
@@ -153,6 +174,17 @@ enum LeaseAction<'a> {
     None,
     Take,
     Release(&'a str),
+    /// Give back a slot of the local stand-in (taken while degraded or
+    /// contended) while deciding on whichever copy answers now.
+    ReleaseLocal,
+}
+
+/// Why an operation was not decided on the shared copy.
+enum Miss {
+    /// Redis did not answer in time, or not as the script answers.
+    Unreachable(String),
+    /// Redis answered every round, with a copy another proxy had changed.
+    Contended,
 }
 
 impl std::fmt::Debug for RedisHosts {
@@ -308,16 +340,14 @@ impl RedisHosts {
         announced: Option<&Announced>,
         jitter: f64,
     ) -> Decided<Reaction> {
-        let Lease::Shared(id) = lease else {
-            let value = self.local(host, now, |b, p| {
-                b.on_answer(p, now, wall, status, retry_after, announced, jitter)
-            });
-            return Decided {
-                value,
-                degraded: true,
-            };
+        // A request started on the stand-in still teaches the cluster when
+        // Redis answers now: a 429 kept local would leave the other proxies
+        // at the rate that drew it.
+        let action = match lease {
+            Lease::Shared(id) => LeaseAction::Release(id),
+            Lease::Local => LeaseAction::ReleaseLocal,
         };
-        self.run(host, now, wall, LeaseAction::Release(id), |b, p| {
+        self.run(host, now, wall, action, |b, p| {
             (
                 b.on_answer(p, now, wall, status, retry_after, announced, jitter),
                 false,
@@ -431,8 +461,9 @@ impl RedisHosts {
     // --- internals ---
 
     /// Runs `decide` on the shared budget of `host` until a decision is
-    /// stored, or on the local stand-in when Redis is out of reach. The
-    /// `bool` of `decide` asks for a lease (with `LeaseAction::Take`).
+    /// stored, or on the local stand-in when Redis is out of reach or the
+    /// host's copy keeps changing under this proxy. The `bool` of `decide`
+    /// asks for a lease (with `LeaseAction::Take`).
     async fn run<R>(
         &self,
         host: &str,
@@ -444,25 +475,58 @@ impl RedisHosts {
         self.stats.ops.fetch_add(1, Ordering::Relaxed);
         let key = host_key(host);
         let p = self.table().for_host(&key);
-        if self.may_try_shared(now) {
+        let basis = if self.may_try_shared(now) {
             match self.shared(&key, &p, now, wall, &action, &mut decide).await {
                 Ok(value) => {
                     self.back_to_shared();
+                    self.settle_local(&key, &p, now, &action);
                     return Decided {
                         value,
-                        degraded: false,
+                        basis: Basis::Shared,
                     };
                 }
-                Err(why) => self.degrade(now, &why),
+                Err(Miss::Unreachable(why)) => {
+                    self.degrade(now, &why);
+                    Basis::Degraded
+                }
+                Err(Miss::Contended) => {
+                    // Redis answered every round, so it is not out of reach.
+                    self.back_to_shared();
+                    self.stats.contended_ops.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        "{key}: other proxies changed its shared budget {MAX_ROUNDS} times in a \
+                         row; this step is decided alone at 1/{} of the shared rate, the \
+                         store stays shared",
+                        self.settings.instances_hint
+                    );
+                    Basis::Contended
+                }
             }
+        } else {
+            Basis::Degraded
+        };
+        if basis == Basis::Degraded {
+            self.stats.degraded_ops.fetch_add(1, Ordering::Relaxed);
         }
-        self.stats.degraded_ops.fetch_add(1, Ordering::Relaxed);
         let (r, lease) = self.local(&key, now, |b, p| decide(b, p));
         let lease = (lease && matches!(action, LeaseAction::Take)).then_some(Lease::Local);
         Decided {
             value: (r, lease),
-            degraded: true,
+            basis,
         }
+    }
+
+    /// After a decision stored in Redis: gives back the stand-in's slot the
+    /// operation was releasing, and drops a stand-in that holds no slot, so
+    /// that the next fallback starts from the newest shared copy instead of
+    /// one that may miss a pause learned since.
+    fn settle_local(&self, key: &str, p: &HostParams, now: Instant, action: &LeaseAction<'_>) {
+        if matches!(action, LeaseAction::ReleaseLocal) {
+            if let Some(mut l) = self.local.get_mut(key) {
+                l.budget.finish(p, now);
+            }
+        }
+        self.local.remove_if(key, |_, l| l.budget.in_flight() == 0);
     }
 
     async fn shared<R>(
@@ -473,27 +537,22 @@ impl RedisHosts {
         wall: SystemTime,
         action: &LeaseAction<'_>,
         decide: &mut impl FnMut(&mut HostBudget, &HostParams) -> (R, bool),
-    ) -> Result<(R, Option<Lease>), String> {
-        let releasing = matches!(action, LeaseAction::Release(_));
+    ) -> Result<(R, Option<Lease>), Miss> {
+        let releasing_shared = matches!(action, LeaseAction::Release(_));
+        // The slot being given back is in flight until the decision frees it.
+        let releasing = releasing_shared || matches!(action, LeaseAction::ReleaseLocal);
         let (mut bytes, mut leases) = match self.seen.get(key) {
             // Our own release leaves one lease fewer.
             Some(s) => (
                 s.bytes.clone(),
-                s.leases.saturating_sub(u32::from(releasing)),
+                s.leases.saturating_sub(u32::from(releasing_shared)),
             ),
             None => (Vec::new(), 0),
         };
         let blob_key = format!("{}h:{key}", self.settings.key_prefix);
         let lease_key = format!("{}l:{key}", self.settings.key_prefix);
         for _ in 0..MAX_ROUNDS {
-            let mut budget = if bytes.is_empty() {
-                HostBudget::new(p, now)
-            } else {
-                // Bytes from another version count as no budget: the next
-                // store replaces them.
-                HostBudget::decode(p, &bytes, 0, now, wall)
-                    .unwrap_or_else(|_| HostBudget::new(p, now))
-            };
+            let mut budget = decode_or_new(p, &bytes, now, wall);
             budget.set_in_flight(leases + u32::from(releasing));
             let (value, wants_lease) = decide(&mut budget, p);
             let take = wants_lease && matches!(action, LeaseAction::Take);
@@ -530,18 +589,22 @@ impl RedisHosts {
             .await
             {
                 Ok(Ok(v)) => v,
-                Ok(Err(e)) => return Err(e.to_string()),
+                Ok(Err(e)) => return Err(Miss::Unreachable(e.to_string())),
                 Err(_) => {
-                    return Err(format!(
+                    return Err(Miss::Unreachable(format!(
                         "no answer within {:?}",
                         self.settings.command_timeout
-                    ))
+                    )))
                 }
             };
             let stored = matches!(answer.first(), Some(Value::Int(1)));
             let now_leases = match answer.get(1) {
                 Some(Value::Int(n)) => u32::try_from(*n).unwrap_or(u32::MAX),
-                _ => return Err(String::from("unexpected answer from the budget script")),
+                _ => {
+                    return Err(Miss::Unreachable(String::from(
+                        "unexpected answer from the budget script",
+                    )))
+                }
             };
             if stored {
                 budget.set_in_flight(now_leases);
@@ -563,9 +626,20 @@ impl RedisHosts {
             };
             leases = now_leases;
         }
-        Err(String::from(
-            "the shared budget kept changing under this proxy",
-        ))
+        // The newest copy Redis answered: the stand-in this operation falls
+        // back to is made from it (with any pause another proxy learned),
+        // and the next operation starts from it.
+        let mut budget = decode_or_new(p, &bytes, now, wall);
+        budget.set_in_flight(leases);
+        self.seen.insert(
+            Box::from(key),
+            Seen {
+                bytes,
+                leases,
+                budget,
+            },
+        );
+        Err(Miss::Contended)
     }
 
     /// Runs `f` on the local stand-in of `host`, made on first use from the
@@ -650,9 +724,36 @@ impl<T> Decided<T> {
     fn map<U>(self, f: impl FnOnce(T) -> U) -> Decided<U> {
         Decided {
             value: f(self.value),
-            degraded: self.degraded,
+            basis: self.basis,
         }
     }
+}
+
+// === impl Basis ===
+
+impl Basis {
+    /// The audit line's `state`: `shared`, `degraded` or `contended`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Basis::Shared => "shared",
+            Basis::Degraded => "degraded",
+            Basis::Contended => "contended",
+        }
+    }
+
+    /// Decided on this proxy's stand-in rather than the cluster's copy.
+    pub fn is_local(self) -> bool {
+        self != Basis::Shared
+    }
+}
+
+/// The budget in `bytes` (empty: none yet). Bytes from another version
+/// count as no budget: the next store replaces them.
+fn decode_or_new(p: &HostParams, bytes: &[u8], now: Instant, wall: SystemTime) -> HostBudget {
+    if bytes.is_empty() {
+        return HostBudget::new(p, now);
+    }
+    HostBudget::decode(p, bytes, 0, now, wall).unwrap_or_else(|_| HostBudget::new(p, now))
 }
 
 fn ms(d: Duration) -> u64 {
@@ -668,3 +769,6 @@ fn instance_id() -> String {
         .map_or(0, |d| d.as_micros());
     format!("{host}:{}:{t:x}", std::process::id())
 }
+
+#[cfg(test)]
+mod tests;

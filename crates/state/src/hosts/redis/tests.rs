@@ -1,0 +1,201 @@
+//! Contention on one host against a real redis-server. Another proxy that
+//! writes between this one's read and its compare-and-set is played by a
+//! few lines of Lua run inside the script, just before it compares: the
+//! interleaving that is a race between real proxies happens on every round.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use mannerly_policy::budget::{BudgetParams, HostBudget, Reaction, Reservation, Start};
+
+use super::*;
+
+#[path = "../../../tests/support/redis_server.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod redis_server;
+
+use redis_server::RedisServer;
+
+const HOT: &str = "hot.example";
+const COLD: &str = "cold.example";
+/// Where the other proxy's next copy of `HOT` waits.
+const NEXT_COPY: &str = "test:next-copy";
+
+fn store(server: &RedisServer) -> RedisHosts {
+    let mut s = RedisSettings::new(server.url());
+    s.key_prefix = String::from("test:");
+    // A loaded test machine must not look like an unreachable Redis.
+    s.command_timeout = Duration::from_secs(2);
+    RedisHosts::new(BudgetParams::default(), s).expect("store")
+}
+
+/// The budget script, behind a prologue in which another proxy swaps
+/// `HOT`'s copy with the one waiting in `NEXT_COPY` (two valid copies that
+/// differ), so every round on `HOT` finds the copy changed.
+fn losing_on_hot() -> redis::Script {
+    redis::Script::new(&format!(
+        "if KEYS[1] == 'test:h:{HOT}' then
+           local cur = redis.call('GET', KEYS[1])
+           redis.call('SET', KEYS[1], redis.call('GET', '{NEXT_COPY}'))
+           redis.call('SET', '{NEXT_COPY}', cur)
+         end
+         {SCRIPT}"
+    ))
+}
+
+/// The other proxy writes `budget` as `HOT`'s copy, and keeps a second copy
+/// of it ready for the swap: the same budget encoded against a wall clock
+/// 1 ms later, so other bytes.
+async fn other_proxy_writes(s: &RedisHosts, budget: &HostBudget) {
+    let (now, wall) = (Instant::now(), SystemTime::now());
+    let copy = budget.encode(now, wall);
+    let next = budget.encode(now, wall + Duration::from_millis(1));
+    assert_ne!(copy, next);
+    let mut conn = s.connection();
+    let () = redis::cmd("MSET")
+        .arg(format!("test:h:{HOT}"))
+        .arg(copy)
+        .arg(NEXT_COPY)
+        .arg(next)
+        .query_async(&mut conn)
+        .await
+        .expect("MSET");
+}
+
+async fn exists(s: &RedisHosts, key: &str) -> bool {
+    let mut conn = s.connection();
+    let n: i64 = redis::cmd("EXISTS")
+        .arg(key)
+        .query_async(&mut conn)
+        .await
+        .expect("EXISTS");
+    n == 1
+}
+
+#[tokio::test]
+async fn contention_on_one_host_decides_that_step_alone_and_the_store_stays_shared() {
+    let Some(server) = RedisServer::start(
+        "contention_on_one_host_decides_that_step_alone_and_the_store_stays_shared",
+    ) else {
+        return;
+    };
+    // Another proxy drew a 429 on HOT: the cluster pauses it for a minute.
+    let mut a = store(&server);
+    let (p, now, wall) = (a.params(HOT), Instant::now(), SystemTime::now());
+    let mut paused = HostBudget::new(&p, now);
+    let Reaction::Throttled(t) = paused.on_answer(&p, now, wall, 429, Some("60"), None, 0.0) else {
+        panic!("a 429 throttles");
+    };
+    other_proxy_writes(&a, &paused).await;
+
+    a.script = losing_on_hot();
+    let d = a
+        .admit(HOT, Instant::now(), SystemTime::now(), Duration::ZERO)
+        .await;
+    assert_eq!(d.basis, Basis::Contended);
+    // Decided on the newest copy Redis answered: the pause another proxy
+    // learned holds here too (a new host's budget would have let it go).
+    assert!(
+        matches!(d.value, Reservation::Refuse(_)),
+        "paused for the cluster: {:?}",
+        d.value
+    );
+    let st = a.stats();
+    assert_eq!(
+        st.round_trips.load(Ordering::Relaxed),
+        u64::from(MAX_ROUNDS)
+    );
+    assert_eq!(st.conflicts.load(Ordering::Relaxed), u64::from(MAX_ROUNDS));
+    assert_eq!(st.contended_ops.load(Ordering::Relaxed), 1);
+    assert_eq!(st.degraded_ops.load(Ordering::Relaxed), 0);
+    // At the floor rate: the shared rate over `instances_hint`.
+    let now = Instant::now();
+    let local_rate = a
+        .local
+        .get(HOT)
+        .map(|l| l.budget.view(&a.params(HOT), now).rate)
+        .expect("a stand-in for HOT");
+    assert!(
+        local_rate <= t.rate / f64::from(a.settings.instances_hint) + 1e-9,
+        "stand-in rate {local_rate} vs shared {}",
+        t.rate
+    );
+
+    // Nothing else is local: the store is shared, and the next host is
+    // decided in Redis with one round trip.
+    assert!(!a.is_degraded());
+    assert!(!exists(&a, &format!("test:h:{COLD}")).await);
+    let d = a
+        .admit(COLD, Instant::now(), SystemTime::now(), Duration::ZERO)
+        .await;
+    assert_eq!(d.basis, Basis::Shared);
+    assert!(exists(&a, &format!("test:h:{COLD}")).await);
+    assert_eq!(
+        a.stats().round_trips.load(Ordering::Relaxed),
+        u64::from(MAX_ROUNDS) + 1
+    );
+    assert_eq!(a.stats().degraded_ops.load(Ordering::Relaxed), 0);
+
+    // Once the other proxy stops writing, HOT is shared again and its
+    // stand-in is gone (a later fallback starts from the newest copy).
+    a.script = redis::Script::new(SCRIPT);
+    let d = a
+        .admit(HOT, Instant::now(), SystemTime::now(), Duration::ZERO)
+        .await;
+    assert_eq!(d.basis, Basis::Shared);
+    assert!(matches!(d.value, Reservation::Refuse(_)), "{:?}", d.value);
+    assert!(a.local.get(HOT).is_none());
+}
+
+#[tokio::test]
+async fn a_request_started_under_contention_teaches_the_cluster_its_429() {
+    let Some(server) =
+        RedisServer::start("a_request_started_under_contention_teaches_the_cluster_its_429")
+    else {
+        return;
+    };
+    let other = store(&server);
+    let mut a = store(&server);
+    let p = a.params(HOT);
+    other_proxy_writes(&a, &HostBudget::new(&p, Instant::now())).await;
+
+    a.script = losing_on_hot();
+    let hold = p.max_hold();
+    let now = Instant::now();
+    let st = a
+        .try_start_since(HOT, now, SystemTime::now(), hold, now)
+        .await;
+    assert_eq!(st.basis, Basis::Contended);
+    let (Start::Go, Some(lease)) = st.value else {
+        panic!("expected to start, got {:?}", st.value);
+    };
+    assert_eq!(lease, Lease::Local);
+
+    // The answer comes back when Redis is no longer contended: what it
+    // teaches is the cluster's, not this proxy's stand-in's.
+    a.script = redis::Script::new(SCRIPT);
+    let r = a
+        .on_response(
+            HOT,
+            &lease,
+            Instant::now(),
+            SystemTime::now(),
+            429,
+            Some("60"),
+            None,
+            0.0,
+        )
+        .await;
+    assert_eq!(r.basis, Basis::Shared);
+    assert!(matches!(r.value, Reaction::Throttled(_)), "{:?}", r.value);
+    let paused = other
+        .admit(HOT, Instant::now(), SystemTime::now(), Duration::ZERO)
+        .await;
+    assert_eq!(paused.basis, Basis::Shared);
+    assert!(
+        matches!(paused.value, Reservation::Refuse(_)),
+        "the other proxy sees the pause: {:?}",
+        paused.value
+    );
+    // The stand-in's slot came back with the answer, and the stand-in went.
+    assert!(a.local.get(HOT).is_none());
+}
