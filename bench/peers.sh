@@ -27,9 +27,11 @@
 # apt-get install -y nginx-light squid tinyproxy wrk curl openssl), and for
 # the https path mitmdump (pip install mitmproxy; MITMDUMP=/path/to/mitmdump
 # if it is not on PATH; without it the mitmproxy row is skipped).
+# BENCH_ROUNDS (default 3: every HTTP path runs each peer this many times,
+# the peers in turn, and reports the median run; all rounds' req/s shown),
 # BENCH_HTTPS_REQUESTS (default 20000; mitmproxy gets a tenth),
 # BENCH_MANNERLY_ENV="MANNERLY_CACHE__SYNC=none ..." (extra settings). BENCH_DURATION
-# (default 10 s per run), BENCH_SKIP_BUILD=1, BENCH_KEEP=1,
+# (default 6 s per run), BENCH_SKIP_BUILD=1, BENCH_KEEP=1,
 # BENCH_PATHS="plain reval fresh https" and BENCH_PEERS="direct relay squid
 # tinyproxy mannerly" (subsets run fewer; squid is the ratio's base), BENCH_PERF=1
 # (perf record on mannerly during its runs; prints each path's top symbols;
@@ -38,7 +40,7 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
-DURATION=${BENCH_DURATION:-10}
+DURATION=${BENCH_DURATION:-6}
 CONNS=32
 THREADS=2
 die() { echo "peers.sh: $*" >&2; exit 1; }
@@ -241,32 +243,46 @@ declare -A URL=([plain]=$ORIGIN/plain [reval]=$ORIGIN/etag/page.html [fresh]=$OR
 declare -A UNIQ=([plain]=0 [reval]=0 [fresh]=1)
 PEER_PID=([relay]=$RELAY_PID [squid]=$SQUID_PID [tinyproxy]=$TINY_PID [mannerly]=$MANNERLY_PID)
 declare -A USED
-printf '\n%-6s %-9s %9s %9s %9s %8s %12s %11s\n' path peer req/s p50_ms p99_ms non2xx vs_squid cpu_us/req
+ROUNDS=${BENCH_ROUNDS:-3}
+PEERS=${BENCH_PEERS:-direct relay squid tinyproxy mannerly}
+# The median of a peer's rounds: the run whose req/s is the middle one (its
+# p50 and p99 are reported with it).
+median_run() { # path, peer
+  local r
+  for ((r = 1; r <= ROUNDS; r++)); do echo "$(rps "$1-$2-$r") $r"; done | sort -n | awk -v m=$(((ROUNDS + 1) / 2)) 'NR == m {print $2}'
+}
+printf '\n%-6s %-9s %9s %9s %9s %8s %12s %11s %s\n' path peer req/s p50_ms p99_ms non2xx vs_squid cpu_us/req "rounds (req/s)"
 PATHS=${BENCH_PATHS:-plain reval fresh https}
 for path in $PATHS; do
   [[ $path == https ]] && continue
-  for peer in ${BENCH_PEERS:-direct relay squid tinyproxy mannerly}; do
-    case $peer in
-      direct) port=direct ;; relay) port=direct ;; squid) port=$SQUID_PORT ;; tinyproxy) port=$TINY_PORT ;; mannerly) port=$MANNERLY_PORT ;;
-    esac
-    perf_pid=
-    if [[ $peer == mannerly && ${BENCH_PERF:-0} == 1 ]]; then
-      perf record -F 499 ${BENCH_PERF_CALLGRAPH:--g} -o "$WORK/perf-$path.data" -p "$MANNERLY_PID" >/dev/null 2>&1 & perf_pid=$!
-    fi
-    url=${URL[$path]}
-    [[ $peer == relay ]] && url=${url/:$ORIGIN_PORT/:$RELAY_PORT}
-    pid=${PEER_PID[$peer]:-}
-    before=$([[ -n $pid ]] && ticks "$pid" || echo 0)
-    run "$path-$peer" "$port" "$url" "${UNIQ[$path]}"
-    USED[$path-$peer]=$(( $([[ -n $pid ]] && ticks "$pid" || echo 0) - before ))
-    [[ -n $perf_pid ]] && { kill -INT "$perf_pid"; wait "$perf_pid" || true; }
+  # Rounds take the peers in turn, so that a slow spell of the shared
+  # machine falls on every peer, and the median of each is reported.
+  for ((round = 1; round <= ROUNDS; round++)); do
+    for peer in $PEERS; do
+      case $peer in
+        direct) port=direct ;; relay) port=direct ;; squid) port=$SQUID_PORT ;; tinyproxy) port=$TINY_PORT ;; mannerly) port=$MANNERLY_PORT ;;
+      esac
+      perf_pid=
+      if [[ $peer == mannerly && $round == 1 && ${BENCH_PERF:-0} == 1 ]]; then
+        perf record -F 499 ${BENCH_PERF_CALLGRAPH:--g} -o "$WORK/perf-$path.data" -p "$MANNERLY_PID" >/dev/null 2>&1 & perf_pid=$!
+      fi
+      url=${URL[$path]}
+      [[ $peer == relay ]] && url=${url/:$ORIGIN_PORT/:$RELAY_PORT}
+      pid=${PEER_PID[$peer]:-}
+      before=$([[ -n $pid ]] && ticks "$pid" || echo 0)
+      run "$path-$peer-$round" "$port" "$url" "${UNIQ[$path]}"
+      USED[$path-$peer-$round]=$(( $([[ -n $pid ]] && ticks "$pid" || echo 0) - before ))
+      [[ -n $perf_pid ]] && { kill -INT "$perf_pid"; wait "$perf_pid" || true; }
+    done
   done
-  s=$(rps "$path-squid")
-  for peer in ${BENCH_PEERS:-direct relay squid tinyproxy mannerly}; do
-    r=$(rps "$path-$peer")
-    cpu=-; [[ -n ${PEER_PID[$peer]:-} ]] && cpu=$(cpu_us "$path-$peer" "${USED[$path-$peer]}")
-    printf '%-6s %-9s %9s %9s %9s %8s %12s %11s\n' "$path" "$peer" "$r" "$(ms "$path-$peer" 50%)" \
-      "$(ms "$path-$peer" 99%)" "$(bad "$path-$peer")" "$(awk -v a="$r" -v b="$s" 'BEGIN{printf "%.2fx", a/b}')" "$cpu"
+  s=$(rps "$path-squid-$(median_run "$path" squid)" 2>/dev/null || echo 0)
+  for peer in $PEERS; do
+    m=$path-$peer-$(median_run "$path" "$peer")
+    r=$(rps "$m")
+    cpu=-; [[ -n ${PEER_PID[$peer]:-} ]] && cpu=$(cpu_us "$m" "${USED[$m]}")
+    all=$(for ((round = 1; round <= ROUNDS; round++)); do rps "$path-$peer-$round"; echo; done | paste -sd/)
+    printf '%-6s %-9s %9s %9s %9s %8s %12s %11s %s\n' "$path" "$peer" "$r" "$(ms "$m" 50%)" \
+      "$(ms "$m" 99%)" "$(bad "$m")" "$(awk -v a="$r" -v b="$s" 'BEGIN{ if (b > 0) printf "%.2fx", a/b; else print "-" }')" "$cpu" "$all"
   done
 done
 # --- https: curl --parallel, 16 keep-alive connections ----------------------
@@ -293,28 +309,33 @@ https_run() { # name, requests, port, curl options...
 }
 if [[ " $PATHS " == *" https "* ]]; then
   N=${BENCH_HTTPS_REQUESTS:-20000}
-  https_run direct "$N" "$TLS_PORT" --cacert "$WORK/origin-ca.pem"
-  https_run relay "$N" "$RELAY_TLS_PORT" --cacert "$WORK/origin-ca.pem"
-  perf_pid=
-  if [[ ${BENCH_PERF:-0} == 1 ]]; then
-    perf record -F 499 ${BENCH_PERF_CALLGRAPH:--g} -o "$WORK/perf-https.data" -p "$MANNERLY_PID" >/dev/null 2>&1 & perf_pid=$!
-  fi
-  https_run mannerly "$N" "$TLS_PORT" --cacert "$WORK/data/ca.pem" -x "http://127.0.0.1:$MANNERLY_PORT"
-  [[ -n $perf_pid ]] && { kill -INT "$perf_pid"; wait "$perf_pid" || true; }
-  if [[ -n $MITMDUMP ]]; then
-    wait_port "$MITM_PORT"
-    https_run mitmproxy $((N / 10)) "$TLS_PORT" --cacert "$WORK/mitm/mitmproxy-ca-cert.pem" -x "http://127.0.0.1:$MITM_PORT"
-  fi
+  [[ -n $MITMDUMP ]] && wait_port "$MITM_PORT"
+  for ((round = 1; round <= ROUNDS; round++)); do
+    https_run "direct-$round" "$N" "$TLS_PORT" --cacert "$WORK/origin-ca.pem"
+    https_run "relay-$round" "$N" "$RELAY_TLS_PORT" --cacert "$WORK/origin-ca.pem"
+    perf_pid=
+    if [[ $round == 1 && ${BENCH_PERF:-0} == 1 ]]; then
+      perf record -F 499 ${BENCH_PERF_CALLGRAPH:--g} -o "$WORK/perf-https.data" -p "$MANNERLY_PID" >/dev/null 2>&1 & perf_pid=$!
+    fi
+    https_run "mannerly-$round" "$N" "$TLS_PORT" --cacert "$WORK/data/ca.pem" -x "http://127.0.0.1:$MANNERLY_PORT"
+    [[ -n $perf_pid ]] && { kill -INT "$perf_pid"; wait "$perf_pid" || true; }
+    if [[ -n $MITMDUMP ]]; then
+      https_run "mitmproxy-$round" $((N / 10)) "$TLS_PORT" --cacert "$WORK/mitm/mitmproxy-ca-cert.pem" -x "http://127.0.0.1:$MITM_PORT"
+    fi
+  done
+  # The median round of each peer, by req/s.
+  https_median() { cat "$WORK"/https-"$1"-*.sum 2>/dev/null | sort -k2,2n | awk -v m=$(((ROUNDS + 1) / 2)) 'NR == m'; }
   echo
-  printf '%-6s %-9s %9s %9s %9s %8s %12s %14s\n' path peer req/s p50_ms p99_ms failed vs_direct vs_mitmproxy
-  d=$(awk '{print $2}' "$WORK/https-direct.sum")
-  m=$( [[ -f $WORK/https-mitmproxy.sum ]] && awk '{print $2}' "$WORK/https-mitmproxy.sum" || echo 0)
+  printf '%-6s %-9s %9s %9s %9s %8s %12s %14s %s\n' path peer req/s p50_ms p99_ms failed vs_direct vs_mitmproxy "rounds (req/s)"
+  d=$(https_median direct | awk '{print $2}')
+  m=$(https_median mitmproxy | awk '{print $2}'); m=${m:-0}
   for peer in direct relay mannerly mitmproxy; do
-    [[ -f $WORK/https-$peer.sum ]] || continue
-    read -r _ r p50 p99 bad <"$WORK/https-$peer.sum"
-    printf '%-6s %-9s %9s %9s %9s %8s %12s %14s\n' https "$peer" "$r" "$p50" "$p99" "$bad" \
+    line=$(https_median "$peer"); [[ -n $line ]] || continue
+    read -r _ r p50 p99 bad <<<"$line"
+    all=$(for ((round = 1; round <= ROUNDS; round++)); do awk '{print $2}' "$WORK/https-$peer-$round.sum"; done | paste -sd/)
+    printf '%-6s %-9s %9s %9s %9s %8s %12s %14s %s\n' https "$peer" "$r" "$p50" "$p99" "$bad" \
       "$(awk -v a="$r" -v b="$d" 'BEGIN{printf "%.2fx", a/b}')" \
-      "$(awk -v a="$r" -v b="$m" 'BEGIN{ if (b > 0) printf "%.1fx", a/b; else print "-" }')"
+      "$(awk -v a="$r" -v b="$m" 'BEGIN{ if (b > 0) printf "%.1fx", a/b; else print "-" }')" "$all"
   done
 fi
 
@@ -328,4 +349,4 @@ fi
 echo
 echo "mannerly audit: $(grep -c '"outcome":"revalidated"' "$WORK/data/audit.jsonl" || true) revalidated, $(grep -c '"cache":"stored"' "$WORK/data/audit.jsonl" || true) stored, $(wc -l <"$WORK/data/audit.jsonl") lines"
 "$MANNERLY" audit verify "$WORK/data/audit.jsonl" >/dev/null 2>&1 && echo "audit chain: intact" || echo "audit chain: see mannerly audit verify (end unsealed while running is expected)"
-echo "($(nproc) CPUs shared by origin, proxies and wrk; ${DURATION}s per run, $CONNS connections)"
+echo "($(nproc) CPUs shared by origin, proxies and wrk; ${DURATION}s per run, $CONNS connections, median of $ROUNDS rounds)"
