@@ -86,6 +86,10 @@ pub struct StoreStats {
     pub corrupt_removed: u64,
     /// Write transactions committed since start (one per group of writes).
     pub commits: u64,
+    /// Forced to disk (`fsync`) since start: every commit with `sync =
+    /// "batch"`; with `"none"`, commits carrying a host record, and the
+    /// empty catch-up commits (not in `commits`).
+    pub forced_commits: u64,
     /// Bytes of entries held decoded in memory.
     pub resident_bytes: u64,
 }
@@ -183,6 +187,7 @@ struct Counters {
     evicted: AtomicU64,
     corrupt_removed: AtomicU64,
     commits: AtomicU64,
+    forced: AtomicU64,
 }
 
 impl Counters {
@@ -193,12 +198,21 @@ impl Counters {
             evicted: self.evicted.load(Ordering::Relaxed),
             corrupt_removed: self.corrupt_removed.load(Ordering::Relaxed),
             commits: self.commits.load(Ordering::Relaxed),
+            forced_commits: self.forced.load(Ordering::Relaxed),
             resident_bytes,
         }
     }
 
-    fn add_commit(&self) {
+    fn add_commit(&self, forced: bool) {
         self.commits.fetch_add(1, Ordering::Relaxed);
+        if forced {
+            self.add_forced();
+        }
+    }
+
+    /// A commit of no writes that forces earlier ones to disk.
+    fn add_forced(&self) {
+        self.forced.fetch_add(1, Ordering::Relaxed);
     }
 
     fn add_evicted(&self, n: usize) {

@@ -625,6 +625,44 @@ fn a_full_write_queue_refuses_rather_than_grows() {
     );
 }
 
+/// With `sync = "none"`, a host record (a pause, a breaker) is forced to
+/// disk before `put_host_record` returns, as the trait promises; with
+/// `"batch"` every commit is forced.
+#[test]
+fn host_records_are_forced_even_without_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = DiskStore::open_with(
+        dir.path().join("s.redb"),
+        limits(1 << 20, 1 << 30),
+        opts(0, CacheSync::None),
+    )
+    .unwrap();
+    store.put_host_record("h.example", b"paused").unwrap();
+    let stats = store.stats();
+    assert_eq!((stats.commits, stats.forced_commits), (1, 1));
+    store
+        .put(&meta("/p", &[], &[("etag", "\"e\"")]), b"page")
+        .unwrap();
+    let before = store.stats().forced_commits;
+    store.remove_host_record("h.example").unwrap();
+    assert!(store.stats().forced_commits > before);
+    drop(store);
+
+    let store = DiskStore::open_with(
+        dir.path().join("b.redb"),
+        limits(1 << 20, 1 << 30),
+        opts(0, CacheSync::Batch),
+    )
+    .unwrap();
+    for i in 0..3 {
+        store
+            .put(&meta(&format!("/p{i}"), &[], &[("etag", "\"e\"")]), b"page")
+            .unwrap();
+    }
+    let stats = store.stats();
+    assert_eq!((stats.commits, stats.forced_commits), (3, 3));
+}
+
 #[test]
 fn unforced_commits_are_on_disk_after_a_clean_close() {
     let dir = tempfile::tempdir().unwrap();

@@ -82,6 +82,12 @@ pub(super) enum Job {
     Hold(Receiver<()>),
 }
 
+impl Job {
+    fn is_host_record(&self) -> bool {
+        matches!(self, Job::PutHost { .. } | Job::RemoveHost { .. })
+    }
+}
+
 /// A job's write, encoded and ready for the transaction.
 enum Op {
     Put {
@@ -162,9 +168,15 @@ pub(super) fn run(inner: &Inner, jobs: &Receiver<Job>) {
         if batch.is_empty() {
             continue;
         }
+        // Host records (pauses, breakers, ceilings) are forced whatever
+        // the setting: a pause lost in a crash would send requests to a
+        // host that asked for none, where a lost page is only fetched again.
         let durable = match inner.options.sync {
             CacheSync::Batch => true,
-            CacheSync::None => unforced.is_some_and(|t| t.elapsed() >= SYNC_EVERY),
+            CacheSync::None => {
+                batch.iter().any(Job::is_host_record)
+                    || unforced.is_some_and(|t| t.elapsed() >= SYNC_EVERY)
+            }
         };
         let committed = commit(inner, batch, durable);
         match (durable, committed) {
@@ -184,6 +196,7 @@ pub(super) fn run(inner: &Inner, jobs: &Receiver<Job>) {
 fn force(inner: &Inner) -> Result<(), StoreError> {
     let txn = inner.db.begin_write()?;
     txn.commit()?;
+    inner.counters.add_forced();
     Ok(())
 }
 
@@ -237,7 +250,7 @@ fn commit(inner: &Inner, batch: Vec<Job>, durable: bool) -> bool {
     let mut keep = Vec::new();
     match write(inner, ops, durable, &mut keep) {
         Ok(outcomes) => {
-            inner.counters.add_commit();
+            inner.counters.add_commit(durable);
             if let Ok(mut index) = inner.index() {
                 for (entry, size) in keep {
                     index.keep(entry, size);
