@@ -35,6 +35,7 @@ mod index;
 mod lru;
 mod memory;
 mod record;
+mod sharded;
 mod writer;
 
 pub use disk::{DiskOptions, DiskStore, WriterHold};

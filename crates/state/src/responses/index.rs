@@ -5,13 +5,14 @@
 //! used entries, decoded (a revalidation of a page crawled again is answered
 //! without reading, checksumming and parsing its record).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 
 use mannerly_policy::conditional::http::HeaderMap;
 use mannerly_policy::conditional::{variant_key, CacheKey};
 
 use super::lru::Lru;
+use super::sharded::Sharded;
 use super::StoredResponse;
 
 /// A resident entry may take at most this share of the memory budget, so
@@ -38,12 +39,12 @@ pub(crate) struct Index {
     /// Variant → the key of its page on disk. Pages are keyed by when they
     /// were written, so a commit appends at the end of the disk's tree
     /// instead of rewriting a page of it at random for every response.
-    seqs: HashMap<String, u64>,
+    seqs: Sharded<String, u64>,
     /// Variants with a read's tick on disk, to delete with them.
-    read_rows: HashSet<String>,
+    read_rows: Sharded<String, ()>,
     /// Hash of a URL's primary key → its variants on disk. A hash collision
     /// only sends a lookup to the disk; the count keeps removals exact.
-    urls: HashMap<u64, u32>,
+    urls: Sharded<u64, u32>,
     hasher: RandomState,
     resident: Resident,
     /// Bumped by every committed write: a reader keeps what it read only if
@@ -80,9 +81,9 @@ impl Index {
     pub(crate) fn from_rows(rows: Vec<Row>, resident_cap: u64) -> Index {
         let mut index = Index {
             lru: Lru::default(),
-            seqs: HashMap::with_capacity(rows.len()),
-            read_rows: HashSet::new(),
-            urls: HashMap::new(),
+            seqs: Sharded::default(),
+            read_rows: Sharded::default(),
+            urls: Sharded::default(),
             hasher: RandomState::new(),
             resident: Resident::new(resident_cap),
             generation: 0,
@@ -90,7 +91,7 @@ impl Index {
         let mut ticks = Vec::with_capacity(rows.len());
         for row in rows {
             if row.read_row {
-                index.read_rows.insert(row.variant.clone());
+                index.read_rows.insert(row.variant.clone(), ());
             }
             index.seqs.insert(row.variant.clone(), row.seq);
             ticks.push((row.variant, row.tick.max(row.seq), row.size));
@@ -98,10 +99,19 @@ impl Index {
         let lru = Lru::from_rows(ticks);
         for variant in lru.keys() {
             let h = index.hash(primary_of(variant));
-            *index.urls.entry(h).or_default() += 1;
+            index.count_url(h);
         }
         index.lru = lru;
         index
+    }
+
+    fn count_url(&mut self, h: u64) {
+        match self.urls.get_mut(&h) {
+            Some(n) => *n += 1,
+            None => {
+                self.urls.insert(h, 1);
+            }
+        }
     }
 
     fn hash(&self, primary: &str) -> u64 {
@@ -132,7 +142,7 @@ impl Index {
     pub(crate) fn stored(&mut self, variant: &str, size: u64) -> u64 {
         if self.lru.size_of(variant).is_none() {
             let h = self.hash(primary_of(variant));
-            *self.urls.entry(h).or_default() += 1;
+            self.count_url(h);
         }
         let seq = self.lru.insert(variant, size);
         self.seqs.insert(variant.to_owned(), seq);
@@ -147,7 +157,7 @@ impl Index {
 
     /// Whether a read's tick is on disk for `variant`.
     pub(crate) fn has_read_row(&self, variant: &str) -> bool {
-        self.read_rows.contains(variant)
+        self.read_rows.get(variant).is_some()
     }
 
     /// Reads since the last write, to persist with it: `(variant, tick,
@@ -155,7 +165,7 @@ impl Index {
     pub(crate) fn take_reads(&mut self) -> Vec<(String, u64, u64)> {
         let reads = self.lru.take_dirty();
         for (variant, _, _) in &reads {
-            self.read_rows.insert(variant.clone());
+            self.read_rows.insert(variant.clone(), ());
         }
         reads
     }
@@ -189,7 +199,7 @@ impl Index {
 
     /// False when nothing at all is stored for `key`'s URL.
     pub(crate) fn may_hold(&self, key: &CacheKey) -> bool {
-        self.urls.contains_key(&self.hash(key.as_str()))
+        self.urls.get(&self.hash(key.as_str())).is_some()
     }
 
     /// The decoded entry the request selects, if it is resident. Counts as

@@ -1,13 +1,15 @@
 //! Which entries to evict first: an in-memory recency index over entry keys.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
+
+use super::sharded::Sharded;
 
 /// Recency and size of every entry. Reads only touch this index; the ticks
 /// reach the disk with the next write, so a read never costs a disk write.
 #[derive(Debug, Default)]
 pub(crate) struct Lru {
     clock: u64,
-    entries: HashMap<String, (u64, u64)>,
+    entries: Sharded<String, (u64, u64)>,
     order: BTreeMap<u64, String>,
     total: u64,
     dirty: HashSet<String>,
