@@ -275,7 +275,8 @@ for path in $PATHS; do
       [[ -n $perf_pid ]] && { kill -INT "$perf_pid"; wait "$perf_pid" || true; }
     done
   done
-  s=$(rps "$path-squid-$(median_run "$path" squid)" 2>/dev/null || echo 0)
+  s=0
+  [[ " $PEERS " == *" squid "* ]] && s=$(rps "$path-squid-$(median_run "$path" squid)")
   for peer in $PEERS; do
     m=$path-$peer-$(median_run "$path" "$peer")
     r=$(rps "$m")
@@ -324,7 +325,7 @@ if [[ " $PATHS " == *" https "* ]]; then
     fi
   done
   # The median round of each peer, by req/s.
-  https_median() { cat "$WORK"/https-"$1"-*.sum 2>/dev/null | sort -k2,2n | awk -v m=$(((ROUNDS + 1) / 2)) 'NR == m'; }
+  https_median() { { cat "$WORK"/https-"$1"-*.sum 2>/dev/null || true; } | sort -k2,2n | awk -v m=$(((ROUNDS + 1) / 2)) 'NR == m'; }
   echo
   printf '%-6s %-9s %9s %9s %9s %8s %12s %14s %s\n' path peer req/s p50_ms p99_ms failed vs_direct vs_mitmproxy "rounds (req/s)"
   d=$(https_median direct | awk '{print $2}')
