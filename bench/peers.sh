@@ -87,14 +87,20 @@ openssl x509 -req -in "$WORK/origin.csr" -CA "$WORK/origin-ca.pem" -CAkey "$WORK
   -CAcreateserial -days 2 -extfile "$WORK/origin.ext" -out "$WORK/origin.pem" 2>/dev/null
 head -c 1024 /dev/zero | tr '\0' 'x' > "$WORK/www/etag/page.html"
 BODY=$(head -c 1024 /dev/zero | tr '\0' 'y')
-cat > "$WORK/nginx.conf" <<CONF
-daemon off; master_process off; worker_processes 1;
-pid $WORK/nginx.pid; error_log $WORK/nginx-error.log crit;
+# The top of an nginx config: name, worker processes; no logs, temp
+# paths in $WORK.
+nginx_head() {
+  cat <<CONF
+daemon off; master_process $([[ $2 == 1 ]] && echo off || echo on); worker_processes $2;
+pid $WORK/$1.pid; error_log $WORK/$1-error.log crit;
 events { worker_connections 1024; }
 http {
   access_log off;
-  client_body_temp_path $WORK/nb; proxy_temp_path $WORK/np;
-  fastcgi_temp_path $WORK/nf; uwsgi_temp_path $WORK/nu; scgi_temp_path $WORK/ns;
+  client_body_temp_path $WORK/$1-b; proxy_temp_path $WORK/$1-p;
+  fastcgi_temp_path $WORK/$1-f; uwsgi_temp_path $WORK/$1-u; scgi_temp_path $WORK/$1-s;
+CONF
+}
+{ nginx_head nginx 1; cat <<CONF
   server {
     listen 127.0.0.1:$ORIGIN_PORT;
     location = /robots.txt { return 404; }
@@ -110,6 +116,7 @@ http {
   }
 }
 CONF
+} > "$WORK/nginx.conf"
 "$NGINX" -c "$WORK/nginx.conf" -p "$WORK" 2>/dev/null & PIDS+=($!)
 wait_port "$ORIGIN_PORT"
 
@@ -119,14 +126,7 @@ wait_port "$ORIGIN_PORT"
 # kept-alive upstream connection, relay the answer), in C with nginx's
 # event loop. Its req/s is a floor measurement of what forwarding alone
 # costs on this machine, to read the other ratios against.
-cat > "$WORK/relay.conf" <<CONF
-daemon off; master_process on; worker_processes 2;
-pid $WORK/relay.pid; error_log $WORK/relay-error.log crit;
-events { worker_connections 1024; }
-http {
-  access_log off;
-  client_body_temp_path $WORK/rb; proxy_temp_path $WORK/rp;
-  fastcgi_temp_path $WORK/rf; uwsgi_temp_path $WORK/ru; scgi_temp_path $WORK/rs;
+{ nginx_head relay 2; cat <<CONF
   upstream origin { server 127.0.0.1:$ORIGIN_PORT; keepalive 64; }
   upstream origin_tls { server 127.0.0.1:$TLS_PORT; keepalive 64; }
   server {
@@ -145,6 +145,7 @@ http {
   }
 }
 CONF
+} > "$WORK/relay.conf"
 "$NGINX" -c "$WORK/relay.conf" -p "$WORK" 2>/dev/null & PIDS+=($!)
 RELAY_PID=$!
 

@@ -243,6 +243,14 @@ fn disk_store_behaves() {
     size_caps(&DiskStore::open(dir.path().join("b.redb"), cap()).unwrap());
 }
 
+fn put_pages(store: &DiskStore, paths: &[&str], body: &[u8]) {
+    for p in paths {
+        store
+            .put(&meta(p, &[], &[("etag", "\"e\"")]), body)
+            .unwrap();
+    }
+}
+
 #[test]
 fn reopen_keeps_entries_records_and_recency() {
     let dir = tempfile::tempdir().unwrap();
@@ -250,11 +258,7 @@ fn reopen_keeps_entries_records_and_recency() {
     let body = [1u8; 1000];
     {
         let store = DiskStore::open(&path, cap()).unwrap();
-        for p in ["/1", "/2", "/3"] {
-            store
-                .put(&meta(p, &[], &[("etag", "\"e\"")]), &body)
-                .unwrap();
-        }
+        put_pages(&store, &["/1", "/2", "/3"], &body);
         store.put_host_record("slow.example", b"paused").unwrap();
         // A read, persisted with the next write.
         assert!(body_of(&store, "/1", &[]).is_some());
@@ -297,11 +301,7 @@ fn a_store_in_the_first_layout_is_moved_on_open() {
     let body = [1u8; 1000];
     {
         let store = DiskStore::open(&path, cap()).unwrap();
-        for p in ["/1", "/2", "/3"] {
-            store
-                .put(&meta(p, &[], &[("etag", "\"e\"")]), &body)
-                .unwrap();
-        }
+        put_pages(&store, &["/1", "/2", "/3"], &body);
         assert!(body_of(&store, "/1", &[]).is_some());
         store.put_host_record("x", b"y").unwrap();
     }
