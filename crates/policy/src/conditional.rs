@@ -105,7 +105,7 @@ impl Default for CacheParams {
             serve_fresh: false,
             shared: true,
             memory_size: 64 * 1024 * 1024,
-            sync: CacheSync::Batch,
+            sync: CacheSync::None,
         }
     }
 }
