@@ -30,8 +30,9 @@ pub(crate) struct Cache {
     params: CacheParams,
     errors: AtomicU64,
     /// Background writes still running; shutdown waits for them so that
-    /// their audit lines are written before the log is closed.
-    pending: watch::Sender<usize>,
+    /// their audit lines are written before the log is closed. Shared, so
+    /// that a finished write can let go of the cache before it says so.
+    pending: Arc<watch::Sender<usize>>,
 }
 
 impl Cache {
@@ -57,7 +58,7 @@ impl Cache {
             store,
             params,
             errors: AtomicU64::new(0),
-            pending: watch::Sender::new(0),
+            pending: Arc::new(watch::Sender::new(0)),
         })
     }
 
@@ -110,10 +111,11 @@ impl Cache {
             return;
         };
         self.pending.send_modify(|n| *n += 1);
-        let this = self.clone();
+        let (this, pending) = (self.clone(), self.pending.clone());
         rt.spawn_blocking(move || {
             job(&this);
-            this.pending.send_modify(|n| *n -= 1);
+            drop(this);
+            pending.send_modify(|n| *n -= 1);
         });
     }
 
@@ -126,13 +128,17 @@ impl Cache {
         then: impl FnOnce(&Cache, Result<PutOutcome, StoreError>) + Send + 'static,
     ) {
         self.pending.send_modify(|n| *n += 1);
-        let this = self.clone();
+        let (this, pending) = (self.clone(), self.pending.clone());
         self.store.put_then(
             meta,
             body,
             Box::new(move |outcome| {
                 then(&this, outcome);
-                this.pending.send_modify(|n| *n -= 1);
+                // Let go of the cache before shutdown hears this write is
+                // done: the last reference must not be dropped here, on the
+                // store's own thread, whose store would then join itself.
+                drop(this);
+                pending.send_modify(|n| *n -= 1);
             }),
         );
     }

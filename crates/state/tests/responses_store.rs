@@ -682,3 +682,41 @@ fn unforced_commits_are_on_disk_after_a_clean_close() {
     assert_eq!(body_of(&store, "/p19", &[]).unwrap(), b"page");
     assert_eq!(store.host_records().unwrap().len(), 1);
 }
+
+/// A caller may let go of its last reference to the store inside a write's
+/// callback, which runs on the store's own thread: the store then closes
+/// without joining that thread (which would fail, and did, panicking the
+/// writer at a proxy's shutdown), and the file can be opened again.
+#[test]
+fn a_store_dropped_in_its_own_callback_closes_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.redb");
+    let store = std::sync::Arc::new(DiskStore::open(&path, limits(1 << 20, 1 << 30)).unwrap());
+    let (tx, rx) = mpsc::channel();
+    let hold = store.hold_writer();
+    let last = store.clone();
+    store.put_then(
+        meta("/p", &[], &[("etag", "\"e\"")]),
+        Bytes::from_static(b"page"),
+        Box::new(move |r| {
+            assert!(matches!(r, Ok(PutOutcome::Stored { .. })), "{r:?}");
+            drop(last);
+            let _ = tx.send(());
+        }),
+    );
+    drop(store);
+    drop(hold);
+    rx.recv()
+        .expect("the callback went on after dropping the store");
+    // The writer closes the file on its way out, just after the callback.
+    let reopened = (0..500).find_map(|_| {
+        DiskStore::open(&path, limits(1 << 20, 1 << 30))
+            .ok()
+            .or_else(|| {
+                std::thread::sleep(Duration::from_millis(10));
+                None
+            })
+    });
+    let reopened = reopened.expect("the file is closed");
+    assert_eq!(body_of(&reopened, "/p", &[]).unwrap(), b"page");
+}

@@ -252,6 +252,13 @@ impl Drop for DiskStore {
     fn drop(&mut self) {
         self.queue = None;
         if let Some(writer) = self.writer.take() {
+            // Dropped by a write's callback on the writer itself (a caller
+            // let go of its last reference there): it cannot join itself;
+            // it ends, and closes the file, once it returns to its queue,
+            // which is gone now.
+            if writer.thread().id() == std::thread::current().id() {
+                return;
+            }
             let _ = writer.join();
         }
     }
