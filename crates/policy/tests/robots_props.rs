@@ -95,8 +95,16 @@ proptest! {
     ) {
         let before = Robots::parse(render(&lines).as_bytes());
         let mut more = lines.clone();
-        // Insert right after some User-agent line's group, or at the end.
-        let pos = at.index(more.len() + 1);
+        // Inserted at the top or right after a rule, where it joins rules
+        // already there. Anywhere else it may end a User-agent list (RFC
+        // 9309 §2.2: an Allow line closes the list) and split a group, and
+        // then the agents before it lose the group's rules, Allows as well
+        // as Disallows: `User-agent: barbot` / `Allow: /a` / `User-agent: *`
+        // / `Disallow: /a` / `Allow: /` leaves barbot without `Allow: /`.
+        let spots: Vec<usize> = std::iter::once(0)
+            .chain((0..more.len()).filter(|&i| matches!(more[i], Line::Rule(..))).map(|i| i + 1))
+            .collect();
+        let pos = spots[at.index(spots.len())];
         more.insert(pos, Line::Rule(true, allow));
         let after = Robots::parse(render(&more).as_bytes());
         if before.is_allowed(&agent, &url) {
