@@ -410,6 +410,13 @@ pub fn storable(
     let Some(vary) = vary_names(rh) else {
         return Err(NoStore::VaryStar);
     };
+    // Most pages without validators stop here, before the copy below.
+    if !params.serve_fresh
+        && !rh.contains_key(header::ETAG)
+        && !rh.contains_key(header::LAST_MODIFIED)
+    {
+        return Err(NoStore::NoValidator);
+    }
     let headers = without_hop_by_hop(rh);
     let etag = text(&headers, header::ETAG);
     let last_modified = text(&headers, header::LAST_MODIFIED);
