@@ -194,6 +194,7 @@ if [[ -n $MITMDUMP ]]; then
   "$MITMDUMP" -q --listen-host 127.0.0.1 --listen-port "$MITM_PORT" --set confdir="$WORK/mitm" \
     --set ssl_verify_upstream_trusted_ca="$WORK/origin-ca.pem" --set flow_detail=0 \
     >"$WORK/mitm.log" 2>&1 & PIDS+=($!)
+  MITM_PID=$!
 fi
 
 wait_port "$SQUID_PORT"; wait_port "$TINY_PORT"; wait_port "$MANNERLY_PORT"; wait_port "$RELAY_PORT"
@@ -288,8 +289,10 @@ for path in $PATHS; do
   done
 done
 # --- https: curl --parallel, 16 keep-alive connections ----------------------
-https_run() { # name, requests, port, curl options...
+https_run() { # name, requests, port, curl options... (HTTPS_PID: the proxy, for its CPU)
   local name=$1 n=$2 port=$3; shift 3
+  local pid=${HTTPS_PID:-} before=0 used=0
+  [[ -n $pid ]] && before=$(ticks "$pid")
   local url=https://localhost:$port/etag/page.html
   : >"$WORK/urls-$name"
   for ((i = 0; i < n; i++)); do printf 'url = "%s"\noutput = "/dev/null"\n' "$url"; done >"$WORK/urls-$name"
@@ -299,45 +302,47 @@ https_run() { # name, requests, port, curl options...
     --resolve "localhost:$port:127.0.0.1" -w '%{http_code} %{time_total}\n' "$@" \
     >"$WORK/https-$name.txt" 2>"$WORK/https-$name.err" || true
   t1=$(date +%s.%N)
-  local secs got bad p50 p99
+  [[ -n $pid ]] && used=$(( $(ticks "$pid") - before ))
+  local secs got bad p50 p99 cpu=-
   secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN{print b-a}')
   got=$(wc -l <"$WORK/https-$name.txt")
   bad=$(awk -v n="$n" '$1 != 200 {b++} END {print b + (n - NR)}' "$WORK/https-$name.txt")
   awk '{print $2 * 1000}' "$WORK/https-$name.txt" | sort -n >"$WORK/https-$name.sorted"
   p50=$(sed -n "$(( (got + 1) / 2 ))p" "$WORK/https-$name.sorted")
   p99=$(sed -n "$(( (got * 99 + 99) / 100 ))p" "$WORK/https-$name.sorted")
-  printf '%s %.0f %.2f %.2f %d\n' "$name" "$(awk -v g="$got" -v s="$secs" 'BEGIN{print g/s}')" \
-    "${p50:-0}" "${p99:-0}" "$bad" >"$WORK/https-$name.sum"
+  [[ -n $pid ]] && cpu=$(awk -v t="$used" -v n="$got" -v hz="$(getconf CLK_TCK)" 'BEGIN{ if (n > 0) printf "%.1f", t * 1e6 / hz / n; else print "-" }')
+  printf '%s %.0f %.2f %.2f %d %s\n' "$name" "$(awk -v g="$got" -v s="$secs" 'BEGIN{print g/s}')" \
+    "${p50:-0}" "${p99:-0}" "$bad" "$cpu" >"$WORK/https-$name.sum"
 }
 if [[ " $PATHS " == *" https "* ]]; then
   N=${BENCH_HTTPS_REQUESTS:-20000}
   [[ -n $MITMDUMP ]] && wait_port "$MITM_PORT"
   for ((round = 1; round <= ROUNDS; round++)); do
     https_run "direct-$round" "$N" "$TLS_PORT" --cacert "$WORK/origin-ca.pem"
-    https_run "relay-$round" "$N" "$RELAY_TLS_PORT" --cacert "$WORK/origin-ca.pem"
+    HTTPS_PID=$RELAY_PID https_run "relay-$round" "$N" "$RELAY_TLS_PORT" --cacert "$WORK/origin-ca.pem"
     perf_pid=
     if [[ $round == 1 && ${BENCH_PERF:-0} == 1 ]]; then
       perf record -F 499 ${BENCH_PERF_CALLGRAPH:--g} -o "$WORK/perf-https.data" -p "$MANNERLY_PID" >/dev/null 2>&1 & perf_pid=$!
     fi
-    https_run "mannerly-$round" "$N" "$TLS_PORT" --cacert "$WORK/data/ca.pem" -x "http://127.0.0.1:$MANNERLY_PORT"
+    HTTPS_PID=$MANNERLY_PID https_run "mannerly-$round" "$N" "$TLS_PORT" --cacert "$WORK/data/ca.pem" -x "http://127.0.0.1:$MANNERLY_PORT"
     [[ -n $perf_pid ]] && { kill -INT "$perf_pid"; wait "$perf_pid" || true; }
     if [[ -n $MITMDUMP ]]; then
-      https_run "mitmproxy-$round" $((N / 10)) "$TLS_PORT" --cacert "$WORK/mitm/mitmproxy-ca-cert.pem" -x "http://127.0.0.1:$MITM_PORT"
+      HTTPS_PID=$MITM_PID https_run "mitmproxy-$round" $((N / 10)) "$TLS_PORT" --cacert "$WORK/mitm/mitmproxy-ca-cert.pem" -x "http://127.0.0.1:$MITM_PORT"
     fi
   done
   # The median round of each peer, by req/s.
   https_median() { { cat "$WORK"/https-"$1"-*.sum 2>/dev/null || true; } | sort -k2,2n | awk -v m=$(((ROUNDS + 1) / 2)) 'NR == m'; }
   echo
-  printf '%-6s %-9s %9s %9s %9s %8s %12s %14s %s\n' path peer req/s p50_ms p99_ms failed vs_direct vs_mitmproxy "rounds (req/s)"
+  printf '%-6s %-9s %9s %9s %9s %8s %12s %14s %11s %s\n' path peer req/s p50_ms p99_ms failed vs_direct vs_mitmproxy cpu_us/req "rounds (req/s)"
   d=$(https_median direct | awk '{print $2}')
   m=$(https_median mitmproxy | awk '{print $2}'); m=${m:-0}
   for peer in direct relay mannerly mitmproxy; do
     line=$(https_median "$peer"); [[ -n $line ]] || continue
-    read -r _ r p50 p99 bad <<<"$line"
+    read -r _ r p50 p99 bad cpu <<<"$line"
     all=$(for ((round = 1; round <= ROUNDS; round++)); do awk '{print $2}' "$WORK/https-$peer-$round.sum"; done | paste -sd/)
-    printf '%-6s %-9s %9s %9s %9s %8s %12s %14s %s\n' https "$peer" "$r" "$p50" "$p99" "$bad" \
+    printf '%-6s %-9s %9s %9s %9s %8s %12s %14s %11s %s\n' https "$peer" "$r" "$p50" "$p99" "$bad" \
       "$(awk -v a="$r" -v b="$d" 'BEGIN{printf "%.2fx", a/b}')" \
-      "$(awk -v a="$r" -v b="$m" 'BEGIN{ if (b > 0) printf "%.1fx", a/b; else print "-" }')" "$all"
+      "$(awk -v a="$r" -v b="$m" 'BEGIN{ if (b > 0) printf "%.1fx", a/b; else print "-" }')" "$cpu" "$all"
   done
 fi
 
