@@ -83,11 +83,13 @@ async fn redis_going_away_slows_each_proxy_and_sharing_resumes() {
             .text()
             .await
             .unwrap();
-        let degraded = crate::e2e::admin::series(&metrics)["mannerly_state_backend_degraded"];
+        let m = crate::e2e::admin::series(&metrics);
         (
             ready["state_backend"].clone(),
             ready["state"].clone(),
-            degraded,
+            m["mannerly_state_backend_degraded"],
+            m["mannerly_state_redis_round_trips_total"] > 0.0,
+            m["mannerly_state_redis_degraded_ops_total"] > 0.0,
         )
     };
     let mut b = TestProxy::start(|cfg| shared(cfg, &redis, rate)).await;
@@ -109,7 +111,7 @@ async fn redis_going_away_slows_each_proxy_and_sharing_resumes() {
 
     assert_eq!(
         backend(admin.clone()).await,
-        ("redis".into(), "shared".into(), 0.0)
+        ("redis".into(), "shared".into(), 0.0, true, false)
     );
 
     // Redis gone: every request still gets its page, each proxy alone at
@@ -123,7 +125,7 @@ async fn redis_going_away_slows_each_proxy_and_sharing_resumes() {
     );
     assert_eq!(
         backend(admin.clone()).await,
-        ("redis".into(), "degraded".into(), 1.0)
+        ("redis".into(), "degraded".into(), 1.0, true, true)
     );
     for who in ["/a/down", "/b/down"] {
         let t = clock.times(who, down);

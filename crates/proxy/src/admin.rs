@@ -298,6 +298,16 @@ fn metrics(shared: &Shared, observe: &Observe) -> Answer {
     }
     g.store_errors = shared.cache.errors();
     g.backend_degraded = shared.budgets.state() == Some("degraded");
+    g.redis = shared.budgets.shared().map(|r| {
+        let s = r.stats();
+        let n = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+        metrics::RedisCounts {
+            round_trips: n(&s.round_trips),
+            conflicts: n(&s.conflicts),
+            degraded_ops: n(&s.degraded_ops),
+            contended_ops: n(&s.contended_ops),
+        }
+    });
     g.store = shared.cache.store().stats();
     let stats = shared.audit.stats();
     g.audit_lines = stats.written.load(Ordering::Relaxed);

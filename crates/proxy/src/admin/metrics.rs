@@ -66,6 +66,15 @@ const LATENCY_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
 
+/// What the Redis backend has done since start.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct RedisCounts {
+    pub round_trips: u64,
+    pub conflicts: u64,
+    pub degraded_ops: u64,
+    pub contended_ops: u64,
+}
+
 /// Scrape-time figures the caller reads from the store and elsewhere.
 #[derive(Debug, Default)]
 pub(crate) struct Gauges {
@@ -79,6 +88,8 @@ pub(crate) struct Gauges {
     pub audit_lines: u64,
     pub audit_write_errors: u64,
     pub backend_degraded: bool,
+    /// The Redis backend's counters, when budgets are shared.
+    pub redis: Option<RedisCounts>,
     /// For hosts in `admin.host_labels`: (host, rate, ceiling, paused seconds).
     pub labelled: Vec<(String, f64, f64, f64)>,
 }
@@ -320,6 +331,12 @@ impl Metrics {
         gauge("mannerly_store_resident_bytes", vec![]).set(g.store.resident_bytes as f64);
         total("mannerly_store_commits_total", g.store.commits);
         total("mannerly_store_evicted_total", g.store.evicted);
+        if let Some(r) = &g.redis {
+            total("mannerly_state_redis_round_trips_total", r.round_trips);
+            total("mannerly_state_redis_conflicts_total", r.conflicts);
+            total("mannerly_state_redis_degraded_ops_total", r.degraded_ops);
+            total("mannerly_state_redis_contended_ops_total", r.contended_ops);
+        }
         total("mannerly_audit_lines_total", g.audit_lines);
         total("mannerly_audit_write_errors_total", g.audit_write_errors);
         for (host, rate, ceiling, paused) in &g.labelled {
