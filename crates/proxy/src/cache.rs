@@ -178,8 +178,12 @@ impl Cache {
                 sink.send(rec);
                 return;
             };
+            // A copy of its own, even for one chunk: a chunk is a slice of
+            // hyper's read buffer, and a stored page held in memory would
+            // keep the whole buffer alive (heaptrack: 64 MiB of resident
+            // pages held ~530 MB of read buffers).
             let body = match chunks.as_slice() {
-                [one] => one.clone(),
+                [one] => Bytes::copy_from_slice(one),
                 _ => Bytes::from(chunks.concat()),
             };
             this.put_then(meta, body, move |c, outcome| {

@@ -46,6 +46,11 @@ const ACCESS_V1: TableDefinition<&str, (u64, u64)> = TableDefinition::new("acces
 /// Host → opaque budget record.
 pub(super) const HOSTS: TableDefinition<&str, &[u8]> = TableDefinition::new("host_records_v1");
 
+/// redb's own page cache. Its default (1 GiB) let the proxy's memory grow
+/// with the store (heaptrack: 117 MB of cached pages after 35k new pages);
+/// recently used entries are held decoded by the index instead.
+const REDB_CACHE_BYTES: usize = 16 * 1024 * 1024;
+
 /// Bodies waiting for the writer, at most: a write beyond it is not stored
 /// (`PutOutcome::Busy`) rather than held in memory without bound.
 const MAX_QUEUED_BYTES: u64 = 64 * 1024 * 1024;
@@ -120,7 +125,9 @@ impl DiskStore {
         limits: StoreLimits,
         options: DiskOptions,
     ) -> Result<Self, StoreError> {
-        let db = Database::create(path)?;
+        let db = Database::builder()
+            .set_cache_size(REDB_CACHE_BYTES)
+            .create(path)?;
         let txn = db.begin_write()?;
         {
             txn.open_table(PAGES)?;
