@@ -42,6 +42,18 @@ pub async fn get_json(url: &str) -> (u16, Value) {
     )
 }
 
+/// The `/metrics` text of the admin listener at `admin` (`http://host:port`).
+pub async fn metrics_text(admin: &str) -> String {
+    admin_client()
+        .get(format!("{admin}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 /// `name{labels} value` lines of a Prometheus text, by series.
 pub fn series(text: &str) -> BTreeMap<String, f64> {
     text.lines()
@@ -195,14 +207,7 @@ async fn every_endpoint_answers_after_real_traffic_and_metrics_equal_the_audit_l
     // /metrics: every decision count equals the audit lines of its outcome.
     let lines = audit_settles(&proxy, 7).await;
     assert_eq!(lines.len(), 7);
-    let text = admin_client()
-        .get(format!("{admin}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = metrics_text(&admin).await;
     let m = series(&text);
     for outcome in [
         "fetched",

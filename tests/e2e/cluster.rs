@@ -75,14 +75,7 @@ async fn redis_going_away_slows_each_proxy_and_sharing_resumes() {
     // What an operator sees: the backend, and whether it is degraded.
     let backend = |admin: String| async move {
         let (_, ready) = crate::e2e::admin::get_json(&format!("{admin}/readyz")).await;
-        let metrics = crate::e2e::admin::admin_client()
-            .get(format!("{admin}/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let metrics = crate::e2e::admin::metrics_text(&admin).await;
         let m = crate::e2e::admin::series(&metrics);
         (
             ready["state_backend"].clone(),

@@ -594,14 +594,7 @@ async fn a_page_crawled_again_from_nginx_costs_no_store_write_per_304() {
         5,
         "{log}"
     );
-    let metrics = crate::e2e::admin::admin_client()
-        .get(format!("http://{admin}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = crate::e2e::admin::metrics_text(&format!("http://{admin}")).await;
     let m = crate::e2e::admin::series(&metrics);
     let value = |name: &str| m.get(name).copied().unwrap_or(f64::NAN);
     assert_eq!(value("mannerly_store_entries"), 1.0, "{metrics}");
