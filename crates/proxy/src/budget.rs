@@ -276,12 +276,7 @@ impl Budgets {
                 self.try_start_since(&key, now, hold_left, reserved).await;
             match answer {
                 Start::Go => {
-                    // A slot reserved on the stand-in makes the request a
-                    // local decision even when its start was shared.
-                    let basis = match started_on {
-                        Some(b) if b.is_local() => Some(b),
-                        _ => admitted_on.filter(|b| b.is_local()).or(started_on),
-                    };
+                    let basis = Basis::of_request(admitted_on, started_on);
                     return Ok(Permit {
                         host: key,
                         budgets: self.clone(),

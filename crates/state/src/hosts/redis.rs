@@ -745,6 +745,34 @@ impl Basis {
     pub fn is_local(self) -> bool {
         self != Basis::Shared
     }
+
+    /// What a request let go was decided on, from its slot's reservation
+    /// and its start: local if either was (a slot reserved on the stand-in
+    /// makes the request a local decision even when its start was shared),
+    /// the start's otherwise.
+    pub fn of_request(reserved: Option<Basis>, started: Option<Basis>) -> Option<Basis> {
+        match started {
+            Some(b) if b.is_local() => Some(b),
+            _ => reserved.filter(|b| b.is_local()).or(started),
+        }
+    }
+}
+
+#[cfg(test)]
+mod basis_tests {
+    use super::Basis::{self, Contended, Degraded, Shared};
+
+    #[test]
+    fn a_request_is_local_if_its_slot_or_its_start_was() {
+        let of = Basis::of_request;
+        assert_eq!(of(Some(Shared), Some(Shared)), Some(Shared));
+        assert_eq!(of(Some(Contended), Some(Shared)), Some(Contended));
+        assert_eq!(of(Some(Shared), Some(Degraded)), Some(Degraded));
+        assert_eq!(of(Some(Degraded), Some(Contended)), Some(Contended));
+        assert_eq!(of(None, Some(Shared)), Some(Shared));
+        assert_eq!(of(Some(Degraded), None), Some(Degraded));
+        assert_eq!(of(None, None), None);
+    }
 }
 
 /// The budget in `bytes` (empty: none yet). Bytes from another version
