@@ -488,6 +488,63 @@ async fn an_idle_pass_through_tunnel_is_closed() {
     held.abort();
 }
 
+/// With interception off, curl talks TLS and h2 to a real nginx through the
+/// tunnel: the pages arrive whole, nginx's own certificate is what curl
+/// checks, and the tunnel's line counts the bytes both ways.
+#[tokio::test]
+async fn curl_reaches_an_h2_nginx_through_a_pass_through_tunnel() {
+    if !curl_available() {
+        assert!(std::env::var_os("CI").is_none(), "CI must install curl");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new(dir.path());
+    let Some(nginx) = Nginx::start_tls(&ca, "origin.test", NGINX_SITE) else {
+        return;
+    };
+    let port = nginx.port;
+    let ca_path = ca.pem_path.clone();
+    let mut proxy = TestProxy::start(|c| {
+        c.proxy.intercept = false;
+        c.proxy.connect_ports.push(port);
+        resolve_to_loopback(c, &format!("origin.test:{port}"), port);
+    })
+    .await;
+    let proxy_url = proxy.url();
+    let url = format!("https://origin.test:{port}/page");
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("curl")
+            .args([
+                "-sS",
+                "--http2",
+                "--noproxy",
+                "",
+                "-x",
+                &proxy_url,
+                "--cacert",
+            ])
+            .arg(&ca_path)
+            .args(["-w", "%{http_version} %{http_code}\\n", &url, &url])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout, "hello from nginx\n2 200\nhello from nginx\n2 200\n");
+    let lines = proxy.stop().await;
+    let t = with_outcome(&lines, "tunneled");
+    assert_eq!(t.len(), 1, "{lines:#?}");
+    assert!(t[0]["bytes"].as_u64().unwrap() > 0, "{}", t[0]);
+    let reason = t[0]["reason"].as_str().unwrap();
+    assert!(reason.contains("closed"), "{reason}");
+}
+
 /// A pass-through tunnel carries a half-close: a client that sends its
 /// request and shuts its write side (as `nc -N` or a one-shot protocol does)
 /// still gets the origin's whole reply, which the origin sends only after it
