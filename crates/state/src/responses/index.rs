@@ -104,7 +104,7 @@ impl Index {
         }
         let lru = Lru::from_rows(ticks);
         for variant in lru.keys() {
-            let h = index.hash(primary_of(variant));
+            let h = index.hash(primary_of(&variant));
             index.count_url(h);
         }
         index.lru = lru;
@@ -112,12 +112,8 @@ impl Index {
     }
 
     fn count_url(&mut self, h: u64) {
-        match self.urls.get_mut(&h) {
-            Some(n) => *n += 1,
-            None => {
-                self.urls.insert(h, 1);
-            }
-        }
+        let n = self.urls.get(&h).unwrap_or(0);
+        self.urls.insert(h, n + 1);
     }
 
     fn hash(&self, primary: &str) -> u64 {
@@ -158,7 +154,7 @@ impl Index {
 
     /// The key of `variant`'s page on disk.
     pub(crate) fn seq_of(&self, variant: &str) -> Option<u64> {
-        self.seqs.get(variant).copied()
+        self.seqs.get(variant)
     }
 
     /// Whether a read's tick is on disk for `variant`.
@@ -180,11 +176,7 @@ impl Index {
     /// `prefix`. A scan of the whole index: only for the rare writes that
     /// need it (a URL whose `Vary` changed, a removal).
     pub(crate) fn variants_with_prefix(&self, prefix: &str) -> Vec<String> {
-        self.seqs
-            .keys()
-            .filter(|v| v.starts_with(prefix))
-            .cloned()
-            .collect()
+        self.seqs.keys_where(|v| v.starts_with(prefix))
     }
 
     /// Records a variant removed from disk (and drops its decoded copy).
@@ -193,11 +185,14 @@ impl Index {
         self.read_rows.remove(variant);
         if self.lru.remove(variant).is_some() {
             let h = self.hash(primary_of(variant));
-            if let Some(n) = self.urls.get_mut(&h) {
-                *n -= 1;
-                if *n == 0 {
+            match self.urls.get(&h) {
+                Some(n) if n > 1 => {
+                    self.urls.insert(h, n - 1);
+                }
+                Some(_) => {
                     self.urls.remove(&h);
                 }
+                None => {}
             }
         }
         self.resident.remove(variant);

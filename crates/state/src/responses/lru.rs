@@ -37,8 +37,8 @@ impl Lru {
         }
     }
 
-    pub(crate) fn keys(&self) -> impl Iterator<Item = &String> {
-        self.entries.keys()
+    pub(crate) fn keys(&self) -> Vec<String> {
+        self.entries.keys_where(|_| true)
     }
 
     pub(crate) fn total(&self) -> u64 {
@@ -50,7 +50,7 @@ impl Lru {
     }
 
     pub(crate) fn size_of(&self, key: &str) -> Option<u64> {
-        self.entries.get(key).map(|(_, size)| *size)
+        self.entries.get(key).map(|(_, size)| size)
     }
 
     fn next_tick(&mut self) -> u64 {
@@ -61,7 +61,7 @@ impl Lru {
     /// Records a read of `key`.
     pub(crate) fn touch(&mut self, key: &str) {
         let tick = self.next_tick();
-        if let Some((old, size)) = self.entries.get(key).copied() {
+        if let Some((old, size)) = self.entries.get(key) {
             self.order.remove(&old);
             self.order.insert(tick, key.to_owned());
             self.entries.insert(key.to_owned(), (tick, size));
@@ -118,7 +118,7 @@ impl Lru {
         dirty
             .into_iter()
             .filter_map(|key| {
-                let (tick, size) = self.entries.get(&key).copied()?;
+                let (tick, size) = self.entries.get(&key)?;
                 Some((key, tick, size))
             })
             .collect()
