@@ -107,11 +107,11 @@ fn rate_and_ceiling_follow_a_scripted_sequence() {
         ]
     );
 
-    // A second 429, without Retry-After: 5 s backoff (first strike since the
+    // A second 429, without Retry-After: 3 s backoff (first strike since the
     // last success), ceiling 80% of the 0.803 that drew it.
     let t = throttled(respond(&mut b, &p, t0, secs(10), 429, None));
     assert_eq!((t.rate_before, t.rate, t.ceiling), (0.803, 0.4015, 0.6424));
-    assert_eq!((t.pause, t.retry_after), (secs(5), None));
+    assert_eq!((t.pause, t.retry_after), (secs(3), None));
 
     let mut rates = Vec::new();
     for s in 15..=19 {
@@ -455,18 +455,18 @@ fn backoff_without_retry_after_doubles_up_to_its_maximum() {
     let mut b = HostBudget::new(&p, t0);
     // 400 s apart: never five inside the breaker window, and each after the
     // previous pause (a 429 during a pause is the same episode).
-    let pauses: Vec<_> = (0..7)
+    let pauses: Vec<_> = (0..8)
         .map(|i| {
             throttled(respond(&mut b, &p, t0, secs(400 * i), 429, None))
                 .pause
                 .as_secs()
         })
         .collect();
-    assert_eq!(pauses, [5, 10, 20, 40, 80, 160, 300]);
+    assert_eq!(pauses, [3, 6, 12, 24, 48, 96, 192, 300]);
 
     let mut b = HostBudget::new(&p, t0);
     let t = throttled(b.on_response(&p, t0, wall(), 429, None, 0.5));
-    assert_eq!(t.pause, ms(3750));
+    assert_eq!(t.pause, ms(2250));
 }
 
 #[test]
@@ -477,9 +477,9 @@ fn retry_after_forms_reach_the_pause() {
     for (raw, pause, used) in [
         (date.as_str(), secs(120), Some(secs(120))),
         ("7200", secs(3600), Some(secs(3600))),
-        ("soon", secs(5), None),
-        ("-5", secs(5), None),
-        ("99999999999", secs(5), None),
+        ("soon", secs(3), None),
+        ("-5", secs(3), None),
+        ("99999999999", secs(3), None),
     ] {
         let mut b = HostBudget::new(&p, t0);
         let t = throttled(b.on_response(&p, t0, wall(), 429, Some(raw), 0.0));

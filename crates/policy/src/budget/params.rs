@@ -94,8 +94,8 @@ budget_params! {
     /// Default 3600 s.
     max_pause_secs: f64 = 3600.0,
     /// First pause after a 429 without a usable Retry-After; doubles with
-    /// each further 429 before a success. Default 5 s.
-    backoff_base_secs: f64 = 5.0,
+    /// each further 429 before a success. Default 3 s.
+    backoff_base_secs: f64 = 3.0,
     /// Largest exponential backoff pause. Default 300 s.
     backoff_max_secs: f64 = 300.0,
     /// Share of the backoff pause taken off at random: the pause is
