@@ -218,26 +218,46 @@ fn start_mannerly(origin: &Origin, extra: &[(&str, &str)]) -> Result<Mannerly, E
         .arg("--config")
         .arg(&cfg_path)
         .env("MANNERLY_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
     for (k, v) in extra {
         cmd.env(k, v);
     }
     let mut child = cmd.spawn()?;
-    let stderr = child.stderr.take().ok_or("no stderr")?;
+    // The banner ("mannerly listening on http://ADDR") is on stdout; the
+    // log, whose warnings are worth showing, on stderr.
+    let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err("no stdout or stderr from the proxy".into());
+    };
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr)
+        for line in std::io::BufReader::new(stdout)
             .lines()
             .map_while(Result::ok)
         {
             if let Some(a) = line.strip_prefix("mannerly listening on http://") {
                 let _ = tx.send(a.to_string());
-            } else if line.contains("WARN") || line.contains("ERROR") || line.contains("panick") {
+            }
+        }
+    });
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if line.contains("WARN") || line.contains("ERROR") || line.contains("panick") {
                 eprintln!("  mannerly: {line}");
             }
         }
     });
-    let addr = rx.recv_timeout(Duration::from_secs(30))?;
+    let Ok(addr) = rx.recv_timeout(Duration::from_secs(30)) else {
+        // Never leave the proxy running behind a failed run.
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err("proxy did not print its address within 30 s".into());
+    };
     Ok(Mannerly { child, addr, dir })
 }
 

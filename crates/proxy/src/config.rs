@@ -193,6 +193,19 @@ pub struct ProxyConfig {
     pub backlog: u32,
     /// HTTP/2 (inside intercepted TLS): concurrent streams per connection.
     pub h2_max_streams: u32,
+    /// Threads that serve client connections, each with its own pool of
+    /// origin connections; 0: one per CPU.
+    pub threads: usize,
+}
+
+impl ProxyConfig {
+    /// The number of serving threads `threads` asks for.
+    pub fn serving_threads(&self) -> usize {
+        match self.threads {
+            0 => std::thread::available_parallelism().map_or(1, usize::from),
+            n => n,
+        }
+    }
 }
 
 /// `proxy.auth`.
@@ -226,6 +239,7 @@ impl Default for ProxyConfig {
             max_connections_per_client: 1_000,
             backlog: 4096,
             h2_max_streams: 100,
+            threads: 0,
         }
     }
 }

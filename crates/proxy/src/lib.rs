@@ -28,6 +28,7 @@ mod resolve;
 mod respond;
 mod robots;
 mod server;
+mod shards;
 mod shared;
 mod target;
 mod tunnel;
@@ -62,7 +63,7 @@ pub async fn fetch_robots_once(cfg: &Config, url: &str) -> Result<Option<Vec<u8>
     let uri: http::Uri = url.parse().map_err(|e| format!("{url}: {e}"))?;
     let target = target::Target::from_absolute(&uri)?;
     let guard = upstream::Guard::new(&cfg.upstream, clock::Clock::system());
-    let client = upstream::client(&cfg.upstream, guard).map_err(|e| e.to_string())?;
+    let client = upstream::client(&cfg.upstream, guard, 0).map_err(|e| e.to_string())?;
     let robots_url = format!("{}robots.txt", target.url(None));
     let signer = identity::Signer::load(cfg).map_err(|e| e.to_string())?;
     let clock = clock::Clock::system();

@@ -29,6 +29,7 @@ use crate::heads::Heads;
 use crate::intake::{read_head, Intake};
 use crate::pipeline;
 use crate::respond::Answer;
+use crate::shards::Shards;
 use crate::shared::{Reloaded, Shared};
 use crate::target::Target;
 use crate::tunnel;
@@ -143,6 +144,14 @@ impl Proxy {
                 }
             })
         };
+        // cfg.proxy.threads was resolved when the pools were built.
+        let shards = match Shards::start(shared.cfg.proxy.serving_threads()) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!("cannot start serving threads, serving on the main runtime: {e}");
+                None
+            }
+        };
         let mut backoff = AcceptBackoff::default();
         loop {
             tokio::select! {
@@ -155,10 +164,14 @@ impl Proxy {
                         let _ = stream.set_nodelay(true);
                         let track = shared.tracker.track();
                         let shared = shared.clone();
-                        tokio::spawn(async move {
+                        let serve = async move {
                             serve_client(shared, stream, peer).await;
                             drop((track, permit));
-                        });
+                        };
+                        match &shards {
+                            Some(shards) => shards.spawn(serve),
+                            None => drop(tokio::spawn(serve)),
+                        }
                     }
                     Err(e) => {
                         // Out of file descriptors and the like: back off
@@ -188,6 +201,9 @@ impl Proxy {
                 "shutdown grace of {grace:?} over with {} connections still open",
                 *shared.tracker.live.borrow()
             );
+        }
+        if let Some(shards) = shards {
+            shards.stop().await;
         }
         saver.abort();
         // Awaited so that the store file is closed when `run` returns: a

@@ -76,7 +76,7 @@ impl Shared {
             cfg.proxy.max_connections_per_client,
         );
         let guard = Guard::new(&cfg.upstream, clock.clone());
-        let client = upstream::client(&cfg.upstream, guard.clone())?;
+        let client = upstream::client(&cfg.upstream, guard.clone(), cfg.proxy.serving_threads())?;
         let start = clock
             .wall()
             .duration_since(UNIX_EPOCH)

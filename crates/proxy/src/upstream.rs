@@ -298,10 +298,25 @@ pub(crate) async fn connect_any(
         })
 }
 
+std::thread_local! {
+    /// Which serving thread this is (see `shards.rs`), as an index into
+    /// [`UpstreamClient`]'s pools; 0 for any other thread.
+    static POOL: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Marks the current thread as serving thread `i`: its requests use a pool
+/// of origin connections of their own, driven by the same thread.
+pub(crate) fn serve_on_shard(i: usize) {
+    POOL.with(|p| p.set(i + 1));
+}
+
 /// The pooled client towards origins, directly or through the parent.
 #[derive(Clone)]
 pub(crate) struct UpstreamClient {
-    inner: Client<HttpsConnector<GuardedConnector>, ProxyBody>,
+    /// One pool per serving thread, and one (the first) for other threads.
+    /// A pooled connection is driven by the thread that opened it; sharing
+    /// one pool between threads would hand each answer across threads.
+    pools: Arc<[Client<HttpsConnector<GuardedConnector>, ProxyBody>]>,
     parent: Option<Arc<Parent>>,
     guard: Guard,
     conns: Arc<Conns>,
@@ -317,7 +332,8 @@ impl UpstreamClient {
                 parent.authorize(&mut req);
             }
         }
-        self.inner.request(req)
+        let i = POOL.with(std::cell::Cell::get);
+        self.pools[i.min(self.pools.len() - 1)].request(req)
     }
 
     /// The parent that carries requests to `uri`, if any.
@@ -359,8 +375,14 @@ impl UpstreamClient {
     }
 }
 
-/// Builds the client: webpki roots plus `extra_roots`, ALPN h2 + http/1.1.
-pub(crate) fn client(cfg: &UpstreamConfig, guard: Guard) -> Result<UpstreamClient, StartError> {
+/// Builds the client: webpki roots plus `extra_roots`, ALPN h2 + http/1.1;
+/// a pool for each of `threads` serving threads. `pool_max_idle_per_host`
+/// applies to each pool, `pool_max_idle_total` to all together.
+pub(crate) fn client(
+    cfg: &UpstreamConfig,
+    guard: Guard,
+    threads: usize,
+) -> Result<UpstreamClient, StartError> {
     let mut roots = RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
     for path in &cfg.extra_roots {
@@ -406,14 +428,18 @@ pub(crate) fn client(cfg: &UpstreamConfig, guard: Guard) -> Result<UpstreamClien
             conns: conns.clone(),
             parent: parent.clone(),
         });
-    let inner = Client::builder(TokioExecutor::new())
-        .timer(TokioTimer::new())
-        .pool_timer(TokioTimer::new())
-        .pool_idle_timeout(cfg.pool_idle)
-        .pool_max_idle_per_host(cfg.pool_max_idle_per_host)
-        .build(connector);
+    let pools = (0..=threads)
+        .map(|_| {
+            Client::builder(TokioExecutor::new())
+                .timer(TokioTimer::new())
+                .pool_timer(TokioTimer::new())
+                .pool_idle_timeout(cfg.pool_idle)
+                .pool_max_idle_per_host(cfg.pool_max_idle_per_host)
+                .build(connector.clone())
+        })
+        .collect();
     Ok(UpstreamClient {
-        inner,
+        pools,
         parent,
         guard,
         conns,
