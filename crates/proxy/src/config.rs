@@ -513,6 +513,14 @@ impl Config {
                 why: "must be at least 1".into(),
             });
         }
+        // Each serving thread is a runtime with its own origin pool; more
+        // than this is a typo, not a machine.
+        if p.threads > 1024 {
+            return Err(ConfigError::Invalid {
+                key: "proxy.threads".into(),
+                why: "must be between 0 (one per CPU) and 1024".into(),
+            });
+        }
         let u = &self.upstream;
         crate::resolve::Overrides::new(&u.resolve)?;
         crate::parent::Parent::from_config(u, &rustls::RootCertStore::empty())?;
@@ -690,5 +698,22 @@ mod tests {
         };
         let err = cfg.validate().map(drop).map_err(|e| e.to_string());
         assert!(err.is_err_and(|e| e.starts_with("config key cache.max_body:")));
+    }
+
+    #[test]
+    fn serving_threads_default_to_one_per_cpu_and_are_bounded() {
+        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+        assert_eq!(ProxyConfig::default().serving_threads(), cpus);
+        let mut cfg = Config::default();
+        cfg.proxy.threads = 3;
+        assert_eq!(cfg.proxy.serving_threads(), 3);
+        assert!(cfg.clone().validate().is_ok());
+        cfg.proxy.threads = 5000;
+        let err = cfg.validate().map(drop).map_err(|e| e.to_string());
+        assert!(
+            err.as_ref()
+                .is_err_and(|e| e.starts_with("config key proxy.threads:")),
+            "{err:?}"
+        );
     }
 }

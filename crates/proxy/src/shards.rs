@@ -3,7 +3,7 @@
 //! connection, its requests and the origin connections they use stay on
 //! one thread, as in nginx's workers: no task is stolen across threads and
 //! an origin's answer wakes the thread that waits for it. On the shared
-//! loopback benchmark this served ~20% more requests than one
+//! loopback benchmark this served 10–14% more requests than one
 //! work-stealing runtime with as many threads (bench/README).
 
 use std::future::Future;
