@@ -592,3 +592,104 @@ async fn a_bad_chunk_size_in_the_client_body_is_a_400_from_the_client() {
     assert_eq!(errors.len(), 1, "{lines:#?}");
     assert_eq!(errors[0]["source"], "client");
 }
+
+/// An origin on its own thread (not on the test's runtime): 404 for
+/// robots.txt, a 2-byte page for anything else, keep-alive.
+fn thread_origin() -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match conn.read(&mut chunk) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    let end = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+                    let head = String::from_utf8_lossy(&buf[..end]).to_string();
+                    buf.drain(..end);
+                    let answer: &[u8] = if head.starts_with("GET /robots.txt") {
+                        b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n"
+                    } else {
+                        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+                    };
+                    if conn.write_all(answer).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+/// Sends one GET on `conn` and reads its whole answer (2-byte body).
+fn raw_get(conn: &mut std::net::TcpStream, url: &str) -> String {
+    use std::io::{Read, Write};
+    let host = url.trim_start_matches("http://").split('/').next().unwrap();
+    conn.write_all(format!("GET {url} HTTP/1.1\r\nhost: {host}\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(p) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            if got.len() >= p + 4 + 2 {
+                return String::from_utf8_lossy(&got).to_string();
+            }
+        }
+        let n = conn.read(&mut chunk).unwrap();
+        assert!(n > 0, "proxy closed the connection: {got:?}");
+        got.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// A connection, once accepted, belongs to a serving thread: it is served
+/// while the runtime that accepted it is busy. Before, its socket stayed
+/// registered with the accepting runtime's reactor, so every readiness of
+/// it waited for that runtime (and woke a thread there first).
+#[tokio::test]
+async fn an_accepted_connection_is_served_while_the_accepting_runtime_is_busy() {
+    let port = thread_origin();
+    let mut proxy = TestProxy::start(|c| c.proxy.threads = 2).await;
+    let url = format!("http://127.0.0.1:{port}/page");
+    let addr = proxy.addr;
+    let (ask, asked) = std::sync::mpsc::channel::<()>();
+    let (tell, told) = std::sync::mpsc::channel::<String>();
+    let client = std::thread::spawn(move || {
+        let mut conn = std::net::TcpStream::connect(addr).unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(60)))
+            .unwrap();
+        tell.send(raw_get(&mut conn, &url)).unwrap();
+        // The second request goes out only once the test's runtime (which
+        // accepted the connection) is blocked.
+        asked.recv().unwrap();
+        tell.send(raw_get(&mut conn, &url)).unwrap();
+    });
+    let first = tokio::task::spawn_blocking({
+        let told = told;
+        move || (told.recv_timeout(Duration::from_secs(60)), told)
+    })
+    .await
+    .unwrap();
+    let (first, told) = (first.0.expect("first answer"), first.1);
+    assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+    // Block this runtime's only thread until the second answer comes: with
+    // the connection still on this runtime's reactor it never would (the
+    // wait ends at 30 s and the test fails).
+    ask.send(()).unwrap();
+    let second = told.recv_timeout(Duration::from_secs(30));
+    let second = second.expect("answered while the accepting runtime was blocked");
+    assert!(second.starts_with("HTTP/1.1 200"), "{second}");
+    assert!(second.ends_with("ok"), "{second}");
+    client.join().unwrap();
+    let lines = proxy.stop().await;
+    let pages = with_outcome(&lines, "fetched");
+    assert_eq!(pages.len(), 2, "{lines:?}");
+}

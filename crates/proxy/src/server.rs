@@ -164,13 +164,31 @@ impl Proxy {
                         let _ = stream.set_nodelay(true);
                         let track = shared.tracker.track();
                         let shared = shared.clone();
-                        let serve = async move {
-                            serve_client(shared, stream, peer).await;
-                            drop((track, permit));
-                        };
                         match &shards {
-                            Some(shards) => shards.spawn(serve),
-                            None => drop(tokio::spawn(serve)),
+                            Some(shards) => {
+                                // Registered again with the serving thread's
+                                // reactor: left with this runtime's, every
+                                // read and write readiness of the connection
+                                // would wake a thread here first.
+                                let stream = match stream.into_std() {
+                                    Ok(s) => s,
+                                    Err(e) => {
+                                        tracing::warn!("connection from {peer} closed: cannot hand it to a serving thread: {e}");
+                                        continue;
+                                    }
+                                };
+                                shards.spawn(async move {
+                                    match TcpStream::from_std(stream) {
+                                        Ok(stream) => serve_client(shared, stream, peer).await,
+                                        Err(e) => tracing::warn!("connection from {peer} closed: its serving thread cannot take it: {e}"),
+                                    }
+                                    drop((track, permit));
+                                });
+                            }
+                            None => drop(tokio::spawn(async move {
+                                serve_client(shared, stream, peer).await;
+                                drop((track, permit));
+                            })),
                         }
                     }
                     Err(e) => {
