@@ -260,8 +260,7 @@ async fn hop_by_hop_headers_are_stripped_and_host_is_the_target() {
 
 #[tokio::test]
 async fn curl_through_the_proxy_http_and_https() {
-    if !curl_available() {
-        assert!(std::env::var_os("CI").is_none(), "CI must install curl");
+    if !have_tool("curl", "curl") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

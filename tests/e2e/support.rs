@@ -350,13 +350,6 @@ pub fn decision(resp: &reqwest::Response) -> String {
         .unwrap_or_default()
 }
 
-pub fn curl_available() -> bool {
-    std::process::Command::new("curl")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
 /// The `mannerly` binary running on a data dir, with budgets out of the way.
 pub struct RunningBinary {
     pub child: std::process::Child,
