@@ -755,3 +755,71 @@ async fn a_429_from_nginx_pauses_the_host_for_its_retry_after() {
     assert_eq!(throttled[0]["pause_s"], 120.0);
     assert_eq!(with_outcome(&lines, "paused").len(), 1);
 }
+
+/// Serving threads keep origin connections: curl over four HTTP/1.1
+/// client connections (intercepted HTTPS) asks an h2 nginx for 40 pages
+/// through a proxy with two serving threads; nginx names the connection
+/// each page came over, and at most one per thread carried them all.
+#[tokio::test]
+async fn curl_over_several_connections_reaches_nginx_over_one_connection_per_serving_thread() {
+    if !have_tool("curl", "curl") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new(dir.path());
+    let site = r#"
+    location = /robots.txt { return 404; }
+    location / { return 200 "conn $connection\n"; }
+"#;
+    let Some(nginx) = Nginx::start_tls(&ca, "origin.test", site) else {
+        return;
+    };
+    let port = nginx.port;
+    let roots = ca.pem_path.clone();
+    let mut proxy = TestProxy::start(move |c| {
+        c.proxy.threads = 2;
+        c.upstream.extra_roots = vec![roots];
+        c.proxy.connect_ports.push(port);
+        resolve_to_loopback(c, &format!("origin.test:{port}"), port);
+    })
+    .await;
+    let ca_file = proxy.dir.path().join("ca.pem");
+    let proxy_url = proxy.url();
+    let pages = dir.path().join("pages");
+    std::fs::create_dir(&pages).unwrap();
+    let out_pattern = pages.join("p#1").display().to_string();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("curl")
+            .args(["-sS", "--http1.1", "--parallel", "--parallel-max", "4"])
+            .args(["--noproxy", "", "-x", &proxy_url, "--cacert"])
+            .arg(&ca_file)
+            .args(["-o", &out_pattern])
+            .arg(format!("https://origin.test:{port}/p[1-40]"))
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut conns = std::collections::BTreeSet::new();
+    for i in 1..=40 {
+        let body = std::fs::read_to_string(pages.join(format!("p{i}"))).unwrap();
+        let conn = body.strip_prefix("conn ").expect("a page from nginx");
+        conns.insert(conn.trim().to_string());
+    }
+    assert!(
+        (1..=2).contains(&conns.len()),
+        "40 pages over nginx connections {conns:?}"
+    );
+    let lines = proxy.stop().await;
+    assert_eq!(with_outcome(&lines, "fetched").len(), 40, "{lines:#?}");
+    let clients: std::collections::BTreeSet<_> = with_outcome(&lines, "fetched")
+        .iter()
+        .map(|l| l["client"].to_string())
+        .collect();
+    assert!(clients.len() > 1, "curl used one connection: {clients:?}");
+}
