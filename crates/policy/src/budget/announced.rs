@@ -22,7 +22,7 @@
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use http::HeaderMap;
+use http::{HeaderMap, HeaderName};
 use serde::Serialize;
 use sfv::{BareItem, ListEntry, Parser};
 
@@ -33,6 +33,26 @@ use super::params::{micro, HostParams};
 /// `X-RateLimit-Reset` values above this are Unix times (seconds), not
 /// delta seconds.
 pub const EPOCH_THRESHOLD: u64 = 1_000_000_000;
+
+/// The fields read, named once: looked up by `&str`, every response would
+/// parse and hash each name again, and the legacy names were formatted.
+const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+/// `(X-RateLimit-*, RateLimit-*)` for limit, remaining and reset.
+const LEGACY: [(HeaderName, HeaderName); 3] = [
+    (
+        HeaderName::from_static("x-ratelimit-limit"),
+        HeaderName::from_static("ratelimit-limit"),
+    ),
+    (
+        HeaderName::from_static("x-ratelimit-remaining"),
+        HeaderName::from_static("ratelimit-remaining"),
+    ),
+    (
+        HeaderName::from_static("x-ratelimit-reset"),
+        HeaderName::from_static("ratelimit-reset"),
+    ),
+];
 
 /// Which header family an announcement came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -93,7 +113,7 @@ impl Announced {
 
     fn structured(headers: &HeaderMap) -> Option<Announced> {
         let policies: Vec<(u64, Option<u64>)> = headers
-            .get_all("ratelimit-policy")
+            .get_all(RATELIMIT_POLICY)
             .iter()
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| items(v, &["q", "w"]))
@@ -114,7 +134,7 @@ impl Announced {
             .map(|(q, w)| (q, Some(w)))
             .or_else(|| policies.first().copied());
         let state = headers
-            .get_all("ratelimit")
+            .get_all(RATELIMIT)
             .iter()
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| items(v, &["r", "t"]))
@@ -136,18 +156,14 @@ impl Announced {
     }
 
     fn legacy(headers: &HeaderMap, wall: SystemTime) -> Option<Announced> {
-        let num = |name: &str| -> Option<u64> {
+        let num = |name: &HeaderName| -> Option<u64> {
             let v = headers.get(name)?.to_str().ok()?.trim();
             // Some origins send "100, 100;w=60": the first number counts.
             let first = v.split([',', ';']).next()?.trim();
             first.parse::<u64>().ok()
         };
-        let pick = |suffix: &str| {
-            num(&format!("x-ratelimit-{suffix}")).or_else(|| num(&format!("ratelimit-{suffix}")))
-        };
-        let limit = pick("limit");
-        let remaining = pick("remaining");
-        let reset = pick("reset").map(|r| {
+        let [limit, remaining, reset] = LEGACY.map(|(x, plain)| num(&x).or_else(|| num(&plain)));
+        let reset = reset.map(|r| {
             if r > EPOCH_THRESHOLD {
                 let now = wall.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
                 r.saturating_sub(now)
