@@ -90,7 +90,7 @@ impl Cache {
         self: &Arc<Self>,
         key: &CacheKey,
         headers: &HeaderMap,
-    ) -> Result<Option<StoredResponse>, StoreError> {
+    ) -> Result<Option<Arc<StoredResponse>>, StoreError> {
         if let Some(known) = self.store.get_resident(key, headers) {
             return known;
         }

@@ -109,7 +109,7 @@ struct CacheStep {
     /// The request's cache key; `None` when the store is left alone.
     key: Option<CacheKey>,
     /// The stored response our validators were taken from.
-    stored: Option<StoredResponse>,
+    stored: Option<Arc<StoredResponse>>,
     /// Validators added to the upstream request.
     validators: Option<HeaderMap>,
     /// Something was stored for the key (usable or not).
@@ -273,7 +273,7 @@ impl Exchange {
                 step.stored = found;
             }
             Plan::ServeStored { status, headers } => {
-                let body = found.map(|f| f.body).unwrap_or_default();
+                let body = found.map(|f| f.body.clone()).unwrap_or_default();
                 self.rec.cache(CacheOutcome::Hit);
                 return Err(self.stored_answer(status, headers, body));
             }
@@ -480,7 +480,7 @@ impl Exchange {
                 .map(|s| conditional::merge_not_modified(&s.meta, parts, &head, params, now));
             return match (merged, stored) {
                 (Some(Ok(fresh)), Some(stored)) => {
-                    let body = stored.body;
+                    let body = stored.body.clone();
                     if let Some(meta) = fresh.meta {
                         shared.cache.write_back(meta, body.clone());
                     }

@@ -23,6 +23,7 @@
 //! it is removed, and the lookup is a miss.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use bytes::Bytes;
 
@@ -101,12 +102,14 @@ pub struct StoreStats {
 pub trait ResponseStore: Send + Sync {
     /// The stored response for `key` that matches `request_headers` on the
     /// fields its `Vary` names, if any. A damaged entry is removed and
-    /// reported as `None`. Marks the entry as recently used.
+    /// reported as `None`. Marks the entry as recently used. Shared: an
+    /// entry held in memory is handed out without copying its headers and
+    /// policy (a clone under the index lock, on every revalidation).
     fn get(
         &self,
         key: &CacheKey,
         request_headers: &HeaderMap,
-    ) -> Result<Option<StoredResponse>, StoreError>;
+    ) -> Result<Option<Arc<StoredResponse>>, StoreError>;
 
     /// What [`ResponseStore::get`] would answer, when memory alone can tell:
     /// `Some(Ok(None))` when nothing is stored for the URL, `Some(Ok(Some(_)))`
@@ -116,7 +119,7 @@ pub trait ResponseStore: Send + Sync {
         &self,
         key: &CacheKey,
         request_headers: &HeaderMap,
-    ) -> Option<Result<Option<StoredResponse>, StoreError>> {
+    ) -> Option<Result<Option<Arc<StoredResponse>>, StoreError>> {
         let _ = (key, request_headers);
         None
     }

@@ -204,7 +204,7 @@ impl DiskStore {
         &self,
         key: &CacheKey,
         request_headers: &HeaderMap,
-    ) -> Result<Option<StoredResponse>, StoreError> {
+    ) -> Result<Option<Arc<StoredResponse>>, StoreError> {
         let generation = self.inner.index()?.generation();
         let (variant, found, size) = {
             let txn = self.inner.db.begin_read()?;
@@ -237,6 +237,7 @@ impl DiskStore {
             self.drop_corrupt(variant)?;
             return Ok(None);
         };
+        let found = Arc::new(found);
         let mut index = self.inner.index()?;
         index.lru.touch(&variant);
         if index.generation() == generation {
@@ -351,7 +352,7 @@ impl ResponseStore for DiskStore {
         &self,
         key: &CacheKey,
         request_headers: &HeaderMap,
-    ) -> Result<Option<StoredResponse>, StoreError> {
+    ) -> Result<Option<Arc<StoredResponse>>, StoreError> {
         match self.get_resident(key, request_headers) {
             Some(known) => known,
             None => self.read(key, request_headers),
@@ -362,7 +363,7 @@ impl ResponseStore for DiskStore {
         &self,
         key: &CacheKey,
         request_headers: &HeaderMap,
-    ) -> Option<Result<Option<StoredResponse>, StoreError>> {
+    ) -> Option<Result<Option<Arc<StoredResponse>>, StoreError>> {
         let mut index = match self.inner.index() {
             Ok(index) => index,
             Err(e) => return Some(Err(e)),

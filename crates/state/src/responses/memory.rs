@@ -1,7 +1,7 @@
 //! The in-process store: same behaviour as the disk store, gone on restart.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use mannerly_policy::conditional::http::HeaderMap;
 use mannerly_policy::conditional::{variant_key, variant_prefix, CacheEntryMeta, CacheKey};
@@ -73,7 +73,7 @@ impl ResponseStore for MemoryStore {
         &self,
         key: &CacheKey,
         request_headers: &HeaderMap,
-    ) -> Result<Option<StoredResponse>, StoreError> {
+    ) -> Result<Option<Arc<StoredResponse>>, StoreError> {
         let mut inner = self.lock()?;
         let Some(vary) = inner.vary.get(key.as_str()) else {
             return Ok(None);
@@ -85,7 +85,7 @@ impl ResponseStore for MemoryStore {
         match record::decode(bytes).filter(|r| r.meta.variant() == variant) {
             Some(found) => {
                 inner.lru.touch(&variant);
-                Ok(Some(found))
+                Ok(Some(Arc::new(found)))
             }
             None => {
                 inner.remove_variant(&variant);
@@ -99,7 +99,7 @@ impl ResponseStore for MemoryStore {
         &self,
         key: &CacheKey,
         request_headers: &HeaderMap,
-    ) -> Option<Result<Option<StoredResponse>, StoreError>> {
+    ) -> Option<Result<Option<Arc<StoredResponse>>, StoreError>> {
         Some(self.get(key, request_headers))
     }
 

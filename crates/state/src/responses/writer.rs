@@ -318,7 +318,7 @@ fn write(
     inner: &Inner,
     ops: Vec<Op>,
     durable: bool,
-    keep: &mut Vec<(StoredResponse, u64)>,
+    keep: &mut Vec<(Arc<StoredResponse>, u64)>,
 ) -> Result<Vec<Outcome>, StoreError> {
     let mut txn = inner.db.begin_write()?;
     if !durable {
@@ -382,7 +382,7 @@ fn put(
     body: Bytes,
     bytes: &[u8],
     vary_json: &str,
-    keep: &mut Vec<(StoredResponse, u64)>,
+    keep: &mut Vec<(Arc<StoredResponse>, u64)>,
 ) -> Result<Outcome, StoreError> {
     let size = entry_size(meta.variant(), bytes);
     if size > inner.limits.max_size {
@@ -432,6 +432,6 @@ fn put(
     t.pages.insert(seq, bytes)?;
     t.seqs.insert(seq, (variant, size))?;
     let evicted = victims.len();
-    keep.push((StoredResponse { meta, body }, size));
+    keep.push((Arc::new(StoredResponse { meta, body }), size));
     Ok(Outcome::Put(PutOutcome::Stored { evicted }))
 }
