@@ -33,6 +33,7 @@
 //! Store errors at any step only cost the cache: forward as for a miss and
 //! audit `cache: "error"`.
 
+use std::sync::OnceLock;
 use std::time::SystemTime;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -297,6 +298,47 @@ pub fn plan(
     if &meta.key != key || meta.variant != variant_key(key, &meta.vary, &req.headers) {
         return Plan::Fetch;
     }
+    // Always revalidating, the library's answer is the same for every
+    // request that gets this far without the request fields it reads: the
+    // request-side no-cache makes the entry stale at any time, the URL,
+    // method and Vary-named fields were matched above, and `Host` is not
+    // part of the canonical request. So it is asked once per entry; a
+    // revalidated page is planned again on every crawl of it.
+    let memo = (!params.serve_fresh
+        && !PLAN_INPUTS.iter().any(|name| req.headers.contains_key(name)))
+    .then_some(&meta.revalidation);
+    if let Some(plan) = memo.and_then(OnceLock::get) {
+        return plan.clone();
+    }
+    let plan = library_plan(req, key, meta, params, now);
+    if let Some(memo) = memo {
+        let _ = memo.set(plan.clone());
+    }
+    plan
+}
+
+/// Request fields the library's revalidation request depends on, beyond
+/// those [`plan`] matches itself (the client's validators never reach
+/// `plan` through [`admit`], but `plan` does not rely on it).
+const PLAN_INPUTS: [HeaderName; 7] = [
+    header::ACCEPT_RANGES,
+    header::IF_NONE_MATCH,
+    header::IF_MODIFIED_SINCE,
+    header::IF_MATCH,
+    header::IF_UNMODIFIED_SINCE,
+    header::IF_RANGE,
+    header::RANGE,
+];
+
+/// [`plan`] as the library answers it, for a stored entry that matches
+/// the request's key and variant.
+fn library_plan(
+    req: &request::Parts,
+    key: &CacheKey,
+    meta: &CacheEntryMeta,
+    params: &CacheParams,
+    now: SystemTime,
+) -> Plan {
     let Some(mut canonical) = canonical_request(req, key, &meta.vary, false) else {
         return Plan::Fetch;
     };
@@ -445,6 +487,7 @@ pub fn storable(
         last_modified,
         stored_at: now,
         policy,
+        revalidation: OnceLock::new(),
     })
 }
 
@@ -568,6 +611,7 @@ pub fn merge_not_modified(
             last_modified: text(&headers, header::LAST_MODIFIED),
             stored_at: now,
             policy,
+            revalidation: OnceLock::new(),
             ..stored.clone()
         }
     });

@@ -113,6 +113,43 @@ fn always_revalidates_by_default_even_when_fresh() {
 }
 
 #[test]
+fn a_plan_asked_once_per_entry_is_the_one_each_request_would_get() {
+    let lm = "Tue, 14 Nov 2023 22:00:00 GMT";
+    let entry = || stored(&[], &[("etag", "W/\"v1\""), ("last-modified", lm)]);
+    let params = CacheParams::default();
+    let plain = req(&[("user-agent", "a")]);
+    let k = lookup_key(&plain);
+    // Every request, planned against an entry that already answered
+    // another one, gets what it gets against an entry planned for nothing.
+    let requests = [
+        req(&[("user-agent", "b"), ("accept", "text/html")]),
+        // The library sends no weak validator beside Accept-Ranges.
+        req(&[("accept-ranges", "bytes")]),
+        req(&[("cache-control", "max-age=0")]),
+        req(&[("pragma", "no-cache")]),
+    ];
+    let used = entry();
+    let first = validators(plan(&plain, &k, Some(&used), &params, t0()));
+    assert_eq!(first.get(header::IF_NONE_MATCH).unwrap(), "W/\"v1\"");
+    assert_eq!(first.get(header::IF_MODIFIED_SINCE).unwrap(), lm);
+    for r in &requests {
+        let later = t0() + Duration::from_secs(86_400);
+        let again = plan(r, &k, Some(&used), &params, later);
+        let fresh = plan(r, &k, Some(&entry()), &params, later);
+        assert_eq!(again, fresh, "{:?}", r.headers);
+    }
+    assert_eq!(
+        plan(&requests[1], &k, Some(&used), &params, t0()),
+        Plan::Fetch,
+        "a weak ETag and a date are all this entry has"
+    );
+    // An entry read back from its JSON starts with nothing asked.
+    let json = serde_json::to_string(&used).unwrap();
+    let back: CacheEntryMeta = serde_json::from_str(&json).unwrap();
+    assert_eq!(plan(&requests[1], &k, Some(&back), &params, t0()), Plan::Fetch);
+}
+
+#[test]
 fn serve_fresh_answers_fresh_entries_without_the_origin() {
     let params = CacheParams {
         serve_fresh: true,

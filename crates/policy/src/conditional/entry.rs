@@ -1,5 +1,6 @@
 //! What is remembered about a stored response, apart from its body.
 
+use std::sync::OnceLock;
 use std::time::SystemTime;
 
 use http::{HeaderMap, StatusCode};
@@ -7,6 +8,7 @@ use http_cache_semantics::CachePolicy;
 use serde::{Deserialize, Serialize};
 
 use super::key::CacheKey;
+use super::Plan;
 
 /// Everything about a stored response except its body: the key it answers,
 /// its status and headers exactly as received (hop-by-hop fields removed),
@@ -29,6 +31,10 @@ pub struct CacheEntryMeta {
     pub(crate) last_modified: Option<String>,
     pub(crate) stored_at: SystemTime,
     pub(crate) policy: CachePolicy,
+    /// The library's plan for a revalidation of this entry, asked once (see
+    /// `plan`); never stored, and empty again in a refreshed entry.
+    #[serde(skip)]
+    pub(crate) revalidation: OnceLock<Plan>,
 }
 
 impl CacheEntryMeta {
@@ -104,13 +110,22 @@ mod headers_serde {
         Bytes(Vec<u8>),
     }
 
+    /// [`Value`] borrowed from the map: the same JSON, with no copy of
+    /// each value made only to be written out.
+    #[derive(Serialize)]
+    #[serde(untagged)]
+    enum ValueRef<'a> {
+        Text(&'a str),
+        Bytes(&'a [u8]),
+    }
+
     pub(super) fn serialize<S: Serializer>(map: &HeaderMap, s: S) -> Result<S::Ok, S::Error> {
-        let pairs: Vec<(&str, Value)> = map
+        let pairs: Vec<(&str, ValueRef<'_>)> = map
             .iter()
             .map(|(name, value)| {
                 let value = match value.to_str() {
-                    Ok(text) => Value::Text(text.to_owned()),
-                    Err(_) => Value::Bytes(value.as_bytes().to_vec()),
+                    Ok(text) => ValueRef::Text(text),
+                    Err(_) => ValueRef::Bytes(value.as_bytes()),
                 };
                 (name.as_str(), value)
             })
