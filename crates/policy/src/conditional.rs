@@ -305,7 +305,9 @@ pub fn plan(
     // part of the canonical request. So it is asked once per entry; a
     // revalidated page is planned again on every crawl of it.
     let memo = (!params.serve_fresh
-        && !PLAN_INPUTS.iter().any(|name| req.headers.contains_key(name)))
+        && !PLAN_INPUTS
+            .iter()
+            .any(|name| req.headers.contains_key(name)))
     .then_some(&meta.revalidation);
     if let Some(plan) = memo.and_then(OnceLock::get) {
         return plan.clone();
