@@ -490,6 +490,7 @@ pub fn storable(
         stored_at: now,
         policy,
         revalidation: OnceLock::new(),
+        not_modified: OnceLock::new(),
     })
 }
 
@@ -571,6 +572,19 @@ pub fn merge_not_modified(
     params: &CacheParams,
     now: SystemTime,
 ) -> Result<Revalidated, NotModifiedMismatch> {
+    if !params.serve_fresh {
+        if let Some(memo) = stored.not_modified.get() {
+            let mut answer = not_modified.headers.clone();
+            crate::strip_hop_by_hop(&mut answer);
+            if not_modified.status == StatusCode::NOT_MODIFIED && memo.answered(&answer) {
+                return Ok(Revalidated {
+                    status: stored.status,
+                    headers: memo.headers(&answer, &stored.headers),
+                    meta: None,
+                });
+            }
+        }
+    }
     let canonical =
         canonical_request(req, &stored.key, &stored.vary, true).ok_or(NotModifiedMismatch)?;
     // A 304 need not repeat Last-Modified (RFC 9110 §15.4.5), and the library
@@ -602,6 +616,11 @@ pub fn merge_not_modified(
     let headers = repair_merge(&library_merge, &stored.headers, &answer.headers);
     let worth_storing =
         params.serve_fresh || !same_apart_from_per_answer(&stored.headers, &headers);
+    if !worth_storing {
+        if let Some(memo) = NotModifiedMemo::new(&not_modified.headers, &stored.headers, &headers) {
+            let _ = stored.not_modified.set(memo);
+        }
+    }
     // Judging the refreshed response costs as much as the rest of the
     // merge; it is only needed when the entry is written back.
     let meta = worth_storing.then(|| {
@@ -614,6 +633,7 @@ pub fn merge_not_modified(
             stored_at: now,
             policy,
             revalidation: OnceLock::new(),
+            not_modified: OnceLock::new(),
             ..stored.clone()
         }
     });
@@ -622,6 +642,76 @@ pub fn merge_not_modified(
         headers,
         meta,
     })
+}
+
+/// The merge of a 304 that refreshed no field but [`PER_ANSWER_FIELDS`],
+/// kept in the entry: a crawl asks the same page again and again, and its
+/// origin answers each time with the same 304 but for its `Date`. The
+/// library's merge of such a 304 is the same each time but for those
+/// fields, whose values [`repair_merge`] takes from the 304, else from the
+/// stored response; so it is made once, and then only those fields are
+/// filled in. A 304 that differs in any other line goes to the library.
+#[derive(Clone, Debug)]
+pub(crate) struct NotModifiedMemo {
+    /// The 304's lines, hop-by-hop and per-answer fields left out, in order.
+    answer: Vec<(HeaderName, HeaderValue)>,
+    /// The merged headers, per-answer fields left out.
+    merged: HeaderMap,
+}
+
+impl NotModifiedMemo {
+    /// `None` when `Warning` is in play: the library may add one (113)
+    /// depending on the time, and which lines [`repair_merge`] keeps then
+    /// changes.
+    fn new(answer: &HeaderMap, stored: &HeaderMap, merged: &HeaderMap) -> Option<Self> {
+        if [answer, stored, merged]
+            .iter()
+            .any(|m| m.contains_key(header::WARNING))
+        {
+            return None;
+        }
+        let answer = without_hop_by_hop(answer);
+        let mut kept = merged.clone();
+        for name in PER_ANSWER_FIELDS {
+            kept.remove(name);
+        }
+        Some(NotModifiedMemo {
+            answer: Self::lines(&answer)
+                .map(|(n, v)| (n.clone(), v.clone()))
+                .collect(),
+            merged: kept,
+        })
+    }
+
+    fn lines(answer: &HeaderMap) -> impl Iterator<Item = (&HeaderName, &HeaderValue)> {
+        answer
+            .iter()
+            .filter(|(name, _)| !PER_ANSWER_FIELDS.contains(name))
+    }
+
+    /// Whether `answer` (hop-by-hop fields removed) is the 304 this was
+    /// made from, but for per-answer fields.
+    fn answered(&self, answer: &HeaderMap) -> bool {
+        // A Warning is one of those lines, and the memo has none.
+        Self::lines(answer).eq(self.answer.iter().map(|(n, v)| (n, v)))
+    }
+
+    /// The merge for `answer`: the per-answer fields from it, else from
+    /// the stored response.
+    fn headers(&self, answer: &HeaderMap, stored: &HeaderMap) -> HeaderMap {
+        let mut out = self.merged.clone();
+        for name in PER_ANSWER_FIELDS {
+            let source = if answer.contains_key(&name) {
+                answer
+            } else {
+                stored
+            };
+            for value in source.get_all(&name) {
+                out.append(name.clone(), value.clone());
+            }
+        }
+        out
+    }
 }
 
 /// The library builds its merged map with `insert`, which keeps one line per

@@ -352,6 +352,72 @@ fn vary_on_a_custom_header_selects_the_variant() {
 }
 
 #[test]
+fn a_304_merged_once_per_entry_is_merged_as_the_library_would_each_time() {
+    let entry = || {
+        stored(
+            &[],
+            &[
+                ("etag", "\"v1\""),
+                ("last-modified", "Tue, 14 Nov 2023 22:00:00 GMT"),
+                ("date", "Tue, 14 Nov 2023 22:13:20 GMT"),
+                ("expires", "Tue, 14 Nov 2023 23:13:20 GMT"),
+                ("server", "nginx"),
+                ("content-length", "5"),
+                ("link", "</a.css>; rel=preload"),
+                ("link", "</b.js>; rel=preload"),
+            ],
+        )
+    };
+    let params = CacheParams::default();
+    let answer = |extra: &[(&'static str, &'static str)]| {
+        let mut h = vec![
+            ("server", "nginx"),
+            ("etag", "\"v1\""),
+            ("connection", "keep-alive"),
+        ];
+        h.extend_from_slice(extra);
+        resp(304, &h)
+    };
+    let used = entry();
+    let first = answer(&[("date", "Wed, 15 Nov 2023 08:00:00 GMT")]);
+    let merged = merge_not_modified(&used, &req(&[]), &first, &params, t0()).unwrap();
+    assert!(merged.meta.is_none(), "only Date changed");
+    let later_answers = [
+        answer(&[("date", "Thu, 16 Nov 2023 08:00:00 GMT")]),
+        answer(&[]),
+        answer(&[("age", "5"), ("expires", "Fri, 17 Nov 2023 08:00:00 GMT")]),
+        answer(&[
+            ("date", "Thu, 16 Nov 2023 08:00:00 GMT"),
+            ("cache-control", "max-age=60"),
+        ]),
+        answer(&[("x-new", "1")]),
+        answer(&[("warning", "110 - \"stale\"")]),
+        resp(304, &[("server", "other"), ("etag", "\"v1\"")]),
+        resp(304, &[("etag", "\"v2\"")]),
+        resp(304, &[("etag", "\"v1\""), ("server", "nginx")]),
+    ];
+    for nm in &later_answers {
+        let later = t0() + Duration::from_secs(2 * 86_400);
+        let again = merge_not_modified(&used, &req(&[]), nm, &params, later);
+        let fresh = merge_not_modified(&entry(), &req(&[]), nm, &params, later);
+        match (again, fresh) {
+            (Ok(again), Ok(fresh)) => {
+                assert_eq!(again.status, fresh.status);
+                assert_eq!(again.headers, fresh.headers, "{:?}", nm.headers);
+                assert_eq!(
+                    again.meta.is_some(),
+                    fresh.meta.is_some(),
+                    "{:?}",
+                    nm.headers
+                );
+            }
+            (Err(_), Err(_)) => {}
+            (again, fresh) => panic!("{:?}: {again:?} against {fresh:?}", nm.headers),
+        }
+    }
+}
+
+#[test]
 fn a_304_refreshes_the_stored_headers() {
     let meta = stored(
         &[],

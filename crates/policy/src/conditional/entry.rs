@@ -8,7 +8,7 @@ use http_cache_semantics::CachePolicy;
 use serde::{Deserialize, Serialize};
 
 use super::key::CacheKey;
-use super::Plan;
+use super::{NotModifiedMemo, Plan};
 
 /// Everything about a stored response except its body: the key it answers,
 /// its status and headers exactly as received (hop-by-hop fields removed),
@@ -35,6 +35,11 @@ pub struct CacheEntryMeta {
     /// `plan`); never stored, and empty again in a refreshed entry.
     #[serde(skip)]
     pub(crate) revalidation: OnceLock<Plan>,
+    /// The library's merge of a 304 that refreshed nothing but per-answer
+    /// fields (see `merge_not_modified`); never stored, empty again in a
+    /// refreshed entry.
+    #[serde(skip)]
+    pub(crate) not_modified: OnceLock<NotModifiedMemo>,
 }
 
 impl CacheEntryMeta {
