@@ -1,32 +1,43 @@
 //! What the client sees: the `Mannerly-Decision` header on every answer,
 //! plain-text bodies on the answers the proxy makes itself.
 
-use http::header::{HeaderValue, CONNECTION, CONTENT_TYPE, RETRY_AFTER};
+use http::header::{HeaderName, HeaderValue, CONNECTION, CONTENT_TYPE, RETRY_AFTER};
 use http::{Response, StatusCode};
 use mannerly_policy::Outcome;
 
 use crate::body::{full, ProxyBody};
 
-/// Header naming the decision made for a request.
-pub(crate) const DECISION: &str = "mannerly-decision";
+/// Header naming the decision made for a request. Names, not strings: set
+/// on every answer, a `&str` name would be parsed and hashed each time.
+pub(crate) const DECISION: HeaderName = HeaderName::from_static("mannerly-decision");
 /// Header carrying the audit id of the request.
-pub(crate) const ID: &str = "mannerly-id";
+pub(crate) const ID: HeaderName = HeaderName::from_static("mannerly-id");
 
 /// A header value made from any text: characters a header cannot carry are
 /// replaced, so a rule with odd bytes still produces a valid answer.
 pub(crate) fn header_text(s: &str) -> HeaderValue {
-    let clean: String = s
-        .chars()
-        .take(512)
-        .map(|c| {
-            if c.is_ascii_graphic() || c == ' ' {
-                c
-            } else {
-                '?'
-            }
-        })
-        .collect();
-    HeaderValue::from_str(&clean).unwrap_or_else(|_| HeaderValue::from_static("?"))
+    header_owned(s.to_owned())
+}
+
+/// [`header_text`] of a string already built: one on every answer (the
+/// decision, the id), so clean text becomes the value without a copy.
+fn header_owned(s: String) -> HeaderValue {
+    let clean = if s.len() <= 512 && s.bytes().all(|b| b.is_ascii_graphic() || b == b' ') {
+        s
+    } else {
+        s.chars()
+            .take(512)
+            .map(|c| {
+                if c.is_ascii_graphic() || c == ' ' {
+                    c
+                } else {
+                    '?'
+                }
+            })
+            .collect()
+    };
+    HeaderValue::from_maybe_shared(bytes::Bytes::from(clean))
+        .unwrap_or_else(|_| HeaderValue::from_static("?"))
 }
 
 /// The `Mannerly-Decision` value: the outcome, then `; key=value` details.
@@ -46,7 +57,7 @@ pub(crate) fn decision_value(outcome: Outcome, details: &[(&str, String)]) -> He
             v.push('"');
         }
     }
-    header_text(&v)
+    header_owned(v)
 }
 
 /// An answer the proxy makes itself (a refusal or an error), before it

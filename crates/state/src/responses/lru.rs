@@ -58,14 +58,16 @@ impl Lru {
         self.clock
     }
 
-    /// Records a read of `key`.
+    /// Records a read of `key`. Every revalidation reads twice (the
+    /// resident copy and the store's index), so the key moves without
+    /// being copied, and is copied into `dirty` only when not there yet.
     pub(crate) fn touch(&mut self, key: &str) {
         let tick = self.next_tick();
         if let Some((old, size)) = self.entries.get(key) {
-            self.order.remove(&old);
-            self.order.insert(tick, key.to_owned());
-            self.entries.insert(key.to_owned(), (tick, size));
-            if !self.untracked {
+            let owned = self.order.remove(&old).unwrap_or_else(|| key.to_owned());
+            self.order.insert(tick, owned);
+            self.entries.set(key, (tick, size));
+            if !self.untracked && !self.dirty.contains(key) {
                 self.dirty.insert(key.to_owned());
             }
         }

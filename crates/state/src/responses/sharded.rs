@@ -39,6 +39,16 @@ impl<K: Hash + Eq + Clone, V: Copy> Sharded<K, V> {
         self.0.insert(key, value)
     }
 
+    /// Replaces the value of a key that is there, without a key of its
+    /// own to insert; `false` if it is not there.
+    pub(crate) fn set<Q>(&self, key: &Q, value: V) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.0.get_mut(key).map(|mut v| *v = value).is_some()
+    }
+
     pub(crate) fn remove<Q>(&self, key: &Q) -> Option<V>
     where
         K: Borrow<Q>,
@@ -72,6 +82,9 @@ mod tests {
             assert_eq!(m.insert(format!("k{i}"), i), None);
         }
         assert_eq!(m.insert("k7".into(), 70), Some(7));
+        assert!(m.set("k8", 80));
+        assert!(!m.set("k1000", 1));
+        assert_eq!(m.get("k8"), Some(80));
         assert_eq!(m.len(), 1000);
         assert_eq!(m.get("k7"), Some(70));
         assert_eq!(m.remove("k7"), Some(70));
