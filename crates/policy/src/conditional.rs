@@ -70,9 +70,9 @@ pub struct CacheParams {
     /// Evaluate responses as a shared cache (`private` is never stored,
     /// `s-maxage` counts). Leave on: one proxy serves many clients.
     pub shared: bool,
-    /// Bytes of recently used entries kept decoded in memory (default 64
-    /// MiB), so that revalidating a page crawled again reads no disk. 0:
-    /// none.
+    /// Bytes of recently revalidated entries kept decoded in memory
+    /// (default 64 MiB), so that revalidating a page crawled again reads no
+    /// disk; a new page is held from its first revalidation on. 0: none.
     pub memory_size: u64,
     /// When the store's writes are forced to disk.
     pub sync: CacheSync,

@@ -503,7 +503,7 @@ fn writes_queued_during_a_commit_share_one_transaction() {
 }
 
 #[test]
-fn misses_and_recent_entries_are_answered_from_memory() {
+fn misses_and_entries_read_since_written_are_answered_from_memory() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.redb");
     let gz = [("accept-encoding", "gzip")];
@@ -516,8 +516,15 @@ fn misses_and_recent_entries_are_answered_from_memory() {
             Some(Ok(None))
         ));
         store.put(&m, b"gzipped").unwrap();
+        // Written, not read since: the disk must tell, and then it is held.
+        assert!(store.get_resident(&key("/v"), &headers(&gz)).is_none());
+        assert_eq!(body_of(&store, "/v", &gz).unwrap(), b"gzipped");
         let got = store.get_resident(&key("/v"), &headers(&gz));
         assert_eq!(&got.unwrap().unwrap().unwrap().body[..], b"gzipped");
+        // Written again while held: the copy held is the new one.
+        store.put(&m, b"gzipped2").unwrap();
+        let got = store.get_resident(&key("/v"), &headers(&gz));
+        assert_eq!(&got.unwrap().unwrap().unwrap().body[..], b"gzipped2");
         // Another variant of a stored URL: memory cannot tell.
         assert!(store
             .get_resident(&key("/v"), &headers(&[("accept-encoding", "br")]))
@@ -532,10 +539,10 @@ fn misses_and_recent_entries_are_answered_from_memory() {
     ));
     // Stored, not yet read since the start: the disk must tell.
     assert!(store.get_resident(&key("/v"), &headers(&gz)).is_none());
-    assert_eq!(body_of(&store, "/v", &gz).unwrap(), b"gzipped");
+    assert_eq!(body_of(&store, "/v", &gz).unwrap(), b"gzipped2");
     // Read once, then held.
     let got = store.get_resident(&key("/v"), &headers(&gz));
-    assert_eq!(&got.unwrap().unwrap().unwrap().body[..], b"gzipped");
+    assert_eq!(&got.unwrap().unwrap().unwrap().body[..], b"gzipped2");
     // Removed: memory knows it is gone.
     store.remove(&key("/v")).unwrap();
     assert!(matches!(
@@ -560,9 +567,13 @@ fn memory_holds_at_most_its_budget() {
             .put(&meta(&format!("/p{i}"), &[], &[("etag", "\"e\"")]), &body)
             .unwrap();
     }
+    assert_eq!(store.stats().resident_bytes, 0, "written, not read");
+    for i in 0..40 {
+        assert_eq!(body_of(&store, &format!("/p{i}"), &[]).unwrap(), body);
+    }
     let resident = store.stats().resident_bytes;
-    assert!(resident <= 64_000, "{resident}");
-    // The newest are held, the oldest went to disk only.
+    assert!(resident > 0 && resident <= 64_000, "{resident}");
+    // The last read are held, the first read went to disk only.
     assert!(store
         .get_resident(&key("/p39"), &HeaderMap::new())
         .is_some());
@@ -572,6 +583,7 @@ fn memory_holds_at_most_its_budget() {
     store
         .put(&meta("/big", &[], &[("etag", "\"e\"")]), &[1u8; 4000])
         .unwrap();
+    assert_eq!(body_of(&store, "/big", &[]).unwrap(), [1u8; 4000]);
     assert!(store
         .get_resident(&key("/big"), &HeaderMap::new())
         .is_none());
@@ -584,6 +596,7 @@ fn memory_holds_at_most_its_budget() {
     .unwrap();
     none.put(&meta("/a", &[], &[("etag", "\"e\"")]), b"a")
         .unwrap();
+    assert_eq!(body_of(&none, "/a", &[]).unwrap(), b"a");
     assert!(none.get_resident(&key("/a"), &HeaderMap::new()).is_none());
     assert!(matches!(
         none.get_resident(&key("/b"), &HeaderMap::new()),

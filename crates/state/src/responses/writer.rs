@@ -253,7 +253,7 @@ fn commit(inner: &Inner, batch: Vec<Job>, durable: bool) -> bool {
             inner.counters.add_commit(durable);
             if let Ok(mut index) = inner.index() {
                 for (entry, size) in keep {
-                    index.keep(entry, size);
+                    index.refresh(entry, size);
                 }
                 index.committed();
             }
