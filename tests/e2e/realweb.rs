@@ -633,11 +633,41 @@ async fn a_page_crawled_again_from_nginx_costs_no_store_write_per_304() {
     let admin = proxy.admin.unwrap();
     let client = proxy.client();
     let url = format!("https://origin.test:{port}/page.html");
+    let header = |r: &reqwest::Response, name: &str| {
+        r.headers()
+            .get(name)
+            .map(|v| v.to_str().unwrap_or("").to_string())
+    };
+    let mut first: Option<(Option<String>, Option<String>, std::time::SystemTime)> = None;
     for i in 0..6 {
+        if i == 5 {
+            // nginx's Date has whole seconds: the last 304 carries a later
+            // one than the stored page, and the answer must carry it, after
+            // four 304s merged the same way.
+            tokio::time::sleep(Duration::from_millis(1100)).await;
+        }
         let r = client.get(&url).send().await.unwrap();
         assert_eq!(r.status(), 200, "{}", nginx.error_log());
         let want = if i == 0 { "fetched" } else { "revalidated" };
         assert!(decision(&r).starts_with(want), "{i}: {}", decision(&r));
+        let date = header(&r, "date")
+            .and_then(|d| httpdate::parse_http_date(&d).ok())
+            .expect("nginx sends a Date");
+        let validators = (header(&r, "etag"), header(&r, "last-modified"));
+        match &first {
+            None => first = Some((validators.0, validators.1, date)),
+            Some((etag, lm, stored_date)) => {
+                assert_eq!((&validators.0, &validators.1), (etag, lm), "{i}");
+                assert!(etag.is_some() && lm.is_some());
+                assert!(date >= *stored_date, "{i}");
+                if i == 5 {
+                    assert!(
+                        date > *stored_date,
+                        "the last 304's Date, not the stored one"
+                    );
+                }
+            }
+        }
         assert_eq!(r.text().await.unwrap(), page);
         if i == 0 {
             // The first copy is stored before the audit line is written.
