@@ -305,8 +305,9 @@ pub fn plan(
     // part of the canonical request. So it is asked once per entry; a
     // revalidated page is planned again on every crawl of it.
     let memo = (!params.serve_fresh
-        && !PLAN_INPUTS
+        && !CLIENT_VALIDATORS
             .iter()
+            .chain(&PLAN_INPUTS)
             .any(|name| req.headers.contains_key(name)))
     .then_some(&meta.revalidation);
     if let Some(plan) = memo.and_then(OnceLock::get) {
@@ -320,17 +321,9 @@ pub fn plan(
 }
 
 /// Request fields the library's revalidation request depends on, beyond
-/// those [`plan`] matches itself (the client's validators never reach
-/// `plan` through [`admit`], but `plan` does not rely on it).
-const PLAN_INPUTS: [HeaderName; 7] = [
-    header::ACCEPT_RANGES,
-    header::IF_NONE_MATCH,
-    header::IF_MODIFIED_SINCE,
-    header::IF_MATCH,
-    header::IF_UNMODIFIED_SINCE,
-    header::IF_RANGE,
-    header::RANGE,
-];
+/// those [`plan`] matches itself and [`CLIENT_VALIDATORS`] (which never
+/// reach `plan` through [`admit`], but `plan` does not rely on it).
+const PLAN_INPUTS: [HeaderName; 3] = [header::ACCEPT_RANGES, header::IF_RANGE, header::RANGE];
 
 /// [`plan`] as the library answers it, for a stored entry that matches
 /// the request's key and variant.
@@ -535,9 +528,7 @@ const PER_ANSWER_FIELDS: [HeaderName; 3] = [header::DATE, header::AGE, header::E
 /// (lines of one field in order, fields in any order).
 fn same_apart_from_per_answer(a: &HeaderMap, b: &HeaderMap) -> bool {
     fn lines(m: &HeaderMap) -> Vec<(&str, &[u8])> {
-        let mut v: Vec<(&str, &[u8])> = m
-            .iter()
-            .filter(|(name, _)| !PER_ANSWER_FIELDS.contains(name))
+        let mut v: Vec<(&str, &[u8])> = lasting_lines(m)
             .map(|(name, value)| (name.as_str(), value.as_bytes()))
             .collect();
         // Stable: the lines of one field keep their order.
@@ -545,6 +536,12 @@ fn same_apart_from_per_answer(a: &HeaderMap, b: &HeaderMap) -> bool {
         v
     }
     lines(a) == lines(b)
+}
+
+/// The lines of `m` but for [`PER_ANSWER_FIELDS`], in order.
+fn lasting_lines(m: &HeaderMap) -> impl Iterator<Item = (&HeaderName, &HeaderValue)> {
+    m.iter()
+        .filter(|(name, _)| !PER_ANSWER_FIELDS.contains(name))
 }
 
 /// A 304 that does not belong to the stored response (its validator differs):
@@ -676,24 +673,18 @@ impl NotModifiedMemo {
             kept.remove(name);
         }
         Some(NotModifiedMemo {
-            answer: Self::lines(&answer)
+            answer: lasting_lines(&answer)
                 .map(|(n, v)| (n.clone(), v.clone()))
                 .collect(),
             merged: kept,
         })
     }
 
-    fn lines(answer: &HeaderMap) -> impl Iterator<Item = (&HeaderName, &HeaderValue)> {
-        answer
-            .iter()
-            .filter(|(name, _)| !PER_ANSWER_FIELDS.contains(name))
-    }
-
     /// Whether `answer` (hop-by-hop fields removed) is the 304 this was
     /// made from, but for per-answer fields.
     fn answered(&self, answer: &HeaderMap) -> bool {
         // A Warning is one of those lines, and the memo has none.
-        Self::lines(answer).eq(self.answer.iter().map(|(n, v)| (n, v)))
+        lasting_lines(answer).eq(self.answer.iter().map(|(n, v)| (n, v)))
     }
 
     /// The merge for `answer`: the per-answer fields from it, else from
