@@ -9,6 +9,10 @@
 #            again and again (mannerly: 304 from the origin -> stored 200)
 #   fresh    every URL is new and the origin sends validators (mannerly
 #            stores every response)
+#   recrawl  every URL was stored by mannerly earlier (a fill run before
+#            each round, untimed, held on disk and not in memory) and is
+#            asked once: a re-crawl (mannerly: read from disk, 304 -> stored
+#            200); the other peers forward it as they do fresh URLs
 #   https    HTTPS through interception, keep-alive, the same page again
 #            (origin: nginx with TLS; validators on, so mannerly revalidates):
 #            direct, mannerly and mitmproxy, with curl --parallel (16
@@ -34,7 +38,8 @@
 # (default 6 s per run), BENCH_SKIP_BUILD=1, BENCH_KEEP=1,
 # BENCH_PATHS="plain reval fresh https" and BENCH_PEERS="direct relay squid
 # tinyproxy mannerly" (subsets run fewer; squid is the ratio's base), BENCH_PERF=1
-# (perf record on mannerly during its runs; prints each path's top symbols;
+# (perf record on mannerly during its first round, or round BENCH_PERF_ROUND;
+# prints each path's top symbols;
 # needs perf: apt-get install -y linux-perf).
 set -euo pipefail
 
@@ -204,19 +209,23 @@ for p in "$SQUID_PORT" "$TINY_PORT" "$MANNERLY_PORT"; do
   [[ $code == 200 ]] || die "proxy on $p answered $code"
 done
 
-run() { # name, proxy port (or 'direct'), url, unique
-  local name=$1 port=$2 url=$3 unique=$4 out=$WORK/wrk-$1.txt
+# With unique URLs, a run's URLs carry its tag (by default its name), so that
+# no run repeats another's; a recrawl run takes its fill run's tag instead.
+run() { # name, proxy port (or 'direct'), url, unique, [tag, seconds]
+  local name=$1 port=$2 url=$3 unique=$4 tag=${5:-$1} secs=${6:-$DURATION} out=$WORK/wrk-$1.txt
   if [[ $port == direct ]]; then
     if [[ $unique == 1 ]]; then
-      BENCH_TARGET=$url BENCH_UNIQUE=1 wrk -t$THREADS -c$CONNS -d${DURATION}s --latency -s "$ROOT/bench/peers-direct.lua" "$url" >"$out"
+      BENCH_TARGET=$url BENCH_UNIQUE=1 BENCH_RUN=$tag wrk -t$THREADS -c$CONNS -d${secs}s --latency -s "$ROOT/bench/peers-direct.lua" "$url" >"$out"
     else
-      wrk -t$THREADS -c$CONNS -d${DURATION}s --latency "$url" >"$out"
+      wrk -t$THREADS -c$CONNS -d${secs}s --latency "$url" >"$out"
     fi
   else
-    BENCH_TARGET=$url BENCH_UNIQUE=$unique wrk -t$THREADS -c$CONNS -d${DURATION}s --latency \
+    BENCH_TARGET=$url BENCH_UNIQUE=$unique BENCH_RUN=$tag wrk -t$THREADS -c$CONNS -d${secs}s --latency \
       -s "$ROOT/bench/peers.lua" "http://127.0.0.1:$port" >"$out"
   fi
 }
+# Audit lines with an outcome, so far.
+outcomes() { grep -c "\"outcome\":\"$1\"" "$WORK/data/audit.jsonl" 2>/dev/null || true; }
 ms() { awk -v q="$2" '$1 == q {
   v = $2; u = v; sub(/[0-9.]+/, "", u); sub(/[a-z]+$/, "", v)
   m = (u == "us") ? 0.001 : (u == "ms") ? 1 : (u == "s") ? 1000 : -1
@@ -241,10 +250,11 @@ cpu_us() { # name, ticks used
 }
 bad() { awk -F: '/Non-2xx or 3xx/ {gsub(/ /,"",$2); print $2}' "$WORK/wrk-$1.txt" | grep . || echo 0; }
 
-declare -A URL=([plain]=$ORIGIN/plain [reval]=$ORIGIN/etag/page.html [fresh]=$ORIGIN/etag/page.html)
-declare -A UNIQ=([plain]=0 [reval]=0 [fresh]=1)
+declare -A URL=([plain]=$ORIGIN/plain [reval]=$ORIGIN/etag/page.html [fresh]=$ORIGIN/etag/page.html
+  [recrawl]=$ORIGIN/etag/page.html)
+declare -A UNIQ=([plain]=0 [reval]=0 [fresh]=1 [recrawl]=1)
 PEER_PID=([relay]=$RELAY_PID [squid]=$SQUID_PID [tinyproxy]=$TINY_PID [mannerly]=$MANNERLY_PID)
-declare -A USED
+declare -A USED RECRAWL
 ROUNDS=${BENCH_ROUNDS:-3}
 PEERS=${BENCH_PEERS:-direct relay squid tinyproxy mannerly}
 # The median of a peer's rounds: the run whose req/s is the middle one (its
@@ -253,8 +263,8 @@ median_run() { # path, peer
   local r
   for ((r = 1; r <= ROUNDS; r++)); do echo "$(rps "$1-$2-$r") $r"; done | sort -n | awk -v m=$(((ROUNDS + 1) / 2)) 'NR == m {print $2}'
 }
-printf '\n%-6s %-9s %9s %9s %9s %8s %12s %11s %s\n' path peer req/s p50_ms p99_ms non2xx vs_squid cpu_us/req "rounds (req/s)"
-PATHS=${BENCH_PATHS:-plain reval fresh https}
+printf '\n%-7s %-9s %9s %9s %9s %8s %12s %11s %s\n' path peer req/s p50_ms p99_ms non2xx vs_squid cpu_us/req "rounds (req/s)"
+PATHS=${BENCH_PATHS:-plain reval fresh recrawl https}
 for path in $PATHS; do
   [[ $path == https ]] && continue
   # Rounds take the peers in turn, so that a slow spell of the shared
@@ -264,15 +274,27 @@ for path in $PATHS; do
       case $peer in
         direct) port=direct ;; relay) port=direct ;; squid) port=$SQUID_PORT ;; tinyproxy) port=$TINY_PORT ;; mannerly) port=$MANNERLY_PORT ;;
       esac
-      perf_pid=
-      if [[ $peer == mannerly && $round == 1 && ${BENCH_PERF:-0} == 1 ]]; then
-        perf record -F 499 ${BENCH_PERF_CALLGRAPH:--g} -o "$WORK/perf-$path.data" -p "$MANNERLY_PID" >/dev/null 2>&1 & perf_pid=$!
-      fi
       url=${URL[$path]}
       [[ $peer == relay ]] && url=${url/:$ORIGIN_PORT/:$RELAY_PORT}
+      tag=$path-$peer-$round
+      if [[ $path == recrawl && $peer == mannerly ]]; then
+        # The fill: new pages, stored and not read since, so none is in
+        # memory. It lasts longer than the timed run, so that the timed run
+        # asks only for pages the fill stored (the line below says so).
+        tag=fill-$round
+        run "$tag" "$port" "$url" 1 "$tag" "${BENCH_RECRAWL_FILL:-$((DURATION * 3))}"
+        revalidated=$(outcomes revalidated) fetched=$(outcomes fetched)
+      fi
+      perf_pid=
+      if [[ $peer == mannerly && $round == ${BENCH_PERF_ROUND:-1} && ${BENCH_PERF:-0} == 1 ]]; then
+        perf record -F 499 ${BENCH_PERF_CALLGRAPH:--g} -o "$WORK/perf-$path.data" -p "$MANNERLY_PID" >/dev/null 2>&1 & perf_pid=$!
+      fi
       pid=${PEER_PID[$peer]:-}
       before=$([[ -n $pid ]] && ticks "$pid" || echo 0)
-      run "$path-$peer-$round" "$port" "$url" "${UNIQ[$path]}"
+      run "$path-$peer-$round" "$port" "$url" "${UNIQ[$path]}" "$tag"
+      if [[ $path == recrawl && $peer == mannerly ]]; then
+        RECRAWL[$round]="$(($(outcomes revalidated) - revalidated)) revalidated, $(($(outcomes fetched) - fetched)) fetched"
+      fi
       USED[$path-$peer-$round]=$(( $([[ -n $pid ]] && ticks "$pid" || echo 0) - before ))
       [[ -n $perf_pid ]] && { kill -INT "$perf_pid"; wait "$perf_pid" || true; }
     done
@@ -284,9 +306,14 @@ for path in $PATHS; do
     r=$(rps "$m")
     cpu=-; [[ -n ${PEER_PID[$peer]:-} ]] && cpu=$(cpu_us "$m" "${USED[$m]}")
     all=$(for ((round = 1; round <= ROUNDS; round++)); do rps "$path-$peer-$round"; echo; done | paste -sd/)
-    printf '%-6s %-9s %9s %9s %9s %8s %12s %11s %s\n' "$path" "$peer" "$r" "$(ms "$m" 50%)" \
+    printf '%-7s %-9s %9s %9s %9s %8s %12s %11s %s\n' "$path" "$peer" "$r" "$(ms "$m" 50%)" \
       "$(ms "$m" 99%)" "$(bad "$m")" "$(awk -v a="$r" -v b="$s" 'BEGIN{ if (b > 0) printf "%.2fx", a/b; else print "-" }')" "$cpu" "$all"
   done
+  if [[ $path == recrawl && " $PEERS " == *" mannerly "* ]]; then
+    for ((round = 1; round <= ROUNDS; round++)); do
+      echo "recrawl, mannerly round $round: ${RECRAWL[$round]} (any fetched: the fill was too short)"
+    done
+  fi
 done
 # --- https: curl --parallel, 16 keep-alive connections ----------------------
 https_run() { # name, requests, port, curl options... (HTTPS_PID: the proxy, for its CPU)
