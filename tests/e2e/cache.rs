@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::Response;
+use mannerly_policy::conditional::CacheReads;
 
 use super::support::*;
 
@@ -407,15 +408,26 @@ async fn stored_pages_survive_a_restart() {
         wait_cache_lines(&proxy.audit_path, "/both-restart", "stored", 1).await;
         proxy.stop().await;
     }
-    let d = dir.clone();
-    let mut proxy = TestProxy::start(move |cfg| cfg.data_dir = d).await;
-    let (status, d, body, _) = get(&proxy.client(), &url, &[]).await;
-    assert_eq!(status, 200);
-    assert!(d.starts_with("revalidated"), "{d}");
-    assert_eq!(body, page_body("/both-restart", 0, 6000));
-    assert_eq!(counts.not_modified.load(Ordering::SeqCst), 1);
-    let lines = proxy.stop().await;
-    assert_eq!(with_outcome(&lines, "revalidated").len(), 1);
+    // A restarted proxy holds nothing in memory: the page is read from
+    // disk, on the blocking pool and then on the serving thread.
+    for (n, reads) in [CacheReads::Pool, CacheReads::Inline]
+        .into_iter()
+        .enumerate()
+    {
+        let d = dir.clone();
+        let mut proxy = TestProxy::start(move |cfg| {
+            cfg.data_dir = d;
+            cfg.cache.reads = reads;
+        })
+        .await;
+        let (status, d, body, _) = get(&proxy.client(), &url, &[]).await;
+        assert_eq!(status, 200, "{reads:?}");
+        assert!(d.starts_with("revalidated"), "{reads:?}: {d}");
+        assert_eq!(body, page_body("/both-restart", 0, 6000), "{reads:?}");
+        assert_eq!(counts.not_modified.load(Ordering::SeqCst), n + 1);
+        let lines = proxy.stop().await;
+        assert_eq!(with_outcome(&lines, "revalidated").len(), 1, "{reads:?}");
+    }
 }
 
 #[tokio::test]

@@ -12,7 +12,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
-use mannerly_policy::conditional::{CacheEntryMeta, CacheKey, CacheOutcome, CacheParams};
+use mannerly_policy::conditional::{
+    CacheEntryMeta, CacheKey, CacheOutcome, CacheParams, CacheReads,
+};
 use mannerly_policy::AuditRecord;
 use mannerly_state::responses::{
     DiskOptions, DiskStore, PutOutcome, ResponseStore, StoreError, StoreLimits, StoredResponse,
@@ -84,8 +86,8 @@ impl Cache {
     }
 
     /// The stored response for `key` that the request's headers select.
-    /// Misses and entries held in memory are answered on this thread; only
-    /// a read of the disk goes to the blocking pool.
+    /// Misses and entries held in memory are answered on this thread; a
+    /// read of the disk too, unless `cache.reads = "pool"`.
     pub(crate) async fn get(
         self: &Arc<Self>,
         key: &CacheKey,
@@ -93,6 +95,9 @@ impl Cache {
     ) -> Result<Option<Arc<StoredResponse>>, StoreError> {
         if let Some(known) = self.store.get_resident(key, headers) {
             return known;
+        }
+        if self.params.reads == CacheReads::Inline {
+            return self.store.get(key, headers);
         }
         let this = self.clone();
         let key = key.clone();
@@ -290,5 +295,89 @@ impl Body for Tee {
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+    use std::thread::ThreadId;
+
+    use mannerly_state::responses::{MemoryStore, StoreStats};
+
+    use super::*;
+
+    /// A store with nothing in memory, so that every lookup is a disk read:
+    /// it notes the thread each read runs on.
+    struct OnDisk {
+        inner: MemoryStore,
+        read_on: Mutex<Vec<ThreadId>>,
+    }
+
+    impl ResponseStore for OnDisk {
+        fn get(
+            &self,
+            key: &CacheKey,
+            headers: &HeaderMap,
+        ) -> Result<Option<Arc<StoredResponse>>, StoreError> {
+            self.read_on
+                .lock()
+                .unwrap()
+                .push(std::thread::current().id());
+            self.inner.get(key, headers)
+        }
+        fn put(&self, meta: &CacheEntryMeta, body: &[u8]) -> Result<PutOutcome, StoreError> {
+            self.inner.put(meta, body)
+        }
+        fn remove(&self, key: &CacheKey) -> Result<usize, StoreError> {
+            self.inner.remove(key)
+        }
+        fn stats(&self) -> StoreStats {
+            self.inner.stats()
+        }
+        fn put_host_record(&self, host: &str, record: &[u8]) -> Result<(), StoreError> {
+            self.inner.put_host_record(host, record)
+        }
+        fn host_records(&self) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+            self.inner.host_records()
+        }
+        fn remove_host_record(&self, host: &str) -> Result<(), StoreError> {
+            self.inner.remove_host_record(host)
+        }
+    }
+
+    /// The thread that read the disk for one lookup through a cache with
+    /// `reads`, and the thread that asked.
+    fn read_thread(reads: CacheReads) -> (ThreadId, ThreadId) {
+        let params = CacheParams {
+            reads,
+            ..CacheParams::default()
+        };
+        let store = Arc::new(OnDisk {
+            inner: MemoryStore::new(StoreLimits::from(&params)),
+            read_on: Mutex::new(Vec::new()),
+        });
+        let cache = Cache::with_store(store.clone(), params);
+        let key = CacheKey::new(&http::Method::GET, "http://a.test/page").unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let found = rt.block_on(cache.get(&key, &HeaderMap::new())).unwrap();
+        assert!(found.is_none(), "nothing was stored");
+        let read_on = store.read_on.lock().unwrap().clone();
+        assert_eq!(read_on.len(), 1, "one read of the disk");
+        (read_on[0], std::thread::current().id())
+    }
+
+    #[test]
+    fn a_disk_read_runs_on_the_serving_thread_by_default() {
+        let (read, asked) = read_thread(CacheReads::default());
+        assert_eq!(read, asked);
+    }
+
+    #[test]
+    fn with_reads_pool_a_disk_read_runs_on_another_thread() {
+        let (read, asked) = read_thread(CacheReads::Pool);
+        assert_ne!(read, asked);
     }
 }
