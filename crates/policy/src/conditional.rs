@@ -72,7 +72,7 @@ pub struct CacheParams {
     pub shared: bool,
     /// Bytes of recently revalidated entries kept decoded in memory
     /// (default 64 MiB), so that revalidating a page crawled again reads no
-    /// disk; a new page is held from its first revalidation on. 0: none.
+    /// disk; a page is held from its second revalidation on. 0: none.
     pub memory_size: u64,
     /// When the store's writes are forced to disk.
     pub sync: CacheSync,

@@ -199,7 +199,8 @@ impl DiskStore {
     }
 
     /// Reads the variant `key` selects from disk; keeps a decoded copy in
-    /// memory unless a write committed meanwhile.
+    /// memory if it was read before (see [`Index::read_from_disk`]) and no
+    /// write committed meanwhile.
     fn read(
         &self,
         key: &CacheKey,
@@ -239,10 +240,8 @@ impl DiskStore {
         };
         let found = Arc::new(found);
         let mut index = self.inner.index()?;
-        index.lru.touch(&variant);
-        if index.generation() == generation {
-            index.keep(found.clone(), size);
-        }
+        let fresh = index.generation() == generation;
+        index.read_from_disk(found.clone(), size, fresh);
         Ok(Some(found))
     }
 }

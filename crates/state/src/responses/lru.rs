@@ -49,6 +49,11 @@ impl Lru {
         self.entries.len()
     }
 
+    /// When `key` was last written or read.
+    pub(crate) fn tick_of(&self, key: &str) -> Option<u64> {
+        self.entries.get(key).map(|(tick, _)| tick)
+    }
+
     pub(crate) fn size_of(&self, key: &str) -> Option<u64> {
         self.entries.get(key).map(|(_, size)| size)
     }

@@ -409,9 +409,11 @@ fn put(
     } else if old_json != vary_json {
         t.vary.insert(primary, vary_json)?;
     }
-    let variant = meta.variant();
+    let entry = Arc::new(StoredResponse { meta, body });
+    let variant = entry.meta.variant();
     let (victims, old, seq) = {
         let mut index = inner.index()?;
+        let written_back = index.read_since_written(variant);
         let victims: Vec<_> = index
             .lru
             .victims(variant, size, inner.limits.max_size)
@@ -423,7 +425,11 @@ fn put(
             })
             .collect();
         let old = (index.seq_of(variant), index.has_read_row(variant));
-        (victims, old, index.stored(variant, size))
+        let seq = index.stored(variant, size);
+        if written_back {
+            index.hold_written(entry.clone(), size);
+        }
+        (victims, old, seq)
     };
     for (victim, (seq, read_row)) in &victims {
         t.remove_page(*seq, read_row.then_some(victim.as_str()))?;
@@ -432,6 +438,6 @@ fn put(
     t.pages.insert(seq, bytes)?;
     t.seqs.insert(seq, (variant, size))?;
     let evicted = victims.len();
-    keep.push((Arc::new(StoredResponse { meta, body }), size));
+    keep.push((entry, size));
     Ok(Outcome::Put(PutOutcome::Stored { evicted }))
 }
