@@ -85,8 +85,27 @@ impl RobotsParams {
         Ok(self)
     }
 
-    fn max_age(&self) -> Duration {
+    /// How long a fetched robots.txt is used.
+    pub fn max_age(&self) -> Duration {
         Duration::from_secs_f64(self.max_age_secs)
+    }
+
+    /// How long the proxy fetching robots.txt for a whole cluster holds the
+    /// cluster's lock: a fetch that runs into its timeout, and not more, so
+    /// that a proxy that died mid-fetch does not hold the others up.
+    pub fn cluster_lock(&self) -> Duration {
+        Duration::from_secs_f64(self.fetch_timeout_secs + 1.0)
+    }
+
+    /// How long a cluster keeps a fetch's result for its other proxies: a
+    /// usable answer (rules, or a 4xx's none) for its full age; a failure
+    /// only until the first retry, so that the cluster tries again together.
+    pub fn cluster_keep(&self, result: &FetchResult) -> Duration {
+        if result.is_usable() {
+            self.max_age()
+        } else {
+            Duration::from_secs_f64(self.retry_min_secs)
+        }
     }
 }
 
@@ -108,6 +127,12 @@ impl FetchResult {
     /// rules and everything is allowed (RFC 9309 §2.3.1.3).
     pub fn means_no_rules(&self) -> bool {
         matches!(self, FetchResult::Status(s) if (400..500).contains(s) && *s != 429)
+    }
+
+    /// A body or a 4xx that means no rules: what [`classify`] accepts,
+    /// without parsing the body.
+    pub fn is_usable(&self) -> bool {
+        matches!(self, FetchResult::Body(_)) || self.means_no_rules()
     }
 }
 
@@ -295,6 +320,36 @@ mod tests {
                 "{r:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_cluster_keeps_usable_answers_for_their_age_and_failures_until_the_first_retry() {
+        let p = RobotsParams {
+            max_age_secs: 3600.0,
+            retry_min_secs: 7.0,
+            fetch_timeout_secs: 20.0,
+            ..params()
+        };
+        let usable = [
+            FetchResult::Body(b"User-agent: *\nDisallow: /x\n".to_vec()),
+            FetchResult::Status(404),
+            FetchResult::Status(410),
+        ];
+        for r in &usable {
+            assert!(classify(r).is_ok(), "{r:?}");
+            assert_eq!(p.cluster_keep(r), Duration::from_secs(3600), "{r:?}");
+        }
+        let failed = [
+            FetchResult::Status(429),
+            FetchResult::Status(503),
+            FetchResult::TooManyRedirects,
+            FetchResult::Failed("connection refused".into()),
+        ];
+        for r in &failed {
+            assert!(classify(r).is_err(), "{r:?}");
+            assert_eq!(p.cluster_keep(r), Duration::from_secs(7), "{r:?}");
+        }
+        assert_eq!(p.cluster_lock(), Duration::from_secs(21));
     }
 
     #[test]

@@ -2,8 +2,6 @@
 //! the proxy that takes the lock fetches and publishes; the others use its
 //! copy, aged by its fetch time so that it expires on every proxy at once.
 
-use std::time::Duration;
-
 use mannerly_policy::robots_cache::{FetchResult, RobotsParams};
 use mannerly_state::robots::{Claim, SharedRobots};
 use tokio::time::Instant;
@@ -28,11 +26,14 @@ pub(super) async fn claim(
     let Some(shared) = budgets.shared_robots() else {
         return Next::Fetch(None);
     };
-    let max_age = Duration::from_secs_f64(params.max_age_secs);
-    // The lock outlives a fetch that runs into its timeout, not more.
-    let lock_ttl = Duration::from_secs_f64(params.fetch_timeout_secs + 1.0);
     match shared
-        .claim(origin, max_age, lock_ttl, deadline, || budgets.wall())
+        .claim(
+            origin,
+            params.max_age(),
+            params.cluster_lock(),
+            deadline,
+            || budgets.wall(),
+        )
         .await
     {
         Claim::Copy { result, age } => {
@@ -55,14 +56,7 @@ pub(super) async fn publish(
     let Some((shared, locked)) = claim else {
         return;
     };
-    // A good copy is kept for its full age; a failure only until the first
-    // retry, so that the cluster tries again together.
-    let keep = match result {
-        FetchResult::Body(_) => params.max_age_secs,
-        FetchResult::Status(_) if result.means_no_rules() => params.max_age_secs,
-        _ => params.retry_min_secs,
-    };
     shared
-        .publish(origin, result, wall, Duration::from_secs_f64(keep), locked)
+        .publish(origin, result, wall, params.cluster_keep(result), locked)
         .await;
 }
