@@ -34,6 +34,9 @@ mod cluster;
 
 struct Slot {
     entry: std::sync::RwLock<Option<RobotsEntry>>,
+    /// `RobotsCache::epoch` when the slot was last used: eviction takes the
+    /// least recently used first.
+    used: AtomicU64,
     /// Body bytes of the entry, counted in `RobotsCache::bytes`.
     bytes: AtomicU64,
     // Held while fetching, so concurrent requests to a cold origin wait for
@@ -67,6 +70,11 @@ pub(crate) struct RobotsCache {
     slots: DashMap<String, Arc<Slot>>,
     /// Body bytes of every entry held (`robots.max_bytes`).
     bytes: AtomicU64,
+    /// Moves on with every new slot. A slot used in the same epoch as
+    /// another ties with it; a tick per request would make every request
+    /// write one shared counter, where a hot origin's slot now changes only
+    /// when a new origin came in since its last use.
+    epoch: AtomicU64,
 }
 
 impl RobotsCache {
@@ -77,6 +85,7 @@ impl RobotsCache {
             identity,
             slots: DashMap::new(),
             bytes: AtomicU64::new(0),
+            epoch: AtomicU64::new(0),
         }
     }
 
@@ -204,6 +213,10 @@ impl RobotsCache {
 
     fn slot(&self, key: &str) -> Arc<Slot> {
         if let Some(s) = self.slots.get(key) {
+            let now = self.epoch.load(Ordering::Relaxed);
+            if s.used.load(Ordering::Relaxed) != now {
+                s.used.store(now, Ordering::Relaxed);
+            }
             return s.clone();
         }
         if self.slots.len() >= self.params.max_entries {
@@ -214,6 +227,7 @@ impl RobotsCache {
             .or_insert_with(|| {
                 Arc::new(Slot {
                     entry: std::sync::RwLock::new(None),
+                    used: AtomicU64::new(self.epoch.fetch_add(1, Ordering::Relaxed)),
                     bytes: AtomicU64::new(0),
                     fetching: Mutex::new(()),
                 })
@@ -221,10 +235,10 @@ impl RobotsCache {
             .clone()
     }
 
-    // Stale entries go first; if every entry is live, half of them go in
-    // the map's iteration order (hash order, not age), which bounds memory
-    // at the cost of refetches. The byte bound works the same way, on the
-    // bodies' sizes, and then goes on while the bodies left still pass it.
+    // Stale entries go first; if every entry is live, the least recently
+    // used half goes, which bounds memory at the cost of refetches. The
+    // byte bound works the same way, on the bodies' sizes, and then goes on
+    // (least recently used first) while the bodies left still pass it.
     // `keep` is the entry being installed: its slot holds no live entry yet,
     // and evicting it would drop the fetch just paid for and leave its
     // origin to fetch again on its next request.
@@ -244,30 +258,28 @@ impl RobotsCache {
             keep
         });
         let over_bytes = || self.bytes.load(Ordering::Relaxed) > self.params.max_bytes;
-        if self.slots.len() >= self.params.max_entries || over_bytes() {
-            let drop: Vec<String> = self
-                .slots
-                .iter()
-                .filter(|e| !kept(e.value()))
-                .take(self.slots.len() / 2 + 1)
-                .map(|e| e.key().clone())
-                .collect();
-            for k in drop {
-                self.remove(&k);
-            }
+        if self.slots.len() < self.params.max_entries && !over_bytes() {
+            return;
+        }
+        let mut by_use: Vec<(u64, String)> = self
+            .slots
+            .iter()
+            .filter(|e| !kept(e.value()))
+            .map(|e| (e.value().used.load(Ordering::Relaxed), e.key().clone()))
+            .collect();
+        by_use.sort_unstable();
+        let half = self.slots.len() / 2 + 1;
+        let mut oldest = by_use.into_iter().map(|(_, key)| key);
+        for k in oldest.by_ref().take(half) {
+            self.remove(&k);
         }
         // Ends under the cap: the entry kept is one body, at most
         // MAX_ROBOTS_BYTES, which `robots.max_bytes` is never below.
-        while over_bytes() {
-            let next = self
-                .slots
-                .iter()
-                .find(|e| !kept(e.value()))
-                .map(|e| e.key().clone());
-            match next {
-                Some(k) => self.remove(&k),
-                None => break,
+        for k in oldest {
+            if !over_bytes() {
+                break;
             }
+            self.remove(&k);
         }
     }
 
@@ -606,6 +618,35 @@ mod tests {
         c.install("http://x.test/", &x, &x_body, c.clock.now_std());
         let (counted, held_bytes) = counted_and_held(&c);
         assert_eq!(counted, held_bytes);
+    }
+
+    #[test]
+    fn the_entry_cap_evicts_the_least_recently_used_half() {
+        let params = RobotsParams {
+            max_entries: 4,
+            ..RobotsParams::default()
+        }
+        .validate()
+        .expect("valid");
+        let c = RobotsCache::new(params, Clock::system(), None);
+        for o in ["a", "b", "c", "d"] {
+            fetched(&c, &format!("http://{o}.test/"), 100);
+        }
+        // a is used again after every other came in; d came in last.
+        c.slot("http://a.test/");
+        fetched(&c, "http://e.test/", 100);
+        for (o, kept) in [("a", true), ("b", false), ("c", false), ("d", false)] {
+            assert_eq!(held(&c, &format!("http://{o}.test/")), kept, "{o}");
+        }
+        assert!(held(&c, "http://e.test/"));
+        // b and c come back; e is used again after them, so a, b and c
+        // are the least recently used when f comes in.
+        fetched(&c, "http://b.test/", 100);
+        fetched(&c, "http://c.test/", 100);
+        c.slot("http://e.test/");
+        fetched(&c, "http://f.test/", 100);
+        assert!(held(&c, "http://e.test/") && held(&c, "http://f.test/"));
+        assert!(!held(&c, "http://a.test/") && !held(&c, "http://b.test/"));
     }
 
     #[test]
