@@ -183,6 +183,26 @@ pub fn classify(result: &FetchResult) -> Result<Robots, String> {
     }
 }
 
+/// The `reason` of a fetch's `robots_fetched` audit line: none for a body,
+/// "no rules" for a 4xx that means none, else why the rules are unknown.
+pub fn fetch_reason(result: &FetchResult) -> Option<String> {
+    match result {
+        FetchResult::Body(_) => None,
+        FetchResult::Status(s) if result.means_no_rules() => {
+            Some(format!("status {s}: no rules, everything allowed"))
+        }
+        other => classify(other).err(),
+    }
+}
+
+/// Whether a `robots_fetched` audit line, by its status and its reason (as
+/// [`fetch_reason`] wrote it), records a fetch that left the origin's rules
+/// unknown: no answer, 429, 5xx, a redirect chain that did not end, or a
+/// 2xx whose body did not arrive.
+pub fn fetch_failed(status: Option<u16>, reason: Option<&str>) -> bool {
+    reason.is_some() && !status.is_some_and(|s| FetchResult::Status(s).means_no_rules())
+}
+
 impl RobotsEntry {
     /// The entry after a fetch that ended with `result` at `now`, given the
     /// entry it replaces (for the failure count and the last good copy).
@@ -350,6 +370,30 @@ mod tests {
             assert_eq!(p.cluster_keep(r), Duration::from_secs(7), "{r:?}");
         }
         assert_eq!(p.cluster_lock(), Duration::from_secs(21));
+    }
+
+    #[test]
+    fn an_audit_line_tells_a_failed_fetch_as_classify_does() {
+        let cases = [
+            (Some(200), FetchResult::Body(b"User-agent: *\n".to_vec())),
+            (Some(200), FetchResult::Body(Vec::new())),
+            (Some(404), FetchResult::Status(404)),
+            (Some(401), FetchResult::Status(401)),
+            (Some(429), FetchResult::Status(429)),
+            (Some(503), FetchResult::Status(503)),
+            (Some(101), FetchResult::Status(101)),
+            (Some(301), FetchResult::TooManyRedirects),
+            (Some(200), FetchResult::Failed("body cut short".into())),
+            (None, FetchResult::Failed("connection refused".into())),
+        ];
+        for (status, result) in &cases {
+            let reason = fetch_reason(result);
+            assert_eq!(
+                fetch_failed(*status, reason.as_deref()),
+                classify(result).is_err(),
+                "{status:?} {result:?}: {reason:?}"
+            );
+        }
     }
 
     #[test]

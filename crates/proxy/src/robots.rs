@@ -500,14 +500,7 @@ pub(crate) fn fetch_record(mut rec: AuditRecord, r: &FetchReport) -> AuditRecord
     if r.parent {
         rec.source = Some(crate::error::Source::Parent.as_str());
     }
-    rec.reason = match &r.result {
-        FetchResult::Body(_) => None,
-        result if result.means_no_rules() => Some(format!(
-            "status {}: no rules, everything allowed",
-            r.status.unwrap_or(0)
-        )),
-        other => mannerly_policy::robots_cache::classify(other).err(),
-    };
+    rec.reason = mannerly_policy::robots_cache::fetch_reason(&r.result);
     rec
 }
 

@@ -9,10 +9,9 @@ use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use dashmap::DashMap;
+use mannerly_policy::robots_cache::fetch_failed;
 use mannerly_policy::{AuditRecord, Outcome};
 use serde::Serialize;
-
-use super::metrics::robots_failed;
 
 /// Decisions kept per host for `/hosts/{host}`.
 const LAST_DECISIONS: usize = 10;
@@ -195,7 +194,7 @@ impl Activity {
             if outcome == Outcome::RobotsFetched {
                 a.robots = Some(RobotsSeen {
                     status: rec.status,
-                    ok: !robots_failed(rec.status),
+                    ok: !fetch_failed(rec.status, rec.reason.as_deref()),
                     at_ms: now_ms,
                 });
             }

@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use mannerly_policy::robots_cache::fetch_failed;
 use mannerly_policy::{AuditRecord, Outcome};
 use metrics::{Counter, Gauge, Histogram, Key, Label, Level, Metadata, Recorder};
 use metrics_exporter_prometheus::{
@@ -282,7 +283,7 @@ impl Metrics {
         }
         if outcome == Outcome::RobotsFetched {
             self.robots_fetches.increment(1);
-            if robots_failed(rec.status) {
+            if fetch_failed(rec.status, rec.reason.as_deref()) {
                 self.robots_failures.increment(1);
             }
         }
@@ -349,15 +350,6 @@ impl Metrics {
     }
 }
 
-/// A robots.txt fetch that left the origin without known rules: no
-/// answer, 429, 5xx, or a redirect chain that did not end.
-pub(crate) fn robots_failed(status: Option<u16>) -> bool {
-    match status {
-        None => true,
-        Some(s) => s == 429 || s >= 500 || (300..400).contains(&s),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::Ordering;
@@ -365,6 +357,41 @@ mod tests {
     use mannerly_policy::{AuditRecord, Outcome};
 
     use super::{Gauges, Metrics, UPKEEP_EVERY};
+    use crate::robots::{fetch_record, FetchReport};
+    use mannerly_policy::robots_cache::FetchResult;
+
+    /// A robots.txt fetch counts as failed when it left the rules unknown,
+    /// whatever its status: a 200 whose body never arrived failed, a 404
+    /// (no rules) did not.
+    #[test]
+    fn a_robots_fetch_counts_as_failed_when_it_left_the_rules_unknown() {
+        let m = Metrics::new(&[]);
+        for (status, result) in [
+            (Some(200), FetchResult::Body(b"User-agent: *\n".to_vec())),
+            (Some(404), FetchResult::Status(404)),
+            (Some(200), FetchResult::Failed("body cut short".into())),
+            (Some(503), FetchResult::Status(503)),
+        ] {
+            let report = FetchReport {
+                url: "http://a.test/robots.txt".into(),
+                status,
+                retry_after: None,
+                headers: http::HeaderMap::new(),
+                bytes: 0,
+                keyid: None,
+                result,
+                blocked: false,
+                parent: false,
+            };
+            m.observe(&fetch_record(AuditRecord::default(), &report));
+        }
+        let text = m.render(&Gauges::default());
+        assert!(text.contains("mannerly_robots_fetches_total 4"), "{text}");
+        assert!(
+            text.contains("mannerly_robots_fetch_failures_total 2"),
+            "{text}"
+        );
+    }
 
     /// Without a scrape, histogram samples are folded in every
     /// `UPKEEP_EVERY` observations instead of piling up; none is lost.
