@@ -458,7 +458,8 @@ fn normalized_authority(scheme: Option<&str>, a: &http::uri::Authority) -> Strin
     }
 }
 
-fn report(url: &str, status: Option<u16>, result: FetchResult) -> FetchReport {
+/// A fetch report with nothing but its URL, status and result.
+pub(crate) fn report(url: &str, status: Option<u16>, result: FetchResult) -> FetchReport {
     FetchReport {
         url: url.to_string(),
         status,

@@ -357,7 +357,7 @@ mod tests {
     use mannerly_policy::{AuditRecord, Outcome};
 
     use super::{Gauges, Metrics, UPKEEP_EVERY};
-    use crate::robots::{fetch_record, FetchReport};
+    use crate::robots::{fetch_record, report};
     use mannerly_policy::robots_cache::FetchResult;
 
     /// A robots.txt fetch counts as failed when it left the rules unknown,
@@ -372,17 +372,7 @@ mod tests {
             (Some(200), FetchResult::Failed("body cut short".into())),
             (Some(503), FetchResult::Status(503)),
         ] {
-            let report = FetchReport {
-                url: "http://a.test/robots.txt".into(),
-                status,
-                retry_after: None,
-                headers: http::HeaderMap::new(),
-                bytes: 0,
-                keyid: None,
-                result,
-                blocked: false,
-                parent: false,
-            };
+            let report = report("http://a.test/robots.txt", status, result);
             m.observe(&fetch_record(AuditRecord::default(), &report));
         }
         let text = m.render(&Gauges::default());
