@@ -853,3 +853,121 @@ async fn curl_over_several_connections_reaches_nginx_over_one_connection_per_ser
         .collect();
     assert!(clients.len() > 1, "curl used one connection: {clients:?}");
 }
+
+/// A re-crawl after a restart, as a crawler makes one: curl fetches pages of
+/// an h2 nginx through interception, the proxy restarts (nothing held in
+/// memory), and curl fetches them again. Each page is revalidated from disk
+/// (nginx answers 304) and the same bytes come back, with the disk read on
+/// the blocking pool and then on the serving thread (`cache.reads`). A page
+/// read once is not held in memory; read again, it is.
+#[tokio::test]
+async fn a_recrawl_after_a_restart_revalidates_every_page_from_disk_for_curl() {
+    use mannerly_policy::conditional::CacheReads;
+    if !have_tool("curl", "curl") {
+        return;
+    }
+    const PAGES: usize = 8;
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new(dir.path());
+    let www = dir.path().join("www");
+    std::fs::create_dir(&www).unwrap();
+    let page = |i: usize| format!("<html><body>page {i} {}</body></html>\n", "x".repeat(900));
+    for i in 0..PAGES {
+        std::fs::write(www.join(format!("p{i}.html")), page(i)).unwrap();
+    }
+    let site = format!(
+        "location = /robots.txt {{ return 404; }}\n    location / {{ root {}; }}",
+        www.display()
+    );
+    let Some(nginx) = Nginx::start_tls(&ca, "origin.test", &site) else {
+        return;
+    };
+    let port = nginx.port;
+    let data = dir.path().join("data");
+    let start = |reads: CacheReads| {
+        let (ca_path, data) = (ca.pem_path.clone(), data.clone());
+        TestProxy::start(move |c| {
+            c.data_dir = data;
+            c.cache.reads = reads;
+            c.upstream.extra_roots = vec![ca_path];
+            c.proxy.connect_ports.push(port);
+            resolve_to_loopback(c, &format!("origin.test:{port}"), port);
+            c.admin.listen = "127.0.0.1:0".into();
+            c.budget.start_rate = 1000.0;
+            c.budget.max_rate = 1000.0;
+            c.budget.burst = 100;
+        })
+    };
+    let urls: Vec<String> = (0..PAGES)
+        .map(|i| format!("https://origin.test:{port}/p{i}.html"))
+        .collect();
+    // One curl, one connection, every page in turn: each answer's status
+    // and decision, then the bodies in a file per page.
+    let crawl = |proxy: &TestProxy, round: &str| {
+        let ca_file = dir.path().join("proxy-ca.pem");
+        std::fs::write(&ca_file, &proxy.ca_pem).unwrap();
+        let mut cmd = std::process::Command::new("curl");
+        cmd.args(["-sS", "--noproxy", "", "-x", &proxy.url(), "--cacert"])
+            .arg(&ca_file)
+            .args(["-w", "%{http_code} %header{mannerly-decision}\\n"]);
+        for (i, url) in urls.iter().enumerate() {
+            let out = dir.path().join(format!("{round}-{i}.html"));
+            cmd.arg("-o").arg(out).arg(url);
+        }
+        cmd
+    };
+    let run = |mut cmd: std::process::Command| async move {
+        let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+            .await
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let resident = |admin: std::net::SocketAddr| async move {
+        let text = crate::e2e::admin::metrics_text(&format!("http://{admin}")).await;
+        crate::e2e::admin::series(&text)["mannerly_store_resident_bytes"]
+    };
+    let bodies_are_the_pages = |round: &str| {
+        for i in 0..PAGES {
+            let got = std::fs::read_to_string(dir.path().join(format!("{round}-{i}.html")));
+            assert_eq!(got.unwrap(), page(i), "{round}: page {i}");
+        }
+    };
+
+    let mut proxy = start(CacheReads::default()).await;
+    let out = run(crawl(&proxy, "first")).await;
+    assert_eq!(out.matches("200 fetched").count(), PAGES, "{out}");
+    bodies_are_the_pages("first");
+    for i in 0..PAGES {
+        wait_cache_lines(&proxy.audit_path, &format!("/p{i}.html"), "stored", 1).await;
+    }
+    proxy.stop().await;
+
+    for reads in [CacheReads::Pool, CacheReads::Inline] {
+        let mut proxy = start(reads).await;
+        let admin = proxy.admin.unwrap();
+        for round in ["once", "twice"] {
+            let name = format!("{reads:?}-{round}");
+            let out = run(crawl(&proxy, &name)).await;
+            assert_eq!(
+                out.matches("200 revalidated").count(),
+                PAGES,
+                "{name}: {out}"
+            );
+            bodies_are_the_pages(&name);
+            if round == "once" {
+                assert_eq!(resident(admin).await, 0.0, "{name}: read once, not held");
+            } else {
+                assert!(resident(admin).await > 0.0, "{name}: read twice, held");
+            }
+        }
+        let lines = proxy.stop().await;
+        assert_eq!(with_outcome(&lines, "revalidated").len(), 2 * PAGES);
+    }
+    let log = nginx.access_log_with("HTTP/2.0\" 304", 4 * PAGES);
+    assert_eq!(log.matches("HTTP/2.0\" 304").count(), 4 * PAGES, "{log}");
+}
