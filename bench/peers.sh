@@ -381,6 +381,6 @@ if [[ ${BENCH_PERF:-0} == 1 ]]; then
   done
 fi
 echo
-echo "mannerly audit: $(grep -c '"outcome":"revalidated"' "$WORK/data/audit.jsonl" || true) revalidated, $(grep -c '"cache":"stored"' "$WORK/data/audit.jsonl" || true) stored, $(wc -l <"$WORK/data/audit.jsonl") lines"
+echo "mannerly audit: $(outcomes revalidated) revalidated, $(grep -c '"cache":"stored"' "$WORK/data/audit.jsonl" || true) stored, $(wc -l <"$WORK/data/audit.jsonl") lines"
 "$MANNERLY" audit verify "$WORK/data/audit.jsonl" >/dev/null 2>&1 && echo "audit chain: intact" || echo "audit chain: see mannerly audit verify (end unsealed while running is expected)"
 echo "($(nproc) CPUs shared by origin, proxies and wrk; ${DURATION}s per run, $CONNS connections, median of $ROUNDS rounds)"
