@@ -14,12 +14,25 @@ const NGINX_SITE: &str = r#"
 /// the loopback `port`.
 async fn proxy_to_origin_test(ca: &TestCa, port: u16) -> TestProxy {
     let ca_path = ca.pem_path.clone();
-    TestProxy::start(|c| {
-        c.upstream.extra_roots = vec![ca_path];
-        c.proxy.connect_ports.push(port);
-        resolve_to_loopback(c, &format!("origin.test:{port}"), port);
-    })
-    .await
+    TestProxy::start(|c| to_origin_test(c, ca_path, port)).await
+}
+
+/// Trusts `ca_path` for origins and sends `origin.test:port` to the
+/// loopback `port`.
+fn to_origin_test(c: &mut mannerly_proxy::Config, ca_path: std::path::PathBuf, port: u16) {
+    c.upstream.extra_roots = vec![ca_path];
+    c.proxy.connect_ports.push(port);
+    resolve_to_loopback(c, &format!("origin.test:{port}"), port);
+}
+
+/// [`to_origin_test`] for a crawl of the store's paths: admin on (for
+/// `/metrics`), and a budget that does not pace one host's pages.
+fn crawl_of_origin_test(c: &mut mannerly_proxy::Config, ca_path: std::path::PathBuf, port: u16) {
+    to_origin_test(c, ca_path, port);
+    c.admin.listen = "127.0.0.1:0".into();
+    c.budget.start_rate = 1000.0;
+    c.budget.max_rate = 1000.0;
+    c.budget.burst = 100;
 }
 
 /// nginx with `http2` is strict about RFC 9113 §8.3.1: a request with both
@@ -620,16 +633,7 @@ async fn a_page_crawled_again_from_nginx_costs_no_store_write_per_304() {
     };
     let port = nginx.port;
     let ca_path = ca.pem_path.clone();
-    let mut proxy = TestProxy::start(|c| {
-        c.upstream.extra_roots = vec![ca_path];
-        c.proxy.connect_ports.push(port);
-        resolve_to_loopback(c, &format!("origin.test:{port}"), port);
-        c.admin.listen = "127.0.0.1:0".into();
-        c.budget.start_rate = 1000.0;
-        c.budget.max_rate = 1000.0;
-        c.budget.burst = 100;
-    })
-    .await;
+    let mut proxy = TestProxy::start(|c| crawl_of_origin_test(c, ca_path, port)).await;
     let admin = proxy.admin.unwrap();
     let client = proxy.client();
     let url = format!("https://origin.test:{port}/page.html");
@@ -818,23 +822,13 @@ async fn curl_over_several_connections_reaches_nginx_over_one_connection_per_ser
     let pages = dir.path().join("pages");
     std::fs::create_dir(&pages).unwrap();
     let out_pattern = pages.join("p#1").display().to_string();
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("curl")
-            .args(["-sS", "--http1.1", "--parallel", "--parallel-max", "4"])
-            .args(["--noproxy", "", "-x", &proxy_url, "--cacert"])
-            .arg(&ca_file)
-            .args(["-o", &out_pattern])
-            .arg(format!("https://origin.test:{port}/p[1-40]"))
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let mut curl = std::process::Command::new("curl");
+    curl.args(["-sS", "--http1.1", "--parallel", "--parallel-max", "4"])
+        .args(["--noproxy", "", "-x", &proxy_url, "--cacert"])
+        .arg(&ca_file)
+        .args(["-o", &out_pattern])
+        .arg(format!("https://origin.test:{port}/p[1-40]"));
+    tool_stdout(curl).await;
     let mut conns = std::collections::BTreeSet::new();
     for i in 1..=40 {
         let body = std::fs::read_to_string(pages.join(format!("p{i}"))).unwrap();
@@ -887,15 +881,9 @@ async fn a_recrawl_after_a_restart_revalidates_every_page_from_disk_for_curl() {
     let start = |reads: CacheReads| {
         let (ca_path, data) = (ca.pem_path.clone(), data.clone());
         TestProxy::start(move |c| {
+            crawl_of_origin_test(c, ca_path, port);
             c.data_dir = data;
             c.cache.reads = reads;
-            c.upstream.extra_roots = vec![ca_path];
-            c.proxy.connect_ports.push(port);
-            resolve_to_loopback(c, &format!("origin.test:{port}"), port);
-            c.admin.listen = "127.0.0.1:0".into();
-            c.budget.start_rate = 1000.0;
-            c.budget.max_rate = 1000.0;
-            c.budget.burst = 100;
         })
     };
     let urls: Vec<String> = (0..PAGES)
@@ -904,28 +892,15 @@ async fn a_recrawl_after_a_restart_revalidates_every_page_from_disk_for_curl() {
     // One curl, one connection, every page in turn: each answer's status
     // and decision, then the bodies in a file per page.
     let crawl = |proxy: &TestProxy, round: &str| {
-        let ca_file = dir.path().join("proxy-ca.pem");
-        std::fs::write(&ca_file, &proxy.ca_pem).unwrap();
         let mut cmd = std::process::Command::new("curl");
         cmd.args(["-sS", "--noproxy", "", "-x", &proxy.url(), "--cacert"])
-            .arg(&ca_file)
+            .arg(data.join("ca.pem"))
             .args(["-w", "%{http_code} %header{mannerly-decision}\\n"]);
         for (i, url) in urls.iter().enumerate() {
             let out = dir.path().join(format!("{round}-{i}.html"));
             cmd.arg("-o").arg(out).arg(url);
         }
-        cmd
-    };
-    let run = |mut cmd: std::process::Command| async move {
-        let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
-            .await
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).to_string()
+        tool_stdout(cmd)
     };
     let resident = |admin: std::net::SocketAddr| async move {
         let text = crate::e2e::admin::metrics_text(&format!("http://{admin}")).await;
@@ -939,7 +914,7 @@ async fn a_recrawl_after_a_restart_revalidates_every_page_from_disk_for_curl() {
     };
 
     let mut proxy = start(CacheReads::default()).await;
-    let out = run(crawl(&proxy, "first")).await;
+    let out = crawl(&proxy, "first").await;
     assert_eq!(out.matches("200 fetched").count(), PAGES, "{out}");
     bodies_are_the_pages("first");
     for i in 0..PAGES {
@@ -952,7 +927,7 @@ async fn a_recrawl_after_a_restart_revalidates_every_page_from_disk_for_curl() {
         let admin = proxy.admin.unwrap();
         for round in ["once", "twice"] {
             let name = format!("{reads:?}-{round}");
-            let out = run(crawl(&proxy, &name)).await;
+            let out = crawl(&proxy, &name).await;
             assert_eq!(
                 out.matches("200 revalidated").count(),
                 PAGES,
