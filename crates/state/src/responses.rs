@@ -39,7 +39,7 @@ mod record;
 mod sharded;
 mod writer;
 
-pub use disk::{DiskOptions, DiskStore, WriterHold};
+pub use disk::{CommitHold, DiskOptions, DiskStore, WriterHold};
 pub use error::StoreError;
 pub use memory::MemoryStore;
 

@@ -606,6 +606,42 @@ fn a_page_written_back_after_a_read_is_held_at_once() {
     assert!(store.get_resident(&key("/n"), &HeaderMap::new()).is_none());
 }
 
+/// Between a batch's record in the index and its commit, a reader finds
+/// what the last commit holds: the page being replaced, not a miss (a
+/// crawler asking again at once got the page fetched in full).
+#[test]
+fn a_reader_in_a_commits_window_finds_the_committed_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = DiskStore::open(dir.path().join("s.redb"), limits(1 << 20, 1 << 30)).unwrap();
+    let m = meta("/c", &[], &[("etag", "\"c\"")]);
+    store.put(&m, b"v1").unwrap();
+    let writer = store.hold_writer();
+    let commit = store.hold_commit();
+    let rewrite = put_later(&store, m, b"v2");
+    let new = put_later(&store, meta("/new", &[], &[("etag", "\"n\"")]), b"n");
+    drop(writer);
+    commit.reached();
+    // Written again without a read: nothing is held, the disk answers.
+    assert!(store.get_resident(&key("/c"), &HeaderMap::new()).is_none());
+    assert_eq!(body_of(&store, "/c", &[]).unwrap(), b"v1");
+    assert!(body_of(&store, "/new", &[]).is_none(), "not committed yet");
+    drop(commit);
+    assert_eq!(
+        rewrite.recv().unwrap().unwrap(),
+        PutOutcome::Stored { evicted: 0 }
+    );
+    assert_eq!(
+        new.recv().unwrap().unwrap(),
+        PutOutcome::Stored { evicted: 0 }
+    );
+    assert_eq!(body_of(&store, "/c", &[]).unwrap(), b"v2");
+    assert_eq!(body_of(&store, "/new", &[]).unwrap(), b"n");
+    // The superseded page read in the window was not held in its place.
+    assert_eq!(body_of(&store, "/c", &[]).unwrap(), b"v2");
+    let held = store.get_resident(&key("/c"), &HeaderMap::new());
+    assert_eq!(&held.unwrap().unwrap().unwrap().body[..], b"v2");
+}
+
 #[test]
 fn memory_holds_at_most_its_budget() {
     let dir = tempfile::tempdir().unwrap();

@@ -55,6 +55,11 @@ const REDB_CACHE_BYTES: usize = 16 * 1024 * 1024;
 /// (`PutOutcome::Busy`) rather than held in memory without bound.
 const MAX_QUEUED_BYTES: u64 = 64 * 1024 * 1024;
 
+/// Snapshots a read takes, at most, when commits keep landing between its
+/// snapshot and its look at the index (each retry needs a commit in that
+/// gap of a few microseconds).
+const READ_ATTEMPTS: usize = 3;
+
 /// How the disk store keeps things in memory and commits, from `[cache]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DiskOptions {
@@ -101,6 +106,22 @@ pub(super) struct Inner {
     /// Body bytes handed to the writer and not yet written.
     pub(super) queued: AtomicU64,
     pub(super) options: DiskOptions,
+    /// Set by [`DiskStore::hold_commit`]: where the next commit waits.
+    pub(super) commit_gate: Mutex<Option<CommitGate>>,
+}
+
+/// The writer's side of a [`CommitHold`].
+pub(super) struct CommitGate {
+    reached: mpsc::Sender<()>,
+    release: mpsc::Receiver<()>,
+}
+
+impl CommitGate {
+    /// Says the commit is reached, then waits for the hold to be dropped.
+    pub(super) fn wait(self) {
+        let _ = self.reached.send(());
+        while self.release.recv().is_ok() {}
+    }
 }
 
 impl std::fmt::Debug for DiskStore {
@@ -145,6 +166,7 @@ impl DiskStore {
             counters: Counters::default(),
             queued: AtomicU64::new(0),
             options,
+            commit_gate: Mutex::new(None),
         });
         *inner.index()? = Index::from_rows(inner.rows()?, options.memory_size);
         let (queue, jobs) = mpsc::channel();
@@ -167,6 +189,25 @@ impl DiskStore {
         let (release, held) = mpsc::channel();
         self.send(Job::Hold(held));
         WriterHold { _release: release }
+    }
+
+    /// Holds the writer's next commit, after the batch is recorded in the
+    /// index and before its transaction commits, until the returned value
+    /// is dropped. Lets tests read in that window.
+    #[doc(hidden)]
+    pub fn hold_commit(&self) -> CommitHold {
+        let (reached, at_commit) = mpsc::channel();
+        let (release, held) = mpsc::channel();
+        if let Ok(mut gate) = self.inner.commit_gate.lock() {
+            *gate = Some(CommitGate {
+                reached,
+                release: held,
+            });
+        }
+        CommitHold {
+            at_commit,
+            _release: release,
+        }
     }
 
     /// Hands `job` to the writer; if the writer is gone, the job's callback
@@ -206,43 +247,78 @@ impl DiskStore {
         key: &CacheKey,
         request_headers: &HeaderMap,
     ) -> Result<Option<Arc<StoredResponse>>, StoreError> {
-        let generation = self.inner.index()?.generation();
-        let (variant, found, size) = {
-            let txn = self.inner.db.begin_read()?;
-            let vary_table = txn.open_table(VARY)?;
-            let vary = match vary_table.get(key.as_str())? {
-                // An unreadable Vary list selects nothing; the next put
-                // rewrites it.
-                Some(row) => match serde_json::from_str::<Vec<String>>(row.value()) {
-                    Ok(vary) => vary,
-                    Err(_) => return Ok(None),
-                },
-                None => Vec::new(),
+        for _ in 0..READ_ATTEMPTS {
+            let generation = self.inner.index()?.generation();
+            let (variant, found, size, superseded) = {
+                let txn = self.inner.db.begin_read()?;
+                let vary_table = txn.open_table(VARY)?;
+                let vary = match vary_table.get(key.as_str())? {
+                    // An unreadable Vary list selects nothing; the next put
+                    // rewrites it.
+                    Some(row) => match serde_json::from_str::<Vec<String>>(row.value()) {
+                        Ok(vary) => vary,
+                        Err(_) => return Ok(None),
+                    },
+                    None => Vec::new(),
+                };
+                let variant = variant_key(key, &vary, request_headers);
+                // Between a write's record in the index and its commit, the
+                // index names a page this snapshot lacks; the page it
+                // replaced is here instead.
+                let [current, before] = self.inner.index()?.pages_of(&variant);
+                let pages = txn.open_table(PAGES)?;
+                let mut page = None;
+                for (superseded, seq) in [(false, current), (true, before)] {
+                    if let Some(bytes) = seq.map(|seq| pages.get(seq)).transpose()?.flatten() {
+                        page = Some((superseded, bytes));
+                        break;
+                    }
+                }
+                let Some((superseded, bytes)) = page else {
+                    // A commit that landed after this snapshot began and
+                    // before the index was asked leaves the index naming a
+                    // page only a newer snapshot holds.
+                    if current.is_some() && self.inner.index()?.generation() != generation {
+                        continue;
+                    }
+                    return Ok(None);
+                };
+                let bytes = bytes.value();
+                let found = record::decode(bytes).filter(|r| r.meta.variant() == variant);
+                let size = super::entry_size(&variant, bytes);
+                (variant, found, size, superseded)
             };
-            let variant = variant_key(key, &vary, request_headers);
-            // The index may be ahead of this snapshot (a write not yet
-            // committed): its page is then not found here, a miss.
-            let Some(seq) = self.inner.index()?.seq_of(&variant) else {
+            let Some(found) = found else {
+                // A damaged page being replaced goes with its commit.
+                if !superseded {
+                    self.drop_corrupt(variant)?;
+                }
                 return Ok(None);
             };
-            let pages = txn.open_table(PAGES)?;
-            let Some(bytes) = pages.get(seq)? else {
-                return Ok(None);
-            };
-            let bytes = bytes.value();
-            let found = record::decode(bytes).filter(|r| r.meta.variant() == variant);
-            let size = super::entry_size(&variant, bytes);
-            (variant, found, size)
-        };
-        let Some(found) = found else {
-            self.drop_corrupt(variant)?;
-            return Ok(None);
-        };
-        let found = Arc::new(found);
-        let mut index = self.inner.index()?;
-        let fresh = index.generation() == generation;
-        index.read_from_disk(found.clone(), size, fresh);
-        Ok(Some(found))
+            let found = Arc::new(found);
+            let mut index = self.inner.index()?;
+            // A superseded page is never held: the write replacing it is
+            // about to commit.
+            let fresh = index.generation() == generation && !superseded;
+            index.read_from_disk(found.clone(), size, fresh);
+            return Ok(Some(found));
+        }
+        Ok(None)
+    }
+}
+
+/// See [`DiskStore::hold_commit`].
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct CommitHold {
+    at_commit: mpsc::Receiver<()>,
+    _release: mpsc::Sender<()>,
+}
+
+impl CommitHold {
+    /// Waits until the writer has reached the held commit.
+    pub fn reached(&self) {
+        let _ = self.at_commit.recv();
     }
 }
 

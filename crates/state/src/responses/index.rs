@@ -56,6 +56,10 @@ pub(crate) struct Index {
     /// Bumped by every committed write: a reader keeps what it read only if
     /// no write committed meanwhile, so an older copy never replaces a newer.
     generation: u64,
+    /// Variant → the key its page had at the last commit, for variants
+    /// written or removed since. Until the next commit the index is ahead
+    /// of a reader's snapshot, which holds this page instead.
+    superseded: HashMap<String, u64>,
 }
 
 /// Decoded entries, least recently used out first, within `cap` bytes.
@@ -96,6 +100,7 @@ impl Index {
             hasher: RandomState::new(),
             resident: Resident::new(resident_cap),
             generation: 0,
+            superseded: HashMap::new(),
         };
         let mut ticks = Vec::with_capacity(rows.len());
         for row in rows {
@@ -135,9 +140,18 @@ impl Index {
         self.generation = generation;
     }
 
-    /// A write committed: readers that started before it keep nothing.
+    /// A write committed: readers that started before it keep nothing, and
+    /// snapshots from now on hold the pages the index names.
     pub(crate) fn committed(&mut self) {
         self.generation += 1;
+        self.superseded.clear();
+    }
+
+    /// Notes the page `variant` had at the last commit before it changes.
+    fn supersede(&mut self, variant: &str) {
+        if let Some(seq) = self.seqs.get(variant) {
+            self.superseded.entry(variant.to_owned()).or_insert(seq);
+        }
     }
 
     /// Records a variant written to disk; returns the key of its new page
@@ -145,6 +159,7 @@ impl Index {
     /// are the caller's to delete ([`Index::seq_of`], [`Index::has_read_row`]
     /// before this call).
     pub(crate) fn stored(&mut self, variant: &str, size: u64) -> u64 {
+        self.supersede(variant);
         if self.lru.size_of(variant).is_none() {
             let h = self.hash(primary_of(variant));
             self.count_url(h);
@@ -158,6 +173,15 @@ impl Index {
     /// The key of `variant`'s page on disk.
     pub(crate) fn seq_of(&self, variant: &str) -> Option<u64> {
         self.seqs.get(variant)
+    }
+
+    /// Where a reader looks for `variant`'s page: the key the index names,
+    /// then, if it changed since the last commit, the key it had then.
+    pub(crate) fn pages_of(&self, variant: &str) -> [Option<u64>; 2] {
+        [
+            self.seqs.get(variant),
+            self.superseded.get(variant).copied(),
+        ]
     }
 
     /// Whether a read's tick is on disk for `variant`.
@@ -184,6 +208,7 @@ impl Index {
 
     /// Records a variant removed from disk (and drops its decoded copy).
     pub(crate) fn forget(&mut self, variant: &str) {
+        self.supersede(variant);
         self.seqs.remove(variant);
         self.read_rows.remove(variant);
         if self.lru.remove(variant).is_some() {
@@ -246,10 +271,10 @@ impl Index {
 
     /// Holds a page being written back (it was read since its last write:
     /// a revalidation changed what is stored) from now, before its commit.
-    /// From [`Index::stored`] until the commit, the index is ahead of what a
-    /// reader's snapshot holds and the disk answers a miss; a page asked for
-    /// again at once (a crawler retrying, a second client) must find this
-    /// copy instead. Readers that began before keep nothing they read.
+    /// From [`Index::stored`] until the commit a reader's snapshot holds
+    /// only the page this one replaces; a page asked for again at once (a
+    /// crawler retrying, a second client) finds this newer copy instead.
+    /// Readers that began before keep nothing they read.
     pub(crate) fn hold_written(&mut self, entry: Arc<StoredResponse>, size: u64) {
         self.generation += 1;
         self.keep(entry, size);

@@ -369,6 +369,10 @@ fn write(
             t.reads.insert(variant.as_str(), (tick, size))?;
         }
     }
+    let gate = inner.commit_gate.lock().ok().and_then(|mut g| g.take());
+    if let Some(gate) = gate {
+        gate.wait();
+    }
     txn.commit()?;
     Ok(out)
 }
