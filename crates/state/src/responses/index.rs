@@ -178,10 +178,12 @@ impl Index {
     /// Where a reader looks for `variant`'s page: the key the index names,
     /// then, if it changed since the last commit, the key it had then.
     pub(crate) fn pages_of(&self, variant: &str) -> [Option<u64>; 2] {
-        [
-            self.seqs.get(variant),
-            self.superseded.get(variant).copied(),
-        ]
+        // Empty but while a batch is between its record and its commit.
+        let before = match self.superseded.is_empty() {
+            true => None,
+            false => self.superseded.get(variant).copied(),
+        };
+        [self.seqs.get(variant), before]
     }
 
     /// Whether a read's tick is on disk for `variant`.
