@@ -222,45 +222,6 @@ async fn second_fetch_is_revalidated_and_served_from_the_store() {
     }
 }
 
-/// Every 304 of this origin changes a stored header, so a page's first
-/// revalidation writes it back, and the next request for it arrives while
-/// that write is on its way to disk: it must find the page, not a miss (a
-/// reader in the write-back's commit window once did, and the page was
-/// fetched in full).
-#[tokio::test]
-async fn a_page_asked_for_again_while_written_back_is_never_fetched_again() {
-    let counts = Arc::new(Counts::default());
-    let origin = Origin::http(origin(counts.clone())).await;
-    let proxy = TestProxy::start(|_| {}).await;
-    let base = format!("http://127.0.0.1:{}", origin.port());
-    let clients: Vec<_> = (0..4)
-        .map(|client| {
-            let (c, base) = (proxy.client(), base.clone());
-            tokio::spawn(async move {
-                let mut decisions = Vec::new();
-                for page in 0..30 {
-                    let path = format!("/both-{client}-{page}");
-                    let want = page_body(&path, 0, 6000);
-                    for _ in 0..3 {
-                        let (status, d, body, _) = get(&c, &format!("{base}{path}"), &[]).await;
-                        assert_eq!((status, &body), (200, &want), "{path}: {d}");
-                        decisions.push((path.clone(), d));
-                    }
-                }
-                decisions
-            })
-        })
-        .collect();
-    for client in clients {
-        let decisions = client.await.unwrap();
-        for (i, (path, d)) in decisions.iter().enumerate() {
-            let want = if i % 3 == 0 { "fetched" } else { "revalidated" };
-            assert!(d.starts_with(want), "{path}, answer {}: {d}", i % 3 + 1);
-        }
-    }
-    assert_eq!(counts.not_modified.load(Ordering::SeqCst), 4 * 30 * 2);
-}
-
 #[tokio::test]
 async fn etag_only_and_last_modified_only_origins_are_revalidated() {
     let counts = Arc::new(Counts::default());

@@ -946,3 +946,93 @@ async fn a_recrawl_after_a_restart_revalidates_every_page_from_disk_for_curl() {
     let log = nginx.access_log_with("HTTP/2.0\" 304", 4 * PAGES);
     assert_eq!(log.matches("HTTP/2.0\" 304").count(), 4 * PAGES, "{log}");
 }
+
+/// nginx adds a header that changes every millisecond (`$msec`, also on its
+/// 304s), so a page's first revalidation writes it back, and curl's next
+/// request for it arrives while that write is on its way to disk. Four curls
+/// at once, each asking for its pages three times in a row: every third
+/// answer is the stored page again, never a full fetch.
+#[tokio::test]
+async fn curl_asking_for_a_page_while_it_is_written_back_gets_it_revalidated() {
+    if !have_tool("curl", "curl") {
+        return;
+    }
+    const CLIENTS: usize = 4;
+    const PAGES: usize = 20;
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new(dir.path());
+    let www = dir.path().join("www");
+    std::fs::create_dir(&www).unwrap();
+    let page =
+        |c: usize, i: usize| format!("<html><body>{c}/{i} {}</body></html>\n", "y".repeat(900));
+    for c in 0..CLIENTS {
+        for i in 0..PAGES {
+            std::fs::write(www.join(format!("c{c}p{i}.html")), page(c, i)).unwrap();
+        }
+    }
+    let site = format!(
+        "location = /robots.txt {{ return 404; }}\n    location / {{ root {}; add_header X-Served $msec always; }}",
+        www.display()
+    );
+    let Some(nginx) = Nginx::start_tls(&ca, "origin.test", &site) else {
+        return;
+    };
+    let port = nginx.port;
+    let ca_path = ca.pem_path.clone();
+    let mut proxy = TestProxy::start(|c| crawl_of_origin_test(c, ca_path, port)).await;
+    let crawls: Vec<_> = (0..CLIENTS)
+        .map(|c| {
+            let mut cmd = std::process::Command::new("curl");
+            cmd.args(["-sS", "--noproxy", "", "-x", &proxy.url(), "--cacert"])
+                .arg(proxy.dir.path().join("ca.pem"))
+                .args([
+                    "-w",
+                    "%{http_code} %header{x-served} %header{mannerly-decision}\\n",
+                ]);
+            for i in 0..PAGES {
+                for n in 0..3 {
+                    let out = dir.path().join(format!("c{c}p{i}-{n}.html"));
+                    cmd.arg("-o").arg(out);
+                    cmd.arg(format!("https://origin.test:{port}/c{c}p{i}.html"));
+                }
+            }
+            tokio::spawn(tool_stdout(cmd))
+        })
+        .collect();
+    // Pages whose stored copy took the X-Served of a later 304.
+    let mut refreshed = 0;
+    for (c, crawl) in crawls.into_iter().enumerate() {
+        let out = crawl.await.unwrap();
+        let answers: Vec<Vec<&str>> = out.lines().map(|l| l.split(' ').collect()).collect();
+        assert_eq!(answers.len(), 3 * PAGES, "{out}");
+        for (n, answer) in answers.iter().enumerate() {
+            let want = if n % 3 == 0 {
+                "fetched;"
+            } else {
+                "revalidated;"
+            };
+            assert_eq!(answer[0], "200", "client {c}, answer {n}: {answer:?}");
+            assert_eq!(answer[2], want, "client {c}, answer {n}: {answer:?}");
+            let path = dir.path().join(format!("c{c}p{}-{}.html", n / 3, n % 3));
+            let body = std::fs::read_to_string(path);
+            assert_eq!(body.unwrap(), page(c, n / 3), "client {c}, answer {n}");
+        }
+        for p in answers.chunks(3) {
+            refreshed += usize::from(p[0][1] != p[2][1]);
+        }
+    }
+    // $msec has millisecond steps: most pages, not all, were written back.
+    assert!(refreshed >= CLIENTS * PAGES / 2, "{refreshed} refreshed");
+    let lines = proxy.stop().await;
+    assert_eq!(
+        with_outcome(&lines, "revalidated").len(),
+        2 * CLIENTS * PAGES
+    );
+    // Each first revalidation changed X-Served, so it was written back.
+    let log = nginx.access_log_with("HTTP/2.0\" 304", 2 * CLIENTS * PAGES);
+    assert_eq!(
+        log.matches("HTTP/2.0\" 304").count(),
+        2 * CLIENTS * PAGES,
+        "{log}"
+    );
+}
