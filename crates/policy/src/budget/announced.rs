@@ -227,18 +227,27 @@ impl HostBudget {
                 self.announced = cap;
                 self.rate = cap;
             }
-            // The next slot was spaced at the old rate. When nobody holds a
-            // future slot (the last one given is not ahead of now), it is
-            // re-spaced from the last one at the new rate, so the request
-            // right after the announcement already goes at the announced
-            // pace; otherwise it stays where it was, in line behind them.
-            let last = get(self.tat).map(|t| t.saturating_sub(tau + interval));
+            // The next slot was spaced at the old rate: it is re-spaced
+            // from the last one given at the new rate, so the request right
+            // after the announcement already goes at the announced pace,
+            // even behind requests that hold slots (several connections to
+            // one host: their queue was spaced at the start rate). Without
+            // the last slot known exactly (a budget from an older shared
+            // layout), only when no future slot is held: the rate may have
+            // moved since the last slot was spaced, so the guess could land
+            // before it.
+            let last = match get(self.slot) {
+                Some(slot) => Some(slot),
+                None => get(self.tat)
+                    .map(|t| t.saturating_sub(tau + interval))
+                    .filter(|&last| last <= n),
+            };
             match last {
-                Some(last) if last <= n => {
+                Some(last) => {
                     let next = last + self.interval_ms(p, n);
                     self.tat = put(next + self.tau_ms(p, n));
                 }
-                _ => self.keep_next_slot(p, n, tau),
+                None => self.keep_next_slot(p, n, tau),
             }
         }
         if let Some(wait) = a.exhausted_for() {

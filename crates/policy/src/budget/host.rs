@@ -38,6 +38,9 @@ const RAW_RETRY_AFTER_MAX: usize = 64;
 pub struct HostBudget {
     pub(super) base: Instant,
     pub(super) tat: u32,
+    /// The latest slot given (`NONE` when unknown, or given up after a
+    /// throttle): an announced pace re-spaces the queue behind it exactly.
+    pub(super) slot: u32,
     pub(super) pause: u32,
     /// Last throttle: the ceiling was set then and relaxes from then.
     pub(super) throttled: u32,
@@ -69,6 +72,7 @@ impl HostBudget {
         HostBudget {
             base: now,
             tat: NONE,
+            slot: NONE,
             pause: NONE,
             throttled: NONE,
             history: [NONE; RING],
@@ -120,6 +124,7 @@ impl HostBudget {
             }
         }
         self.tat = put(tat.max(slot) + interval);
+        self.slot = put(slot);
         if slot > n {
             Reservation::Wait(wait)
         } else {
@@ -141,10 +146,10 @@ impl HostBudget {
         now: Instant,
         hold_left: Duration,
     ) -> Reservation {
-        let tat = self.tat;
+        let (tat, slot) = (self.tat, self.slot);
         let r = self.admit_within(p, now, hold_left);
         if !matches!(r, Reservation::Refuse(_)) {
-            self.tat = tat;
+            (self.tat, self.slot) = (tat, slot);
         }
         r
     }
@@ -461,6 +466,7 @@ impl HostBudget {
         // the site refused; their holders reserve again (`try_start_since`),
         // so they must not push the new schedule back.
         self.tat = put(until + self.tau_ms(p, n));
+        self.slot = NONE;
 
         Throttle {
             pause: self.at(until).saturating_duration_since(now),
@@ -480,6 +486,7 @@ impl HostBudget {
     pub(super) fn shift_times(&mut self, shift: u64) {
         for t in [
             &mut self.tat,
+            &mut self.slot,
             &mut self.pause,
             &mut self.throttled,
             &mut self.sent,

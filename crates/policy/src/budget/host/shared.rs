@@ -13,15 +13,17 @@ use super::super::params::HostParams;
 use super::{get, HostBudget, GAP_NONE, MAX_SEND_GAP_MS, NONE, RING};
 
 /// First byte of an encoded budget; a layout change gets a new one.
-const LAYOUT: u8 = 3;
+const LAYOUT: u8 = 4;
 /// Encoded length: layout, base, 3 + RING + 5 `u32`s, 2 `u16`s, 2 bytes,
-/// then (layout 2) the announced cap. Layout 3 has the same length: its
-/// fifth `u32` holds the last two gaps between sends (two `u16`s, newest
-/// first) where layout 2 held one smoothed gap.
-pub const ENCODED_LEN: usize = LAYOUT_1_LEN + 4;
-/// Layout 1 had no announced cap; it is still read, so that a cluster can
-/// be upgraded one proxy at a time.
+/// then (layout 2) the announced cap, then (layout 4) the latest slot given.
+/// Layout 3 has layout 2's length: its fifth `u32` holds the last two gaps
+/// between sends (two `u16`s, newest first) where layout 2 held one
+/// smoothed gap.
+pub const ENCODED_LEN: usize = LAYOUT_2_LEN + 4;
+/// Layouts 1 to 3 are still read, so that a cluster can be upgraded one
+/// proxy at a time. Layout 1 had no announced cap.
 const LAYOUT_1_LEN: usize = 1 + 8 + 4 * (3 + RING + 5) + 2 * 2 + 2;
+const LAYOUT_2_LEN: usize = LAYOUT_1_LEN + 4;
 
 /// Why stored bytes are not a budget.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -63,6 +65,7 @@ impl HostBudget {
         out.push(self.strikes);
         out.push(u8::from(self.breaker));
         out.extend_from_slice(&self.announced.to_le_bytes());
+        out.extend_from_slice(&self.slot.to_le_bytes());
         out
     }
 
@@ -79,7 +82,7 @@ impl HostBudget {
     ) -> Result<HostBudget, DecodeError> {
         let known = matches!(
             (bytes.first(), bytes.len()),
-            (Some(&LAYOUT) | Some(2), ENCODED_LEN) | (Some(1), LAYOUT_1_LEN)
+            (Some(&LAYOUT), ENCODED_LEN) | (Some(2 | 3), LAYOUT_2_LEN) | (Some(1), LAYOUT_1_LEN)
         );
         if !known {
             return Err(DecodeError::Layout {
@@ -105,14 +108,16 @@ impl HostBudget {
         let streak = u16::from_le_bytes(take(2).try_into().unwrap_or([0; 2]));
         let strikes = take(1)[0];
         let breaker = take(1)[0] != 0;
-        let announced = if bytes.len() == ENCODED_LEN {
-            u32::from_le_bytes(take(4).try_into().unwrap_or([0; 4]))
-        } else {
-            0
+        let mut optional = |from_len: usize, absent: u32| match bytes.len() >= from_len {
+            true => u32::from_le_bytes(take(4).try_into().unwrap_or([0; 4])),
+            false => absent,
         };
+        let announced = optional(LAYOUT_2_LEN, 0);
+        let slot = optional(ENCODED_LEN, NONE);
 
         let mut b = HostBudget::new(p, now);
         b.tat = tat;
+        b.slot = slot;
         b.pause = pause;
         b.throttled = throttled;
         b.history = history;
@@ -120,7 +125,7 @@ impl HostBudget {
         b.ceiling = ceiling.clamp(p.floor_u(), p.max_u());
         b.crawl_delay_ms = crawl_delay_ms.min(super::MAX_INTERVAL_MS as u32);
         b.sent = sent;
-        b.gaps = if bytes[0] == LAYOUT {
+        b.gaps = if bytes[0] >= 3 {
             [gap as u16, (gap >> 16) as u16]
         } else {
             // Layouts 1 and 2 kept one smoothed gap: the best guess at both.
@@ -290,9 +295,28 @@ mod tests {
         let (p, a) = ahead_of_its_sends(t0);
         let now = t0 + Duration::from_millis(900);
         let bytes = a.encode(now, UNIX_EPOCH);
-        assert_eq!(bytes[0], 3);
+        assert_eq!(bytes[0], LAYOUT);
         let mut b = HostBudget::decode(&p, &bytes, 1, now, UNIX_EPOCH).expect("decodes");
         assert_eq!(drawn(&p, &mut b, now), 2.222222);
+    }
+
+    /// Layout 4 carries the latest slot given; layout 3 did not, and reads
+    /// as a budget that does not know it.
+    #[test]
+    fn the_latest_slot_survives_the_trip_and_layout_3_reads_without_it() {
+        let t0 = Instant::now();
+        let (p, mut a) = ahead_of_its_sends(t0);
+        let now = t0 + Duration::from_millis(900);
+        assert_eq!(a.admit(&p, now), Reservation::Go);
+        assert!(get(a.slot).is_some());
+        let mut bytes = a.encode(now, UNIX_EPOCH);
+        let b = HostBudget::decode(&p, &bytes, 1, now, UNIX_EPOCH).expect("decodes");
+        assert_eq!((b.slot, b.tat), (a.slot, a.tat));
+        bytes[0] = 3;
+        bytes.truncate(LAYOUT_2_LEN);
+        let b = HostBudget::decode(&p, &bytes, 1, now, UNIX_EPOCH).expect("decodes");
+        assert_eq!((b.slot, b.tat, b.announced), (NONE, a.tat, a.announced));
+        assert_eq!(b.gaps, a.gaps);
     }
 
     /// Layout 2 kept one smoothed gap where layout 3 keeps the last two: a
@@ -304,6 +328,7 @@ mod tests {
         let now = t0 + Duration::from_millis(900);
         let mut bytes = a.encode(now, UNIX_EPOCH);
         bytes[0] = 2;
+        bytes.truncate(LAYOUT_2_LEN);
         let gap_at = 1 + 8 + 4 * (3 + RING + 4);
         bytes[gap_at..gap_at + 4].copy_from_slice(&400u32.to_le_bytes());
         let mut b = HostBudget::decode(&p, &bytes, 1, now, UNIX_EPOCH).expect("decodes");
