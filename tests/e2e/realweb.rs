@@ -35,6 +35,21 @@ fn crawl_of_origin_test(c: &mut mannerly_proxy::Config, ca_path: std::path::Path
     c.budget.burst = 100;
 }
 
+/// Writes `pages` (file name, body) to `dir`/www and returns an nginx site
+/// that serves them as static files (ETag, Last-Modified, 304s), with
+/// `directives` in their location; robots.txt is a 404.
+fn static_site(dir: &std::path::Path, pages: &[(String, String)], directives: &str) -> String {
+    let www = dir.join("www");
+    std::fs::create_dir(&www).unwrap();
+    for (name, body) in pages {
+        std::fs::write(www.join(name), body).unwrap();
+    }
+    format!(
+        "location = /robots.txt {{ return 404; }}\n    location / {{ root {}; {directives} }}",
+        www.display()
+    )
+}
+
 /// nginx with `http2` is strict about RFC 9113 §8.3.1: a request with both
 /// `:authority` and `Host` is a 400 ("client sent duplicate host header").
 #[tokio::test]
@@ -863,16 +878,11 @@ async fn a_recrawl_after_a_restart_revalidates_every_page_from_disk_for_curl() {
     const PAGES: usize = 8;
     let dir = tempfile::tempdir().unwrap();
     let ca = TestCa::new(dir.path());
-    let www = dir.path().join("www");
-    std::fs::create_dir(&www).unwrap();
     let page = |i: usize| format!("<html><body>page {i} {}</body></html>\n", "x".repeat(900));
-    for i in 0..PAGES {
-        std::fs::write(www.join(format!("p{i}.html")), page(i)).unwrap();
-    }
-    let site = format!(
-        "location = /robots.txt {{ return 404; }}\n    location / {{ root {}; }}",
-        www.display()
-    );
+    let pages: Vec<_> = (0..PAGES)
+        .map(|i| (format!("p{i}.html"), page(i)))
+        .collect();
+    let site = static_site(dir.path(), &pages, "");
     let Some(nginx) = Nginx::start_tls(&ca, "origin.test", &site) else {
         return;
     };
@@ -961,19 +971,12 @@ async fn curl_asking_for_a_page_while_it_is_written_back_gets_it_revalidated() {
     const PAGES: usize = 20;
     let dir = tempfile::tempdir().unwrap();
     let ca = TestCa::new(dir.path());
-    let www = dir.path().join("www");
-    std::fs::create_dir(&www).unwrap();
     let page =
         |c: usize, i: usize| format!("<html><body>{c}/{i} {}</body></html>\n", "y".repeat(900));
-    for c in 0..CLIENTS {
-        for i in 0..PAGES {
-            std::fs::write(www.join(format!("c{c}p{i}.html")), page(c, i)).unwrap();
-        }
-    }
-    let site = format!(
-        "location = /robots.txt {{ return 404; }}\n    location / {{ root {}; add_header X-Served $msec always; }}",
-        www.display()
-    );
+    let pages: Vec<_> = (0..CLIENTS)
+        .flat_map(|c| (0..PAGES).map(move |i| (format!("c{c}p{i}.html"), page(c, i))))
+        .collect();
+    let site = static_site(dir.path(), &pages, "add_header X-Served $msec always;");
     let Some(nginx) = Nginx::start_tls(&ca, "origin.test", &site) else {
         return;
     };
