@@ -595,7 +595,7 @@ fn a_page_written_back_after_a_read_is_held_at_once() {
     assert!(store.get_resident(&key("/w"), &HeaderMap::new()).is_none());
     // A revalidation changed what is stored: the page was read since its
     // write, so the copy written back is held (a reader in the write's
-    // commit window finds it in memory, not a miss on disk).
+    // commit window finds it in memory, not the older page on disk).
     store.put(&m, b"v2").unwrap();
     let got = store.get_resident(&key("/w"), &HeaderMap::new());
     assert_eq!(&got.unwrap().unwrap().unwrap().body[..], b"v2");
