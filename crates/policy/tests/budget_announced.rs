@@ -22,12 +22,20 @@ fn params(f: impl FnOnce(&mut BudgetParams)) -> HostParams {
     p.validate().unwrap().for_host("example.com")
 }
 
-fn announced(pairs: &[(&'static str, &'static str)]) -> Announced {
+fn announced(pairs: &[(&'static str, &str)]) -> Announced {
     let mut h = HeaderMap::new();
     for (k, v) in pairs {
         h.append(*k, v.parse().unwrap());
     }
     Announced::from_headers(&h, wall()).unwrap()
+}
+
+/// The IETF draft fields of one "default" policy: a quota of `q` per `w`
+/// seconds, `r` of it remaining, a unit freed in `t` seconds.
+fn ietf(q: u32, w: u32, r: u32, t: u32) -> Announced {
+    let policy = format!("\"default\";q={q};w={w}");
+    let limit = format!("\"default\";r={r};t={t}");
+    announced(&[("ratelimit-policy", &policy), ("ratelimit", &limit)])
 }
 
 fn answer(b: &mut HostBudget, p: &HostParams, at: Instant, status: u16, a: &Announced) -> Reaction {
@@ -41,10 +49,7 @@ fn an_announced_quota_sets_the_pace_at_once_under_the_quota() {
     let t0 = Instant::now();
     let mut b = HostBudget::new(&p, t0);
     assert_eq!(b.admit(&p, t0), Reservation::Go);
-    let a = announced(&[
-        ("ratelimit-policy", "\"default\";q=2;w=1"),
-        ("ratelimit", "\"default\";r=1;t=1"),
-    ]);
+    let a = ietf(2, 1, 1, 1);
     // 95% of 2/s: the site said what it takes, so no step-by-step probing.
     assert_eq!(answer(&mut b, &p, t0, 200, &a).rate(), 1.9);
     assert_eq!(b.view(&p, t0).announced_rate, Some(1.9));
@@ -75,10 +80,7 @@ fn an_announcement_re_spaces_the_queue_behind_a_slot_already_held() {
     assert_eq!(b.admit(&p, t0), Reservation::Go);
     // A second connection holds the next slot, 1 s away at the start rate.
     assert_eq!(b.admit(&p, t0), Reservation::Wait(Duration::from_secs(1)));
-    let a = announced(&[
-        ("ratelimit-policy", "\"default\";q=2;w=1"),
-        ("ratelimit", "\"default\";r=1;t=1"),
-    ]);
+    let a = ietf(2, 1, 1, 1);
     let at = t0 + Duration::from_millis(5);
     assert_eq!(answer(&mut b, &p, at, 200, &a).rate(), 1.9);
     // The held slot stays; the one after it is 527 ms later, not 1 s.
@@ -87,10 +89,7 @@ fn an_announcement_re_spaces_the_queue_behind_a_slot_already_held() {
         Reservation::Wait(Duration::from_millis(1522))
     );
     // A lower announcement spaces the next slot behind that one at its pace.
-    let lower = announced(&[
-        ("ratelimit-policy", "\"default\";q=1;w=2"),
-        ("ratelimit", "\"default\";r=1;t=2"),
-    ]);
+    let lower = ietf(1, 2, 1, 2);
     let at = t0 + Duration::from_millis(1000);
     assert_eq!(answer(&mut b, &p, at, 200, &lower).rate(), 0.475);
     assert_eq!(
@@ -167,10 +166,7 @@ fn switched_off_the_headers_change_nothing() {
     let p = params(|p| p.announced_limits = false);
     let t0 = Instant::now();
     let mut b = HostBudget::new(&p, t0);
-    let a = announced(&[
-        ("ratelimit-policy", "\"default\";q=2;w=1"),
-        ("ratelimit", "\"default\";r=0;t=5"),
-    ]);
+    let a = ietf(2, 1, 0, 5);
     assert_eq!(answer(&mut b, &p, t0, 200, &a).rate(), 1.2);
     assert_eq!(b.view(&p, t0).paused_for, None);
     assert_eq!(b.view(&p, t0).announced_rate, None);
