@@ -479,9 +479,6 @@ pub fn mannerly(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
     )
 }
 
-/// Whether a tool the test needs is here. Absent: the test is skipped with
-/// a message, except under CI (`CI` set), where `.ci/run` installs it and
-/// its absence is a failure.
 /// Runs `cmd` off the runtime and returns its stdout; fails the test, with
 /// its stderr, if it does not exit 0.
 pub async fn tool_stdout(mut cmd: std::process::Command) -> String {
@@ -497,6 +494,9 @@ pub async fn tool_stdout(mut cmd: std::process::Command) -> String {
     String::from_utf8_lossy(&out.stdout).to_string()
 }
 
+/// Whether a tool the test needs is here. Absent: the test is skipped with
+/// a message, except under CI (`CI` set), where `.ci/run` installs it and
+/// its absence is a failure.
 pub fn have_tool(program: &str, package: &str) -> bool {
     let found = std::process::Command::new("sh")
         .arg("-c")
