@@ -539,30 +539,19 @@ async fn curl_reaches_an_h2_nginx_through_a_pass_through_tunnel() {
     .await;
     let proxy_url = proxy.url();
     let url = format!("https://origin.test:{port}/page");
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("curl")
-            .args([
-                "-sS",
-                "--http2",
-                "--noproxy",
-                "",
-                "-x",
-                &proxy_url,
-                "--cacert",
-            ])
-            .arg(&ca_path)
-            .args(["-w", "%{http_version} %{http_code}\\n", &url, &url])
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(
-        out.status.success(),
-        "{stdout} {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let mut curl = std::process::Command::new("curl");
+    curl.args([
+        "-sS",
+        "--http2",
+        "--noproxy",
+        "",
+        "-x",
+        &proxy_url,
+        "--cacert",
+    ])
+    .arg(&ca_path)
+    .args(["-w", "%{http_version} %{http_code}\\n", &url, &url]);
+    let stdout = tool_stdout(curl).await;
     assert_eq!(stdout, "hello from nginx\n2 200\nhello from nginx\n2 200\n");
     let lines = proxy.stop().await;
     let t = with_outcome(&lines, "tunneled");
