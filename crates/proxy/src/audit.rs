@@ -40,8 +40,10 @@ use crate::config::{AuditConfig, AuditSync, AuditTarget, Config};
 use crate::datadir;
 use crate::error::AuditError;
 
+mod body;
 mod key;
 
+pub(crate) use body::{AuditedBody, FinishHook};
 pub use key::{key_path, load as load_key, load_or_create as load_or_create_key};
 
 /// A record and, if an answer waits for its line, who to tell.
@@ -250,13 +252,7 @@ pub(crate) async fn line_written(resp: &mut Response<crate::body::ProxyBody>) {
         .and_then(|g| g.0.lock().ok().and_then(|mut w| w.take()));
     if let Some(w) = pending {
         if !w.await {
-            *resp = crate::respond::Answer::new(
-                mannerly_policy::Outcome::Error,
-                "the audit log cannot be written, so nothing is answered",
-            )
-            .status(503)
-            .close()
-            .into_response("");
+            *resp = crate::answer::failure::audit_unwritable().into_response("");
         }
     }
 }

@@ -22,7 +22,8 @@ use mannerly_state::responses::{
 use tokio::sync::{oneshot, watch};
 
 use crate::audit::Committer;
-use crate::body::{BoxError, FinishHook, ProxyBody};
+use crate::audit::FinishHook;
+use crate::body::{BoxError, ProxyBody};
 use crate::config::Config;
 use crate::error::StartError;
 

@@ -8,13 +8,16 @@ use std::time::Duration;
 
 use mannerly_policy::budget::BudgetParams;
 use mannerly_policy::conditional::CacheParams;
-use mannerly_policy::identity::check_agent_url;
 use mannerly_policy::prefs::{DeclaredUse, ResponsePreferences};
 use mannerly_policy::robots::Purpose;
 use mannerly_policy::robots_cache::RobotsParams;
 use serde::Deserialize;
 
 use crate::error::ConfigError;
+
+mod validate;
+
+pub(crate) use validate::{parent_settings, resolve_key};
 
 /// Everything the proxy needs to run. See `config/mannerly.toml` for every
 /// key with its default and meaning.
@@ -476,159 +479,6 @@ fn seconds<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error>
 }
 
 impl Config {
-    /// Checks values that parse but make no sense, naming the key.
-    pub fn validate(self) -> Result<Self, ConfigError> {
-        let p = &self.proxy;
-        if p.max_header_bytes < 1024 {
-            return Err(ConfigError::Invalid {
-                key: "proxy.max_header_bytes".into(),
-                why: "must be at least 1024".into(),
-            });
-        }
-        if p.max_headers == 0 {
-            return Err(ConfigError::Invalid {
-                key: "proxy.max_headers".into(),
-                why: "must be at least 1".into(),
-            });
-        }
-        for (key, v) in [
-            ("proxy.max_connections", p.max_connections),
-            (
-                "proxy.max_connections_per_client",
-                p.max_connections_per_client,
-            ),
-            ("proxy.backlog", p.backlog as usize),
-            ("proxy.h2_max_streams", p.h2_max_streams as usize),
-        ] {
-            if v == 0 {
-                return Err(ConfigError::Invalid {
-                    key: key.into(),
-                    why: "must be at least 1".into(),
-                });
-            }
-        }
-        if p.leaf_cache == 0 {
-            return Err(ConfigError::Invalid {
-                key: "proxy.leaf_cache".into(),
-                why: "must be at least 1".into(),
-            });
-        }
-        // Each serving thread is a runtime with its own origin pool; more
-        // than this is a typo, not a machine.
-        if p.threads > 1024 {
-            return Err(ConfigError::Invalid {
-                key: "proxy.threads".into(),
-                why: "must be between 0 (one per CPU) and 1024".into(),
-            });
-        }
-        let u = &self.upstream;
-        crate::resolve::Overrides::new(&u.resolve)?;
-        crate::parent::Parent::from_config(u, &rustls::RootCertStore::empty())?;
-        if u.max_connecting == 0 {
-            return Err(ConfigError::Invalid {
-                key: "upstream.max_connecting".into(),
-                why: "must be at least 1".into(),
-            });
-        }
-        let st = &self.state;
-        if st.instances_hint == 0 || st.instances_hint > 10_000 {
-            return Err(ConfigError::Invalid {
-                key: "state.instances_hint".into(),
-                why: "must be between 1 and 10000".into(),
-            });
-        }
-        if !(st.command_timeout_ms.is_finite()
-            && st.command_timeout_ms >= 1.0
-            && st.command_timeout_ms <= 10_000.0)
-        {
-            return Err(ConfigError::Invalid {
-                key: "state.command_timeout_ms".into(),
-                why: "must be between 1 and 10000".into(),
-            });
-        }
-        if !(st.lease_margin_secs.is_finite() && (0.0..=3600.0).contains(&st.lease_margin_secs)) {
-            return Err(ConfigError::Invalid {
-                key: "state.lease_margin_secs".into(),
-                why: "must be between 0 and 3600".into(),
-            });
-        }
-        if st.backend == StateBackend::Redis
-            && !(st.redis_url.starts_with("redis://") || st.redis_url.starts_with("unix://"))
-        {
-            return Err(ConfigError::Invalid {
-                key: "state.redis_url".into(),
-                why: format!("must start with redis:// (got {:?})", st.redis_url),
-            });
-        }
-        let a = &self.audit;
-        if a.checkpoint_lines == 0 {
-            return Err(ConfigError::Invalid {
-                key: "audit.checkpoint_lines".into(),
-                why: "must be at least 1".into(),
-            });
-        }
-        if a.checkpoint_secs == 0 {
-            return Err(ConfigError::Invalid {
-                key: "audit.checkpoint_secs".into(),
-                why: "must be at least 1".into(),
-            });
-        }
-        if !a.rotate_every.trim().is_empty() {
-            match humantime::parse_duration(a.rotate_every.trim()) {
-                Ok(d) if d >= Duration::from_secs(1) => {}
-                Ok(_) => {
-                    return Err(ConfigError::Invalid {
-                        key: "audit.rotate_every".into(),
-                        why: "must be at least one second".into(),
-                    })
-                }
-                Err(e) => {
-                    return Err(ConfigError::Invalid {
-                        key: "audit.rotate_every".into(),
-                        why: format!(
-                            "{:?} is not a duration like \"1d\" or \"12h\": {e}",
-                            a.rotate_every
-                        ),
-                    })
-                }
-            }
-        }
-        let id = &self.identity;
-        if id.validity_secs == 0 || id.validity_secs > 86_400 {
-            return Err(ConfigError::Invalid {
-                key: "identity.validity_secs".into(),
-                why: format!(
-                    "must be between 1 and 86400 (the draft recommends at most 24 h), got {}",
-                    id.validity_secs
-                ),
-            });
-        }
-        if id.enabled || !id.signature_agent.is_empty() {
-            check_agent_url(&id.signature_agent).map_err(|e| ConfigError::Invalid {
-                key: "identity.signature_agent".into(),
-                why: e.to_string(),
-            })?;
-        }
-        if id.skip_hosts.iter().any(|h| h.trim().is_empty()) {
-            return Err(ConfigError::Invalid {
-                key: "identity.skip_hosts".into(),
-                why: "an entry is empty".into(),
-            });
-        }
-        self.admin.addr()?;
-        if self.admin.max_hosts == 0 {
-            return Err(ConfigError::Invalid {
-                key: "admin.max_hosts".into(),
-                why: "must be at least 1".into(),
-            });
-        }
-        let mut cfg = self;
-        cfg.robots = cfg.robots.validate()?;
-        cfg.budget = cfg.budget.validate()?;
-        cfg.cache = cfg.cache.validate()?;
-        Ok(cfg)
-    }
-
     /// The directory of the interception CA.
     pub fn ca_dir(&self) -> PathBuf {
         if self.ca_dir.as_os_str().is_empty() {
@@ -669,51 +519,4 @@ pub enum AuditTarget {
     Stdout,
     /// Appended to a file.
     File(PathBuf),
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cache_settings_that_cannot_work_name_their_key() {
-        let cfg = Config {
-            cache: CacheParams {
-                max_size: 1024,
-                ..CacheParams::default()
-            },
-            ..Config::default()
-        };
-        let err = cfg.validate().map(drop).map_err(|e| e.to_string());
-        assert_eq!(
-            err,
-            Err("config key cache.max_size: 1024 is below cache.max_body (8388608): nothing could be stored".into())
-        );
-        let cfg = Config {
-            cache: CacheParams {
-                max_body: 0,
-                ..CacheParams::default()
-            },
-            ..Config::default()
-        };
-        let err = cfg.validate().map(drop).map_err(|e| e.to_string());
-        assert!(err.is_err_and(|e| e.starts_with("config key cache.max_body:")));
-    }
-
-    #[test]
-    fn serving_threads_default_to_one_per_cpu_and_are_bounded() {
-        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
-        assert_eq!(ProxyConfig::default().serving_threads(), cpus);
-        let mut cfg = Config::default();
-        cfg.proxy.threads = 3;
-        assert_eq!(cfg.proxy.serving_threads(), 3);
-        assert!(cfg.clone().validate().is_ok());
-        cfg.proxy.threads = 5000;
-        let err = cfg.validate().map(drop).map_err(|e| e.to_string());
-        assert!(
-            err.as_ref()
-                .is_err_and(|e| e.starts_with("config key proxy.threads:")),
-            "{err:?}"
-        );
-    }
 }

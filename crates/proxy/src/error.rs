@@ -1,6 +1,7 @@
 //! Errors of the proxy crate, one enum per domain.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// A configuration value that parses but cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -225,6 +226,83 @@ pub enum StartError {
     /// The system's random source failed.
     #[error("the system's random source failed ({0}); mannerly needs it for its Via name (what tells it from other proxies in a chain) and for TLS")]
     Random(String),
+}
+
+/// Why a connection to an origin was not made.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ConnectError {
+    /// The target resolves to an address the configuration does not allow.
+    #[error("{host} resolves to {addr}, a {} address; set upstream.allow_private to allow it", class.as_str())]
+    Blocked {
+        /// The host as requested.
+        host: String,
+        /// The refused address.
+        addr: std::net::IpAddr,
+        /// Its kind.
+        class: mannerly_policy::AddressClass,
+    },
+    /// The name did not resolve.
+    #[error("cannot resolve {host}: {why}")]
+    Resolve {
+        /// The host.
+        host: String,
+        /// The resolver's words.
+        why: String,
+    },
+    /// No address accepted a connection in time.
+    #[error("connect to {host} timed out")]
+    Timeout {
+        /// The host.
+        host: String,
+    },
+    /// Every address refused or failed.
+    #[error("connect to {host}: {source}")]
+    Io {
+        /// The host.
+        host: String,
+        /// The last failure.
+        source: std::io::Error,
+    },
+    /// The URI has no host.
+    #[error("no host in {0}")]
+    NoHost(String),
+    /// The proxy is at its own limits (file descriptors, connections being
+    /// opened); the origin is not to blame and may be tried again soon.
+    #[error("connect to {host}: {why}")]
+    ProxyBusy {
+        /// The host.
+        host: String,
+        /// Which limit.
+        why: String,
+    },
+    /// The parent proxy (`upstream.proxy`) is unreachable or refused the
+    /// tunnel; the target was never asked.
+    #[error("{why}")]
+    Parent {
+        /// Plain words, naming the parent without its password.
+        why: String,
+    },
+}
+
+/// The client's body failed: it went silent, or its framing is broken.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ClientBodyError {
+    /// No body bytes from the client for this long.
+    #[error("no request body data from the client for {0:?}")]
+    Idle(Duration),
+    /// The body could not be read (bad chunk size, connection lost).
+    #[error("the client's request body is broken: {0}")]
+    Broken(String),
+}
+
+impl ClientBodyError {
+    /// The status the client gets.
+    pub(crate) fn status(&self) -> u16 {
+        match self {
+            ClientBodyError::Idle(_) => 408,
+            ClientBodyError::Broken(_) => 400,
+        }
+    }
 }
 
 /// Where an error came from, for the audit log's `source` field.

@@ -4,34 +4,22 @@
 #![warn(unreachable_pub)]
 
 mod admin;
+mod answer;
 mod audit;
-mod auth;
 mod body;
-mod budget;
-mod ca;
 mod cache;
-mod client_body;
+mod clients;
 mod clock;
 mod config;
-mod connection;
-mod conns;
 mod datadir;
 mod error;
-mod heads;
+mod hosts;
 mod identity;
-mod intake;
-mod limits;
-mod parent;
+mod listen;
 mod pipeline;
-mod prefs;
-mod resolve;
-mod respond;
-mod robots;
-mod server;
-mod shards;
 mod shared;
 mod target;
-mod tunnel;
+mod tls;
 mod upstream;
 
 pub use admin::{call as admin_call, AdminReply};
@@ -40,8 +28,9 @@ pub use audit::{
     load_or_create_key as load_or_create_audit_key, open as open_audit, rotated_files, AuditSink,
     AuditWriter, Written,
 };
-pub use auth::{add_user, users_path, Cidr};
-pub use ca::CertificateAuthority;
+pub use clients::auth::{add_user, users_path, Cidr};
+#[doc(hidden)]
+pub use clients::intake::check_request_head;
 pub use config::{
     AdminConfig, AuditConfig, AuditSync, AuditTarget, Config, CrawlerConfig, IdentityConfig,
     PolicyConfig, ProxyAuth, ProxyConfig, StateBackend, StateConfig, UpstreamConfig,
@@ -50,10 +39,9 @@ pub use error::{
     AuditError, AuthError, CaError, ConfigError, DataDirError, KeyFileError, StartError,
 };
 pub use identity::{KeyStore, Rotation, Signer};
-#[doc(hidden)]
-pub use intake::check_request_head;
-pub use server::{Proxy, Reloader};
+pub use listen::server::{Proxy, Reloader};
 pub use shared::Reloaded;
+pub use tls::CertificateAuthority;
 
 /// Fetches the robots.txt of `url`'s origin once, as the proxy would (same
 /// client, guard and redirect rules): `Some(body)` on 2xx, `None` when the
@@ -67,7 +55,7 @@ pub async fn fetch_robots_once(cfg: &Config, url: &str) -> Result<Option<Vec<u8>
     let robots_url = format!("{}robots.txt", target.url(None));
     let signer = identity::Signer::load(cfg).map_err(|e| e.to_string())?;
     let clock = clock::Clock::system();
-    let report = robots::fetch(
+    let report = hosts::robots::fetch(
         &client,
         &robots_url,
         None,

@@ -1,46 +1,49 @@
 //! The one path every request walks (DESIGN §1), top to bottom. Each step
 //! asks the policy crate for a decision and acts on it; no rule lives here.
 //!
-//! A step returns what the next one needs, or `Err(answer)`: the response
-//! the client gets, its audit line already on its way. `handle` reads as the
-//! diagram; everything a step needs to remember is in [`Exchange`].
-
-// The answer in `Err` is not boxed: it is what the walk exists to produce,
-// moved once, and boxing it would cost every request an allocation.
-#![allow(clippy::result_large_err)]
+//! A step returns what the next one needs, or `Err(Stop)`: a decision that
+//! ends the walk (outcome, status, source, reason), not a response. `handle`
+//! reads as the diagram and ends in one funnel, [`Exchange::stopped`], that
+//! turns a `Stop` into the client's answer and its audit line; what each
+//! kind of failure means is `answer::failure`. Everything a step needs to
+//! remember is in [`Exchange`].
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{HOST, RETRY_AFTER, USER_AGENT};
+use http::header::USER_AGENT;
 use http::request::Parts;
-use http::uri::{Authority, PathAndQuery};
-use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Uri, Version};
+use http::uri::PathAndQuery;
+use http::{HeaderMap, Request, Response, StatusCode};
 use http_body::Body as _;
 use hyper::body::Incoming;
-use mannerly_policy::budget::{host_key, Announced, Reaction, Refusal as BudgetRefusal};
 use mannerly_policy::conditional::{self, Admission, CacheKey, CacheOutcome, Plan};
-use mannerly_policy::robots_cache::{FetchResult, Rules};
-use mannerly_policy::{parse_host_ip, strip_hop_by_hop, AuditRecord, Outcome};
+use mannerly_policy::{parse_host_ip, AuditRecord};
 use mannerly_state::responses::StoredResponse;
 use tokio::time::Instant;
 
-use crate::body::{boxed, full, AuditedBody, ProxyBody};
-use crate::budget::Permit;
-use crate::cache::Tee;
-use crate::client_body::ClientBody;
-use crate::conns::{ConnHandle, Conns, ReleaseOnEnd};
-use crate::error::Source;
-use crate::respond::{decision_value, header_text, Answer, DECISION, ID};
-use crate::robots;
+use crate::answer::{failure, Stop};
+use crate::body::ProxyBody;
+use crate::clients::body::ClientBody;
+use crate::error::ConnectError;
+use crate::hosts::budget::Permit;
+use crate::hosts::robots::{self, Unfetched};
 use crate::shared::Shared;
 use crate::target::Target;
-use crate::upstream::{connect_error, explain, ConnectError};
+use crate::upstream::conns::{ConnHandle, Conns};
 
-/// What a step gives the next one, or the answer that ends the walk.
-type Step<T> = Result<T, Response<ProxyBody>>;
+mod answers;
+mod chained;
+mod learn;
+pub(crate) mod prefs;
+mod request;
+#[cfg(test)]
+mod tests;
+
+/// What a step gives the next one, or the decision that ends the walk.
+type Step<T> = Result<T, Stop>;
 
 /// Carries one request through the pipeline and answers it.
 pub(crate) async fn handle(
@@ -54,16 +57,20 @@ pub(crate) async fn handle(
         x.guard().await?; // 0. a target the proxy may reach
         x.robots(&req).await?; // 1. robots.txt: allowed, signals, Crawl-delay
         let (parts, body) = req.into_parts();
-        let mut cache = x.conditional(&parts).await?; // 3. stored page or validators
+        let mut cache = match x.conditional(&parts).await? {
+            Lookup::Ask(cache) => cache, // 3. validators to send
+            Lookup::Stored(page) => return Ok(x.stored_answer(page)), // fresh, not asked
+        };
         let mut body = x.client_body(body).await?; // small bodies read before the turn
         loop {
             let permit = x.budget().await?; // 2. the host's turn
             let mut out = x.outgoing(&parts, body.take(), &cache)?;
             x.identity(&mut out); // 4. Web Bot Auth signature
             let resp = x.upstream(out).await?; // 5. send
+            let resendable = body.resendable();
             match x
-                .learn(&parts, &mut cache, permit, resp, body.resendable())
-                .await
+                .learn(&parts, &mut cache, permit, resp, resendable)
+                .await?
             {
                 Learned::Answer(answer) => return Ok(answer), // 6.-7. learn, audit
                 Learned::RetryAfterThrottle => continue,
@@ -72,7 +79,7 @@ pub(crate) async fn handle(
         }
     }
     .await;
-    walked.unwrap_or_else(|answer| answer)
+    walked.unwrap_or_else(|stop| x.stopped(stop)) // the one funnel
 }
 
 /// One request on its way: where it goes, its audit record, its hold.
@@ -102,6 +109,21 @@ enum Learned {
     /// Our validators drew a 304 that is not for the stored page: send the
     /// request once more, without them.
     RefetchWithoutValidators,
+}
+
+/// What step 3 found.
+enum Lookup {
+    /// Ask the origin, with what the store had.
+    Ask(CacheStep),
+    /// A stored page fresh enough to answer without asking (`serve_fresh`).
+    Stored(StoredPage),
+}
+
+/// A stored page as the client gets it.
+struct StoredPage {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Bytes,
 }
 
 /// What step 3 found, carried to step 6.
@@ -148,7 +170,7 @@ impl Exchange {
         let url = target.url(req.uri().path_and_query());
         let mut rec = shared.record(req.method().as_str(), &url, &target.host, client);
         rec.user = shared.auth.user_for(client);
-        rec.agent = Some(agent(&shared, req.headers()));
+        rec.agent = Some(request::agent(&shared, req.headers()));
         let deadline = shared.clock.now() + shared.budgets.max_hold(&target.host);
         Exchange {
             enforce: shared.live().policy.enforce,
@@ -179,19 +201,11 @@ impl Exchange {
             None => guard.check_name(host, port).await,
         };
         match reachable {
-            Ok(()) => Ok(()),
-            Err(e @ ConnectError::Blocked { .. }) => {
-                Err(self.answer(Answer::new(Outcome::Blocked, e.to_string()), Source::Policy))
+            Err(e @ (ConnectError::Blocked { .. } | ConnectError::Resolve { .. })) => {
+                Err(failure::connect(&e))
             }
-            // A name that does not resolve is the request's own error, not
-            // a robots.txt that cannot be fetched.
-            Err(e @ ConnectError::Resolve { .. }) => {
-                let a = Answer::new(Outcome::Error, e.to_string())
-                    .status(502)
-                    .detail("reason", "name not resolved");
-                Err(self.answer(a, Source::Upstream))
-            }
-            Err(_) => Ok(()),
+            // Anything else is met again, and answered, when connecting.
+            _ => Ok(()),
         }
     }
 
@@ -201,9 +215,7 @@ impl Exchange {
             return Ok(());
         }
         let shared = &self.shared;
-        let ua = req.headers().get(USER_AGENT);
         let (host, client) = (&self.target.host, self.client);
-        let mut blocked = None;
         let fetched = shared
             .robots
             .rules(
@@ -211,54 +223,39 @@ impl Exchange {
                 &shared.budgets,
                 &self.target,
                 self.deadline,
-                ua,
+                req.headers().get(USER_AGENT),
                 |report| {
                     let r = shared.record("GET", &report.url, host, client);
                     shared.audit.send(robots::fetch_record(r, report));
-                    if let (true, FetchResult::Failed(why)) = (report.blocked, &report.result) {
-                        blocked =
-                            Some((Answer::new(Outcome::Blocked, why.clone()), Source::Policy));
-                    }
-                    if let (true, FetchResult::Failed(why)) = (report.parent, &report.result) {
-                        blocked = Some((chained::parent_answer(why), Source::Parent));
-                    }
                 },
             )
             .await;
-        if let Some((a, source)) = blocked {
-            return Err(self.answer(a, source));
-        }
         let refusal = match fetched {
-            Ok(rules) => robots_verdict(shared, &rules, host, &self.path, &mut self.rec),
-            Err(budget) => Some(budget_answer(&budget, "robots.txt cannot be fetched: ")),
-        };
-        match refusal {
-            Some(refusal) if self.enforce => Err(self.answer(refusal, Source::Policy)),
-            Some(refusal) => {
-                self.rec.would = Some(refusal.outcome);
-                Ok(())
+            Ok(rules) => request::robots_verdict(shared, &rules, host, &self.path, &mut self.rec),
+            Err(Unfetched::Budget(r)) => {
+                Some(failure::budget(&r, "robots.txt cannot be fetched: "))
             }
-            None => Ok(()),
-        }
+            Err(Unfetched::Stopped(stop)) => return Err(stop),
+        };
+        self.enforced(refusal)
     }
 
     /// Step 3: conditional. Looked up before the budget wait, so that a stored
     /// answer served without asking the origin (serve_fresh) does not take
     /// the host's turn.
-    async fn conditional(&mut self, parts: &Parts) -> Step<CacheStep> {
+    async fn conditional(&mut self, parts: &Parts) -> Step<Lookup> {
         let cache = &self.shared.cache;
+        let ask = |key, outcome| Ok(Lookup::Ask(CacheStep::new(key, outcome)));
         let key = match conditional::admit(parts, &self.url, cache.params()) {
-            Admission::Bypass(_) => return Ok(CacheStep::new(None, CacheOutcome::Bypass)),
-            Admission::PassThrough(key) => {
-                return Ok(CacheStep::new(Some(key), CacheOutcome::Bypass))
-            }
+            Admission::Bypass(_) => return ask(None, CacheOutcome::Bypass),
+            Admission::PassThrough(key) => return ask(Some(key), CacheOutcome::Bypass),
             Admission::Lookup(key) => key,
         };
         let found = match cache.get(&key, &parts.headers).await {
             Ok(found) => found,
             Err(e) => {
                 cache.failed("read", &e);
-                return Ok(CacheStep::new(None, CacheOutcome::Error));
+                return ask(None, CacheOutcome::Error);
             }
         };
         let meta = found.as_ref().map(|f| &f.meta);
@@ -275,25 +272,24 @@ impl Exchange {
             Plan::ServeStored { status, headers } => {
                 let body = found.map(|f| f.body.clone()).unwrap_or_default();
                 self.rec.cache(CacheOutcome::Hit);
-                return Err(self.stored_answer(status, headers, body));
+                let page = StoredPage {
+                    status,
+                    headers,
+                    body,
+                };
+                return Ok(Lookup::Stored(page));
             }
         }
-        Ok(step)
+        Ok(Lookup::Ask(step))
     }
 
     /// The client's body: read whole when small, so that a slow client does
     /// not hold the host's turn; a silence past the idle limit is a 408.
     async fn client_body(&mut self, body: Incoming) -> Step<ClientBody> {
         let idle = self.shared.cfg.proxy.body_idle_timeout;
-        match ClientBody::read(body, idle).await {
-            Ok(b) => Ok(b),
-            Err(e) => {
-                let a = Answer::new(Outcome::Error, e.to_string())
-                    .status(e.status())
-                    .close();
-                Err(self.answer(a, Source::Client))
-            }
-        }
+        ClientBody::read(body, idle)
+            .await
+            .map_err(|e| failure::client_body(&e))
     }
 
     /// Step 2: the host's turn: a rate slot, the end of a pause, a free
@@ -315,7 +311,7 @@ impl Exchange {
             .map_or(self.shared.budgets.state(), |p| p.state());
         match permit {
             Ok(p) => Ok(Some(p)),
-            Err(r) => Err(self.answer(budget_answer(&r, ""), Source::Policy)),
+            Err(r) => Err(failure::budget(&r, "")),
         }
     }
 
@@ -329,18 +325,12 @@ impl Exchange {
         cache: &CacheStep,
     ) -> Step<Request<ProxyBody>> {
         let via = self.shared.via.value();
-        match upstream_request(parts, body, &self.target, &self.url, via) {
-            Ok(mut r) => {
-                if let Some(validators) = &cache.validators {
-                    r.headers_mut().extend(validators.clone());
-                }
-                Ok(r)
-            }
-            Err(why) => {
-                let a = Answer::new(Outcome::Error, why).status(400);
-                Err(self.answer(a, Source::Client))
-            }
+        let mut r = request::upstream_request(parts, body, &self.target, &self.url, via)
+            .map_err(failure::bad_request)?;
+        if let Some(validators) = &cache.validators {
+            r.headers_mut().extend(validators.clone());
         }
+        Ok(r)
     }
 
     /// Step 4: identity, Web Bot Auth signature headers. Signed here, after
@@ -372,408 +362,21 @@ impl Exchange {
                 }
                 self.through_parent(resp)
             }
-            Ok(Err(e)) => Err(self.upstream_failure(&e)),
-            Err(_) => {
-                let why = format!("no response from the origin within {first_byte:?}");
-                let a = Answer::new(Outcome::Error, why).status(504);
-                Err(self.answer(a, Source::Upstream))
+            Ok(Err(e)) => Err(failure::upstream(&e)),
+            Err(_) => Err(failure::no_first_byte(first_byte)),
+        }
+    }
+
+    /// A policy refusal ends the walk when enforcing; in observe mode it
+    /// passes and the line says what `would` have been decided.
+    fn enforced(&mut self, refusal: Option<Stop>) -> Step<()> {
+        match refusal {
+            Some(stop) if self.enforce => Err(stop),
+            Some(stop) => {
+                self.rec.would = Some(stop.outcome);
+                Ok(())
             }
-        }
-    }
-
-    /// Step 6: learn. The budget from every answer; a throttle is waited out and
-    /// sent again when it may be; a 304 to our validators is the stored
-    /// page; any other answer may become the stored page. Step 7, audit: the
-    /// line is written when the body has been passed on.
-    async fn learn(
-        &mut self,
-        parts: &Parts,
-        cache: &mut CacheStep,
-        permit: Option<Permit>,
-        resp: Response<Incoming>,
-        resendable: bool,
-    ) -> Learned {
-        let retry_after = resp
-            .headers()
-            .get(RETRY_AFTER)
-            .and_then(|v| v.to_str().ok());
-        let announced = Announced::from_headers(resp.headers(), self.shared.clock.wall());
-        let reaction = match permit {
-            // Behind a provider, the target's status as it carried it.
-            Some(p) => {
-                let status = self.rec.target_status.unwrap_or(resp.status().as_u16());
-                Some(p.respond(status, retry_after, announced.as_ref()).await)
-            }
-            None => None,
-        };
-        self.rec.announced = announced;
-        if let Some(r) = &reaction {
-            self.rec.budget(r);
-        }
-        match reaction {
-            Some(Reaction::Throttled(t)) => {
-                self.throttled(parts, resp, t.pause, cache.outcome, resendable)
-            }
-            _ => self.learn_page(parts, cache, resp, resendable),
-        }
-    }
-
-    /// A throttled answer: the stored page is left alone (a throttle says
-    /// nothing about it). Sent again after the pause when the method, the
-    /// body and the hold allow; else the client gets the origin's answer,
-    /// Retry-After included.
-    fn throttled(
-        &mut self,
-        parts: &Parts,
-        resp: Response<Incoming>,
-        pause: Duration,
-        cache: CacheOutcome,
-        resendable: bool,
-    ) -> Learned {
-        self.rec.cache(cache);
-        self.shared.save_budgets.notify_one();
-        let hold_left = self
-            .deadline
-            .saturating_duration_since(self.shared.clock.now());
-        let params = self.shared.budgets.params(&host_key(&self.target.host));
-        if !(resendable && params.may_retry(&parts.method, self.retries, pause, hold_left)) {
-            return Learned::Answer(self.forward(resp, Outcome::Throttled));
-        }
-        self.retries += 1;
-        let mut line = self.rec.clone();
-        line.id = self.shared.next_id();
-        line.reason = Some(format!(
-            "origin throttled; host paused {:.1} s, request sent again after the pause (attempt {})",
-            pause.as_secs_f64(),
-            self.retries + 1
-        ));
-        line.source = Some(Source::Upstream.as_str());
-        line.decided(Outcome::Throttled, resp.status().as_u16());
-        self.shared.audit.send(line);
-        Learned::RetryAfterThrottle
-    }
-
-    /// An answer that is not a throttle, and the response store.
-    fn learn_page(
-        &mut self,
-        parts: &Parts,
-        cache: &mut CacheStep,
-        resp: Response<Incoming>,
-        resendable: bool,
-    ) -> Learned {
-        if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
-            // Upgrade is a hop-by-hop field we never forward, so no 101 was
-            // asked for: the origin is speaking something else.
-            let why = "the origin switched protocols (101) without being asked to";
-            let a = Answer::new(Outcome::Error, why).status(502);
-            return Learned::Answer(self.answer(a, Source::Upstream));
-        }
-        let shared = self.shared.clone();
-        let params = shared.cache.params();
-        let now = shared.clock.wall();
-        if resp.status() == StatusCode::NOT_MODIFIED && cache.validators.is_some() {
-            let stored = cache.stored.take();
-            let key = cache.key.clone();
-            let (head, _) = resp.into_parts();
-            let merged = stored
-                .as_ref()
-                .map(|s| conditional::merge_not_modified(&s.meta, parts, &head, params, now));
-            return match (merged, stored) {
-                (Some(Ok(fresh)), Some(stored)) => {
-                    let body = stored.body.clone();
-                    if let Some(meta) = fresh.meta {
-                        shared.cache.write_back(meta, body.clone());
-                    }
-                    self.rec.cache(CacheOutcome::Revalidated);
-                    self.rec.saved_bytes = Some(body.len() as u64);
-                    self.rec.outcome = Some(Outcome::Revalidated);
-                    Learned::Answer(self.stored_answer(fresh.status, fresh.headers, body))
-                }
-                _ if !resendable => {
-                    let why = "the origin's 304 does not match the stored page, and the request cannot be sent again";
-                    let a = Answer::new(Outcome::Error, why).status(502);
-                    Learned::Answer(self.answer(a, Source::Upstream))
-                }
-                _ => {
-                    if let Some(key) = key {
-                        shared.cache.remove_later(key);
-                    }
-                    cache.had_entry = false;
-                    Learned::RefetchWithoutValidators
-                }
-            };
-        }
-        let resp = match self.preferences(resp) {
-            Ok(resp) => resp,
-            Err(withheld) => return Learned::Answer(withheld),
-        };
-        self.rec.cache(cache.outcome);
-        if resp.status() == StatusCode::NOT_MODIFIED {
-            // The client's own validators: its 304 goes back as is.
-            return Learned::Answer(self.forward(resp, Outcome::Unchanged));
-        }
-        let own = conditional::is_targets_page(self.rec.target_status, resp.status());
-        let Some(key) = cache.key.clone().filter(|_| own) else {
-            return Learned::Answer(self.forward(resp, Outcome::Fetched));
-        };
-        let (head, body) = resp.into_parts();
-        let verdict = conditional::storable(parts, &key, &head, params, now);
-        let resp = Response::from_parts(head, body);
-        match verdict {
-            Ok(meta) => Learned::Answer(self.forward_and_store(resp, meta)),
-            Err(_) => {
-                if cache.had_entry && conditional::invalidates_stored(resp.status()) {
-                    shared.cache.remove_later(key);
-                }
-                Learned::Answer(self.forward(resp, Outcome::Fetched))
-            }
+            None => Ok(()),
         }
     }
 }
-
-impl Exchange {
-    /// Step 6, usage preferences: a response whose headers refuse a declared
-    /// purpose is withheld (neither delivered nor stored) or annotated, by
-    /// config; in observe mode it passes and the line says `would`.
-    fn preferences(&mut self, mut resp: Response<Incoming>) -> Step<Response<Incoming>> {
-        match crate::prefs::judge(&self.shared.live(), resp.headers(), &mut self.rec) {
-            crate::prefs::OnResponse::Pass => Ok(resp),
-            crate::prefs::OnResponse::Annotate(value) => {
-                resp.headers_mut().insert(crate::prefs::PREFERENCES, value);
-                Ok(resp)
-            }
-            crate::prefs::OnResponse::Withhold(answer) if self.enforce => {
-                Err(self.answer(answer, Source::Policy))
-            }
-            crate::prefs::OnResponse::Withhold(answer) => {
-                self.rec.would = Some(answer.outcome);
-                Ok(resp)
-            }
-        }
-    }
-}
-
-// === impl Exchange: answers ===
-
-impl Exchange {
-    /// The audit record, taken for the one answer of this request.
-    fn take_record(&mut self) -> AuditRecord {
-        std::mem::take(&mut self.rec)
-    }
-
-    /// An answer the proxy makes itself.
-    fn answer(&mut self, a: Answer, source: Source) -> Response<ProxyBody> {
-        let rec = self.take_record();
-        self.shared.refuse(rec, a, source)
-    }
-
-    /// Passes an origin response on, with the decision header and the audit
-    /// line attached to the end of its body.
-    fn forward(&mut self, resp: Response<Incoming>, outcome: Outcome) -> Response<ProxyBody> {
-        let rec = self.take_record();
-        let (parts, body, rec) = forwarded_head(rec, resp, outcome);
-        let idle = Some(self.shared.cfg.upstream.idle_timeout);
-        AuditedBody::new(body, rec, self.shared.audit.clone(), idle).respond(parts)
-    }
-
-    /// Like [`Exchange::forward`], keeping a copy of the body for the
-    /// store. The copy is written once the client has had the whole body,
-    /// and the audit line waits for that write to say whether it was
-    /// `stored`.
-    fn forward_and_store(
-        &mut self,
-        resp: Response<Incoming>,
-        meta: conditional::CacheEntryMeta,
-    ) -> Response<ProxyBody> {
-        let rec = self.take_record();
-        let shared = &self.shared;
-        let (parts, body, rec) = forwarded_head(rec, resp, Outcome::Fetched);
-        let idle = Some(shared.cfg.upstream.idle_timeout);
-        let (tee, copy) = Tee::new(body, shared.cache.params().max_body);
-        AuditedBody::new(boxed(tee), rec, shared.audit.clone(), idle)
-            .on_finish(shared.cache.store_when_done(meta, copy))
-            .respond(parts)
-    }
-
-    /// Answers with a stored page: after a 304 to our validators
-    /// (`revalidated`), or fresh without asking the origin (`serve_fresh`,
-    /// audit `cache: "hit"`).
-    fn stored_answer(
-        &mut self,
-        status: StatusCode,
-        mut headers: HeaderMap,
-        body: Bytes,
-    ) -> Response<ProxyBody> {
-        let mut rec = self.take_record();
-        let outcome = *rec.outcome.get_or_insert(Outcome::Fetched);
-        let waited_ms = rec.waited_ms.unwrap_or(0);
-        let mut details = vec![("waited_ms", waited_ms.to_string())];
-        if outcome == Outcome::Fetched {
-            details.push(("cache", CacheOutcome::Hit.as_str().to_string()));
-        }
-        strip_hop_by_hop(&mut headers);
-        headers.insert(DECISION, decision_value(outcome, &details));
-        headers.insert(ID, header_text(&rec.id));
-        rec.status = Some(status.as_u16());
-        rec.saved_bytes = Some(body.len() as u64);
-        let audit = self.shared.audit.clone();
-        let (mut parts, ()) = Response::new(()).into_parts();
-        parts.status = status;
-        parts.headers = headers;
-        AuditedBody::new(full(body), rec, audit, None).respond(parts)
-    }
-
-    fn upstream_failure(&mut self, err: &hyper_util::client::legacy::Error) -> Response<ProxyBody> {
-        // The proxy at its own limits (descriptors, connections being
-        // opened): not the origin's fault, and soon over.
-        if let Some(e @ ConnectError::ProxyBusy { .. }) = connect_error(err) {
-            let a = Answer::new(Outcome::Error, e.to_string())
-                .status(503)
-                .retry_after(1);
-            return self.answer(a, Source::Proxy);
-        }
-        let f = explain(err);
-        let (answer, source) = if f.blocked {
-            (Answer::new(Outcome::Blocked, f.why), Source::Policy)
-        } else if f.client {
-            let a = Answer::new(Outcome::Error, f.why).status(f.status).close();
-            (a, Source::Client)
-        } else if f.parent {
-            let a = Answer::new(Outcome::Error, f.why.clone())
-                .status(f.status)
-                .detail("reason", f.why);
-            (a, Source::Parent)
-        } else {
-            let a = Answer::new(Outcome::Error, f.why.clone())
-                .status(f.status)
-                .detail("reason", f.why);
-            (a, Source::Upstream)
-        };
-        self.answer(answer, source)
-    }
-}
-
-/// The answer for a request the budget will not hold.
-fn budget_answer(r: &BudgetRefusal, prefix: &str) -> Answer {
-    let wait = r.retry_after_secs();
-    let why = match r {
-        BudgetRefusal::Paused { .. } => {
-            format!("{prefix}the host is paused for {wait} s after the origin asked to slow down")
-        }
-        BudgetRefusal::BreakerOpen { .. } => {
-            format!("{prefix}the host drew too many 429s and is left alone for {wait} s")
-        }
-        BudgetRefusal::QueueFull { .. } => {
-            format!("{prefix}too many requests are waiting for this host")
-        }
-    };
-    Answer::new(r.outcome(), why)
-        .status(r.status())
-        .retry_after(wait)
-}
-
-/// What robots.txt says about this request: `None` to go on, or the refusal.
-fn robots_verdict(
-    shared: &Shared,
-    rules: &Rules,
-    host: &str,
-    path: &str,
-    rec: &mut AuditRecord,
-) -> Option<Answer> {
-    let agent = rec.agent.clone().unwrap_or_default();
-    let agent = agent.as_str();
-    let robots = match rules {
-        Rules::Known(r) => r,
-        Rules::Unavailable { reason, retry_in } => {
-            let secs = retry_in.as_secs_f64().ceil().max(1.0) as u64;
-            return Some(
-                Answer::new(
-                    Outcome::RobotsUnavailable,
-                    format!("{reason}; the site's rules cannot be known, so nothing is fetched"),
-                )
-                .retry_after(secs),
-            );
-        }
-    };
-    shared
-        .budgets
-        .set_crawl_delay(host, robots.crawl_delay(agent));
-    let verdict = robots.check(agent, path);
-    rec.rule = Some(verdict.to_string());
-    if !verdict.allowed {
-        let mut r = Answer::new(Outcome::Disallowed, format!("robots.txt: {verdict}"));
-        if let Some(rule) = verdict.rule {
-            r = r
-                .detail("rule", rule.to_string())
-                .detail("line", rule.line.to_string());
-        }
-        if let Some(group) = verdict.group {
-            r = r.detail("group", group);
-        }
-        return Some(r);
-    }
-    crate::prefs::robots_refusal(&shared.live(), robots, agent, path, rec)
-}
-
-/// The product token decisions are made for: configured, else the first
-/// token of the client's User-Agent.
-fn agent(shared: &Shared, headers: &HeaderMap) -> String {
-    let live = shared.live();
-    if !live.crawler.agent.is_empty() {
-        return live.crawler.agent.clone();
-    }
-    let ua = headers
-        .get(USER_AGENT)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    mannerly_policy::robots::product_token(ua).to_string()
-}
-
-/// Turns the client's request into the origin's. The client's Host goes:
-/// the client writes it from the URI's authority (`Host` over HTTP/1.1,
-/// `:authority` alone over h2, as RFC 9113 §8.3.1 asks; a strict h2 origin
-/// answers 400 to both at once).
-fn upstream_request(
-    parts: &Parts,
-    body: ProxyBody,
-    target: &Target,
-    url: &str,
-    via: HeaderValue,
-) -> Result<Request<ProxyBody>, String> {
-    let mut parts = parts.clone();
-    parts.uri = url
-        .parse::<Uri>()
-        .map_err(|e| format!("cannot forward {url}: {e}"))?;
-    Authority::try_from(target.authority())
-        .map_err(|e| format!("bad host {}: {e}", target.host))?;
-    parts.version = Version::HTTP_11;
-    strip_hop_by_hop(&mut parts.headers);
-    parts.headers.append(http::header::VIA, via);
-    parts.headers.remove(HOST);
-    Ok(Request::from_parts(parts, body))
-}
-
-/// The head of an origin's response as the client gets it; its body marks
-/// the upstream connection idle once read to the end.
-fn forwarded_head(
-    mut rec: AuditRecord,
-    resp: Response<Incoming>,
-    outcome: Outcome,
-) -> (http::response::Parts, ProxyBody, AuditRecord) {
-    let waited_ms = rec.waited_ms.unwrap_or(0);
-    let conn = ConnHandle::of(&resp);
-    let (mut parts, body) = resp.into_parts();
-    let body = boxed(ReleaseOnEnd::new(body, conn));
-    strip_hop_by_hop(&mut parts.headers);
-    parts.headers.insert(
-        DECISION,
-        decision_value(outcome, &[("waited_ms", waited_ms.to_string())]),
-    );
-    parts.headers.insert(ID, header_text(&rec.id));
-    rec.decided(outcome, parts.status.as_u16());
-    (parts, body, rec)
-}
-
-mod chained;
-#[cfg(test)]
-mod tests;

@@ -13,19 +13,19 @@ use hyper_util::server::conn::auto;
 use mannerly_policy::{AuditRecord, Outcome};
 use tokio::sync::{watch, Notify};
 
+use crate::answer::Stop;
 use crate::audit::AuditSink;
 use crate::body::ProxyBody;
-use crate::budget::Budgets;
-use crate::ca::CertificateAuthority;
 use crate::cache::Cache;
+use crate::clients::heads::Limits;
+use crate::clients::intake::BadHead;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::error::{ConfigError, Source, StartError};
-use crate::heads::Limits;
+use crate::hosts::budget::Budgets;
+use crate::hosts::robots::RobotsCache;
 use crate::identity::Signer;
-use crate::intake::BadHead;
-use crate::respond::Answer;
-use crate::robots::RobotsCache;
+use crate::tls::CertificateAuthority;
 use crate::upstream::{self, Guard, UpstreamClient};
 
 /// State shared by every connection.
@@ -50,11 +50,11 @@ pub(crate) struct Shared {
     /// Web Bot Auth signer (`[identity]`), when enabled.
     pub(crate) identity: Option<Arc<Signer>>,
     /// Who may use the proxy (`proxy.auth`, `proxy.allow`).
-    pub(crate) auth: crate::auth::Gate,
+    pub(crate) auth: crate::clients::auth::Gate,
     /// Connection caps (`proxy.max_connections*`).
-    pub(crate) conns: Arc<crate::limits::ConnLimits>,
+    pub(crate) conns: Arc<crate::clients::limits::ConnLimits>,
     /// This proxy's name in `Via`, for loop detection.
-    pub(crate) via: crate::limits::Via,
+    pub(crate) via: crate::clients::limits::Via,
     ids: AtomicU64,
     id_prefix: String,
 }
@@ -69,9 +69,9 @@ impl Shared {
         ca: Arc<CertificateAuthority>,
         audit: AuditSink,
     ) -> Result<Shared, StartError> {
-        let via = crate::limits::Via::new()?;
-        let auth = crate::auth::Gate::new(&cfg)?;
-        let conns = crate::limits::ConnLimits::new(
+        let via = crate::clients::limits::Via::new()?;
+        let auth = crate::clients::auth::Gate::new(&cfg)?;
+        let conns = crate::clients::limits::ConnLimits::new(
             cfg.proxy.max_connections,
             cfg.proxy.max_connections_per_client,
         );
@@ -202,23 +202,12 @@ impl Shared {
         }
     }
 
-    /// Sends an answer the proxy made itself and writes its audit line.
-    pub(crate) fn refuse(
-        &self,
-        mut rec: AuditRecord,
-        a: Answer,
-        source: Source,
-    ) -> Response<ProxyBody> {
-        let body = a.body_text();
-        rec.refused(
-            a.outcome,
-            a.status,
-            &a.reason,
-            source.as_str(),
-            body.len() as u64,
-        );
-        let mut resp = a.into_response(&rec.id);
-        // The head waits until the line is written (see `audit::line_written`).
+    /// The one funnel of a [`Stop`]: its audit fields into `rec`, the
+    /// client's answer out. The head waits until the line is written (see
+    /// `audit::line_written`).
+    pub(crate) fn stop(&self, mut rec: AuditRecord, stop: Stop) -> Response<ProxyBody> {
+        stop.record(&mut rec);
+        let mut resp = stop.into_response(&rec.id);
         crate::audit::gate(&mut resp, self.audit.commit(rec));
         resp
     }
@@ -237,10 +226,10 @@ impl Shared {
     /// its audit line; the connection closes after it.
     pub(crate) fn refuse_head(&self, bad: BadHead, peer: SocketAddr) -> Response<ProxyBody> {
         let rec = self.record(&bad.method, &bad.target, "", peer);
-        let a = Answer::new(Outcome::Error, bad.reason)
+        let stop = Stop::new(Outcome::Error, Source::Client, bad.reason)
             .status(bad.status)
             .close();
-        self.refuse(rec, a, Source::Client)
+        self.stop(rec, stop)
     }
 
     /// The HTTP server settings for client connections. A head is timed by

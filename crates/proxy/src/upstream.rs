@@ -14,73 +14,21 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::ResponseFuture;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use mannerly_policy::{classify_ip, parse_host_ip, AddressClass};
+use mannerly_policy::{classify_ip, parse_host_ip};
 use rustls::RootCertStore;
 use tokio::net::TcpStream;
 
 use crate::body::ProxyBody;
 use crate::clock::Clock;
 use crate::config::UpstreamConfig;
-use crate::conns::Conns;
-use crate::error::StartError;
-use crate::parent::{Link, Parent};
-use crate::resolve::Overrides;
+use crate::error::{ConnectError, StartError};
+use crate::upstream::conns::Conns;
+use crate::upstream::parent::{Link, Parent};
+use crate::upstream::resolve::Overrides;
 
-/// Why a connection to an origin was not made.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum ConnectError {
-    /// The target resolves to an address the configuration does not allow.
-    #[error("{host} resolves to {addr}, a {} address; set upstream.allow_private to allow it", class.as_str())]
-    Blocked {
-        /// The host as requested.
-        host: String,
-        /// The refused address.
-        addr: std::net::IpAddr,
-        /// Its kind.
-        class: AddressClass,
-    },
-    /// The name did not resolve.
-    #[error("cannot resolve {host}: {why}")]
-    Resolve {
-        /// The host.
-        host: String,
-        /// The resolver's words.
-        why: String,
-    },
-    /// No address accepted a connection in time.
-    #[error("connect to {host} timed out")]
-    Timeout {
-        /// The host.
-        host: String,
-    },
-    /// Every address refused or failed.
-    #[error("connect to {host}: {source}")]
-    Io {
-        /// The host.
-        host: String,
-        /// The last failure.
-        source: std::io::Error,
-    },
-    /// The URI has no host.
-    #[error("no host in {0}")]
-    NoHost(String),
-    /// The proxy is at its own limits (file descriptors, connections being
-    /// opened); the origin is not to blame and may be tried again soon.
-    #[error("connect to {host}: {why}")]
-    ProxyBusy {
-        /// The host.
-        host: String,
-        /// Which limit.
-        why: String,
-    },
-    /// The parent proxy (`upstream.proxy`) is unreachable or refused the
-    /// tunnel; the target was never asked.
-    #[error("{why}")]
-    Parent {
-        /// Plain words, naming the parent without its password.
-        why: String,
-    },
-}
+pub(crate) mod conns;
+pub(crate) mod parent;
+mod resolve;
 
 /// `EMFILE` / `ENFILE` (Linux numbering): the process or the system is out
 /// of file descriptors.
@@ -445,117 +393,4 @@ pub(crate) fn client(
         conns,
         connect_timeout: cfg.connect_timeout,
     })
-}
-
-/// Finds our [`ConnectError`] inside a client error, if that is what it was.
-pub(crate) fn connect_error<'a>(
-    err: &'a (dyn std::error::Error + 'static),
-) -> Option<&'a ConnectError> {
-    crate::error::find_in_chain(err)
-}
-
-/// Why a request to an origin failed, in words that name the fix.
-pub(crate) struct Failure {
-    /// Plain words for the client and the audit line.
-    pub(crate) why: String,
-    /// The status the client gets.
-    pub(crate) status: u16,
-    /// Whether the guard refused the target (the request is `blocked`).
-    pub(crate) blocked: bool,
-    /// Whether the parent proxy failed, not the target.
-    pub(crate) parent: bool,
-    /// The client's request body failed, not the origin.
-    pub(crate) client: bool,
-}
-
-/// Explains a client error from the upstream client: our guard's refusal,
-/// a name that does not resolve, a timeout, an origin certificate that does
-/// not verify (with what to do about it), else the error chain.
-pub(crate) fn explain(err: &(dyn std::error::Error + 'static)) -> Failure {
-    let fail = |why: String, status| Failure {
-        why,
-        status,
-        blocked: false,
-        parent: false,
-        client: false,
-    };
-    if let Some(c) = crate::client_body::client_body_error(err) {
-        return Failure {
-            why: c.to_string(),
-            status: c.status(),
-            blocked: false,
-            parent: false,
-            client: true,
-        };
-    }
-    if let Some(c) = connect_error(err) {
-        return match c {
-            ConnectError::Blocked { .. } => Failure {
-                why: c.to_string(),
-                status: 403,
-                blocked: true,
-                parent: false,
-                client: false,
-            },
-            ConnectError::Parent { why } => Failure {
-                why: why.clone(),
-                status: 502,
-                blocked: false,
-                parent: true,
-                client: false,
-            },
-            ConnectError::Resolve { host, .. } => fail(format!("name not resolved: {host}"), 502),
-            ConnectError::Timeout { .. } => fail(c.to_string(), 504),
-            _ => fail(c.to_string(), 502),
-        };
-    }
-    if let Some(tls) = rustls_error(err) {
-        return fail(tls_words(tls), 502);
-    }
-    let mut why = err.to_string();
-    let mut src = err.source();
-    while let Some(s) = src {
-        why.push_str(": ");
-        why.push_str(&s.to_string());
-        src = s.source();
-    }
-    fail(format!("origin failed: {why}"), 502)
-}
-
-/// The rustls error inside a chain (hyper-rustls wraps it in io::Errors).
-fn rustls_error<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
-    crate::error::find_in_chain(err)
-}
-
-fn tls_words(e: &rustls::Error) -> String {
-    use rustls::CertificateError as C;
-    let cert = match e {
-        rustls::Error::InvalidCertificate(c) => c,
-        rustls::Error::AlertReceived(a) => {
-            return format!("the origin ended the TLS handshake ({a:?})")
-        }
-        rustls::Error::NoApplicationProtocol => {
-            return "the origin speaks neither h2 nor http/1.1 over TLS".into()
-        }
-        other => return format!("TLS with the origin failed: {other}"),
-    };
-    match cert {
-        C::UnknownIssuer => {
-            "origin certificate not trusted (unknown issuer) — add its CA to upstream.extra_roots"
-                .into()
-        }
-        C::NotValidForName | C::NotValidForNameContext { .. } => {
-            "origin certificate is not valid for this host name".into()
-        }
-        C::Expired | C::ExpiredContext { .. } => "origin certificate has expired".into(),
-        C::NotValidYet | C::NotValidYetContext { .. } => {
-            "origin certificate is not valid yet (check this machine's clock)".into()
-        }
-        C::Revoked => "origin certificate has been revoked".into(),
-        C::BadSignature => "origin certificate has a bad signature".into(),
-        C::InvalidPurpose | C::InvalidPurposeContext { .. } => {
-            "origin certificate is not for TLS servers".into()
-        }
-        other => format!("origin certificate rejected: {other}"),
-    }
 }

@@ -357,7 +357,7 @@ mod tests {
     use mannerly_policy::{AuditRecord, Outcome};
 
     use super::{Gauges, Metrics, UPKEEP_EVERY};
-    use crate::robots::{fetch_record, report};
+    use crate::hosts::robots::{fetch_record, report};
     use mannerly_policy::robots_cache::FetchResult;
 
     /// A robots.txt fetch counts as failed when it left the rules unknown,

@@ -7,11 +7,9 @@
 use http::Response;
 use hyper::body::Incoming;
 use mannerly_policy::parent::ParentVerdict;
-use mannerly_policy::Outcome;
 
 use super::{Exchange, Step};
-use crate::error::Source;
-use crate::respond::Answer;
+use crate::answer::failure;
 
 impl Exchange {
     pub(super) fn through_parent(&mut self, resp: Response<Incoming>) -> Step<Response<Incoming>> {
@@ -32,14 +30,7 @@ impl Exchange {
                 }
                 Ok(resp)
             }
-            ParentVerdict::Parent { why } => Err(self.answer(parent_answer(&why), Source::Parent)),
+            ParentVerdict::Parent { why } => Err(failure::parent(&why)),
         }
     }
-}
-
-/// The client's answer when the parent failed: 502, the parent's words.
-pub(super) fn parent_answer(why: &str) -> Answer {
-    Answer::new(Outcome::Error, why)
-        .status(502)
-        .detail("reason", why)
 }

@@ -11,16 +11,18 @@ use std::time::Duration;
 
 use http::{Method, Request};
 use mannerly_policy::conditional::CacheOutcome;
+use mannerly_policy::Outcome;
 use tokio::time::Instant;
 
-use super::{Exchange, Step};
+use super::{Exchange, Lookup, Step};
+use crate::answer::Stop;
 use crate::audit::{open, AuditWriter};
-use crate::ca::CertificateAuthority;
 use crate::clock::Clock;
 use crate::config::Config;
-use crate::respond::DECISION;
+use crate::error::Source;
 use crate::shared::Shared;
 use crate::target::Target;
+use crate::tls::CertificateAuthority;
 
 struct Fixture {
     shared: Arc<Shared>,
@@ -84,15 +86,11 @@ impl Fixture {
     }
 }
 
-fn decision<T>(step: &Step<T>) -> String {
+/// The stop a step ended the walk with.
+fn stopped<T>(step: Step<T>) -> Stop {
     match step {
-        Ok(_) => "went on".into(),
-        Err(resp) => resp
-            .headers()
-            .get(DECISION)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_string(),
+        Ok(_) => panic!("the step went on"),
+        Err(stop) => stop,
     }
 }
 
@@ -116,36 +114,31 @@ async fn budget_step_records_the_wait_and_answers_a_long_pause_with_429() {
     permit.respond(429, Some("600"), None).await;
 
     let mut third = f.exchange(Method::GET, "http://example.org/c");
-    let answered = third.budget().await;
-    assert_eq!(decision(&answered), "paused");
-    let resp = answered.err().expect("answered");
-    assert_eq!(resp.status(), 429);
-    assert_eq!(resp.headers()["retry-after"], "600");
-
-    let lines = f.lines();
-    assert_eq!(lines.len(), 1, "one line, for the refusal: {lines:?}");
-    assert_eq!(lines[0]["outcome"], "paused");
-    assert_eq!(lines[0]["status"], 429);
-    assert_eq!(lines[0]["url"], "http://example.org/c");
-    assert_eq!(lines[0]["source"], "policy");
+    let stop = stopped(third.budget().await);
+    assert_eq!(stop.outcome, Outcome::Paused);
+    assert_eq!(stop.status, 429);
+    assert_eq!(stop.retry_after, Some(600));
+    assert_eq!(stop.source, Source::Policy);
+    assert!(
+        f.lines().is_empty(),
+        "a step decides; only the funnel writes"
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn guard_step_refuses_a_loopback_target_before_anything_is_sent() {
     let f = Fixture::new(Config::default()).await;
     let mut x = f.exchange(Method::GET, "http://127.0.0.1:9/secret");
-    let answered = x.guard().await;
-    assert!(
-        decision(&answered).starts_with("blocked"),
-        "{}",
-        decision(&answered)
-    );
-    assert_eq!(answered.err().map(|r| r.status().as_u16()), Some(403));
+    let stop = stopped(x.guard().await);
+    assert_eq!(stop.outcome, Outcome::Blocked);
+    assert_eq!(stop.status, 403);
+    assert_eq!(stop.source, Source::Policy);
+    let why = "127.0.0.1 resolves to 127.0.0.1, a loopback address; set upstream.allow_private to allow it";
+    assert_eq!(stop.reason, why);
+    assert_eq!(stop.details, vec![("reason", why.to_string())]);
     let mut public = f.exchange(Method::GET, "http://93.184.215.14/page");
     assert!(public.guard().await.is_ok());
-    let lines = f.lines();
-    assert_eq!(lines.len(), 1);
-    assert_eq!(lines[0]["outcome"], "blocked");
+    assert!(f.lines().is_empty());
 }
 
 #[tokio::test(start_paused = true)]
@@ -156,10 +149,9 @@ async fn conditional_step_leaves_a_post_alone_and_looks_up_a_get() {
         .body(())
         .expect("request")
         .into_parts();
-    let step = post
-        .conditional(&parts)
-        .await
-        .unwrap_or_else(|r| panic!("answered {}", r.status()));
+    let Ok(Lookup::Ask(step)) = post.conditional(&parts).await else {
+        panic!("a POST is sent on");
+    };
     assert!(step.key.is_none());
     assert_eq!(step.outcome, CacheOutcome::Bypass);
 
@@ -168,10 +160,9 @@ async fn conditional_step_leaves_a_post_alone_and_looks_up_a_get() {
         .body(())
         .expect("request")
         .into_parts();
-    let step = get
-        .conditional(&parts)
-        .await
-        .unwrap_or_else(|r| panic!("answered {}", r.status()));
+    let Ok(Lookup::Ask(step)) = get.conditional(&parts).await else {
+        panic!("nothing is stored to serve");
+    };
     assert!(step.key.is_some());
     assert_eq!(step.outcome, CacheOutcome::Miss);
     assert!(step.validators.is_none(), "nothing stored yet");

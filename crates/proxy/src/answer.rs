@@ -1,11 +1,18 @@
 //! What the client sees: the `Mannerly-Decision` header on every answer,
-//! plain-text bodies on the answers the proxy makes itself.
+//! and the [`Stop`]: a decision that ends a request's walk (outcome,
+//! status, source, reason, details), turned into the plain-text answer and
+//! its audit fields in one place, [`Stop::record`] and
+//! [`Stop::into_response`]. What each kind of failure means is one row of
+//! [`failure`].
 
 use http::header::{HeaderName, HeaderValue, CONNECTION, CONTENT_TYPE, RETRY_AFTER};
 use http::{Response, StatusCode};
-use mannerly_policy::Outcome;
+use mannerly_policy::{AuditRecord, Outcome};
 
 use crate::body::{full, ProxyBody};
+use crate::error::Source;
+
+pub(crate) mod failure;
 
 /// Header naming the decision made for a request. Names, not strings: set
 /// on every answer, a `&str` name would be parsed and hashed each time.
@@ -60,11 +67,14 @@ pub(crate) fn decision_value(outcome: Outcome, details: &[(&str, String)]) -> He
     header_owned(v)
 }
 
-/// An answer the proxy makes itself (a refusal or an error), before it
-/// becomes a response.
-pub(crate) struct Answer {
+/// A decision that ends a request's walk: a refusal or a failure, before
+/// it becomes the client's answer and the request's audit line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Stop {
     /// What was decided.
     pub outcome: Outcome,
+    /// Whose doing it is, for the audit line's `source`.
+    pub source: Source,
     /// Status to send.
     pub status: u16,
     /// Why, in plain words.
@@ -79,11 +89,12 @@ pub(crate) struct Answer {
     pub headers: Vec<(http::HeaderName, HeaderValue)>,
 }
 
-impl Answer {
-    /// A refusal with the outcome's usual status.
-    pub(crate) fn new(outcome: Outcome, reason: impl Into<String>) -> Self {
-        Answer {
+impl Stop {
+    /// A stop with the outcome's usual status.
+    pub(crate) fn new(outcome: Outcome, source: Source, reason: impl Into<String>) -> Self {
+        Stop {
             outcome,
+            source,
             status: outcome.refusal_status(),
             reason: reason.into(),
             details: Vec::new(),
@@ -130,6 +141,18 @@ impl Answer {
             s.push_str(&format!("retry after {r} s\n"));
         }
         s
+    }
+
+    /// Writes the stop's audit fields into `rec`.
+    pub(crate) fn record(&self, rec: &mut AuditRecord) {
+        let body = self.body_text().len() as u64;
+        rec.refused(
+            self.outcome,
+            self.status,
+            &self.reason,
+            self.source.as_str(),
+            body,
+        );
     }
 
     /// Builds the response.

@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 
+use crate::config::resolve_key;
 use crate::error::ConfigError;
 
 /// The overrides of `upstream.resolve`, ready for lookups.
@@ -22,7 +23,7 @@ impl Overrides {
     pub(crate) fn new(table: &BTreeMap<String, SocketAddr>) -> Result<Overrides, ConfigError> {
         let mut o = Overrides::default();
         for (key, addr) in table {
-            let (name, port) = split_key(key)?;
+            let (name, port) = resolve_key(key)?;
             match name.strip_prefix('*') {
                 Some(suffix) => o.wildcards.push((suffix.to_string(), port, *addr)),
                 None => {
@@ -48,33 +49,6 @@ impl Overrides {
             })
             .map(|(_, _, a)| *a)
     }
-}
-
-/// `"name:port"` → (lower-case name, port); a wildcard is `*.` and a
-/// suffix, nothing else.
-fn split_key(key: &str) -> Result<(String, u16), ConfigError> {
-    let invalid = |why: &str| ConfigError::Invalid {
-        key: format!("upstream.resolve.\"{key}\""),
-        why: why.to_string(),
-    };
-    let (name, port) = key
-        .rsplit_once(':')
-        .ok_or_else(|| invalid("keys are \"name:port\""))?;
-    let port = port
-        .parse::<u16>()
-        .map_err(|_| invalid("keys are \"name:port\""))?;
-    let name = name.trim_start_matches('[').trim_end_matches(']');
-    let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
-    if name.is_empty() {
-        return Err(invalid("keys are \"name:port\""));
-    }
-    let rest = name.strip_prefix("*.").unwrap_or(&name);
-    if rest.is_empty() || rest.contains('*') {
-        return Err(invalid(
-            "a wildcard is \"*.\" followed by a name, e.g. \"*.test:80\"",
-        ));
-    }
-    Ok((name.clone(), port))
 }
 
 #[cfg(test)]

@@ -18,30 +18,10 @@ use hyper::body::Incoming;
 use tokio::time::Sleep;
 
 use crate::body::{boxed, full, BoxError, ProxyBody};
+use crate::error::ClientBodyError;
 
 /// Bodies up to this size are read whole before the budget step.
 pub(crate) const READ_AHEAD: u64 = 64 * 1024;
-
-/// The client's body failed: it went silent, or its framing is broken.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum ClientBodyError {
-    /// No body bytes from the client for this long.
-    #[error("no request body data from the client for {0:?}")]
-    Idle(Duration),
-    /// The body could not be read (bad chunk size, connection lost).
-    #[error("the client's request body is broken: {0}")]
-    Broken(String),
-}
-
-impl ClientBodyError {
-    /// The status the client gets.
-    pub(crate) fn status(&self) -> u16 {
-        match self {
-            ClientBodyError::Idle(_) => 408,
-            ClientBodyError::Broken(_) => 400,
-        }
-    }
-}
 
 /// The request body, read ahead when small, and whether it can be sent
 /// twice (a throttled read is sent again after the pause).
@@ -159,13 +139,6 @@ impl Body for Idle {
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
     }
-}
-
-/// Finds the client's body error inside an upstream client error.
-pub(crate) fn client_body_error<'a>(
-    err: &'a (dyn std::error::Error + 'static),
-) -> Option<&'a ClientBodyError> {
-    crate::error::find_in_chain(err)
 }
 
 // `BoxError` errors keep their type for `client_body_error`.

@@ -6,7 +6,7 @@ use mannerly_policy::robots_cache::{FetchResult, RobotsParams};
 use mannerly_state::robots::{Claim, SharedRobots};
 use tokio::time::Instant;
 
-use crate::budget::Budgets;
+use crate::hosts::budget::Budgets;
 
 /// What the caller does next.
 pub(super) enum Next {

@@ -16,16 +16,15 @@ use mannerly_policy::Outcome;
 use tokio::io::AsyncReadExt;
 use tokio_rustls::LazyConfigAcceptor;
 
+use crate::answer::{failure, Stop, DECISION};
 use crate::body::{empty, ProxyBody};
-use crate::connection::drive;
+use crate::clients::heads::{Heads, Refused};
+use crate::clients::intake::Prefixed;
 use crate::error::Source;
-use crate::heads::{Heads, Refused};
-use crate::intake::Prefixed;
+use crate::listen::connection::drive;
 use crate::pipeline;
-use crate::respond::{Answer, DECISION};
 use crate::shared::Shared;
 use crate::target::{Scheme, Target};
-use crate::upstream::ConnectError;
 
 /// Handles a CONNECT request read on the proxy port.
 pub(crate) async fn connect(
@@ -37,10 +36,8 @@ pub(crate) async fn connect(
     let url = req.uri().to_string();
     let Some(authority) = authority else {
         let rec = shared.record("CONNECT", &url, "", peer);
-        let r = Answer::new(Outcome::Error, "CONNECT needs host:port")
-            .status(400)
-            .close();
-        return shared.refuse(rec, r, Source::Client);
+        let stop = failure::bad_request("CONNECT needs host:port").close();
+        return shared.stop(rec, stop);
     };
     let host = authority.host().to_ascii_lowercase();
     let port = authority.port_u16().unwrap_or(443);
@@ -49,25 +46,12 @@ pub(crate) async fn connect(
     if !shared.cfg.proxy.connect_ports.contains(&port) {
         let why = format!("CONNECT to port {port} is not allowed (proxy.connect_ports)");
         // curl and most clients show only the CONNECT answer's headers.
-        let r = Answer::new(Outcome::Blocked, why.clone()).detail("reason", why);
-        return shared.refuse(rec, r, Source::Policy);
+        let stop = Stop::new(Outcome::Blocked, Source::Policy, why.clone()).detail("reason", why);
+        return shared.stop(rec, stop);
     }
     let addrs = match shared.guard.resolve(&host, port).await {
         Ok(a) => a,
-        Err(e @ ConnectError::Blocked { .. }) => {
-            let r = Answer::new(Outcome::Blocked, e.to_string()).detail("reason", e.to_string());
-            return shared.refuse(rec, r, Source::Policy);
-        }
-        Err(e) => {
-            let reason = match e {
-                ConnectError::Resolve { .. } => "name not resolved".to_string(),
-                _ => e.to_string(),
-            };
-            let r = Answer::new(Outcome::Error, e.to_string())
-                .status(502)
-                .detail("reason", reason);
-            return shared.refuse(rec, r, Source::Upstream);
-        }
+        Err(e) => return shared.stop(rec, failure::connect(&e)),
     };
     let target = Target {
         scheme: Scheme::Https,
@@ -299,16 +283,8 @@ async fn pass_through(
             rec.bytes = Some(down);
             rec.reason = Some(format!("{up} bytes up, {down} bytes down; {ended}"));
         }
-        Err(e) => {
-            let source = match e {
-                ConnectError::Parent { .. } => Source::Parent,
-                _ => Source::Upstream,
-            };
-            rec.outcome = Some(Outcome::Error);
-            rec.status = Some(502);
-            rec.source = Some(source.as_str());
-            rec.reason = Some(e.to_string());
-        }
+        // The client has had its 200: the stop is recorded, not answered.
+        Err(e) => failure::connect(&e).record(&mut rec),
     }
     shared.audit.send(rec);
 }

@@ -18,21 +18,21 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::admin;
+use crate::answer::{failure, Stop};
 use crate::audit::AuditSink;
 use crate::body::ProxyBody;
-use crate::ca::CertificateAuthority;
+use crate::clients::heads::Heads;
+use crate::clients::intake::{read_head, Intake};
 use crate::clock::Clock;
 use crate::config::Config;
-use crate::connection::drive;
 use crate::error::{Source, StartError};
-use crate::heads::Heads;
-use crate::intake::{read_head, Intake};
+use crate::listen::connection::drive;
+use crate::listen::shards::Shards;
+use crate::listen::tunnel;
 use crate::pipeline;
-use crate::respond::Answer;
-use crate::shards::Shards;
 use crate::shared::{Reloaded, Shared};
 use crate::target::Target;
-use crate::tunnel;
+use crate::tls::CertificateAuthority;
 
 /// Applies the reloadable keys of a new configuration (`[policy]`,
 /// `[crawler]`, `[budget]`) to a running proxy.
@@ -70,12 +70,10 @@ impl Proxy {
             Arc::new(move |rec: &mannerly_policy::AuditRecord| observe.record(rec))
         });
         let admin = admin::bind(&cfg.admin).await?;
-        let listener =
-            crate::limits::listen(cfg.proxy.listen, cfg.proxy.backlog).map_err(|source| {
-                StartError::Io {
-                    what: format!("listen on {}", cfg.proxy.listen),
-                    source,
-                }
+        let listener = crate::clients::limits::listen(cfg.proxy.listen, cfg.proxy.backlog)
+            .map_err(|source| StartError::Io {
+                what: format!("listen on {}", cfg.proxy.listen),
+                source,
             })?;
         let shared = Shared::start(cfg, clock, ca, audit).await?;
         Ok(Proxy {
@@ -351,14 +349,9 @@ async fn dispatch(
     req: Request<Incoming>,
     peer: SocketAddr,
 ) -> Response<ProxyBody> {
-    if let Err(denied) = crate::auth::admit(&shared, &req, peer).await {
-        return denied;
-    }
-    if shared.via.is_loop(req.headers()) {
+    if let Err(stop) = admit(&shared, &req, peer).await {
         let rec = shared.record(req.method().as_str(), &req.uri().to_string(), "", peer);
-        let why = "this request has already passed through this proxy (its own Via): a proxy loop";
-        let a = Answer::new(Outcome::Error, why).status(508).close();
-        return shared.refuse(rec, a, Source::Client);
+        return shared.stop(rec, stop);
     }
     if req.method() == Method::CONNECT {
         return tunnel::connect(shared, req, peer).await;
@@ -368,8 +361,7 @@ async fn dispatch(
             Ok(target) => pipeline::handle(shared.clone(), req, target, peer).await,
             Err(why) => {
                 let rec = shared.record(req.method().as_str(), &req.uri().to_string(), "", peer);
-                let r = Answer::new(Outcome::Error, why).status(400).close();
-                shared.refuse(rec, r, Source::Client)
+                shared.stop(rec, failure::bad_request(why).close())
             }
         }
     };
@@ -380,4 +372,19 @@ async fn dispatch(
         );
     }
     resp
+}
+
+/// Admits a request read on the proxy port (proxy authentication, the
+/// client allow-list, no loop through ourselves), or says why not.
+async fn admit<B>(shared: &Shared, req: &Request<B>, peer: SocketAddr) -> Result<(), Stop> {
+    if let Some(user) = shared.auth.check(req.headers(), peer).await? {
+        shared.auth.remember(peer, user);
+    }
+    if shared.via.is_loop(req.headers()) {
+        let why = "this request has already passed through this proxy (its own Via): a proxy loop";
+        return Err(Stop::new(Outcome::Error, Source::Client, why)
+            .status(508)
+            .close());
+    }
+    Ok(())
 }

@@ -13,16 +13,14 @@ use argon2::password_hash::{rand_core::OsRng, PasswordHash, PasswordHasher, Salt
 use argon2::{Argon2, PasswordVerifier};
 use base64::Engine as _;
 use http::header::{HeaderValue, PROXY_AUTHENTICATE, PROXY_AUTHORIZATION};
-use http::{HeaderMap, Request, Response};
+use http::HeaderMap;
 use mannerly_policy::Outcome;
 use sha2::{Digest, Sha256};
 
-use crate::body::ProxyBody;
+use crate::answer::Stop as Refusal;
 use crate::config::{Config, ProxyAuth};
 use crate::datadir;
 use crate::error::{AuthError, ConfigError, Source};
-use crate::respond::Answer as Refusal;
-use crate::shared::Shared;
 
 /// An address block of `proxy.allow`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -147,6 +145,14 @@ impl Gate {
         self.by_peer.lock().ok()?.get(&peer).cloned()
     }
 
+    /// Remembers whom a client connection authenticated as, for the lines
+    /// of its requests (those inside its tunnels too).
+    pub(crate) fn remember(&self, peer: SocketAddr, user: String) {
+        if let Ok(mut m) = self.by_peer.lock() {
+            m.insert(peer, user);
+        }
+    }
+
     /// Forgets a closed client connection.
     pub(crate) fn forget(&self, peer: SocketAddr) {
         if self.users.is_some() {
@@ -157,7 +163,7 @@ impl Gate {
     }
 
     /// `Ok(user)` to go on (`None` when auth is off), or the refusal.
-    async fn check(
+    pub(crate) async fn check(
         &self,
         headers: &HeaderMap,
         peer: SocketAddr,
@@ -165,6 +171,7 @@ impl Gate {
         if !self.allow.is_empty() && !self.allow.iter().any(|c| c.contains(peer.ip())) {
             return Err(Refusal::new(
                 Outcome::Denied,
+                Source::Client,
                 format!("client address {} is not in proxy.allow", peer.ip()),
             )
             .status(403)
@@ -174,10 +181,12 @@ impl Gate {
             return Ok(None);
         };
         let challenge = |why: &str| {
-            Refusal::new(Outcome::Denied, why).status(407).header(
-                PROXY_AUTHENTICATE,
-                HeaderValue::from_static("Basic realm=\"mannerly\", charset=\"UTF-8\""),
-            )
+            Refusal::new(Outcome::Denied, Source::Client, why)
+                .status(407)
+                .header(
+                    PROXY_AUTHENTICATE,
+                    HeaderValue::from_static("Basic realm=\"mannerly\", charset=\"UTF-8\""),
+                )
         };
         let Some(value) = headers.get(PROXY_AUTHORIZATION) else {
             return Err(challenge(
@@ -217,28 +226,6 @@ impl Gate {
             v.insert(digest, name.clone());
         }
         Ok(Some(name))
-    }
-}
-
-/// Admits a request read on the proxy port, or answers it: the refusal is
-/// audited (`denied`) and its line written before the answer goes out.
-pub(crate) async fn admit<B>(
-    shared: &Shared,
-    req: &Request<B>,
-    peer: SocketAddr,
-) -> Result<(), Response<ProxyBody>> {
-    match shared.auth.check(req.headers(), peer).await {
-        Ok(Some(user)) => {
-            if let Ok(mut m) = shared.auth.by_peer.lock() {
-                m.insert(peer, user);
-            }
-            Ok(())
-        }
-        Ok(None) => Ok(()),
-        Err(refusal) => {
-            let rec = shared.record(req.method().as_str(), &req.uri().to_string(), "", peer);
-            Err(shared.refuse(rec, refusal, Source::Client))
-        }
     }
 }
 

@@ -23,7 +23,7 @@ use http::Request;
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::time::Sleep;
 
-use crate::intake::{check, BadHead, Check, Framing};
+use crate::clients::intake::{check, BadHead, Check, Framing};
 
 /// Path of the stand-in request for a refused head.
 const STAND_IN_PATH: &str = "/.mannerly/refused-head";
@@ -348,7 +348,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Heads<S> {
     }
 }
 
-crate::intake::write_through!(Heads);
+crate::clients::intake::write_through!(Heads);
 
 #[cfg(test)]
 mod tests {

@@ -2,15 +2,16 @@
 //! site's robots.txt refuses what the crawl declares; the learn step asks the
 //! same of the response's `Content-Usage` / `Content-Signal` headers. The
 //! rules are the policy crate's (`mannerly_policy::prefs`); this module only
-//! turns them into answers and audit fields.
+//! turns them into stops and audit fields.
 
 use http::{HeaderMap, HeaderValue};
 use mannerly_policy::prefs::{judge_response, PrefsRefusal, ResponsePreferences};
 use mannerly_policy::robots::Robots;
 use mannerly_policy::{AuditRecord, Outcome};
 
+use crate::answer::{header_text, Stop};
 use crate::config::Config;
-use crate::respond::{header_text, Answer};
+use crate::error::Source;
 
 /// The header an annotated response carries.
 pub(crate) const PREFERENCES: &str = "mannerly-preferences";
@@ -23,7 +24,7 @@ pub(crate) fn robots_refusal(
     agent: &str,
     path: &str,
     rec: &mut AuditRecord,
-) -> Option<Answer> {
+) -> Option<Stop> {
     let prefs = robots.preferences(agent, path);
     let record = prefs.record();
     if !record.is_empty() {
@@ -32,7 +33,11 @@ pub(crate) fn robots_refusal(
     let refusal = prefs.refusal(&cfg.crawler.purposes, cfg.crawler.usage)?;
     let said = refusal.said();
     rec.rule = Some(said.to_string());
-    let mut answer = Answer::new(Outcome::SignalRefused, format!("robots.txt: {refusal}"));
+    let mut answer = Stop::new(
+        Outcome::SignalRefused,
+        Source::Policy,
+        format!("robots.txt: {refusal}"),
+    );
     answer = match refusal {
         PrefsRefusal::Purpose { purpose, .. } => answer.detail("purpose", purpose.as_str()),
         PrefsRefusal::Use { .. } => answer.detail("use", "full"),
@@ -50,7 +55,7 @@ pub(crate) enum OnResponse {
     /// Refused, and `annotate` is configured: pass it on with this header.
     Annotate(HeaderValue),
     /// Refused, and `withhold` is configured: this is the client's answer.
-    Withhold(Answer),
+    Withhold(Stop),
 }
 
 /// Learn step: judges a response's `Content-Usage` / `Content-Signal`
@@ -83,8 +88,9 @@ pub(crate) fn judge(cfg: &Config, headers: &HeaderMap, rec: &mut AuditRecord) ->
             OnResponse::Annotate(header_text(&format!("refused; {refusal}")))
         }
         ResponsePreferences::Withhold => {
-            let answer = Answer::new(
+            let answer = Stop::new(
                 Outcome::SignalRefused,
+                Source::Policy,
                 format!("the response is withheld: {refusal}"),
             );
             let answer = match refusal {

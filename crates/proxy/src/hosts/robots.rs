@@ -21,13 +21,15 @@ use mannerly_policy::{AuditRecord, Outcome};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
+use crate::answer::{failure, Stop};
 use crate::body::empty;
-use crate::budget::Budgets;
 use crate::clock::Clock;
-use crate::conns::{ConnHandle, ReleaseOnEnd};
+use crate::error::Source;
+use crate::hosts::budget::Budgets;
 use crate::identity::Signer;
 use crate::target::Target;
-use crate::upstream::{explain, UpstreamClient};
+use crate::upstream::conns::{ConnHandle, ReleaseOnEnd};
+use crate::upstream::UpstreamClient;
 use mannerly_policy::parent::ParentVerdict;
 
 mod cluster;
@@ -55,11 +57,20 @@ pub(crate) struct FetchReport {
     /// The Web Bot Auth key the (last) request was signed with.
     pub keyid: Option<KeyId>,
     pub result: FetchResult,
-    /// The guard refused the address the name resolved to at connect time
-    /// (DNS rebinding): the request is `blocked`, not merely unanswered.
-    pub blocked: bool,
-    /// The parent proxy failed or refused; the site was never asked.
-    pub parent: bool,
+    /// The answer of the request that waited for this fetch, when the
+    /// failure is its own and not the site's: the guard refused the address
+    /// the name resolved to at connect time (DNS rebinding), or the parent
+    /// proxy failed and the site was never asked.
+    pub stop: Option<Stop>,
+}
+
+/// Why `rules` has no rules to give.
+pub(crate) enum Unfetched {
+    /// The host's budget would not hold the fetch (a policy refusal, which
+    /// observe mode only records).
+    Budget(Refusal),
+    /// The fetch ended in the request's own answer ([`FetchReport::stop`]).
+    Stopped(Stop),
 }
 
 /// robots.txt per origin.
@@ -101,7 +112,7 @@ impl RobotsCache {
         deadline: Instant,
         user_agent: Option<&HeaderValue>,
         on_fetch: impl FnOnce(&FetchReport),
-    ) -> Result<Rules, Refusal> {
+    ) -> Result<Rules, Unfetched> {
         let key = target.url(None);
         let slot = self.slot(&key);
         if let Some(rules) = self.cached(&slot) {
@@ -122,7 +133,10 @@ impl RobotsCache {
                 }
                 cluster::Next::Fetch(claim) => claim,
             };
-        let permit = budgets.acquire_for_robots(&target.host, deadline).await?;
+        let permit = budgets
+            .acquire_for_robots(&target.host, deadline)
+            .await
+            .map_err(Unfetched::Budget)?;
         let timeout = Duration::from_secs_f64(self.params.fetch_timeout_secs);
         let url = format!("{key}robots.txt");
         let report = match tokio::time::timeout(
@@ -146,8 +160,7 @@ impl RobotsCache {
                 bytes: 0,
                 keyid: None,
                 result: FetchResult::Failed(format!("no complete answer within {timeout:?}")),
-                blocked: false,
-                parent: false,
+                stop: None,
             },
         };
         match report.status {
@@ -161,7 +174,11 @@ impl RobotsCache {
         }
         on_fetch(&report);
         cluster::publish(claim, &key, &report.result, &self.params, self.clock.wall()).await;
-        Ok(self.install(&key, &slot, &report.result, self.clock.now_std()))
+        let rules = self.install(&key, &slot, &report.result, self.clock.now_std());
+        match report.stop {
+            Some(stop) => Err(Unfetched::Stopped(stop)),
+            None => Ok(rules),
+        }
     }
 
     /// Puts the result of a fetch made at `fetched_at` (here, or by another
@@ -343,10 +360,11 @@ async fn fetch_hops(
         let resp = match client.request(req).await {
             Ok(r) => r,
             Err(e) => {
-                let f = explain(&e);
-                let mut r = report(url, None, FetchResult::Failed(f.why));
-                r.blocked = f.blocked;
-                r.parent = f.parent;
+                let stop = failure::upstream(&e);
+                let mut r = report(url, None, FetchResult::Failed(stop.reason.clone()));
+                // Any other failure is the site's rules being unknown.
+                let own = stop.outcome == Outcome::Blocked || stop.source == Source::Parent;
+                r.stop = own.then_some(stop);
                 return r;
             }
         };
@@ -359,8 +377,9 @@ async fn fetch_hops(
         let status = match verdict {
             Some(ParentVerdict::Parent { why }) => {
                 drain_small(resp).await;
+                let stop = failure::parent(&why);
                 let mut r = report(url, None, FetchResult::Failed(why));
-                r.parent = true;
+                r.stop = Some(stop);
                 return r;
             }
             Some(ParentVerdict::Target { status, .. }) => status,
@@ -423,8 +442,7 @@ async fn fetch_hops(
             bytes: body.len() as u64,
             keyid: None,
             result: FetchResult::Body(body.to_vec()),
-            blocked: false,
-            parent: false,
+            stop: None,
         };
     }
 }
@@ -468,8 +486,7 @@ pub(crate) fn report(url: &str, status: Option<u16>, result: FetchResult) -> Fet
         bytes: 0,
         keyid: None,
         result,
-        blocked: false,
-        parent: false,
+        stop: None,
     }
 }
 
@@ -498,9 +515,7 @@ pub(crate) fn fetch_record(mut rec: AuditRecord, r: &FetchReport) -> AuditRecord
     rec.retry_after = r.retry_after.clone();
     rec.signed = r.keyid.is_some();
     rec.keyid = r.keyid.as_ref().map(|k| k.to_string());
-    if r.parent {
-        rec.source = Some(crate::error::Source::Parent.as_str());
-    }
+    rec.source = r.stop.as_ref().map(|s| s.source.as_str());
     rec.reason = mannerly_policy::robots_cache::fetch_reason(&r.result);
     rec
 }

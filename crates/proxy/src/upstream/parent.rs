@@ -23,10 +23,11 @@ use rustls::RootCertStore;
 use rustls_pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 
-use crate::config::UpstreamConfig;
-use crate::conns::{Conns, Tracked};
+use crate::config::{parent_settings, UpstreamConfig};
 use crate::error::ConfigError;
-use crate::upstream::{connect_any, ConnectError, Guard};
+use crate::error::ConnectError;
+use crate::upstream::conns::{Conns, Tracked};
+use crate::upstream::{connect_any, Guard};
 
 /// Largest CONNECT answer head read from the parent.
 const MAX_CONNECT_HEAD: usize = 16 * 1024;
@@ -55,64 +56,22 @@ impl Parent {
         cfg: &UpstreamConfig,
         roots: &RootCertStore,
     ) -> Result<Option<Parent>, ConfigError> {
-        let invalid = |key: &str, why: String| ConfigError::Invalid {
-            key: format!("upstream.{key}"),
-            why,
-        };
-        let no_proxy =
-            NoProxy::parse(&cfg.no_proxy).map_err(|e| invalid("no_proxy", e.to_string()))?;
-        let status_header = match cfg.status_header.trim() {
-            "" => None,
-            name => Some(HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
-                invalid(
-                    "status_header",
-                    "must be a header name, e.g. \"original_status\"".into(),
-                )
-            })?),
-        };
-        if cfg.proxy.trim().is_empty() {
-            if status_header.is_some() {
-                return Err(invalid(
-                    "status_header",
-                    "applies only to answers through a parent: set upstream.proxy too".into(),
-                ));
-            }
+        let Some(s) = parent_settings(cfg)? else {
             return Ok(None);
-        }
-        // The message never repeats the URL: it may hold a password.
-        let url = ParentUrl::parse(cfg.proxy.trim()).map_err(|e| {
-            invalid(
-                "proxy",
-                format!("{e} (expected http://[user:pass@]host:port or https://…)"),
-            )
-        })?;
-        let auth = match url.basic_auth() {
-            Some(a) => {
-                let mut v = HeaderValue::from_str(&a).map_err(|_| {
-                    invalid("proxy", "the credentials cannot be sent in a header".into())
-                })?;
-                v.set_sensitive(true);
-                Some(v)
-            }
-            None => None,
         };
-        let tls = if url.tls {
-            let name = ServerName::try_from(url.host.clone())
-                .map_err(|_| invalid("proxy", format!("{} is not a TLS server name", url.host)))?;
+        let tls = s.tls_name.map(|name| {
             let mut tls = rustls::ClientConfig::builder()
                 .with_root_certificates(roots.clone())
                 .with_no_client_auth();
             // Absolute-form requests and CONNECT are HTTP/1.1 things.
             tls.alpn_protocols = vec![b"http/1.1".to_vec()];
-            Some((tokio_rustls::TlsConnector::from(Arc::new(tls)), name))
-        } else {
-            None
-        };
+            (tokio_rustls::TlsConnector::from(Arc::new(tls)), name)
+        });
         Ok(Some(Parent {
-            url,
-            auth,
-            no_proxy,
-            status_header,
+            url: s.url,
+            auth: s.auth,
+            no_proxy: s.no_proxy,
+            status_header: s.status_header,
             tls,
         }))
     }

@@ -1,0 +1,171 @@
+//! The one table of what a failure means: which outcome, status, source
+//! and details the client and the audit line get. Every step that meets a
+//! failure asks here, so a kind of failure says the same thing wherever it
+//! happens (a blocked GET and a blocked CONNECT alike), and a new kind is
+//! one row.
+
+use std::error::Error;
+use std::time::Duration;
+
+use mannerly_policy::budget::Refusal as BudgetRefusal;
+use mannerly_policy::Outcome;
+
+use super::Stop;
+use crate::error::{find_in_chain, ClientBodyError, ConnectError, Source};
+
+/// An error of the upstream client (hyper-util's, wrapping ours), read
+/// down its chain: the client's body, our connector, TLS, else the origin.
+pub(crate) fn upstream(err: &(dyn Error + 'static)) -> Stop {
+    if let Some(c) = find_in_chain::<ClientBodyError>(err) {
+        return client_body(c);
+    }
+    if let Some(c) = find_in_chain::<ConnectError>(err) {
+        return connect(c);
+    }
+    if let Some(tls) = find_in_chain::<rustls::Error>(err) {
+        return origin(502, tls_words(tls));
+    }
+    let mut why = err.to_string();
+    let mut src = err.source();
+    while let Some(s) = src {
+        why.push_str(": ");
+        why.push_str(&s.to_string());
+        src = s.source();
+    }
+    origin(502, format!("origin failed: {why}"))
+}
+
+/// Why a connection to the target was not made, before or while connecting.
+pub(crate) fn connect(e: &ConnectError) -> Stop {
+    let why = e.to_string();
+    match e {
+        // curl and most clients show only a CONNECT answer's headers, so
+        // the reason is a detail too.
+        ConnectError::Blocked { .. } => {
+            Stop::new(Outcome::Blocked, Source::Policy, why.clone()).detail("reason", why)
+        }
+        // A name that does not resolve is the request's own error, not a
+        // robots.txt that cannot be fetched.
+        ConnectError::Resolve { .. } => Stop::new(Outcome::Error, Source::Upstream, why)
+            .status(502)
+            .detail("reason", "name not resolved"),
+        ConnectError::Timeout { .. } => origin(504, why),
+        ConnectError::Parent { why } => parent(why),
+        // The proxy at its own limits (descriptors, connections being
+        // opened): not the origin's fault, and soon over.
+        ConnectError::ProxyBusy { .. } => Stop::new(Outcome::Error, Source::Proxy, why)
+            .status(503)
+            .retry_after(1),
+        ConnectError::Io { .. } | ConnectError::NoHost(_) => origin(502, why),
+    }
+}
+
+/// The origin failed or misbehaved.
+pub(crate) fn origin(status: u16, why: impl Into<String>) -> Stop {
+    let why = why.into();
+    Stop::new(Outcome::Error, Source::Upstream, why.clone())
+        .status(status)
+        .detail("reason", why)
+}
+
+/// The origin sent no response head in time.
+pub(crate) fn no_first_byte(within: Duration) -> Stop {
+    let why = format!("no response from the origin within {within:?}");
+    Stop::new(Outcome::Error, Source::Upstream, why).status(504)
+}
+
+/// The parent proxy (`upstream.proxy`) failed or refused; the target was
+/// never asked.
+pub(crate) fn parent(why: &str) -> Stop {
+    Stop::new(Outcome::Error, Source::Parent, why)
+        .status(502)
+        .detail("reason", why)
+}
+
+/// The client's request body went silent or broke: its own error, and the
+/// connection closes.
+pub(crate) fn client_body(e: &ClientBodyError) -> Stop {
+    Stop::new(Outcome::Error, Source::Client, e.to_string())
+        .status(e.status())
+        .close()
+}
+
+/// The client's request cannot be made into the origin's.
+pub(crate) fn bad_request(why: impl Into<String>) -> Stop {
+    Stop::new(Outcome::Error, Source::Client, why).status(400)
+}
+
+/// A request the budget will not hold; `prefix` names what was waiting
+/// when it is not the request itself (its robots.txt fetch).
+pub(crate) fn budget(r: &BudgetRefusal, prefix: &str) -> Stop {
+    let wait = r.retry_after_secs();
+    let why = match r {
+        BudgetRefusal::Paused { .. } => {
+            format!("{prefix}the host is paused for {wait} s after the origin asked to slow down")
+        }
+        BudgetRefusal::BreakerOpen { .. } => {
+            format!("{prefix}the host drew too many 429s and is left alone for {wait} s")
+        }
+        BudgetRefusal::QueueFull { .. } => {
+            format!("{prefix}too many requests are waiting for this host")
+        }
+    };
+    Stop::new(r.outcome(), Source::Policy, why)
+        .status(r.status())
+        .retry_after(wait)
+}
+
+/// The site's robots.txt cannot be known now: nothing is fetched.
+pub(crate) fn robots_unavailable(reason: &str, retry_in: Duration) -> Stop {
+    let secs = retry_in.as_secs_f64().ceil().max(1.0) as u64;
+    Stop::new(
+        Outcome::RobotsUnavailable,
+        Source::Policy,
+        format!("{reason}; the site's rules cannot be known, so nothing is fetched"),
+    )
+    .retry_after(secs)
+}
+
+/// The audit log cannot be written, so nothing is answered.
+pub(crate) fn audit_unwritable() -> Stop {
+    Stop::new(
+        Outcome::Error,
+        Source::Internal,
+        "the audit log cannot be written, so nothing is answered",
+    )
+    .status(503)
+    .close()
+}
+
+fn tls_words(e: &rustls::Error) -> String {
+    use rustls::CertificateError as C;
+    let cert = match e {
+        rustls::Error::InvalidCertificate(c) => c,
+        rustls::Error::AlertReceived(a) => {
+            return format!("the origin ended the TLS handshake ({a:?})")
+        }
+        rustls::Error::NoApplicationProtocol => {
+            return "the origin speaks neither h2 nor http/1.1 over TLS".into()
+        }
+        other => return format!("TLS with the origin failed: {other}"),
+    };
+    match cert {
+        C::UnknownIssuer => {
+            "origin certificate not trusted (unknown issuer) — add its CA to upstream.extra_roots"
+                .into()
+        }
+        C::NotValidForName | C::NotValidForNameContext { .. } => {
+            "origin certificate is not valid for this host name".into()
+        }
+        C::Expired | C::ExpiredContext { .. } => "origin certificate has expired".into(),
+        C::NotValidYet | C::NotValidYetContext { .. } => {
+            "origin certificate is not valid yet (check this machine's clock)".into()
+        }
+        C::Revoked => "origin certificate has been revoked".into(),
+        C::BadSignature => "origin certificate has a bad signature".into(),
+        C::InvalidPurpose | C::InvalidPurposeContext { .. } => {
+            "origin certificate is not for TLS servers".into()
+        }
+        other => format!("origin certificate rejected: {other}"),
+    }
+}

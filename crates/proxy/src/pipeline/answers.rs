@@ -1,0 +1,109 @@
+//! The answers a walk ends in: the funnel that turns a [`Stop`] into the
+//! client's answer and its audit line, an origin's response passed on, and
+//! a stored page.
+
+use http::Response;
+use hyper::body::Incoming;
+use mannerly_policy::conditional::{self, CacheOutcome};
+use mannerly_policy::{strip_hop_by_hop, AuditRecord, Outcome};
+
+use super::{Exchange, StoredPage};
+use crate::answer::{decision_value, header_text, Stop, DECISION, ID};
+use crate::audit::AuditedBody;
+use crate::body::{boxed, full, ProxyBody};
+use crate::cache::Tee;
+use crate::upstream::conns::{ConnHandle, ReleaseOnEnd};
+
+impl Exchange {
+    /// The audit record, taken for the one answer of this request.
+    fn take_record(&mut self) -> AuditRecord {
+        std::mem::take(&mut self.rec)
+    }
+
+    /// The one funnel: a stop becomes the client's answer and its line.
+    pub(super) fn stopped(&mut self, stop: Stop) -> Response<ProxyBody> {
+        let rec = self.take_record();
+        self.shared.stop(rec, stop)
+    }
+
+    /// Passes an origin response on, with the decision header and the audit
+    /// line attached to the end of its body.
+    pub(super) fn forward(
+        &mut self,
+        resp: Response<Incoming>,
+        outcome: Outcome,
+    ) -> Response<ProxyBody> {
+        let rec = self.take_record();
+        let (parts, body, rec) = forwarded_head(rec, resp, outcome);
+        let idle = Some(self.shared.cfg.upstream.idle_timeout);
+        AuditedBody::new(body, rec, self.shared.audit.clone(), idle).respond(parts)
+    }
+
+    /// Like [`Exchange::forward`], keeping a copy of the body for the
+    /// store. The copy is written once the client has had the whole body,
+    /// and the audit line waits for that write to say whether it was
+    /// `stored`.
+    pub(super) fn forward_and_store(
+        &mut self,
+        resp: Response<Incoming>,
+        meta: conditional::CacheEntryMeta,
+    ) -> Response<ProxyBody> {
+        let rec = self.take_record();
+        let shared = &self.shared;
+        let (parts, body, rec) = forwarded_head(rec, resp, Outcome::Fetched);
+        let idle = Some(shared.cfg.upstream.idle_timeout);
+        let (tee, copy) = Tee::new(body, shared.cache.params().max_body);
+        AuditedBody::new(boxed(tee), rec, shared.audit.clone(), idle)
+            .on_finish(shared.cache.store_when_done(meta, copy))
+            .respond(parts)
+    }
+
+    /// Answers with a stored page: after a 304 to our validators
+    /// (`revalidated`), or fresh without asking the origin (`serve_fresh`,
+    /// audit `cache: "hit"`).
+    pub(super) fn stored_answer(&mut self, page: StoredPage) -> Response<ProxyBody> {
+        let StoredPage {
+            status,
+            mut headers,
+            body,
+        } = page;
+        let mut rec = self.take_record();
+        let outcome = *rec.outcome.get_or_insert(Outcome::Fetched);
+        let waited_ms = rec.waited_ms.unwrap_or(0);
+        let mut details = vec![("waited_ms", waited_ms.to_string())];
+        if outcome == Outcome::Fetched {
+            details.push(("cache", CacheOutcome::Hit.as_str().to_string()));
+        }
+        strip_hop_by_hop(&mut headers);
+        headers.insert(DECISION, decision_value(outcome, &details));
+        headers.insert(ID, header_text(&rec.id));
+        rec.status = Some(status.as_u16());
+        rec.saved_bytes = Some(body.len() as u64);
+        let audit = self.shared.audit.clone();
+        let (mut parts, ()) = Response::new(()).into_parts();
+        parts.status = status;
+        parts.headers = headers;
+        AuditedBody::new(full(body), rec, audit, None).respond(parts)
+    }
+}
+
+/// The head of an origin's response as the client gets it; its body marks
+/// the upstream connection idle once read to the end.
+fn forwarded_head(
+    mut rec: AuditRecord,
+    resp: Response<Incoming>,
+    outcome: Outcome,
+) -> (http::response::Parts, ProxyBody, AuditRecord) {
+    let waited_ms = rec.waited_ms.unwrap_or(0);
+    let conn = ConnHandle::of(&resp);
+    let (mut parts, body) = resp.into_parts();
+    let body = boxed(ReleaseOnEnd::new(body, conn));
+    strip_hop_by_hop(&mut parts.headers);
+    parts.headers.insert(
+        DECISION,
+        decision_value(outcome, &[("waited_ms", waited_ms.to_string())]),
+    );
+    parts.headers.insert(ID, header_text(&rec.id));
+    rec.decided(outcome, parts.status.as_u16());
+    (parts, body, rec)
+}

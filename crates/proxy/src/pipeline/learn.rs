@@ -1,0 +1,200 @@
+//! Step 6, learn: what the origin's answer teaches the budget and the store,
+//! and what the client gets from it. Step 7, audit: a forwarded answer's
+//! line is written when its body has been passed on.
+
+use std::time::Duration;
+
+use http::header::RETRY_AFTER;
+use http::request::Parts;
+use http::{Response, StatusCode};
+use hyper::body::Incoming;
+use mannerly_policy::budget::{host_key, Announced, Reaction};
+use mannerly_policy::conditional::{self, CacheOutcome};
+use mannerly_policy::Outcome;
+
+use super::{CacheStep, Exchange, Learned, Step, StoredPage};
+use crate::answer::failure;
+use crate::error::Source;
+use crate::hosts::budget::Permit;
+use crate::pipeline::prefs::{self, OnResponse};
+
+impl Exchange {
+    /// The budget learns from every answer; a throttle is waited out and
+    /// sent again when it may be; a 304 to our validators is the stored
+    /// page; any other answer may become the stored page.
+    pub(super) async fn learn(
+        &mut self,
+        parts: &Parts,
+        cache: &mut CacheStep,
+        permit: Option<Permit>,
+        resp: Response<Incoming>,
+        resendable: bool,
+    ) -> Step<Learned> {
+        let retry_after = resp
+            .headers()
+            .get(RETRY_AFTER)
+            .and_then(|v| v.to_str().ok());
+        let announced = Announced::from_headers(resp.headers(), self.shared.clock.wall());
+        let reaction = match permit {
+            // Behind a provider, the target's status as it carried it.
+            Some(p) => {
+                let status = self.rec.target_status.unwrap_or(resp.status().as_u16());
+                Some(p.respond(status, retry_after, announced.as_ref()).await)
+            }
+            None => None,
+        };
+        self.rec.announced = announced;
+        if let Some(r) = &reaction {
+            self.rec.budget(r);
+        }
+        match reaction {
+            Some(Reaction::Throttled(t)) => {
+                Ok(self.throttled(parts, resp, t.pause, cache.outcome, resendable))
+            }
+            _ => self.learn_page(parts, cache, resp, resendable),
+        }
+    }
+
+    /// A throttled answer: the stored page is left alone (a throttle says
+    /// nothing about it). Sent again after the pause when the method, the
+    /// body and the hold allow; else the client gets the origin's answer,
+    /// Retry-After included.
+    fn throttled(
+        &mut self,
+        parts: &Parts,
+        resp: Response<Incoming>,
+        pause: Duration,
+        cache: CacheOutcome,
+        resendable: bool,
+    ) -> Learned {
+        self.rec.cache(cache);
+        self.shared.save_budgets.notify_one();
+        let hold_left = self
+            .deadline
+            .saturating_duration_since(self.shared.clock.now());
+        let params = self.shared.budgets.params(&host_key(&self.target.host));
+        if !(resendable && params.may_retry(&parts.method, self.retries, pause, hold_left)) {
+            return Learned::Answer(self.forward(resp, Outcome::Throttled));
+        }
+        self.retries += 1;
+        let mut line = self.rec.clone();
+        line.id = self.shared.next_id();
+        line.reason = Some(format!(
+            "origin throttled; host paused {:.1} s, request sent again after the pause (attempt {})",
+            pause.as_secs_f64(),
+            self.retries + 1
+        ));
+        line.source = Some(Source::Upstream.as_str());
+        line.decided(Outcome::Throttled, resp.status().as_u16());
+        self.shared.audit.send(line);
+        Learned::RetryAfterThrottle
+    }
+
+    /// An answer that is not a throttle, and the response store.
+    fn learn_page(
+        &mut self,
+        parts: &Parts,
+        cache: &mut CacheStep,
+        resp: Response<Incoming>,
+        resendable: bool,
+    ) -> Step<Learned> {
+        if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+            // Upgrade is a hop-by-hop field we never forward, so no 101 was
+            // asked for: the origin is speaking something else.
+            let why = "the origin switched protocols (101) without being asked to";
+            return Err(failure::origin(502, why));
+        }
+        if resp.status() == StatusCode::NOT_MODIFIED && cache.validators.is_some() {
+            return self.not_modified(parts, cache, resp, resendable);
+        }
+        let resp = self.preferences(resp)?;
+        self.rec.cache(cache.outcome);
+        if resp.status() == StatusCode::NOT_MODIFIED {
+            // The client's own validators: its 304 goes back as is.
+            return Ok(Learned::Answer(self.forward(resp, Outcome::Unchanged)));
+        }
+        let own = conditional::is_targets_page(self.rec.target_status, resp.status());
+        let Some(key) = cache.key.clone().filter(|_| own) else {
+            return Ok(Learned::Answer(self.forward(resp, Outcome::Fetched)));
+        };
+        let shared = self.shared.clone();
+        let (head, body) = resp.into_parts();
+        let verdict = conditional::storable(
+            parts,
+            &key,
+            &head,
+            shared.cache.params(),
+            shared.clock.wall(),
+        );
+        let resp = Response::from_parts(head, body);
+        Ok(Learned::Answer(match verdict {
+            Ok(meta) => self.forward_and_store(resp, meta),
+            Err(_) => {
+                if cache.had_entry && conditional::invalidates_stored(resp.status()) {
+                    shared.cache.remove_later(key);
+                }
+                self.forward(resp, Outcome::Fetched)
+            }
+        }))
+    }
+
+    /// A 304 to our validators: the stored page, its headers refreshed,
+    /// written back; a 304 that is not for it sends the request once more.
+    fn not_modified(
+        &mut self,
+        parts: &Parts,
+        cache: &mut CacheStep,
+        resp: Response<Incoming>,
+        resendable: bool,
+    ) -> Step<Learned> {
+        let shared = self.shared.clone();
+        let (params, now) = (shared.cache.params(), shared.clock.wall());
+        let stored = cache.stored.take();
+        let (head, _) = resp.into_parts();
+        let merged = stored
+            .as_ref()
+            .map(|s| conditional::merge_not_modified(&s.meta, parts, &head, params, now));
+        match (merged, stored) {
+            (Some(Ok(fresh)), Some(stored)) => {
+                let body = stored.body.clone();
+                if let Some(meta) = fresh.meta {
+                    shared.cache.write_back(meta, body.clone());
+                }
+                self.rec.cache(CacheOutcome::Revalidated);
+                self.rec.saved_bytes = Some(body.len() as u64);
+                self.rec.outcome = Some(Outcome::Revalidated);
+                let page = StoredPage {
+                    status: fresh.status,
+                    headers: fresh.headers,
+                    body,
+                };
+                Ok(Learned::Answer(self.stored_answer(page)))
+            }
+            _ if !resendable => Err(failure::origin(
+                502,
+                "the origin's 304 does not match the stored page, and the request cannot be sent again",
+            )),
+            _ => {
+                if let Some(key) = cache.key.clone() {
+                    shared.cache.remove_later(key);
+                }
+                cache.had_entry = false;
+                Ok(Learned::RefetchWithoutValidators)
+            }
+        }
+    }
+
+    /// Usage preferences: a response whose headers refuse a declared
+    /// purpose is withheld (neither delivered nor stored) or annotated, by
+    /// config; in observe mode it passes and the line says `would`.
+    fn preferences(&mut self, mut resp: Response<Incoming>) -> Step<Response<Incoming>> {
+        match prefs::judge(&self.shared.live(), resp.headers(), &mut self.rec) {
+            OnResponse::Pass => {}
+            OnResponse::Annotate(value) => {
+                resp.headers_mut().insert(prefs::PREFERENCES, value);
+            }
+            OnResponse::Withhold(stop) => self.enforced(Some(stop))?,
+        }
+        Ok(resp)
+    }
+}
