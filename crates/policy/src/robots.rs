@@ -37,19 +37,13 @@ use std::fmt;
 use index::{IndexedRule, RuleIndex};
 use pattern::{normalise_path, Pattern};
 
-pub use crate::prefs::Purpose;
+use crate::whitespace::trim_ws;
+
+pub use crate::prefs::{Purpose, SignalUse};
 pub use preferences::Preferences;
-pub use signal::{ContentSignal, SignalRefusal, SignalUse};
+pub use signal::{ContentSignal, SignalRefusal};
 pub use url::{split_url, SplitUrl, UrlError};
 pub use usage::ContentUsage;
-
-/// Whitespace in robots.txt (RFC 9309 sec. 2.2): space and tab, nothing else.
-pub(crate) const WS: [char; 2] = [' ', '\t'];
-
-/// `s` without leading and trailing spaces and tabs.
-pub(crate) fn trim_ws(s: &str) -> &str {
-    s.trim_matches(WS)
-}
 
 /// Only this much of a robots.txt is parsed (RFC 9309 sec. 2.5 asks for at
 /// least 500 KiB).
