@@ -15,6 +15,7 @@ pub mod parent;
 pub mod prefs;
 pub mod robots;
 pub mod robots_cache;
+mod whitespace;
 
 pub use address::{classify_ip, parse_host_ip, AddressClass};
 pub use audit::{

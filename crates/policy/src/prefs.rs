@@ -21,16 +21,22 @@
 //! anywhere is heard.
 
 mod header;
+mod signal;
 mod usage;
 mod vocab;
 
 pub use header::{judge_response, ResponsePrefs};
+pub use signal::SignalUse;
 pub use usage::UsageStatement;
 pub use vocab::{DeclaredUse, Purpose, Vocabulary, VOCABULARY};
+
+pub(crate) use signal::SignalStatement;
 
 use std::fmt;
 
 use serde::Serialize;
+
+use crate::whitespace::{trim_ws, WS};
 
 /// What to do with a response whose `Content-Usage` / `Content-Signal`
 /// header refuses a declared purpose (`policy.response_preferences`).
@@ -44,6 +50,18 @@ pub enum ResponsePreferences {
     /// Pass the answer on with a `Mannerly-Preferences` header saying what
     /// the site refuses.
     Annotate,
+}
+
+/// The optional path that starts a `Content-Signal` or `Content-Usage` value
+/// (it starts with `/` or `*` and ends at a space or tab), and the rest.
+pub(crate) fn split_path(value: &str) -> (Option<&str>, &str) {
+    let rest = trim_ws(value);
+    if rest.starts_with(['/', '*']) {
+        let end = rest.find(WS).unwrap_or(rest.len());
+        (Some(&rest[..end]), trim_ws(&rest[end..]))
+    } else {
+        (None, rest)
+    }
 }
 
 /// What the site's statements, combined, say about one purpose.

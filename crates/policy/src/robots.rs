@@ -26,6 +26,7 @@
 //! - of several `Crawl-delay` lines for one crawler, the largest counts.
 
 mod index;
+mod parse;
 mod pattern;
 mod preferences;
 mod signal;
@@ -37,19 +38,11 @@ use std::fmt;
 use index::{IndexedRule, RuleIndex};
 use pattern::{normalise_path, Pattern};
 
-pub use crate::prefs::Purpose;
+pub use crate::prefs::{Purpose, SignalUse};
 pub use preferences::Preferences;
-pub use signal::{ContentSignal, SignalRefusal, SignalUse};
+pub use signal::{ContentSignal, SignalRefusal};
 pub use url::{split_url, SplitUrl, UrlError};
 pub use usage::ContentUsage;
-
-/// Whitespace in robots.txt (RFC 9309 sec. 2.2): space and tab, nothing else.
-pub(crate) const WS: [char; 2] = [' ', '\t'];
-
-/// `s` without leading and trailing spaces and tabs.
-pub(crate) fn trim_ws(s: &str) -> &str {
-    s.trim_matches(WS)
-}
 
 /// Only this much of a robots.txt is parsed (RFC 9309 sec. 2.5 asks for at
 /// least 500 KiB).
@@ -148,164 +141,12 @@ pub struct Robots {
     sitemaps: Vec<String>,
 }
 
-/// A group as it stands in the file, before groups of one token are merged.
-#[derive(Default)]
-struct RawGroup {
-    /// `None` for a user-agent value that is no valid token: kept so the line
-    /// still opens the group, never matched.
-    agents: Vec<Option<String>>,
-    rules: Vec<u32>,
-    crawl_delay: Option<f64>,
-    statements: Vec<u32>,
-}
-
 // === impl Robots ===
 
 impl Robots {
-    /// Parses a robots.txt body (any bytes; only the first [`MAX_ROBOTS_BYTES`]).
-    pub fn parse(body: &[u8]) -> Robots {
-        let body = match body.get(..MAX_ROBOTS_BYTES) {
-            // A line cut at the limit would be a different rule (a shorter
-            // Allow allows more): keep whole lines only.
-            Some(head) if body.len() > MAX_ROBOTS_BYTES => {
-                let end = head
-                    .iter()
-                    .rposition(|&b| b == b'\n' || b == b'\r')
-                    .map_or(0, |i| i + 1);
-                &head[..end]
-            }
-            _ => body,
-        };
-        let body = skip_bom(body);
-
-        let mut robots = Robots::default();
-        let mut raw: Vec<RawGroup> = Vec::new();
-        // The UA list of the last group is still open until its first record.
-        let mut open = false;
-
-        for (number, line) in lines(body) {
-            let text = String::from_utf8_lossy(line);
-            let text = match text.find('#') {
-                Some(at) => &text[..at],
-                None => &text[..],
-            };
-            let text = trim_ws(text);
-            let Some((key, value)) = text.split_once(':') else {
-                continue;
-            };
-            let key = trim_ws(key);
-            let value = trim_ws(value);
-            let is = |name: &str| key.eq_ignore_ascii_case(name);
-
-            if is("user-agent") {
-                if !open || raw.is_empty() {
-                    raw.push(RawGroup::default());
-                    open = true;
-                }
-                if let Some(group) = raw.last_mut() {
-                    group.agents.push(agent_token(value).map(str::to_string));
-                }
-            } else if is("sitemap") {
-                if !value.is_empty() {
-                    robots.sitemaps.push(value.to_string());
-                }
-            } else if is("allow") || is("disallow") {
-                let Some(group) = raw.last_mut() else {
-                    continue;
-                };
-                // The rules have begun: a User-agent line from here on starts
-                // the next group.
-                open = false;
-                if value.is_empty() {
-                    continue;
-                }
-                let id = robots.rules.len() as u32;
-                robots.rules.push(Rule {
-                    allow: is("allow"),
-                    pattern: value.to_string(),
-                    line: number,
-                    compiled: Pattern::new(value),
-                });
-                group.rules.push(id);
-            } else if is("crawl-delay") {
-                let Some(group) = raw.last_mut() else {
-                    continue;
-                };
-                if let Some(delay) = parse_delay(value) {
-                    group.crawl_delay = Some(group.crawl_delay.map_or(delay, |d| d.max(delay)));
-                }
-            } else if is("content-signal") || is("content-usage") {
-                let id = robots.statements.len() as u32;
-                robots.statements.push(if is("content-signal") {
-                    Statement::Signal(ContentSignal::parse(number, text, value))
-                } else {
-                    Statement::Usage(ContentUsage::parse(number, text, value))
-                });
-                match raw.last_mut() {
-                    Some(group) => group.statements.push(id),
-                    None => robots.global_statements.push(id),
-                }
-            }
-        }
-
-        robots.merge(raw);
-        robots
-    }
-
     /// No rules at all: what a 4xx (other than 429) robots.txt means.
     pub fn allow_all() -> Robots {
         Robots::default()
-    }
-
-    /// Builds one [`Group`] per distinct token, merging groups wherever they stand.
-    fn merge(&mut self, raw: Vec<RawGroup>) {
-        let mut tokens: Vec<(String, Vec<usize>)> = Vec::new();
-        for (i, group) in raw.iter().enumerate() {
-            for token in group.agents.iter().flatten() {
-                match tokens
-                    .iter_mut()
-                    .find(|(t, _)| t.eq_ignore_ascii_case(token))
-                {
-                    Some((_, members)) => {
-                        if !members.contains(&i) {
-                            members.push(i);
-                        }
-                    }
-                    None => tokens.push((token.clone(), vec![i])),
-                }
-            }
-        }
-        for (token, members) in tokens {
-            let mut rules: Vec<u32> = members
-                .iter()
-                .flat_map(|&i| raw[i].rules.iter().copied())
-                .collect();
-            rules.sort_unstable();
-            let mut statements = self.global_statements.clone();
-            statements.extend(
-                members
-                    .iter()
-                    .flat_map(|&i| raw[i].statements.iter().copied()),
-            );
-            statements.sort_unstable();
-            let crawl_delay = members
-                .iter()
-                .filter_map(|&i| raw[i].crawl_delay)
-                .fold(None, |acc: Option<f64>, d| {
-                    Some(acc.map_or(d, |a| a.max(d)))
-                });
-            let group = Group {
-                index: RuleIndex::build(&self.rules, &rules),
-                token,
-                crawl_delay,
-                statements,
-            };
-            if group.token == "*" {
-                self.star = Some(group);
-            } else {
-                self.groups.push(group);
-            }
-        }
     }
 
     /// The group that applies to a product token: its own, else `*`.
@@ -426,58 +267,9 @@ fn is_token_char(c: char) -> bool {
     c.is_ascii_alphabetic() || c == '_' || c == '-'
 }
 
-/// The token a `User-agent` line names: `*`, or an identifier with an
-/// optional `/version` (which a product token may carry and which says nothing
-/// about the crawler).
-fn agent_token(value: &str) -> Option<&str> {
-    if value == "*" {
-        return Some("*");
-    }
-    let name = value.split_once('/').map_or(value, |(name, _)| name);
-    (!name.is_empty() && name.chars().all(is_token_char)).then_some(name)
-}
-
-/// Seconds, fractional allowed; negative, NaN, infinite and non-numeric values
-/// are ignored rather than guessed at.
-fn parse_delay(value: &str) -> Option<f64> {
-    let delay: f64 = value.parse().ok()?;
-    (delay.is_finite() && delay >= 0.0).then_some(delay)
-}
-
 fn is_robots_txt(path: &[u8]) -> bool {
     let end = path.iter().position(|&b| b == b'?').unwrap_or(path.len());
     &path[..end] == b"/robots.txt"
-}
-
-/// A UTF-8 byte order mark, or the start of one cut short, is skipped.
-fn skip_bom(body: &[u8]) -> &[u8] {
-    const BOM: &[u8] = b"\xEF\xBB\xBF";
-    let n = body.iter().zip(BOM).take_while(|(a, b)| a == b).count();
-    &body[n..]
-}
-
-/// Lines split on LF, CRLF or CR, numbered from 1.
-fn lines(body: &[u8]) -> impl Iterator<Item = (usize, &[u8])> {
-    let mut rest = body;
-    let mut number = 0;
-    std::iter::from_fn(move || {
-        if rest.is_empty() {
-            return None;
-        }
-        number += 1;
-        let end = rest
-            .iter()
-            .position(|&b| b == b'\n' || b == b'\r')
-            .unwrap_or(rest.len());
-        let line = &rest[..end];
-        let skip = match rest.get(end..end + 2) {
-            Some(b"\r\n") => 2,
-            _ if end < rest.len() => 1,
-            _ => 0,
-        };
-        rest = &rest[end + skip..];
-        Some((number, line))
-    })
 }
 
 #[cfg(test)]

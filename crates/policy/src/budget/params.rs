@@ -180,6 +180,9 @@ impl BudgetParams {
     }
 }
 
+/// A check's verdict: the faulty key under its table, and why.
+type Checked = Result<(), (&'static str, &'static str)>;
+
 fn err(prefix: &str, key: &str, reason: &str) -> ParamError {
     let key = if key.is_empty() {
         prefix.to_owned()
@@ -193,7 +196,19 @@ fn err(prefix: &str, key: &str, reason: &str) -> ParamError {
 
 impl HostParams {
     fn check(&self, prefix: &str) -> Result<(), ParamError> {
-        let e = |key: &str, reason: &str| Err(err(prefix, key, reason));
+        // Of several faulty keys, the first in this order is the one named.
+        self.check_rates()
+            .and_then(|()| self.check_queue())
+            .and_then(|()| self.check_durations())
+            .and_then(|()| self.check_slow_down())
+            .and_then(|()| self.check_recovery())
+            .and_then(|()| self.check_breaker_announced_retries())
+            .map_err(|(key, reason)| err(prefix, key, reason))
+    }
+
+    /// `start_rate`, `max_rate`, `floor_rate`: each a rate the compact host
+    /// can hold, and in order.
+    fn check_rates(&self) -> Checked {
         let rate_ok = |r: f64| r.is_finite() && r > 0.0 && r <= MAX_RATE;
         for (key, r) in [
             ("start_rate", self.start_rate),
@@ -201,27 +216,37 @@ impl HostParams {
             ("floor_rate", self.floor_rate),
         ] {
             if !rate_ok(r) {
-                return e(key, "must be a rate above 0 and at most 4000 requests/s");
+                return Err((key, "must be a rate above 0 and at most 4000 requests/s"));
             }
         }
         if self.floor_rate > self.max_rate {
-            return e("floor_rate", "must not be above max_rate");
+            return Err(("floor_rate", "must not be above max_rate"));
         }
         if self.start_rate < self.floor_rate || self.start_rate > self.max_rate {
-            return e("start_rate", "must be between floor_rate and max_rate");
+            return Err(("start_rate", "must be between floor_rate and max_rate"));
         }
+        Ok(())
+    }
+
+    /// `burst`, `concurrency`, `queue_limit`: how many requests go at once
+    /// or wait.
+    fn check_queue(&self) -> Checked {
         if !(1..=1000).contains(&self.burst) {
-            return e("burst", "must be between 1 and 1000");
+            return Err(("burst", "must be between 1 and 1000"));
         }
         if !(1..=10_000).contains(&self.concurrency) {
-            return e("concurrency", "must be between 1 and 10000");
+            return Err(("concurrency", "must be between 1 and 10000"));
         }
         if self.queue_limit > 100_000 {
-            return e("queue_limit", "must be at most 100000");
+            return Err(("queue_limit", "must be at most 100000"));
         }
-        let secs = |s: f64, max: f64| s.is_finite() && s >= 0.0 && s <= max;
-        if !secs(self.max_hold_secs, 3600.0) {
-            return e("max_hold_secs", "must be between 0 and 3600 seconds");
+        Ok(())
+    }
+
+    /// The `_secs` keys: within what a host's compact clock holds.
+    fn check_durations(&self) -> Checked {
+        if !secs_within(self.max_hold_secs, 3600.0) {
+            return Err(("max_hold_secs", "must be between 0 and 3600 seconds"));
         }
         for (key, s) in [
             ("max_pause_secs", self.max_pause_secs),
@@ -230,21 +255,27 @@ impl HostParams {
             ("ceiling_relax_secs", self.ceiling_relax_secs),
             ("breaker_open_secs", self.breaker_open_secs),
         ] {
-            if !secs(s, MAX_LONG_SECS) || s == 0.0 {
-                return e(key, "must be above 0 and at most 604800 seconds (7 days)");
+            if !secs_within(s, MAX_LONG_SECS) || s == 0.0 {
+                return Err((key, "must be above 0 and at most 604800 seconds (7 days)"));
             }
         }
         if self.backoff_max_secs < self.backoff_base_secs {
-            return e("backoff_max_secs", "must not be below backoff_base_secs");
+            return Err(("backoff_max_secs", "must not be below backoff_base_secs"));
         }
-        if !secs(self.breaker_window_secs, 86_400.0) || self.breaker_window_secs == 0.0 {
-            return e(
+        if !secs_within(self.breaker_window_secs, 86_400.0) || self.breaker_window_secs == 0.0 {
+            return Err((
                 "breaker_window_secs",
                 "must be above 0 and at most 86400 seconds",
-            );
+            ));
         }
-        if !secs(self.backoff_jitter, 1.0) {
-            return e("backoff_jitter", "must be between 0 and 1");
+        Ok(())
+    }
+
+    /// What a throttle does: the jitter of its backoff and the factors it
+    /// multiplies by.
+    fn check_slow_down(&self) -> Checked {
+        if !secs_within(self.backoff_jitter, 1.0) {
+            return Err(("backoff_jitter", "must be between 0 and 1"));
         }
         for (key, f) in [
             ("throttle_rate_factor", self.throttle_rate_factor),
@@ -253,32 +284,43 @@ impl HostParams {
             ("server_error_factor", self.server_error_factor),
         ] {
             if !(f.is_finite() && f > 0.0 && f <= 1.0) {
-                return e(key, "must be a factor in (0, 1]");
+                return Err((key, "must be a factor in (0, 1]"));
             }
         }
-        if !secs(self.recovery_step, MAX_RATE) {
-            return e("recovery_step", "must be between 0 and 4000 requests/s");
+        Ok(())
+    }
+
+    /// How a host climbs back after a throttle, or before its first one.
+    fn check_recovery(&self) -> Checked {
+        if !secs_within(self.recovery_step, MAX_RATE) {
+            return Err(("recovery_step", "must be between 0 and 4000 requests/s"));
         }
         if !(self.slow_start_factor.is_finite() && (1.0..=10.0).contains(&self.slow_start_factor)) {
-            return e("slow_start_factor", "must be a factor between 1 and 10");
+            return Err(("slow_start_factor", "must be a factor between 1 and 10"));
         }
         if !(1..=u32::from(u16::MAX)).contains(&self.concurrency_recovery_successes) {
-            return e(
+            return Err((
                 "concurrency_recovery_successes",
                 "must be between 1 and 65535",
-            );
+            ));
         }
+        Ok(())
+    }
+
+    /// `breaker_threshold` (the history ring's size bounds it),
+    /// `announced_share` and `retry_attempts`.
+    fn check_breaker_announced_retries(&self) -> Checked {
         if !(1..=MAX_BREAKER_THRESHOLD).contains(&self.breaker_threshold) {
-            return e("breaker_threshold", "must be between 1 and 5");
+            return Err(("breaker_threshold", "must be between 1 and 5"));
         }
         if !(self.announced_share.is_finite()
             && self.announced_share > 0.0
             && self.announced_share <= 1.0)
         {
-            return e("announced_share", "must be a factor in (0, 1]");
+            return Err(("announced_share", "must be a factor in (0, 1]"));
         }
         if self.retry_attempts > 10 {
-            return e("retry_attempts", "must be at most 10");
+            return Err(("retry_attempts", "must be at most 10"));
         }
         Ok(())
     }
@@ -355,6 +397,11 @@ pub(crate) fn micro(rate: f64) -> u32 {
 /// Seconds to whole milliseconds (saturating; NaN → 0).
 pub(crate) fn millis(secs: f64) -> u64 {
     (secs * 1000.0).round().clamp(0.0, 1e15) as u64
+}
+
+/// Whether `s` is a finite number between 0 and `max`.
+fn secs_within(s: f64, max: f64) -> bool {
+    s.is_finite() && s >= 0.0 && s <= max
 }
 
 fn secs(s: f64) -> Duration {

@@ -6,10 +6,9 @@
 //! path, should it carry one, is ignored: the header speaks for this response.
 
 use super::{
-    DeclaredUse, Place, PrefsRecord, PrefsRefusal, Purpose, Said, Stance, UsageStatement,
-    Vocabulary,
+    split_path, DeclaredUse, Place, PrefsRecord, PrefsRefusal, Purpose, Said, SignalStatement,
+    SignalUse, Stance, UsageStatement, Vocabulary,
 };
-use crate::robots::{ContentSignal, SignalUse};
 
 /// What a response's headers say, and whether they refuse the crawl.
 #[derive(Debug, Clone, PartialEq)]
@@ -64,7 +63,8 @@ pub fn judge_response<'a>(
             place: Place::Header,
             text: value,
         };
-        let signal = ContentSignal::parse(0, value, value);
+        let (_path, pairs) = split_path(value);
+        let signal = SignalStatement::parse(pairs);
         note(&mut record, said, Purpose::ALL.map(|p| signal.get(p)));
         if let Some(usage) = &signal.usage {
             record.add_source(&said);

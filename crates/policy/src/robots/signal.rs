@@ -2,10 +2,8 @@
 //! draft-romm-aipref-contentsignals): what a site says its content may be used
 //! for once fetched.
 //!
-//! Syntax accepted: `Content-Signal: [path] key=value, key=value, ...`.
-//! The three purposes are `search`, `ai-input` and `ai-train` with `yes`/`no`
-//! (`y`/`n` too); `use` takes `reference` / `full` (anything else is kept as
-//! written). Unknown keys and values are kept, never an error.
+//! Syntax accepted: `Content-Signal: [path] key=value, key=value, ...`; the
+//! pairs are read by `prefs` (a response header carries them too).
 //!
 //! The optional path comes first and starts with `/` or `*`; it is a robots.txt
 //! pattern (same `*`, `$` and percent-encoding rules as `Allow`/`Disallow`), as
@@ -24,30 +22,7 @@
 use std::fmt;
 
 use super::pattern::Pattern;
-use super::{trim_ws, WS};
-use crate::prefs::{Purpose, Vocabulary};
-
-/// The `use` key: how much of the content an AI system may reproduce.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SignalUse {
-    /// `use=reference`.
-    Reference,
-    /// `use=full`.
-    Full,
-    /// Any other value, lower-cased.
-    Other(String),
-}
-
-impl SignalUse {
-    /// `reference`, `full`, or the value as written (lower-cased).
-    pub fn as_str(&self) -> &str {
-        match self {
-            SignalUse::Reference => "reference",
-            SignalUse::Full => "full",
-            SignalUse::Other(s) => s,
-        }
-    }
-}
+use crate::prefs::{split_path, Purpose, SignalStatement, SignalUse, Vocabulary};
 
 /// One parsed `Content-Signal` line.
 #[derive(Debug, Clone)]
@@ -74,61 +49,20 @@ pub struct ContentSignal {
 
 impl ContentSignal {
     pub(crate) fn parse(line: usize, text: &str, value: &str) -> ContentSignal {
-        let (path, rest) = split_path(value);
+        let (path, pairs) = split_path(value);
         let path = path.map(str::to_string);
-        let mut signal = ContentSignal {
+        let statement = SignalStatement::parse(pairs);
+        ContentSignal {
             line,
             text: text.to_string(),
             pattern: path.as_deref().map(Pattern::new),
             path,
-            search: None,
-            ai_input: None,
-            ai_train: None,
-            usage: None,
-            other: Vec::new(),
-        };
-        // Commas separate pairs; whitespace does too when a part holds several
-        // pairs, while `search = yes` stays one pair.
-        let items = rest.split(',').flat_map(|part| {
-            let several = part.matches('=').count() > 1;
-            part.split(move |c: char| several && WS.contains(&c))
-        });
-        for item in items {
-            let item = trim_ws(item);
-            if item.is_empty() {
-                continue;
-            }
-            let (key, val) = match item.split_once('=') {
-                Some((k, v)) => (
-                    trim_ws(k).to_ascii_lowercase(),
-                    trim_ws(v).to_ascii_lowercase(),
-                ),
-                None => (item.to_ascii_lowercase(), String::new()),
-            };
-            let yes_no = match val.as_str() {
-                "yes" | "y" => Some(true),
-                "no" | "n" => Some(false),
-                _ => None,
-            };
-            let slot = match Purpose::from_signal_key(&key) {
-                Some(Purpose::Search) => Some(&mut signal.search),
-                Some(Purpose::AiInput) => Some(&mut signal.ai_input),
-                Some(Purpose::AiTrain) => Some(&mut signal.ai_train),
-                None => None,
-            };
-            match (slot, yes_no) {
-                (Some(slot), Some(v)) => *slot = Some(v),
-                _ if key == "use" => {
-                    signal.usage = Some(match val.as_str() {
-                        "reference" => SignalUse::Reference,
-                        "full" => SignalUse::Full,
-                        _ => SignalUse::Other(val),
-                    })
-                }
-                _ => signal.other.push((key, val)),
-            }
+            search: statement.get(Purpose::Search),
+            ai_input: statement.get(Purpose::AiInput),
+            ai_train: statement.get(Purpose::AiTrain),
+            usage: statement.usage,
+            other: statement.other,
         }
-        signal
     }
 
     /// What the line says about `purpose`, if anything.
@@ -153,18 +87,6 @@ impl ContentSignal {
 impl fmt::Display for ContentSignal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.text)
-    }
-}
-
-/// The optional path that starts a `Content-Signal` or `Content-Usage` value
-/// (it starts with `/` or `*` and ends at a space or tab), and the rest.
-pub(crate) fn split_path(value: &str) -> (Option<&str>, &str) {
-    let rest = trim_ws(value);
-    if rest.starts_with(['/', '*']) {
-        let end = rest.find(WS).unwrap_or(rest.len());
-        (Some(&rest[..end]), trim_ws(&rest[end..]))
-    } else {
-        (None, rest)
     }
 }
 

@@ -8,8 +8,7 @@
 use std::fmt;
 
 use super::pattern::Pattern;
-use super::signal::split_path;
-use crate::prefs::{Purpose, UsageStatement};
+use crate::prefs::{split_path, Purpose, UsageStatement};
 
 /// One parsed `Content-Usage` line.
 #[derive(Debug, Clone)]

@@ -1,0 +1,88 @@
+//! Step 1, [`admit`]: whether a request may use the store at all, before it
+//! is read.
+
+use http::header::{self, HeaderName};
+use http::{request, Method};
+use serde::Serialize;
+
+use super::fields::has_directive;
+use super::{CacheKey, CacheParams};
+
+/// Why a request neither reads nor writes the store.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BypassReason {
+    /// `cache.enabled = false`.
+    Disabled,
+    /// Only GET is stored and replayed.
+    Method,
+    /// The request carries `Authorization`.
+    Authorization,
+    /// The request carries `Cookie`.
+    Cookie,
+    /// A `Range` or `If-Range` request: partial content is never stored.
+    Range,
+    /// The request says `Cache-Control: no-store`.
+    NoStore,
+    /// The URL cannot be keyed (not absolute http/https).
+    InvalidUrl,
+}
+
+/// What to do with the store for a request, before reading it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// Forward untouched; do not read or write the store. Audit `bypass`.
+    Bypass(BypassReason),
+    /// The client sent validators of its own: forward untouched, pass its
+    /// 304 back (outcome `unchanged`, audit `bypass`). A 200 answer may still
+    /// be stored under this key through [`storable`](super::storable).
+    PassThrough(CacheKey),
+    /// Read the store under this key, then call [`plan`](super::plan).
+    Lookup(CacheKey),
+}
+
+/// Request fields that make a request conditional on the client's behalf.
+pub(super) const CLIENT_VALIDATORS: [HeaderName; 4] = [
+    header::IF_NONE_MATCH,
+    header::IF_MODIFIED_SINCE,
+    header::IF_MATCH,
+    header::IF_UNMODIFIED_SINCE,
+];
+
+/// Decides whether a request may use the store at all. `absolute_url` is the
+/// target in absolute form (`https://host/path?q` also for intercepted HTTPS).
+pub fn admit(req: &request::Parts, absolute_url: &str, params: &CacheParams) -> Admission {
+    if let Some(reason) = bypass_reason(req, params) {
+        return Admission::Bypass(reason);
+    }
+    let key = match CacheKey::new(&req.method, absolute_url) {
+        Ok(key) => key,
+        Err(_) => return Admission::Bypass(BypassReason::InvalidUrl),
+    };
+    if CLIENT_VALIDATORS
+        .iter()
+        .any(|name| req.headers.contains_key(name))
+    {
+        return Admission::PassThrough(key);
+    }
+    Admission::Lookup(key)
+}
+
+pub(super) fn bypass_reason(req: &request::Parts, params: &CacheParams) -> Option<BypassReason> {
+    let h = &req.headers;
+    if !params.enabled {
+        Some(BypassReason::Disabled)
+    } else if req.method != Method::GET {
+        Some(BypassReason::Method)
+    } else if h.contains_key(header::AUTHORIZATION) {
+        Some(BypassReason::Authorization)
+    } else if h.contains_key(header::COOKIE) {
+        Some(BypassReason::Cookie)
+    } else if h.contains_key(header::RANGE) || h.contains_key(header::IF_RANGE) {
+        Some(BypassReason::Range)
+    } else if has_directive(h, header::CACHE_CONTROL, "no-store") {
+        Some(BypassReason::NoStore)
+    } else {
+        None
+    }
+}
