@@ -7,15 +7,6 @@ use std::time::Duration;
 use super::kill9;
 use super::support::*;
 
-fn ok_origin() -> Handler {
-    handler(|req| async move {
-        if req.uri().path() == "/robots.txt" {
-            return text(404, "");
-        }
-        text(200, "page")
-    })
-}
-
 fn pubkey(dir: &std::path::Path) -> String {
     let (code, out) = mannerly(
         &["audit", "pubkey"],
