@@ -460,14 +460,20 @@ impl RunningBinary {
             .unwrap()
     }
 
-    /// `kill -9`: no shutdown code runs.
-    pub fn kill9(mut self) {
+    /// Sends the proxy a signal by name (`HUP`, `TERM`) with kill(1), as an
+    /// operator would.
+    pub fn signal(&self, name: &str) {
         let pid = self.child.id().to_string();
-        let killed = std::process::Command::new("kill")
-            .args(["-KILL", &pid])
+        let sent = std::process::Command::new("kill")
+            .args([&format!("-{name}"), &pid])
             .status()
             .unwrap();
-        assert!(killed.success());
+        assert!(sent.success(), "kill -{name} {pid}");
+    }
+
+    /// `kill -9`: no shutdown code runs.
+    pub fn kill9(mut self) {
+        self.signal("KILL");
         let _ = self.child.wait();
     }
 }
@@ -479,6 +485,23 @@ impl Drop for RunningBinary {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A child's stdout, read on a thread of its own and handed over a line at
+/// a time, so that a test can wait for a line with a timeout. The thread
+/// reads on after the receiver is gone: a full pipe would stall the child.
+pub fn stdout_lines(stdout: std::process::ChildStdout) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    rx
 }
 
 /// Waits until the audit log has `n` lines for URLs ending in `url_end`
