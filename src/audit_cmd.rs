@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
-use mannerly_policy::{parse_public_key, Problem, SealReason, Verifier, VerifyingKey};
+use mannerly_policy::{parse_public_key, Problem, Report, SealReason, Verifier, VerifyingKey};
 
 /// Exit code for a log whose chain is intact but whose last lines no
 /// checkpoint seals (a crash, or lines cut from the end).
@@ -82,6 +82,9 @@ fn order_key(f: &Path) -> (String, u8, String) {
     }
 }
 
+/// Checks the chain (and, given the key, the checkpoints) of the files,
+/// prints what it found, and exits 1 on tamper evidence, [`UNSEALED`] for
+/// an unsealed tail, 0 otherwise.
 pub fn verify(pubkey: Option<&str>, paths: &[PathBuf]) -> Result<ExitCode> {
     let key = pubkey.map(read_pubkey).transpose()?;
     let files = log_files(paths)?;
@@ -90,26 +93,7 @@ pub fn verify(pubkey: Option<&str>, paths: &[PathBuf]) -> Result<ExitCode> {
     }
     let mut v = Verifier::new(key);
     for f in &files {
-        let name = f.display().to_string();
-        v.start_file(&name);
-        let file = std::fs::File::open(f).with_context(|| name.clone())?;
-        let mut r = std::io::BufReader::with_capacity(256 * 1024, file);
-        let mut buf = Vec::new();
-        loop {
-            buf.clear();
-            let n = r
-                .read_until(b'\n', &mut buf)
-                .with_context(|| format!("reading {name}"))?;
-            if n == 0 {
-                break;
-            }
-            let line = String::from_utf8_lossy(&buf);
-            let line = line.trim_end_matches(['\n', '\r']);
-            if line.is_empty() {
-                continue;
-            }
-            v.line(line);
-        }
+        feed(&mut v, f)?;
     }
     let report = v.finish(|ts| {
         humantime::parse_rfc3339(ts)
@@ -117,6 +101,38 @@ pub fn verify(pubkey: Option<&str>, paths: &[PathBuf]) -> Result<ExitCode> {
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
             .map(|d| d.as_secs_f64())
     });
+    print_files(&report);
+    Ok(verdict(&report))
+}
+
+/// Gives the verifier one file, line by line. Bytes that are not UTF-8 are
+/// replaced rather than refused, so that the chain check, not this reader,
+/// names the line as tampered with.
+fn feed(v: &mut Verifier, f: &Path) -> Result<()> {
+    let name = f.display().to_string();
+    v.start_file(&name);
+    let file = std::fs::File::open(f).with_context(|| name.clone())?;
+    let mut r = std::io::BufReader::with_capacity(256 * 1024, file);
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        let n = r
+            .read_until(b'\n', &mut buf)
+            .with_context(|| format!("reading {name}"))?;
+        if n == 0 {
+            return Ok(());
+        }
+        let line = String::from_utf8_lossy(&buf);
+        let line = line.trim_end_matches(['\n', '\r']);
+        if !line.is_empty() {
+            v.line(line);
+        }
+    }
+}
+
+/// One line per file: its length, whether its chain held, how far it is
+/// sealed.
+fn print_files(report: &Report) {
     let broken: Vec<&str> = report
         .problems
         .iter()
@@ -144,6 +160,10 @@ pub fn verify(pubkey: Option<&str>, paths: &[PathBuf]) -> Result<ExitCode> {
             println!("{}: {} lines, chain intact; {seal}", f.name, f.lines);
         }
     }
+}
+
+/// The conclusion over the whole log, printed, and the exit code it gives.
+fn verdict(report: &Report) -> ExitCode {
     if report.starts_mid_log {
         println!("note: the first file continues a log whose earlier files were not given; its first line is taken as it is");
     }
@@ -151,11 +171,11 @@ pub fn verify(pubkey: Option<&str>, paths: &[PathBuf]) -> Result<ExitCode> {
         for p in &report.problems {
             println!("FAILED: {p}");
         }
-        return Ok(ExitCode::from(1));
+        return ExitCode::from(1);
     }
     if !report.keyed {
         println!("chain intact. Checkpoint signatures not checked (no --pubkey): truncation and re-chaining cannot be detected without the key.");
-        return Ok(ExitCode::SUCCESS);
+        return ExitCode::SUCCESS;
     }
     let unsealed = report.unsealed_tail();
     let last = report.files.last().cloned().unwrap_or_default();
@@ -166,11 +186,11 @@ pub fn verify(pubkey: Option<&str>, paths: &[PathBuf]) -> Result<ExitCode> {
             Some(SealReason::Interval | SealReason::Continuation) | None => "interval",
         };
         println!("sealed: every line is covered by a checkpoint signed with the key (last: {why})");
-        return Ok(ExitCode::SUCCESS);
+        return ExitCode::SUCCESS;
     }
     println!(
         "unsealed: the last {unsealed} lines of {} follow the last checkpoint (line {}); the proxy did not stop cleanly (crash, kill -9), which leaves at most one checkpoint interval unsealed, or lines after them were cut",
         last.name, last.sealed_through
     );
-    Ok(ExitCode::from(UNSEALED))
+    ExitCode::from(UNSEALED)
 }

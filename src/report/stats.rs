@@ -270,6 +270,67 @@ impl HostStats {
         });
     }
 
+    /// Counts one decision of this host, at `t`.
+    fn record(&mut self, t: f64, outcome: &str, l: &Line<'_>) {
+        self.last = self.last.max(t);
+        if let Some(r) = l.rate {
+            self.bucket(t).rate = Some(r as f32);
+        }
+        let breaker = outcome == "breaker_open";
+        // A robots.txt fetch is the proxy's own and a reset the operator's:
+        // neither is a request a client made.
+        if !matches!(outcome, "robots_fetched" | "operator_reset") {
+            self.requests += 1;
+            if breaker && !self.last_was_breaker {
+                self.breaker_openings += 1;
+            }
+            self.last_was_breaker = breaker;
+        }
+        match outcome {
+            "fetched" | "revalidated" | "unchanged" | "throttled" => {
+                self.sent += 1;
+                self.note_send(t);
+                self.bucket(t).sends += 1;
+                match outcome {
+                    "fetched" => self.fetched += 1,
+                    "revalidated" => self.revalidated += 1,
+                    "unchanged" => self.unchanged += 1,
+                    _ => {
+                        self.throttle(t, l.status.unwrap_or(429), l.pause_s);
+                        let b = self.bucket(t);
+                        b.throttles += 1;
+                        b.paused = true;
+                    }
+                }
+            }
+            "disallowed" | "signal_refused" | "robots_unavailable" => self.robots_refused += 1,
+            "paused" => {
+                self.paused_refusals += 1;
+                self.bucket(t).paused = true;
+            }
+            "breaker_open" => {
+                self.breaker_refusals += 1;
+                self.bucket(t).paused = true;
+            }
+            "robots_fetched" => {
+                self.robots_fetches += 1;
+                let failed = match l.status {
+                    None => true,
+                    Some(s) => s == 429 || s >= 500 || (300..400).contains(&s),
+                };
+                self.robots_failures += u64::from(failed);
+            }
+            "operator_reset" => {
+                self.resets += 1;
+                self.paused_until = t;
+            }
+            "error" => self.errors += 1,
+            _ => {}
+        }
+        self.saved_bytes += l.saved_bytes.unwrap_or(0);
+        self.bytes += l.bytes.unwrap_or(0);
+    }
+
     fn finish(&mut self) {
         self.close_episode(None);
     }
@@ -394,6 +455,8 @@ impl Report {
         self.counted += 1;
         self.first = Some(self.first.map_or(t, |f: f64| f.min(t)));
         self.last = Some(self.last.map_or(t, |f: f64| f.max(t)));
+        // Looked up before inserting: `entry` would allocate the host's name
+        // for every line.
         let host = match self.hosts.get_mut(l.host.as_ref()) {
             Some(h) => h,
             None => self
@@ -401,61 +464,7 @@ impl Report {
                 .entry(l.host.to_string())
                 .or_insert_with(|| HostStats::new(t)),
         };
-        host.last = host.last.max(t);
-        if let Some(r) = l.rate {
-            host.bucket(t).rate = Some(r as f32);
-        }
-        let breaker = outcome == "breaker_open";
-        if !matches!(outcome, "robots_fetched" | "operator_reset") {
-            host.requests += 1;
-            if breaker && !host.last_was_breaker {
-                host.breaker_openings += 1;
-            }
-            host.last_was_breaker = breaker;
-        }
-        match outcome {
-            "fetched" | "revalidated" | "unchanged" | "throttled" => {
-                host.sent += 1;
-                host.note_send(t);
-                host.bucket(t).sends += 1;
-                match outcome {
-                    "fetched" => host.fetched += 1,
-                    "revalidated" => host.revalidated += 1,
-                    "unchanged" => host.unchanged += 1,
-                    _ => {
-                        host.throttle(t, l.status.unwrap_or(429), l.pause_s);
-                        let b = host.bucket(t);
-                        b.throttles += 1;
-                        b.paused = true;
-                    }
-                }
-            }
-            "disallowed" | "signal_refused" | "robots_unavailable" => host.robots_refused += 1,
-            "paused" => {
-                host.paused_refusals += 1;
-                host.bucket(t).paused = true;
-            }
-            "breaker_open" => {
-                host.breaker_refusals += 1;
-                host.bucket(t).paused = true;
-            }
-            "robots_fetched" => {
-                host.robots_fetches += 1;
-                let failed = match l.status {
-                    None => true,
-                    Some(s) => s == 429 || s >= 500 || (300..400).contains(&s),
-                };
-                host.robots_failures += u64::from(failed);
-            }
-            "operator_reset" => {
-                host.resets += 1;
-                host.paused_until = t;
-            }
-            "error" => host.errors += 1,
-            _ => {}
-        }
-        host.saved_bytes += l.saved_bytes.unwrap_or(0);
-        host.bytes += l.bytes.unwrap_or(0);
+        host.record(t, outcome, &l);
     }
 
     pub fn finish(&mut self) {

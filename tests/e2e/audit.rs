@@ -11,19 +11,6 @@ fn verify(path: &std::path::Path) -> (i32, String) {
     mannerly(&["audit", "verify", path.to_str().unwrap()], &[])
 }
 
-fn ok_origin() -> Handler {
-    handler(|req| async move {
-        if req.uri().path() == "/robots.txt" {
-            return text(404, "");
-        }
-        tokio::time::sleep(Duration::from_millis(
-            req.uri().query().and_then(|q| q.parse().ok()).unwrap_or(0),
-        ))
-        .await;
-        text(200, "page")
-    })
-}
-
 #[tokio::test]
 async fn n_requests_give_n_lines_and_edits_break_the_chain_at_that_line() {
     let origin = Origin::http(ok_origin()).await;

@@ -9,15 +9,6 @@ use mannerly_proxy::ProxyAuth;
 
 use super::support::*;
 
-fn ok_origin() -> Handler {
-    handler(|req| async move {
-        if req.uri().path() == "/robots.txt" {
-            return text(404, "");
-        }
-        text(200, "page")
-    })
-}
-
 fn add_user(users: &std::path::Path, name: &str, password: &str) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_mannerly"))
         .args(["users", "add", name])

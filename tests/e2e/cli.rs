@@ -1,11 +1,11 @@
 //! The command line as a user meets it: config errors, `config check|show`,
 //! `run --listen/--data-dir`, the banner, the logs.
 
-use std::io::{BufRead, Read};
+use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use super::support::mannerly;
+use super::support::{mannerly, stdout_lines};
 
 #[test]
 fn config_check_accepts_the_defaults_and_names_a_bad_variable() {
@@ -89,15 +89,7 @@ fn run_and_stop(args: &[&str], env: &[(&str, &str)]) -> Run {
         let _ = stderr.read_to_string(&mut s);
         s
     });
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-        {
-            let _ = tx.send(line);
-        }
-    });
+    let rx = stdout_lines(stdout);
     let mut banner = Vec::new();
     // The banner's last line names the CA bundle variables.
     while let Ok(line) = rx.recv_timeout(Duration::from_secs(30)) {

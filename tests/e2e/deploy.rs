@@ -5,12 +5,13 @@
 //! against the built binary, which must start and answer `/readyz`.
 
 use std::collections::BTreeMap;
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
+
+use super::support::stdout_lines;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -787,15 +788,7 @@ fn start_and_check_ready(
     let stdout = child.stdout.take().unwrap();
     let stderr = child.stderr.take().unwrap();
     let errs = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-        {
-            let _ = tx.send(line);
-        }
-    });
+    let rx = stdout_lines(stdout);
     let banner = rx.recv_timeout(Duration::from_secs(30));
     let Ok(banner) = banner else {
         let _ = child.kill();

@@ -629,26 +629,6 @@ fn thread_origin() -> u16 {
     port
 }
 
-/// Sends one GET on `conn` and reads its whole answer (2-byte body).
-fn raw_get(conn: &mut std::net::TcpStream, url: &str) -> String {
-    use std::io::{Read, Write};
-    let host = url.trim_start_matches("http://").split('/').next().unwrap();
-    conn.write_all(format!("GET {url} HTTP/1.1\r\nhost: {host}\r\n\r\n").as_bytes())
-        .unwrap();
-    let mut got = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        if let Some(p) = got.windows(4).position(|w| w == b"\r\n\r\n") {
-            if got.len() >= p + 4 + 2 {
-                return String::from_utf8_lossy(&got).to_string();
-            }
-        }
-        let n = conn.read(&mut chunk).unwrap();
-        assert!(n > 0, "proxy closed the connection: {got:?}");
-        got.extend_from_slice(&chunk[..n]);
-    }
-}
-
 /// A connection, once accepted, belongs to a serving thread: it is served
 /// while the runtime that accepted it is busy. Before, its socket stayed
 /// registered with the accepting runtime's reactor, so every readiness of

@@ -5,15 +5,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::support::*;
 
-fn ok_origin() -> Handler {
-    handler(|req| async move {
-        if req.uri().path() == "/robots.txt" {
-            return text(404, "");
-        }
-        text(200, "page")
-    })
-}
-
 #[tokio::test]
 async fn connections_above_the_per_client_cap_are_closed() {
     let origin = Origin::http(ok_origin()).await;

@@ -6,15 +6,6 @@ use std::time::Duration;
 
 use crate::e2e::support::*;
 
-fn hup(bin: &RunningBinary) {
-    let pid = bin.child.id().to_string();
-    assert!(std::process::Command::new("kill")
-        .args(["-HUP", &pid])
-        .status()
-        .unwrap()
-        .success());
-}
-
 /// Asks for `url` until the decision starts with `want` (the reload runs
 /// on the proxy's own time), at most 10 s.
 async fn until(client: &reqwest::Client, url: &str, want: &str) -> String {
@@ -57,13 +48,13 @@ async fn sighup_applies_policy_and_keeps_the_running_config_when_the_new_one_is_
         "[policy]\nenforce = false\n[proxy]\nmax_headers = 99\n",
     )
     .unwrap();
-    hup(&bin);
+    bin.signal("HUP");
     until(&client, &url, "fetched").await;
     assert_eq!(origin.seen.count("/private/x"), 1);
 
     // A file that does not load changes nothing: still observe mode.
     std::fs::write(&file, "[policy]\nenforce = maybe\n").unwrap();
-    hup(&bin);
+    bin.signal("HUP");
     tokio::time::sleep(Duration::from_millis(500)).await;
     let r = client.get(&url).send().await.unwrap();
     assert_eq!(r.status(), 200);
@@ -71,7 +62,7 @@ async fn sighup_applies_policy_and_keeps_the_running_config_when_the_new_one_is_
 
     // Back to enforcing.
     std::fs::write(&file, "[policy]\nenforce = true\n").unwrap();
-    hup(&bin);
+    bin.signal("HUP");
     until(&client, &url, "disallowed").await;
 
     let lines = audit_lines(&dir.path().join("audit.jsonl"));

@@ -7,15 +7,6 @@ use std::time::Duration;
 use super::kill9;
 use super::support::*;
 
-fn ok_origin() -> Handler {
-    handler(|req| async move {
-        if req.uri().path() == "/robots.txt" {
-            return text(404, "");
-        }
-        text(200, "page")
-    })
-}
-
 fn pubkey(dir: &std::path::Path) -> String {
     let (code, out) = mannerly(
         &["audit", "pubkey"],
@@ -309,12 +300,7 @@ async fn sighup_seals_the_file_and_reopens_the_path() {
     let audit = dir.path().join("audit.jsonl");
     let moved = dir.path().join("audit.jsonl.1");
     std::fs::rename(&audit, &moved).unwrap();
-    let pid = bin.child.id().to_string();
-    assert!(std::process::Command::new("kill")
-        .args(["-HUP", &pid])
-        .status()
-        .unwrap()
-        .success());
+    bin.signal("HUP");
     for _ in 0..500 {
         if audit.exists() {
             break;
@@ -325,11 +311,7 @@ async fn sighup_seals_the_file_and_reopens_the_path() {
     for i in 3..6 {
         get(i).await;
     }
-    assert!(std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap()
-        .success());
+    bin.signal("TERM");
     let status = tokio::task::spawn_blocking(move || {
         let mut bin = bin;
         bin.child.wait()

@@ -35,6 +35,21 @@ pub fn text(status: u16, body: impl Into<Bytes>) -> Response<OriginBody> {
     r
 }
 
+/// An origin with no robots rules (robots.txt is 404) that answers every
+/// page 200 "page". A query of digits (`/slow?800`) holds the answer that
+/// many milliseconds, for tests that need requests in flight at the origin.
+pub fn ok_origin() -> Handler {
+    handler(|req| async move {
+        if req.uri().path() == "/robots.txt" {
+            return text(404, "");
+        }
+        if let Some(ms) = req.uri().query().and_then(|q| q.parse().ok()) {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+        }
+        text(200, "page")
+    })
+}
+
 /// What an origin saw.
 #[derive(Default)]
 pub struct Seen {
@@ -350,6 +365,37 @@ pub fn decision(resp: &reqwest::Response) -> String {
         .unwrap_or_default()
 }
 
+/// Sends one proxied GET on a raw connection and reads its answer: the
+/// head, and the body as long as its Content-Length says, so that a
+/// kept-alive connection is ready for the next request.
+pub fn raw_get(conn: &mut std::net::TcpStream, url: &str) -> String {
+    use std::io::{Read, Write};
+    let host = url.trim_start_matches("http://").split('/').next().unwrap();
+    write!(
+        conn,
+        "GET {url} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: RawBot/1\r\n\r\n"
+    )
+    .unwrap();
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&got[..end]).to_lowercase();
+            let body = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|n| n.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+            if got.len() >= end + 4 + body {
+                return String::from_utf8_lossy(&got).to_string();
+            }
+        }
+        let n = conn.read(&mut chunk).unwrap();
+        assert!(n > 0, "connection closed before a whole answer: {got:?}");
+        got.extend_from_slice(&chunk[..n]);
+    }
+}
+
 /// The `mannerly` binary running on a data dir, with budgets out of the way.
 pub struct RunningBinary {
     pub child: std::process::Child,
@@ -414,14 +460,20 @@ impl RunningBinary {
             .unwrap()
     }
 
-    /// `kill -9`: no shutdown code runs.
-    pub fn kill9(mut self) {
+    /// Sends the proxy a signal by name (`HUP`, `TERM`) with kill(1), as an
+    /// operator would.
+    pub fn signal(&self, name: &str) {
         let pid = self.child.id().to_string();
-        let killed = std::process::Command::new("kill")
-            .args(["-KILL", &pid])
+        let sent = std::process::Command::new("kill")
+            .args([&format!("-{name}"), &pid])
             .status()
             .unwrap();
-        assert!(killed.success());
+        assert!(sent.success(), "kill -{name} {pid}");
+    }
+
+    /// `kill -9`: no shutdown code runs.
+    pub fn kill9(mut self) {
+        self.signal("KILL");
         let _ = self.child.wait();
     }
 }
@@ -433,6 +485,23 @@ impl Drop for RunningBinary {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A child's stdout, read on a thread of its own and handed over a line at
+/// a time, so that a test can wait for a line with a timeout. The thread
+/// reads on after the receiver is gone: a full pipe would stall the child.
+pub fn stdout_lines(stdout: std::process::ChildStdout) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    rx
 }
 
 /// Waits until the audit log has `n` lines for URLs ending in `url_end`
