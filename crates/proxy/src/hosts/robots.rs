@@ -337,113 +337,144 @@ async fn fetch_hops(
         let uri: Uri = match current.parse() {
             Ok(u) => u,
             Err(e) => {
-                return report(
-                    url,
-                    None,
-                    FetchResult::Failed(format!("bad URL {current}: {e}")),
-                )
+                let why = format!("bad URL {current}: {e}");
+                return report(url, None, FetchResult::Failed(why));
             }
         };
-        let mut req = Request::builder().method(Method::GET).uri(uri.clone());
-        if let Some(ua) = user_agent {
-            req = req.header(USER_AGENT, ua.clone());
-        }
-        let mut req = match req.body(empty()) {
-            Ok(r) => r,
-            Err(e) => return report(url, None, FetchResult::Failed(e.to_string())),
-        };
-        // robots.txt fetches are the crawler's requests too: signed, each hop.
-        if let (Some((signer, clock)), Some(authority)) = (identity, uri.authority()) {
-            let authority = normalized_authority(uri.scheme_str(), authority);
-            *keyid = signer.sign_headers(req.headers_mut(), &authority, clock.wall());
-        }
-        let resp = match client.request(req).await {
-            Ok(r) => r,
-            Err(e) => {
-                let stop = failure::upstream(&e);
-                let mut r = report(url, None, FetchResult::Failed(stop.reason.clone()));
-                // Any other failure is the site's rules being unknown.
-                let own = stop.outcome == Outcome::Blocked || stop.source == Source::Parent;
-                r.stop = own.then_some(stop);
-                return r;
-            }
-        };
-        // Through a parent: its own refusal says nothing about the site's
-        // rules (a 407 is not a 4xx from the site), and a provider's 200
-        // may carry the site's status in a header.
-        let verdict = client
-            .parent_for(&uri)
-            .map(|p| p.judge(resp.status().as_u16(), resp.headers()));
-        let status = match verdict {
-            Some(ParentVerdict::Parent { why }) => {
-                drain_small(resp).await;
-                let stop = failure::parent(&why);
-                let mut r = report(url, None, FetchResult::Failed(why));
-                r.stop = Some(stop);
-                return r;
-            }
-            Some(ParentVerdict::Target { status, .. }) => status,
-            None => resp.status().as_u16(),
-        };
-        let retry_after = resp
-            .headers()
-            .get(http::header::RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
-        if (300..400).contains(&status) {
-            let next = resp
-                .headers()
-                .get(LOCATION)
-                .and_then(|l| l.to_str().ok())
-                .and_then(|l| resolve_location(&uri, l));
-            match next {
-                Some(n) if hops < max_redirects => {
+        match fetch_hop(client, url, &uri, user_agent, identity, keyid).await {
+            Hop::Done(report) => return *report,
+            Hop::Redirect { status, to } => match to {
+                Some(next) if hops < max_redirects => {
                     hops += 1;
-                    current = n;
-                    continue;
+                    current = next;
                 }
                 Some(_) => return report(url, Some(status), FetchResult::TooManyRedirects),
                 None => return report(url, Some(status), FetchResult::Status(status)),
-            }
+            },
         }
-        if !(200..300).contains(&status) {
-            let headers = resp.headers().clone();
+    }
+}
+
+/// What one request of a robots.txt fetch came to.
+enum Hop {
+    /// The fetch's report (`url` is the first URL asked for).
+    Done(Box<FetchReport>),
+    /// A 3xx, and where it points when it says.
+    Redirect { status: u16, to: Option<String> },
+}
+
+/// One request of a fetch: `uri` asked for, signed as the crawler's.
+async fn fetch_hop(
+    client: &UpstreamClient,
+    url: &str,
+    uri: &Uri,
+    user_agent: Option<&HeaderValue>,
+    identity: Option<(&Signer, &Clock)>,
+    keyid: &mut Option<KeyId>,
+) -> Hop {
+    let mut req = Request::builder().method(Method::GET).uri(uri.clone());
+    if let Some(ua) = user_agent {
+        req = req.header(USER_AGENT, ua.clone());
+    }
+    let mut req = match req.body(empty()) {
+        Ok(r) => r,
+        Err(e) => {
+            return Hop::Done(Box::new(report(
+                url,
+                None,
+                FetchResult::Failed(e.to_string()),
+            )))
+        }
+    };
+    // robots.txt fetches are the crawler's requests too: signed, each hop.
+    if let (Some((signer, clock)), Some(authority)) = (identity, uri.authority()) {
+        let authority = normalized_authority(uri.scheme_str(), authority);
+        *keyid = signer.sign_headers(req.headers_mut(), &authority, clock.wall());
+    }
+    let resp = match client.request(req).await {
+        Ok(r) => r,
+        Err(e) => {
+            let stop = failure::upstream(&e);
+            let mut r = report(url, None, FetchResult::Failed(stop.reason.clone()));
+            // Any other failure is the site's rules being unknown.
+            let own = stop.outcome == Outcome::Blocked || stop.source == Source::Parent;
+            r.stop = own.then_some(stop);
+            return Hop::Done(Box::new(r));
+        }
+    };
+    // Through a parent: its own refusal says nothing about the site's rules
+    // (a 407 is not a 4xx from the site), and a provider's 200 may carry the
+    // site's status in a header.
+    let verdict = client
+        .parent_for(uri)
+        .map(|p| p.judge(resp.status().as_u16(), resp.headers()));
+    let status = match verdict {
+        Some(ParentVerdict::Parent { why }) => {
             drain_small(resp).await;
-            let mut r = report(url, Some(status), FetchResult::Status(status));
-            r.retry_after = retry_after;
-            r.headers = headers;
-            return r;
+            let mut r = report(url, None, FetchResult::Failed(why.clone()));
+            r.stop = Some(failure::parent(&why));
+            return Hop::Done(Box::new(r));
         }
+        Some(ParentVerdict::Target { status, .. }) => status,
+        None => resp.status().as_u16(),
+    };
+    if (300..400).contains(&status) {
+        let to = resp
+            .headers()
+            .get(LOCATION)
+            .and_then(|l| l.to_str().ok())
+            .and_then(|l| resolve_location(uri, l));
+        return Hop::Redirect { status, to };
+    }
+    if !(200..300).contains(&status) {
         let headers = resp.headers().clone();
-        let conn = ConnHandle::of(&resp);
-        let mut body = ReleaseOnEnd::new(resp.into_body(), conn);
-        let mut buf = BytesMut::new();
-        // Only the first 500 KiB are parsed, so only that much is read.
-        while buf.len() < MAX_ROBOTS_BYTES {
-            match body.frame().await {
-                Some(Ok(frame)) => {
-                    if let Ok(data) = frame.into_data() {
-                        buf.extend_from_slice(&data);
-                    }
+        drain_small(resp).await;
+        let mut r = report(url, Some(status), FetchResult::Status(status));
+        r.retry_after = headers
+            .get(http::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        r.headers = headers;
+        return Hop::Done(Box::new(r));
+    }
+    Hop::Done(Box::new(read_body(url, status, resp).await))
+}
+
+/// A 2xx robots.txt's body: only the first 500 KiB are parsed, so only that
+/// much is read.
+async fn read_body(
+    url: &str,
+    status: u16,
+    resp: http::Response<hyper::body::Incoming>,
+) -> FetchReport {
+    let headers = resp.headers().clone();
+    let conn = ConnHandle::of(&resp);
+    let mut body = ReleaseOnEnd::new(resp.into_body(), conn);
+    let mut buf = BytesMut::new();
+    while buf.len() < MAX_ROBOTS_BYTES {
+        match body.frame().await {
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data() {
+                    buf.extend_from_slice(&data);
                 }
-                Some(Err(e)) => {
-                    return report(url, Some(status), FetchResult::Failed(format!("body: {e}")))
-                }
-                None => break,
             }
+            Some(Err(e)) => {
+                return report(url, Some(status), FetchResult::Failed(format!("body: {e}")))
+            }
+            None => break,
         }
-        buf.truncate(MAX_ROBOTS_BYTES);
-        let body: Bytes = buf.freeze();
-        return FetchReport {
-            url: url.to_string(),
-            status: Some(status),
-            retry_after: None,
-            headers,
-            bytes: body.len() as u64,
-            keyid: None,
-            result: FetchResult::Body(body.to_vec()),
-            stop: None,
-        };
+    }
+    buf.truncate(MAX_ROBOTS_BYTES);
+    let body: Bytes = buf.freeze();
+    FetchReport {
+        url: url.to_string(),
+        status: Some(status),
+        retry_after: None,
+        headers,
+        bytes: body.len() as u64,
+        keyid: None,
+        result: FetchResult::Body(body.to_vec()),
+        stop: None,
     }
 }
 

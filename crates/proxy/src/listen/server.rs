@@ -114,34 +114,10 @@ impl Proxy {
             admin,
             observe,
         } = self;
-        tokio::pin!(shutdown);
         let admin = admin.map(|l| tokio::spawn(admin::serve(l, shared.clone(), observe.clone())));
         observe.set_ready(true);
-        // Hosts with nothing left to remember are dropped now and then, so
-        // memory follows the hosts in use, not every host ever seen.
-        let sweeper = {
-            let budgets = shared.budgets.clone();
-            tokio::spawn(async move {
-                let mut every = tokio::time::interval(Duration::from_secs(60));
-                loop {
-                    every.tick().await;
-                    budgets.sweep();
-                }
-            })
-        };
-        let saver = {
-            let shared = shared.clone();
-            tokio::spawn(async move {
-                loop {
-                    let every = tokio::time::sleep(Duration::from_secs(5));
-                    tokio::select! {
-                        _ = every => {}
-                        _ = shared.save_budgets.notified() => {}
-                    }
-                    save_budgets(&shared).await;
-                }
-            })
-        };
+        let sweeper = sweep_hosts(&shared);
+        let saver = save_budgets_often(&shared);
         // cfg.proxy.threads was resolved when the pools were built.
         let shards = match Shards::start(shared.cfg.proxy.serving_threads()) {
             Ok(s) => Some(s),
@@ -150,77 +126,10 @@ impl Proxy {
                 None
             }
         };
-        let mut backoff = AcceptBackoff::default();
-        loop {
-            tokio::select! {
-                biased;
-                _ = &mut shutdown => break,
-                accepted = listener.accept() => match accepted {
-                    Ok((stream, peer)) => {
-                        backoff.recovered();
-                        let Some(permit) = shared.conns.admit(peer.ip()) else { continue };
-                        let _ = stream.set_nodelay(true);
-                        let track = shared.tracker.track();
-                        let shared = shared.clone();
-                        match &shards {
-                            Some(shards) => {
-                                // Registered again with the serving thread's
-                                // reactor: left with this runtime's, every
-                                // read and write readiness of the connection
-                                // would wake a thread here first.
-                                let stream = match stream.into_std() {
-                                    Ok(s) => s,
-                                    Err(e) => {
-                                        tracing::warn!("connection from {peer} closed: cannot hand it to a serving thread: {e}");
-                                        continue;
-                                    }
-                                };
-                                shards.spawn(async move {
-                                    match TcpStream::from_std(stream) {
-                                        Ok(stream) => serve_client(shared, stream, peer).await,
-                                        Err(e) => tracing::warn!("connection from {peer} closed: its serving thread cannot take it: {e}"),
-                                    }
-                                    drop((track, permit));
-                                });
-                            }
-                            None => drop(tokio::spawn(async move {
-                                serve_client(shared, stream, peer).await;
-                                drop((track, permit));
-                            })),
-                        }
-                    }
-                    Err(e) => {
-                        // Out of file descriptors and the like: back off
-                        // instead of spinning on the error. The waiting
-                        // clients stay in the listen backlog meanwhile.
-                        let pause = backoff.failed(&e);
-                        tokio::select! {
-                            biased;
-                            _ = &mut shutdown => break,
-                            _ = tokio::time::sleep(pause) => {}
-                        }
-                    }
-                }
-            }
-        }
-        drop(listener);
+        accept_until(&shared, listener, shards.as_ref(), shutdown).await;
         observe.set_ready(false);
         sweeper.abort();
-        shared.tracker.stop.send_replace(true);
-        let grace = shared.cfg.proxy.shutdown_grace;
-        let mut live = shared.tracker.live.subscribe();
-        let drained = tokio::time::timeout(grace, live.wait_for(|n| *n == 0))
-            .await
-            .is_ok();
-        if !drained {
-            tracing::warn!(
-                "shutdown grace of {grace:?} over with {} connections still open",
-                *shared.tracker.live.borrow()
-            );
-        }
-        if let Some(shards) = shards {
-            shards.stop().await;
-        }
+        drain(&shared, shards).await;
         saver.abort();
         // Awaited so that the store file is closed when `run` returns: a
         // proxy started right after on the same data dir can open it.
@@ -230,6 +139,7 @@ impl Proxy {
             a.abort();
             let _ = a.await;
         }
+        let grace = shared.cfg.proxy.shutdown_grace;
         shared.cache.drain(grace).await;
         save_budgets(&shared).await;
         let errors = shared.cache.errors();
@@ -238,6 +148,132 @@ impl Proxy {
                 "cache: {errors} store errors since start (those requests were passed through)"
             );
         }
+    }
+}
+
+/// Hosts with nothing left to remember are dropped now and then, so memory
+/// follows the hosts in use, not every host ever seen.
+fn sweep_hosts(shared: &Arc<Shared>) -> tokio::task::JoinHandle<()> {
+    let budgets = shared.budgets.clone();
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_secs(60));
+        loop {
+            every.tick().await;
+            budgets.sweep();
+        }
+    })
+}
+
+/// Budget state is saved every 5 s, and at once after a throttle.
+fn save_budgets_often(shared: &Arc<Shared>) -> tokio::task::JoinHandle<()> {
+    let shared = shared.clone();
+    tokio::spawn(async move {
+        loop {
+            let every = tokio::time::sleep(Duration::from_secs(5));
+            tokio::select! {
+                _ = every => {}
+                _ = shared.save_budgets.notified() => {}
+            }
+            save_budgets(&shared).await;
+        }
+    })
+}
+
+/// Accepts client connections until `shutdown`, then closes the listener.
+async fn accept_until(
+    shared: &Arc<Shared>,
+    listener: TcpListener,
+    shards: Option<&Shards>,
+    shutdown: impl Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    let mut backoff = AcceptBackoff::default();
+    loop {
+        tokio::select! {
+            biased;
+            _ = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    backoff.recovered();
+                    start_connection(shared, stream, peer, shards);
+                }
+                Err(e) => {
+                    // Out of file descriptors and the like: back off
+                    // instead of spinning on the error. The waiting
+                    // clients stay in the listen backlog meanwhile.
+                    let pause = backoff.failed(&e);
+                    tokio::select! {
+                        biased;
+                        _ = &mut shutdown => break,
+                        _ = tokio::time::sleep(pause) => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Serves an accepted connection on the least busy serving thread (or this
+/// runtime when there are none), within the connection limits.
+fn start_connection(
+    shared: &Arc<Shared>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    shards: Option<&Shards>,
+) {
+    let Some(permit) = shared.conns.admit(peer.ip()) else {
+        return;
+    };
+    let _ = stream.set_nodelay(true);
+    let track = shared.tracker.track();
+    let shared = shared.clone();
+    let Some(shards) = shards else {
+        drop(tokio::spawn(async move {
+            serve_client(shared, stream, peer).await;
+            drop((track, permit));
+        }));
+        return;
+    };
+    // Registered again with the serving thread's reactor: left with this
+    // runtime's, every read and write readiness of the connection would wake
+    // a thread here first.
+    let stream = match stream.into_std() {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(
+                "connection from {peer} closed: cannot hand it to a serving thread: {e}"
+            );
+            return;
+        }
+    };
+    shards.spawn(async move {
+        match TcpStream::from_std(stream) {
+            Ok(stream) => serve_client(shared, stream, peer).await,
+            Err(e) => tracing::warn!(
+                "connection from {peer} closed: its serving thread cannot take it: {e}"
+            ),
+        }
+        drop((track, permit));
+    });
+}
+
+/// Tells every connection to finish and waits up to the grace period for
+/// them, then stops the serving threads.
+async fn drain(shared: &Shared, shards: Option<Shards>) {
+    shared.tracker.stop.send_replace(true);
+    let grace = shared.cfg.proxy.shutdown_grace;
+    let mut live = shared.tracker.live.subscribe();
+    let drained = tokio::time::timeout(grace, live.wait_for(|n| *n == 0))
+        .await
+        .is_ok();
+    if !drained {
+        tracing::warn!(
+            "shutdown grace of {grace:?} over with {} connections still open",
+            *shared.tracker.live.borrow()
+        );
+    }
+    if let Some(shards) = shards {
+        shards.stop().await;
     }
 }
 

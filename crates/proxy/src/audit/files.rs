@@ -1,0 +1,133 @@
+//! The log's files on disk: opening one to go on from its last line, the
+//! chain value a new file continues, and the names of rotated files.
+
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+use mannerly_policy::{last_chain, GENESIS};
+
+use crate::clock::Clock;
+use crate::datadir;
+use crate::error::AuditError;
+
+/// Opens `path` for appending: its line count and the chain value to go on
+/// from (the last line's, or the newest rotated file's when `path` is new).
+pub(super) fn open_file(path: &Path) -> Result<(File, u64, String), AuditError> {
+    let mut file = datadir::open_append(path)?;
+    let (lines, last) =
+        scan(&mut file).map_err(|e| AuditError::Log(format!("{}: {e}", path.display())))?;
+    let prev = match last {
+        Some(line) => last_chain(&line).ok_or_else(|| {
+            AuditError::Log(format!(
+                "{}: last line has no chain field; move the file aside or run `mannerly audit verify` on it",
+                path.display()
+            ))
+        })?,
+        None => match newest_rotated(path) {
+            Some(old) => read_last_chain(&old)?,
+            None => GENESIS.to_string(),
+        },
+    };
+    Ok((file, lines, prev))
+}
+
+/// Counts the lines of a file and returns its last non-empty line.
+pub(super) fn scan(f: &mut File) -> io::Result<(u64, Option<String>)> {
+    f.seek(SeekFrom::Start(0))?;
+    let mut lines = 0u64;
+    let mut buf = vec![0u8; 256 * 1024];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        lines += buf[..n].iter().filter(|b| **b == b'\n').count() as u64;
+    }
+    let len = f.seek(SeekFrom::End(0))?;
+    if len == 0 {
+        return Ok((0, None));
+    }
+    let start = len.saturating_sub(256 * 1024);
+    f.seek(SeekFrom::Start(start))?;
+    let mut tail = Vec::new();
+    f.take(len - start).read_to_end(&mut tail)?;
+    let last = BufReader::new(&tail[..])
+        .lines()
+        .map_while(Result::ok)
+        .filter(|l| !l.trim().is_empty())
+        .last();
+    Ok((lines, last))
+}
+
+pub(super) fn read_last_chain(path: &Path) -> Result<String, AuditError> {
+    datadir::check_regular(path)?;
+    let mut f =
+        File::open(path).map_err(|e| AuditError::Log(format!("{}: {e}", path.display())))?;
+    let (_, last) =
+        scan(&mut f).map_err(|e| AuditError::Log(format!("{}: {e}", path.display())))?;
+    match last.as_deref().map(last_chain) {
+        Some(Some(c)) => Ok(c),
+        Some(None) => Err(AuditError::Log(format!(
+            "{}: last line has no chain field",
+            path.display()
+        ))),
+        None => Ok(GENESIS.to_string()),
+    }
+}
+
+/// Files rotated out of `path`, oldest first: `audit.jsonl.20261130T111746.123Z`.
+pub fn rotated_files(path: &Path) -> Vec<PathBuf> {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return Vec::new();
+    };
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    let prefix = format!("{}.", name.to_string_lossy());
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .filter(|e| {
+            let n = e.file_name().to_string_lossy().to_string();
+            n.strip_prefix(&prefix).is_some_and(is_rotation_stamp)
+        })
+        .map(|e| e.path())
+        .collect();
+    found.sort();
+    found
+}
+
+pub(super) fn is_rotation_stamp(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() >= 9 && b[..8].iter().all(u8::is_ascii_digit) && b[8] == b'T'
+}
+
+pub(super) fn newest_rotated(path: &Path) -> Option<PathBuf> {
+    rotated_files(path).pop()
+}
+
+pub(super) fn rotated_name(path: &Path, clock: &Clock) -> PathBuf {
+    let stamp: String = now_rfc3339(clock)
+        .chars()
+        .filter(|c| *c != '-' && *c != ':')
+        .collect();
+    let base = format!(
+        "{}.{stamp}",
+        path.file_name().unwrap_or_default().to_string_lossy()
+    );
+    let mut candidate = path.with_file_name(&base);
+    let mut n = 1;
+    while candidate.exists() {
+        candidate = path.with_file_name(format!("{base}-{n}"));
+        n += 1;
+    }
+    candidate
+}
+
+pub(super) fn now_rfc3339(clock: &Clock) -> String {
+    humantime::format_rfc3339_millis(clock.wall()).to_string()
+}
