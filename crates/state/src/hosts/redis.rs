@@ -201,7 +201,13 @@ impl std::fmt::Debug for RedisHosts {
 impl RedisHosts {
     /// A store on the Redis at `settings.url`. Connects lazily: a proxy
     /// starts (degraded) while Redis is still down. Needs a tokio runtime.
-    pub fn new(params: BudgetParams, settings: RedisSettings) -> Result<Self, RedisHostsError> {
+    /// `wall` is the wall time now: it tells this process's leases from
+    /// those of an earlier process with the same host name and pid.
+    pub fn new(
+        params: BudgetParams,
+        settings: RedisSettings,
+        wall: SystemTime,
+    ) -> Result<Self, RedisHostsError> {
         let params = params.validate()?;
         let client = redis::Client::open(settings.url.as_str()).map_err(RedisHostsError::Url)?;
         let config = ConnectionManagerConfig::new()
@@ -214,7 +220,7 @@ impl RedisHosts {
         Ok(RedisHosts {
             params: super::BudgetTable::new(params),
             script: redis::Script::new(SCRIPT),
-            instance: instance_id(),
+            instance: instance_id(wall),
             next_lease: AtomicU64::new(0),
             seen: DashMap::new(),
             local: DashMap::new(),
@@ -789,10 +795,10 @@ fn ms(d: Duration) -> u64 {
 }
 
 /// Names this proxy's leases: the host name and process id, with the start
-/// time so that a restarted process does not reuse a dead one's leases.
-fn instance_id() -> String {
+/// time `wall` so that a restarted process does not reuse a dead one's leases.
+fn instance_id(wall: SystemTime) -> String {
     let host = std::env::var("HOSTNAME").unwrap_or_default();
-    let t = SystemTime::now()
+    let t = wall
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_micros());
     format!("{host}:{}:{t:x}", std::process::id())

@@ -10,6 +10,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use bytes::Bytes;
 use mannerly_policy::conditional::http::HeaderMap;
@@ -136,15 +137,23 @@ impl std::fmt::Debug for DiskStore {
 impl DiskStore {
     /// Opens (or creates) the store at `path` with the default options.
     /// Entries beyond a lowered `max_size` are evicted at the next write.
-    pub fn open(path: impl AsRef<Path>, limits: StoreLimits) -> Result<Self, StoreError> {
-        DiskStore::open_with(path, limits, DiskOptions::default())
+    /// `now` is the monotonic clock the writer times its commits by.
+    pub fn open(
+        path: impl AsRef<Path>,
+        limits: StoreLimits,
+        now: impl Fn() -> Instant + Send + 'static,
+    ) -> Result<Self, StoreError> {
+        DiskStore::open_with(path, limits, DiskOptions::default(), now)
     }
 
-    /// Opens (or creates) the store at `path`.
+    /// Opens (or creates) the store at `path`; `now` is the monotonic clock
+    /// the writer times its commits by (`sync = "none"` forces one within
+    /// a bound of the first unforced one).
     pub fn open_with(
         path: impl AsRef<Path>,
         limits: StoreLimits,
         options: DiskOptions,
+        now: impl Fn() -> Instant + Send + 'static,
     ) -> Result<Self, StoreError> {
         let db = Database::builder()
             .set_cache_size(REDB_CACHE_BYTES)
@@ -173,7 +182,7 @@ impl DiskStore {
         let for_writer = inner.clone();
         let writer = std::thread::Builder::new()
             .name("mannerly-store".into())
-            .spawn(move || writer::run(&for_writer, &jobs))
+            .spawn(move || writer::run(&for_writer, &jobs, now))
             .map_err(StoreError::Thread)?;
         Ok(DiskStore {
             inner,

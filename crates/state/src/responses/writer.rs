@@ -131,14 +131,15 @@ impl Waiter {
     }
 }
 
-/// The writer thread's loop; returns when every sender is gone and the
-/// queue is empty.
-pub(super) fn run(inner: &Inner, jobs: &Receiver<Job>) {
+/// The writer thread's loop, timing its commits by `now`; returns when
+/// every sender is gone and the queue is empty.
+pub(super) fn run(inner: &Inner, jobs: &Receiver<Job>, now: impl Fn() -> Instant) {
+    let age = |t: Instant| now().saturating_duration_since(t);
     // The first commit not forced to disk since the last forced one.
     let mut unforced: Option<Instant> = None;
     loop {
         let first = match unforced {
-            Some(since) => match jobs.recv_timeout(SYNC_EVERY.saturating_sub(since.elapsed())) {
+            Some(since) => match jobs.recv_timeout(SYNC_EVERY.saturating_sub(age(since))) {
                 Ok(job) => job,
                 Err(RecvTimeoutError::Timeout) => {
                     if force(inner).is_ok() {
@@ -175,13 +176,13 @@ pub(super) fn run(inner: &Inner, jobs: &Receiver<Job>) {
             CacheSync::Batch => true,
             CacheSync::None => {
                 batch.iter().any(Job::is_host_record)
-                    || unforced.is_some_and(|t| t.elapsed() >= SYNC_EVERY)
+                    || unforced.is_some_and(|t| age(t) >= SYNC_EVERY)
             }
         };
         let committed = commit(inner, batch, durable);
         match (durable, committed) {
             (true, true) => unforced = None,
-            (false, true) => unforced = unforced.or(Some(Instant::now())),
+            (false, true) => unforced = unforced.or_else(|| Some(now())),
             (_, false) => {}
         }
     }

@@ -3,6 +3,9 @@
 //! few lines of Lua run inside the script, just before it compares: the
 //! interleaving that is a race between real proxies happens on every round.
 
+// Tests take their instants and wall times from the system clocks.
+#![allow(clippy::disallowed_methods)]
+
 use std::time::{Duration, Instant, SystemTime};
 
 use mannerly_policy::budget::{BudgetParams, HostBudget, Reaction, Reservation, Start};
@@ -25,7 +28,7 @@ fn store(server: &RedisServer) -> RedisHosts {
     s.key_prefix = String::from("test:");
     // A loaded test machine must not look like an unreachable Redis.
     s.command_timeout = Duration::from_secs(2);
-    RedisHosts::new(BudgetParams::default(), s).expect("store")
+    RedisHosts::new(BudgetParams::default(), s, SystemTime::now()).expect("store")
 }
 
 /// The budget script, behind a prologue in which another proxy swaps
