@@ -24,6 +24,7 @@ use tokio::sync::{oneshot, watch};
 use crate::audit::Committer;
 use crate::audit::FinishHook;
 use crate::body::{BoxError, ProxyBody};
+use crate::clock::Clock;
 use crate::config::Config;
 use crate::error::StartError;
 
@@ -39,8 +40,9 @@ pub(crate) struct Cache {
 }
 
 impl Cache {
-    /// Opens the embedded store named by the config.
-    pub(crate) fn open(cfg: &Config) -> Result<Arc<Cache>, StartError> {
+    /// Opens the embedded store named by the config; its writer times its
+    /// commits by `clock`.
+    pub(crate) fn open(cfg: &Config, clock: &Clock) -> Result<Arc<Cache>, StartError> {
         let path = cfg.store_path();
         let store_err = |why: String| StartError::Store {
             path: path.clone(),
@@ -51,8 +53,11 @@ impl Cache {
         // made here first, private, and never through a symlink.
         crate::datadir::ensure_private_file(&path)?;
         let limits = StoreLimits::from(&cfg.cache);
-        let store = DiskStore::open_with(&path, limits, DiskOptions::from(&cfg.cache))
-            .map_err(|e| store_err(e.to_string()))?;
+        let clock = clock.clone();
+        let store = DiskStore::open_with(&path, limits, DiskOptions::from(&cfg.cache), move || {
+            clock.now_std()
+        })
+        .map_err(|e| store_err(e.to_string()))?;
         Ok(Cache::with_store(Arc::new(store), cfg.cache.clone()))
     }
 

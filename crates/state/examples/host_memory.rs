@@ -9,6 +9,10 @@
 //! cargo run --release -p mannerly-state --example host_memory
 //! ```
 
+// The example is the store's caller: it reads the system clocks and
+// passes them in, as the proxy does.
+#![allow(clippy::disallowed_methods)]
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};

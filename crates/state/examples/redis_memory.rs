@@ -5,6 +5,10 @@
 //!
 //!     cargo run --release -p mannerly-state --example redis_memory
 
+// The example is the store's caller: it reads the system clocks and
+// passes them in, as the proxy does, and times itself.
+#![allow(clippy::disallowed_methods)]
+
 #[allow(dead_code)]
 #[path = "../tests/support/redis_server.rs"]
 mod redis_server;
@@ -33,7 +37,9 @@ async fn main() {
     };
     let mut settings = RedisSettings::new(server.url());
     settings.command_timeout = Duration::from_secs(5);
-    let store = Arc::new(RedisHosts::new(BudgetParams::default(), settings).expect("store"));
+    let store = Arc::new(
+        RedisHosts::new(BudgetParams::default(), settings, SystemTime::now()).expect("store"),
+    );
     tokio::time::sleep(Duration::from_millis(200)).await;
     let before = used_memory(&server);
     let started = Instant::now();

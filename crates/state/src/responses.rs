@@ -37,7 +37,6 @@ mod lru;
 mod memory;
 mod record;
 mod sharded;
-mod writer;
 
 pub use disk::{CommitHold, DiskOptions, DiskStore, WriterHold};
 pub use error::StoreError;

@@ -62,14 +62,15 @@ impl SharedRobots {
 
     /// Uses a copy younger than `max_age`, else takes the lock for
     /// `lock_ttl`, else waits for the lock holder's copy until `until`.
-    /// Time is the caller's: `until` on tokio's clock (so paused time
-    /// drives the wait) and `wall` for the copies' fetch times.
+    /// Time is the caller's: `now` and `until` on tokio's clock (so paused
+    /// time drives the wait) and `wall` for the copies' fetch times.
     pub async fn claim(
         &self,
         origin: &str,
         max_age: Duration,
         lock_ttl: Duration,
         until: tokio::time::Instant,
+        now: impl Fn() -> tokio::time::Instant,
         wall: impl Fn() -> SystemTime,
     ) -> Claim {
         let copy_key = format!("{}r:{origin}", self.prefix);
@@ -93,10 +94,11 @@ impl SharedRobots {
                 Ok(Ok(None)) => {}
                 _ => return Claim::Fetch { locked: false },
             }
-            if tokio::time::Instant::now() + WAIT_STEP >= until {
+            let next = now() + WAIT_STEP;
+            if next >= until {
                 return Claim::Fetch { locked: false };
             }
-            tokio::time::sleep(WAIT_STEP).await;
+            tokio::time::sleep_until(next).await;
         }
     }
 

@@ -1,5 +1,8 @@
 //! The in-memory host store: isolation, key normalisation, sweeping, restarts.
 
+// Tests start from real instants and wall times; the store gets them passed in.
+#![allow(clippy::disallowed_methods)]
+
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 

@@ -1,6 +1,9 @@
 //! The Redis host store against a real redis-server: two stores stand for
 //! two proxies of one cluster.
 
+// Tests take their instants and wall times from the system clocks.
+#![allow(clippy::disallowed_methods)]
+
 #[path = "support/redis_server.rs"]
 mod redis_server;
 
@@ -19,7 +22,7 @@ fn store(server: &RedisServer, lease_ttl: Duration) -> RedisHosts {
     s.lease_ttl = lease_ttl;
     // A loaded test machine must not look like an unreachable Redis.
     s.command_timeout = Duration::from_secs(2);
-    RedisHosts::new(BudgetParams::default(), s).expect("store")
+    RedisHosts::new(BudgetParams::default(), s, SystemTime::now()).expect("store")
 }
 
 async fn send(s: &RedisHosts, status: u16, retry_after: Option<&str>) -> Reaction {
@@ -199,7 +202,7 @@ async fn without_redis_decides_alone_at_a_quarter_then_shares_again() {
     let mut settings = RedisSettings::new(server.url());
     settings.command_timeout = Duration::from_millis(200);
     settings.probe_every = Duration::from_millis(100);
-    let a = RedisHosts::new(BudgetParams::default(), settings).expect("store");
+    let a = RedisHosts::new(BudgetParams::default(), settings, SystemTime::now()).expect("store");
     let shared_rate = send(&a, 200, None).await.rate();
 
     server.kill();

@@ -1,8 +1,12 @@
 //! Both response stores, through the trait the proxy uses; the disk store
 //! also across a reopen and with a damaged record.
 
+// The disk store's writer runs on the system's monotonic clock here.
+#![allow(clippy::disallowed_methods)]
+
+use std::path::Path;
 use std::sync::mpsc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 
@@ -12,6 +16,20 @@ use mannerly_state::responses::{
     DiskOptions, DiskStore, MemoryStore, PutOutcome, ResponseStore, StoreError, StoreLimits,
 };
 use redb::{ReadableDatabase, ReadableTable, TableHandle};
+
+/// The disk store at `path`, its writer on the system's monotonic clock.
+fn open(path: impl AsRef<Path>, limits: StoreLimits) -> Result<DiskStore, StoreError> {
+    DiskStore::open(path, limits, Instant::now)
+}
+
+/// [`open`] with `options`.
+fn open_with(
+    path: impl AsRef<Path>,
+    limits: StoreLimits,
+    options: DiskOptions,
+) -> Result<DiskStore, StoreError> {
+    DiskStore::open_with(path, limits, options, Instant::now)
+}
 
 fn t0() -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000)
@@ -239,8 +257,8 @@ fn memory_store_behaves() {
 #[test]
 fn disk_store_behaves() {
     let dir = tempfile::tempdir().unwrap();
-    common(&DiskStore::open(dir.path().join("a.redb"), limits(1 << 20, 1 << 30)).unwrap());
-    size_caps(&DiskStore::open(dir.path().join("b.redb"), cap()).unwrap());
+    common(&open(dir.path().join("a.redb"), limits(1 << 20, 1 << 30)).unwrap());
+    size_caps(&open(dir.path().join("b.redb"), cap()).unwrap());
 }
 
 fn put_pages(store: &DiskStore, paths: &[&str], body: &[u8]) {
@@ -257,7 +275,7 @@ fn reopen_keeps_entries_records_and_recency() {
     let path = dir.path().join("store.redb");
     let body = [1u8; 1000];
     {
-        let store = DiskStore::open(&path, cap()).unwrap();
+        let store = open(&path, cap()).unwrap();
         put_pages(&store, &["/1", "/2", "/3"], &body);
         store.put_host_record("slow.example", b"paused").unwrap();
         // A read, persisted with the next write.
@@ -267,7 +285,7 @@ fn reopen_keeps_entries_records_and_recency() {
             .put(&meta("/3", &[], &[("etag", "\"e2\"")]), &body)
             .unwrap();
     }
-    let store = DiskStore::open(&path, cap()).unwrap();
+    let store = open(&path, cap()).unwrap();
     let got = store.get(&key("/3"), &HeaderMap::new()).unwrap().unwrap();
     assert_eq!(got.meta.etag(), Some("\"e2\""));
     assert_eq!(got.body[..], body);
@@ -300,7 +318,7 @@ fn a_store_in_the_first_layout_is_moved_on_open() {
     let path = dir.path().join("store.redb");
     let body = [1u8; 1000];
     {
-        let store = DiskStore::open(&path, cap()).unwrap();
+        let store = open(&path, cap()).unwrap();
         put_pages(&store, &["/1", "/2", "/3"], &body);
         assert!(body_of(&store, "/1", &[]).is_some());
         store.put_host_record("x", b"y").unwrap();
@@ -337,7 +355,7 @@ fn a_store_in_the_first_layout_is_moved_on_open() {
         txn.commit().unwrap();
     }
     {
-        let store = DiskStore::open(&path, cap()).unwrap();
+        let store = open(&path, cap()).unwrap();
         assert_eq!(store.stats().entries, 3);
         for p in ["/1", "/2", "/3"] {
             assert_eq!(body_of(&store, p, &[]).unwrap(), body, "{p}");
@@ -365,7 +383,7 @@ fn a_store_in_the_first_layout_is_moved_on_open() {
     }
     // The reads above were never followed by a write, so recency is as
     // moved: /3 (no tick) goes first, then /2.
-    let store = DiskStore::open(&path, cap()).unwrap();
+    let store = open(&path, cap()).unwrap();
     store
         .put(&meta("/4", &[], &[("etag", "\"e\"")]), &body)
         .unwrap();
@@ -384,7 +402,7 @@ fn a_damaged_entry_is_a_miss_and_is_removed() {
     let path = dir.path().join("store.redb");
     let m = meta("/page", &[], &[("etag", "\"v1\"")]);
     {
-        let store = DiskStore::open(&path, limits(1 << 20, 1 << 30)).unwrap();
+        let store = open(&path, limits(1 << 20, 1 << 30)).unwrap();
         store.put(&m, b"the page body").unwrap();
         store
             .put(&meta("/other", &[], &[("etag", "\"o\"")]), b"fine")
@@ -413,7 +431,7 @@ fn a_damaged_entry_is_a_miss_and_is_removed() {
         }
         txn.commit().unwrap();
     }
-    let store = DiskStore::open(&path, limits(1 << 20, 1 << 30)).unwrap();
+    let store = open(&path, limits(1 << 20, 1 << 30)).unwrap();
     assert!(store
         .get(&key("/page"), &HeaderMap::new())
         .unwrap()
@@ -468,7 +486,7 @@ fn put_later(
 #[test]
 fn writes_queued_during_a_commit_share_one_transaction() {
     let dir = tempfile::tempdir().unwrap();
-    let store = DiskStore::open(dir.path().join("s.redb"), limits(1 << 20, 1 << 30)).unwrap();
+    let store = open(dir.path().join("s.redb"), limits(1 << 20, 1 << 30)).unwrap();
     let before = store.stats().commits;
     let hold = store.hold_writer();
     let waits: Vec<_> = (0..100)
@@ -509,7 +527,7 @@ fn misses_and_entries_read_since_written_are_answered_from_memory() {
     let gz = [("accept-encoding", "gzip")];
     let m = meta("/v", &gz, &[("etag", "\"x\""), ("vary", "Accept-Encoding")]);
     {
-        let store = DiskStore::open(&path, limits(1 << 20, 1 << 30)).unwrap();
+        let store = open(&path, limits(1 << 20, 1 << 30)).unwrap();
         // Nothing stored for the URL: memory says so.
         assert!(matches!(
             store.get_resident(&key("/v"), &headers(&gz)),
@@ -534,7 +552,7 @@ fn misses_and_entries_read_since_written_are_answered_from_memory() {
             .is_none());
         assert!(store.stats().resident_bytes > 0);
     }
-    let store = DiskStore::open(&path, limits(1 << 20, 1 << 30)).unwrap();
+    let store = open(&path, limits(1 << 20, 1 << 30)).unwrap();
     assert_eq!(store.stats().resident_bytes, 0);
     assert!(matches!(
         store.get_resident(&key("/other"), &HeaderMap::new()),
@@ -561,7 +579,7 @@ fn a_page_read_before_a_restart_is_held_from_its_first_read_after() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.redb");
     {
-        let store = DiskStore::open(&path, limits(1 << 20, 1 << 30)).unwrap();
+        let store = open(&path, limits(1 << 20, 1 << 30)).unwrap();
         store
             .put(&meta("/read", &[], &[("etag", "\"r\"")]), b"read")
             .unwrap();
@@ -574,7 +592,7 @@ fn a_page_read_before_a_restart_is_held_from_its_first_read_after() {
             .put(&meta("/later", &[], &[("etag", "\"l\"")]), b"later")
             .unwrap();
     }
-    let store = DiskStore::open(&path, limits(1 << 20, 1 << 30)).unwrap();
+    let store = open(&path, limits(1 << 20, 1 << 30)).unwrap();
     assert_eq!(body_of(&store, "/read", &[]).unwrap(), b"read");
     assert_eq!(body_of(&store, "/unread", &[]).unwrap(), b"unread");
     assert!(store
@@ -588,7 +606,7 @@ fn a_page_read_before_a_restart_is_held_from_its_first_read_after() {
 #[test]
 fn a_page_written_back_after_a_read_is_held_at_once() {
     let dir = tempfile::tempdir().unwrap();
-    let store = DiskStore::open(dir.path().join("s.redb"), limits(1 << 20, 1 << 30)).unwrap();
+    let store = open(dir.path().join("s.redb"), limits(1 << 20, 1 << 30)).unwrap();
     let m = meta("/w", &[], &[("etag", "\"w\"")]);
     store.put(&m, b"v1").unwrap();
     assert_eq!(body_of(&store, "/w", &[]).unwrap(), b"v1");
@@ -612,7 +630,7 @@ fn a_page_written_back_after_a_read_is_held_at_once() {
 #[test]
 fn a_reader_in_a_commits_window_finds_the_committed_page() {
     let dir = tempfile::tempdir().unwrap();
-    let store = DiskStore::open(dir.path().join("s.redb"), limits(1 << 20, 1 << 30)).unwrap();
+    let store = open(dir.path().join("s.redb"), limits(1 << 20, 1 << 30)).unwrap();
     let m = meta("/c", &[], &[("etag", "\"c\"")]);
     store.put(&m, b"v1").unwrap();
     let writer = store.hold_writer();
@@ -646,7 +664,7 @@ fn a_reader_in_a_commits_window_finds_the_committed_page() {
 fn memory_holds_at_most_its_budget() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.redb");
-    let store = DiskStore::open_with(
+    let store = open_with(
         &path,
         limits(1 << 20, 1 << 30),
         opts(64_000, CacheSync::Batch),
@@ -684,7 +702,7 @@ fn memory_holds_at_most_its_budget() {
         .get_resident(&key("/big"), &HeaderMap::new())
         .is_none());
     // memory_size = 0: nothing held, misses still known.
-    let none = DiskStore::open_with(
+    let none = open_with(
         dir.path().join("n.redb"),
         limits(1 << 20, 1 << 30),
         opts(0, CacheSync::Batch),
@@ -706,7 +724,7 @@ fn memory_holds_at_most_its_budget() {
 fn a_full_write_queue_refuses_rather_than_grows() {
     static MIB: [u8; 1 << 20] = [3u8; 1 << 20];
     let dir = tempfile::tempdir().unwrap();
-    let store = DiskStore::open(dir.path().join("s.redb"), limits(2 << 20, 1 << 30)).unwrap();
+    let store = open(dir.path().join("s.redb"), limits(2 << 20, 1 << 30)).unwrap();
     let hold = store.hold_writer();
     let waits: Vec<_> = (0..70)
         .map(|i| {
@@ -741,7 +759,7 @@ fn a_full_write_queue_refuses_rather_than_grows() {
 #[test]
 fn host_records_are_forced_even_without_sync() {
     let dir = tempfile::tempdir().unwrap();
-    let store = DiskStore::open_with(
+    let store = open_with(
         dir.path().join("s.redb"),
         limits(1 << 20, 1 << 30),
         opts(0, CacheSync::None),
@@ -758,7 +776,7 @@ fn host_records_are_forced_even_without_sync() {
     assert!(store.stats().forced_commits > before);
     drop(store);
 
-    let store = DiskStore::open_with(
+    let store = open_with(
         dir.path().join("b.redb"),
         limits(1 << 20, 1 << 30),
         opts(0, CacheSync::Batch),
@@ -778,8 +796,7 @@ fn unforced_commits_are_on_disk_after_a_clean_close() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.redb");
     {
-        let store = DiskStore::open_with(&path, limits(1 << 20, 1 << 30), opts(0, CacheSync::None))
-            .unwrap();
+        let store = open_with(&path, limits(1 << 20, 1 << 30), opts(0, CacheSync::None)).unwrap();
         for i in 0..20 {
             store
                 .put(&meta(&format!("/p{i}"), &[], &[("etag", "\"e\"")]), b"page")
@@ -787,7 +804,7 @@ fn unforced_commits_are_on_disk_after_a_clean_close() {
         }
         store.put_host_record("h.example", b"r").unwrap();
     }
-    let store = DiskStore::open(&path, limits(1 << 20, 1 << 30)).unwrap();
+    let store = open(&path, limits(1 << 20, 1 << 30)).unwrap();
     assert_eq!(store.stats().entries, 20);
     assert_eq!(body_of(&store, "/p19", &[]).unwrap(), b"page");
     assert_eq!(store.host_records().unwrap().len(), 1);
@@ -801,7 +818,7 @@ fn unforced_commits_are_on_disk_after_a_clean_close() {
 fn a_store_dropped_in_its_own_callback_closes_cleanly() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.redb");
-    let store = std::sync::Arc::new(DiskStore::open(&path, limits(1 << 20, 1 << 30)).unwrap());
+    let store = std::sync::Arc::new(open(&path, limits(1 << 20, 1 << 30)).unwrap());
     let (tx, rx) = mpsc::channel();
     let hold = store.hold_writer();
     let last = store.clone();
@@ -820,12 +837,10 @@ fn a_store_dropped_in_its_own_callback_closes_cleanly() {
         .expect("the callback went on after dropping the store");
     // The writer closes the file on its way out, just after the callback.
     let reopened = (0..500).find_map(|_| {
-        DiskStore::open(&path, limits(1 << 20, 1 << 30))
-            .ok()
-            .or_else(|| {
-                std::thread::sleep(Duration::from_millis(10));
-                None
-            })
+        open(&path, limits(1 << 20, 1 << 30)).ok().or_else(|| {
+            std::thread::sleep(Duration::from_millis(10));
+            None
+        })
     });
     let reopened = reopened.expect("the file is closed");
     assert_eq!(body_of(&reopened, "/p", &[]).unwrap(), b"page");

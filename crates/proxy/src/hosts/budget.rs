@@ -108,13 +108,15 @@ impl Budgets {
                 settings.budget_ttl = Duration::from_secs_f64(
                     cfg.budget.ceiling_relax_secs + cfg.budget.breaker_open_secs + 3600.0,
                 );
-                let hosts = RedisHosts::new(cfg.budget.clone(), settings).map_err(|e| match e {
-                    mannerly_state::hosts::RedisHostsError::Params(e) => invalid(e),
-                    other => ConfigError::Invalid {
-                        key: "state.redis_url".into(),
-                        why: other.to_string(),
-                    },
-                })?;
+                let wall = clock.wall();
+                let hosts =
+                    RedisHosts::new(cfg.budget.clone(), settings, wall).map_err(|e| match e {
+                        mannerly_state::hosts::RedisHostsError::Params(e) => invalid(e),
+                        other => ConfigError::Invalid {
+                            key: "state.redis_url".into(),
+                            why: other.to_string(),
+                        },
+                    })?;
                 Ok(Budgets::with(Backend::Redis(Arc::new(hosts)), clock))
             }
         }
@@ -167,6 +169,11 @@ impl Budgets {
             Backend::Redis(r) if r.is_degraded() => Some("degraded"),
             Backend::Redis(_) => Some("shared"),
         }
+    }
+
+    /// Monotonic time on the proxy's clock.
+    pub(crate) fn now(&self) -> tokio::time::Instant {
+        self.clock.now()
     }
 
     /// Wall time on the proxy's clock.

@@ -21,7 +21,6 @@
 //! way at the same floor rate ([`Basis::Contended`]); the store stays shared.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
 use dashmap::DashMap;
@@ -30,94 +29,24 @@ use mannerly_policy::budget::{
     ResetReport, Start,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::Value;
 
-/// The Lua script every budget operation runs (see the file for its contract).
-pub const SCRIPT: &str = include_str!("redis/op.lua");
+mod decided;
+mod fallback;
+mod script;
+mod settings;
+
+pub use decided::{Basis, Decided, Lease};
+pub use script::SCRIPT;
+pub use settings::{RedisHostsError, RedisSettings};
+
+use fallback::Fallback;
+use script::{Answer, Ask, LeaseChange};
+
 /// Compare-and-set rounds before an operation gives up on the shared copy
 /// (only reached when other proxies keep changing one host's budget). The
 /// operation is then decided locally ([`Basis::Contended`]); other hosts and
 /// later operations still go to Redis.
 const MAX_ROUNDS: u32 = 8;
-
-/// How to reach Redis and how to behave without it.
-#[derive(Clone, Debug)]
-pub struct RedisSettings {
-    /// `redis://host:port/db`.
-    pub url: String,
-    /// Prepended to every key, so that several crawls can share one Redis.
-    pub key_prefix: String,
-    /// How many proxies share the budgets; a proxy alone takes
-    /// 1/`instances_hint` of a host's rate (at least 1).
-    pub instances_hint: u32,
-    /// A command that takes longer counts as Redis being out of reach.
-    pub command_timeout: Duration,
-    /// A concurrency lease outlives a proxy that died holding it this long.
-    pub lease_ttl: Duration,
-    /// An encoded budget nobody touched for this long is forgotten.
-    pub budget_ttl: Duration,
-    /// While degraded, Redis is tried again at most this often.
-    pub probe_every: Duration,
-}
-
-impl RedisSettings {
-    /// Settings for `url` with the defaults: prefix `mannerly:`, 4
-    /// instances, 50 ms command timeout, 45 s leases, 7 h budgets, 1 s probe.
-    pub fn new(url: impl Into<String>) -> RedisSettings {
-        RedisSettings {
-            url: url.into(),
-            key_prefix: String::from("mannerly:"),
-            instances_hint: 4,
-            command_timeout: Duration::from_millis(50),
-            lease_ttl: Duration::from_secs(45),
-            budget_ttl: Duration::from_secs(7 * 3600),
-            probe_every: Duration::from_secs(1),
-        }
-    }
-}
-
-/// Why a Redis store could not be set up.
-#[derive(Debug, thiserror::Error)]
-pub enum RedisHostsError {
-    /// The budget parameters are invalid.
-    #[error(transparent)]
-    Params(#[from] mannerly_policy::ParamError),
-    /// The URL is not a Redis URL.
-    #[error("state.redis_url: {0}")]
-    Url(redis::RedisError),
-}
-
-/// An answer of the store and what it was decided on.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Decided<T> {
-    /// The decision.
-    pub value: T,
-    /// The cluster's copy, or this proxy's stand-in and why.
-    pub basis: Basis,
-}
-
-/// What a decision of the store was made on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Basis {
-    /// The cluster's copy in Redis.
-    Shared,
-    /// This proxy's stand-in at the degraded rate: Redis is out of reach.
-    Degraded,
-    /// This proxy's stand-in at the degraded rate, for this one operation:
-    /// other proxies changed the host's copy under it on every one of its
-    /// compare-and-set rounds (8). Redis answers, and the store stays shared.
-    Contended,
-}
-
-/// An in-flight slot taken by [`RedisHosts::try_start_since`]; give it back
-/// with [`RedisHosts::on_response`] or [`RedisHosts::finish`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Lease {
-    /// A lease in Redis, expiring after `lease_ttl` if never released.
-    Shared(String),
-    /// A slot of the local stand-in (taken while degraded).
-    Local,
-}
 
 /// Counters for metrics and the benchmark.
 #[derive(Debug, Default)]
@@ -145,9 +74,8 @@ pub struct RedisHosts {
     next_lease: AtomicU64,
     /// The last shared copy this proxy saw of each host.
     seen: DashMap<Box<str>, Seen>,
-    /// The stand-ins used while degraded.
-    local: DashMap<Box<str>, Local>,
-    mode: Mutex<Mode>,
+    /// The stand-ins used while degraded or contended.
+    fallback: Fallback,
     stats: RedisStats,
 }
 
@@ -155,19 +83,6 @@ struct Seen {
     bytes: Vec<u8>,
     leases: u32,
     budget: HostBudget,
-}
-
-struct Local {
-    budget: HostBudget,
-    /// The degraded cap as a minimum spacing, kept over any Crawl-delay.
-    spacing_ms: u64,
-}
-
-#[derive(Default)]
-struct Mode {
-    degraded: bool,
-    /// While degraded: when the next request may try Redis.
-    probe_at: Option<Instant>,
 }
 
 enum LeaseAction<'a> {
@@ -201,7 +116,13 @@ impl std::fmt::Debug for RedisHosts {
 impl RedisHosts {
     /// A store on the Redis at `settings.url`. Connects lazily: a proxy
     /// starts (degraded) while Redis is still down. Needs a tokio runtime.
-    pub fn new(params: BudgetParams, settings: RedisSettings) -> Result<Self, RedisHostsError> {
+    /// `wall` is the wall time now: it tells this process's leases from
+    /// those of an earlier process with the same host name and pid.
+    pub fn new(
+        params: BudgetParams,
+        settings: RedisSettings,
+        wall: SystemTime,
+    ) -> Result<Self, RedisHostsError> {
         let params = params.validate()?;
         let client = redis::Client::open(settings.url.as_str()).map_err(RedisHostsError::Url)?;
         let config = ConnectionManagerConfig::new()
@@ -214,11 +135,10 @@ impl RedisHosts {
         Ok(RedisHosts {
             params: super::BudgetTable::new(params),
             script: redis::Script::new(SCRIPT),
-            instance: instance_id(),
+            instance: instance_id(wall),
             next_lease: AtomicU64::new(0),
             seen: DashMap::new(),
-            local: DashMap::new(),
-            mode: Mutex::new(Mode::default()),
+            fallback: Fallback::new(&settings),
             stats: RedisStats::default(),
             conn,
             settings,
@@ -256,7 +176,7 @@ impl RedisHosts {
 
     /// Whether the store is deciding alone right now.
     pub fn is_degraded(&self) -> bool {
-        self.mode.lock().map(|m| m.degraded).unwrap_or(true)
+        self.fallback.is_degraded()
     }
 
     /// The key prefix, for other shared state of the same crawl.
@@ -414,8 +334,8 @@ impl RedisHosts {
         let key = host_key(host);
         let p = self.table().for_host(&key);
         if self.is_degraded() {
-            if let Some(l) = self.local.get(key.as_ref()) {
-                return Some(l.budget.view(&p, now));
+            if let Some(v) = self.fallback.view(&key, &p, now) {
+                return Some(v);
             }
         }
         self.seen.get(key.as_ref()).map(|s| s.budget.view(&p, now))
@@ -439,12 +359,11 @@ impl RedisHosts {
     /// Forgets local copies of hosts with nothing to remember (Redis
     /// forgets on its own, by TTL). Returns how many were dropped.
     pub fn sweep(&self, now: Instant) -> usize {
-        let before = self.seen.len() + self.local.len();
+        let before = self.seen.len();
         self.seen
             .retain(|h, s| !s.budget.forgettable(&self.table().for_host(h), now));
-        self.local
-            .retain(|h, l| !l.budget.forgettable(&self.table().for_host(h), now));
-        before.saturating_sub(self.seen.len() + self.local.len())
+        let dropped = before.saturating_sub(self.seen.len());
+        dropped + self.fallback.sweep(now, |h| self.table().for_host(h))
     }
 
     /// Hosts whose shared copy this proxy has seen (local copies of a
@@ -475,23 +394,24 @@ impl RedisHosts {
         self.stats.ops.fetch_add(1, Ordering::Relaxed);
         let key = host_key(host);
         let p = self.table().for_host(&key);
-        let basis = if self.may_try_shared(now) {
+        let basis = if self.fallback.may_try_shared(now) {
             match self.shared(&key, &p, now, wall, &action, &mut decide).await {
                 Ok(value) => {
-                    self.back_to_shared();
-                    self.settle_local(&key, &p, now, &action);
+                    self.fallback.back_to_shared();
+                    let releasing_local = matches!(action, LeaseAction::ReleaseLocal);
+                    self.fallback.settle(&key, &p, now, releasing_local);
                     return Decided {
                         value,
                         basis: Basis::Shared,
                     };
                 }
                 Err(Miss::Unreachable(why)) => {
-                    self.degrade(now, &why);
+                    self.fallback.degrade(now, &why);
                     Basis::Degraded
                 }
                 Err(Miss::Contended) => {
                     // Redis answered every round, so it is not out of reach.
-                    self.back_to_shared();
+                    self.fallback.back_to_shared();
                     self.stats.contended_ops.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(
                         "{key}: other proxies changed its shared budget {MAX_ROUNDS} times in a \
@@ -516,19 +436,8 @@ impl RedisHosts {
         }
     }
 
-    /// After a decision stored in Redis: gives back the stand-in's slot the
-    /// operation was releasing, and drops a stand-in that holds no slot, so
-    /// that the next fallback starts from the newest shared copy instead of
-    /// one that may miss a pause learned since.
-    fn settle_local(&self, key: &str, p: &HostParams, now: Instant, action: &LeaseAction<'_>) {
-        if matches!(action, LeaseAction::ReleaseLocal) {
-            if let Some(mut l) = self.local.get_mut(key) {
-                l.budget.finish(p, now);
-            }
-        }
-        self.local.remove_if(key, |_, l| l.budget.in_flight() == 0);
-    }
-
+    /// Decides on the shared copy of `key` and stores the decision, in up
+    /// to [`MAX_ROUNDS`] compare-and-set rounds.
     async fn shared<R>(
         &self,
         key: &str,
@@ -549,8 +458,6 @@ impl RedisHosts {
             ),
             None => (Vec::new(), 0),
         };
-        let blob_key = format!("{}h:{key}", self.settings.key_prefix);
-        let lease_key = format!("{}l:{key}", self.settings.key_prefix);
         for _ in 0..MAX_ROUNDS {
             let mut budget = decode_or_new(p, &bytes, now, wall);
             budget.set_in_flight(leases + u32::from(releasing));
@@ -558,79 +465,63 @@ impl RedisHosts {
             let take = wants_lease && matches!(action, LeaseAction::Take);
             let new_bytes = budget.encode(now, wall);
             let changed = new_bytes != bytes;
-            let lease_id = match action {
-                LeaseAction::Release(id) => (*id).to_string(),
-                _ if take => format!(
-                    "{}:{}",
-                    self.instance,
-                    self.next_lease.fetch_add(1, Ordering::Relaxed)
-                ),
-                _ => String::new(),
+            let lease = self.lease_change(action, take);
+            let ask = Ask {
+                host: key,
+                seen: &bytes,
+                leases,
+                new: changed.then_some(&new_bytes[..]),
+                lease: &lease,
             };
-            let mut inv = self.script.key(&blob_key);
-            inv.key(&lease_key)
-                .arg(&bytes[..])
-                .arg(leases)
-                .arg(if changed { &new_bytes[..] } else { &[][..] })
-                .arg(ms(self.settings.budget_ttl))
-                .arg(match action {
-                    LeaseAction::Release(_) => "-",
-                    _ if take => "+",
-                    _ => "",
-                })
-                .arg(&lease_id)
-                .arg(ms(self.settings.lease_ttl));
-            let mut conn = self.conn.clone();
             self.stats.round_trips.fetch_add(1, Ordering::Relaxed);
-            let answer: Vec<Value> = match tokio::time::timeout(
-                self.settings.command_timeout,
-                inv.invoke_async(&mut conn),
-            )
-            .await
-            {
-                Ok(Ok(v)) => v,
-                Ok(Err(e)) => return Err(Miss::Unreachable(e.to_string())),
-                Err(_) => {
-                    return Err(Miss::Unreachable(format!(
-                        "no answer within {:?}",
-                        self.settings.command_timeout
-                    )))
+            let answer = script::call(&self.script, &self.conn, &self.settings, ask).await;
+            match answer.map_err(Miss::Unreachable)? {
+                Answer::Stored { leases } => {
+                    budget.set_in_flight(leases);
+                    let bytes = if changed { new_bytes } else { bytes };
+                    self.remember(key, bytes, leases, budget);
+                    let lease = match lease {
+                        LeaseChange::Take(id) => Some(Lease::Shared(id)),
+                        _ => None,
+                    };
+                    return Ok((value, lease));
                 }
-            };
-            let stored = matches!(answer.first(), Some(Value::Int(1)));
-            let now_leases = match answer.get(1) {
-                Some(Value::Int(n)) => u32::try_from(*n).unwrap_or(u32::MAX),
-                _ => {
-                    return Err(Miss::Unreachable(String::from(
-                        "unexpected answer from the budget script",
-                    )))
+                Answer::Changed {
+                    leases: now_leases,
+                    current,
+                } => {
+                    self.stats.conflicts.fetch_add(1, Ordering::Relaxed);
+                    bytes = current;
+                    leases = now_leases;
                 }
-            };
-            if stored {
-                budget.set_in_flight(now_leases);
-                self.seen.insert(
-                    Box::from(key),
-                    Seen {
-                        bytes: if changed { new_bytes } else { bytes },
-                        leases: now_leases,
-                        budget,
-                    },
-                );
-                let lease = take.then_some(Lease::Shared(lease_id));
-                return Ok((value, lease));
             }
-            self.stats.conflicts.fetch_add(1, Ordering::Relaxed);
-            bytes = match answer.get(2) {
-                Some(Value::BulkString(b)) => b.clone(),
-                _ => Vec::new(),
-            };
-            leases = now_leases;
         }
         // The newest copy Redis answered: the stand-in this operation falls
         // back to is made from it (with any pause another proxy learned),
         // and the next operation starts from it.
         let mut budget = decode_or_new(p, &bytes, now, wall);
         budget.set_in_flight(leases);
+        self.remember(key, bytes, leases, budget);
+        Err(Miss::Contended)
+    }
+
+    /// What one round does to the host's leases: gives back the one being
+    /// released, or takes a new one when the decision asks for it.
+    fn lease_change(&self, action: &LeaseAction<'_>, take: bool) -> LeaseChange {
+        match action {
+            LeaseAction::Release(id) => LeaseChange::Release((*id).to_string()),
+            _ if take => LeaseChange::Take(format!(
+                "{}:{}",
+                self.instance,
+                self.next_lease.fetch_add(1, Ordering::Relaxed)
+            )),
+            _ => LeaseChange::None,
+        }
+    }
+
+    /// Keeps `bytes` as the shared copy of `key` seen last, decoded as
+    /// `budget`, with `leases` live.
+    fn remember(&self, key: &str, bytes: Vec<u8>, leases: u32, budget: HostBudget) {
         self.seen.insert(
             Box::from(key),
             Seen {
@@ -639,7 +530,6 @@ impl RedisHosts {
                 budget,
             },
         );
-        Err(Miss::Contended)
     }
 
     /// Runs `f` on the local stand-in of `host`, made on first use from the
@@ -652,126 +542,8 @@ impl RedisHosts {
     ) -> R {
         let key = host_key(host);
         let p = self.table().for_host(&key);
-        let mut entry = self
-            .local
-            .entry(Box::from(key.as_ref()))
-            .or_insert_with(|| {
-                let shared = self
-                    .seen
-                    .get(key.as_ref())
-                    .map(|s| s.budget.clone())
-                    .unwrap_or_else(|| HostBudget::new(&p, now));
-                let (budget, spacing_ms) = shared.degraded(&p, now, self.settings.instances_hint);
-                Local { budget, spacing_ms }
-            });
-        let spacing = entry.spacing_ms;
-        let before = entry.budget.view(&p, now).crawl_delay;
-        let r = f(&mut entry.budget, &p);
-        // A Crawl-delay applied meanwhile must not lift the degraded cap.
-        let after = entry.budget.view(&p, now).crawl_delay;
-        if after != before && after.is_none_or(|d| (d.as_millis() as u64) < spacing) {
-            entry
-                .budget
-                .set_crawl_delay(&p, now, Some(spacing as f64 / 1000.0));
-        }
-        r
-    }
-
-    fn may_try_shared(&self, now: Instant) -> bool {
-        let Ok(mut m) = self.mode.lock() else {
-            return false;
-        };
-        if !m.degraded {
-            return true;
-        }
-        // One request at a time probes; the others stay local meanwhile.
-        match m.probe_at {
-            Some(at) if now < at => false,
-            _ => {
-                m.probe_at = Some(now + self.settings.probe_every);
-                true
-            }
-        }
-    }
-
-    fn degrade(&self, now: Instant, why: &str) {
-        if let Ok(mut m) = self.mode.lock() {
-            if !m.degraded {
-                tracing::warn!(
-                    "redis out of reach ({why}): deciding alone at 1/{} of the shared rates",
-                    self.settings.instances_hint
-                );
-                m.degraded = true;
-            }
-            m.probe_at = Some(now + self.settings.probe_every);
-        }
-    }
-
-    fn back_to_shared(&self) {
-        let Ok(mut m) = self.mode.lock() else {
-            return;
-        };
-        if m.degraded {
-            m.degraded = false;
-            m.probe_at = None;
-            self.local.clear();
-            tracing::info!("redis answers again: budgets are shared again");
-        }
-    }
-}
-
-impl<T> Decided<T> {
-    fn map<U>(self, f: impl FnOnce(T) -> U) -> Decided<U> {
-        Decided {
-            value: f(self.value),
-            basis: self.basis,
-        }
-    }
-}
-
-// === impl Basis ===
-
-impl Basis {
-    /// The audit line's `state`: `shared`, `degraded` or `contended`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Basis::Shared => "shared",
-            Basis::Degraded => "degraded",
-            Basis::Contended => "contended",
-        }
-    }
-
-    /// Decided on this proxy's stand-in rather than the cluster's copy.
-    pub fn is_local(self) -> bool {
-        self != Basis::Shared
-    }
-
-    /// What a request let go was decided on, from its slot's reservation
-    /// and its start: local if either was (a slot reserved on the stand-in
-    /// makes the request a local decision even when its start was shared),
-    /// the start's otherwise.
-    pub fn of_request(reserved: Option<Basis>, started: Option<Basis>) -> Option<Basis> {
-        match started {
-            Some(b) if b.is_local() => Some(b),
-            _ => reserved.filter(|b| b.is_local()).or(started),
-        }
-    }
-}
-
-#[cfg(test)]
-mod basis_tests {
-    use super::Basis::{self, Contended, Degraded, Shared};
-
-    #[test]
-    fn a_request_is_local_if_its_slot_or_its_start_was() {
-        let of = Basis::of_request;
-        assert_eq!(of(Some(Shared), Some(Shared)), Some(Shared));
-        assert_eq!(of(Some(Contended), Some(Shared)), Some(Contended));
-        assert_eq!(of(Some(Shared), Some(Degraded)), Some(Degraded));
-        assert_eq!(of(Some(Degraded), Some(Contended)), Some(Contended));
-        assert_eq!(of(None, Some(Shared)), Some(Shared));
-        assert_eq!(of(Some(Degraded), None), Some(Degraded));
-        assert_eq!(of(None, None), None);
+        let shared = || self.seen.get(key.as_ref()).map(|s| s.budget.clone());
+        self.fallback.run(&key, &p, now, shared, f)
     }
 }
 
@@ -784,15 +556,11 @@ fn decode_or_new(p: &HostParams, bytes: &[u8], now: Instant, wall: SystemTime) -
     HostBudget::decode(p, bytes, 0, now, wall).unwrap_or_else(|_| HostBudget::new(p, now))
 }
 
-fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
-}
-
 /// Names this proxy's leases: the host name and process id, with the start
-/// time so that a restarted process does not reuse a dead one's leases.
-fn instance_id() -> String {
+/// time `wall` so that a restarted process does not reuse a dead one's leases.
+fn instance_id(wall: SystemTime) -> String {
     let host = std::env::var("HOSTNAME").unwrap_or_default();
-    let t = SystemTime::now()
+    let t = wall
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_micros());
     format!("{host}:{}:{t:x}", std::process::id())

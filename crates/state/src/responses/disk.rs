@@ -8,43 +8,30 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex, MutexGuard};
+use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use bytes::Bytes;
 use mannerly_policy::conditional::http::HeaderMap;
 use mannerly_policy::conditional::{variant_key, CacheEntryMeta, CacheKey, CacheParams, CacheSync};
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, ReadableDatabase, ReadableTable};
 
-use super::index::{Index, Row};
-use super::writer::{self, Done, Job};
+use super::index::Index;
 use super::{
     record, Counters, PutDone, PutOutcome, ResponseStore, StoreError, StoreLimits, StoreStats,
     StoredResponse,
 };
 
-/// Page key → record (see `record.rs`). A page's key is the recency tick it
-/// was written at, so every new page goes to the end of the tree: a commit
-/// of many responses writes a few pages at its right edge, where keys by URL
-/// hash put each response on a page of its own, anywhere in the file.
-pub(super) const PAGES: TableDefinition<u64, &[u8]> = TableDefinition::new("pages_v2");
-/// Page key → (variant key, size): rebuilds the index on open without
-/// reading any body.
-pub(super) const SEQS: TableDefinition<u64, (&str, u64)> = TableDefinition::new("seqs_v2");
-/// Variant key → (tick, size) of its latest read, for variants read since
-/// they were written: recency survives a restart.
-pub(super) const READS: TableDefinition<&str, (u64, u64)> = TableDefinition::new("reads_v2");
-/// Primary key → JSON list of the `Vary` names of its variants. No row: the
-/// URL's response has no `Vary` (its one variant is keyed by the URL alone).
-pub(super) const VARY: TableDefinition<&str, &str> = TableDefinition::new("vary_v1");
-/// The `Vary` list of a response without `Vary`, as JSON.
-pub(super) const NO_VARY: &str = "[]";
-/// The first layout: variant key → record, and variant key → (tick, size).
-/// Moved to the tables above when a store written by it is opened.
-const ENTRIES_V1: TableDefinition<&str, &[u8]> = TableDefinition::new("responses_v1");
-const ACCESS_V1: TableDefinition<&str, (u64, u64)> = TableDefinition::new("access_v1");
-/// Host → opaque budget record.
-pub(super) const HOSTS: TableDefinition<&str, &[u8]> = TableDefinition::new("host_records_v1");
+// One way: the callers' side (this file) and the writer meet in `shared`
+// and `tables`, and no submodule uses this file.
+mod shared;
+mod tables;
+mod writer;
+
+use shared::{CommitGate, Inner};
+use tables::{HOSTS, PAGES, VARY};
+use writer::{Done, Job};
 
 /// redb's own page cache. Its default (1 GiB) let the proxy's memory grow
 /// with the store (heaptrack: 117 MB of cached pages after 35k new pages);
@@ -93,42 +80,16 @@ impl From<&CacheParams> for DiskOptions {
 /// time.
 pub struct DiskStore {
     inner: Arc<Inner>,
+    options: DiskOptions,
     queue: Option<mpsc::Sender<Job>>,
     writer: Option<JoinHandle<()>>,
-}
-
-/// What the callers' threads and the writer share.
-pub(super) struct Inner {
-    pub(super) db: Database,
-    pub(super) limits: StoreLimits,
-    pub(super) index: Mutex<Index>,
-    pub(super) counters: Counters,
-    /// Body bytes handed to the writer and not yet written.
-    pub(super) queued: AtomicU64,
-    pub(super) options: DiskOptions,
-    /// Set by [`DiskStore::hold_commit`]: where the next commit waits.
-    pub(super) commit_gate: Mutex<Option<CommitGate>>,
-}
-
-/// The writer's side of a [`CommitHold`].
-pub(super) struct CommitGate {
-    reached: mpsc::Sender<()>,
-    release: mpsc::Receiver<()>,
-}
-
-impl CommitGate {
-    /// Says the commit is reached, then waits for the hold to be dropped.
-    pub(super) fn wait(self) {
-        let _ = self.reached.send(());
-        while self.release.recv().is_ok() {}
-    }
 }
 
 impl std::fmt::Debug for DiskStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DiskStore")
             .field("limits", &self.inner.limits)
-            .field("options", &self.inner.options)
+            .field("options", &self.options)
             .finish_non_exhaustive()
     }
 }
@@ -136,28 +97,29 @@ impl std::fmt::Debug for DiskStore {
 impl DiskStore {
     /// Opens (or creates) the store at `path` with the default options.
     /// Entries beyond a lowered `max_size` are evicted at the next write.
-    pub fn open(path: impl AsRef<Path>, limits: StoreLimits) -> Result<Self, StoreError> {
-        DiskStore::open_with(path, limits, DiskOptions::default())
+    /// `now` is the monotonic clock the writer times its commits by.
+    pub fn open(
+        path: impl AsRef<Path>,
+        limits: StoreLimits,
+        now: impl Fn() -> Instant + Send + 'static,
+    ) -> Result<Self, StoreError> {
+        DiskStore::open_with(path, limits, DiskOptions::default(), now)
     }
 
-    /// Opens (or creates) the store at `path`.
+    /// Opens (or creates) the store at `path`; `now` is the monotonic clock
+    /// the writer times its commits by (`sync = "none"` forces one within
+    /// a bound of the first unforced one).
     pub fn open_with(
         path: impl AsRef<Path>,
         limits: StoreLimits,
         options: DiskOptions,
+        now: impl Fn() -> Instant + Send + 'static,
     ) -> Result<Self, StoreError> {
         let db = Database::builder()
             .set_cache_size(REDB_CACHE_BYTES)
             .create(path)?;
         let txn = db.begin_write()?;
-        {
-            txn.open_table(PAGES)?;
-            txn.open_table(SEQS)?;
-            txn.open_table(READS)?;
-            txn.open_table(VARY)?;
-            txn.open_table(HOSTS)?;
-        }
-        migrate_v1(&txn)?;
+        tables::prepare(&txn)?;
         txn.commit()?;
         let inner = Arc::new(Inner {
             db,
@@ -165,7 +127,6 @@ impl DiskStore {
             index: Mutex::new(Index::from_rows(Vec::new(), options.memory_size)),
             counters: Counters::default(),
             queued: AtomicU64::new(0),
-            options,
             commit_gate: Mutex::new(None),
         });
         *inner.index()? = Index::from_rows(inner.rows()?, options.memory_size);
@@ -173,10 +134,11 @@ impl DiskStore {
         let for_writer = inner.clone();
         let writer = std::thread::Builder::new()
             .name("mannerly-store".into())
-            .spawn(move || writer::run(&for_writer, &jobs))
+            .spawn(move || writer::run(&for_writer, &jobs, options.sync, now))
             .map_err(StoreError::Thread)?;
         Ok(DiskStore {
             inner,
+            options,
             queue: Some(queue),
             writer: Some(writer),
         })
@@ -347,81 +309,6 @@ impl Drop for DiskStore {
     }
 }
 
-impl Inner {
-    pub(super) fn index(&self) -> Result<MutexGuard<'_, Index>, StoreError> {
-        self.index.lock().map_err(|_| StoreError::Poisoned)
-    }
-
-    /// Every stored variant, as the disk lists it.
-    pub(super) fn rows(&self) -> Result<Vec<Row>, StoreError> {
-        let txn = self.db.begin_read()?;
-        let reads = txn.open_table(READS)?;
-        let mut last_read = std::collections::HashMap::new();
-        for row in reads.iter()? {
-            let (variant, value) = row?;
-            last_read.insert(variant.value().to_owned(), value.value().0);
-        }
-        let seqs = txn.open_table(SEQS)?;
-        let mut rows = Vec::new();
-        for row in seqs.iter()? {
-            let (seq, value) = row?;
-            let (variant, size) = value.value();
-            let read = last_read.get(variant).copied();
-            rows.push(Row {
-                variant: variant.to_owned(),
-                seq: seq.value(),
-                tick: read.unwrap_or(0),
-                size,
-                read_row: read.is_some(),
-            });
-        }
-        Ok(rows)
-    }
-}
-
-/// Moves the entries of a store written in the first layout (keyed by
-/// variant) to pages keyed by recency, in the transaction that opens the
-/// store (a crash leaves the old layout whole), and drops the old tables.
-fn migrate_v1(txn: &redb::WriteTransaction) -> Result<(), StoreError> {
-    let moved = {
-        let entries = txn.open_table(ENTRIES_V1)?;
-        let access = txn.open_table(ACCESS_V1)?;
-        let mut pages = txn.open_table(PAGES)?;
-        let mut seqs = txn.open_table(SEQS)?;
-        // Entries without a tick come first (least recent), then the rest
-        // in the order of their ticks (all at least 1).
-        let mut unticked = 0;
-        for row in entries.iter()? {
-            if access.get(row?.0.value())?.is_none() {
-                unticked += 1;
-            }
-        }
-        let mut next_unticked = 0;
-        let mut moved = 0u64;
-        for row in entries.iter()? {
-            let (variant, bytes) = row?;
-            let (variant, bytes) = (variant.value(), bytes.value());
-            let seq = match access.get(variant)? {
-                Some(a) => a.value().0 + unticked,
-                None => {
-                    next_unticked += 1;
-                    next_unticked
-                }
-            };
-            pages.insert(seq, bytes)?;
-            seqs.insert(seq, (variant, super::entry_size(variant, bytes)))?;
-            moved += 1;
-        }
-        moved
-    };
-    txn.delete_table(ENTRIES_V1)?;
-    txn.delete_table(ACCESS_V1)?;
-    if moved > 0 {
-        tracing::info!("response store: {moved} entries moved to the page-keyed layout");
-    }
-    Ok(())
-}
-
 impl ResponseStore for DiskStore {
     fn get(
         &self,
@@ -518,10 +405,4 @@ impl ResponseStore for DiskStore {
         let host = host.to_owned();
         self.wait(|done| Job::RemoveHost { host, done })
     }
-}
-
-/// The count of queued body bytes, for the writer to give back.
-pub(super) fn dequeued(inner: &Inner, len: usize) {
-    let len = u64::try_from(len).unwrap_or(u64::MAX);
-    inner.queued.fetch_sub(len, Ordering::Relaxed);
 }

@@ -32,6 +32,7 @@ pub(super) async fn claim(
             params.max_age(),
             params.cluster_lock(),
             deadline,
+            || budgets.now(),
             || budgets.wall(),
         )
         .await

@@ -19,8 +19,9 @@ use bytes::Bytes;
 use mannerly_policy::conditional::{variant_prefix, CacheEntryMeta, CacheKey, CacheSync};
 use redb::{Durability, ReadableTable, Table};
 
-use super::disk::{dequeued, Inner, HOSTS, NO_VARY, PAGES, READS, SEQS, VARY};
-use super::{entry_size, record, PutOutcome, StoreError, StoredResponse};
+use super::shared::Inner;
+use super::tables::{HOSTS, NO_VARY, PAGES, READS, SEQS, VARY};
+use crate::responses::{entry_size, record, PutOutcome, StoreError, StoredResponse};
 
 /// Jobs written in one transaction, at most.
 const MAX_BATCH: usize = 512;
@@ -131,14 +132,15 @@ impl Waiter {
     }
 }
 
-/// The writer thread's loop; returns when every sender is gone and the
-/// queue is empty.
-pub(super) fn run(inner: &Inner, jobs: &Receiver<Job>) {
+/// The writer thread's loop, committing as `sync` says and timing that by
+/// `now`; returns when every sender is gone and the queue is empty.
+pub(super) fn run(inner: &Inner, jobs: &Receiver<Job>, sync: CacheSync, now: impl Fn() -> Instant) {
+    let age = |t: Instant| now().saturating_duration_since(t);
     // The first commit not forced to disk since the last forced one.
     let mut unforced: Option<Instant> = None;
     loop {
         let first = match unforced {
-            Some(since) => match jobs.recv_timeout(SYNC_EVERY.saturating_sub(since.elapsed())) {
+            Some(since) => match jobs.recv_timeout(SYNC_EVERY.saturating_sub(age(since))) {
                 Ok(job) => job,
                 Err(RecvTimeoutError::Timeout) => {
                     if force(inner).is_ok() {
@@ -171,17 +173,17 @@ pub(super) fn run(inner: &Inner, jobs: &Receiver<Job>) {
         // Host records (pauses, breakers, ceilings) are forced whatever
         // the setting: a pause lost in a crash would send requests to a
         // host that asked for none, where a lost page is only fetched again.
-        let durable = match inner.options.sync {
+        let durable = match sync {
             CacheSync::Batch => true,
             CacheSync::None => {
                 batch.iter().any(Job::is_host_record)
-                    || unforced.is_some_and(|t| t.elapsed() >= SYNC_EVERY)
+                    || unforced.is_some_and(|t| age(t) >= SYNC_EVERY)
             }
         };
         let committed = commit(inner, batch, durable);
         match (durable, committed) {
             (true, true) => unforced = None,
-            (false, true) => unforced = unforced.or(Some(Instant::now())),
+            (false, true) => unforced = unforced.or_else(|| Some(now())),
             (_, false) => {}
         }
     }
@@ -208,7 +210,7 @@ fn commit(inner: &Inner, batch: Vec<Job>, durable: bool) -> bool {
     for job in batch {
         match job {
             Job::Put { meta, body, done } => {
-                dequeued(inner, body.len());
+                inner.dequeued(body.len());
                 // Encoding fails for this job alone, before the transaction.
                 let encoded = record::encode(&meta, &body)
                     .and_then(|bytes| Ok((bytes, serde_json::to_string(meta.vary())?)));

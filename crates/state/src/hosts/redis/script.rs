@@ -1,0 +1,92 @@
+//! The budget script ([`SCRIPT`]) and one call of it: a compare-and-set of
+//! one host's encoded budget, and a change to its concurrency leases, in one
+//! round trip.
+
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use redis::Value;
+
+use super::settings::RedisSettings;
+
+/// The Lua script every budget operation runs (see the file for its contract).
+pub const SCRIPT: &str = include_str!("op.lua");
+
+/// What a call does to the host's leases.
+pub(super) enum LeaseChange {
+    None,
+    /// Takes a new lease by this id.
+    Take(String),
+    /// Gives back the lease by this id.
+    Release(String),
+}
+
+/// One call: the copy the caller decided on, and what it decided.
+pub(super) struct Ask<'a> {
+    /// The host's budget key.
+    pub(super) host: &'a str,
+    /// The encoded budget decided on (empty: none yet).
+    pub(super) seen: &'a [u8],
+    /// The live leases decided on (after the caller's own release).
+    pub(super) leases: u32,
+    /// The encoded budget after the decision; `None`: unchanged, nothing
+    /// to write.
+    pub(super) new: Option<&'a [u8]>,
+    pub(super) lease: &'a LeaseChange,
+}
+
+/// What the script answered.
+pub(super) enum Answer {
+    /// The copy decided on was current: the decision is stored.
+    Stored { leases: u32 },
+    /// Another proxy changed the copy meanwhile: decide again on `current`
+    /// (empty: it holds none now).
+    Changed { leases: u32, current: Vec<u8> },
+}
+
+/// Runs `script` once for `ask`. `Err` says why Redis counts as out of
+/// reach: no answer within the command timeout, or not one the script gives.
+pub(super) async fn call(
+    script: &redis::Script,
+    conn: &ConnectionManager,
+    settings: &RedisSettings,
+    ask: Ask<'_>,
+) -> Result<Answer, String> {
+    let (sign, id) = match ask.lease {
+        LeaseChange::None => ("", ""),
+        LeaseChange::Take(id) => ("+", id.as_str()),
+        LeaseChange::Release(id) => ("-", id.as_str()),
+    };
+    let mut inv = script.key(format!("{}h:{}", settings.key_prefix, ask.host));
+    inv.key(format!("{}l:{}", settings.key_prefix, ask.host))
+        .arg(ask.seen)
+        .arg(ask.leases)
+        .arg(ask.new.unwrap_or(&[]))
+        .arg(ms(settings.budget_ttl))
+        .arg(sign)
+        .arg(id)
+        .arg(ms(settings.lease_ttl));
+    let mut conn = conn.clone();
+    let answer: Vec<Value> =
+        match tokio::time::timeout(settings.command_timeout, inv.invoke_async(&mut conn)).await {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => return Err(e.to_string()),
+            Err(_) => return Err(format!("no answer within {:?}", settings.command_timeout)),
+        };
+    let leases = match answer.get(1) {
+        Some(Value::Int(n)) => u32::try_from(*n).unwrap_or(u32::MAX),
+        _ => return Err(String::from("unexpected answer from the budget script")),
+    };
+    if matches!(answer.first(), Some(Value::Int(1))) {
+        return Ok(Answer::Stored { leases });
+    }
+    let current = match answer.get(2) {
+        Some(Value::BulkString(b)) => b.clone(),
+        _ => Vec::new(),
+    };
+    Ok(Answer::Changed { leases, current })
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}

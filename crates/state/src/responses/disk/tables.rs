@@ -1,0 +1,82 @@
+//! The disk store's file: its tables, and the move from the first layout.
+
+use redb::{ReadableTable, TableDefinition, WriteTransaction};
+
+use crate::responses::{entry_size, StoreError};
+
+/// Page key → record (see `record.rs`). A page's key is the recency tick it
+/// was written at, so every new page goes to the end of the tree: a commit
+/// of many responses writes a few pages at its right edge, where keys by URL
+/// hash put each response on a page of its own, anywhere in the file.
+pub(super) const PAGES: TableDefinition<u64, &[u8]> = TableDefinition::new("pages_v2");
+/// Page key → (variant key, size): rebuilds the index on open without
+/// reading any body.
+pub(super) const SEQS: TableDefinition<u64, (&str, u64)> = TableDefinition::new("seqs_v2");
+/// Variant key → (tick, size) of its latest read, for variants read since
+/// they were written: recency survives a restart.
+pub(super) const READS: TableDefinition<&str, (u64, u64)> = TableDefinition::new("reads_v2");
+/// Primary key → JSON list of the `Vary` names of its variants. No row: the
+/// URL's response has no `Vary` (its one variant is keyed by the URL alone).
+pub(super) const VARY: TableDefinition<&str, &str> = TableDefinition::new("vary_v1");
+/// The `Vary` list of a response without `Vary`, as JSON.
+pub(super) const NO_VARY: &str = "[]";
+/// The first layout: variant key → record, and variant key → (tick, size).
+/// Moved to the tables above when a store written by it is opened.
+const ENTRIES_V1: TableDefinition<&str, &[u8]> = TableDefinition::new("responses_v1");
+const ACCESS_V1: TableDefinition<&str, (u64, u64)> = TableDefinition::new("access_v1");
+/// Host → opaque budget record.
+pub(super) const HOSTS: TableDefinition<&str, &[u8]> = TableDefinition::new("host_records_v1");
+
+/// Creates the tables a new file lacks and moves a file of the first layout
+/// to this one, in `txn`.
+pub(super) fn prepare(txn: &WriteTransaction) -> Result<(), StoreError> {
+    txn.open_table(PAGES)?;
+    txn.open_table(SEQS)?;
+    txn.open_table(READS)?;
+    txn.open_table(VARY)?;
+    txn.open_table(HOSTS)?;
+    migrate_v1(txn)
+}
+
+/// Moves the entries of a store written in the first layout (keyed by
+/// variant) to pages keyed by recency, in the transaction that opens the
+/// store (a crash leaves the old layout whole), and drops the old tables.
+fn migrate_v1(txn: &WriteTransaction) -> Result<(), StoreError> {
+    let moved = {
+        let entries = txn.open_table(ENTRIES_V1)?;
+        let access = txn.open_table(ACCESS_V1)?;
+        let mut pages = txn.open_table(PAGES)?;
+        let mut seqs = txn.open_table(SEQS)?;
+        // Entries without a tick come first (least recent), then the rest
+        // in the order of their ticks (all at least 1).
+        let mut unticked = 0;
+        for row in entries.iter()? {
+            if access.get(row?.0.value())?.is_none() {
+                unticked += 1;
+            }
+        }
+        let mut next_unticked = 0;
+        let mut moved = 0u64;
+        for row in entries.iter()? {
+            let (variant, bytes) = row?;
+            let (variant, bytes) = (variant.value(), bytes.value());
+            let seq = match access.get(variant)? {
+                Some(a) => a.value().0 + unticked,
+                None => {
+                    next_unticked += 1;
+                    next_unticked
+                }
+            };
+            pages.insert(seq, bytes)?;
+            seqs.insert(seq, (variant, entry_size(variant, bytes)))?;
+            moved += 1;
+        }
+        moved
+    };
+    txn.delete_table(ENTRIES_V1)?;
+    txn.delete_table(ACCESS_V1)?;
+    if moved > 0 {
+        tracing::info!("response store: {moved} entries moved to the page-keyed layout");
+    }
+    Ok(())
+}
