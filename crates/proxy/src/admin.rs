@@ -343,72 +343,112 @@ struct Totals {
     throttles_last_hour: usize,
 }
 
+impl Totals {
+    fn new(decisions: Vec<(&'static str, u64)>) -> Totals {
+        Totals {
+            decisions: decisions.into_iter().collect(),
+            paused: 0,
+            breaker_open: 0,
+            in_flight: 0,
+            queued: 0,
+            throttles_last_hour: 0,
+        }
+    }
+
+    fn add(&mut self, v: &HostView, throttles_last_hour: usize) {
+        self.paused += usize::from(v.paused_for.is_some());
+        self.breaker_open += usize::from(v.breaker_open_for.is_some());
+        self.in_flight += u64::from(v.in_flight);
+        self.queued += u64::from(v.queued);
+        self.throttles_last_hour += throttles_last_hour;
+    }
+}
+
+/// A host `/hosts` may list: (last active, unix ms; host; its view).
+type Row = (u64, String, HostView);
+
+/// What `/hosts` was asked for: which page of which hosts, in what order.
+struct HostQuery {
+    /// From 1.
+    page: usize,
+    per_page: usize,
+    /// Lowercase substring of the host; empty: every host.
+    filter: String,
+    paused_only: bool,
+    /// By name; otherwise most recently active first.
+    by_name: bool,
+}
+
+impl HostQuery {
+    /// Missing or unparsable values fall back to the defaults, out-of-range
+    /// ones to the nearest allowed.
+    fn parse(q: &BTreeMap<String, String>) -> HostQuery {
+        HostQuery {
+            page: q
+                .get("page")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1usize)
+                .max(1),
+            per_page: q
+                .get("per_page")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(PER_PAGE)
+                .clamp(1, MAX_PER_PAGE),
+            filter: q
+                .get("q")
+                .map(|s| s.to_ascii_lowercase())
+                .unwrap_or_default(),
+            paused_only: q.get("paused").is_some_and(|v| v == "1" || v == "true"),
+            by_name: q.get("sort").is_some_and(|v| v == "name"),
+        }
+    }
+
+    fn matches(&self, host: &str, v: &HostView) -> bool {
+        (self.filter.is_empty() || host.contains(&self.filter))
+            && !(self.paused_only && v.paused_for.is_none())
+    }
+
+    fn sort(&self, rows: &mut [Row]) {
+        if self.by_name {
+            rows.sort_by(|a, b| a.1.cmp(&b.1));
+        } else {
+            rows.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        }
+    }
+
+    /// The rows of the page asked for (none past the last page).
+    fn page(&self, rows: Vec<Row>) -> impl Iterator<Item = Row> {
+        rows.into_iter()
+            .skip((self.page - 1).saturating_mul(self.per_page))
+            .take(self.per_page)
+    }
+}
+
+/// The totals count every host; only the rows are filtered.
 fn list(shared: &Shared, observe: &Observe, q: &BTreeMap<String, String>) -> Answer {
     let now = shared.clock.wall();
     let now_ms = activity::unix_ms(now);
-    let page = q
-        .get("page")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1usize)
-        .max(1);
-    let per_page = q
-        .get("per_page")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(PER_PAGE)
-        .clamp(1, MAX_PER_PAGE);
-    let filter = q
-        .get("q")
-        .map(|s| s.to_ascii_lowercase())
-        .unwrap_or_default();
-    let paused_only = q.get("paused").is_some_and(|v| v == "1" || v == "true");
-    let by_name = q.get("sort").is_some_and(|v| v == "name");
-
+    let query = HostQuery::parse(q);
     let views = host_views(shared);
     let hosts_tracked = views.len();
-    let mut totals = Totals {
-        decisions: observe.metrics.totals().into_iter().collect(),
-        paused: 0,
-        breaker_open: 0,
-        in_flight: 0,
-        queued: 0,
-        throttles_last_hour: 0,
-    };
-    let mut rows: Vec<(u64, String, HostView)> = Vec::with_capacity(views.len());
+    let mut totals = Totals::new(observe.metrics.totals());
+    let mut rows: Vec<Row> = Vec::with_capacity(views.len());
     for (host, v) in views {
-        totals.paused += usize::from(v.paused_for.is_some());
-        totals.breaker_open += usize::from(v.breaker_open_for.is_some());
-        totals.in_flight += u64::from(v.in_flight);
-        totals.queued += u64::from(v.queued);
-        totals.throttles_last_hour += observe
+        let throttles = observe
             .activity
             .with(&host, |a| a.throttles_last_hour(now_ms))
             .unwrap_or(0);
-        if !filter.is_empty() && !host.contains(&filter) {
-            continue;
+        totals.add(&v, throttles);
+        if query.matches(&host, &v) {
+            rows.push((observe.activity.last_ms(&host), host, v));
         }
-        if paused_only && v.paused_for.is_none() {
-            continue;
-        }
-        rows.push((observe.activity.last_ms(&host), host, v));
     }
-    if by_name {
-        rows.sort_by(|a, b| a.1.cmp(&b.1));
-    } else {
-        rows.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
-    }
+    query.sort(&mut rows);
     let total = rows.len();
-    let pages = total.div_ceil(per_page).max(1);
-    let hosts = rows
-        .into_iter()
-        .skip((page - 1).saturating_mul(per_page))
-        .take(per_page)
-        .map(|(_, host, v)| {
-            let p = host_params(shared, &host);
-            observe
-                .activity
-                .with(&host, |a| hosts::entry(host.clone(), &v, &p, Some(a), now))
-                .unwrap_or_else(|| hosts::entry(host.clone(), &v, &p, None, now))
-        })
+    let pages = total.div_ceil(query.per_page).max(1);
+    let hosts = query
+        .page(rows)
+        .map(|(_, host, v)| host_entry(shared, observe, host, &v, now))
         .collect();
     json(
         StatusCode::OK,
@@ -416,14 +456,28 @@ fn list(shared: &Shared, observe: &Observe, q: &BTreeMap<String, String>) -> Ans
             now: humantime::format_rfc3339_millis(now).to_string(),
             hosts_tracked,
             total,
-            page,
-            per_page,
+            page: query.page,
+            per_page: query.per_page,
             pages,
             hosts,
             totals,
             latest: observe.activity.latest(),
         },
     )
+}
+
+fn host_entry(
+    shared: &Shared,
+    observe: &Observe,
+    host: String,
+    v: &HostView,
+    now: std::time::SystemTime,
+) -> hosts::HostEntry {
+    let p = host_params(shared, &host);
+    observe
+        .activity
+        .with(&host, |a| hosts::entry(host.clone(), v, &p, Some(a), now))
+        .unwrap_or_else(|| hosts::entry(host.clone(), v, &p, None, now))
 }
 
 fn show(shared: &Shared, observe: &Observe, host: &str) -> Answer {

@@ -40,6 +40,23 @@ pub(crate) struct Decision {
     pub reason: Option<String>,
 }
 
+impl Decision {
+    /// Long URLs and reasons are cut so a kept decision stays small.
+    fn of(rec: &AuditRecord, outcome: Outcome) -> Decision {
+        Decision {
+            ts: rec.ts.clone(),
+            id: rec.id.clone(),
+            host: rec.host.clone(),
+            method: rec.method.clone(),
+            url: cut(&rec.url),
+            outcome: outcome.as_str(),
+            status: rec.status,
+            waited_ms: rec.waited_ms,
+            reason: rec.reason.as_deref().map(cut),
+        }
+    }
+}
+
 /// One sparkline point: the rate at the end of a 10-second bucket.
 #[derive(Clone, Copy, Debug, Serialize)]
 pub(crate) struct Sample {
@@ -87,6 +104,74 @@ impl HostActivity {
         let from = now_ms.saturating_sub(HOUR_MS);
         self.throttles.iter().filter(|&&t| t >= from).count()
     }
+
+    /// Takes in one decision `d` of this host, made at `now_ms`.
+    fn take_in(&mut self, rec: &AuditRecord, outcome: Outcome, d: Decision, now_ms: u64) {
+        self.last_ms = now_ms;
+        self.decisions += 1;
+        if self.last.len() == LAST_DECISIONS {
+            self.last.pop_front();
+        }
+        self.last.push_back(d);
+        let throttled = outcome == Outcome::Throttled;
+        self.sample(now_ms, rec.rate, throttled);
+        if throttled {
+            self.throttled(rec, now_ms);
+        }
+        if outcome == Outcome::RobotsFetched {
+            self.robots = Some(RobotsSeen {
+                status: rec.status,
+                ok: !fetch_failed(rec.status, rec.reason.as_deref()),
+                at_ms: now_ms,
+            });
+        }
+    }
+
+    /// Counts a decision into the sparkline bucket of `now_ms`.
+    fn sample(&mut self, now_ms: u64, rate: Option<f64>, throttled: bool) {
+        let bucket = now_ms / BUCKET_MS * BUCKET_MS / 1000;
+        match self.history.back_mut() {
+            Some(s) if s.t == bucket => {
+                s.n += 1;
+                s.throttles += u32::from(throttled);
+                if let Some(r) = rate {
+                    s.rate = r;
+                }
+            }
+            last => {
+                // Only a decision the budget reacted to carries a rate; the
+                // others keep the line at the last one, not at zero.
+                let rate = rate.or(last.map(|s| s.rate)).unwrap_or(0.0);
+                if self.history.len() == BUCKETS {
+                    self.history.pop_front();
+                }
+                self.history.push_back(Sample {
+                    t: bucket,
+                    rate,
+                    n: 1,
+                    throttles: u32::from(throttled),
+                });
+            }
+        }
+    }
+
+    /// Keeps the time of a throttle (the last hour's, at most
+    /// [`MAX_THROTTLES`]) and what the origin said.
+    fn throttled(&mut self, rec: &AuditRecord, now_ms: u64) {
+        let from = now_ms.saturating_sub(HOUR_MS);
+        while self.throttles.front().is_some_and(|&t| t < from) {
+            self.throttles.pop_front();
+        }
+        if self.throttles.len() == MAX_THROTTLES {
+            self.throttles.pop_front();
+        }
+        self.throttles.push_back(now_ms);
+        self.last_throttle = Some(ThrottleSeen {
+            status: rec.status,
+            retry_after: rec.retry_after.clone(),
+            pause_s: rec.pause_s,
+        });
+    }
 }
 
 pub(crate) struct Activity {
@@ -125,82 +210,27 @@ impl Activity {
         if rec.host.is_empty() {
             return;
         }
-        let now_ms = unix_ms(now);
-        let d = Decision {
-            ts: rec.ts.clone(),
-            id: rec.id.clone(),
-            host: rec.host.clone(),
-            method: rec.method.clone(),
-            url: cut(&rec.url),
-            outcome: outcome.as_str(),
-            status: rec.status,
-            waited_ms: rec.waited_ms,
-            reason: rec.reason.as_deref().map(cut),
-        };
+        let d = Decision::of(rec, outcome);
+        self.push_latest(d.clone());
+        let key = mannerly_policy::budget::host_key(&rec.host);
+        let is_new = !self.hosts.contains_key(key.as_ref());
+        // One statement, so the entry's shard lock is released before
+        // `len` below takes every shard.
+        self.hosts
+            .entry(Box::from(key.as_ref()))
+            .or_default()
+            .take_in(rec, outcome, d, unix_ms(now));
+        if is_new && self.hosts.len() > self.max_hosts {
+            self.evict();
+        }
+    }
+
+    fn push_latest(&self, d: Decision) {
         if let Ok(mut latest) = self.latest.lock() {
             if latest.len() == LATEST {
                 latest.pop_front();
             }
-            latest.push_back(d.clone());
-        }
-        let key = mannerly_policy::budget::host_key(&rec.host);
-        let is_new = !self.hosts.contains_key(key.as_ref());
-        {
-            let mut a = self.hosts.entry(Box::from(key.as_ref())).or_default();
-            a.last_ms = now_ms;
-            a.decisions += 1;
-            if a.last.len() == LAST_DECISIONS {
-                a.last.pop_front();
-            }
-            a.last.push_back(d);
-            let bucket = now_ms / BUCKET_MS * BUCKET_MS / 1000;
-            let throttled = outcome == Outcome::Throttled;
-            match a.history.back_mut() {
-                Some(s) if s.t == bucket => {
-                    s.n += 1;
-                    s.throttles += u32::from(throttled);
-                    if let Some(r) = rec.rate {
-                        s.rate = r;
-                    }
-                }
-                last => {
-                    let rate = rec.rate.or(last.map(|s| s.rate)).unwrap_or(0.0);
-                    if a.history.len() == BUCKETS {
-                        a.history.pop_front();
-                    }
-                    a.history.push_back(Sample {
-                        t: bucket,
-                        rate,
-                        n: 1,
-                        throttles: u32::from(throttled),
-                    });
-                }
-            }
-            if throttled {
-                let from = now_ms.saturating_sub(HOUR_MS);
-                while a.throttles.front().is_some_and(|&t| t < from) {
-                    a.throttles.pop_front();
-                }
-                if a.throttles.len() == MAX_THROTTLES {
-                    a.throttles.pop_front();
-                }
-                a.throttles.push_back(now_ms);
-                a.last_throttle = Some(ThrottleSeen {
-                    status: rec.status,
-                    retry_after: rec.retry_after.clone(),
-                    pause_s: rec.pause_s,
-                });
-            }
-            if outcome == Outcome::RobotsFetched {
-                a.robots = Some(RobotsSeen {
-                    status: rec.status,
-                    ok: !fetch_failed(rec.status, rec.reason.as_deref()),
-                    at_ms: now_ms,
-                });
-            }
-        }
-        if is_new && self.hosts.len() > self.max_hosts {
-            self.evict();
+            latest.push_back(d);
         }
     }
 

@@ -124,130 +124,155 @@ fn meta() -> Metadata<'static> {
     Metadata::new(module_path!(), Level::INFO, Some(module_path!()))
 }
 
+/// The `# HELP` text of each family that has one; the rest are left bare.
+const HELP: &[(&str, &str)] = &[
+    (
+        "mannerly_decisions_total",
+        "Decisions by outcome; equals the audit lines of each outcome.",
+    ),
+    (
+        "mannerly_upstream_responses_total",
+        "Responses from origins by status class (robots.txt fetches included).",
+    ),
+    (
+        "mannerly_robots_fetches_total",
+        "robots.txt fetches made by the proxy.",
+    ),
+    (
+        "mannerly_robots_fetch_failures_total",
+        "robots.txt fetches that left the origin unavailable (429, 5xx, network, redirects).",
+    ),
+    (
+        "mannerly_cache_stored_total",
+        "Responses written to the store.",
+    ),
+    (
+        "mannerly_cache_revalidated_total",
+        "304s to our validators answered with the stored page.",
+    ),
+    (
+        "mannerly_cache_saved_bytes_total",
+        "Body bytes clients got without the origin sending them.",
+    ),
+    ("mannerly_store_errors_total", "Response store failures."),
+    (
+        "mannerly_store_entries",
+        "Pages (variants) in the response store.",
+    ),
+    (
+        "mannerly_store_bytes",
+        "Bytes the stored pages count against cache.max_size.",
+    ),
+    (
+        "mannerly_store_resident_bytes",
+        "Bytes of stored pages held decoded in memory (cache.memory_size).",
+    ),
+    (
+        "mannerly_store_commits_total",
+        "Store write transactions; under load one carries many pages.",
+    ),
+    (
+        "mannerly_store_evicted_total",
+        "Pages evicted to stay under cache.max_size.",
+    ),
+    ("mannerly_audit_lines_total", "Audit lines written."),
+    (
+        "mannerly_audit_write_errors_total",
+        "Audit log write failures (after one, no more lines are written).",
+    ),
+];
+
+/// A recorder with the wait and latency buckets set.
+fn recorder() -> PrometheusRecorder {
+    // Only fails on an empty bucket list; the lists above are not.
+    PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Full("mannerly_wait_seconds".into()), WAIT_BUCKETS)
+        .and_then(|b| {
+            b.set_buckets_for_metric(
+                Matcher::Full("mannerly_upstream_latency_seconds".into()),
+                LATENCY_BUCKETS,
+            )
+        })
+        .unwrap_or_else(|_| PrometheusBuilder::new())
+        .build_recorder()
+}
+
+fn describe(r: &PrometheusRecorder) {
+    // Gauges too go through `describe_counter`: the exporter keeps one help
+    // text per name whatever its kind.
+    for (name, help) in HELP {
+        r.describe_counter((*name).into(), None, (*help).into());
+    }
+}
+
+fn counter(r: &PrometheusRecorder, name: &'static str, labels: Vec<Label>) -> Counter {
+    r.register_counter(&Key::from_parts(name, labels), &meta())
+}
+
+/// One counter of `name` per outcome, in the order of [`OUTCOMES`], each
+/// with `labels` before its `outcome` label.
+fn by_outcome(r: &PrometheusRecorder, name: &'static str, labels: &[Label]) -> Vec<Counter> {
+    OUTCOMES
+        .iter()
+        .map(|o| {
+            let mut l = labels.to_vec();
+            l.push(Label::new("outcome", o.as_str()));
+            counter(r, name, l)
+        })
+        .collect()
+}
+
+/// Upstream responses by status class, `1xx` first.
+fn by_status_class(r: &PrometheusRecorder) -> [Counter; 5] {
+    ["1xx", "2xx", "3xx", "4xx", "5xx"].map(|c| {
+        counter(
+            r,
+            "mannerly_upstream_responses_total",
+            vec![Label::new("class", c)],
+        )
+    })
+}
+
+/// Decisions by outcome for each host in `admin.host_labels`, keyed by the
+/// normalised host that audit records carry.
+fn by_host(r: &PrometheusRecorder, host_labels: &[String]) -> HashMap<String, Vec<Counter>> {
+    host_labels
+        .iter()
+        .map(|h| {
+            let host = mannerly_policy::budget::host_key(h).into_owned();
+            let counters = by_outcome(
+                r,
+                "mannerly_host_decisions_total",
+                &[Label::new("host", host.clone())],
+            );
+            (host, counters)
+        })
+        .collect()
+}
+
+fn histogram(r: &PrometheusRecorder, name: &'static str) -> Histogram {
+    r.register_histogram(&Key::from_name(name), &meta())
+}
+
 impl Metrics {
     pub(super) fn new(host_labels: &[String]) -> Metrics {
-        // Only fails on an empty bucket list; the lists above are not.
-        let recorder = PrometheusBuilder::new()
-            .set_buckets_for_metric(Matcher::Full("mannerly_wait_seconds".into()), WAIT_BUCKETS)
-            .and_then(|b| {
-                b.set_buckets_for_metric(
-                    Matcher::Full("mannerly_upstream_latency_seconds".into()),
-                    LATENCY_BUCKETS,
-                )
-            })
-            .unwrap_or_else(|_| PrometheusBuilder::new())
-            .build_recorder();
-        let handle = recorder.handle();
+        let recorder = recorder();
+        describe(&recorder);
         let r = &recorder;
-        let describe = |name: &'static str, help: &'static str| {
-            r.describe_counter(name.into(), None, help.into());
-        };
-        describe(
-            "mannerly_decisions_total",
-            "Decisions by outcome; equals the audit lines of each outcome.",
-        );
-        describe(
-            "mannerly_upstream_responses_total",
-            "Responses from origins by status class (robots.txt fetches included).",
-        );
-        describe(
-            "mannerly_robots_fetches_total",
-            "robots.txt fetches made by the proxy.",
-        );
-        describe(
-            "mannerly_robots_fetch_failures_total",
-            "robots.txt fetches that left the origin unavailable (429, 5xx, network, redirects).",
-        );
-        describe(
-            "mannerly_cache_stored_total",
-            "Responses written to the store.",
-        );
-        describe(
-            "mannerly_cache_revalidated_total",
-            "304s to our validators answered with the stored page.",
-        );
-        describe(
-            "mannerly_cache_saved_bytes_total",
-            "Body bytes clients got without the origin sending them.",
-        );
-        describe("mannerly_store_errors_total", "Response store failures.");
-        describe(
-            "mannerly_store_entries",
-            "Pages (variants) in the response store.",
-        );
-        describe(
-            "mannerly_store_bytes",
-            "Bytes the stored pages count against cache.max_size.",
-        );
-        describe(
-            "mannerly_store_resident_bytes",
-            "Bytes of stored pages held decoded in memory (cache.memory_size).",
-        );
-        describe(
-            "mannerly_store_commits_total",
-            "Store write transactions; under load one carries many pages.",
-        );
-        describe(
-            "mannerly_store_evicted_total",
-            "Pages evicted to stay under cache.max_size.",
-        );
-        describe("mannerly_audit_lines_total", "Audit lines written.");
-        describe(
-            "mannerly_audit_write_errors_total",
-            "Audit log write failures (after one, no more lines are written).",
-        );
-        let counter = |name: &'static str, labels: Vec<Label>| {
-            r.register_counter(&Key::from_parts(name, labels), &meta())
-        };
-        let decisions = OUTCOMES
-            .iter()
-            .map(|o| {
-                counter(
-                    "mannerly_decisions_total",
-                    vec![Label::new("outcome", o.as_str())],
-                )
-            })
-            .collect();
-        let status = ["1xx", "2xx", "3xx", "4xx", "5xx"].map(|c| {
-            counter(
-                "mannerly_upstream_responses_total",
-                vec![Label::new("class", c)],
-            )
-        });
-        let per_host = host_labels
-            .iter()
-            .map(|h| {
-                let host = mannerly_policy::budget::host_key(h).into_owned();
-                let counters = OUTCOMES
-                    .iter()
-                    .map(|o| {
-                        counter(
-                            "mannerly_host_decisions_total",
-                            vec![
-                                Label::new("host", host.clone()),
-                                Label::new("outcome", o.as_str()),
-                            ],
-                        )
-                    })
-                    .collect();
-                (host, counters)
-            })
-            .collect();
-        let histogram = |name: &'static str| r.register_histogram(&Key::from_name(name), &meta());
         Metrics {
-            decisions,
+            decisions: by_outcome(r, "mannerly_decisions_total", &[]),
             totals: std::array::from_fn(|_| AtomicU64::new(0)),
-            status,
-            wait: histogram("mannerly_wait_seconds"),
-            latency: histogram("mannerly_upstream_latency_seconds"),
-            robots_fetches: counter("mannerly_robots_fetches_total", vec![]),
-            robots_failures: counter("mannerly_robots_fetch_failures_total", vec![]),
-            cache_stored: counter("mannerly_cache_stored_total", vec![]),
-            cache_revalidated: counter("mannerly_cache_revalidated_total", vec![]),
-            cache_saved_bytes: counter("mannerly_cache_saved_bytes_total", vec![]),
-            per_host,
+            status: by_status_class(r),
+            per_host: by_host(r, host_labels),
+            wait: histogram(r, "mannerly_wait_seconds"),
+            latency: histogram(r, "mannerly_upstream_latency_seconds"),
+            robots_fetches: counter(r, "mannerly_robots_fetches_total", vec![]),
+            robots_failures: counter(r, "mannerly_robots_fetch_failures_total", vec![]),
+            cache_stored: counter(r, "mannerly_cache_stored_total", vec![]),
+            cache_revalidated: counter(r, "mannerly_cache_revalidated_total", vec![]),
+            cache_saved_bytes: counter(r, "mannerly_cache_saved_bytes_total", vec![]),
             since_upkeep: AtomicU64::new(0),
-            handle,
+            handle: recorder.handle(),
             recorder,
         }
     }
