@@ -187,7 +187,7 @@ impl Exchange {
     /// Usage preferences: a response whose headers refuse a declared
     /// purpose is withheld (neither delivered nor stored) or annotated, by
     /// config; in observe mode it passes and the line says `would`.
-    fn preferences(&mut self, mut resp: Response<Incoming>) -> Step<Response<Incoming>> {
+    pub(super) fn preferences(&mut self, mut resp: Response<Incoming>) -> Step<Response<Incoming>> {
         match prefs::judge(&self.shared.live(), resp.headers(), &mut self.rec) {
             OnResponse::Pass => {}
             OnResponse::Annotate(value) => {

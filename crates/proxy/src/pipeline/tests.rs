@@ -1,183 +1,194 @@
-//! The pipeline's steps one at a time, on tokio's paused time, with a real
-//! `Shared` (CA, store and audit log in a temporary directory).
+//! The pipeline's steps one at a time, each asserted on what it returns
+//! (the `Stop` that ends the walk, or the value the next step gets) and on
+//! the audit record it fills in, never on the audit file: a step decides,
+//! the funnel writes. A real `Shared` (CA, store, audit log in a temporary
+//! directory) with a fixed wall clock; paused time where no socket is in
+//! play, real time with short bounded waits where a test origin is.
 
 // The tests measure waits on the paused clock they run on.
 #![allow(clippy::disallowed_methods)]
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 
-use http::{Method, Request};
-use mannerly_policy::conditional::CacheOutcome;
+use bytes::Bytes;
+use http::request::Parts;
+use http::{HeaderMap, Method, Request, Response};
+use http_body_util::BodyExt;
+use mannerly_policy::conditional::{storable, CacheKey};
 use mannerly_policy::Outcome;
-use tokio::time::Instant;
 
-use super::{Exchange, Lookup, Step};
+use super::{CacheStep, Exchange, Lookup, Step};
 use crate::answer::Stop;
 use crate::audit::{open, AuditWriter};
+use crate::body::{empty, ProxyBody};
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::error::Source;
+use crate::identity::KeyStore;
 use crate::shared::Shared;
 use crate::target::Target;
 use crate::tls::CertificateAuthority;
 
+mod budget;
+mod client_body;
+mod conditional;
+mod guard;
+mod identity;
+mod learn;
+mod origin;
+mod outgoing;
+mod robots;
+mod upstream;
+
+/// The wall clock's reading when a fixture starts: signatures and stored
+/// pages carry it, so their values are exact.
+const WALL: u64 = 1_700_000_000;
+
 struct Fixture {
     shared: Arc<Shared>,
-    writer: AuditWriter,
-    dir: PathBuf,
+    _writer: AuditWriter,
+    _dir: tempfile::TempDir,
 }
 
 impl Fixture {
+    /// A `Shared` for `cfg` in a fresh data dir; with `[identity]` enabled,
+    /// a signing key is made there first.
     async fn new(cfg: Config) -> Fixture {
-        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("mannerly-steps-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("temp dir");
+        let dir = tempfile::tempdir().expect("temp dir");
         let cfg = Config {
-            data_dir: dir.clone(),
+            data_dir: dir.path().to_path_buf(),
             ..cfg
         }
         .validate()
         .expect("valid config");
-        let ca = CertificateAuthority::load_or_create(&dir, 8).expect("CA");
+        if cfg.identity.enabled {
+            KeyStore::of(&cfg).init(false).expect("identity key");
+        }
+        let ca = CertificateAuthority::load_or_create(dir.path(), 8).expect("CA");
         let (sink, writer) = open(&cfg).expect("audit");
-        let shared = Shared::start(cfg, Clock::system(), Arc::new(ca), sink)
+        let clock = Clock::starting_at(UNIX_EPOCH + Duration::from_secs(WALL));
+        let shared = Shared::start(cfg, clock, Arc::new(ca), sink)
             .await
             .expect("shared state");
         Fixture {
             shared: Arc::new(shared),
-            writer,
-            dir,
+            _writer: writer,
+            _dir: dir,
         }
     }
 
-    fn exchange(&self, method: Method, url: &str) -> Exchange {
-        let req = Request::builder()
-            .method(method)
-            .uri(url)
-            .header("user-agent", "StepBot/1.0")
-            .body(())
-            .expect("request");
+    /// A fixture whose upstream client may reach the test origins on
+    /// 127.0.0.1.
+    async fn local(mut cfg: Config) -> Fixture {
+        cfg.upstream.allow_private = true;
+        Fixture::new(cfg).await
+    }
+
+    /// The walk of a request as the proxy received it.
+    fn begin(&self, parts: &Parts) -> Exchange {
+        let req = Request::from_parts(parts.clone(), ());
         let target = Target::from_absolute(req.uri()).expect("target");
         let client: SocketAddr = "127.0.0.1:40000".parse().expect("addr");
         Exchange::begin(self.shared.clone(), &req, target, client)
     }
 
-    /// Closes the log and returns its lines as JSON.
-    fn lines(self) -> Vec<serde_json::Value> {
-        let Fixture {
-            shared,
-            writer,
-            dir,
-        } = self;
-        drop(shared);
-        writer.close().expect("audit close");
-        let text = std::fs::read_to_string(dir.join("audit.jsonl")).expect("audit file");
-        let _ = std::fs::remove_dir_all(&dir);
-        // Decision lines only: the signed checkpoint of the close is left out.
-        text.lines()
-            .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("JSON line"))
-            .filter(|v| v["outcome"] != "checkpoint")
-            .collect()
+    /// The walk of a plain `method url` request.
+    fn exchange(&self, method: Method, url: &str) -> Exchange {
+        self.begin(&request(method, url, &[]))
+    }
+
+    /// The walk of `GET url` up to the origin's request: steps 3 and
+    /// outgoing, with the client's `headers`.
+    async fn prepared(
+        &self,
+        url: &str,
+        headers: &[(&str, &str)],
+    ) -> (Exchange, Request<ProxyBody>) {
+        let parts = request(Method::GET, url, headers);
+        let mut x = self.begin(&parts);
+        let cache = ask(&mut x, &parts).await;
+        let out = x.outgoing(&parts, empty(), &cache).expect("request");
+        (x, out)
+    }
+
+    /// Puts `body` in the store as the origin's 200 answer to `GET url`
+    /// with `headers`, as `learn` would have.
+    fn store(&self, url: &str, headers: &[(&str, &str)], body: &str) -> CacheKey {
+        let key = CacheKey::new(&Method::GET, url).expect("key");
+        let mut head = Response::builder().status(200);
+        for (name, value) in headers {
+            head = head.header(*name, *value);
+        }
+        let (head, ()) = head.body(()).expect("response").into_parts();
+        let cache = &self.shared.cache;
+        let req = request(Method::GET, url, &[]);
+        let now = self.shared.clock.wall();
+        let meta = storable(&req, &key, &head, cache.params(), now).expect("storable");
+        cache.store().put(&meta, body.as_bytes()).expect("stored");
+        key
+    }
+
+    /// What the store holds for `key` once its background writes are done.
+    async fn stored(&self, key: &CacheKey) -> Option<Bytes> {
+        let cache = &self.shared.cache;
+        cache.drain(Duration::from_secs(5)).await;
+        let found = cache.store().get(key, &HeaderMap::new()).expect("store");
+        found.map(|s| s.body.clone())
+    }
+
+    /// The signing key of an `[identity]` fixture, read from its file.
+    fn signing_key(&self) -> ed25519_dalek::SigningKey {
+        KeyStore::of(&self.shared.cfg).load().expect("key")
     }
 }
 
-/// The stop a step ended the walk with.
-fn stopped<T>(step: Step<T>) -> Stop {
-    match step {
-        Ok(_) => panic!("the step went on"),
-        Err(stop) => stop,
+/// A client's request head: `method url` with a User-Agent and `headers`.
+fn request(method: Method, url: &str, headers: &[(&str, &str)]) -> Parts {
+    let mut req = Request::builder()
+        .method(method)
+        .uri(url)
+        .header("user-agent", "StepBot/1.0");
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    req.body(()).expect("request").into_parts().0
+}
+
+/// What the conditional step asks the origin with.
+async fn ask(x: &mut Exchange, parts: &Parts) -> CacheStep {
+    match x.conditional(parts).await {
+        Ok(Lookup::Ask(step)) => step,
+        Ok(Lookup::Stored(_)) => panic!("answered from the store"),
+        Err(stop) => panic!("stopped: {stop:?}"),
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn budget_step_records_the_wait_and_answers_a_long_pause_with_429() {
-    let f = Fixture::new(Config::default()).await;
-    let mut first = f.exchange(Method::GET, "http://example.org/a");
-    let permit = first.budget().await.expect("first goes").expect("enforced");
-    assert_eq!(first.rec.waited_ms, Some(0));
-    permit.respond(200, None, None).await;
-
-    let mut second = f.exchange(Method::GET, "http://example.org/b");
-    let t0 = Instant::now();
-    let permit = second
-        .budget()
-        .await
-        .expect("second goes")
-        .expect("enforced");
-    assert_eq!(Instant::now() - t0, Duration::from_secs(1));
-    assert_eq!(second.rec.waited_ms, Some(1000));
-    permit.respond(429, Some("600"), None).await;
-
-    let mut third = f.exchange(Method::GET, "http://example.org/c");
-    let stop = stopped(third.budget().await);
-    assert_eq!(stop.outcome, Outcome::Paused);
-    assert_eq!(stop.status, 429);
-    assert_eq!(stop.retry_after, Some(600));
-    assert_eq!(stop.source, Source::Policy);
-    assert!(
-        f.lines().is_empty(),
-        "a step decides; only the funnel writes"
+/// The stop a step ended the walk with, which must be `outcome` with
+/// `status`, by `source`'s doing.
+#[track_caller]
+fn stopped<T>(step: Step<T>, outcome: Outcome, status: u16, source: Source) -> Stop {
+    let Err(stop) = step else {
+        panic!("the step went on");
+    };
+    assert_eq!(
+        (stop.outcome, stop.status, stop.source),
+        (outcome, status, source),
+        "{stop:?}"
     );
+    stop
 }
 
-#[tokio::test(start_paused = true)]
-async fn guard_step_refuses_a_loopback_target_before_anything_is_sent() {
-    let f = Fixture::new(Config::default()).await;
-    let mut x = f.exchange(Method::GET, "http://127.0.0.1:9/secret");
-    let stop = stopped(x.guard().await);
-    assert_eq!(stop.outcome, Outcome::Blocked);
-    assert_eq!(stop.status, 403);
-    assert_eq!(stop.source, Source::Policy);
-    let why = "127.0.0.1 resolves to 127.0.0.1, a loopback address; set upstream.allow_private to allow it";
-    assert_eq!(stop.reason, why);
-    assert_eq!(stop.details, vec![("reason", why.to_string())]);
-    let mut public = f.exchange(Method::GET, "http://93.184.215.14/page");
-    assert!(public.guard().await.is_ok());
-    assert!(f.lines().is_empty());
+/// The `Mannerly-Decision` header of an answer.
+fn decision(resp: &Response<ProxyBody>) -> &str {
+    resp.headers()["mannerly-decision"]
+        .to_str()
+        .expect("decision text")
 }
 
-#[tokio::test(start_paused = true)]
-async fn conditional_step_leaves_a_post_alone_and_looks_up_a_get() {
-    let f = Fixture::new(Config::default()).await;
-    let mut post = f.exchange(Method::POST, "http://example.org/form");
-    let (parts, ()) = Request::post("http://example.org/form")
-        .body(())
-        .expect("request")
-        .into_parts();
-    let Ok(Lookup::Ask(step)) = post.conditional(&parts).await else {
-        panic!("a POST is sent on");
-    };
-    assert!(step.key.is_none());
-    assert_eq!(step.outcome, CacheOutcome::Bypass);
-
-    let mut get = f.exchange(Method::GET, "http://example.org/page");
-    let (parts, ()) = Request::get("http://example.org/page")
-        .body(())
-        .expect("request")
-        .into_parts();
-    let Ok(Lookup::Ask(step)) = get.conditional(&parts).await else {
-        panic!("nothing is stored to serve");
-    };
-    assert!(step.key.is_some());
-    assert_eq!(step.outcome, CacheOutcome::Miss);
-    assert!(step.validators.is_none(), "nothing stored yet");
-    assert!(f.lines().is_empty(), "no decision was made yet");
-}
-
-#[tokio::test(start_paused = true)]
-async fn observe_mode_never_holds_a_request() {
-    let mut cfg = Config::default();
-    cfg.policy.enforce = false;
-    let f = Fixture::new(cfg).await;
-    for path in ["/a", "/b", "/c"] {
-        let mut x = f.exchange(Method::GET, &format!("http://example.org{path}"));
-        let t0 = Instant::now();
-        assert!(x.budget().await.expect("goes").is_none());
-        assert_eq!(Instant::now(), t0);
-    }
+/// The whole body of an answer, as the client reads it.
+async fn body_text(resp: Response<ProxyBody>) -> String {
+    let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+    String::from_utf8(bytes.to_vec()).expect("utf-8 body")
 }

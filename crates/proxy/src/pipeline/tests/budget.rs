@@ -1,0 +1,53 @@
+//! Step 2, budget: the host's turn, waited for on paused time, or the
+//! policy's refusal when the wait would be too long.
+
+use std::time::Duration;
+
+use http::Method;
+use mannerly_policy::Outcome;
+use tokio::time::Instant;
+
+use super::{stopped, Fixture};
+use crate::config::Config;
+use crate::error::Source;
+
+#[tokio::test(start_paused = true)]
+async fn the_wait_is_recorded_and_a_long_pause_is_answered_429() {
+    let f = Fixture::new(Config::default()).await;
+    let mut first = f.exchange(Method::GET, "http://example.org/a");
+    let permit = first.budget().await.expect("first goes").expect("enforced");
+    assert_eq!(first.rec.waited_ms, Some(0));
+    permit.respond(200, None, None).await;
+
+    let mut second = f.exchange(Method::GET, "http://example.org/b");
+    let t0 = Instant::now();
+    let permit = second
+        .budget()
+        .await
+        .expect("second goes")
+        .expect("enforced");
+    assert_eq!(Instant::now() - t0, Duration::from_secs(1));
+    assert_eq!(second.rec.waited_ms, Some(1000));
+    permit.respond(429, Some("600"), None).await;
+
+    let mut third = f.exchange(Method::GET, "http://example.org/c");
+    let stop = stopped(third.budget().await, Outcome::Paused, 429, Source::Policy);
+    assert_eq!(stop.retry_after, Some(600));
+    assert_eq!(
+        stop.reason,
+        "the host is paused for 600 s after the origin asked to slow down"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn observe_mode_never_holds_a_request() {
+    let mut cfg = Config::default();
+    cfg.policy.enforce = false;
+    let f = Fixture::new(cfg).await;
+    for path in ["/a", "/b", "/c"] {
+        let mut x = f.exchange(Method::GET, &format!("http://example.org{path}"));
+        let t0 = Instant::now();
+        assert!(x.budget().await.expect("goes").is_none());
+        assert_eq!(Instant::now(), t0);
+    }
+}

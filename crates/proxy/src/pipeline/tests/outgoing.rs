@@ -1,0 +1,53 @@
+//! The origin's request made from the client's: absolute URI, HTTP/1.1,
+//! our Via, no Host (the client writes it from the URI), hop-by-hop
+//! fields gone, end-to-end fields kept, our validators added.
+
+use http::{Method, Version};
+
+use super::{ask, request, Fixture};
+use crate::body::empty;
+use crate::config::Config;
+
+#[tokio::test(start_paused = true)]
+async fn the_origin_gets_the_clients_request_without_its_hops_and_with_our_validators() {
+    let f = Fixture::new(Config::default()).await;
+    let url = "http://example.org/page?q=1";
+    f.store(url, &[("etag", "\"v1\"")], "stored page");
+    let client = [
+        ("host", "example.org"),
+        ("accept", "text/html"),
+        ("connection", "keep-alive, x-hop"),
+        ("x-hop", "only for the proxy"),
+        ("keep-alive", "timeout=5"),
+        ("proxy-authorization", "Basic dTpw"),
+        ("te", "trailers"),
+        ("upgrade", "h2c"),
+    ];
+    let parts = request(Method::GET, "http://Example.org/page?q=1", &client);
+    let mut x = f.begin(&parts);
+    let cache = ask(&mut x, &parts).await;
+    let out = x.outgoing(&parts, empty(), &cache).expect("request");
+
+    assert_eq!(out.uri(), url);
+    assert_eq!(out.version(), Version::HTTP_11);
+    let h = out.headers();
+    assert_eq!(h["via"], f.shared.via.value());
+    assert!(h["via"]
+        .to_str()
+        .expect("text")
+        .starts_with("1.1 mannerly-"));
+    assert_eq!(h["accept"], "text/html");
+    assert_eq!(h["user-agent"], "StepBot/1.0");
+    assert_eq!(h["if-none-match"], "\"v1\"");
+    for gone in [
+        "host",
+        "connection",
+        "x-hop",
+        "keep-alive",
+        "proxy-authorization",
+        "te",
+        "upgrade",
+    ] {
+        assert!(!h.contains_key(gone), "{gone} was sent on");
+    }
+}
