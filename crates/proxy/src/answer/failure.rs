@@ -70,8 +70,10 @@ pub(crate) fn origin(status: u16, why: impl Into<String>) -> Stop {
 
 /// The origin sent no response head in time.
 pub(crate) fn no_first_byte(within: Duration) -> Stop {
-    let why = format!("no response from the origin within {within:?}");
-    Stop::new(Outcome::Error, Source::Upstream, why).status(504)
+    origin(
+        504,
+        format!("no response from the origin within {within:?}"),
+    )
 }
 
 /// The parent proxy (`upstream.proxy`) failed or refused; the target was

@@ -50,6 +50,7 @@ async fn an_origin_silent_past_the_first_byte_timeout_is_a_504() {
     let (x, sent) = send(&f, &origin.url("/slow")).await;
     let stop = stopped(sent, Outcome::Error, 504, Source::Upstream);
     assert_eq!(stop.reason, "no response from the origin within 5s");
+    assert_eq!(stop.details, vec![("reason", stop.reason.clone())]);
     assert_eq!(x.rec.upstream_ms, Some(5_000));
 }
 
