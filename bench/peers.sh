@@ -61,10 +61,12 @@ ORIGIN_PORT=$(free_port); SQUID_PORT=$(free_port); TINY_PORT=$(free_port); MANNE
 TLS_PORT=$(free_port); MITM_PORT=$(free_port); RELAY_PORT=$(free_port); RELAY_TLS_PORT=$(free_port)
 MITMDUMP=${MITMDUMP:-$(command -v mitmdump || true)}
 
+# Profiles want line tables: the profiling build has them, release not.
+if [[ ${BENCH_PERF:-0} == 1 ]]; then PROFILE=profiling; else PROFILE=release; fi
 if [[ ${BENCH_SKIP_BUILD:-0} != 1 ]]; then
-  (cd "$ROOT" && cargo build --release --bin mannerly)
+  (cd "$ROOT" && cargo build --profile "$PROFILE" --bin mannerly)
 fi
-MANNERLY=${BENCH_MANNERLY:-$TARGET_DIR/release/mannerly}
+MANNERLY=${BENCH_MANNERLY:-$TARGET_DIR/$PROFILE/mannerly}
 [[ -x $MANNERLY ]] || die "$MANNERLY missing"
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/mannerly-peers.XXXXXX")
