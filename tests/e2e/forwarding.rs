@@ -352,7 +352,8 @@ async fn internal_targets_are_blocked_by_default() {
 
 #[tokio::test]
 async fn connect_to_a_port_not_allowed_is_blocked() {
-    let mut proxy = TestProxy::start(|_| {}).await;
+    // Only pass-through tunnels are held to the port list.
+    let mut proxy = TestProxy::start(|c| c.proxy.intercept = false).await;
     let mut s = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
     s.write_all(b"CONNECT example.test:8443 HTTP/1.1\r\nHost: example.test:8443\r\n\r\n")
         .await

@@ -283,6 +283,107 @@ const agent = new ProxyAgent({
     assert!(fetched.contains(&secure_url), "{fetched:?}");
 }
 
+/// Node's `EnvHttpProxyAgent` (what `HTTP_PROXY` gives a Node crawler)
+/// sends `CONNECT 127.0.0.1:PORT` for an `http://` URL on any port: with
+/// the shipped `connect_ports`, the tunnel's plain HTTP walks the pipeline.
+#[tokio::test]
+async fn node_reaches_an_http_origin_on_any_port_through_env_http_proxy_agent() {
+    let Some(node_dir) = undici_dir() else {
+        return;
+    };
+    let origin = Origin::http(handler(|_| async { text(200, "hello node") })).await;
+    let mut proxy = TestProxy::start(|c| {
+        assert_eq!(c.proxy.connect_ports, vec![443, 80], "the shipped list");
+    })
+    .await;
+    let script = r#"
+const { EnvHttpProxyAgent, fetch } = require('undici');
+(async () => {
+  const r = await fetch(process.argv[1], { dispatcher: new EnvHttpProxyAgent() });
+  console.log(r.status, r.headers.get('mannerly-decision'), await r.text());
+})().catch((e) => { console.error(e, e.cause); process.exit(1); });
+"#;
+    let url = format!("http://127.0.0.1:{}/page", origin.port());
+    let proxy_url = proxy.url();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("node")
+            .arg("-e")
+            .arg(script)
+            .arg(url)
+            .current_dir(node_dir)
+            .env("HTTP_PROXY", proxy_url)
+            .env_remove("NO_PROXY")
+            .env_remove("no_proxy")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.starts_with("200 fetched; waited_ms="), "{stdout}");
+    assert!(stdout.contains("hello node"), "{stdout}");
+    assert_eq!(origin.seen.count("/page"), 1);
+    let lines = proxy.stop().await;
+    assert_eq!(with_outcome(&lines, "fetched").len(), 1, "{lines:#?}");
+}
+
+/// An HTTP/1.0 origin (Python's `http.server`) answers `HTTP/1.0`; the
+/// client is answered in its own HTTP/1.1 and keeps its one connection.
+#[tokio::test]
+async fn curl_keeps_its_connection_to_pages_of_an_http_1_0_origin() {
+    if !have_tool("curl", "curl") || !have_tool("python3", "python3") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["a", "b", "c"] {
+        std::fs::write(dir.path().join(name), format!("page {name}")).unwrap();
+    }
+    let port = free_port();
+    let mut server = std::process::Command::new("python3")
+        .args([
+            "-m",
+            "http.server",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+        ])
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let up = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(50));
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    assert!(up, "python3 -m http.server did not start");
+    let mut proxy = TestProxy::start(|_| {}).await;
+    let mut curl = std::process::Command::new("curl");
+    curl.args(["-sS", "-v", "--http1.1", "-x", &proxy.url()]);
+    for name in ["a", "b", "c"] {
+        curl.arg(format!("http://127.0.0.1:{port}/{name}"));
+    }
+    let out = tokio::task::spawn_blocking(move || curl.output().unwrap())
+        .await
+        .unwrap();
+    let _ = server.kill();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stdout, "page apage bpage c");
+    assert_eq!(stderr.matches("< HTTP/1.1 200").count(), 3, "{stderr}");
+    assert!(!stderr.contains("< HTTP/1.0"), "{stderr}");
+    assert_eq!(
+        stderr.matches("Connected to").count(),
+        1,
+        "curl opened more than one connection: {stderr}"
+    );
+    let lines = proxy.stop().await;
+    assert_eq!(with_outcome(&lines, "fetched").len(), 3, "{lines:#?}");
+}
+
 /// A host name glibc refuses without asking any DNS server (a label over
 /// 63 octets), so the test sends nothing off the machine.
 fn unresolvable() -> String {
@@ -351,7 +452,7 @@ async fn an_origin_certificate_that_does_not_verify_names_the_fix() {
 #[tokio::test]
 async fn a_refused_connect_says_why_in_the_decision_header() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut proxy = TestProxy::start(|_| {}).await;
+    let mut proxy = TestProxy::start(|c| c.proxy.intercept = false).await;
     let mut s = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
     s.write_all(b"CONNECT example.org:25 HTTP/1.1\r\nHost: example.org:25\r\n\r\n")
         .await

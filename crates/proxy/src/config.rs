@@ -159,7 +159,9 @@ impl Default for StateConfig {
 pub struct ProxyConfig {
     /// Address to listen on.
     pub listen: SocketAddr,
-    /// Ports a CONNECT may name.
+    /// Ports a pass-through CONNECT (`intercept = false`) may name. An
+    /// intercepted tunnel may name any port: what it carries is HTTP or TLS
+    /// and walks the pipeline.
     pub connect_ports: Vec<u16>,
     /// Intercept TLS inside CONNECT (needed to apply the policy to HTTPS).
     /// `false` passes tunnels through untouched, with one `tunneled` audit line each.

@@ -43,7 +43,10 @@ pub(crate) async fn connect(
     let port = authority.port_u16().unwrap_or(443);
     let mut rec = shared.record("CONNECT", &url, &host, peer);
     rec.user = shared.auth.user_for(peer);
-    if !shared.cfg.proxy.connect_ports.contains(&port) {
+    // An intercepted tunnel carries HTTP or TLS through the pipeline (its
+    // first bytes decide; anything else fails to parse), so only an opaque
+    // pass-through tunnel is held to the port list.
+    if !shared.cfg.proxy.intercept && !shared.cfg.proxy.connect_ports.contains(&port) {
         let why = format!("CONNECT to port {port} is not allowed (proxy.connect_ports)");
         // curl and most clients show only the CONNECT answer's headers.
         let stop = Stop::new(Outcome::Blocked, Source::Policy, why.clone()).detail("reason", why);

@@ -2,7 +2,7 @@
 //! client's answer and its audit line, an origin's response passed on, and
 //! a stored page.
 
-use http::Response;
+use http::{Response, Version};
 use hyper::body::Incoming;
 use mannerly_policy::conditional::{self, CacheOutcome};
 use mannerly_policy::{strip_hop_by_hop, AuditRecord, Outcome};
@@ -98,6 +98,10 @@ fn forwarded_head(
     let conn = ConnHandle::of(&resp);
     let (mut parts, body) = resp.into_parts();
     let body = boxed(ReleaseOnEnd::new(body, conn));
+    // The client is answered in its own protocol, not the origin's (RFC
+    // 9110 §6.2): an HTTP/1.0 origin's version would make hyper close a
+    // kept-alive HTTP/1.1 client connection after every answer.
+    parts.version = Version::default();
     strip_hop_by_hop(&mut parts.headers);
     parts.headers.insert(
         DECISION,
