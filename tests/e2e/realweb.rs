@@ -358,7 +358,11 @@ async fn curl_keeps_its_connection_to_pages_of_an_http_1_0_origin() {
         std::thread::sleep(Duration::from_millis(50));
         std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
     });
-    assert!(up, "python3 -m http.server did not start");
+    if !up {
+        let _ = server.kill();
+        let _ = server.wait();
+        panic!("python3 -m http.server did not start");
+    }
     let mut proxy = TestProxy::start(|_| {}).await;
     let mut curl = std::process::Command::new("curl");
     curl.args(["-sS", "-v", "--http1.1", "-x", &proxy.url()]);
@@ -369,6 +373,7 @@ async fn curl_keeps_its_connection_to_pages_of_an_http_1_0_origin() {
         .await
         .unwrap();
     let _ = server.kill();
+    let _ = server.wait();
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(out.status.success(), "{stderr}");
