@@ -55,6 +55,11 @@ struct RunArgs {
     /// Where the CA, the audit log and stored state live (`data_dir`).
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
+    /// Try mannerly against origins on this machine: loopback and private
+    /// targets allowed, ORIGIN_CA (a PEM file, if given) trusted for HTTPS
+    /// origins. Listens on loopback only.
+    #[arg(long, value_name = "ORIGIN_CA", num_args = 0..=1)]
+    local: Option<Option<PathBuf>>,
 }
 
 #[derive(Subcommand)]
@@ -274,9 +279,11 @@ fn config_cmd(config: Option<PathBuf>, command: ConfigCommand) -> Result<ExitCod
 
 fn run(config: Option<PathBuf>, args: RunArgs, log_format: LogFormat) -> Result<ExitCode> {
     init_tracing(log_format);
+    let local = args.local.is_some();
     let flags = settings::Flags {
         listen: args.listen,
         data_dir: args.data_dir,
+        local: args.local.map(Option::unwrap_or_default),
     };
     let cfg = settings::load_with(config.as_deref(), &flags)?.config;
     match nofile::raise() {
@@ -311,6 +318,9 @@ fn run(config: Option<PathBuf>, args: RunArgs, log_format: LogFormat) -> Result<
         let shutdown = shutdown_signal();
         // The banner is the program's output (stdout); logs go to stderr.
         print!("{}", banner(addr, &ca_path, &audit));
+        if local {
+            println!("LOCAL MODE (--local): loopback and private targets are allowed; for trying mannerly on this machine, never for a crawl");
+        }
         if let Some(a) = admin {
             println!("admin: http://{a}/ (dashboard; /metrics, /hosts, /healthz, /readyz)");
         }

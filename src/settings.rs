@@ -30,6 +30,9 @@ pub struct Flags {
     pub listen: Option<String>,
     /// `--data-dir`: `data_dir`.
     pub data_dir: Option<PathBuf>,
+    /// `--local [ORIGIN_CA]`: `upstream.allow_private`, and the origin CA
+    /// (when given) as `upstream.extra_roots`.
+    pub local: Option<PathBuf>,
 }
 
 /// The effective configuration and where each value came from.
@@ -91,6 +94,18 @@ fn build(file: Option<(&str, &str)>, env: &[(String, String)], flags: &Flags) ->
     if let Some(dir) = &flags.data_dir {
         layers.flag(&["data_dir"], "--data-dir", &dir.display().to_string())?;
     }
+    if let Some(ca) = &flags.local {
+        layers.flag(&["upstream", "allow_private"], "--local", "true")?;
+        if !ca.as_os_str().is_empty() {
+            let ca = std::fs::canonicalize(ca)
+                .with_context(|| format!("--local {}: the origin CA file", ca.display()))?;
+            layers.flag(
+                &["upstream", "extra_roots"],
+                "--local",
+                &ca.display().to_string(),
+            )?;
+        }
+    }
     layers.resolve_listen_names()?;
     if layers.is_empty_string(&["data_dir"]) {
         let dir = default_data_dir();
@@ -103,6 +118,13 @@ fn build(file: Option<(&str, &str)>, env: &[(String, String)], flags: &Flags) ->
     let cfg = cfg
         .validate()
         .map_err(|e| anyhow::anyhow!(explain_invalid(&layers, e)))?;
+    if flags.local.is_some() && !cfg.proxy.listen.ip().is_loopback() {
+        anyhow::bail!(
+            "--local lets clients reach this machine's own and private services, so it \
+             listens on loopback only; proxy.listen is {} (drop --listen, or --local)",
+            cfg.proxy.listen
+        );
+    }
     Ok(Loaded {
         config: cfg,
         values: layers.into_values(),

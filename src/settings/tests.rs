@@ -171,6 +171,7 @@ fn flags_win_over_environment_and_file() {
     let flags = Flags {
         listen: Some("127.0.0.1:4000".into()),
         data_dir: Some(PathBuf::from("/tmp/flagged")),
+        local: None,
     };
     let loaded = build(
         Some(("[proxy]\nlisten = \"127.0.0.1:1\"\n", "my.toml")),
@@ -226,4 +227,47 @@ fn crawler_use_is_reference_full_or_undeclared() {
         msg.contains("use") && msg.contains("\"reference\", \"full\""),
         "{msg}"
     );
+}
+
+#[test]
+fn local_allows_private_targets_trusts_the_origin_ca_and_stays_on_loopback() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("origin-ca.pem");
+    std::fs::write(&ca, "not read here").unwrap();
+    let flags = Flags {
+        local: Some(ca.clone()),
+        ..Flags::default()
+    };
+    let loaded = build(None, &env(&[]), &flags).unwrap();
+    assert!(loaded.config.upstream.allow_private);
+    assert_eq!(
+        loaded.config.upstream.extra_roots,
+        vec![std::fs::canonicalize(&ca).unwrap()]
+    );
+    let allow = &loaded.values[&vec!["upstream".to_string(), "allow_private".to_string()]];
+    assert_eq!(allow.1, Source::Flag("--local"));
+
+    let bare = Flags {
+        local: Some(PathBuf::new()),
+        ..Flags::default()
+    };
+    let loaded = build(None, &env(&[]), &bare).unwrap();
+    assert!(loaded.config.upstream.allow_private);
+    assert!(loaded.config.upstream.extra_roots.is_empty());
+
+    let open = Flags {
+        listen: Some("0.0.0.0:3128".into()),
+        local: Some(PathBuf::new()),
+        ..Flags::default()
+    };
+    let err = build(None, &env(&[]), &open).err().unwrap().to_string();
+    assert!(err.starts_with("--local lets clients reach"), "{err}");
+    assert!(err.contains("0.0.0.0:3128"), "{err}");
+
+    let missing = Flags {
+        local: Some(dir.path().join("nope.pem")),
+        ..Flags::default()
+    };
+    let err = format!("{:#}", build(None, &env(&[]), &missing).err().unwrap());
+    assert!(err.contains("nope.pem: the origin CA file"), "{err}");
 }

@@ -225,3 +225,85 @@ fn a_taken_admin_address_names_admin_listen() {
     assert!(out.contains("change admin.listen"), "{out}");
     assert!(!out.contains("change proxy.listen"), "{out}");
 }
+
+/// The README's local recipe: `mannerly run --local ORIGIN_CA` and curl to
+/// an HTTPS origin of this machine on its own port, with no other setting:
+/// private targets allowed, the origin's CA trusted, any CONNECT port, and
+/// the banner says so. With a non-loopback listen it refuses to start.
+// The origin runs on this test's runtime while the test waits on blocking
+// calls: it needs a thread of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_mode_reaches_a_local_https_origin_with_one_flag() {
+    use super::support::{handler, have_tool, text, Origin, TestCa};
+    if !have_tool("curl", "curl") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new(dir.path());
+    let origin = Origin::https(
+        handler(|_| async { text(200, "hello local") }),
+        &ca,
+        &["localhost"],
+    )
+    .await;
+    let data = dir.path().join("data");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mannerly"))
+        .args(["run", "--listen", "127.0.0.1:0", "--local"])
+        .arg(&ca.pem_path)
+        .env("MANNERLY_DATA_DIR", &data)
+        .env("MANNERLY_ADMIN__LISTEN", "")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let lines = stdout_lines(child.stdout.take().unwrap());
+    let mut banner = Vec::new();
+    while !banner.iter().any(|l: &String| l.starts_with("LOCAL MODE")) {
+        match lines.recv_timeout(Duration::from_secs(30)) {
+            Ok(l) => banner.push(l),
+            Err(_) => break,
+        }
+    }
+    let proxy = banner
+        .iter()
+        .find_map(|l| l.strip_prefix("mannerly listening on "))
+        .map(str::to_string);
+    let url = format!("https://localhost:{}/page", origin.port());
+    let out = proxy.as_ref().map(|proxy| {
+        Command::new("curl")
+            .args(["-sS", "--max-time", "20", "-x", proxy, "--cacert"])
+            .arg(data.join("ca.pem"))
+            .args(["-D", "-", &url])
+            .output()
+            .unwrap()
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        banner.iter().any(|l| l.starts_with("LOCAL MODE")),
+        "{banner:?}"
+    );
+    let out = out.expect("the banner names the proxy");
+    let heads = String::from_utf8_lossy(&out.stdout).to_lowercase();
+    // curl -D prints the CONNECT answer's head first.
+    let got = heads.split_once("\r\n\r\n").map_or("", |(connect, rest)| {
+        assert!(connect.contains("intercepted=yes"), "{connect}");
+        rest
+    });
+    assert!(
+        got.starts_with("http/1.1 200") || got.starts_with("http/2 200"),
+        "{heads}"
+    );
+    assert!(got.contains("mannerly-decision: fetched"), "{got}");
+    assert!(got.ends_with("hello local"), "{got}");
+    assert_eq!(origin.seen.count("/page"), 1);
+
+    let out = Command::new(env!("CARGO_BIN_EXE_mannerly"))
+        .args(["run", "--listen", "0.0.0.0:0", "--local"])
+        .env("MANNERLY_DATA_DIR", &data)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--local lets clients reach"), "{err}");
+}
