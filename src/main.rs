@@ -230,10 +230,12 @@ fn describe(e: &anyhow::Error) -> String {
     msg
 }
 
-fn init_tracing(format: LogFormat) {
+fn init_tracing(format: LogFormat) -> Result<()> {
     use std::io::IsTerminal;
-    let filter = tracing_subscriber::EnvFilter::try_from_env("MANNERLY_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = match std::env::var("MANNERLY_LOG") {
+        Ok(v) if !v.trim().is_empty() => log_filter(&v)?,
+        _ => tracing_subscriber::EnvFilter::new("info"),
+    };
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -245,6 +247,23 @@ fn init_tracing(format: LogFormat) {
             logs.with_ansi(colour).init()
         }
     }
+    Ok(())
+}
+
+/// `MANNERLY_LOG`, checked: tracing reads a bare word as a target name, so
+/// a misspelt level (`debugg`) would silently turn every log off.
+fn log_filter(value: &str) -> Result<tracing_subscriber::EnvFilter> {
+    const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
+    for directive in value.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        let bare = !directive.contains(['=', '[', ':']);
+        if bare && !LEVELS.contains(&directive.to_ascii_lowercase().as_str()) {
+            anyhow::bail!(
+                "MANNERLY_LOG={value}: {directive:?} is not a level ({}) nor target=level (e.g. mannerly_proxy=debug)",
+                LEVELS.join(", ")
+            );
+        }
+    }
+    tracing_subscriber::EnvFilter::try_new(value).with_context(|| format!("MANNERLY_LOG={value}"))
 }
 
 fn config_cmd(config: Option<PathBuf>, command: ConfigCommand) -> Result<ExitCode> {
@@ -278,7 +297,7 @@ fn config_cmd(config: Option<PathBuf>, command: ConfigCommand) -> Result<ExitCod
 }
 
 fn run(config: Option<PathBuf>, args: RunArgs, log_format: LogFormat) -> Result<ExitCode> {
-    init_tracing(log_format);
+    init_tracing(log_format)?;
     let local = args.local.is_some();
     let flags = settings::Flags {
         listen: args.listen,

@@ -303,7 +303,8 @@ impl Layers {
         if siblings.is_empty() {
             siblings = expected_fields(why);
         }
-        let hint = suggest::hint(&self.schema, path, at, &siblings)
+        let hint = env_spelling(&self.schema, path, source)
+            .or_else(|| suggest::hint(&self.schema, path, at, &siblings))
             .map(|s| format!("; did you mean {s}?"))
             .unwrap_or_default();
         let what = if at + 1 < path.len() {
@@ -375,8 +376,11 @@ fn resolve_listen(text: &str) -> Result<std::net::SocketAddr, String> {
     let Some((host, port)) = text.rsplit_once(':') else {
         return Err("expected host:port, e.g. 127.0.0.1:3128 or localhost:3128".into());
     };
-    if host.is_empty() || port.parse::<u16>().is_err() {
+    if host.is_empty() || port.is_empty() || !port.bytes().all(|b| b.is_ascii_digit()) {
         return Err("expected host:port, e.g. 127.0.0.1:3128 or localhost:3128".into());
+    }
+    if port.parse::<u16>().is_err() {
+        return Err(format!("port {port} is out of range (0 to 65535)"));
     }
     let addrs: Vec<std::net::SocketAddr> = text
         .to_socket_addrs()
@@ -473,4 +477,26 @@ fn key_lines(text: &str) -> BTreeMap<Vec<String>, usize> {
         walk(doc.as_table(), text, &mut Vec::new(), &mut out);
     }
     out
+}
+
+/// A variable that names a key with one underscore where tables need two
+/// (`MANNERLY_PROXY_LISTEN`): the variable it meant, when that is a key.
+fn env_spelling(schema: &Table, path: &[String], source: &Source) -> Option<String> {
+    let Source::Env(_) = source else {
+        return None;
+    };
+    let [flat] = path else {
+        return None;
+    };
+    flat.match_indices('_').find_map(|(i, _)| {
+        let (table, key) = (&flat[..i], &flat[i + 1..]);
+        let candidate = [table.to_string(), key.to_string()];
+        matches!(lookup(schema, &candidate), Lookup::Leaf(_)).then(|| {
+            format!(
+                "MANNERLY_{}__{} ({table}.{key})",
+                table.to_ascii_uppercase(),
+                key.to_ascii_uppercase()
+            )
+        })
+    })
 }

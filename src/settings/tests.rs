@@ -271,3 +271,44 @@ fn local_allows_private_targets_trusts_the_origin_ca_and_stays_on_loopback() {
     let err = format!("{:#}", build(None, &env(&[]), &missing).err().unwrap());
     assert!(err.contains("nope.pem: the origin CA file"), "{err}");
 }
+
+#[test]
+fn a_variable_with_one_underscore_before_the_key_names_the_one_meant() {
+    let err = build(
+        None,
+        &env(&[("MANNERLY_PROXY_LISTEN", "127.0.0.1:1")]),
+        &Flags::default(),
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert_eq!(
+        err,
+        "unknown key proxy_listen (environment variable MANNERLY_PROXY_LISTEN); did you mean MANNERLY_PROXY__LISTEN (proxy.listen)?"
+    );
+    let err = build(
+        None,
+        &env(&[("MANNERLY_BUDGET_MAX_RATE", "2")]),
+        &Flags::default(),
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(
+        err.ends_with("did you mean MANNERLY_BUDGET__MAX_RATE (budget.max_rate)?"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_listen_port_out_of_range_says_so() {
+    let flags = Flags {
+        listen: Some("127.0.0.1:99999".into()),
+        ..Flags::default()
+    };
+    let err = build(None, &env(&[]), &flags).err().unwrap().to_string();
+    assert!(
+        err.ends_with("port 99999 is out of range (0 to 65535)"),
+        "{err}"
+    );
+}

@@ -307,3 +307,36 @@ async fn local_mode_reaches_a_local_https_origin_with_one_flag() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("--local lets clients reach"), "{err}");
 }
+
+/// Corners a newcomer met, each answered in words that name the fix: a
+/// misspelt log level, and a second instance on the same data dir.
+#[test]
+fn a_misspelt_log_level_and_a_second_instance_name_their_fix() {
+    use super::support::RunningBinary;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().display().to_string();
+    let (code, out) = super::support::mannerly(
+        &["run", "--listen", "127.0.0.1:0"],
+        &[("MANNERLY_LOG", "debugg"), ("MANNERLY_DATA_DIR", &data)],
+    );
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains(
+            "MANNERLY_LOG=debugg: \"debugg\" is not a level (trace, debug, info, warn, error, off)"
+        ),
+        "{out}"
+    );
+
+    let mut first = RunningBinary::start(dir.path(), &[]);
+    let (code, out) = super::support::mannerly(
+        &["run", "--listen", "127.0.0.1:0"],
+        &[("MANNERLY_DATA_DIR", &data), ("MANNERLY_ADMIN__LISTEN", "")],
+    );
+    first.signal("TERM");
+    let _ = first.child.wait();
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        out.contains("another mannerly runs on this data dir (stop it, or give this one its own with --data-dir"),
+        "{out}"
+    );
+}

@@ -115,9 +115,14 @@ impl DiskStore {
         options: DiskOptions,
         now: impl Fn() -> Instant + Send + 'static,
     ) -> Result<Self, StoreError> {
-        let db = Database::builder()
+        let db = match Database::builder()
             .set_cache_size(REDB_CACHE_BYTES)
-            .create(path)?;
+            .create(path)
+        {
+            Ok(db) => db,
+            Err(redb::DatabaseError::DatabaseAlreadyOpen) => return Err(StoreError::InUse),
+            Err(e) => return Err(e.into()),
+        };
         let txn = db.begin_write()?;
         tables::prepare(&txn)?;
         txn.commit()?;

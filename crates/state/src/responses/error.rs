@@ -7,6 +7,10 @@ pub enum StoreError {
     /// The embedded database failed (I/O, disk full, a damaged file).
     #[error("response store database: {0}")]
     Database(#[from] redb::Error),
+    /// Another process (a second mannerly on the same data dir) holds the
+    /// store file.
+    #[error("the store is in use by another process: another mannerly runs on this data dir (stop it, or give this one its own with --data-dir or MANNERLY_DATA_DIR)")]
+    InUse,
     /// An entry or record could not be encoded.
     #[error("response store encoding: {0}")]
     Encode(#[from] serde_json::Error),
