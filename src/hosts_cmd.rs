@@ -152,10 +152,37 @@ fn num(v: &Value, digits: usize) -> String {
 }
 
 fn print_list(v: &Value) {
-    println!(
-        "{:<32} {:>8} {:>8} {:>6} {:>6} {:>10} {:>6} {:>7} {:>9}",
-        "HOST", "RATE/s", "CEILING", "FLIGHT", "QUEUE", "PAUSED", "429/h", "ROBOTS", "DECISIONS"
-    );
+    print!("{}", list_text(v));
+}
+
+/// The `hosts list` table. Every cell is a string before it is padded:
+/// `serde_json::Value`'s `Display` ignores widths.
+fn list_text(v: &Value) -> String {
+    let row = |cells: [&str; 9]| {
+        format!(
+            "{:<32} {:>8} {:>8} {:>6} {:>6} {:>10} {:>6} {:>7} {:>9}\n",
+            cells[0],
+            cells[1],
+            cells[2],
+            cells[3],
+            cells[4],
+            cells[5],
+            cells[6],
+            cells[7],
+            cells[8]
+        )
+    };
+    let mut out = row([
+        "HOST",
+        "RATE/s",
+        "CEILING",
+        "FLIGHT",
+        "QUEUE",
+        "PAUSED",
+        "429/h",
+        "ROBOTS",
+        "DECISIONS",
+    ]);
     for h in v["hosts"].as_array().into_iter().flatten() {
         let paused = match h["paused_for_s"].as_f64() {
             Some(s) if h["breaker_open"] == true => format!("{s:.0}s brk"),
@@ -168,23 +195,23 @@ fn print_list(v: &Value) {
                 .as_u64()
                 .map_or("none".into(), |s| s.to_string()),
         };
-        println!(
-            "{:<32} {:>8} {:>8} {:>6} {:>6} {:>10} {:>6} {:>7} {:>9}",
+        out.push_str(&row([
             h["host"].as_str().unwrap_or("?"),
-            num(&h["rate"], 2),
-            num(&h["ceiling"], 2),
-            h["in_flight"],
-            h["queued"],
-            paused,
-            h["throttles_last_hour"],
-            robots,
-            h["decisions"],
-        );
+            &num(&h["rate"], 2),
+            &num(&h["ceiling"], 2),
+            &h["in_flight"].to_string(),
+            &h["queued"].to_string(),
+            &paused,
+            &h["throttles_last_hour"].to_string(),
+            &robots,
+            &h["decisions"].to_string(),
+        ]));
     }
-    println!(
-        "page {} of {} ({} hosts matching, {} tracked; {} paused)",
+    out.push_str(&format!(
+        "page {} of {} ({} hosts matching, {} tracked; {} paused)\n",
         v["page"], v["pages"], v["total"], v["hosts_tracked"], v["totals"]["paused"]
-    );
+    ));
+    out
 }
 
 fn print_show(h: &Value) {
@@ -279,4 +306,34 @@ fn print_reset(v: &Value) {
         num(&b["ceiling"], 3),
         v["audit_id"].as_str().unwrap_or("?"),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_column_of_hosts_list_lines_up_with_its_header() {
+        let v = serde_json::json!({
+            "hosts": [{
+                "host": "example.org", "rate": 1.5, "ceiling": 2.0, "in_flight": 3,
+                "queued": 12, "paused_for_s": 40.0, "breaker_open": false,
+                "throttles_last_hour": 2, "robots": {"status": 200}, "decisions": 1234
+            }],
+            "page": 1, "pages": 1, "total": 1, "hosts_tracked": 1, "totals": {"paused": 1}
+        });
+        let text = list_text(&v);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0].len(), lines[1].len(), "{text}");
+        // Right-aligned columns end where their header ends.
+        for (header, value) in [
+            ("FLIGHT", "3"),
+            ("QUEUE", "12"),
+            ("429/h", "2"),
+            ("DECISIONS", "1234"),
+        ] {
+            let end = lines[0].find(header).unwrap() + header.len();
+            assert_eq!(&lines[1][end - value.len()..end], value, "{header}: {text}");
+        }
+    }
 }
