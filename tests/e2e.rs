@@ -15,6 +15,7 @@ mod e2e {
     mod budget;
     mod cache;
     mod cli;
+    mod clients;
     mod cluster;
     mod dashboard;
     mod datadir;

@@ -178,7 +178,7 @@ with httpx.Client(timeout=30) as c:
 /// Node's undici, installed from the npm registry once into cargo's test
 /// temp dir. `None` (skipped) where node or npm is missing, or the install
 /// fails outside CI.
-fn undici_dir() -> Option<std::path::PathBuf> {
+pub(super) fn undici_dir() -> Option<std::path::PathBuf> {
     if !have_tool("node", "nodejs") || !have_tool("npm", "npm") {
         return None;
     }
