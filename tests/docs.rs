@@ -51,11 +51,18 @@ fn every_relative_link_of_the_readme_and_docs_resolves() {
         }
     }
     assert!(seen > 10, "read only {seen} links");
-    assert!(dangling.is_empty(), "links to nothing:\n{}", dangling.join("\n"));
+    assert!(
+        dangling.is_empty(),
+        "links to nothing:\n{}",
+        dangling.join("\n")
+    );
 }
 
 #[test]
 fn links_in_code_blocks_and_absolute_urls_are_left_alone() {
     let text = "see [a](docs/a.md) and [b](https://x.org/)\n```\n[c](nope.md)\n```\n[d](e.md#part)";
-    assert_eq!(links(text), vec!["docs/a.md".to_string(), "e.md".to_string()]);
+    assert_eq!(
+        links(text),
+        vec!["docs/a.md".to_string(), "e.md".to_string()]
+    );
 }

@@ -313,3 +313,38 @@ async fn crawl_delay_caps_the_rate() {
         .sum();
     assert!(waited >= 900, "three requests at 2/s: {waited}");
 }
+
+/// Budgets are per host name: a 429 from one port of 127.0.0.1 pauses its
+/// other ports too, and the paused answer names the origin that asked.
+#[tokio::test]
+async fn a_paused_answer_names_the_origin_whose_429_paused_the_host() {
+    let (_, h) = recorder(0, 0, "60");
+    let limited = Origin::http(h).await;
+    let (other_rec, h2) = recorder(0, 0, "60");
+    let other = Origin::http(h2).await;
+    let mut proxy = TestProxy::start(|c| c.budget.max_hold_secs = 2.0).await;
+    let c = proxy.client();
+    let throttling = format!("http://127.0.0.1:{}/", limited.port());
+    let r = c.get(format!("{throttling}limit")).send().await.unwrap();
+    assert_eq!(r.status(), 429);
+
+    let r = c
+        .get(format!("http://127.0.0.1:{}/page", other.port()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 429);
+    let said = decision(&r);
+    assert!(said.starts_with("paused; origin="), "{said}");
+    assert!(said.contains(&throttling), "{said}");
+    let body = r.text().await.unwrap();
+    assert!(
+        body.contains(&format!(
+            "({throttling} answered it; all ports of a host share its budget)"
+        )),
+        "{body}"
+    );
+    assert_eq!(other_rec.arrivals.lock().unwrap().len(), 0);
+    let lines = proxy.stop().await;
+    assert_eq!(with_outcome(&lines, "paused").len(), 1);
+}

@@ -233,7 +233,9 @@ impl Exchange {
         let refusal = match fetched {
             Ok(rules) => request::robots_verdict(shared, &rules, host, &self.path, &mut self.rec),
             Err(Unfetched::Budget(r)) => {
-                Some(failure::budget(&r, "robots.txt cannot be fetched: "))
+                let by = shared.throttled_by.get(host);
+                let why = "robots.txt cannot be fetched: ";
+                Some(failure::budget(&r, why, by.as_deref()))
             }
             Err(Unfetched::Stopped(stop)) => return Err(stop),
         };
@@ -311,7 +313,10 @@ impl Exchange {
             .map_or(self.shared.budgets.state(), |p| p.state());
         match permit {
             Ok(p) => Ok(Some(p)),
-            Err(r) => Err(failure::budget(&r, "")),
+            Err(r) => {
+                let by = self.shared.throttled_by.get(&self.target.host);
+                Err(failure::budget(&r, "", by.as_deref()))
+            }
         }
     }
 

@@ -46,6 +46,10 @@ pub(crate) struct Shared {
     /// Wakes the budget saver early (after a throttle) so that a pause
     /// survives even a `kill -9` moments later.
     pub(crate) save_budgets: Notify,
+    /// The origin (`scheme://host:port/`) whose answer last paused each host,
+    /// so a paused answer names it: the budget is the host name's, shared
+    /// by all its ports.
+    pub(crate) throttled_by: ThrottledBy,
     pub(crate) tracker: Tracker,
     /// Web Bot Auth signer (`[identity]`), when enabled.
     pub(crate) identity: Option<Arc<Signer>>,
@@ -118,6 +122,7 @@ impl Shared {
             budgets,
             cache,
             save_budgets: Notify::new(),
+            throttled_by: ThrottledBy::default(),
             tracker: Tracker::new(),
             identity,
             auth,
@@ -304,5 +309,28 @@ impl Tracker {
 
     pub(crate) fn is_stopping(&self) -> bool {
         *self.stop.borrow()
+    }
+}
+
+/// Which origin last throttled each host (memory only, and bounded: past
+/// [`ThrottledBy::MAX`] hosts it starts again, and a paused answer then
+/// names no origin).
+#[derive(Default)]
+pub(crate) struct ThrottledBy(dashmap::DashMap<String, String>);
+
+impl ThrottledBy {
+    const MAX: usize = 100_000;
+
+    /// `origin` throttled `host`.
+    pub(crate) fn note(&self, host: &str, origin: String) {
+        if self.0.len() >= Self::MAX {
+            self.0.clear();
+        }
+        self.0.insert(host.to_ascii_lowercase(), origin);
+    }
+
+    /// The origin that last throttled `host`, if known.
+    pub(crate) fn get(&self, host: &str) -> Option<String> {
+        self.0.get(&host.to_ascii_lowercase()).map(|o| o.clone())
     }
 }

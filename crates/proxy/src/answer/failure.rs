@@ -98,23 +98,33 @@ pub(crate) fn bad_request(why: impl Into<String>) -> Stop {
 }
 
 /// A request the budget will not hold; `prefix` names what was waiting
-/// when it is not the request itself (its robots.txt fetch).
-pub(crate) fn budget(r: &BudgetRefusal, prefix: &str) -> Stop {
+/// when it is not the request itself (its robots.txt fetch); `origin` is
+/// the one whose answer paused the host, when known.
+pub(crate) fn budget(r: &BudgetRefusal, prefix: &str, origin: Option<&str>) -> Stop {
     let wait = r.retry_after_secs();
+    // Budgets are per host name: a 429 from one port pauses them all, which
+    // surprises unless the answer says whose it was.
+    let by = origin.map_or(String::new(), |o| {
+        format!(" ({o} answered it; all ports of a host share its budget)")
+    });
     let why = match r {
-        BudgetRefusal::Paused { .. } => {
-            format!("{prefix}the host is paused for {wait} s after the origin asked to slow down")
-        }
+        BudgetRefusal::Paused { .. } => format!(
+            "{prefix}the host is paused for {wait} s after the origin asked to slow down{by}"
+        ),
         BudgetRefusal::BreakerOpen { .. } => {
-            format!("{prefix}the host drew too many 429s and is left alone for {wait} s")
+            format!("{prefix}the host drew too many 429s and is left alone for {wait} s{by}")
         }
         BudgetRefusal::QueueFull { .. } => {
             format!("{prefix}too many requests are waiting for this host")
         }
     };
-    Stop::new(r.outcome(), Source::Policy, why)
+    let stop = Stop::new(r.outcome(), Source::Policy, why)
         .status(r.status())
-        .retry_after(wait)
+        .retry_after(wait);
+    match (r, origin) {
+        (BudgetRefusal::QueueFull { .. }, _) | (_, None) => stop,
+        (_, Some(o)) => stop.detail("origin", o),
+    }
 }
 
 /// The site's robots.txt cannot be known now: nothing is fetched.

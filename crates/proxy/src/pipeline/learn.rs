@@ -69,6 +69,8 @@ impl Exchange {
     ) -> Learned {
         self.rec.cache(cache);
         self.shared.save_budgets.notify_one();
+        let origin = self.target.url(None);
+        self.shared.throttled_by.note(&self.target.host, origin);
         let hold_left = self
             .deadline
             .saturating_duration_since(self.shared.clock.now());
