@@ -1034,3 +1034,29 @@ fn mode(path: &str) -> u32 {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(path).unwrap().permissions().mode()
 }
+
+/// The image ships the release binary without debug info (line tables made
+/// it 105 MB); profiling has a profile of its own.
+#[test]
+fn release_builds_carry_no_debug_info_and_profiling_has_its_own_profile() {
+    let manifest: toml::Table =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
+            .unwrap()
+            .parse()
+            .unwrap();
+    let profiles = manifest["profile"].as_table().unwrap();
+    let debug = |name: &str| {
+        profiles[name]
+            .get("debug")
+            .and_then(toml::Value::as_integer)
+    };
+    assert_eq!(debug("release"), Some(0));
+    assert_eq!(debug("profiling"), Some(1));
+    assert_eq!(profiles["profiling"]["inherits"].as_str(), Some("release"));
+    let dockerfile =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/Dockerfile")).unwrap();
+    assert!(
+        dockerfile.contains("cargo build --release --locked --bin mannerly"),
+        "the image builds the release profile"
+    );
+}
