@@ -24,6 +24,7 @@ mod e2e {
     mod identity;
     mod limits;
     mod parent;
+    mod payment;
     mod prefs;
     mod realweb;
     mod reload;

@@ -103,6 +103,12 @@ pub struct AuditRecord {
     /// absent when it announced none, so older lines keep their bytes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub announced: Option<Announced>,
+    /// What a 402 asked for (`USD 0.01`, an x402 requirement), unpaid.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub price: Option<String>,
+    /// The payment scheme of `price`: `pay-per-crawl`, `x402`, `unknown`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pay_scheme: Option<&'static str>,
     /// The `keyid` (JWK thumbprint) of the Web Bot Auth signature mannerly
     /// added, when it signed the request.
     pub keyid: Option<String>,

@@ -39,6 +39,9 @@ pub enum Outcome {
     /// An operator cleared a host's learned pause, ceiling and breaker
     /// (admin `POST /hosts/{host}/reset`).
     OperatorReset,
+    /// The origin asked to be paid (402): passed on with its price,
+    /// unpaid, never retried.
+    PaymentRequired,
 }
 
 impl Outcome {
@@ -61,6 +64,7 @@ impl Outcome {
             Outcome::Tunneled => "tunneled",
             Outcome::Denied => "denied",
             Outcome::OperatorReset => "operator_reset",
+            Outcome::PaymentRequired => "payment_required",
         }
     }
 
@@ -78,6 +82,7 @@ impl Outcome {
             | Outcome::RobotsFetched
             | Outcome::Tunneled
             | Outcome::OperatorReset => 200,
+            Outcome::PaymentRequired => 402,
         }
     }
 }

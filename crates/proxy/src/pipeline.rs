@@ -37,6 +37,7 @@ use crate::upstream::conns::{ConnHandle, Conns};
 mod answers;
 mod chained;
 mod learn;
+mod payment;
 pub(crate) mod prefs;
 mod request;
 #[cfg(test)]

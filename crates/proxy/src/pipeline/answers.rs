@@ -33,8 +33,19 @@ impl Exchange {
         resp: Response<Incoming>,
         outcome: Outcome,
     ) -> Response<ProxyBody> {
+        self.forward_with(resp, outcome, &[])
+    }
+
+    /// [`Exchange::forward`] of a body already taken off its connection,
+    /// with more details in the decision header.
+    pub(super) fn forward_with<B: Forwardable>(
+        &mut self,
+        resp: Response<B>,
+        outcome: Outcome,
+        details: &[(&str, String)],
+    ) -> Response<ProxyBody> {
         let rec = self.take_record();
-        let (parts, body, rec) = forwarded_head(rec, resp, outcome);
+        let (parts, body, rec) = forwarded_head(rec, resp, outcome, details);
         let idle = Some(self.shared.cfg.upstream.idle_timeout);
         AuditedBody::new(body, rec, self.shared.audit.clone(), idle).respond(parts)
     }
@@ -50,7 +61,7 @@ impl Exchange {
     ) -> Response<ProxyBody> {
         let rec = self.take_record();
         let shared = &self.shared;
-        let (parts, body, rec) = forwarded_head(rec, resp, Outcome::Fetched);
+        let (parts, body, rec) = forwarded_head(rec, resp, Outcome::Fetched, &[]);
         let idle = Some(shared.cfg.upstream.idle_timeout);
         let (tee, copy) = Tee::new(body, shared.cache.params().max_body);
         AuditedBody::new(boxed(tee), rec, shared.audit.clone(), idle)
@@ -87,12 +98,32 @@ impl Exchange {
     }
 }
 
+/// A body an origin's response may come with: hyper's, or one read whole.
+pub(super) trait Forwardable:
+    http_body::Body<Data = bytes::Bytes, Error: Into<crate::body::BoxError>>
+    + Send
+    + Sync
+    + Unpin
+    + 'static
+{
+}
+
+impl<B> Forwardable for B where
+    B: http_body::Body<Data = bytes::Bytes, Error: Into<crate::body::BoxError>>
+        + Send
+        + Sync
+        + Unpin
+        + 'static
+{
+}
+
 /// The head of an origin's response as the client gets it; its body marks
 /// the upstream connection idle once read to the end.
-fn forwarded_head(
+fn forwarded_head<B: Forwardable>(
     mut rec: AuditRecord,
-    resp: Response<Incoming>,
+    resp: Response<B>,
     outcome: Outcome,
+    details: &[(&str, String)],
 ) -> (http::response::Parts, ProxyBody, AuditRecord) {
     let waited_ms = rec.waited_ms.unwrap_or(0);
     let conn = ConnHandle::of(&resp);
@@ -103,10 +134,11 @@ fn forwarded_head(
     // kept-alive HTTP/1.1 client connection after every answer.
     parts.version = Version::default();
     strip_hop_by_hop(&mut parts.headers);
-    parts.headers.insert(
-        DECISION,
-        decision_value(outcome, &[("waited_ms", waited_ms.to_string())]),
-    );
+    let mut said = vec![("waited_ms", waited_ms.to_string())];
+    said.extend(details.iter().cloned());
+    parts
+        .headers
+        .insert(DECISION, decision_value(outcome, &said));
     parts.headers.insert(ID, header_text(&rec.id));
     rec.decided(outcome, parts.status.as_u16());
     (parts, body, rec)

@@ -47,6 +47,10 @@ impl Exchange {
         if let Some(r) = &reaction {
             self.rec.budget(r);
         }
+        if resp.status() == StatusCode::PAYMENT_REQUIRED {
+            self.rec.cache(cache.outcome);
+            return Ok(Learned::Answer(self.payment_required(resp).await));
+        }
         match reaction {
             Some(Reaction::Throttled(t)) => {
                 Ok(self.throttled(parts, resp, t.pause, cache.outcome, resendable))
