@@ -25,6 +25,7 @@ mod e2e {
     mod parent;
     mod prefs;
     mod realweb;
+    mod record;
     mod reload;
     mod report;
     mod robots;

@@ -64,7 +64,7 @@ impl Fixture {
             .expect("request");
         let target = Target::from_absolute(req.uri()).expect("target");
         let client: SocketAddr = "127.0.0.1:40000".parse().expect("addr");
-        Exchange::begin(self.shared.clone(), &req, target, client)
+        Exchange::begin(self.shared.clone(), &req, target, client, None)
     }
 
     /// Closes the log and returns its lines as JSON.
