@@ -241,3 +241,108 @@ async fn the_user_is_on_every_line_inside_tunnels_too() {
     assert_eq!(line["outcome"], "denied");
     assert_eq!(origin.seen.count("/twice"), 0);
 }
+
+/// An origin on a raw socket that answers every page with `answer` (and
+/// robots.txt with a 404), one request per connection.
+fn raw_origin(answer: Vec<u8>) -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().map_while(Result::ok) {
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && conn.read(&mut byte).is_ok_and(|n| n == 1) {
+                head.push(byte[0]);
+            }
+            let robots = head.starts_with(b"GET /robots.txt");
+            let out: &[u8] = if robots {
+                b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            } else {
+                &answer
+            };
+            let _ = conn.write_all(out);
+        }
+    });
+    port
+}
+
+/// One GET through the proxy on a raw socket, read to the close.
+fn raw_exchange(proxy: &str, url: &str) -> String {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(proxy).unwrap();
+    write!(
+        conn,
+        "GET {url} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut got = Vec::new();
+    let _ = conn.read_to_end(&mut got);
+    String::from_utf8_lossy(&got).to_string()
+}
+
+/// RFC 9112 §6.3 on the origin's side: Transfer-Encoding wins and the
+/// Content-Length is not passed on (before: a complete 200 "hel"); framing
+/// that cannot be read and an oversize head are 502 `source: upstream`.
+#[tokio::test]
+async fn origin_framing_is_judged_not_relayed() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = RunningBinary::start(dir.path(), &[]);
+    let audit = dir.path().join("audit.jsonl");
+    let both = raw_origin(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+            .to_vec(),
+    );
+    let url = format!("http://127.0.0.1:{both}/both");
+    let got = tokio::task::spawn_blocking({
+        let (p, u) = (bin.addr.clone(), url.clone());
+        move || raw_exchange(&p, &u)
+    })
+    .await
+    .unwrap();
+    let lower = got.to_lowercase();
+    assert!(lower.starts_with("http/1.1 200"), "{got}");
+    assert!(!lower.contains("content-length: 3"), "{got}");
+    assert!(lower.contains("transfer-encoding: chunked"), "{got}");
+    assert!(got.ends_with("5\r\nhello\r\n0\r\n\r\n"), "{got}");
+    let line = line_where(&audit, |l| l["url"] == url.as_str())
+        .await
+        .unwrap();
+    assert_eq!(line["outcome"], "fetched", "{line}");
+    assert_eq!(line["bytes"], 5, "{line}");
+    assert_eq!(line["reason"], serde_json::Value::Null, "{line}");
+
+    let mut huge = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n".to_vec();
+    for i in 0..2000 {
+        huge.extend_from_slice(format!("X-Filler-{i}: {}\r\n", "a".repeat(90)).as_bytes());
+    }
+    huge.extend_from_slice(b"\r\nok");
+    let cases = [
+        (
+            raw_origin(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 5\r\n\r\nhello".to_vec(),
+            ),
+            "not valid HTTP/1.1",
+        ),
+        (raw_origin(huge), "response head is larger than 65536 bytes"),
+    ];
+    for (port, why) in cases {
+        let url = format!("http://127.0.0.1:{port}/bad");
+        let got = tokio::task::spawn_blocking({
+            let (p, u) = (bin.addr.clone(), url.clone());
+            move || raw_exchange(&p, &u)
+        })
+        .await
+        .unwrap();
+        assert!(got.starts_with("HTTP/1.1 502"), "{why}: {got}");
+        assert!(
+            got.to_lowercase().contains("mannerly-decision: error"),
+            "{got}"
+        );
+        let line = line_where(&audit, |l| l["url"] == url.as_str())
+            .await
+            .unwrap();
+        assert_eq!(line["source"], "upstream", "{line}");
+        assert!(line["reason"].as_str().unwrap().contains(why), "{line}");
+    }
+}

@@ -50,6 +50,13 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
             );
         }
     }
+    // RFC 9112 §6.3: Transfer-Encoding overrides Content-Length, and an
+    // intermediary removes the Content-Length before passing it on (the
+    // message is re-framed on the next hop; a forwarded length would cut
+    // it short there).
+    if headers.contains_key(http::header::TRANSFER_ENCODING) {
+        doomed.push(http::header::CONTENT_LENGTH);
+    }
     for n in doomed {
         headers.remove(n);
     }
@@ -81,5 +88,18 @@ mod tests {
         strip_hop_by_hop(&mut h);
         let left: Vec<_> = h.keys().map(|k| k.as_str()).collect();
         assert_eq!(left, vec!["x-keep"]);
+    }
+
+    #[test]
+    fn content_length_goes_with_transfer_encoding() {
+        let mut h = HeaderMap::new();
+        h.insert("content-length", HeaderValue::from_static("3"));
+        h.insert("transfer-encoding", HeaderValue::from_static("chunked"));
+        strip_hop_by_hop(&mut h);
+        assert!(h.is_empty(), "{h:?}");
+        let mut h = HeaderMap::new();
+        h.insert("content-length", HeaderValue::from_static("3"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h["content-length"], "3");
     }
 }

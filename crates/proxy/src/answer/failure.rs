@@ -25,6 +25,19 @@ pub(crate) fn upstream(err: &(dyn Error + 'static)) -> Stop {
     if let Some(tls) = find_in_chain::<rustls::Error>(err) {
         return origin(502, tls_words(tls));
     }
+    if let Some(h) = find_in_chain::<hyper::Error>(err).filter(|h| h.is_parse()) {
+        // Framing RFC 9112 §6.3 forbids (conflicting or invalid
+        // Content-Length, ...) or a head over the limit: not relayed.
+        let why = if h.is_parse_too_large() {
+            format!(
+                "the origin's response head is larger than {} bytes",
+                crate::upstream::MAX_RESPONSE_HEAD
+            )
+        } else {
+            format!("the origin's response is not valid HTTP/1.1: {h}")
+        };
+        return origin(502, why);
+    }
     let mut why = err.to_string();
     let mut src = err.source();
     while let Some(s) = src {
