@@ -346,3 +346,42 @@ async fn origin_framing_is_judged_not_relayed() {
         assert!(line["reason"].as_str().unwrap().contains(why), "{line}");
     }
 }
+
+/// A Crawl-delay longer than the hold is its own refusal, `paced`, with
+/// the time to the host's next turn (before: `queue_full`, "too many
+/// requests are waiting", with nothing queued).
+#[tokio::test]
+async fn a_crawl_delay_beyond_the_hold_is_paced_not_queue_full() {
+    let origin = Origin::http(handler(|req| async move {
+        match req.uri().path() {
+            "/robots.txt" => text(200, "User-agent: *\nCrawl-delay: 60\n"),
+            _ => text(200, "page"),
+        }
+    }))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let bin = RunningBinary::start(dir.path(), &[("MANNERLY_BUDGET__BURST", "1")]);
+    let r = bin
+        .client()
+        .get(format!("http://127.0.0.1:{}/page", origin.port()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    assert!(decision(&r).starts_with("paced"), "{}", decision(&r));
+    let retry: u64 = r.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((31..=60).contains(&retry), "{retry}");
+    let body = r.text().await.unwrap();
+    assert!(body.contains("Crawl-delay"), "{body}");
+    assert_eq!(origin.seen.count("/page"), 0);
+    let audit = dir.path().join("audit.jsonl");
+    let line = line_where(&audit, |l| l["outcome"] == "paced")
+        .await
+        .unwrap();
+    assert_eq!(line["status"], 503);
+    assert_eq!(line["source"], "policy");
+}

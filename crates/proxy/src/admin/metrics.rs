@@ -17,7 +17,7 @@ use metrics_exporter_prometheus::{
 };
 
 /// Every outcome, in the order of [`index`].
-pub(crate) const OUTCOMES: [Outcome; 16] = [
+pub(crate) const OUTCOMES: [Outcome; 17] = [
     Outcome::Fetched,
     Outcome::Revalidated,
     Outcome::Unchanged,
@@ -34,6 +34,7 @@ pub(crate) const OUTCOMES: [Outcome; 16] = [
     Outcome::Tunneled,
     Outcome::OperatorReset,
     Outcome::Denied,
+    Outcome::Paced,
 ];
 
 /// Position of an outcome in [`OUTCOMES`]; exhaustive, so a new outcome
@@ -56,6 +57,7 @@ fn index(o: Outcome) -> usize {
         Outcome::Tunneled => 13,
         Outcome::OperatorReset => 14,
         Outcome::Denied => 15,
+        Outcome::Paced => 16,
     }
 }
 

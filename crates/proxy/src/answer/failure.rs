@@ -122,6 +122,9 @@ pub(crate) fn budget(r: &BudgetRefusal, prefix: &str) -> Stop {
         BudgetRefusal::QueueFull { .. } => {
             format!("{prefix}too many requests are waiting for this host")
         }
+        BudgetRefusal::Paced { .. } => format!(
+            "{prefix}the host's pace (its robots.txt Crawl-delay, or a rate learned from the site) puts its next turn {wait} s away, longer than a request may be held (budget.max_hold_secs)"
+        ),
     };
     Stop::new(r.outcome(), Source::Policy, why)
         .status(r.status())
