@@ -385,3 +385,26 @@ async fn a_crawl_delay_beyond_the_hold_is_paced_not_queue_full() {
     assert_eq!(line["status"], 503);
     assert_eq!(line["source"], "policy");
 }
+
+/// IPv6 ranges that lead back inside are refused before any connection
+/// (before: a connection was attempted): local-use NAT64, discard-only,
+/// site-local, and Teredo judged by the IPv4 address it embeds.
+#[tokio::test]
+async fn inward_ipv6_ranges_are_blocked_before_connecting() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = RunningBinary::start(dir.path(), &[("MANNERLY_UPSTREAM__ALLOW_PRIVATE", "false")]);
+    let c = bin.client();
+    for (host, class) in [
+        ("64:ff9b:1::a00:1", "private"),
+        ("100::1", "reserved"),
+        ("fec0::1", "private"),
+        ("2001:0:4136:e378:8000:63bf:80ff:fffe", "loopback"),
+    ] {
+        let r = c.get(format!("http://[{host}]/")).send().await.unwrap();
+        assert_eq!(r.status(), 403, "{host}");
+        let d = decision(&r);
+        assert!(d.starts_with("blocked"), "{host}: {d}");
+        let body = r.text().await.unwrap();
+        assert!(body.contains(class), "{host}: {body}");
+    }
+}
