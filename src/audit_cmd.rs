@@ -91,7 +91,8 @@ pub fn verify(pubkey: Option<&str>, paths: &[PathBuf]) -> Result<ExitCode> {
     if files.is_empty() {
         bail!("no audit files given");
     }
-    let mut v = Verifier::new(key);
+    let whole_set = files.len() > 1 || paths.iter().any(|p| p.is_dir());
+    let mut v = Verifier::new(key).whole_set(whole_set);
     for f in &files {
         feed(&mut v, f)?;
     }
@@ -179,14 +180,23 @@ fn verdict(report: &Report) -> ExitCode {
     }
     let unsealed = report.unsealed_tail();
     let last = report.files.last().cloned().unwrap_or_default();
-    if unsealed == 0 {
+    if report.ends_sealed() {
         let why = match last.last_seal {
             Some(SealReason::Shutdown) => "clean shutdown",
-            Some(SealReason::Rotation) => "rotation",
-            Some(SealReason::Interval | SealReason::Continuation) | None => "interval",
+            Some(SealReason::Rotation) => "rotation; the file is checked alone",
+            Some(SealReason::Interval | SealReason::Continuation) | None => {
+                "interval, written before shutdown seals were always written (checkpoint format 1), so a cut there cannot be told from a clean stop"
+            }
         };
         println!("sealed: every line is covered by a checkpoint signed with the key (last: {why})");
         return ExitCode::SUCCESS;
+    }
+    if unsealed == 0 {
+        println!(
+            "end unsealed: {} ends on an interval checkpoint (line {}), not on the shutdown checkpoint a clean stop writes: the proxy did not stop cleanly (crash, kill -9) or the log was cut at that checkpoint",
+            last.name, last.sealed_through
+        );
+        return ExitCode::from(UNSEALED);
     }
     println!(
         "unsealed: the last {unsealed} lines of {} follow the last checkpoint (line {}); the proxy did not stop cleanly (crash, kill -9), which leaves at most one checkpoint interval unsealed, or lines after them were cut",

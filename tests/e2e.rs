@@ -27,6 +27,7 @@ mod e2e {
     mod payment;
     mod prefs;
     mod realweb;
+    mod record;
     mod reload;
     mod report;
     mod robots;

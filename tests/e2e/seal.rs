@@ -71,17 +71,24 @@ fn write(path: &std::path::Path, lines: &[String]) {
     std::fs::write(path, lines.join("\n") + "\n").unwrap();
 }
 
-#[tokio::test]
-async fn checkpoints_catch_truncation_edits_deletions_and_rechaining() {
+/// `n` pages through a proxy sealing every 10 lines, then a clean stop:
+/// the log, the data dir, and what keeps them.
+async fn pages_then_stop(n: usize) -> (std::path::PathBuf, std::path::PathBuf, TestProxy) {
     let origin = Origin::http(ok_origin()).await;
     let mut proxy = TestProxy::start(|c| c.audit.checkpoint_lines = 10).await;
     let c = proxy.client();
-    for i in 0..35 {
+    for i in 0..n {
         get_ok(&c, &format!("http://127.0.0.1:{}/p{i}", origin.port())).await;
     }
     let path = proxy.audit_path.clone();
     let data = proxy.dir.path().to_path_buf();
     proxy.stop().await;
+    (path, data, proxy)
+}
+
+#[tokio::test]
+async fn checkpoints_catch_truncation_edits_deletions_and_rechaining() {
+    let (path, data, _keep) = pages_then_stop(35).await;
     let lines = audit_lines_all(&path);
     // 36 records (robots.txt + 35 pages), a checkpoint after every 10, and
     // one at shutdown.
@@ -277,6 +284,50 @@ async fn rotation_carries_the_chain_and_verify_checks_the_set() {
     );
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("no later file was given"), "{out}");
+
+    // The oldest file missing from the set (before: a note, exit 0).
+    let pruned = tempfile::tempdir().unwrap();
+    for f in rotated.iter().skip(1).chain([&current]) {
+        std::fs::copy(f, pruned.path().join(f.file_name().unwrap())).unwrap();
+    }
+    let (code, out) = verify(Some(&key), &[pruned.path()]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("oldest file of the set is missing"), "{out}");
+    // Each rotated file, given alone, verifies alone (before: exit 1).
+    for f in &rotated {
+        let (code, out) = verify(Some(&key), &[f]);
+        assert_eq!(code, 0, "{}: {out}", f.display());
+        assert!(out.contains("last: rotation"), "{out}");
+    }
+}
+
+/// A clean stop always ends on a shutdown checkpoint, even right after an
+/// interval one; a log cut exactly at an interval checkpoint is "end
+/// unsealed" (exit 3), never "sealed" (before: exit 0, "last: interval").
+#[tokio::test]
+async fn a_log_cut_at_a_checkpoint_is_not_sealed() {
+    // robots.txt + 9 pages: the 10th line is an interval checkpoint, and
+    // nothing follows it before the stop.
+    let (path, data, _keep) = pages_then_stop(9).await;
+    let lines = audit_lines_all(&path);
+    assert_eq!(lines.len(), 12, "{lines:#?}");
+    assert_eq!(lines[10]["why"], "interval");
+    assert_eq!(lines[11]["why"], "shutdown");
+    let key = pubkey(&data);
+    let (code, out) = verify(Some(&key), &[&path]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("last: clean shutdown"), "{out}");
+    let rows: Vec<String> = std::fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let tmp = tempfile::tempdir().unwrap();
+    let cut = tmp.path().join("cut.jsonl");
+    write(&cut, &rows[..11]);
+    let (code, out) = verify(Some(&key), &[&cut]);
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("end unsealed"), "{out}");
 }
 
 #[tokio::test]

@@ -100,11 +100,33 @@ fn classify_v6(ip: Ipv6Addr) -> AddressClass {
             return class;
         }
     }
+    // Teredo (2001::/32, RFC 4380): the client's IPv4 address is the
+    // bitwise NOT of the last 32 bits, and the relay delivers to it.
+    if s[..2] == [0x2001, 0] {
+        let (hi, lo) = (!s[6], !s[7]);
+        let v4 = Ipv4Addr::new((hi >> 8) as u8, hi as u8, (lo >> 8) as u8, lo as u8);
+        let class = classify_v4(v4);
+        if class.is_internal() {
+            return class;
+        }
+    }
     if ip == Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254) {
         return AddressClass::Metadata;
     }
+    // Local-use NAT64 (64:ff9b:1::/48, RFC 8215): a translator of this
+    // network's own, wherever in the suffix it puts the IPv4 address.
+    if s[..3] == [0x64, 0xff9b, 1] {
+        return AddressClass::Private;
+    }
+    // Discard-only (100::/64, RFC 6666): nothing answers there.
+    if s[..4] == [0x100, 0, 0, 0] {
+        return AddressClass::Reserved;
+    }
     match s[0] {
         x if x & 0xfe00 == 0xfc00 => AddressClass::Private,
+        // Site-local (fec0::/10, deprecated by RFC 3879): still routed
+        // inside some networks as their private space.
+        x if x & 0xffc0 == 0xfec0 => AddressClass::Private,
         x if x & 0xffc0 == 0xfe80 => AddressClass::LinkLocal,
         x if x & 0xff00 == 0xff00 => AddressClass::Reserved,
         0x2001 if s[1] == 0x0db8 => AddressClass::Reserved,
@@ -190,6 +212,39 @@ mod tests {
         assert_eq!(c("2002:a9fe:a9fe::1"), AddressClass::Metadata);
         assert_eq!(c("2002:5db8:d70e::1"), AddressClass::Public);
         assert_eq!(c("::ffff:0:93.184.215.14"), AddressClass::Public);
+    }
+
+    #[test]
+    fn teredo_nat64_local_use_discard_and_site_local_are_classified() {
+        let c = |a: &str| classify_ip(a.parse().expect("address"));
+        // Teredo: the client address is NOT(last 32 bits). 80ff:fffe is
+        // 127.0.0.1; f5ff:fffe is 10.0.0.1; a2ca:28f1 is 93.53.215.14.
+        assert_eq!(
+            c("2001:0:4136:e378:8000:63bf:80ff:fffe"),
+            AddressClass::Loopback
+        );
+        assert_eq!(
+            c("2001:0:4136:e378:8000:63bf:f5ff:fffe"),
+            AddressClass::Private
+        );
+        assert_eq!(
+            c("2001:0:4136:e378:8000:63bf:5601:5601"),
+            AddressClass::Metadata
+        );
+        assert_eq!(
+            c("2001:0:4136:e378:8000:63bf:a2ca:28f1"),
+            AddressClass::Public
+        );
+        // 2001:db8::/32 stays documentation, 2001:4860:: stays public.
+        assert_eq!(c("2001:db8::1"), AddressClass::Reserved);
+        assert_eq!(c("2001:4860:4860::8888"), AddressClass::Public);
+        assert_eq!(c("64:ff9b:1::a00:1"), AddressClass::Private);
+        assert_eq!(c("64:ff9b:1:ffff::5db8:d70e"), AddressClass::Private);
+        assert_eq!(c("100::1"), AddressClass::Reserved);
+        assert_eq!(c("100::ffff:ffff:ffff:ffff"), AddressClass::Reserved);
+        assert_eq!(c("100:0:0:1::1"), AddressClass::Public);
+        assert_eq!(c("fec0::1"), AddressClass::Private);
+        assert_eq!(c("feff:ffff::1"), AddressClass::Private);
     }
 
     use super::*;

@@ -78,6 +78,10 @@ pub struct AuditRecord {
     pub pause_s: Option<f64>,
     /// Body bytes sent to the client.
     pub bytes: Option<u64>,
+    /// Body bytes read from the client, on the line of a request the client
+    /// abandoned; absent otherwise, so other lines keep their bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub received: Option<u64>,
     /// Body bytes the client got without the origin sending them.
     pub saved_bytes: Option<u64>,
     /// What the response store did: `miss`, `stored`, `revalidated`, `hit`, `bypass`, `error`.

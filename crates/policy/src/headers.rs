@@ -17,6 +17,9 @@ const HOP_BY_HOP: &[&str] = &[
     "upgrade",
 ];
 
+/// Framing fields spelt with an underscore for the hyphen.
+const FRAMING_LOOKALIKES: &[&str] = &["transfer_encoding", "content_length"];
+
 /// Removes hop-by-hop fields and every field named in `Connection` or
 /// `Proxy-Connection`.
 ///
@@ -27,7 +30,12 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     let mut doomed: Vec<HeaderName> = Vec::new();
     let mut listed = false;
     for name in headers.keys() {
-        if HOP_BY_HOP.contains(&name.as_str()) {
+        // A framing field spelt with an underscore: a server that reads `_`
+        // as `-` would frame by it, beside the real framing. (HTTP/1 heads
+        // with one are refused at intake; this covers h2 and responses.)
+        if FRAMING_LOOKALIKES.contains(&name.as_str()) {
+            doomed.push(name.clone());
+        } else if HOP_BY_HOP.contains(&name.as_str()) {
             listed |= name == CONNECTION || name.as_str() == "proxy-connection";
             doomed.push(name.clone());
         }
@@ -41,6 +49,13 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
                     .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok()),
             );
         }
+    }
+    // RFC 9112 §6.3: Transfer-Encoding overrides Content-Length, and an
+    // intermediary removes the Content-Length before passing it on (the
+    // message is re-framed on the next hop; a forwarded length would cut
+    // it short there).
+    if headers.contains_key(http::header::TRANSFER_ENCODING) {
+        doomed.push(http::header::CONTENT_LENGTH);
     }
     for n in doomed {
         headers.remove(n);
@@ -68,8 +83,23 @@ mod tests {
         );
         h.insert("te", HeaderValue::from_static("trailers"));
         h.insert("x-keep", HeaderValue::from_static("1"));
+        h.insert("transfer_encoding", HeaderValue::from_static("chunked"));
+        h.insert("content_length", HeaderValue::from_static("3"));
         strip_hop_by_hop(&mut h);
         let left: Vec<_> = h.keys().map(|k| k.as_str()).collect();
         assert_eq!(left, vec!["x-keep"]);
+    }
+
+    #[test]
+    fn content_length_goes_with_transfer_encoding() {
+        let mut h = HeaderMap::new();
+        h.insert("content-length", HeaderValue::from_static("3"));
+        h.insert("transfer-encoding", HeaderValue::from_static("chunked"));
+        strip_hop_by_hop(&mut h);
+        assert!(h.is_empty(), "{h:?}");
+        let mut h = HeaderMap::new();
+        h.insert("content-length", HeaderValue::from_static("3"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h["content-length"], "3");
     }
 }

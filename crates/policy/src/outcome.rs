@@ -25,6 +25,9 @@ pub enum Outcome {
     BreakerOpen,
     /// The host's wait queue is full.
     QueueFull,
+    /// Nothing is waiting, but the host's pace (Crawl-delay, a learned
+    /// rate) puts its next turn beyond the hold.
+    Paced,
     /// The target is not allowed (private address, port not allowed, bad request).
     Blocked,
     /// Something failed: upstream unreachable, timed out, or invalid input.
@@ -58,6 +61,7 @@ impl Outcome {
             Outcome::Paused => "paused",
             Outcome::BreakerOpen => "breaker_open",
             Outcome::QueueFull => "queue_full",
+            Outcome::Paced => "paced",
             Outcome::Blocked => "blocked",
             Outcome::Error => "error",
             Outcome::RobotsFetched => "robots_fetched",
@@ -73,7 +77,7 @@ impl Outcome {
         match self {
             Outcome::Disallowed | Outcome::SignalRefused | Outcome::Blocked => 403,
             Outcome::Denied => 407,
-            Outcome::RobotsUnavailable | Outcome::QueueFull => 503,
+            Outcome::RobotsUnavailable | Outcome::QueueFull | Outcome::Paced => 503,
             Outcome::Paused | Outcome::BreakerOpen | Outcome::Throttled => 429,
             Outcome::Error => 502,
             Outcome::Fetched

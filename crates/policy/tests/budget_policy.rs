@@ -784,3 +784,21 @@ fn with_one_gap_known_the_pace_is_that_gap_and_never_above_the_rate() {
     let t = throttled(respond(&mut b, &p, t0, ms(800), 429, Some("2")));
     assert_eq!(t.rate_before, 1.25);
 }
+
+#[test]
+fn a_crawl_delay_beyond_the_hold_is_paced_for_the_first_in_line() {
+    let t0 = Instant::now();
+    let p = defaults();
+    let mut b = HostBudget::new(&p, t0);
+    b.set_crawl_delay(&p, t0, Some(60.0));
+    assert_eq!(b.admit(&p, t0), Reservation::Go);
+    let Reservation::Refuse(r) = b.admit(&p, t0) else {
+        panic!("a turn 60 s away was not refused");
+    };
+    assert!(matches!(r, Refusal::Paced { .. }), "{r:?}");
+    assert_eq!((r.outcome(), r.status()), (Outcome::Paced, 503));
+    // The budget keeps whole milliseconds from its own start: 60 s and a few ms.
+    assert!((60..=61).contains(&r.retry_after_secs()), "{r:?}");
+    // Later, the same turn is within the 30 s hold and is waited for.
+    assert!(matches!(b.admit(&p, t0 + secs(40)), Reservation::Wait(w) if w <= secs(21)));
+}

@@ -391,9 +391,10 @@ fn run_timers(log: &Log, ctl: &mpsc::Receiver<Msg>) -> io::Result<u64> {
     log.with_writer(|w| {
         let batch = std::mem::take(&mut *log.queue());
         w.write_batch(batch);
-        if w.since_seal > 0 {
-            w.seal(SealReason::Shutdown);
-        }
+        // Always, even right after another checkpoint: a clean stop is the
+        // only way a log ends on a shutdown seal, so a log cut at any other
+        // checkpoint shows as unsealed.
+        w.seal(SealReason::Shutdown);
         w.flush();
         w.closed = true;
         if w.cfg.sync != AuditSync::None {

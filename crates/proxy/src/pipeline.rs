@@ -26,7 +26,7 @@ use tokio::time::Instant;
 
 use crate::answer::{failure, Stop};
 use crate::body::ProxyBody;
-use crate::clients::body::ClientBody;
+use crate::clients::body::{ClientBody, Received};
 use crate::error::ConnectError;
 use crate::hosts::budget::Permit;
 use crate::hosts::robots::{self, Unfetched};
@@ -52,8 +52,9 @@ pub(crate) async fn handle(
     req: Request<Incoming>,
     target: Target,
     client: SocketAddr,
+    user: Option<String>,
 ) -> Response<ProxyBody> {
-    let mut x = Exchange::begin(shared, &req, target, client);
+    let mut x = Exchange::begin(shared, &req, target, client, user);
     let walked: Step<Response<ProxyBody>> = async {
         x.guard().await?; // 0. a target the proxy may reach
         x.robots(&req).await?; // 1. robots.txt: allowed, signals, Crawl-delay
@@ -98,6 +99,23 @@ struct Exchange {
     waited: Duration,
     /// Sends after a throttle so far.
     retries: u32,
+    /// Where the walk was when it was last seen: what the line of a
+    /// request the client abandons says (see `impl Drop for Exchange`).
+    at: Stage,
+    /// Body bytes read from the client so far.
+    received: Received,
+}
+
+/// How far a request got; a client that goes away mid-walk leaves a line
+/// saying where.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Stage {
+    /// Not yet sent: robots.txt, the store, the body, the budget's turn.
+    Before,
+    /// Sent to the origin (or on its way): the origin may have it.
+    AtOrigin,
+    /// The record was taken for the one answer.
+    Answered,
 }
 
 /// What `learn` made of the origin's answer.
@@ -167,10 +185,11 @@ impl Exchange {
         req: &Request<B>,
         target: Target,
         client: SocketAddr,
+        user: Option<String>,
     ) -> Exchange {
         let url = target.url(req.uri().path_and_query());
         let mut rec = shared.record(req.method().as_str(), &url, &target.host, client);
-        rec.user = shared.auth.user_for(client);
+        rec.user = user;
         rec.agent = Some(request::agent(&shared, req.headers()));
         let deadline = shared.clock.now() + shared.budgets.max_hold(&target.host);
         Exchange {
@@ -188,6 +207,8 @@ impl Exchange {
             deadline,
             waited: Duration::ZERO,
             retries: 0,
+            at: Stage::Before,
+            received: Received::default(),
         }
     }
 
@@ -290,7 +311,7 @@ impl Exchange {
     /// not hold the host's turn; a silence past the idle limit is a 408.
     async fn client_body(&mut self, body: Incoming) -> Step<ClientBody> {
         let idle = self.shared.cfg.proxy.body_idle_timeout;
-        ClientBody::read(body, idle)
+        ClientBody::read(body, idle, self.received.clone())
             .await
             .map_err(|e| failure::client_body(&e))
     }
@@ -354,6 +375,7 @@ impl Exchange {
     async fn upstream(&mut self, out: Request<ProxyBody>) -> Step<Response<Incoming>> {
         let first_byte = self.shared.cfg.upstream.first_byte_timeout;
         let sending = self.shared.clock.now();
+        self.at = Stage::AtOrigin;
         let sent = tokio::time::timeout(first_byte, self.shared.client.request(out)).await;
         let took = self.shared.clock.now().saturating_duration_since(sending);
         self.rec.upstream_ms = Some(took.as_millis() as u64);

@@ -12,6 +12,10 @@ use std::time::Duration;
 use http::{Request, Uri};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
+
+/// The largest response head taken from an origin (as the 64 KiB a
+/// client's head may have by default).
+pub(crate) const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 use hyper_util::client::legacy::ResponseFuture;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use mannerly_policy::{classify_ip, parse_host_ip};
@@ -383,6 +387,10 @@ pub(crate) fn client(
                 .pool_timer(TokioTimer::new())
                 .pool_idle_timeout(cfg.pool_idle)
                 .pool_max_idle_per_host(cfg.pool_max_idle_per_host)
+                // A hostile origin's endless head is cut, not relayed
+                // (answered 502, `failure::upstream`).
+                .http1_max_buf_size(MAX_RESPONSE_HEAD)
+                .http2_max_header_list_size(MAX_RESPONSE_HEAD as u32)
                 .build(connector.clone())
         })
         .collect();

@@ -24,6 +24,13 @@ pub enum SealReason {
     Continuation,
 }
 
+/// The checkpoint format this version writes (see [`Checkpoint::format`]).
+const FORMAT: u32 = 2;
+
+fn format_one() -> u32 {
+    1
+}
+
 /// One checkpoint line, as written (before its `chain` field).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Checkpoint {
@@ -42,6 +49,12 @@ pub struct Checkpoint {
     pub every_lines: u64,
     /// The interval in force, seconds.
     pub every_secs: u64,
+    /// How the writer sealed: 2 (now) always ends a clean stop with a
+    /// `shutdown` checkpoint, so a log ending on any other kind was not
+    /// stopped cleanly, or was cut; 1 (checkpoints without the field)
+    /// skipped that checkpoint when nothing followed an interval one.
+    #[serde(default = "format_one")]
+    pub format: u32,
     /// The public key that signed, hex.
     pub key: String,
     /// Ed25519 signature over [`Checkpoint::message`], hex.
@@ -68,6 +81,7 @@ impl Checkpoint {
             sealed: sealed.to_string(),
             every_lines,
             every_secs,
+            format: FORMAT,
             key: hex(key.verifying_key().as_bytes()),
             sig: String::new(),
         };
@@ -83,9 +97,11 @@ impl Checkpoint {
             SealReason::Shutdown => "shutdown",
             SealReason::Continuation => "continuation",
         };
+        // The format is in the first line, so it is signed too: a cut log
+        // cannot pass for an older one.
         format!(
-            "mannerly-audit-checkpoint v1\nts={}\nwhy={why}\nlines={}\nsealed={}\nevery_lines={}\nevery_secs={}\n",
-            self.ts, self.lines, self.sealed, self.every_lines, self.every_secs
+            "mannerly-audit-checkpoint v{}\nts={}\nwhy={why}\nlines={}\nsealed={}\nevery_lines={}\nevery_secs={}\n",
+            self.format, self.ts, self.lines, self.sealed, self.every_lines, self.every_secs
         )
     }
 

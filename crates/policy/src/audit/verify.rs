@@ -63,6 +63,12 @@ pub enum Problem {
         /// The file sealed for rotation.
         file: String,
     },
+    /// A whole set was given (a directory, or several files) and its first
+    /// file continues an earlier one: the oldest file(s) are missing.
+    FirstFileMissing {
+        /// The first file given.
+        file: String,
+    },
 }
 
 impl std::fmt::Display for Problem {
@@ -95,6 +101,10 @@ impl std::fmt::Display for Problem {
                 f,
                 "{file}: ends with a rotation checkpoint but no later file was given (the file after it is missing)"
             ),
+            Problem::FirstFileMissing { file } => write!(
+                f,
+                "{file}: continues a file that was not given (the oldest file of the set is missing; give a file alone to check it alone)"
+            ),
         }
     }
 }
@@ -125,6 +135,8 @@ pub struct FileReport {
     pub sealed_through: u64,
     /// Why the last checkpoint was written.
     pub last_seal: Option<SealReason>,
+    /// The format of the last checkpoint (see `Checkpoint::format`).
+    pub last_format: u32,
 }
 
 impl Report {
@@ -133,6 +145,23 @@ impl Report {
         self.files
             .last()
             .map_or(0, |f| f.lines.saturating_sub(f.sealed_through))
+    }
+
+    /// Whether the log ends on a seal that only a clean end writes: a
+    /// shutdown, or (for a file checked alone) a rotation. A log written
+    /// since checkpoint format 2 that ends on an interval checkpoint was
+    /// not stopped cleanly, or was cut right after that checkpoint; an
+    /// older one may end so after a clean stop, and is taken as sealed.
+    pub fn ends_sealed(&self) -> bool {
+        let Some(last) = self.files.last() else {
+            return false;
+        };
+        self.unsealed_tail() == 0
+            && match last.last_seal {
+                Some(SealReason::Shutdown | SealReason::Rotation) => true,
+                Some(_) => last.last_format < 2,
+                None => false,
+            }
     }
 }
 
@@ -148,6 +177,7 @@ pub struct Verifier {
     every: Option<(u64, u64)>,
     first_unsealed_ts: Option<String>,
     last_ts: Option<String>,
+    whole_set: bool,
 }
 
 impl Verifier {
@@ -166,7 +196,16 @@ impl Verifier {
             every: None,
             first_unsealed_ts: None,
             last_ts: None,
+            whole_set: false,
         }
+    }
+
+    /// The files given are a whole set (a directory, or several files): it
+    /// must begin with its first file and not end with a rotation. A file
+    /// given alone is checked alone.
+    pub fn whole_set(mut self, whole: bool) -> Verifier {
+        self.whole_set = whole;
+        self
     }
 
     /// Begins the next file of the log.
@@ -276,6 +315,7 @@ impl Verifier {
             f.checkpoints += 1;
             f.sealed_through = n;
             f.last_seal = Some(cp.why);
+            f.last_format = cp.format;
             self.every = Some((cp.every_lines, cp.every_secs));
             self.first_unsealed_ts = None;
         } else if self.first_unsealed_ts.is_none() {
@@ -292,10 +332,22 @@ impl Verifier {
         let Some(last) = self.report.files.last().cloned() else {
             return self.report;
         };
-        if self.key.is_none() || self.failed_file {
+        if self.failed_file {
             return self.report;
         }
-        if last.last_seal == Some(SealReason::Rotation) && last.sealed_through == last.lines {
+        if self.whole_set && self.report.starts_mid_log {
+            let first = self.report.files[0].name.clone();
+            self.report
+                .problems
+                .push(Problem::FirstFileMissing { file: first });
+        }
+        if self.key.is_none() {
+            return self.report;
+        }
+        if self.whole_set
+            && last.last_seal == Some(SealReason::Rotation)
+            && last.sealed_through == last.lines
+        {
             self.report
                 .problems
                 .push(Problem::NextFileMissing { file: last.name });
@@ -348,4 +400,50 @@ fn ts_of(content: &str) -> Option<String> {
     let rest = content.strip_prefix("{\"ts\":\"")?;
     let end = rest.find('"')?;
     Some(rest[..end].to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use ed25519_dalek::{Signer, SigningKey};
+
+    use super::*;
+    use crate::audit::chain_line;
+    use crate::audit::checkpoint::hex;
+
+    /// One record and one interval checkpoint of `format`, the log's end.
+    fn ends_on_interval(key: &SigningKey, format: u32) -> Report {
+        let (first, chain) = chain_line(GENESIS, r#"{"ts":"2026-01-01T00:00:00.000Z","id":"a"}"#);
+        let ts = "2026-01-01T00:00:01.000Z".to_string();
+        let mut cp = Checkpoint::sign(key, ts, SealReason::Interval, 1, &chain, 10, 60);
+        cp.format = format;
+        cp.sig = hex(&key.sign(cp.message().as_bytes()).to_bytes());
+        let (second, _) = chain_line(&chain, &cp.to_json());
+        let mut v = Verifier::new(Some(key.verifying_key()));
+        v.start_file("audit.jsonl");
+        v.line(&first);
+        v.line(&second);
+        v.finish(|_| None)
+    }
+
+    #[test]
+    fn an_interval_end_is_sealed_only_in_logs_older_than_format_2() {
+        let key = SigningKey::from_bytes(&[7; 32]);
+        let new = ends_on_interval(&key, 2);
+        assert_eq!(new.problems, vec![]);
+        assert_eq!(new.unsealed_tail(), 0);
+        assert!(!new.ends_sealed());
+        let old = ends_on_interval(&key, 1);
+        assert_eq!(old.problems, vec![]);
+        assert!(old.ends_sealed());
+    }
+
+    #[test]
+    fn the_format_is_signed() {
+        let key = SigningKey::from_bytes(&[7; 32]);
+        let ts = "2026-01-01T00:00:01.000Z".to_string();
+        let mut cp = Checkpoint::sign(&key, ts, SealReason::Interval, 1, GENESIS, 10, 60);
+        assert!(cp.verify(&key.verifying_key()));
+        cp.format = 1;
+        assert!(!cp.verify(&key.verifying_key()));
+    }
 }

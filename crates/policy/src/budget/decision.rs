@@ -53,6 +53,12 @@ pub enum Refusal {
         /// When the refused slot would have come.
         retry_after: Duration,
     },
+    /// Nothing is waiting, but the host's pace alone (a long Crawl-delay,
+    /// a rate learned from 429s) puts its next turn beyond the hold.
+    Paced {
+        /// When the next turn comes.
+        retry_after: Duration,
+    },
 }
 
 impl Refusal {
@@ -70,7 +76,8 @@ impl Refusal {
         match *self {
             Refusal::Paused { retry_after }
             | Refusal::BreakerOpen { retry_after }
-            | Refusal::QueueFull { retry_after } => retry_after,
+            | Refusal::QueueFull { retry_after }
+            | Refusal::Paced { retry_after } => retry_after,
         }
     }
 
@@ -80,14 +87,16 @@ impl Refusal {
             Refusal::Paused { .. } => Outcome::Paused,
             Refusal::BreakerOpen { .. } => Outcome::BreakerOpen,
             Refusal::QueueFull { .. } => Outcome::QueueFull,
+            Refusal::Paced { .. } => Outcome::Paced,
         }
     }
 
-    /// The status the client gets: 429 for a paused host, 503 for a full queue.
+    /// The status the client gets: 429 for a paused host, 503 for a full
+    /// queue or a turn beyond the hold.
     pub fn status(&self) -> u16 {
         match self {
             Refusal::Paused { .. } | Refusal::BreakerOpen { .. } => 429,
-            Refusal::QueueFull { .. } => 503,
+            Refusal::QueueFull { .. } | Refusal::Paced { .. } => 503,
         }
     }
 }

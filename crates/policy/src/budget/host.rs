@@ -119,8 +119,12 @@ impl HostBudget {
         if slot > n {
             let open = n.max(pause);
             let waiters = (slot - open).div_ceil(interval) + u64::from(pause > n);
-            if waiters > u64::from(p.queue_limit) || wait > hold_left {
+            if waiters > u64::from(p.queue_limit) || (wait > hold_left && waiters > 1) {
                 return Reservation::Refuse(Refusal::QueueFull { retry_after: wait });
+            }
+            if wait > hold_left {
+                // First in line: the pace, not a queue, is what is too slow.
+                return Reservation::Refuse(Refusal::Paced { retry_after: wait });
             }
         }
         self.tat = put(tat.max(slot) + interval);

@@ -17,7 +17,7 @@ use metrics_exporter_prometheus::{
 };
 
 /// Every outcome, in the order of [`index`].
-pub(crate) const OUTCOMES: [Outcome; 17] = [
+pub(crate) const OUTCOMES: [Outcome; 18] = [
     Outcome::Fetched,
     Outcome::Revalidated,
     Outcome::Unchanged,
@@ -35,6 +35,7 @@ pub(crate) const OUTCOMES: [Outcome; 17] = [
     Outcome::OperatorReset,
     Outcome::Denied,
     Outcome::PaymentRequired,
+    Outcome::Paced,
 ];
 
 /// Position of an outcome in [`OUTCOMES`]; exhaustive, so a new outcome
@@ -58,6 +59,7 @@ fn index(o: Outcome) -> usize {
         Outcome::OperatorReset => 14,
         Outcome::Denied => 15,
         Outcome::PaymentRequired => 16,
+        Outcome::Paced => 17,
     }
 }
 

@@ -25,6 +25,19 @@ pub(crate) fn upstream(err: &(dyn Error + 'static)) -> Stop {
     if let Some(tls) = find_in_chain::<rustls::Error>(err) {
         return origin(502, tls_words(tls));
     }
+    if let Some(h) = find_in_chain::<hyper::Error>(err).filter(|h| h.is_parse()) {
+        // Framing RFC 9112 §6.3 forbids (conflicting or invalid
+        // Content-Length, ...) or a head over the limit: not relayed.
+        let why = if h.is_parse_too_large() {
+            format!(
+                "the origin's response head is larger than {} bytes",
+                crate::upstream::MAX_RESPONSE_HEAD
+            )
+        } else {
+            format!("the origin's response is not valid HTTP/1.1: {h}")
+        };
+        return origin(502, why);
+    }
     let mut why = err.to_string();
     let mut src = err.source();
     while let Some(s) = src {
@@ -117,6 +130,9 @@ pub(crate) fn budget(r: &BudgetRefusal, prefix: &str, origin: Option<&str>) -> S
         BudgetRefusal::QueueFull { .. } => {
             format!("{prefix}too many requests are waiting for this host")
         }
+        BudgetRefusal::Paced { .. } => format!(
+            "{prefix}the host's pace (its robots.txt Crawl-delay, or a rate learned from the site) puts its next turn {wait} s away, longer than a request may be held (budget.max_hold_secs)"
+        ),
     };
     let stop = Stop::new(r.outcome(), Source::Policy, why)
         .status(r.status())

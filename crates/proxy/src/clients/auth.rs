@@ -86,9 +86,6 @@ pub(crate) struct Gate {
     /// a blocking thread; without a bound, a flood of wrong credentials
     /// (never cached) could take hundreds of both.
     checking: tokio::sync::Semaphore,
-    /// The user of each authenticated client connection, so that requests
-    /// inside its CONNECT tunnel (which carry no credentials) are its user's.
-    by_peer: Mutex<HashMap<SocketAddr, String>>,
 }
 
 const VERIFIED_CAP: usize = 4096;
@@ -135,31 +132,7 @@ impl Gate {
             verified: Mutex::new(HashMap::new()),
             dummy,
             checking: tokio::sync::Semaphore::new(CHECKS_AT_ONCE),
-            by_peer: Mutex::new(HashMap::new()),
         })
-    }
-
-    /// The user the client connection `peer` authenticated as.
-    pub(crate) fn user_for(&self, peer: SocketAddr) -> Option<String> {
-        self.users.as_ref()?;
-        self.by_peer.lock().ok()?.get(&peer).cloned()
-    }
-
-    /// Remembers whom a client connection authenticated as, for the lines
-    /// of its requests (those inside its tunnels too).
-    pub(crate) fn remember(&self, peer: SocketAddr, user: String) {
-        if let Ok(mut m) = self.by_peer.lock() {
-            m.insert(peer, user);
-        }
-    }
-
-    /// Forgets a closed client connection.
-    pub(crate) fn forget(&self, peer: SocketAddr) {
-        if self.users.is_some() {
-            if let Ok(mut m) = self.by_peer.lock() {
-                m.remove(&peer);
-            }
-        }
     }
 
     /// `Ok(user)` to go on (`None` when auth is off), or the refusal.
@@ -188,11 +161,20 @@ impl Gate {
                     HeaderValue::from_static("Basic realm=\"mannerly\", charset=\"UTF-8\""),
                 )
         };
-        let Some(value) = headers.get(PROXY_AUTHORIZATION) else {
+        let mut given = headers.get_all(PROXY_AUTHORIZATION).iter();
+        let Some(value) = given.next() else {
             return Err(challenge(
                 "proxy authentication required (Proxy-Authorization: Basic)",
             ));
         };
+        if given.next().is_some() {
+            // Which one decides differs between proxies in a chain: the
+            // request is refused rather than judged by one of them.
+            let why = "more than one Proxy-Authorization field";
+            return Err(Refusal::new(Outcome::Denied, Source::Client, why)
+                .status(400)
+                .close());
+        }
         let digest: [u8; 32] = Sha256::digest(value.as_bytes()).into();
         if let Some(u) = self
             .verified

@@ -8,6 +8,8 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -19,6 +21,21 @@ use tokio::time::Sleep;
 
 use crate::body::{boxed, full, BoxError, ProxyBody};
 use crate::error::ClientBodyError;
+
+/// Body bytes read from the client so far, shared with the body on its way
+/// to the origin (for the line of a request the client abandons).
+#[derive(Clone, Default, Debug)]
+pub(crate) struct Received(Arc<AtomicU64>);
+
+impl Received {
+    pub(crate) fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    fn add(&self, n: usize) {
+        self.0.fetch_add(n as u64, Ordering::Relaxed);
+    }
+}
 
 /// Bodies up to this size are read whole before the budget step.
 pub(crate) const READ_AHEAD: u64 = 64 * 1024;
@@ -37,6 +54,7 @@ impl ClientBody {
     pub(crate) async fn read(
         body: Incoming,
         idle: Duration,
+        received: Received,
     ) -> Result<ClientBody, ClientBodyError> {
         if body.is_end_stream() {
             return Ok(ClientBody {
@@ -48,12 +66,12 @@ impl ClientBody {
         let small = body.size_hint().upper().is_some_and(|n| n <= READ_AHEAD);
         if !small {
             return Ok(ClientBody {
-                body: Some(boxed(Idle::new(body, idle))),
+                body: Some(boxed(Idle::new(body, idle, received.clone()))),
                 resendable: false,
                 buffered: None,
             });
         }
-        let mut body = Idle::new(body, idle);
+        let mut body = Idle::new(body, idle, received.clone());
         let mut buf = BytesMut::new();
         while let Some(frame) = body.frame().await {
             let frame = frame?;
@@ -93,14 +111,16 @@ struct Idle {
     inner: Incoming,
     idle: Duration,
     sleep: Option<Pin<Box<Sleep>>>,
+    received: Received,
 }
 
 impl Idle {
-    fn new(inner: Incoming, idle: Duration) -> Idle {
+    fn new(inner: Incoming, idle: Duration, received: Received) -> Idle {
         Idle {
             inner,
             idle,
             sleep: None,
+            received,
         }
     }
 }
@@ -117,6 +137,9 @@ impl Body for Idle {
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(r) => {
                 this.sleep = None;
+                if let Some(Ok(data)) = r.as_ref().map(|f| f.as_ref().map(Frame::data_ref)) {
+                    this.received.add(data.map_or(0, Bytes::len));
+                }
                 Poll::Ready(r.map(|f| f.map_err(|e| ClientBodyError::Broken(e.to_string()))))
             }
             Poll::Pending => {

@@ -149,6 +149,13 @@ pub(crate) fn check(buf: &[u8], max_bytes: usize, max_headers: usize) -> Check {
                     &req,
                 );
             }
+            // hyper would answer a target it cannot parse with a bare 400
+            // (no decision, no id): refused here, it gets both and a line.
+            let target = req.path.unwrap_or("");
+            if target.parse::<http::Uri>().is_err() {
+                let why = format!("request target {target:?} is not a valid URI");
+                return bad(400, why, &req);
+            }
             framing(&req, len)
         }
     }
@@ -167,6 +174,12 @@ fn framing(req: &httparse::Request<'_, '_>, len: usize) -> Check {
         .method
         .is_some_and(|m| m.eq_ignore_ascii_case("CONNECT"));
     for h in req.headers.iter() {
+        if is_framing_lookalike(h.name) {
+            // A server that reads `_` as `-` (as CGI and some frameworks
+            // do) would frame the body by it: refused, not guessed at.
+            let why = format!("header {:?} is a framing field with an underscore", h.name);
+            return bad(400, why, req);
+        }
         if h.name.eq_ignore_ascii_case("content-length") {
             for part in h.value.split(|b| *b == b',') {
                 let v = part.trim_ascii();
@@ -215,6 +228,18 @@ fn framing(req: &httparse::Request<'_, '_>, len: usize) -> Check {
         (false, None) => Framing::None,
     };
     Check::Complete { len, framing }
+}
+
+/// `Transfer_Encoding`, `content_length`: a framing field's name with an
+/// underscore for a hyphen.
+pub(crate) fn is_framing_lookalike(name: &str) -> bool {
+    name.contains('_')
+        && ["transfer-encoding", "content-length"].iter().any(|f| {
+            f.len() == name.len()
+                && f.bytes()
+                    .zip(name.bytes())
+                    .all(|(a, b)| a == b.to_ascii_lowercase() || (a == b'-' && b == b'_'))
+        })
 }
 
 /// A stream that first yields bytes already read from it.
@@ -352,6 +377,25 @@ mod tests {
         );
         assert_eq!(status("GARBAGE\x01 / HTTP/1.1\r\n\r\n"), Some(400));
         assert_eq!(status("GET / HTTP/1.1\r\nBad Header: x\r\n\r\n"), Some(400));
+        let underscore =
+            "POST / HTTP/1.1\r\nTransfer_Encoding: chunked\r\nContent-Length: 3\r\n\r\n";
+        assert_eq!(status(underscore), Some(400));
+        assert_eq!(
+            status("GET / HTTP/1.1\r\ncontent_length: 3\r\n\r\n"),
+            Some(400)
+        );
+        // Other names with underscores are left alone.
+        assert_eq!(status("GET / HTTP/1.1\r\nX_Trace: 1\r\n\r\n"), None);
+        for target in [
+            "http://127.0.0.1%2e/",
+            "http://%31%32%37.0.0.1/",
+            "http://127.0.0.1:18080:80/",
+            "http://①②⑦.0.0.1/",
+            "http://127。0。0。1/",
+        ] {
+            let head = format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n");
+            assert_eq!(status(&head), Some(400), "{target}");
+        }
     }
 
     #[test]

@@ -349,7 +349,6 @@ async fn serve_client(shared: Arc<Shared>, mut stream: TcpStream, peer: SocketAd
     let http = shared.http().http1_only();
     let conn = http.serve_connection_with_upgrades(io, svc);
     drive(&shared, conn, peer).await;
-    shared.auth.forget(peer);
 }
 
 /// Writes a response on a raw stream (before hyper owns it) and closes.
@@ -385,18 +384,23 @@ async fn dispatch(
     req: Request<Incoming>,
     peer: SocketAddr,
 ) -> Response<ProxyBody> {
-    if let Err(stop) = admit(&shared, &req, peer).await {
-        let rec = shared.record(req.method().as_str(), &req.uri().to_string(), "", peer);
-        return shared.stop(rec, stop);
-    }
+    let user = match admit(&shared, &req, peer).await {
+        Ok(user) => user,
+        Err(stop) => {
+            let rec = shared.record(req.method().as_str(), &req.uri().to_string(), "", peer);
+            return shared.stop(rec, stop);
+        }
+    };
     if req.method() == Method::CONNECT {
-        return tunnel::connect(shared, req, peer).await;
+        return tunnel::connect(shared, req, peer, user).await;
     }
     let mut resp = {
         match Target::from_absolute(req.uri()) {
-            Ok(target) => pipeline::handle(shared.clone(), req, target, peer).await,
+            Ok(target) => pipeline::handle(shared.clone(), req, target, peer, user).await,
             Err(why) => {
-                let rec = shared.record(req.method().as_str(), &req.uri().to_string(), "", peer);
+                let mut rec =
+                    shared.record(req.method().as_str(), &req.uri().to_string(), "", peer);
+                rec.user = user;
                 shared.stop(rec, failure::bad_request(why).close())
             }
         }
@@ -411,16 +415,19 @@ async fn dispatch(
 }
 
 /// Admits a request read on the proxy port (proxy authentication, the
-/// client allow-list, no loop through ourselves), or says why not.
-async fn admit<B>(shared: &Shared, req: &Request<B>, peer: SocketAddr) -> Result<(), Stop> {
-    if let Some(user) = shared.auth.check(req.headers(), peer).await? {
-        shared.auth.remember(peer, user);
-    }
+/// client allow-list, no loop through ourselves) and says as whom (`None`
+/// with auth off), or says why not.
+async fn admit<B>(
+    shared: &Shared,
+    req: &Request<B>,
+    peer: SocketAddr,
+) -> Result<Option<String>, Stop> {
+    let user = shared.auth.check(req.headers(), peer).await?;
     if shared.via.is_loop(req.headers()) {
         let why = "this request has already passed through this proxy (its own Via): a proxy loop";
         return Err(Stop::new(Outcome::Error, Source::Client, why)
             .status(508)
             .close());
     }
-    Ok(())
+    Ok(user)
 }

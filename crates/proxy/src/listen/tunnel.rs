@@ -31,6 +31,7 @@ pub(crate) async fn connect(
     shared: Arc<Shared>,
     req: Request<Incoming>,
     peer: SocketAddr,
+    user: Option<String>,
 ) -> Response<ProxyBody> {
     let authority = req.uri().authority().cloned();
     let url = req.uri().to_string();
@@ -42,7 +43,7 @@ pub(crate) async fn connect(
     let host = authority.host().to_ascii_lowercase();
     let port = authority.port_u16().unwrap_or(443);
     let mut rec = shared.record("CONNECT", &url, &host, peer);
-    rec.user = shared.auth.user_for(peer);
+    rec.user = user.clone();
     // An intercepted tunnel carries HTTP or TLS through the pipeline (its
     // first bytes decide; anything else fails to parse), so only an opaque
     // pass-through tunnel is held to the port list.
@@ -66,7 +67,10 @@ pub(crate) async fn connect(
     let task_shared = shared.clone();
     tokio::spawn(async move {
         match hyper::upgrade::on(req).await {
-            Ok(upgraded) if intercept => inside(task_shared, upgraded, target, peer).await,
+            Ok(upgraded) if intercept => {
+                let from = Peer { addr: peer, user };
+                inside(task_shared, upgraded, target, from).await;
+            }
             Ok(upgraded) => pass_through(task_shared, upgraded, target, addrs, rec).await,
             Err(e) => tracing::debug!("CONNECT upgrade from {peer} failed: {e}"),
         }
@@ -83,6 +87,14 @@ pub(crate) async fn connect(
     resp
 }
 
+/// The client a tunnel is for, and whom it authenticated as on the CONNECT
+/// (the requests inside carry no credentials of their own).
+#[derive(Clone)]
+struct Peer {
+    addr: SocketAddr,
+    user: Option<String>,
+}
+
 /// A TLS record starts with this content type (handshake); an HTTP request
 /// starts with a method's letters.
 const TLS_HANDSHAKE: u8 = 0x16;
@@ -94,7 +106,7 @@ async fn inside(
     shared: Arc<Shared>,
     upgraded: hyper::upgrade::Upgraded,
     target: Target,
-    peer: SocketAddr,
+    peer: Peer,
 ) {
     let mut io = TokioIo::new(upgraded);
     let mut first = BytesMut::with_capacity(2048);
@@ -131,7 +143,7 @@ async fn serve_h1<S>(
     io: S,
     first: BytesMut,
     target: Target,
-    peer: SocketAddr,
+    peer: Peer,
     writes: Writes,
 ) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
@@ -139,16 +151,16 @@ async fn serve_h1<S>(
     let (io, refused) = Heads::new(io, first, shared.head_limits());
     let mut http = shared.http().http1_only();
     http.http1().writev(writes == Writes::Vectored);
-    let svc = service(&shared, target, peer, Some(refused));
+    let svc = service(&shared, target, peer.clone(), Some(refused));
     let conn = http.serve_connection_with_upgrades(TokioIo::new(io), svc);
-    drive(&shared, conn, peer).await;
+    drive(&shared, conn, peer.addr).await;
 }
 
 /// The service for the requests of one intercepted tunnel.
 fn service(
     shared: &Arc<Shared>,
     target: Target,
-    peer: SocketAddr,
+    peer: Peer,
     refused: Option<Refused>,
 ) -> impl hyper::service::Service<
     Request<Incoming>,
@@ -159,15 +171,16 @@ fn service(
     let shared = shared.clone();
     service_fn(move |req: Request<Incoming>| {
         let shared = shared.clone();
-        let target = target.clone();
+        let (target, peer) = (target.clone(), peer.clone());
         let bad = refused.as_ref().and_then(|r| r.take(&req));
         async move {
             if let Some(bad) = bad {
-                let mut resp = shared.refuse_head(bad, peer);
+                let mut resp = shared.refuse_head(bad, peer.addr);
                 crate::audit::line_written(&mut resp).await;
                 return Ok(resp);
             }
-            let mut resp = pipeline::handle(shared.clone(), req, target, peer).await;
+            let mut resp =
+                pipeline::handle(shared.clone(), req, target, peer.addr, peer.user.clone()).await;
             if shared.tracker.is_stopping() {
                 resp.headers_mut().insert(
                     http::header::CONNECTION,
@@ -180,7 +193,7 @@ fn service(
     })
 }
 
-async fn intercept_tls<S>(shared: Arc<Shared>, io: S, target: Target, peer: SocketAddr)
+async fn intercept_tls<S>(shared: Arc<Shared>, io: S, target: Target, peer: Peer)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -189,7 +202,7 @@ where
     let start = match tokio::time::timeout(timeout, acceptor).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
-            tracing::debug!("TLS from {peer} for {}: {e}", target.host);
+            tracing::debug!("TLS from {} for {}: {e}", peer.addr, target.host);
             return;
         }
         Err(_) => return,
@@ -205,7 +218,7 @@ where
     let config = match shared.ca.server_config(&name) {
         Ok(c) => c,
         Err(e) => {
-            let mut rec = shared.record("CONNECT", &target.url(None), &target.host, peer);
+            let mut rec = shared.record("CONNECT", &target.url(None), &target.host, peer.addr);
             rec.outcome = Some(Outcome::Error);
             rec.source = Some(Source::Internal.as_str());
             rec.reason = Some(format!("no leaf certificate for {name}: {e}"));
@@ -216,16 +229,16 @@ where
     let tls = match tokio::time::timeout(timeout, start.into_stream(config)).await {
         Ok(Ok(t)) => t,
         Ok(Err(e)) => {
-            client_rejected(&shared, &target, &name, peer, &e);
+            client_rejected(&shared, &target, &name, peer.addr, &e);
             return;
         }
         Err(_) => return,
     };
     if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
         let http = shared.http();
-        let svc = service(&shared, target, peer, None);
+        let svc = service(&shared, target, peer.clone(), None);
         let conn = http.serve_connection_with_upgrades(TokioIo::new(tls), svc);
-        drive(&shared, conn, peer).await;
+        drive(&shared, conn, peer.addr).await;
     } else {
         serve_h1(
             shared,

@@ -7,16 +7,18 @@ use hyper::body::Incoming;
 use mannerly_policy::conditional::{self, CacheOutcome};
 use mannerly_policy::{strip_hop_by_hop, AuditRecord, Outcome};
 
-use super::{Exchange, StoredPage};
+use super::{Exchange, Stage, StoredPage};
 use crate::answer::{decision_value, header_text, Stop, DECISION, ID};
 use crate::audit::AuditedBody;
 use crate::body::{boxed, full, ProxyBody};
 use crate::cache::Tee;
+use crate::error::Source;
 use crate::upstream::conns::{ConnHandle, ReleaseOnEnd};
 
 impl Exchange {
     /// The audit record, taken for the one answer of this request.
     fn take_record(&mut self) -> AuditRecord {
+        self.at = Stage::Answered;
         std::mem::take(&mut self.rec)
     }
 
@@ -142,4 +144,26 @@ fn forwarded_head<B: Forwardable>(
     parts.headers.insert(ID, header_text(&rec.id));
     rec.decided(outcome, parts.status.as_u16());
     (parts, body, rec)
+}
+
+/// A walk that never reached its answer: hyper dropped the request's future
+/// because the client closed its connection or reset its stream. The origin
+/// may have had the request, so it is on the record all the same, with
+/// where it was and what had moved. Written as the exchange is let go, when
+/// the budget's permit and the origin's response it held go too.
+impl Drop for Exchange {
+    fn drop(&mut self) {
+        if self.at == Stage::Answered {
+            return;
+        }
+        let mut rec = std::mem::take(&mut self.rec);
+        let why = match self.at {
+            Stage::AtOrigin => "client went away while the request was at the origin",
+            _ => "client went away before the request was sent",
+        };
+        rec.refused(Outcome::Error, 0, why, Source::Client.as_str(), 0);
+        rec.status = None;
+        rec.received = Some(self.received.get());
+        self.shared.audit.send(rec);
+    }
 }

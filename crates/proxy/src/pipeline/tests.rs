@@ -91,7 +91,7 @@ impl Fixture {
         let req = Request::from_parts(parts.clone(), ());
         let target = Target::from_absolute(req.uri()).expect("target");
         let client: SocketAddr = "127.0.0.1:40000".parse().expect("addr");
-        Exchange::begin(self.shared.clone(), &req, target, client)
+        Exchange::begin(self.shared.clone(), &req, target, client, None)
     }
 
     /// The walk of a plain `method url` request.
