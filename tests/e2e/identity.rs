@@ -18,24 +18,26 @@ const SCRIPT: &str = concat!(
     "/tests/e2e/verify_web_bot_auth.py"
 );
 
-/// Whether the verifier can run: SKIP with a message where it cannot, FAIL
-/// in CI (`.ci/run` installs it).
-fn python_verifier() -> bool {
+/// Whether python3 can import `module`: SKIP with a message where it
+/// cannot, FAIL in CI (`.ci/run` installs it with `pip install {pip}`).
+fn python_module(module: &str, pip: &str) -> bool {
     let ok = std::process::Command::new("python3")
-        .args(["-c", "import http_message_signatures"])
+        .args(["-c", &format!("import {module}")])
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
         assert!(
             std::env::var_os("CI").is_none(),
-            "CI must install python3 and http-message-signatures (see .ci/run)"
+            "CI must install python3 and {pip} (see .ci/run)"
         );
-        eprintln!(
-            "SKIP: python3 with http-message-signatures 3.x is not installed \
-             (pip install 'http-message-signatures>=3,<4')"
-        );
+        eprintln!("SKIP: python3 with {module} is not installed (pip install '{pip}')");
     }
     ok
+}
+
+/// Whether the verifier can run.
+fn python_verifier() -> bool {
+    python_module("http_message_signatures", "http-message-signatures>=3,<4")
 }
 
 /// One request as the origin received it, ready for the verifier.
@@ -307,4 +309,88 @@ async fn rotation_switches_the_running_proxy_and_old_signatures_verify_during_th
     assert_eq!(after_overlap[0]["ok"], false, "{after_overlap:?}");
     assert_eq!(after_overlap[1]["ok"], true, "{after_overlap:?}");
     proxy.stop().await;
+}
+
+/// The public key each tool an operator might use derives from a key file
+/// mannerly wrote, as raw bytes (hex); `None` where the tool is absent.
+fn public_key_per_tool(key: &std::path::Path) -> Vec<(&'static str, Option<String>)> {
+    let run = |program: &str, args: &[&str]| -> String {
+        let out = std::process::Command::new(program)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{program} refused {}: {}",
+            key.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let key = key.to_str().unwrap();
+    let openssl = have_tool("openssl", "openssl").then(|| {
+        // The SubjectPublicKeyInfo of an Ed25519 key ends with the 32 raw bytes.
+        let der = std::process::Command::new("openssl")
+            .args(["pkey", "-in", key, "-pubout", "-outform", "DER"])
+            .output()
+            .unwrap();
+        assert!(
+            der.status.success(),
+            "openssl pkey refused {key}: {}",
+            String::from_utf8_lossy(&der.stderr)
+        );
+        mannerly_policy::hex(&der.stdout[der.stdout.len() - 32..])
+    });
+    let python = python_module("cryptography", "cryptography").then(|| {
+        run(
+            "python3",
+            &[
+                "-c",
+                "import sys; from cryptography.hazmat.primitives import serialization as s; \
+                 k = s.load_pem_private_key(open(sys.argv[1], 'rb').read(), None); \
+                 print(k.public_key().public_bytes(s.Encoding.Raw, s.PublicFormat.Raw).hex())",
+                key,
+            ],
+        )
+    });
+    let node = have_tool("node", "nodejs").then(|| {
+        run(
+            "node",
+            &[
+                "-e",
+                "const c = require('crypto'); \
+                 const k = c.createPrivateKey(require('fs').readFileSync(process.argv[1])); \
+                 const x = c.createPublicKey(k).export({format: 'jwk'}).x; \
+                 process.stdout.write(Buffer.from(x, 'base64url').toString('hex'))",
+                key,
+            ],
+        )
+    });
+    vec![("openssl", openssl), ("python", python), ("node", node)]
+}
+
+#[test]
+fn key_files_written_by_the_cli_load_in_openssl_python_and_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = [("MANNERLY_DATA_DIR", dir.path().to_str().unwrap())];
+    let (code, out) = mannerly(&["identity", "init"], &env);
+    assert_eq!(code, 0, "{out}");
+    let identity_key = std::path::PathBuf::from(out.lines().next().unwrap());
+    // The key mannerly signs with, read back as the proxy reads it.
+    let signing = KeyStore::at(identity_key.clone()).load().unwrap();
+    let published = mannerly_policy::hex(signing.verifying_key().as_bytes());
+    let (code, out) = mannerly(&["audit", "pubkey"], &env);
+    assert_eq!(code, 0, "{out}");
+    let audit_pub = out.trim().to_string();
+    let audit_key = mannerly_proxy::audit_key_path(dir.path());
+
+    for (file, expected) in [(&identity_key, &published), (&audit_key, &audit_pub)] {
+        let pem = std::fs::read_to_string(file).unwrap();
+        assert!(pem.starts_with("-----BEGIN PRIVATE KEY-----\n"), "{pem}");
+        for (tool, derived) in public_key_per_tool(file) {
+            if let Some(derived) = derived {
+                assert_eq!(&derived, expected, "{tool} on {}", file.display());
+            }
+        }
+    }
 }

@@ -22,7 +22,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use base64::Engine as _;
-use ed25519_dalek::pkcs8::{DecodePrivateKey, EncodePrivateKey};
+use ed25519_dalek::pkcs8::{DecodePrivateKey, EncodePrivateKey, KeypairBytes};
 use ed25519_dalek::{Signer as _, SigningKey, VerifyingKey};
 use http::header::{HeaderName, HeaderValue};
 use sha2::{Digest, Sha256};
@@ -102,10 +102,21 @@ pub fn key_from_pem(pem: &str) -> Result<SigningKey, IdentityError> {
     SigningKey::from_pkcs8_pem(pem).map_err(|e| IdentityError::Key(e.to_string()))
 }
 
-/// An Ed25519 private key from 32 random bytes, as PKCS#8 PEM. The bytes
-/// come from the caller: the policy crate has no source of randomness.
+/// An Ed25519 private key from 32 random bytes, as PKCS#8 v1 PEM (RFC 8410
+/// §7: version 0, no public key attribute). The bytes come from the caller:
+/// the policy crate has no source of randomness.
+///
+/// v1, not the v2 `OneAsymmetricKey` ed25519-dalek writes by default: the
+/// v2 form with the public key is refused by OpenSSL 3.0 (`wrong tag`),
+/// Python `cryptography` and Node's `crypto`, so an operator could not back
+/// up, convert or use the key with their own tools. [`key_from_pem`] reads
+/// both forms, so files written before still load.
 pub fn key_to_pem(seed: &[u8; 32]) -> Result<String, IdentityError> {
-    SigningKey::from_bytes(seed)
+    let bytes = KeypairBytes {
+        secret_key: *seed,
+        public_key: None,
+    };
+    bytes
         .to_pkcs8_pem(Default::default())
         .map(|pem| pem.to_string())
         .map_err(|e| IdentityError::Key(e.to_string()))

@@ -173,6 +173,25 @@ fn keys_round_trip_through_pem_and_garbage_is_an_error() {
 }
 
 #[test]
+fn keys_are_written_as_pkcs8_v1_byte_for_byte_as_rfc_9421_prints_its_key() {
+    // RFC 9421 B.1.4 prints its Ed25519 key in the RFC 8410 §7 form (version
+    // 0, no public key): writing that key's seed gives the same text.
+    let seed = key_from_pem(RFC9421_KEY).unwrap().to_bytes();
+    assert_eq!(key_to_pem(&seed).unwrap(), RFC9421_KEY);
+}
+
+#[test]
+fn v2_key_files_written_by_earlier_versions_still_load() {
+    // What `SigningKey::to_pkcs8_pem` wrote before: OneAsymmetricKey v2
+    // with the public key attribute.
+    let v2 = SigningKey::from_bytes(&[9u8; 32])
+        .to_pkcs8_pem(Default::default())
+        .unwrap();
+    assert_ne!(v2.as_str(), key_to_pem(&[9u8; 32]).unwrap());
+    assert_eq!(key_from_pem(&v2).unwrap().to_bytes(), [9u8; 32]);
+}
+
+#[test]
 fn directory_names_each_key_by_its_thumbprint() {
     let a = key_from_pem(RFC9421_KEY).unwrap().verifying_key();
     let b = SigningKey::from_bytes(&[9u8; 32]).verifying_key();
