@@ -13,6 +13,8 @@ use serde_json::{json, Value};
 use super::support::*;
 
 const AGENT: &str = "https://crawler.example";
+/// What -01 verifiers fetch: the origin configured, expanded to the well-known URL.
+const AGENT_JWKS: &str = "https://crawler.example/.well-known/http-message-signatures-directory";
 const SCRIPT: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/e2e/verify_web_bot_auth.py"
@@ -50,32 +52,34 @@ fn captured(scheme_authority: &str, r: &SeenRequest) -> Value {
     json!({"method": "GET", "url": format!("{scheme_authority}{}", r.path), "headers": headers})
 }
 
-/// Runs the Python verifier over `requests` with `directory` as the only
-/// source of keys.
-fn verify(directory: &str, requests: &[Value]) -> Vec<Value> {
+/// Runs a Python checker `script` with `input` on stdin; its JSON answer.
+fn run_python(script: &str, input: &Value) -> Value {
     use std::io::Write;
-    let directory: Value = serde_json::from_str(directory).unwrap();
-    let input = json!({"directory": directory, "agent": AGENT, "requests": requests});
     let mut child = std::process::Command::new("python3")
-        .arg(SCRIPT)
+        .arg(script)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.to_string().as_bytes())
-        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input.to_string().as_bytes()).unwrap();
+    drop(stdin);
     let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),
-        "verifier failed: {}",
+        "{script} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Runs the Python verifier over `requests` with `directory` as the only
+/// source of keys.
+fn verify(directory: &str, requests: &[Value]) -> Vec<Value> {
+    let directory: Value = serde_json::from_str(directory).unwrap();
+    let input = json!({"directory": directory, "agent": AGENT_JWKS, "requests": requests});
+    serde_json::from_value(run_python(SCRIPT, &input)).unwrap()
 }
 
 /// An origin with a robots.txt that allows everything, `/throttle-once`
@@ -163,7 +167,7 @@ async fn every_request_is_signed_and_verifies_in_python_http_https_robots_and_re
         }
         assert_eq!(
             r.headers["signature-agent"],
-            "sig1=\"https://crawler.example\""
+            format!("sig1=\"{AGENT_JWKS}\"").as_str()
         );
     }
 
@@ -393,4 +397,125 @@ fn key_files_written_by_the_cli_load_in_openssl_python_and_node() {
             }
         }
     }
+}
+
+const DIRECTORY_SCRIPT: &str =
+    concat!(env!("CARGO_MANIFEST_DIR"), "/tests/e2e/verify_directory.py");
+
+/// A served directory response, as the Python -01 checker reads it.
+async fn fetch_directory(admin: &str, host: &str) -> Value {
+    let r = reqwest::Client::new()
+        .get(format!(
+            "{admin}/.well-known/http-message-signatures-directory"
+        ))
+        .header("host", host)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let headers: Vec<Value> = r
+        .headers()
+        .iter()
+        .map(|(k, v)| json!([k.as_str(), v.to_str().unwrap_or("")]))
+        .collect();
+    let body = r.text().await.unwrap();
+    json!({
+        "url": format!("https://{host}/.well-known/http-message-signatures-directory"),
+        "status": status, "headers": headers, "body": body,
+    })
+}
+
+fn check_directory(response: &Value) -> Value {
+    run_python(DIRECTORY_SCRIPT, response)
+}
+
+#[tokio::test]
+async fn the_admin_listener_serves_a_signed_directory_and_card_without_its_token() {
+    if !python_verifier() {
+        return;
+    }
+    let store = Arc::new(std::sync::Mutex::new(None));
+    let store2 = store.clone();
+    let mut proxy = TestProxy::start(move |c| {
+        *store2.lock().unwrap() = Some(enable_identity(c));
+        c.admin.listen = "127.0.0.1:0".into();
+        c.admin.token = "not-for-verifiers".into();
+        c.crawler.agent = "MyBot".into();
+        c.budget.start_rate = 1.0;
+        c.budget.max_rate = 3.0;
+        c.budget.burst = 1;
+        c.budget.concurrency = 2;
+    })
+    .await;
+    let store = store.lock().unwrap().clone().unwrap();
+    let admin = format!("http://{}", proxy.admin.expect("admin listener"));
+    let first = KeyId::of(&store.load().unwrap().verifying_key()).to_string();
+
+    let served = fetch_directory(&admin, "crawler.test").await;
+    let checked = check_directory(&served);
+    assert_eq!(checked["ok"], true, "{checked}");
+    assert_eq!(checked["keyids"], json!([first]), "{checked}");
+    assert_eq!(checked["kids"], json!([first]), "{checked}");
+    assert_eq!(
+        checked["params"]["tag"],
+        "http-message-signatures-directory"
+    );
+
+    // Re-served under another authority, or with other keys under the same
+    // signature: the proof fails.
+    let mut moved = served.clone();
+    moved["url"] = json!("https://elsewhere.test/.well-known/http-message-signatures-directory");
+    let r = check_directory(&moved);
+    assert_eq!(r["ok"], false, "{r}");
+    let mut swapped = served.clone();
+    swapped["body"] = json!(served["body"]
+        .as_str()
+        .unwrap()
+        .replace("\"sig\"", "\"enc\""));
+    let r = check_directory(&swapped);
+    assert!(
+        r["error"].as_str().unwrap().contains("Content-Digest"),
+        "{r}"
+    );
+
+    // After a rotation: signed by the new key, the old one listed with exp
+    // for the overlap.
+    let rotation = store
+        .rotate(Duration::from_secs(3600), SystemTime::now())
+        .unwrap();
+    let mut after = Value::Null;
+    for _ in 0..100 {
+        after = check_directory(&fetch_directory(&admin, "crawler.test").await);
+        if after["keyids"] == json!([rotation.new.as_str()]) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert_eq!(after["ok"], true, "{after}");
+    assert_eq!(after["keyids"], json!([rotation.new.as_str()]), "{after}");
+    assert_eq!(
+        after["kids"],
+        json!([rotation.new.as_str(), first]),
+        "{after}"
+    );
+    assert_eq!(after["exp"], json!([null, rotation.until]), "{after}");
+
+    // The card: jwks_uri is the Signature-Agent value, rates the budget's.
+    let card = reqwest::get(format!("{admin}/.well-known/signature-agent-card"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let card: Value = serde_json::from_str(&card).unwrap();
+    assert_eq!(card["jwks_uri"], AGENT_JWKS);
+    assert_eq!(
+        card["web_bot_auth"]["rate-expectation"],
+        "max=3rps;start=1rps;burst=1;concurrency=2;per=host"
+    );
+    assert_eq!(card["web_bot_auth"]["rfc9309-product-token"], "MyBot");
+    // The rest of the listener still wants the token.
+    let metrics = reqwest::get(format!("{admin}/metrics")).await.unwrap();
+    assert_eq!(metrics.status(), 401);
+    proxy.stop().await;
 }

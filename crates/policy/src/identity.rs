@@ -1,5 +1,5 @@
 //! Web Bot Auth: the signature a crawler's requests carry so that a site can
-//! tell who sent them (draft-ietf-webbotauth-httpsig-protocol-00, on HTTP
+//! tell who sent them (draft-ietf-webbotauth-httpsig-protocol-01, on HTTP
 //! Message Signatures, RFC 9421, with Ed25519).
 //!
 //! Pure computation: the signing key comes in as PEM text, the time as an
@@ -8,7 +8,7 @@
 //! What a signed request carries (§5.2 of the draft):
 //!
 //! ```text
-//! Signature-Agent: sig1="https://crawler.example"
+//! Signature-Agent: sig1="https://crawler.example/.well-known/http-message-signatures-directory"
 //! Signature-Input: sig1=("@authority" "signature-agent";key="sig1");created=…;keyid="…";alg="ed25519";expires=…;tag="web-bot-auth"
 //! Signature: sig1=:…:
 //! ```
@@ -30,8 +30,11 @@ use sha2::{Digest, Sha256};
 mod card;
 mod directory;
 
-pub use card::card_json;
-pub use directory::{directory_json, DirectoryKey, DIRECTORY_MEDIA_TYPE, DIRECTORY_PATH};
+pub use card::{card_json, CARD_PATH};
+pub use directory::{
+    directory_json, signed_directory, DirectoryKey, SignedDirectory, DIRECTORY_LABEL,
+    DIRECTORY_MEDIA_TYPE, DIRECTORY_PATH, DIRECTORY_SIGNATURE_VALIDITY, DIRECTORY_TAG,
+};
 
 /// `Signature-Agent`.
 pub const SIGNATURE_AGENT: HeaderName = HeaderName::from_static("signature-agent");
@@ -122,11 +125,21 @@ pub fn key_to_pem(seed: &[u8; 32]) -> Result<String, IdentityError> {
         .map_err(|e| IdentityError::Key(e.to_string()))
 }
 
-/// Checks a `Signature-Agent` URL: https, printable ASCII without quotes or
-/// backslashes (it goes into a Structured Field string as is), and an
-/// origin, since the draft's default `directory` type resolves
-/// `/.well-known/http-message-signatures-directory` at that origin.
-pub fn check_agent_url(url: &str) -> Result<(), IdentityError> {
+/// The `Signature-Agent` member value for a configured `signature_agent`:
+/// the direct URL of the crawler's JWK Set, as
+/// draft-ietf-webbotauth-httpsig-protocol-01 requires of every member value
+/// (an -01 verifier fetches the value itself and adds no path).
+///
+/// An origin alone (`https://host[:port]`, with or without `/`) is what -00
+/// took (its verifiers added the well-known path); it is expanded to
+/// `https://host[:port]/.well-known/http-message-signatures-directory`, the
+/// URL -00 verifiers fetched, and the one form that binds the keys to the
+/// domain (the path is reserved, so the domain operator stands behind it).
+/// Any other https path is taken as given. Refused: not https, user info,
+/// a query (verifiers drop it from the identifier, so it would only mint
+/// spellings of one identity), a fragment, and bytes that cannot stand in a
+/// Structured Field string unescaped.
+pub fn jwks_url(url: &str) -> Result<String, IdentityError> {
     let bad = |why| IdentityError::Agent {
         value: url.to_string(),
         why,
@@ -143,16 +156,19 @@ pub fn check_agent_url(url: &str) -> Result<(), IdentityError> {
     if uri.scheme_str() != Some("https") {
         return Err(bad("the draft requires an https URL"));
     }
-    match uri.authority() {
-        Some(a) if !a.host().is_empty() && !a.as_str().contains('@') => {}
+    let authority = match uri.authority() {
+        Some(a) if !a.host().is_empty() && !a.as_str().contains('@') => a,
         _ => return Err(bad("needs a host (and no user info)")),
-    }
-    if !matches!(uri.path(), "" | "/") || uri.query().is_some() || url.contains('#') {
+    };
+    if uri.query().is_some() || url.contains('#') {
         return Err(bad(
-            "must be an origin (https://host[:port]); the key directory is served at /.well-known/http-message-signatures-directory there",
+            "no query or fragment: the URL of the key directory (JWK Set) itself",
         ));
     }
-    Ok(())
+    Ok(match uri.path() {
+        "" | "/" => format!("https://{authority}{DIRECTORY_PATH}"),
+        _ => url.to_string(),
+    })
 }
 
 /// The three header values of one signature.
@@ -189,7 +205,8 @@ impl fmt::Debug for Identity {
 }
 
 impl Identity {
-    /// An identity from a key, the `Signature-Agent` URL, the validity of
+    /// An identity from a key, the `Signature-Agent` URL ([`jwks_url`]
+    /// says how an origin alone is expanded), the validity of
     /// each signature and the hosts never signed for (`example.org` is that
     /// host only, `*.example.org` its subdomains).
     pub fn new(
@@ -198,7 +215,7 @@ impl Identity {
         validity: Duration,
         skip_hosts: &[String],
     ) -> Result<Identity, IdentityError> {
-        check_agent_url(agent_url)?;
+        let agent_url = jwks_url(agent_url)?;
         if validity < Duration::from_secs(1) || validity > MAX_VALIDITY {
             return Err(IdentityError::Validity(validity));
         }
@@ -206,7 +223,7 @@ impl Identity {
         Ok(Identity {
             key,
             keyid,
-            agent_url: agent_url.to_string(),
+            agent_url,
             validity,
             skip_hosts: skip_hosts
                 .iter()
@@ -226,7 +243,19 @@ impl Identity {
         self.key.verifying_key()
     }
 
-    /// The `Signature-Agent` URL.
+    /// The key directory of `keys` with its possession proof, signed by this
+    /// identity's key for a verifier that fetched it from `authority`
+    /// ([`signed_directory`]).
+    pub fn signed_directory(
+        &self,
+        keys: &[DirectoryKey],
+        authority: &str,
+        now: SystemTime,
+    ) -> SignedDirectory {
+        directory::signed_directory(keys, &self.key, authority, now)
+    }
+
+    /// The `Signature-Agent` member value: the key directory's URL.
     pub fn agent_url(&self) -> &str {
         &self.agent_url
     }
@@ -348,7 +377,7 @@ pub(crate) fn signature_base(
 }
 
 /// A Structured Field string (RFC 8941 §3.3.3) of a checked URL: quotes
-/// and backslashes were refused by [`check_agent_url`], so nothing needs
+/// and backslashes were refused by [`jwks_url`], so nothing needs
 /// escaping.
 fn sf_string(s: &str) -> String {
     format!("\"{s}\"")
