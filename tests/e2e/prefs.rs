@@ -181,3 +181,89 @@ async fn observe_mode_forwards_everything_and_records_would() {
         assert_eq!(line["would"], "signal_refused", "{line}");
     }
 }
+
+/// robots.txt with an earlier draft's label and a `use=immediate` path;
+/// `/live/*` pages also say `use=immediate` in their header; all pages
+/// carry an ETag, so a stored one would be revalidated.
+async fn immediate_origin() -> (Origin, Arc<Seen>) {
+    let h = handler(|req| async move {
+        let path = req.uri().path().to_string();
+        if path == "/robots.txt" {
+            return text(
+                200,
+                "User-agent: *\nContent-Usage: /genai/ train-genai=n\nContent-Signal: /now/ use=immediate\nAllow: /\n",
+            );
+        }
+        let mut r = text(200, "a page");
+        r.headers_mut().insert("etag", "\"v1\"".parse().unwrap());
+        if path.starts_with("/live/") {
+            r.headers_mut()
+                .insert("content-signal", "use=immediate".parse().unwrap());
+        }
+        r
+    });
+    let origin = Origin::http(h).await;
+    let seen = origin.seen.clone();
+    (origin, seen)
+}
+
+#[tokio::test]
+async fn use_immediate_pages_are_not_stored_and_old_drafts_refusals_are_heard() {
+    let (origin, seen) = immediate_origin().await;
+    let base = format!("http://127.0.0.1:{}", origin.port());
+    let mut proxy = TestProxy::start(|c| purposes(c, &[Purpose::AiTrain])).await;
+    let c = proxy.client();
+
+    // Control: an ordinary page is stored, so its second fetch carries our
+    // validator.
+    get_ok(&c, &format!("{base}/kept")).await;
+    let stored = wait_cache_lines(&proxy.audit_path, "/kept", "stored", 1).await;
+    assert_eq!(stored.len(), 1);
+    get_ok(&c, &format!("{base}/kept")).await;
+    // `use=immediate` in the header: never stored, never revalidated.
+    for _ in 0..2 {
+        get_ok(&c, &format!("{base}/live/a")).await;
+    }
+    let sent = |path: &str| -> Vec<bool> {
+        seen.all()
+            .iter()
+            .filter(|r| r.path == path)
+            .map(|r| r.headers.contains_key("if-none-match"))
+            .collect()
+    };
+    assert_eq!(sent("/kept"), [false, true]);
+    assert_eq!(sent("/live/a"), [false, false]);
+
+    // `train-genai=n` (an earlier draft's label) refuses ai-train.
+    let r = c.get(format!("{base}/genai/x")).send().await.unwrap();
+    assert_eq!(r.status(), 403);
+    assert_eq!(decision(&r), "signal_refused; purpose=ai-train; line=2");
+    let lines = proxy.stop().await;
+    let refused = with_outcome(&lines, "signal_refused");
+    assert_eq!(
+        refused[0]["prefs"]["legacy"],
+        serde_json::json!([
+            "train-genai=n read as ai-train=n (label of draft-ietf-aipref-vocab-04)"
+        ])
+    );
+    let live = lines
+        .iter()
+        .find(|l| l["url"].as_str().is_some_and(|u| u.ends_with("/live/a")))
+        .unwrap();
+    assert_eq!(live["prefs"]["use"], "immediate", "{live}");
+
+    // A crawl declaring `reference` is refused where the site allows only
+    // `immediate`, before anything is sent.
+    let mut proxy = TestProxy::start(|c| c.crawler.usage = DeclaredUse::Reference).await;
+    let before = seen.count("/now/x");
+    let r = proxy
+        .client()
+        .get(format!("{base}/now/x"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    assert_eq!(decision(&r), "signal_refused; use=reference; line=3");
+    assert_eq!(seen.count("/now/x"), before);
+    proxy.stop().await;
+}

@@ -114,10 +114,16 @@ impl Exchange {
             return Ok(Learned::Answer(self.forward(resp, Outcome::Unchanged)));
         }
         let own = conditional::is_targets_page(self.rec.target_status, resp.status());
-        let Some(key) = cache.key.clone().filter(|_| own) else {
+        let shared = self.shared.clone();
+        // A site that allows only `use=immediate` (use without storing):
+        // the page is not kept, and a copy kept before is dropped.
+        let immediate = self.rec.prefs.as_ref().is_some_and(|p| p.forbids_storing());
+        if let Some(key) = cache.key.clone().filter(|_| immediate && cache.had_entry) {
+            shared.cache.remove_later(key);
+        }
+        let Some(key) = cache.key.clone().filter(|_| own && !immediate) else {
             return Ok(Learned::Answer(self.forward(resp, Outcome::Fetched)));
         };
-        let shared = self.shared.clone();
         let (head, body) = resp.into_parts();
         let verdict = conditional::storable(
             parts,

@@ -40,7 +40,7 @@ pub(crate) fn robots_refusal(
     );
     answer = match refusal {
         PrefsRefusal::Purpose { purpose, .. } => answer.detail("purpose", purpose.as_str()),
-        PrefsRefusal::Use { .. } => answer.detail("use", "full"),
+        PrefsRefusal::Use { declared, .. } => answer.detail("use", declared.as_str()),
     };
     if let mannerly_policy::prefs::Place::RobotsLine(line) = said.place {
         answer = answer.detail("line", line.to_string());
@@ -95,7 +95,7 @@ pub(crate) fn judge(cfg: &Config, headers: &HeaderMap, rec: &mut AuditRecord) ->
             );
             let answer = match refusal {
                 PrefsRefusal::Purpose { purpose, .. } => answer.detail("purpose", purpose.as_str()),
-                PrefsRefusal::Use { .. } => answer.detail("use", "full"),
+                PrefsRefusal::Use { declared, .. } => answer.detail("use", declared.as_str()),
             };
             OnResponse::Withhold(answer)
         }
