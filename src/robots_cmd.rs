@@ -39,7 +39,8 @@ fn parse_purpose(s: &str) -> Result<Purpose, String> {
 }
 
 fn parse_use(s: &str) -> Result<DeclaredUse, String> {
-    DeclaredUse::parse(s).ok_or_else(|| format!("unknown use {s:?}: expected immediate, reference or full"))
+    DeclaredUse::parse(s)
+        .ok_or_else(|| format!("unknown use {s:?}: expected immediate, reference or full"))
 }
 
 pub fn check(config: Option<PathBuf>, args: CheckArgs) -> ExitCode {
