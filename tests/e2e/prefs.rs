@@ -37,6 +37,25 @@ fn purposes(c: &mut mannerly_proxy::Config, p: &[Purpose]) {
     c.crawler.purposes = p.to_vec();
 }
 
+/// `url` through a proxy that declares `ai-input` and annotates: the
+/// `Mannerly-Preferences` header, the body (a 200) and the audit lines.
+async fn annotated_ai_input(url: &str) -> (Option<String>, String, Vec<serde_json::Value>) {
+    let mut proxy = TestProxy::start(|c| {
+        purposes(c, &[Purpose::AiInput]);
+        c.policy.response_preferences = ResponsePreferences::Annotate;
+    })
+    .await;
+    let r = proxy.client().get(url).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let note = r
+        .headers()
+        .get("mannerly-preferences")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let body = r.text().await.unwrap();
+    (note, body, proxy.stop().await)
+}
+
 #[tokio::test]
 async fn content_usage_in_robots_txt_refuses_ai_train_under_its_path_only() {
     let (origin, seen) = origin().await;
@@ -126,26 +145,14 @@ async fn a_page_whose_header_refuses_the_purpose_is_withheld_or_annotated() {
     );
 
     // annotate: the page, with what the site refuses.
-    let mut proxy = TestProxy::start(|c| {
-        purposes(c, &[Purpose::AiInput]);
-        c.policy.response_preferences = ResponsePreferences::Annotate;
-    })
-    .await;
-    let r = proxy.client().get(&url).send().await.unwrap();
-    assert_eq!(r.status(), 200);
-    let note = r
-        .headers()
-        .get("mannerly-preferences")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
+    let (note, body, lines) = annotated_ai_input(&url).await;
     assert_eq!(
         note.as_deref(),
         Some(
             "refused; ai-input refused by Content-Usage (header Content-Usage: ai-use=n, search=y)"
         )
     );
-    assert_eq!(r.text().await.unwrap(), "the page body");
-    let lines = proxy.stop().await;
+    assert_eq!(body, "the page body");
     let fetched = with_outcome(&lines, "fetched");
     assert_eq!(fetched.len(), 1);
     assert_eq!(fetched[0]["prefs"]["ai-input"], "disallowed");
@@ -266,4 +273,59 @@ async fn use_immediate_pages_are_not_stored_and_old_drafts_refusals_are_heard() 
     assert_eq!(decision(&r), "signal_refused; use=reference; line=3");
     assert_eq!(seen.count("/now/x"), before);
     proxy.stop().await;
+}
+
+#[tokio::test]
+async fn a_tdmrep_reservation_withholds_pages_from_tdm_purposes_only() {
+    let h = handler(|req| async move {
+        match req.uri().path() {
+            "/robots.txt" => text(200, "User-agent: *\nAllow: /\n"),
+            _ => {
+                // TDMRep's own example of a reservation with a policy.
+                let mut r = text(200, "a reserved page");
+                let h = r.headers_mut();
+                h.insert("tdm-reservation", "1".parse().unwrap());
+                h.insert(
+                    "tdm-policy",
+                    "https://provider.com/policies/policy.json".parse().unwrap(),
+                );
+                r
+            }
+        }
+    });
+    let origin = Origin::http(h).await;
+    let url = format!("http://127.0.0.1:{}/article", origin.port());
+
+    let mut proxy = TestProxy::start(|c| purposes(c, &[Purpose::Search, Purpose::AiTrain])).await;
+    let r = proxy.client().get(&url).send().await.unwrap();
+    assert_eq!(r.status(), 403);
+    assert_eq!(decision(&r), "signal_refused; purpose=ai-train");
+    let body = r.text().await.unwrap();
+    assert!(body.contains("header tdm-reservation: 1"), "{body}");
+    assert!(!body.contains("a reserved page"), "{body}");
+    let lines = proxy.stop().await;
+    let refused = with_outcome(&lines, "signal_refused");
+    assert_eq!(refused.len(), 1);
+    assert_eq!(refused[0]["prefs"]["ai-train"], "disallowed");
+    assert_eq!(refused[0]["prefs"]["ai-input"], "disallowed");
+    assert_eq!(refused[0]["prefs"]["search"], "unknown");
+    assert_eq!(
+        refused[0]["prefs"]["tdm_policy"],
+        "https://provider.com/policies/policy.json"
+    );
+
+    // A search crawl is not text and data mining: the page passes.
+    let mut proxy = TestProxy::start(|c| purposes(c, &[Purpose::Search])).await;
+    let r = proxy.client().get(&url).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.text().await.unwrap(), "a reserved page");
+    proxy.stop().await;
+
+    // annotate: passed on, saying what was reserved.
+    let (note, body, _) = annotated_ai_input(&url).await;
+    assert_eq!(
+        note.as_deref(),
+        Some("refused; ai-input refused by tdm-reservation (header tdm-reservation: 1)")
+    );
+    assert_eq!(body, "a reserved page");
 }

@@ -6,7 +6,9 @@
 //!   use=reference`), in robots.txt and as a response header;
 //! - the IETF AI Preferences (draft-ietf-aipref-vocab, -attach):
 //!   `Content-Usage: train-ai=n` in robots.txt groups (with an optional path)
-//!   and as a response header, an RFC 9651 dictionary of `y`/`n` tokens.
+//!   and as a response header, an RFC 9651 dictionary of `y`/`n` tokens;
+//! - TDMRep's `tdm-reservation: 1` response header (`tdmrep`), which
+//!   refuses the text-and-data-mining purposes.
 //!
 //! The crawl declares purposes (`crawler.purposes`: [`Purpose`]) and how much
 //! of a page it reproduces (`crawler.use`: [`DeclaredUse`]). The mapping
@@ -22,11 +24,13 @@
 
 mod header;
 mod signal;
+mod tdmrep;
 mod usage;
 mod vocab;
 
 pub use header::{judge_response, ResponsePrefs};
 pub use signal::SignalUse;
+pub use tdmrep::{judge_tdm, TDM_PURPOSES};
 pub use usage::UsageStatement;
 pub use vocab::{DeclaredUse, LegacyLabel, Purpose, Vocabulary, LEGACY_LABELS, VOCABULARY};
 
@@ -166,6 +170,9 @@ pub struct PrefsRecord {
     /// (label of draft-ietf-aipref-vocab-04)`. Absent when none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub legacy: Vec<String>,
+    /// The `tdm-policy` URL a TDMRep site names beside its reservation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tdm_policy: Option<String>,
 }
 
 impl PrefsRecord {
@@ -236,6 +243,9 @@ impl PrefsRecord {
         }
         for note in &other.legacy {
             push_once(&mut self.legacy, note.clone());
+        }
+        if self.tdm_policy.is_none() {
+            self.tdm_policy.clone_from(&other.tdm_policy);
         }
     }
 

@@ -24,14 +24,17 @@ pub enum Vocabulary {
     ContentSignal,
     /// IETF AI Preferences (`Content-Usage`).
     ContentUsage,
+    /// W3C TDMRep (`tdm-reservation`).
+    TdmRep,
 }
 
 impl Vocabulary {
-    /// The field name: `Content-Signal` or `Content-Usage`.
+    /// The field name: `Content-Signal`, `Content-Usage` or `tdm-reservation`.
     pub fn as_str(self) -> &'static str {
         match self {
             Vocabulary::ContentSignal => "Content-Signal",
             Vocabulary::ContentUsage => "Content-Usage",
+            Vocabulary::TdmRep => "tdm-reservation",
         }
     }
 }
