@@ -519,3 +519,71 @@ async fn the_admin_listener_serves_a_signed_directory_and_card_without_its_token
     assert_eq!(metrics.status(), 401);
     proxy.stop().await;
 }
+
+#[tokio::test]
+async fn a_403_with_accept_signature_is_answered_by_one_resend_signed_as_asked() {
+    if !python_verifier() {
+        return;
+    }
+    let h = handler(|req| async move {
+        let input = req
+            .headers()
+            .get("signature-input")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        let ask = |value: &'static str| {
+            let mut r = text(403, "sign again");
+            r.headers_mut()
+                .insert("accept-signature", value.parse().unwrap());
+            r
+        };
+        match req.uri().path() {
+            "/robots.txt" => text(200, "User-agent: *\nAllow: /\n"),
+            // RFC 9421 §5's request, with a nonce as -01 allows.
+            "/asks" if !input.contains("nonce=\"n-42\"") => {
+                ask(r#"sig1=("@method" "@path" "@authority");nonce="n-42";tag="web-bot-auth""#)
+            }
+            // Something we cannot give: another tag.
+            "/other-tag" => ask(r#"sig1=("@method");tag="not-web-bot-auth""#),
+            _ => text(200, "page"),
+        }
+    });
+    let origin = Origin::http(h).await;
+    let mut proxy = TestProxy::start(|c| {
+        enable_identity(c);
+    })
+    .await;
+    let c = proxy.client();
+    let base = format!("http://127.0.0.1:{}", origin.port());
+
+    let r = c.get(format!("{base}/asks")).send().await.unwrap();
+    assert_eq!(r.status(), 200, "{}", decision(&r));
+    let r = c.get(format!("{base}/other-tag")).send().await.unwrap();
+    assert_eq!(r.status(), 403, "passed on: we cannot sign as asked");
+    assert_eq!(origin.seen.count("/asks"), 2);
+    assert_eq!(origin.seen.count("/other-tag"), 1);
+
+    let seen = origin.seen.all();
+    let resent = seen.iter().filter(|r| r.path == "/asks").nth(1).unwrap();
+    let input = resent.headers["signature-input"].to_str().unwrap();
+    assert!(
+        input.starts_with(r#"sig1=("@authority" "signature-agent";key="sig1" "@method" "@path")"#),
+        "{input}"
+    );
+    let lines = proxy.stop().await;
+    let directory = KeyStore::at(proxy.dir.path().join("identity-key.pem"))
+        .directory(SystemTime::now())
+        .unwrap();
+    let results = verify(&directory, &[captured(&base, resent)]);
+    assert_eq!(results[0]["ok"], true, "{}", results[0]);
+    assert_eq!(results[0]["params"]["nonce"], "n-42");
+    assert_eq!(results[0]["params"]["tag"], "web-bot-auth");
+    let fetched = with_outcome(&lines, "fetched");
+    let asks = fetched
+        .iter()
+        .find(|l| l["url"].as_str().is_some_and(|u| u.ends_with("/asks")))
+        .unwrap();
+    assert_eq!(asks["signature_asked"], "@method @path nonce", "{asks}");
+    assert_eq!(asks["signed"], true);
+}

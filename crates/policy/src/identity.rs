@@ -27,9 +27,11 @@ use ed25519_dalek::{Signer as _, SigningKey, VerifyingKey};
 use http::header::{HeaderName, HeaderValue};
 use sha2::{Digest, Sha256};
 
+mod accept;
 mod card;
 mod directory;
 
+pub use accept::AskedSignature;
 pub use card::{card_json, CARD_PATH};
 pub use directory::{
     directory_json, signed_directory, DirectoryKey, SignedDirectory, DIRECTORY_LABEL,
@@ -299,12 +301,21 @@ impl Identity {
             return None;
         }
         let signed = self.signature_headers(authority, now);
+        self.put_headers(headers, signed)
+    }
+
+    /// Replaces any signature headers with `signed`.
+    fn put_headers(
+        &self,
+        headers: &mut http::HeaderMap,
+        signed: SignatureHeaders,
+    ) -> Option<KeyId> {
         for name in [SIGNATURE_AGENT, SIGNATURE_INPUT, SIGNATURE] {
             headers.remove(&name);
         }
         // All three values are printable ASCII by construction (checked URL,
-        // integers, base64); a value that is not would be a bug, and the
-        // request then goes out unsigned rather than half-signed.
+        // integers, base64, a checked nonce); a value that is not would be a
+        // bug, and the request then goes out unsigned rather than half-signed.
         let values = [
             HeaderValue::from_str(&signed.agent),
             HeaderValue::from_str(&signed.input),
@@ -321,6 +332,47 @@ impl Identity {
 
     /// The three header values for a request to `authority` at `now`.
     pub fn signature_headers(&self, authority: &str, now: SystemTime) -> SignatureHeaders {
+        self.headers_with(authority, now, &[], None)
+    }
+
+    /// Signs a request again as its origin asked in `Accept-Signature`: our
+    /// two components, the ones `asked` names (with their values in this
+    /// request) and its `nonce`. `None` when the host is skipped, or when
+    /// the request lacks a field asked for (a signature that does not cover
+    /// it would be refused again).
+    pub fn sign_as_asked(
+        &self,
+        headers: &mut http::HeaderMap,
+        method: &str,
+        uri: &http::Uri,
+        authority: &str,
+        asked: &AskedSignature,
+        now: SystemTime,
+    ) -> Option<KeyId> {
+        if self.skips(&crate::budget::host_key(authority)) {
+            return None;
+        }
+        let extra = asked
+            .components
+            .iter()
+            .map(|name| {
+                Some((
+                    name.as_str(),
+                    accept::component_value(name, method, uri, headers)?,
+                ))
+            })
+            .collect::<Option<Vec<_>>>()?;
+        let signed = self.headers_with(authority, now, &extra, asked.nonce.as_deref());
+        self.put_headers(headers, signed)
+    }
+
+    fn headers_with(
+        &self,
+        authority: &str,
+        now: SystemTime,
+        extra: &[(&str, String)],
+        nonce: Option<&str>,
+    ) -> SignatureHeaders {
         let created = now
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs())
@@ -329,10 +381,10 @@ impl Identity {
             created,
             expires: created + self.validity.as_secs(),
             keyid: self.keyid.as_str(),
-            nonce: None,
+            nonce,
         };
         let agent_value = sf_string(&self.agent_url);
-        let (base, input) = signature_base(authority, LABEL, &agent_value, &params);
+        let (base, input) = signature_base(authority, LABEL, &agent_value, extra, &params);
         let signature = self.key.sign(base.as_bytes());
         SignatureHeaders {
             agent: format!("{LABEL}={agent_value}"),
@@ -347,32 +399,41 @@ pub(crate) struct Params<'a> {
     pub created: u64,
     pub expires: u64,
     pub keyid: &'a str,
-    /// Only for reproducing the draft's test vectors; we send none.
+    /// Only when an origin asks for one (`Accept-Signature`), and for
+    /// reproducing the draft's test vectors.
     pub nonce: Option<&'a str>,
 }
 
-/// The RFC 9421 §2.5 signature base for our two covered components, and
-/// the `@signature-params` value (which is also the `Signature-Input`
-/// member's value). `agent_value` is the serialised dictionary member
-/// (a Structured Field string, quotes included).
+/// The RFC 9421 §2.5 signature base for our two covered components and
+/// any `extra` ones (identifier without quotes, value), and the
+/// `@signature-params` value (which is also the `Signature-Input` member's
+/// value). `agent_value` is the serialised dictionary member (a Structured
+/// Field string, quotes included).
 pub(crate) fn signature_base(
     authority: &str,
     agent_key: &str,
     agent_value: &str,
+    extra: &[(&str, String)],
     p: &Params<'_>,
 ) -> (String, String) {
+    let mut ids = format!(r#""@authority" "signature-agent";key="{agent_key}""#);
+    let mut base = format!(
+        "\"@authority\": {}\n\"signature-agent\";key=\"{agent_key}\": {agent_value}\n",
+        authority.to_ascii_lowercase()
+    );
+    for (name, value) in extra {
+        ids.push_str(&format!(r#" "{name}""#));
+        base.push_str(&format!("\"{name}\": {value}\n"));
+    }
     let mut input = format!(
-        r#"("@authority" "signature-agent";key="{agent_key}");created={};keyid="{}";alg="ed25519";expires={}"#,
+        r#"({ids});created={};keyid="{}";alg="ed25519";expires={}"#,
         p.created, p.keyid, p.expires
     );
     if let Some(nonce) = p.nonce {
         input.push_str(&format!(r#";nonce="{nonce}""#));
     }
     input.push_str(&format!(r#";tag="{TAG}""#));
-    let base = format!(
-        "\"@authority\": {}\n\"signature-agent\";key=\"{agent_key}\": {agent_value}\n\"@signature-params\": {input}",
-        authority.to_ascii_lowercase()
-    );
+    base.push_str(&format!("\"@signature-params\": {input}"));
     (base, input)
 }
 

@@ -67,6 +67,7 @@ fn reproduces_the_drafts_ed25519_test_vector() {
         "example.com",
         "agent2",
         "\"https://signature-agent.test\"",
+        &[],
         &p,
     );
     assert_eq!(
