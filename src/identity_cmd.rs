@@ -21,8 +21,9 @@ pub enum IdentityCommand {
         #[arg(long)]
         force: bool,
     },
-    /// Print the key directory (JWKS) to serve at
-    /// /.well-known/http-message-signatures-directory on the signature_agent origin.
+    /// Print the key directory (JWKS) to serve at the signature_agent URL
+    /// (the admin listener serves it signed at
+    /// /.well-known/http-message-signatures-directory).
     Directory,
     /// Sign with a new key from now on; the old one stays in the directory
     /// for the overlap so signatures already sent keep verifying.
@@ -51,15 +52,19 @@ pub fn run(config: Option<PathBuf>, command: IdentityCommand) -> Result<ExitCode
             eprintln!("keyid {keyid}");
             if cfg.identity.signature_agent.is_empty() {
                 eprintln!(
-                    "next: set identity.signature_agent to the https origin that will serve \
-                     `mannerly identity directory` at {DIRECTORY_PATH}, and identity.enabled = true"
+                    "next: set identity.signature_agent to the https origin whose {DIRECTORY_PATH} \
+                     reaches the admin listener (or serves `mannerly identity directory`), \
+                     and identity.enabled = true"
                 );
             }
         }
         IdentityCommand::Directory => {
             print!("{}", store.directory(now)?);
             println!();
-            eprintln!("serve at {DIRECTORY_PATH} with Content-Type: {DIRECTORY_MEDIA_TYPE}");
+            eprintln!(
+                "serve at the signature_agent URL ({DIRECTORY_PATH} for an origin) with \
+                 Content-Type: {DIRECTORY_MEDIA_TYPE}; the admin listener serves it signed"
+            );
         }
         IdentityCommand::Rotate { overlap } => {
             let r = store.rotate(overlap, now)?;

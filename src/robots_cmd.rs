@@ -24,7 +24,7 @@ pub struct CheckArgs {
     /// Preferences names search, ai-use, train-ai). Repeat for several.
     #[arg(long = "purpose", value_name = "P", value_parser = parse_purpose)]
     purposes: Vec<Purpose>,
-    /// How much of a page the crawl reproduces: reference or full (checked
+    /// How much of a page the crawl reproduces: immediate, reference or full (checked
     /// against the site's Content-Signal `use`).
     #[arg(long = "use", value_name = "U", value_parser = parse_use, default_value = "")]
     usage: DeclaredUse,
@@ -39,7 +39,8 @@ fn parse_purpose(s: &str) -> Result<Purpose, String> {
 }
 
 fn parse_use(s: &str) -> Result<DeclaredUse, String> {
-    DeclaredUse::parse(s).ok_or_else(|| format!("unknown use {s:?}: expected reference or full"))
+    DeclaredUse::parse(s)
+        .ok_or_else(|| format!("unknown use {s:?}: expected immediate, reference or full"))
 }
 
 pub fn check(config: Option<PathBuf>, args: CheckArgs) -> ExitCode {

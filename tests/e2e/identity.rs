@@ -13,29 +13,33 @@ use serde_json::{json, Value};
 use super::support::*;
 
 const AGENT: &str = "https://crawler.example";
+/// What -01 verifiers fetch: the origin configured, expanded to the well-known URL.
+const AGENT_JWKS: &str = "https://crawler.example/.well-known/http-message-signatures-directory";
 const SCRIPT: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/e2e/verify_web_bot_auth.py"
 );
 
-/// Whether the verifier can run: SKIP with a message where it cannot, FAIL
-/// in CI (`.ci/run` installs it).
-fn python_verifier() -> bool {
+/// Whether python3 can import `module`: SKIP with a message where it
+/// cannot, FAIL in CI (`.ci/run` installs it with `pip install {pip}`).
+fn python_module(module: &str, pip: &str) -> bool {
     let ok = std::process::Command::new("python3")
-        .args(["-c", "import http_message_signatures"])
+        .args(["-c", &format!("import {module}")])
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
         assert!(
             std::env::var_os("CI").is_none(),
-            "CI must install python3 and http-message-signatures (see .ci/run)"
+            "CI must install python3 and {pip} (see .ci/run)"
         );
-        eprintln!(
-            "SKIP: python3 with http-message-signatures 3.x is not installed \
-             (pip install 'http-message-signatures>=3,<4')"
-        );
+        eprintln!("SKIP: python3 with {module} is not installed (pip install '{pip}')");
     }
     ok
+}
+
+/// Whether the verifier can run.
+fn python_verifier() -> bool {
+    python_module("http_message_signatures", "http-message-signatures>=3,<4")
 }
 
 /// One request as the origin received it, ready for the verifier.
@@ -48,32 +52,34 @@ fn captured(scheme_authority: &str, r: &SeenRequest) -> Value {
     json!({"method": "GET", "url": format!("{scheme_authority}{}", r.path), "headers": headers})
 }
 
-/// Runs the Python verifier over `requests` with `directory` as the only
-/// source of keys.
-fn verify(directory: &str, requests: &[Value]) -> Vec<Value> {
+/// Runs a Python checker `script` with `input` on stdin; its JSON answer.
+fn run_python(script: &str, input: &Value) -> Value {
     use std::io::Write;
-    let directory: Value = serde_json::from_str(directory).unwrap();
-    let input = json!({"directory": directory, "agent": AGENT, "requests": requests});
     let mut child = std::process::Command::new("python3")
-        .arg(SCRIPT)
+        .arg(script)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.to_string().as_bytes())
-        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input.to_string().as_bytes()).unwrap();
+    drop(stdin);
     let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),
-        "verifier failed: {}",
+        "{script} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Runs the Python verifier over `requests` with `directory` as the only
+/// source of keys.
+fn verify(directory: &str, requests: &[Value]) -> Vec<Value> {
+    let directory: Value = serde_json::from_str(directory).unwrap();
+    let input = json!({"directory": directory, "agent": AGENT_JWKS, "requests": requests});
+    serde_json::from_value(run_python(SCRIPT, &input)).unwrap()
 }
 
 /// An origin with a robots.txt that allows everything, `/throttle-once`
@@ -161,7 +167,7 @@ async fn every_request_is_signed_and_verifies_in_python_http_https_robots_and_re
         }
         assert_eq!(
             r.headers["signature-agent"],
-            "sig1=\"https://crawler.example\""
+            format!("sig1=\"{AGENT_JWKS}\"").as_str()
         );
     }
 
@@ -307,4 +313,277 @@ async fn rotation_switches_the_running_proxy_and_old_signatures_verify_during_th
     assert_eq!(after_overlap[0]["ok"], false, "{after_overlap:?}");
     assert_eq!(after_overlap[1]["ok"], true, "{after_overlap:?}");
     proxy.stop().await;
+}
+
+/// The public key each tool an operator might use derives from a key file
+/// mannerly wrote, as raw bytes (hex); `None` where the tool is absent.
+fn public_key_per_tool(key: &std::path::Path) -> Vec<(&'static str, Option<String>)> {
+    let run = |program: &str, args: &[&str]| -> String {
+        let out = std::process::Command::new(program)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{program} refused {}: {}",
+            key.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let key = key.to_str().unwrap();
+    let openssl = have_tool("openssl", "openssl").then(|| {
+        // The SubjectPublicKeyInfo of an Ed25519 key ends with the 32 raw bytes.
+        let der = std::process::Command::new("openssl")
+            .args(["pkey", "-in", key, "-pubout", "-outform", "DER"])
+            .output()
+            .unwrap();
+        assert!(
+            der.status.success(),
+            "openssl pkey refused {key}: {}",
+            String::from_utf8_lossy(&der.stderr)
+        );
+        mannerly_policy::hex(&der.stdout[der.stdout.len() - 32..])
+    });
+    let python = python_module("cryptography", "cryptography").then(|| {
+        run(
+            "python3",
+            &[
+                "-c",
+                "import sys; from cryptography.hazmat.primitives import serialization as s; \
+                 k = s.load_pem_private_key(open(sys.argv[1], 'rb').read(), None); \
+                 print(k.public_key().public_bytes(s.Encoding.Raw, s.PublicFormat.Raw).hex())",
+                key,
+            ],
+        )
+    });
+    let node = have_tool("node", "nodejs").then(|| {
+        run(
+            "node",
+            &[
+                "-e",
+                "const c = require('crypto'); \
+                 const k = c.createPrivateKey(require('fs').readFileSync(process.argv[1])); \
+                 const x = c.createPublicKey(k).export({format: 'jwk'}).x; \
+                 process.stdout.write(Buffer.from(x, 'base64url').toString('hex'))",
+                key,
+            ],
+        )
+    });
+    vec![("openssl", openssl), ("python", python), ("node", node)]
+}
+
+#[test]
+fn key_files_written_by_the_cli_load_in_openssl_python_and_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = [("MANNERLY_DATA_DIR", dir.path().to_str().unwrap())];
+    let (code, out) = mannerly(&["identity", "init"], &env);
+    assert_eq!(code, 0, "{out}");
+    let identity_key = std::path::PathBuf::from(out.lines().next().unwrap());
+    // The key mannerly signs with, read back as the proxy reads it.
+    let signing = KeyStore::at(identity_key.clone()).load().unwrap();
+    let published = mannerly_policy::hex(signing.verifying_key().as_bytes());
+    let (code, out) = mannerly(&["audit", "pubkey"], &env);
+    assert_eq!(code, 0, "{out}");
+    let audit_pub = out.trim().to_string();
+    let audit_key = mannerly_proxy::audit_key_path(dir.path());
+
+    for (file, expected) in [(&identity_key, &published), (&audit_key, &audit_pub)] {
+        let pem = std::fs::read_to_string(file).unwrap();
+        assert!(pem.starts_with("-----BEGIN PRIVATE KEY-----\n"), "{pem}");
+        for (tool, derived) in public_key_per_tool(file) {
+            if let Some(derived) = derived {
+                assert_eq!(&derived, expected, "{tool} on {}", file.display());
+            }
+        }
+    }
+}
+
+const DIRECTORY_SCRIPT: &str =
+    concat!(env!("CARGO_MANIFEST_DIR"), "/tests/e2e/verify_directory.py");
+
+/// A served directory response, as the Python -01 checker reads it.
+async fn fetch_directory(admin: &str, host: &str) -> Value {
+    let r = reqwest::Client::new()
+        .get(format!(
+            "{admin}/.well-known/http-message-signatures-directory"
+        ))
+        .header("host", host)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let headers: Vec<Value> = r
+        .headers()
+        .iter()
+        .map(|(k, v)| json!([k.as_str(), v.to_str().unwrap_or("")]))
+        .collect();
+    let body = r.text().await.unwrap();
+    json!({
+        "url": format!("https://{host}/.well-known/http-message-signatures-directory"),
+        "status": status, "headers": headers, "body": body,
+    })
+}
+
+fn check_directory(response: &Value) -> Value {
+    run_python(DIRECTORY_SCRIPT, response)
+}
+
+#[tokio::test]
+async fn the_admin_listener_serves_a_signed_directory_and_card_without_its_token() {
+    if !python_verifier() {
+        return;
+    }
+    let store = Arc::new(std::sync::Mutex::new(None));
+    let store2 = store.clone();
+    let mut proxy = TestProxy::start(move |c| {
+        *store2.lock().unwrap() = Some(enable_identity(c));
+        c.admin.listen = "127.0.0.1:0".into();
+        c.admin.token = "not-for-verifiers".into();
+        c.crawler.agent = "MyBot".into();
+        c.budget.start_rate = 1.0;
+        c.budget.max_rate = 3.0;
+        c.budget.burst = 1;
+        c.budget.concurrency = 2;
+    })
+    .await;
+    let store = store.lock().unwrap().clone().unwrap();
+    let admin = format!("http://{}", proxy.admin.expect("admin listener"));
+    let first = KeyId::of(&store.load().unwrap().verifying_key()).to_string();
+
+    let served = fetch_directory(&admin, "crawler.test").await;
+    let checked = check_directory(&served);
+    assert_eq!(checked["ok"], true, "{checked}");
+    assert_eq!(checked["keyids"], json!([first]), "{checked}");
+    assert_eq!(checked["kids"], json!([first]), "{checked}");
+    assert_eq!(
+        checked["params"]["tag"],
+        "http-message-signatures-directory"
+    );
+
+    // Re-served under another authority, or with other keys under the same
+    // signature: the proof fails.
+    let mut moved = served.clone();
+    moved["url"] = json!("https://elsewhere.test/.well-known/http-message-signatures-directory");
+    let r = check_directory(&moved);
+    assert_eq!(r["ok"], false, "{r}");
+    let mut swapped = served.clone();
+    swapped["body"] = json!(served["body"]
+        .as_str()
+        .unwrap()
+        .replace("\"sig\"", "\"enc\""));
+    let r = check_directory(&swapped);
+    assert!(
+        r["error"].as_str().unwrap().contains("Content-Digest"),
+        "{r}"
+    );
+
+    // After a rotation: signed by the new key, the old one listed with exp
+    // for the overlap.
+    let rotation = store
+        .rotate(Duration::from_secs(3600), SystemTime::now())
+        .unwrap();
+    let mut after = Value::Null;
+    for _ in 0..100 {
+        after = check_directory(&fetch_directory(&admin, "crawler.test").await);
+        if after["keyids"] == json!([rotation.new.as_str()]) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert_eq!(after["ok"], true, "{after}");
+    assert_eq!(after["keyids"], json!([rotation.new.as_str()]), "{after}");
+    assert_eq!(
+        after["kids"],
+        json!([rotation.new.as_str(), first]),
+        "{after}"
+    );
+    assert_eq!(after["exp"], json!([null, rotation.until]), "{after}");
+
+    // The card: jwks_uri is the Signature-Agent value, rates the budget's.
+    let card = reqwest::get(format!("{admin}/.well-known/signature-agent-card"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let card: Value = serde_json::from_str(&card).unwrap();
+    assert_eq!(card["jwks_uri"], AGENT_JWKS);
+    assert_eq!(
+        card["web_bot_auth"]["rate-expectation"],
+        "max=3rps;start=1rps;burst=1;concurrency=2;per=host"
+    );
+    assert_eq!(card["web_bot_auth"]["rfc9309-product-token"], "MyBot");
+    // The rest of the listener still wants the token.
+    let metrics = reqwest::get(format!("{admin}/metrics")).await.unwrap();
+    assert_eq!(metrics.status(), 401);
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn a_403_with_accept_signature_is_answered_by_one_resend_signed_as_asked() {
+    if !python_verifier() {
+        return;
+    }
+    let h = handler(|req| async move {
+        let input = req
+            .headers()
+            .get("signature-input")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        let ask = |value: &'static str| {
+            let mut r = text(403, "sign again");
+            r.headers_mut()
+                .insert("accept-signature", value.parse().unwrap());
+            r
+        };
+        match req.uri().path() {
+            "/robots.txt" => text(200, "User-agent: *\nAllow: /\n"),
+            // RFC 9421 §5's request, with a nonce as -01 allows.
+            "/asks" if !input.contains("nonce=\"n-42\"") => {
+                ask(r#"sig1=("@method" "@path" "@authority");nonce="n-42";tag="web-bot-auth""#)
+            }
+            // Something we cannot give: another tag.
+            "/other-tag" => ask(r#"sig1=("@method");tag="not-web-bot-auth""#),
+            _ => text(200, "page"),
+        }
+    });
+    let origin = Origin::http(h).await;
+    let mut proxy = TestProxy::start(|c| {
+        enable_identity(c);
+    })
+    .await;
+    let c = proxy.client();
+    let base = format!("http://127.0.0.1:{}", origin.port());
+
+    let r = c.get(format!("{base}/asks")).send().await.unwrap();
+    assert_eq!(r.status(), 200, "{}", decision(&r));
+    let r = c.get(format!("{base}/other-tag")).send().await.unwrap();
+    assert_eq!(r.status(), 403, "passed on: we cannot sign as asked");
+    assert_eq!(origin.seen.count("/asks"), 2);
+    assert_eq!(origin.seen.count("/other-tag"), 1);
+
+    let seen = origin.seen.all();
+    let resent = seen.iter().filter(|r| r.path == "/asks").nth(1).unwrap();
+    let input = resent.headers["signature-input"].to_str().unwrap();
+    assert!(
+        input.starts_with(r#"sig1=("@authority" "signature-agent";key="sig1" "@method" "@path")"#),
+        "{input}"
+    );
+    let lines = proxy.stop().await;
+    let directory = KeyStore::at(proxy.dir.path().join("identity-key.pem"))
+        .directory(SystemTime::now())
+        .unwrap();
+    let results = verify(&directory, &[captured(&base, resent)]);
+    assert_eq!(results[0]["ok"], true, "{}", results[0]);
+    assert_eq!(results[0]["params"]["nonce"], "n-42");
+    assert_eq!(results[0]["params"]["tag"], "web-bot-auth");
+    let fetched = with_outcome(&lines, "fetched");
+    let asks = fetched
+        .iter()
+        .find(|l| l["url"].as_str().is_some_and(|u| u.ends_with("/asks")))
+        .unwrap();
+    assert_eq!(asks["signature_asked"], "@method @path nonce", "{asks}");
+    assert_eq!(asks["signed"], true);
 }

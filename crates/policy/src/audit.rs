@@ -116,6 +116,12 @@ pub struct AuditRecord {
     /// The `keyid` (JWK thumbprint) of the Web Bot Auth signature mannerly
     /// added, when it signed the request.
     pub keyid: Option<String>,
+    /// What the origin asked the signature to cover in `Accept-Signature`
+    /// (with a 403), when the request was signed again as asked: the extra
+    /// components, and `nonce` when one was asked. Absent otherwise, so
+    /// older lines keep their bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signature_asked: Option<String>,
 }
 
 // === impl AuditRecord ===

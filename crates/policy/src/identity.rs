@@ -1,5 +1,5 @@
 //! Web Bot Auth: the signature a crawler's requests carry so that a site can
-//! tell who sent them (draft-ietf-webbotauth-httpsig-protocol-00, on HTTP
+//! tell who sent them (draft-ietf-webbotauth-httpsig-protocol-01, on HTTP
 //! Message Signatures, RFC 9421, with Ed25519).
 //!
 //! Pure computation: the signing key comes in as PEM text, the time as an
@@ -8,7 +8,7 @@
 //! What a signed request carries (§5.2 of the draft):
 //!
 //! ```text
-//! Signature-Agent: sig1="https://crawler.example"
+//! Signature-Agent: sig1="https://crawler.example/.well-known/http-message-signatures-directory"
 //! Signature-Input: sig1=("@authority" "signature-agent";key="sig1");created=…;keyid="…";alg="ed25519";expires=…;tag="web-bot-auth"
 //! Signature: sig1=:…:
 //! ```
@@ -22,16 +22,21 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use base64::Engine as _;
-use ed25519_dalek::pkcs8::{DecodePrivateKey, EncodePrivateKey};
+use ed25519_dalek::pkcs8::{DecodePrivateKey, EncodePrivateKey, KeypairBytes};
 use ed25519_dalek::{Signer as _, SigningKey, VerifyingKey};
 use http::header::{HeaderName, HeaderValue};
 use sha2::{Digest, Sha256};
 
+mod accept;
 mod card;
 mod directory;
 
-pub use card::card_json;
-pub use directory::{directory_json, DirectoryKey, DIRECTORY_MEDIA_TYPE, DIRECTORY_PATH};
+pub use accept::AskedSignature;
+pub use card::{card_json, CARD_PATH};
+pub use directory::{
+    directory_json, signed_directory, DirectoryKey, SignedDirectory, DIRECTORY_LABEL,
+    DIRECTORY_MEDIA_TYPE, DIRECTORY_PATH, DIRECTORY_SIGNATURE_VALIDITY, DIRECTORY_TAG,
+};
 
 /// `Signature-Agent`.
 pub const SIGNATURE_AGENT: HeaderName = HeaderName::from_static("signature-agent");
@@ -102,20 +107,41 @@ pub fn key_from_pem(pem: &str) -> Result<SigningKey, IdentityError> {
     SigningKey::from_pkcs8_pem(pem).map_err(|e| IdentityError::Key(e.to_string()))
 }
 
-/// An Ed25519 private key from 32 random bytes, as PKCS#8 PEM. The bytes
-/// come from the caller: the policy crate has no source of randomness.
+/// An Ed25519 private key from 32 random bytes, as PKCS#8 v1 PEM (RFC 8410
+/// §7: version 0, no public key attribute). The bytes come from the caller:
+/// the policy crate has no source of randomness.
+///
+/// v1, not the v2 `OneAsymmetricKey` ed25519-dalek writes by default: the
+/// v2 form with the public key is refused by OpenSSL 3.0 (`wrong tag`),
+/// Python `cryptography` and Node's `crypto`, so an operator could not back
+/// up, convert or use the key with their own tools. [`key_from_pem`] reads
+/// both forms, so files written before still load.
 pub fn key_to_pem(seed: &[u8; 32]) -> Result<String, IdentityError> {
-    SigningKey::from_bytes(seed)
+    let bytes = KeypairBytes {
+        secret_key: *seed,
+        public_key: None,
+    };
+    bytes
         .to_pkcs8_pem(Default::default())
         .map(|pem| pem.to_string())
         .map_err(|e| IdentityError::Key(e.to_string()))
 }
 
-/// Checks a `Signature-Agent` URL: https, printable ASCII without quotes or
-/// backslashes (it goes into a Structured Field string as is), and an
-/// origin, since the draft's default `directory` type resolves
-/// `/.well-known/http-message-signatures-directory` at that origin.
-pub fn check_agent_url(url: &str) -> Result<(), IdentityError> {
+/// The `Signature-Agent` member value for a configured `signature_agent`:
+/// the direct URL of the crawler's JWK Set, as
+/// draft-ietf-webbotauth-httpsig-protocol-01 requires of every member value
+/// (an -01 verifier fetches the value itself and adds no path).
+///
+/// An origin alone (`https://host[:port]`, with or without `/`) is what -00
+/// took (its verifiers added the well-known path); it is expanded to
+/// `https://host[:port]/.well-known/http-message-signatures-directory`, the
+/// URL -00 verifiers fetched, and the one form that binds the keys to the
+/// domain (the path is reserved, so the domain operator stands behind it).
+/// Any other https path is taken as given. Refused: not https, user info,
+/// a query (verifiers drop it from the identifier, so it would only mint
+/// spellings of one identity), a fragment, and bytes that cannot stand in a
+/// Structured Field string unescaped.
+pub fn jwks_url(url: &str) -> Result<String, IdentityError> {
     let bad = |why| IdentityError::Agent {
         value: url.to_string(),
         why,
@@ -132,16 +158,19 @@ pub fn check_agent_url(url: &str) -> Result<(), IdentityError> {
     if uri.scheme_str() != Some("https") {
         return Err(bad("the draft requires an https URL"));
     }
-    match uri.authority() {
-        Some(a) if !a.host().is_empty() && !a.as_str().contains('@') => {}
+    let authority = match uri.authority() {
+        Some(a) if !a.host().is_empty() && !a.as_str().contains('@') => a,
         _ => return Err(bad("needs a host (and no user info)")),
-    }
-    if !matches!(uri.path(), "" | "/") || uri.query().is_some() || url.contains('#') {
+    };
+    if uri.query().is_some() || url.contains('#') {
         return Err(bad(
-            "must be an origin (https://host[:port]); the key directory is served at /.well-known/http-message-signatures-directory there",
+            "no query or fragment: the URL of the key directory (JWK Set) itself",
         ));
     }
-    Ok(())
+    Ok(match uri.path() {
+        "" | "/" => format!("https://{authority}{DIRECTORY_PATH}"),
+        _ => url.to_string(),
+    })
 }
 
 /// The three header values of one signature.
@@ -178,7 +207,8 @@ impl fmt::Debug for Identity {
 }
 
 impl Identity {
-    /// An identity from a key, the `Signature-Agent` URL, the validity of
+    /// An identity from a key, the `Signature-Agent` URL ([`jwks_url`]
+    /// says how an origin alone is expanded), the validity of
     /// each signature and the hosts never signed for (`example.org` is that
     /// host only, `*.example.org` its subdomains).
     pub fn new(
@@ -187,7 +217,7 @@ impl Identity {
         validity: Duration,
         skip_hosts: &[String],
     ) -> Result<Identity, IdentityError> {
-        check_agent_url(agent_url)?;
+        let agent_url = jwks_url(agent_url)?;
         if validity < Duration::from_secs(1) || validity > MAX_VALIDITY {
             return Err(IdentityError::Validity(validity));
         }
@@ -195,7 +225,7 @@ impl Identity {
         Ok(Identity {
             key,
             keyid,
-            agent_url: agent_url.to_string(),
+            agent_url,
             validity,
             skip_hosts: skip_hosts
                 .iter()
@@ -215,7 +245,19 @@ impl Identity {
         self.key.verifying_key()
     }
 
-    /// The `Signature-Agent` URL.
+    /// The key directory of `keys` with its possession proof, signed by this
+    /// identity's key for a verifier that fetched it from `authority`
+    /// ([`signed_directory`]).
+    pub fn signed_directory(
+        &self,
+        keys: &[DirectoryKey],
+        authority: &str,
+        now: SystemTime,
+    ) -> SignedDirectory {
+        directory::signed_directory(keys, &self.key, authority, now)
+    }
+
+    /// The `Signature-Agent` member value: the key directory's URL.
     pub fn agent_url(&self) -> &str {
         &self.agent_url
     }
@@ -259,12 +301,21 @@ impl Identity {
             return None;
         }
         let signed = self.signature_headers(authority, now);
+        self.put_headers(headers, signed)
+    }
+
+    /// Replaces any signature headers with `signed`.
+    fn put_headers(
+        &self,
+        headers: &mut http::HeaderMap,
+        signed: SignatureHeaders,
+    ) -> Option<KeyId> {
         for name in [SIGNATURE_AGENT, SIGNATURE_INPUT, SIGNATURE] {
             headers.remove(&name);
         }
         // All three values are printable ASCII by construction (checked URL,
-        // integers, base64); a value that is not would be a bug, and the
-        // request then goes out unsigned rather than half-signed.
+        // integers, base64, a checked nonce); a value that is not would be a
+        // bug, and the request then goes out unsigned rather than half-signed.
         let values = [
             HeaderValue::from_str(&signed.agent),
             HeaderValue::from_str(&signed.input),
@@ -281,6 +332,47 @@ impl Identity {
 
     /// The three header values for a request to `authority` at `now`.
     pub fn signature_headers(&self, authority: &str, now: SystemTime) -> SignatureHeaders {
+        self.headers_with(authority, now, &[], None)
+    }
+
+    /// Signs a request again as its origin asked in `Accept-Signature`: our
+    /// two components, the ones `asked` names (with their values in this
+    /// request) and its `nonce`. `None` when the host is skipped, or when
+    /// the request lacks a field asked for (a signature that does not cover
+    /// it would be refused again).
+    pub fn sign_as_asked(
+        &self,
+        headers: &mut http::HeaderMap,
+        method: &str,
+        uri: &http::Uri,
+        authority: &str,
+        asked: &AskedSignature,
+        now: SystemTime,
+    ) -> Option<KeyId> {
+        if self.skips(&crate::budget::host_key(authority)) {
+            return None;
+        }
+        let extra = asked
+            .components
+            .iter()
+            .map(|name| {
+                Some((
+                    name.as_str(),
+                    accept::component_value(name, method, uri, headers)?,
+                ))
+            })
+            .collect::<Option<Vec<_>>>()?;
+        let signed = self.headers_with(authority, now, &extra, asked.nonce.as_deref());
+        self.put_headers(headers, signed)
+    }
+
+    fn headers_with(
+        &self,
+        authority: &str,
+        now: SystemTime,
+        extra: &[(&str, String)],
+        nonce: Option<&str>,
+    ) -> SignatureHeaders {
         let created = now
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs())
@@ -289,10 +381,10 @@ impl Identity {
             created,
             expires: created + self.validity.as_secs(),
             keyid: self.keyid.as_str(),
-            nonce: None,
+            nonce,
         };
         let agent_value = sf_string(&self.agent_url);
-        let (base, input) = signature_base(authority, LABEL, &agent_value, &params);
+        let (base, input) = signature_base(authority, LABEL, &agent_value, extra, &params);
         let signature = self.key.sign(base.as_bytes());
         SignatureHeaders {
             agent: format!("{LABEL}={agent_value}"),
@@ -307,37 +399,46 @@ pub(crate) struct Params<'a> {
     pub created: u64,
     pub expires: u64,
     pub keyid: &'a str,
-    /// Only for reproducing the draft's test vectors; we send none.
+    /// Only when an origin asks for one (`Accept-Signature`), and for
+    /// reproducing the draft's test vectors.
     pub nonce: Option<&'a str>,
 }
 
-/// The RFC 9421 §2.5 signature base for our two covered components, and
-/// the `@signature-params` value (which is also the `Signature-Input`
-/// member's value). `agent_value` is the serialised dictionary member
-/// (a Structured Field string, quotes included).
+/// The RFC 9421 §2.5 signature base for our two covered components and
+/// any `extra` ones (identifier without quotes, value), and the
+/// `@signature-params` value (which is also the `Signature-Input` member's
+/// value). `agent_value` is the serialised dictionary member (a Structured
+/// Field string, quotes included).
 pub(crate) fn signature_base(
     authority: &str,
     agent_key: &str,
     agent_value: &str,
+    extra: &[(&str, String)],
     p: &Params<'_>,
 ) -> (String, String) {
+    let mut ids = format!(r#""@authority" "signature-agent";key="{agent_key}""#);
+    let mut base = format!(
+        "\"@authority\": {}\n\"signature-agent\";key=\"{agent_key}\": {agent_value}\n",
+        authority.to_ascii_lowercase()
+    );
+    for (name, value) in extra {
+        ids.push_str(&format!(r#" "{name}""#));
+        base.push_str(&format!("\"{name}\": {value}\n"));
+    }
     let mut input = format!(
-        r#"("@authority" "signature-agent";key="{agent_key}");created={};keyid="{}";alg="ed25519";expires={}"#,
+        r#"({ids});created={};keyid="{}";alg="ed25519";expires={}"#,
         p.created, p.keyid, p.expires
     );
     if let Some(nonce) = p.nonce {
         input.push_str(&format!(r#";nonce="{nonce}""#));
     }
     input.push_str(&format!(r#";tag="{TAG}""#));
-    let base = format!(
-        "\"@authority\": {}\n\"signature-agent\";key=\"{agent_key}\": {agent_value}\n\"@signature-params\": {input}",
-        authority.to_ascii_lowercase()
-    );
+    base.push_str(&format!("\"@signature-params\": {input}"));
     (base, input)
 }
 
 /// A Structured Field string (RFC 8941 §3.3.3) of a checked URL: quotes
-/// and backslashes were refused by [`check_agent_url`], so nothing needs
+/// and backslashes were refused by [`jwks_url`], so nothing needs
 /// escaping.
 fn sf_string(s: &str) -> String {
     format!("\"{s}\"")

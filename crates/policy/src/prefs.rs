@@ -6,7 +6,9 @@
 //!   use=reference`), in robots.txt and as a response header;
 //! - the IETF AI Preferences (draft-ietf-aipref-vocab, -attach):
 //!   `Content-Usage: train-ai=n` in robots.txt groups (with an optional path)
-//!   and as a response header, an RFC 9651 dictionary of `y`/`n` tokens.
+//!   and as a response header, an RFC 9651 dictionary of `y`/`n` tokens;
+//! - TDMRep's `tdm-reservation: 1` response header (`tdmrep`), which
+//!   refuses the text-and-data-mining purposes.
 //!
 //! The crawl declares purposes (`crawler.purposes`: [`Purpose`]) and how much
 //! of a page it reproduces (`crawler.use`: [`DeclaredUse`]). The mapping
@@ -22,13 +24,15 @@
 
 mod header;
 mod signal;
+mod tdmrep;
 mod usage;
 mod vocab;
 
 pub use header::{judge_response, ResponsePrefs};
 pub use signal::SignalUse;
+pub use tdmrep::{judge_tdm, TDM_PURPOSES};
 pub use usage::UsageStatement;
-pub use vocab::{DeclaredUse, Purpose, Vocabulary, VOCABULARY};
+pub use vocab::{DeclaredUse, LegacyLabel, Purpose, Vocabulary, LEGACY_LABELS, VOCABULARY};
 
 pub(crate) use signal::SignalStatement;
 
@@ -161,6 +165,14 @@ pub struct PrefsRecord {
     pub usage: Option<String>,
     /// Every statement that counted, e.g. `robots.txt line 4: Content-Signal: ai-train=no`.
     pub sources: Vec<String>,
+    /// Refusals written in an earlier AI Preferences draft's labels, and the
+    /// purpose each was read as, e.g. `train-genai=n read as ai-train=n
+    /// (label of draft-ietf-aipref-vocab-04)`. Absent when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub legacy: Vec<String>,
+    /// The `tdm-policy` URL a TDMRep site names beside its reservation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tdm_policy: Option<String>,
 }
 
 impl PrefsRecord {
@@ -187,12 +199,30 @@ impl PrefsRecord {
         *slot = slot.combine(stance);
     }
 
-    /// Notes a statement that counted (once).
+    /// Notes a statement that counted (once), and any refusal in it written
+    /// in an earlier draft's label.
     pub fn add_source(&mut self, said: &Said<'_>) {
-        let text = said.to_string();
-        if !self.sources.contains(&text) {
-            self.sources.push(text);
+        push_once(&mut self.sources, said.to_string());
+        if said.vocabulary != Vocabulary::ContentUsage {
+            return;
         }
+        let value = match said.place {
+            Place::RobotsLine(_) => said.text.split_once(':').map_or("", |(_, v)| v),
+            Place::Header => said.text,
+        };
+        for l in UsageStatement::parse(split_path(value).1).legacy() {
+            let note = format!(
+                "{}=n read as {}=n (label of {})",
+                l.label, l.purpose, l.draft
+            );
+            push_once(&mut self.legacy, note);
+        }
+    }
+
+    /// Whether the page may be kept: not where the site allows only
+    /// `use=immediate` (use without storing).
+    pub fn forbids_storing(&self) -> bool {
+        self.usage.as_deref() == Some("immediate")
     }
 
     /// Combines another record into this one (robots.txt, then headers):
@@ -203,13 +233,19 @@ impl PrefsRecord {
         }
         match (&self.usage, &other.usage) {
             (_, None) => {}
-            (Some(mine), Some(_)) if mine == "reference" => {}
+            (Some(mine), Some(theirs))
+                if !SignalUse::parse(theirs.clone())
+                    .stricter_than(&SignalUse::parse(mine.clone())) => {}
             (_, Some(theirs)) => self.usage = Some(theirs.clone()),
         }
         for source in &other.sources {
-            if !self.sources.contains(source) {
-                self.sources.push(source.clone());
-            }
+            push_once(&mut self.sources, source.clone());
+        }
+        for note in &other.legacy {
+            push_once(&mut self.legacy, note.clone());
+        }
+        if self.tdm_policy.is_none() {
+            self.tdm_policy.clone_from(&other.tdm_policy);
         }
     }
 
@@ -234,6 +270,12 @@ impl fmt::Display for PrefsRecord {
     }
 }
 
+fn push_once(list: &mut Vec<String>, item: String) {
+    if !list.contains(&item) {
+        list.push(item);
+    }
+}
+
 /// Why a request or response is refused on the site's preferences.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PrefsRefusal<'a> {
@@ -244,10 +286,13 @@ pub enum PrefsRefusal<'a> {
         /// The statement that said no.
         said: Said<'a>,
     },
-    /// The site allows reference use only (`use=reference`) and the crawl
-    /// declares `crawler.use = "full"`.
+    /// The site allows less use than the crawl declares (`use=reference`
+    /// against `crawler.use = "full"`, `use=immediate` against `reference`
+    /// or `full`).
     Use {
-        /// The `Content-Signal` statement with `use=reference`.
+        /// What the crawl declares.
+        declared: DeclaredUse,
+        /// The `Content-Signal` statement with the site's `use`.
         said: Said<'a>,
     },
 }
@@ -256,15 +301,21 @@ impl PrefsRefusal<'_> {
     /// The statement that refused.
     pub fn said(&self) -> &Said<'_> {
         match self {
-            PrefsRefusal::Purpose { said, .. } | PrefsRefusal::Use { said } => said,
+            PrefsRefusal::Purpose { said, .. } | PrefsRefusal::Use { said, .. } => said,
         }
     }
 
-    /// What was refused: a purpose (`ai-train`) or `use=full`.
+    /// What was refused: a purpose (`ai-train`) or the declared use
+    /// (`use=full`).
     pub fn what(&self) -> &'static str {
         match self {
             PrefsRefusal::Purpose { purpose, .. } => purpose.as_str(),
-            PrefsRefusal::Use { .. } => "use=full",
+            PrefsRefusal::Use { declared, .. } => match declared {
+                DeclaredUse::Immediate => "use=immediate",
+                DeclaredUse::Reference => "use=reference",
+                DeclaredUse::Full => "use=full",
+                DeclaredUse::Undeclared => "use",
+            },
         }
     }
 }

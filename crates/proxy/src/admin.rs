@@ -1,6 +1,7 @@
 //! The admin listener: `/metrics`, `/hosts`, `/hosts/{host}`,
-//! `POST /hosts/{host}/reset`, `/healthz`, `/readyz` and the dashboard at
-//! `/`. It reads the proxy through two doors only: the audit records
+//! `POST /hosts/{host}/reset`, `/healthz`, `/readyz`, the dashboard at
+//! `/`, and, without the token, the Web Bot Auth key directory and
+//! Signature Agent Card (`wellknown.rs`). It reads the proxy through two doors only: the audit records
 //! ([`Observe::record`], called by the audit sink for every decision) and
 //! the host store (the `host_*` functions below).
 
@@ -8,6 +9,7 @@ mod activity;
 mod client;
 mod hosts;
 mod metrics;
+mod wellknown;
 
 pub use client::{call, AdminReply};
 
@@ -24,6 +26,7 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use mannerly_policy::budget::{host_key, HostParams, HostView, ResetReport};
+use mannerly_policy::identity::{CARD_PATH, DIRECTORY_PATH};
 use mannerly_policy::{AuditRecord, Outcome};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -198,6 +201,11 @@ async fn route(
     match (&method, path.as_str()) {
         (&Method::GET, "/healthz") => return answer(StatusCode::OK, "text/plain", "ok\n"),
         (&Method::GET, "/readyz") => return readyz(shared, observe),
+        // Verifiers of our signatures fetch these: public, no token.
+        (&Method::GET | &Method::HEAD, DIRECTORY_PATH) => {
+            return wellknown::directory(shared, &req).await
+        }
+        (&Method::GET | &Method::HEAD, CARD_PATH) => return wellknown::card(shared),
         (&Method::GET, "/") => {
             let mut r = answer(StatusCode::OK, "text/html; charset=utf-8", DASHBOARD);
             r.headers_mut().insert(

@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ed25519_dalek::{SigningKey, VerifyingKey};
 use mannerly_policy::identity::{
-    directory_json, jwk_x, key_from_pem, key_to_pem, DirectoryKey, Identity, KeyId,
+    directory_json, jwk_x, key_from_pem, key_to_pem, DirectoryKey, Identity, KeyId, SignedDirectory,
 };
 use serde::{Deserialize, Serialize};
 
@@ -355,6 +355,19 @@ impl Signer {
         now: SystemTime,
     ) -> Option<KeyId> {
         self.identity().sign_headers(headers, authority, now)
+    }
+
+    /// The key directory as served: every key of the store at `now` (the
+    /// retired ones for their overlap), signed by the key signing now, for
+    /// a verifier that asked `authority`. Reads the key files: call it off
+    /// the serving threads.
+    pub fn directory(
+        &self,
+        authority: &str,
+        now: SystemTime,
+    ) -> Result<SignedDirectory, KeyFileError> {
+        let keys = self.store.directory_keys(now)?;
+        Ok(self.identity().signed_directory(&keys, authority, now))
     }
 
     /// Loads the key file again if its content changed. `Ok(true)` when the

@@ -20,6 +20,7 @@ use http::{HeaderMap, Request, Response, StatusCode};
 use http_body::Body as _;
 use hyper::body::Incoming;
 use mannerly_policy::conditional::{self, Admission, CacheKey, CacheOutcome, Plan};
+use mannerly_policy::identity::AskedSignature;
 use mannerly_policy::{parse_host_ip, AuditRecord};
 use mannerly_state::responses::StoredResponse;
 use tokio::time::Instant;
@@ -75,7 +76,7 @@ pub(crate) async fn handle(
                 .await?
             {
                 Learned::Answer(answer) => return Ok(answer), // 6.-7. learn, audit
-                Learned::RetryAfterThrottle => continue,
+                Learned::RetryAfterThrottle | Learned::SignAsAsked => continue,
                 Learned::RefetchWithoutValidators => cache.drop_validators(),
             }
         }
@@ -104,6 +105,9 @@ struct Exchange {
     at: Stage,
     /// Body bytes read from the client so far.
     received: Received,
+    /// What the origin asked our signature to cover (`Accept-Signature`),
+    /// once it has: the next send is signed so, and is not asked again.
+    asked: Option<AskedSignature>,
 }
 
 /// How far a request got; a client that goes away mid-walk leaves a line
@@ -128,6 +132,9 @@ enum Learned {
     /// Our validators drew a 304 that is not for the stored page: send the
     /// request once more, without them.
     RefetchWithoutValidators,
+    /// The origin refused with a 403 asking for a signature we can give
+    /// (`Accept-Signature`): back to the budget, signed as asked.
+    SignAsAsked,
 }
 
 /// What step 3 found.
@@ -209,6 +216,7 @@ impl Exchange {
             retries: 0,
             at: Stage::Before,
             received: Received::default(),
+            asked: None,
         }
     }
 
@@ -365,7 +373,16 @@ impl Exchange {
     fn identity(&mut self, out: &mut Request<ProxyBody>) {
         if let Some(signer) = &self.shared.identity {
             let now = self.shared.clock.wall();
-            let keyid = signer.sign_headers(out.headers_mut(), &self.target.authority(), now);
+            let authority = self.target.authority();
+            let keyid = match &self.asked {
+                None => signer.sign_headers(out.headers_mut(), &authority, now),
+                Some(asked) => {
+                    let (method, uri) = (out.method().to_string(), out.uri().clone());
+                    let headers = out.headers_mut();
+                    let id = signer.identity();
+                    id.sign_as_asked(headers, &method, &uri, &authority, asked, now)
+                }
+            };
             self.rec.signed = keyid.is_some();
             self.rec.keyid = keyid.map(|k| k.to_string());
         }

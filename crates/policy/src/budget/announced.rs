@@ -6,7 +6,12 @@
 //!   fields: `RateLimit-Policy: "default";q=100;w=60` (a quota of `q` units
 //!   per window of `w` seconds) and `RateLimit: "default";r=50;t=30` (`r`
 //!   units remain, the quota resets in `t` seconds). Several policies may be
-//!   listed; the strictest one counts (lowest `q/w`, lowest `r`).
+//!   listed; the strictest one counts (lowest `q/w`, lowest `r`). The
+//!   pending draft-12 change names `RateLimit`'s parameters `a` (available)
+//!   and `w` (wait until the reset) instead of `r` and `t`: both spellings
+//!   are read, the draft-11 one first where a server sends both. A policy's
+//!   name may be a String (`"default"`) or a Token (`default`), as the
+//!   working group is considering; the name is not used either way.
 //! - the widespread `X-RateLimit-Limit` / `X-RateLimit-Remaining` /
 //!   `X-RateLimit-Reset` (and the unprefixed `RateLimit-Limit` /
 //!   `-Remaining` / `-Reset` of the draft's first versions). They name no
@@ -116,7 +121,7 @@ impl Announced {
             .get_all(RATELIMIT_POLICY)
             .iter()
             .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| items(v, &["q", "w"]))
+            .flat_map(|v| items(v, &[&["q"], &["w"]]))
             .filter_map(|p| match p {
                 [Some(q), w] => Some((q, w.filter(|&w| w > 0))),
                 _ => None,
@@ -137,7 +142,7 @@ impl Announced {
             .get_all(RATELIMIT)
             .iter()
             .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| items(v, &["r", "t"]))
+            .flat_map(|v| items(v, &[&["r", "a"], &["t", "w"]]))
             .filter_map(|p| match p {
                 [Some(r), t] => Some((r, t)),
                 _ => None,
@@ -263,10 +268,11 @@ impl HostBudget {
     }
 }
 
-/// The integer parameters `keys` of every item of a structured-field list;
-/// a list that does not parse gives nothing, a negative or non-integer
-/// parameter counts as absent.
-fn items<const N: usize>(value: &str, keys: &[&str; N]) -> Vec<[Option<u64>; N]> {
+/// The integer parameters `keys` of every item of a structured-field list,
+/// each key given by its spellings (the first present counts); a list that
+/// does not parse gives nothing, a negative or non-integer parameter counts
+/// as absent.
+fn items<const N: usize>(value: &str, keys: &[&[&str]; N]) -> Vec<[Option<u64>; N]> {
     let Ok(list) = Parser::new(value).parse::<sfv::List>() else {
         return Vec::new();
     };
@@ -276,10 +282,10 @@ fn items<const N: usize>(value: &str, keys: &[&str; N]) -> Vec<[Option<u64>; N]>
             ListEntry::InnerList(_) => None,
         })
         .map(|params| {
-            keys.map(|k| {
-                params
+            keys.map(|spellings| {
+                spellings
                     .iter()
-                    .find(|(key, _)| key.as_str() == k)
+                    .find_map(|k| params.iter().find(|(key, _)| key.as_str() == *k))
                     .and_then(|(_, v)| match v {
                         BareItem::Integer(n) => u64::try_from(i64::from(*n)).ok(),
                         _ => None,
@@ -320,6 +326,31 @@ mod tests {
         );
         assert_eq!(a.rate(), Some(100.0 / 60.0));
         assert_eq!(a.exhausted_for(), None);
+    }
+
+    #[test]
+    fn draft_12_parameter_names_and_token_policy_names_are_read_too() {
+        let want = |h: &HeaderMap| {
+            let a = Announced::from_headers(h, UNIX_EPOCH).unwrap();
+            (a.limit, a.window_s, a.remaining, a.reset_s)
+        };
+        let draft11 = headers(&[
+            ("ratelimit-policy", "\"default\";q=100;w=60"),
+            ("ratelimit", "\"default\";r=50;t=30"),
+        ]);
+        let draft12 = headers(&[
+            ("ratelimit-policy", "default;q=100;w=60"),
+            ("ratelimit", "default;a=50;w=30"),
+        ]);
+        assert_eq!(want(&draft11), (Some(100), Some(60), Some(50), Some(30)));
+        assert_eq!(want(&draft12), want(&draft11));
+        // Both spellings on one item: the draft-11 one counts.
+        let both = headers(&[("ratelimit", "burst;r=5;a=9;t=2;w=7")]);
+        assert_eq!(want(&both), (None, None, Some(5), Some(2)));
+        // Nothing left under the new name pauses as under the old one.
+        let empty = headers(&[("ratelimit", "day;a=0;w=12")]);
+        let a = Announced::from_headers(&empty, UNIX_EPOCH).unwrap();
+        assert_eq!(a.exhausted_for(), Some(Duration::from_secs(12)));
     }
 
     #[test]

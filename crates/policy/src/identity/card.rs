@@ -5,19 +5,25 @@
 
 use serde_json::{json, Value};
 
-use super::directory::DIRECTORY_PATH;
+use super::jwks_url;
 use crate::budget::BudgetParams;
 use crate::robots::Purpose;
 
-/// The card as JSON. `product_token` is the robots.txt token (`crawler.agent`;
-/// empty when the proxy takes it from each client's User-Agent).
+/// Where the card is served, beside the key directory.
+pub const CARD_PATH: &str = "/.well-known/signature-agent-card";
+
+/// The card as JSON. `agent_url` is `identity.signature_agent` (expanded as
+/// [`jwks_url`] does: the card's `jwks_uri` is the `Signature-Agent` value);
+/// `product_token` is the robots.txt token (`crawler.agent`; empty when the
+/// proxy takes it from each client's User-Agent).
 pub fn card_json(
     agent_url: &str,
     product_token: &str,
     purposes: &[Purpose],
     budget: &BudgetParams,
 ) -> String {
-    let origin = agent_url.trim_end_matches('/');
+    let jwks = jwks_url(agent_url).unwrap_or_else(|_| agent_url.to_string());
+    let origin = origin_of(&jwks);
     let mut wba = serde_json::Map::new();
     if !product_token.is_empty() {
         wba.insert("rfc9309-product-token".into(), json!(product_token));
@@ -54,9 +60,9 @@ pub fn card_json(
         )),
     );
     let mut card: Value = json!({
-        "client_id": format!("{origin}/.well-known/signature-agent-card"),
+        "client_id": format!("{origin}{CARD_PATH}"),
         "client_uri": origin,
-        "jwks_uri": format!("{origin}{DIRECTORY_PATH}"),
+        "jwks_uri": jwks,
         "web_bot_auth": Value::Object(wba),
     });
     if !product_token.is_empty() {
@@ -64,4 +70,13 @@ pub fn card_json(
     }
     // A tree of strings and numbers always serialises.
     serde_json::to_string_pretty(&card).unwrap_or_else(|_| String::from("{}"))
+}
+
+/// `https://host[:port]` of a checked https URL.
+fn origin_of(url: &str) -> &str {
+    let rest = url.strip_prefix("https://").unwrap_or(url);
+    let end = rest
+        .find('/')
+        .map_or(url.len(), |i| url.len() - rest.len() + i);
+    &url[..end]
 }

@@ -1,10 +1,16 @@
-//! The key directory (draft-ietf-webbotauth-httpsig-protocol-00 §5.5.1): a
-//! JWKS served at `/.well-known/http-message-signatures-directory` on the
-//! `Signature-Agent` origin, where verifiers look up the key a `keyid`
-//! names.
+//! The key directory (draft-ietf-webbotauth-httpsig-protocol-01, "Key
+//! Distribution and Discovery"): a JWKS served at the `Signature-Agent` URL,
+//! `/.well-known/http-message-signatures-directory` by default, where
+//! verifiers look up the key a `keyid` names; and the directory's own
+//! signature (Appendix B, "Possession Proof on the Directory Response").
 
-use ed25519_dalek::VerifyingKey;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+use ed25519_dalek::{Signer as _, SigningKey, VerifyingKey};
 use serde::Serialize;
+use sha2::{Digest, Sha256};
 
 use super::{jwk_x, KeyId};
 
@@ -44,10 +50,16 @@ struct Jwks {
     keys: Vec<Jwk>,
 }
 
-/// The directory JSON for `keys`, in the order given (signing key first).
-/// `kid` is the thumbprint, as the draft requires when it is present.
+/// The directory JSON for `keys`, in the order given (signing key first),
+/// indented for a person to read. `kid` is the thumbprint, as the draft
+/// requires when it is present.
 pub fn directory_json(keys: &[DirectoryKey]) -> String {
-    let jwks = Jwks {
+    // A struct of strings and integers always serialises.
+    serde_json::to_string_pretty(&jwks(keys)).unwrap_or_else(|_| String::from(r#"{"keys":[]}"#))
+}
+
+fn jwks(keys: &[DirectoryKey]) -> Jwks {
+    Jwks {
         keys: keys
             .iter()
             .map(|k| Jwk {
@@ -60,7 +72,84 @@ pub fn directory_json(keys: &[DirectoryKey]) -> String {
                 exp: k.exp,
             })
             .collect(),
-    };
-    // A struct of strings and integers always serialises.
-    serde_json::to_string_pretty(&jwks).unwrap_or_else(|_| String::from(r#"{"keys":[]}"#))
+    }
+}
+
+/// The `tag` of a directory's own signature.
+pub const DIRECTORY_TAG: &str = "http-message-signatures-directory";
+/// The label of that signature (the draft's example uses it).
+pub const DIRECTORY_LABEL: &str = "binding";
+/// How long a directory's signature stays valid. Long on purpose: the draft
+/// (Deployment Guidance) says a short `expires` buys no revocation, since a
+/// list that redistributes the keys republishes on its own schedule, and
+/// costs availability when it lapses; removing a key from the directory is
+/// what retires it.
+pub const DIRECTORY_SIGNATURE_VALIDITY: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// A directory response with its possession proof: the body exactly as
+/// signed (compact JSON), and the three fields that go with it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SignedDirectory {
+    /// The JWKS, byte for byte what `Content-Digest` covers.
+    pub body: String,
+    /// `Content-Digest` (RFC 9530, SHA-256).
+    pub content_digest: String,
+    /// `Signature-Input`.
+    pub signature_input: String,
+    /// `Signature`.
+    pub signature: String,
+}
+
+/// The directory of `keys`, signed by `signer` for a request to `authority`
+/// (the `Host` the verifier fetched it from) at `now`, as Appendix B of -01
+/// has it: `("@authority";req "content-digest")` with `created`, `expires`,
+/// `keyid` and `tag="http-message-signatures-directory"`.
+///
+/// One signature, by the key that signs requests. The draft asks for one
+/// per listed key (SHOULD); a key rotated out is listed for its overlap by
+/// its public half only, since keeping a retired private key would keep a
+/// key that should no longer sign anything.
+pub fn signed_directory(
+    keys: &[DirectoryKey],
+    signer: &SigningKey,
+    authority: &str,
+    now: SystemTime,
+) -> SignedDirectory {
+    let created = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let expires = created + DIRECTORY_SIGNATURE_VALIDITY.as_secs();
+    sign_directory_at(keys, signer, authority, created, expires)
+}
+
+pub(crate) fn sign_directory_at(
+    keys: &[DirectoryKey],
+    signer: &SigningKey,
+    authority: &str,
+    created: u64,
+    expires: u64,
+) -> SignedDirectory {
+    // Compact, so the bytes signed are the bytes a verifier digests.
+    let body =
+        serde_json::to_string(&jwks(keys)).unwrap_or_else(|_| String::from(r#"{"keys":[]}"#));
+    let content_digest = format!(
+        "sha-256=:{}:",
+        STANDARD.encode(Sha256::digest(body.as_bytes()))
+    );
+    let keyid = KeyId::of(&signer.verifying_key());
+    let params = format!(
+        r#"("@authority";req "content-digest");created={created};expires={expires};keyid="{keyid}";tag="{DIRECTORY_TAG}""#
+    );
+    let base = format!(
+        "\"@authority\";req: {}\n\"content-digest\": {content_digest}\n\"@signature-params\": {params}",
+        authority.to_ascii_lowercase()
+    );
+    let signature = signer.sign(base.as_bytes());
+    SignedDirectory {
+        body,
+        content_digest,
+        signature_input: format!("{DIRECTORY_LABEL}={params}"),
+        signature: format!(
+            "{DIRECTORY_LABEL}=:{}:",
+            STANDARD.encode(signature.to_bytes())
+        ),
+    }
 }

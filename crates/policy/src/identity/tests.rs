@@ -67,6 +67,7 @@ fn reproduces_the_drafts_ed25519_test_vector() {
         "example.com",
         "agent2",
         "\"https://signature-agent.test\"",
+        &[],
         &p,
     );
     assert_eq!(
@@ -100,7 +101,7 @@ fn sign_adds_exactly_one_signature_with_the_drafts_parameters() {
     }
     assert_eq!(
         p.headers[SIGNATURE_AGENT],
-        "sig1=\"https://crawler.example\""
+        "sig1=\"https://crawler.example/.well-known/http-message-signatures-directory\""
     );
     assert_eq!(
         p.headers[SIGNATURE_INPUT],
@@ -137,21 +138,46 @@ fn skipped_hosts_are_left_alone() {
 }
 
 #[test]
-fn signature_agent_must_be_an_https_origin() {
-    for good in ["https://crawler.example", "https://crawler.example:8443/"] {
-        assert_eq!(check_agent_url(good), Ok(()), "{good}");
+fn signature_agent_is_the_jwks_url_and_an_origin_alone_gets_the_well_known_path() {
+    for (given, sent) in [
+        (
+            "https://crawler.example",
+            "https://crawler.example/.well-known/http-message-signatures-directory",
+        ),
+        (
+            "https://crawler.example:8443/",
+            "https://crawler.example:8443/.well-known/http-message-signatures-directory",
+        ),
+        (
+            "https://crawler.example/keys/jwks.json",
+            "https://crawler.example/keys/jwks.json",
+        ),
+        (
+            "https://crawler.example/.well-known/http-message-signatures-directory",
+            "https://crawler.example/.well-known/http-message-signatures-directory",
+        ),
+    ] {
+        assert_eq!(jwks_url(given).as_deref(), Ok(sent), "{given}");
     }
     for bad in [
         "",
         "http://crawler.example",
-        "https://crawler.example/keys.json",
         "https://crawler.example/?a=1",
+        "https://crawler.example/jwks.json?v=2",
+        "https://crawler.example/#keys",
         "https://cra\"wler.example",
         "https://user@crawler.example",
         "crawler.example",
     ] {
-        assert!(check_agent_url(bad).is_err(), "{bad}");
+        assert!(jwks_url(bad).is_err(), "{bad}");
     }
+    // The member the origin receives: the URL as a String Item, no parameters.
+    let mut p = parts();
+    identity(&[]).sign(&mut p, "example.com", at(1)).unwrap();
+    assert_eq!(
+        p.headers[SIGNATURE_AGENT],
+        "sig1=\"https://crawler.example/.well-known/http-message-signatures-directory\""
+    );
     let key = key_from_pem(RFC9421_KEY).unwrap();
     let long = Identity::new(key, "https://a.example", Duration::from_secs(90_000), &[]);
     assert_eq!(
@@ -170,6 +196,60 @@ fn keys_round_trip_through_pem_and_garbage_is_an_error() {
         key_from_pem("-----BEGIN PRIVATE KEY-----\nnope\n-----END PRIVATE KEY-----\n"),
         Err(IdentityError::Key(_))
     ));
+}
+
+#[test]
+fn keys_are_written_as_pkcs8_v1_byte_for_byte_as_rfc_9421_prints_its_key() {
+    // RFC 9421 B.1.4 prints its Ed25519 key in the RFC 8410 §7 form (version
+    // 0, no public key): writing that key's seed gives the same text.
+    let seed = key_from_pem(RFC9421_KEY).unwrap().to_bytes();
+    assert_eq!(key_to_pem(&seed).unwrap(), RFC9421_KEY);
+}
+
+#[test]
+fn v2_key_files_written_by_earlier_versions_still_load() {
+    // What `SigningKey::to_pkcs8_pem` wrote before: OneAsymmetricKey v2
+    // with the public key attribute.
+    let v2 = SigningKey::from_bytes(&[9u8; 32])
+        .to_pkcs8_pem(Default::default())
+        .unwrap();
+    assert_ne!(v2.as_str(), key_to_pem(&[9u8; 32]).unwrap());
+    assert_eq!(key_from_pem(&v2).unwrap().to_bytes(), [9u8; 32]);
+}
+
+#[test]
+fn reproduces_the_drafts_signed_directory_response() {
+    // -01, Test Vectors, "Signed Directory Response": the RFC 9421 B.1.4
+    // key, fetched from signature-agent.test.
+    let key = key_from_pem(RFC9421_KEY).unwrap();
+    let listed = [DirectoryKey {
+        key: key.verifying_key(),
+        nbf: None,
+        exp: None,
+    }];
+    let d = directory::sign_directory_at(
+        &listed,
+        &key,
+        "signature-agent.test",
+        1735689600,
+        4889289600,
+    );
+    assert_eq!(
+        d.body,
+        r#"{"keys":[{"kty":"OKP","crv":"Ed25519","kid":"poqkLGiymh_W0uP6PZFw-dvez3QJT5SolqXBCW38r0U","x":"JrQLj5P_89iXES9-vFgrIy29clF9CC_oPPsw3c5D0bs","use":"sig"}]}"#
+    );
+    assert_eq!(
+        d.content_digest,
+        "sha-256=:CADMT2aBdV/rqQr/NIru64ERQkCobVvllA4V0fLFDu0=:"
+    );
+    assert_eq!(
+        d.signature_input,
+        r#"binding=("@authority";req "content-digest");created=1735689600;expires=4889289600;keyid="poqkLGiymh_W0uP6PZFw-dvez3QJT5SolqXBCW38r0U";tag="http-message-signatures-directory""#
+    );
+    assert_eq!(
+        d.signature,
+        "binding=:l6P8R67tm3kujAxbHWio7ll01qrEZ0dKD/WWlGhNYEmTnFZM8Wt0VQ9zqGfvo7T/UMkBxsigzChM1Gpz7gOVBg==:"
+    );
 }
 
 #[test]
@@ -308,6 +388,16 @@ fn the_card_declares_the_budget_actually_enforced() {
         v["jwks_uri"],
         "https://crawler.example/.well-known/http-message-signatures-directory"
     );
+    assert_eq!(v["client_uri"], "https://crawler.example");
+    assert_eq!(
+        v["client_id"],
+        "https://crawler.example/.well-known/signature-agent-card"
+    );
+    // A JWKS elsewhere on the origin is the card's jwks_uri as given.
+    let elsewhere = card_json("https://crawler.example:8443/k/jwks.json", "", &[], &budget);
+    let e: serde_json::Value = serde_json::from_str(&elsewhere).unwrap();
+    assert_eq!(e["jwks_uri"], "https://crawler.example:8443/k/jwks.json");
+    assert_eq!(e["client_uri"], "https://crawler.example:8443");
     assert_eq!(v["web_bot_auth"]["rfc9309-product-token"], "MyBot");
     assert_eq!(v["web_bot_auth"]["purpose"], "search");
     assert_eq!(

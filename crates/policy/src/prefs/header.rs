@@ -16,7 +16,7 @@ pub struct ResponsePrefs<'a> {
     /// Combined per purpose, with the header lines that stated anything.
     pub record: PrefsRecord,
     /// The first declared purpose the headers refuse (in the order declared),
-    /// else a `use=reference` against `crawler.use = "full"`.
+    /// else a site's `use` below `crawler.use`.
     pub refusal: Option<PrefsRefusal<'a>>,
 }
 
@@ -31,7 +31,8 @@ pub fn judge_response<'a>(
     let mut record = PrefsRecord::default();
     // Per purpose, the first header line that said no.
     let mut first_no: [Option<Said<'a>>; 3] = [None; 3];
-    let mut reference: Option<Said<'a>> = None;
+    // The most restrictive `use` said, and where.
+    let mut strictest: Option<(SignalUse, Said<'a>)> = None;
 
     let mut note = |record: &mut PrefsRecord, said: Said<'a>, values: [Option<bool>; 3]| {
         let mut stated = false;
@@ -66,14 +67,15 @@ pub fn judge_response<'a>(
         let (_path, pairs) = split_path(value);
         let signal = SignalStatement::parse(pairs);
         note(&mut record, said, Purpose::ALL.map(|p| signal.get(p)));
-        if let Some(usage) = &signal.usage {
+        if let Some(usage) = signal.usage {
             record.add_source(&said);
-            if *usage == SignalUse::Reference {
-                reference.get_or_insert(said);
-            }
-            // `reference` is the more restrictive: once said, it stands.
-            if record.usage.as_deref() != Some("reference") {
+            // The more restrictive `use`: once said, it stands.
+            if strictest
+                .as_ref()
+                .is_none_or(|(best, _)| usage.stricter_than(best))
+            {
                 record.usage = Some(usage.as_str().to_string());
+                strictest = Some((usage, said));
             }
         }
     }
@@ -84,9 +86,9 @@ pub fn judge_response<'a>(
             first_no[purpose.index()].map(|said| PrefsRefusal::Purpose { purpose, said })
         })
         .or_else(|| {
-            reference
-                .filter(|_| declared == DeclaredUse::Full)
-                .map(|said| PrefsRefusal::Use { said })
+            strictest
+                .filter(|(usage, _)| usage.refuses(declared))
+                .map(|(_, said)| PrefsRefusal::Use { declared, said })
         });
     ResponsePrefs { record, refusal }
 }

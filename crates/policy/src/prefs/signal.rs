@@ -3,15 +3,17 @@
 //! and in a response header: `search=yes, ai-train=no, use=reference`.
 //!
 //! The three purposes are `search`, `ai-input` and `ai-train` with `yes`/`no`
-//! (`y`/`n` too); `use` takes `reference` / `full` (anything else is kept as
-//! written). Unknown keys and values are kept, never an error.
+//! (`y`/`n` too); `use` takes `immediate` / `reference` / `full` (anything
+//! else is kept as written). Unknown keys and values are kept, never an error.
 
-use super::Purpose;
+use super::{DeclaredUse, Purpose};
 use crate::whitespace::{trim_ws, WS};
 
 /// The `use` key: how much of the content an AI system may reproduce.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SignalUse {
+    /// `use=immediate`: used at once, not stored.
+    Immediate,
     /// `use=reference`.
     Reference,
     /// `use=full`.
@@ -24,9 +26,49 @@ impl SignalUse {
     /// `reference`, `full`, or the value as written (lower-cased).
     pub fn as_str(&self) -> &str {
         match self {
+            SignalUse::Immediate => "immediate",
             SignalUse::Reference => "reference",
             SignalUse::Full => "full",
             SignalUse::Other(s) => s,
+        }
+    }
+
+    /// A `use` value, lower-cased.
+    pub fn parse(value: String) -> SignalUse {
+        match value.as_str() {
+            "immediate" => SignalUse::Immediate,
+            "reference" => SignalUse::Reference,
+            "full" => SignalUse::Full,
+            _ => SignalUse::Other(value),
+        }
+    }
+
+    /// How much it allows: `immediate` 0 < `reference` 1 < `full` 2; a
+    /// value we do not know allows nothing we can rank.
+    pub fn rank(&self) -> Option<u8> {
+        match self {
+            SignalUse::Immediate => Some(0),
+            SignalUse::Reference => Some(1),
+            SignalUse::Full => Some(2),
+            SignalUse::Other(_) => None,
+        }
+    }
+
+    /// Whether `self` allows less than `other` (the more restrictive of two
+    /// statements is the one heard).
+    pub fn stricter_than(&self, other: &SignalUse) -> bool {
+        match (self.rank(), other.rank()) {
+            (Some(a), Some(b)) => a < b,
+            (Some(_), None) => true,
+            _ => false,
+        }
+    }
+
+    /// Whether a crawl declaring `declared` reproduces more than this allows.
+    pub fn refuses(&self, declared: DeclaredUse) -> bool {
+        match (self.rank(), declared.rank()) {
+            (Some(allowed), Some(wanted)) => wanted > allowed,
+            _ => false,
         }
     }
 }
@@ -72,13 +114,7 @@ impl SignalStatement {
             };
             match (Purpose::from_signal_key(&key), yes_no) {
                 (Some(purpose), Some(v)) => statement.values[purpose.index()] = Some(v),
-                _ if key == "use" => {
-                    statement.usage = Some(match val.as_str() {
-                        "reference" => SignalUse::Reference,
-                        "full" => SignalUse::Full,
-                        _ => SignalUse::Other(val),
-                    })
-                }
+                _ if key == "use" => statement.usage = Some(SignalUse::parse(val)),
                 _ => statement.other.push((key, val)),
             }
         }

@@ -25,18 +25,19 @@ fn the_vocabulary_mapping_is_one_table_read_both_ways() {
     assert_eq!(
         Purpose::ALL.map(|p| (p.as_str(), p.aipref_key())),
         [
-            ("search", "search"),
-            ("ai-input", "ai-use"),
-            ("ai-train", "train-ai")
+            ("search", Some("search")),
+            ("ai-input", None),
+            ("ai-train", Some("train-ai"))
         ]
     );
     for purpose in Purpose::ALL {
         assert_eq!(Purpose::from_signal_key(purpose.as_str()), Some(purpose));
-        assert_eq!(
-            Purpose::from_aipref_key(purpose.aipref_key()),
-            Some(purpose)
-        );
+        if let Some(key) = purpose.aipref_key() {
+            assert_eq!(Purpose::from_aipref_key(key), Some(purpose));
+        }
     }
+    // `ai-use` left the vocabulary; its refusal is still heard.
+    assert_eq!(Purpose::from_aipref_key("ai-use"), None);
     assert_eq!(Purpose::from_signal_key("AI-Train"), Some(Purpose::AiTrain));
     assert_eq!(Purpose::from_aipref_key("ai-train"), None);
     assert_eq!(Purpose::from_signal_key("train-ai"), None);
@@ -251,4 +252,78 @@ fn records_merge_robots_then_headers() {
     assert_eq!(record.search, Stance::Disallowed);
     assert_eq!(record.usage.as_deref(), Some("reference"));
     assert_eq!(record.sources.len(), 3);
+}
+
+#[test]
+fn a_refusal_in_an_earlier_drafts_label_refuses_and_the_line_says_which_draft() {
+    let judged = judge_response(
+        &["train-genai=n, search=y"],
+        &[],
+        &[Purpose::Search, Purpose::AiTrain],
+        DeclaredUse::Undeclared,
+    );
+    assert_eq!(
+        judged.refusal.map(|r| r.to_string()).as_deref(),
+        Some("ai-train refused by Content-Usage (header Content-Usage: train-genai=n, search=y)")
+    );
+    assert_eq!(
+        judged.record.legacy,
+        ["train-genai=n read as ai-train=n (label of draft-ietf-aipref-vocab-04)"]
+    );
+    let r = Robots::parse(b"User-agent: *\nContent-Usage: /a/ ai-output=n\n");
+    let p = r.preferences("x", "/a/page");
+    assert_eq!(p.stance(Purpose::AiInput), Stance::Disallowed);
+    let record = p.record();
+    assert_eq!(
+        record.legacy,
+        ["ai-output=n read as ai-input=n (label of draft-ietf-aipref-vocab-04)"]
+    );
+    let line = serde_json::to_value(&record).unwrap();
+    assert_eq!(line["legacy"][0], record.legacy[0]);
+    // Current labels only: no `legacy` key on the line.
+    let current = Robots::parse(b"User-agent: *\nContent-Usage: train-ai=n\n");
+    let line = serde_json::to_value(current.preferences("x", "/").record()).unwrap();
+    assert!(line.get("legacy").is_none(), "{line}");
+}
+
+#[test]
+fn use_immediate_refuses_reference_and_full_and_forbids_storing() {
+    let r = Robots::parse(
+        b"User-agent: *\nContent-Signal: use=reference\nContent-Signal: /live/ use=immediate\n",
+    );
+    let at = |url| r.preferences("x", url);
+    for declared in [DeclaredUse::Reference, DeclaredUse::Full] {
+        assert_eq!(
+            at("/live/x").refusal(&[], declared).map(|r| r.to_string()),
+            Some(format!(
+                "use={} refused by Content-Signal (robots.txt line 3: Content-Signal: /live/ use=immediate)",
+                declared.as_str()
+            ))
+        );
+    }
+    assert_eq!(at("/live/x").refusal(&[], DeclaredUse::Immediate), None);
+    assert_eq!(at("/live/x").refusal(&[], DeclaredUse::Undeclared), None);
+    assert!(at("/live/x").record().forbids_storing());
+    // Elsewhere `reference` speaks: reference is allowed, full is not, and
+    // the page may be stored.
+    assert_eq!(at("/other").refusal(&[], DeclaredUse::Reference), None);
+    assert!(at("/other").refusal(&[], DeclaredUse::Full).is_some());
+    assert!(!at("/other").record().forbids_storing());
+
+    // Headers: the most restrictive `use` of all lines stands, and merging
+    // it with robots.txt's `reference` keeps `immediate`.
+    let judged = judge_response(
+        &[],
+        &["use=full", "use=immediate", "use=reference"],
+        &[],
+        DeclaredUse::Reference,
+    );
+    assert_eq!(judged.record.usage.as_deref(), Some("immediate"));
+    assert_eq!(judged.refusal.map(|r| r.what()), Some("use=reference"));
+    let mut merged = at("/other").record();
+    merged.merge(&judged.record);
+    assert!(merged.forbids_storing());
+    let mut other_way = judged.record.clone();
+    other_way.merge(&at("/other").record());
+    assert!(other_way.forbids_storing());
 }

@@ -9,16 +9,23 @@
 //! - a member that does not parse is dropped alone: the members around it
 //!   still count (RFC 9651 on its own would drop the whole field, and a site
 //!   that wrote one typo next to `train-ai=n` did not mean yes);
-//! - a key written twice: the last one counts, as in any RFC 9651 dictionary.
+//! - a key written twice: the last one counts, as in any RFC 9651 dictionary;
+//! - an earlier draft's label ([`LEGACY_LABELS`]: `ai-use`, `train-genai`,
+//!   `ai-output`) with `n` refuses the closest purpose, whatever the
+//!   current labels say beside it (any no wins); with `y` it grants only
+//!   the purpose it named exactly (`ai-use`: `ai-input`).
 
 use sfv::{BareItem, Dictionary, ListEntry, Parser};
 
+use super::vocab::{LegacyLabel, LEGACY_LABELS};
 use super::Purpose;
 
 /// What one `Content-Usage` value says, per purpose.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct UsageStatement {
     values: [Option<bool>; 3],
+    /// Which of [`LEGACY_LABELS`] said `n`.
+    legacy_no: [bool; LEGACY_LABELS.len()],
 }
 
 impl UsageStatement {
@@ -34,9 +41,6 @@ impl UsageStatement {
                 continue;
             };
             for (key, entry) in dict {
-                let Some(purpose) = Purpose::from_aipref_key(key.as_str()) else {
-                    continue;
-                };
                 let value = match entry {
                     ListEntry::Item(item) => match item.bare_item {
                         BareItem::Token(t) if t.as_str() == "y" => Some(true),
@@ -44,6 +48,19 @@ impl UsageStatement {
                         _ => None,
                     },
                     ListEntry::InnerList(_) => None,
+                };
+                let purpose = match LEGACY_LABELS.iter().position(|l| l.label == key.as_str()) {
+                    Some(i) => {
+                        statement.legacy_no[i] |= value == Some(false);
+                        match LEGACY_LABELS[i] {
+                            l if l.exact && value == Some(true) => l.purpose,
+                            _ => continue,
+                        }
+                    }
+                    None => match Purpose::from_aipref_key(key.as_str()) {
+                        Some(p) => p,
+                        None => continue,
+                    },
                 };
                 // A later member with a value nobody understands replaces
                 // the earlier one, as the dictionary would.
@@ -53,14 +70,26 @@ impl UsageStatement {
         statement
     }
 
-    /// `Some(true)` for `y`, `Some(false)` for `n`, `None` when not stated.
+    /// `Some(true)` for `y`, `Some(false)` for `n` (in the current label or
+    /// an earlier draft's), `None` when not stated.
     pub fn get(&self, purpose: Purpose) -> Option<bool> {
+        if self.legacy().any(|l| l.purpose == purpose) {
+            return Some(false);
+        }
         self.values[purpose.index()]
+    }
+
+    /// The earlier drafts' labels that said `n`.
+    pub fn legacy(&self) -> impl Iterator<Item = &'static LegacyLabel> + '_ {
+        LEGACY_LABELS
+            .iter()
+            .zip(self.legacy_no)
+            .filter_map(|(l, no)| no.then_some(l))
     }
 
     /// Whether the statement says anything about any purpose.
     pub fn is_empty(&self) -> bool {
-        self.values.iter().all(Option::is_none)
+        Purpose::ALL.iter().all(|&p| self.get(p).is_none())
     }
 }
 
@@ -115,6 +144,7 @@ mod tests {
             say("search=y, ai-use=n, train-ai=y"),
             [Some(true), Some(false), Some(true)]
         );
+        assert_eq!(say("search=n, train-ai=y"), [Some(false), None, Some(true)]);
         assert_eq!(say(""), [None, None, None]);
     }
 
@@ -145,6 +175,7 @@ mod tests {
         assert_eq!(say("train-ai=\"n\""), [None, None, None]);
         assert_eq!(say("train-ai=no, search=yes"), [None, None, None]);
         assert_eq!(say("train-ai=0, ai-use=?0"), [None, None, None]);
+        assert_eq!(say("train-genai=no"), [None, None, None]);
         assert_eq!(say("train-ai=(n y)"), [None, None, None]);
         // Tokens are case-sensitive, and so are keys (upper case is no key).
         assert_eq!(say("train-ai=N"), [None, None, None]);
@@ -173,11 +204,35 @@ mod tests {
     }
 
     #[test]
-    fn unknown_keys_are_ignored_and_the_last_duplicate_wins() {
+    fn earlier_drafts_labels_refuse_the_closest_purpose_and_never_allow() {
+        // -00..-02: `ai-use`; up to -04: `train-genai`, `ai-output`.
+        assert_eq!(say("ai-use=n"), [None, Some(false), None]);
+        assert_eq!(say("train-genai=n"), [None, None, Some(false)]);
+        assert_eq!(say("ai-output=n"), [None, Some(false), None]);
+        // A no in an old label is not undone by a yes in the current one.
+        assert_eq!(say("train-genai=n, train-ai=y"), [None, None, Some(false)]);
+        assert_eq!(say("train-ai=y, train-genai=n"), [None, None, Some(false)]);
+        // A yes under a dropped label grants only the purpose it named exactly.
         assert_eq!(
-            say("train-genai=n, future=y, ai-use=y"),
+            say("ai-use=y, train-genai=y, ai-output=y"),
             [None, Some(true), None]
         );
+        assert_eq!(say("ai-use=n, ai-use=y"), [None, Some(false), None]);
+        let s = UsageStatement::parse("ai-output=n, ai-use=n, train-genai=n, search=y");
+        let labels: Vec<(&str, &str)> = s.legacy().map(|l| (l.label, l.draft)).collect();
+        assert_eq!(
+            labels,
+            [
+                ("ai-use", "draft-ietf-aipref-vocab-02"),
+                ("train-genai", "draft-ietf-aipref-vocab-04"),
+                ("ai-output", "draft-ietf-aipref-vocab-04"),
+            ]
+        );
+    }
+
+    #[test]
+    fn unknown_keys_are_ignored_and_the_last_duplicate_wins() {
+        assert_eq!(say("future=y, bots=n"), [None, None, None]);
         assert_eq!(say("train-ai=n, train-ai=y"), [None, None, Some(true)]);
         assert_eq!(say("train-ai=n, train-ai=maybe"), [None, None, None]);
     }

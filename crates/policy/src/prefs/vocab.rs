@@ -24,14 +24,17 @@ pub enum Vocabulary {
     ContentSignal,
     /// IETF AI Preferences (`Content-Usage`).
     ContentUsage,
+    /// W3C TDMRep (`tdm-reservation`).
+    TdmRep,
 }
 
 impl Vocabulary {
-    /// The field name: `Content-Signal` or `Content-Usage`.
+    /// The field name: `Content-Signal`, `Content-Usage` or `tdm-reservation`.
     pub fn as_str(self) -> &'static str {
         match self {
             Vocabulary::ContentSignal => "Content-Signal",
             Vocabulary::ContentUsage => "Content-Usage",
+            Vocabulary::TdmRep => "tdm-reservation",
         }
     }
 }
@@ -43,21 +46,68 @@ impl fmt::Display for Vocabulary {
 }
 
 /// The mapping between the vocabularies: our purpose, its Content Signals
-/// key, its AI Preferences (draft-ietf-aipref-vocab) category.
+/// key, its category in the current AI Preferences vocabulary
+/// (draft-ietf-aipref-vocab-05 and later: `train-ai` and `search` only).
 ///
-/// `ai-input` ↔ `ai-use`: both name use of the content by an AI system at
-/// the time it answers, as opposed to training (`ai-train` ↔ `train-ai`).
-pub const VOCABULARY: [(Purpose, &str, &str); 3] = [
-    (Purpose::Search, "search", "search"),
-    (Purpose::AiInput, "ai-input", "ai-use"),
-    (Purpose::AiTrain, "ai-train", "train-ai"),
+/// `ai-input` has no current AI Preferences category; a site's refusal of
+/// it in an earlier draft's label is still heard ([`LEGACY_LABELS`]).
+pub const VOCABULARY: [(Purpose, &str, Option<&str>); 3] = [
+    (Purpose::Search, "search", Some("search")),
+    (Purpose::AiInput, "ai-input", None),
+    (Purpose::AiTrain, "ai-train", Some("train-ai")),
+];
+
+/// An AI Preferences label of an earlier draft, no longer in the
+/// vocabulary: a site that wrote `n` under it meant no, and is heard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LegacyLabel {
+    /// The label as the site wrote it.
+    pub label: &'static str,
+    /// The purpose of ours closest to what it named, which it refuses.
+    pub purpose: Purpose,
+    /// The last draft that defined it.
+    pub draft: &'static str,
+    /// Whether it named exactly that purpose, so that its `y` grants it too.
+    pub exact: bool,
+}
+
+/// Earlier drafts' labels and the purpose each refuses. An `n` always
+/// counts; a `y` only where the label named exactly our purpose (`ai-use`).
+///
+/// - `ai-use` ("AI use": the asset as input to a trained model while it
+///   runs, as opposed to training) → `ai-input`, the same use (`y` too).
+/// - `train-genai` (training generative models, a kind of AI training) →
+///   `ai-train`: a crawl cannot tell which models its data will train, so
+///   the narrower refusal refuses the whole purpose; its `y` grants nothing.
+/// - `ai-output` (the asset in what an AI system outputs) → `ai-input`:
+///   the use at answer time is where content reaches an output; its `y`
+///   grants nothing.
+pub const LEGACY_LABELS: [LegacyLabel; 3] = [
+    LegacyLabel {
+        label: "ai-use",
+        purpose: Purpose::AiInput,
+        draft: "draft-ietf-aipref-vocab-02",
+        exact: true,
+    },
+    LegacyLabel {
+        label: "train-genai",
+        purpose: Purpose::AiTrain,
+        draft: "draft-ietf-aipref-vocab-04",
+        exact: false,
+    },
+    LegacyLabel {
+        label: "ai-output",
+        purpose: Purpose::AiInput,
+        draft: "draft-ietf-aipref-vocab-04",
+        exact: false,
+    },
 ];
 
 impl Purpose {
     /// Every purpose, in the order of [`VOCABULARY`].
     pub const ALL: [Purpose; 3] = [Purpose::Search, Purpose::AiInput, Purpose::AiTrain];
 
-    fn entry(self) -> &'static (Purpose, &'static str, &'static str) {
+    fn entry(self) -> &'static (Purpose, &'static str, Option<&'static str>) {
         match self {
             Purpose::Search => &VOCABULARY[0],
             Purpose::AiInput => &VOCABULARY[1],
@@ -70,8 +120,8 @@ impl Purpose {
         self.entry().1
     }
 
-    /// The AI Preferences category of this purpose.
-    pub fn aipref_key(self) -> &'static str {
+    /// The current AI Preferences category of this purpose, if it has one.
+    pub fn aipref_key(self) -> Option<&'static str> {
         self.entry().2
     }
 
@@ -88,7 +138,7 @@ impl Purpose {
     pub fn from_aipref_key(key: &str) -> Option<Purpose> {
         VOCABULARY
             .iter()
-            .find(|(_, _, k)| *k == key)
+            .find(|(_, _, k)| *k == Some(key))
             .map(|(p, _, _)| *p)
     }
 
@@ -109,7 +159,7 @@ impl fmt::Display for Purpose {
 }
 
 /// How much of the content the crawl reproduces (`crawler.use`), to compare
-/// with a site's Content-Signal `use=reference|full`.
+/// with a site's Content-Signal `use=immediate|reference|full`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DeclaredUse {
@@ -117,6 +167,8 @@ pub enum DeclaredUse {
     #[default]
     #[serde(rename = "")]
     Undeclared,
+    /// Used at once, never stored.
+    Immediate,
     /// Excerpts with a link back to the source.
     Reference,
     /// The content in full.
@@ -124,13 +176,36 @@ pub enum DeclaredUse {
 }
 
 impl DeclaredUse {
-    /// Reads `reference`, `full` or `""` (not declared).
+    /// Reads `immediate`, `reference`, `full` or `""` (not declared).
     pub fn parse(s: &str) -> Option<DeclaredUse> {
         match s {
             "" => Some(DeclaredUse::Undeclared),
+            "immediate" => Some(DeclaredUse::Immediate),
             "reference" => Some(DeclaredUse::Reference),
             "full" => Some(DeclaredUse::Full),
             _ => None,
+        }
+    }
+}
+
+impl DeclaredUse {
+    /// `immediate` 0 < `reference` 1 < `full` 2; `None` when not declared.
+    pub fn rank(self) -> Option<u8> {
+        match self {
+            DeclaredUse::Undeclared => None,
+            DeclaredUse::Immediate => Some(0),
+            DeclaredUse::Reference => Some(1),
+            DeclaredUse::Full => Some(2),
+        }
+    }
+
+    /// `immediate`, `reference`, `full` or `""`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeclaredUse::Undeclared => "",
+            DeclaredUse::Immediate => "immediate",
+            DeclaredUse::Reference => "reference",
+            DeclaredUse::Full => "full",
         }
     }
 }
@@ -140,7 +215,7 @@ impl<'de> Deserialize<'de> for DeclaredUse {
         let s = String::deserialize(d)?;
         DeclaredUse::parse(&s).ok_or_else(|| {
             serde::de::Error::custom(format!(
-                "unknown use {s:?}: expected \"reference\", \"full\" or \"\" (not declared)"
+                "unknown use {s:?}: expected \"immediate\", \"reference\", \"full\" or \"\" (not declared)"
             ))
         })
     }

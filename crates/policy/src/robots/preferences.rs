@@ -85,10 +85,7 @@ impl Robots {
                     let wins = match &prefs.usage {
                         None => true,
                         Some((best_len, best, _)) => {
-                            len > *best_len
-                                || (len == *best_len
-                                    && **best != SignalUse::Reference
-                                    && *usage == SignalUse::Reference)
+                            len > *best_len || (len == *best_len && usage.stricter_than(best))
                         }
                     };
                     if wins {
@@ -152,7 +149,8 @@ impl<'a> Preferences<'a> {
     }
 
     /// Whether the crawl may go ahead: the first declared purpose refused,
-    /// else a site's `use=reference` when the crawl declares `use = full`.
+    /// else a site's `use` below the crawl's (`reference` against `full`,
+    /// `immediate` against `reference` or `full`).
     pub fn refusal(&self, purposes: &[Purpose], declared: DeclaredUse) -> Option<PrefsRefusal<'a>> {
         if let Some(r) = self.refused_purpose(purposes) {
             return Some(PrefsRefusal::Purpose {
@@ -165,8 +163,8 @@ impl<'a> Preferences<'a> {
             });
         }
         match self.site_use() {
-            Some((SignalUse::Reference, said)) if declared == DeclaredUse::Full => {
-                Some(PrefsRefusal::Use { said })
+            Some((usage, said)) if usage.refuses(declared) => {
+                Some(PrefsRefusal::Use { declared, said })
             }
             _ => None,
         }

@@ -1,10 +1,12 @@
-//! The audit signing key: Ed25519, `audit-key.pem` (PKCS#8) in the data
-//! dir, created 0600 on first use, refused when it is not ours or not private.
+//! The audit signing key: Ed25519, `audit-key.pem` (PKCS#8 v1, as the
+//! identity key: `mannerly_policy::identity::key_to_pem` says why) in the
+//! data dir, created 0600 on first use, refused when it is not ours or not
+//! private. Files in the v2 form written before still load.
 
 use std::path::{Path, PathBuf};
 
-use ed25519_dalek::pkcs8::{DecodePrivateKey, EncodePrivateKey};
 use ed25519_dalek::SigningKey;
+use mannerly_policy::identity::{key_from_pem, key_to_pem};
 
 use crate::datadir;
 use crate::error::{AuditError, DataDirError};
@@ -30,12 +32,10 @@ pub fn load_or_create(data_dir: &Path) -> Result<SigningKey, AuditError> {
         why: format!("no randomness for a new key: {e}"),
     })?;
     let key = SigningKey::from_bytes(&seed);
-    let pem = key
-        .to_pkcs8_pem(Default::default())
-        .map_err(|e| AuditError::Key {
-            path: path.clone(),
-            why: e.to_string(),
-        })?;
+    let pem = key_to_pem(&seed).map_err(|e| AuditError::Key {
+        path: path.clone(),
+        why: e.to_string(),
+    })?;
     let mut f = datadir::create_new(&path)?;
     std::io::Write::write_all(&mut f, pem.as_bytes())
         .and_then(|()| f.sync_all())
@@ -49,7 +49,7 @@ pub fn load_or_create(data_dir: &Path) -> Result<SigningKey, AuditError> {
 /// Loads an existing key (refusing an unsafe file).
 pub fn load(path: &Path) -> Result<SigningKey, AuditError> {
     let pem = datadir::read_key(path)?;
-    SigningKey::from_pkcs8_pem(&pem).map_err(|e| AuditError::Key {
+    key_from_pem(&pem).map_err(|e| AuditError::Key {
         path: path.to_path_buf(),
         why: e.to_string(),
     })

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use http::{HeaderName, HeaderValue};
-use mannerly_policy::identity::check_agent_url;
+use mannerly_policy::identity::jwks_url;
 use mannerly_policy::parent::{NoProxy, ParentUrl};
 use rustls_pki_types::ServerName;
 
@@ -156,7 +156,8 @@ fn check_identity(id: &IdentityConfig) -> Result<(), ConfigError> {
         ));
     }
     if id.enabled || !id.signature_agent.is_empty() {
-        check_agent_url(&id.signature_agent)
+        jwks_url(&id.signature_agent)
+            .map(drop)
             .map_err(|e| invalid("identity.signature_agent", e.to_string()))?;
     }
     require(

@@ -10,6 +10,7 @@ use http::{Response, StatusCode};
 use hyper::body::Incoming;
 use mannerly_policy::budget::{host_key, Announced, Reaction};
 use mannerly_policy::conditional::{self, CacheOutcome};
+use mannerly_policy::identity::AskedSignature;
 use mannerly_policy::Outcome;
 
 use super::{CacheStep, Exchange, Learned, Step, StoredPage};
@@ -113,6 +114,13 @@ impl Exchange {
         if resp.status() == StatusCode::NOT_MODIFIED && cache.validators.is_some() {
             return self.not_modified(parts, cache, resp, resendable);
         }
+        if resp.status() == StatusCode::FORBIDDEN && resendable && parts.method.is_safe() {
+            if let Some(asked) = self.signature_asked(&resp) {
+                self.rec.signature_asked = Some(asked_text(&asked));
+                self.asked = Some(asked);
+                return Ok(Learned::SignAsAsked);
+            }
+        }
         let resp = self.preferences(resp)?;
         self.rec.cache(cache.outcome);
         if resp.status() == StatusCode::NOT_MODIFIED {
@@ -120,10 +128,16 @@ impl Exchange {
             return Ok(Learned::Answer(self.forward(resp, Outcome::Unchanged)));
         }
         let own = conditional::is_targets_page(self.rec.target_status, resp.status());
-        let Some(key) = cache.key.clone().filter(|_| own) else {
+        let shared = self.shared.clone();
+        // A site that allows only `use=immediate` (use without storing):
+        // the page is not kept, and a copy kept before is dropped.
+        let immediate = self.rec.prefs.as_ref().is_some_and(|p| p.forbids_storing());
+        if let Some(key) = cache.key.clone().filter(|_| immediate && cache.had_entry) {
+            shared.cache.remove_later(key);
+        }
+        let Some(key) = cache.key.clone().filter(|_| own && !immediate) else {
             return Ok(Learned::Answer(self.forward(resp, Outcome::Fetched)));
         };
-        let shared = self.shared.clone();
         let (head, body) = resp.into_parts();
         let verdict = conditional::storable(
             parts,
@@ -190,6 +204,17 @@ impl Exchange {
         }
     }
 
+    /// What a 403 asks our signature to cover (`Accept-Signature`, Web Bot
+    /// Auth -01), when we sign, have not been asked already, and can give it.
+    fn signature_asked(&self, resp: &Response<Incoming>) -> Option<AskedSignature> {
+        self.shared.identity.as_ref()?;
+        if self.asked.is_some() {
+            return None;
+        }
+        let value = resp.headers().get("accept-signature")?.to_str().ok()?;
+        AskedSignature::parse(value)
+    }
+
     /// Usage preferences: a response whose headers refuse a declared
     /// purpose is withheld (neither delivered nor stored) or annotated, by
     /// config; in observe mode it passes and the line says `would`.
@@ -203,4 +228,13 @@ impl Exchange {
         }
         Ok(resp)
     }
+}
+
+/// The audit line's `signature_asked`: the components asked, and `nonce`.
+fn asked_text(asked: &AskedSignature) -> String {
+    let mut parts = asked.components.clone();
+    if asked.nonce.is_some() {
+        parts.push("nonce".into());
+    }
+    parts.join(" ")
 }

@@ -1,11 +1,12 @@
 //! Usage preferences in the request path: the robots step asks whether the
 //! site's robots.txt refuses what the crawl declares; the learn step asks the
-//! same of the response's `Content-Usage` / `Content-Signal` headers. The
+//! same of the response's `Content-Usage` / `Content-Signal` headers and
+//! TDMRep's `tdm-reservation` / `tdm-policy`. The
 //! rules are the policy crate's (`mannerly_policy::prefs`); this module only
 //! turns them into stops and audit fields.
 
 use http::{HeaderMap, HeaderValue};
-use mannerly_policy::prefs::{judge_response, PrefsRefusal, ResponsePreferences};
+use mannerly_policy::prefs::{judge_response, judge_tdm, PrefsRefusal, ResponsePreferences};
 use mannerly_policy::robots::Robots;
 use mannerly_policy::{AuditRecord, Outcome};
 
@@ -40,7 +41,7 @@ pub(crate) fn robots_refusal(
     );
     answer = match refusal {
         PrefsRefusal::Purpose { purpose, .. } => answer.detail("purpose", purpose.as_str()),
-        PrefsRefusal::Use { .. } => answer.detail("use", "full"),
+        PrefsRefusal::Use { declared, .. } => answer.detail("use", declared.as_str()),
     };
     if let mannerly_policy::prefs::Place::RobotsLine(line) = said.place {
         answer = answer.detail("line", line.to_string());
@@ -70,10 +71,15 @@ pub(crate) fn judge(cfg: &Config, headers: &HeaderMap, rec: &mut AuditRecord) ->
             .collect()
     };
     let (usage, signal) = (values("content-usage"), values("content-signal"));
-    if usage.is_empty() && signal.is_empty() {
+    let (tdm, tdm_policy) = (values("tdm-reservation"), values("tdm-policy"));
+    if usage.is_empty() && signal.is_empty() && tdm.is_empty() {
         return OnResponse::Pass;
     }
-    let judged = judge_response(&usage, &signal, &cfg.crawler.purposes, cfg.crawler.usage);
+    let purposes = &cfg.crawler.purposes;
+    let mut judged = judge_response(&usage, &signal, purposes, cfg.crawler.usage);
+    let reserved = judge_tdm(&tdm, &tdm_policy, purposes);
+    judged.record.merge(&reserved.record);
+    judged.refusal = judged.refusal.or(reserved.refusal);
     match &mut rec.prefs {
         Some(mine) => mine.merge(&judged.record),
         None if !judged.record.is_empty() => rec.prefs = Some(judged.record.clone()),
@@ -95,7 +101,7 @@ pub(crate) fn judge(cfg: &Config, headers: &HeaderMap, rec: &mut AuditRecord) ->
             );
             let answer = match refusal {
                 PrefsRefusal::Purpose { purpose, .. } => answer.detail("purpose", purpose.as_str()),
-                PrefsRefusal::Use { .. } => answer.detail("use", "full"),
+                PrefsRefusal::Use { declared, .. } => answer.detail("use", declared.as_str()),
             };
             OnResponse::Withhold(answer)
         }

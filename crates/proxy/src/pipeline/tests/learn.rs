@@ -63,6 +63,7 @@ fn answered(learned: Step<Learned>) -> Response<ProxyBody> {
         Ok(Learned::Answer(resp)) => resp,
         Ok(Learned::RetryAfterThrottle) => panic!("sent again after a throttle"),
         Ok(Learned::RefetchWithoutValidators) => panic!("sent again without validators"),
+        Ok(Learned::SignAsAsked) => panic!("sent again, signed as the origin asked"),
         Err(stop) => panic!("stopped: {stop:?}"),
     }
 }

@@ -1,0 +1,100 @@
+//! What the admin listener serves without its token, for verifiers of the
+//! crawler's signatures: the key directory at
+//! `/.well-known/http-message-signatures-directory`, signed (Web Bot Auth
+//! -01, Appendix B), and the Signature Agent Card beside it. Put behind the
+//! `Signature-Agent` host by a reverse proxy (README, "Signing requests").
+
+use std::sync::Arc;
+
+use http::{header, HeaderValue, Request, StatusCode};
+use hyper::body::Incoming;
+use mannerly_policy::identity::{card_json, DIRECTORY_MEDIA_TYPE};
+
+use super::{answer, error, Answer};
+use crate::shared::Shared;
+
+/// How long a verifier may keep the directory. Short: a key removed from
+/// it keeps verifying until caches expire, and the draft gives no other
+/// way to retire a key.
+const DIRECTORY_MAX_AGE: &str = "max-age=300";
+
+fn not_signing() -> Answer {
+    error(
+        StatusCode::NOT_FOUND,
+        "this proxy does not sign requests (identity.enabled = false)",
+    )
+}
+
+/// `GET /.well-known/http-message-signatures-directory`.
+pub(super) async fn directory(shared: &Arc<Shared>, req: &Request<Incoming>) -> Answer {
+    let Some(signer) = shared.identity.clone() else {
+        return not_signing();
+    };
+    let authority = request_authority(req);
+    let now = shared.clock.wall();
+    let signed = tokio::task::spawn_blocking(move || signer.directory(&authority, now)).await;
+    let signed = match signed {
+        Ok(Ok(d)) => d,
+        Ok(Err(e)) => return error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+    };
+    let mut r = answer(StatusCode::OK, DIRECTORY_MEDIA_TYPE, signed.body);
+    let h = r.headers_mut();
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static(DIRECTORY_MAX_AGE),
+    );
+    // Public keys: a browser-based verifier may fetch them (draft, "CORS").
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        HeaderValue::from_static("*"),
+    );
+    for (name, value) in [
+        ("content-digest", signed.content_digest),
+        ("signature-input", signed.signature_input),
+        ("signature", signed.signature),
+    ] {
+        // Base64, integers and a thumbprint: always a valid value.
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            h.insert(name, v);
+        }
+    }
+    r
+}
+
+/// `GET /.well-known/signature-agent-card`: its rate expectations are the
+/// `[budget]` in force now (reloaded by SIGHUP), not the start-up one.
+pub(super) fn card(shared: &Shared) -> Answer {
+    if shared.identity.is_none() {
+        return not_signing();
+    }
+    let live = shared.live();
+    let body = card_json(
+        &shared.cfg.identity.signature_agent,
+        &live.crawler.agent,
+        &live.crawler.purposes,
+        &live.budget,
+    );
+    let mut r = answer(StatusCode::OK, "application/json", body);
+    r.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static(DIRECTORY_MAX_AGE),
+    );
+    r
+}
+
+/// RFC 9421 `@authority` of the request that fetched the directory: its
+/// `Host` (what a reverse proxy passes on), lower case, without the https
+/// default port.
+fn request_authority(req: &Request<Incoming>) -> String {
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| req.uri().authority().map(|a| a.as_str()))
+        .unwrap_or("");
+    let host = host.to_ascii_lowercase();
+    host.strip_suffix(":443")
+        .map(str::to_string)
+        .unwrap_or(host)
+}
