@@ -29,6 +29,7 @@ mod e2e {
     mod report;
     mod robots;
     mod seal;
+    mod shared_cache;
 
     #[path = "../../examples/kill9.rs"]
     mod kill9;

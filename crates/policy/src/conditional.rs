@@ -52,7 +52,7 @@ pub use http;
 pub use admission::{admit, Admission, BypassReason};
 pub use entry::CacheEntryMeta;
 pub use key::{primary_key, variant_key, variant_prefix, vary_names, CacheKey, KeyError};
-pub use not_modified::{merge_not_modified, NotModifiedMismatch, Revalidated};
+pub use not_modified::{merge_not_modified, NotModifiedMismatch, Revalidated, WriteBack};
 pub use params::{CacheParams, CacheReads, CacheSync};
 pub use planning::{plan, Plan};
 pub use storage::{invalidates_stored, is_targets_page, storable, NoStore};

@@ -9,7 +9,7 @@ use http::request::Parts;
 use http::{Response, StatusCode};
 use hyper::body::Incoming;
 use mannerly_policy::budget::{host_key, Announced, Reaction};
-use mannerly_policy::conditional::{self, CacheOutcome};
+use mannerly_policy::conditional::{self, CacheOutcome, WriteBack};
 use mannerly_policy::Outcome;
 
 use super::{CacheStep, Exchange, Learned, Step, StoredPage};
@@ -157,8 +157,10 @@ impl Exchange {
         match (merged, stored) {
             (Some(Ok(fresh)), Some(stored)) => {
                 let body = stored.body.clone();
-                if let Some(meta) = fresh.meta {
-                    shared.cache.write_back(meta, body.clone());
+                match fresh.write {
+                    WriteBack::Unchanged => {}
+                    WriteBack::Replace(meta) => shared.cache.write_back(*meta, body.clone()),
+                    WriteBack::Remove(_) => shared.cache.remove_later(stored.meta.key().clone()),
                 }
                 self.rec.cache(CacheOutcome::Revalidated);
                 self.rec.saved_bytes = Some(body.len() as u64);

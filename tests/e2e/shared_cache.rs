@@ -1,0 +1,135 @@
+//! The store as a shared cache, through the real binary: what one client's
+//! revalidation brought (a cookie, a no-store) never reaches another client.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use super::support::*;
+
+/// `/page` and `/goes-private`: a 200 with an ETag, then 304s. The first
+/// 304 of `/page` sets a cookie (and makes the page fresh for ten
+/// minutes); the 304s of `/goes-private` say `no-store`.
+fn origin() -> Handler {
+    let revalidations = Arc::new(AtomicUsize::new(0));
+    handler(move |req| {
+        let revalidations = revalidations.clone();
+        async move {
+            let path = req.uri().path().to_string();
+            if path == "/robots.txt" {
+                return text(404, "");
+            }
+            let conditional = req.headers().get("if-none-match").is_some();
+            let mut r = if conditional {
+                text(304, "")
+            } else {
+                text(200, format!("the page at {path}"))
+            };
+            let h = r.headers_mut();
+            h.insert("etag", "\"v1\"".parse().unwrap());
+            h.insert("cache-control", "max-age=0".parse().unwrap());
+            match (path.as_str(), conditional) {
+                ("/page", true) => {
+                    if revalidations.fetch_add(1, Ordering::SeqCst) == 0 {
+                        h.insert("set-cookie", "session=alice".parse().unwrap());
+                    }
+                    h.insert("cache-control", "max-age=600".parse().unwrap());
+                }
+                ("/goes-private", true) => {
+                    h.insert("cache-control", "no-store".parse().unwrap());
+                }
+                _ => {}
+            }
+            r
+        }
+    })
+}
+
+async fn get(c: &reqwest::Client, url: &str) -> (String, Option<String>, String) {
+    let r = c.get(url).send().await.unwrap();
+    let d = decision(&r);
+    let cookie = r
+        .headers()
+        .get("set-cookie")
+        .map(|v| v.to_str().unwrap().to_string());
+    (d, cookie, r.text().await.unwrap())
+}
+
+/// Stops the binary as an operator would, so that its store writes finish.
+fn stop(mut proxy: RunningBinary) {
+    proxy.signal("TERM");
+    let status = proxy.child.wait().unwrap();
+    assert!(status.success(), "{status}");
+}
+
+async fn cookie_of_one_client_never_reaches_another(serve_fresh: &str) {
+    let origin = Origin::http(origin()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let env = [("MANNERLY_CACHE__SERVE_FRESH", serve_fresh)];
+    let base = format!("http://127.0.0.1:{}", origin.port());
+    let (page, private) = (format!("{base}/page"), format!("{base}/goes-private"));
+
+    let proxy = RunningBinary::start(dir.path(), &env);
+    let alice = proxy.client();
+    for url in [&page, &private] {
+        let (d, _, _) = get(&alice, url).await;
+        assert!(d.starts_with("fetched"), "{d}");
+    }
+    let audit = dir.path().join("audit.jsonl");
+    assert_eq!(
+        wait_cache_lines(&audit, "/page", "stored", 1).await.len(),
+        1
+    );
+    assert_eq!(
+        wait_cache_lines(&audit, "/goes-private", "stored", 1)
+            .await
+            .len(),
+        1
+    );
+    // Alice revalidates: the origin's cookie is hers.
+    let (d, cookie, body) = get(&alice, &page).await;
+    assert!(d.starts_with("revalidated"), "{d}");
+    assert_eq!(cookie.as_deref(), Some("session=alice"));
+    assert_eq!(body, "the page at /page");
+    // A 304 that says no-store: Alice still gets the page, nothing is kept.
+    let (d, _, body) = get(&alice, &private).await;
+    assert!(d.starts_with("revalidated"), "{d}");
+    assert_eq!(body, "the page at /goes-private");
+    // Whatever the store was given is on disk once the proxy has stopped.
+    stop(proxy);
+
+    let proxy = RunningBinary::start(dir.path(), &env);
+    let bob = proxy.client();
+    let (d, cookie, body) = get(&bob, &page).await;
+    let expected = if serve_fresh == "true" {
+        "fetched; waited_ms=0; cache=hit"
+    } else {
+        "revalidated"
+    };
+    assert!(d.starts_with(expected), "{d}");
+    assert_eq!(cookie, None, "Alice's cookie replayed to Bob");
+    assert_eq!(body, "the page at /page");
+    let before = origin.seen.count("/goes-private");
+    let (d, _, _) = get(&bob, &private).await;
+    assert!(d.starts_with("fetched"), "the no-store page was kept: {d}");
+    let last = origin
+        .seen
+        .all()
+        .into_iter()
+        .rfind(|r| r.path == "/goes-private");
+    assert_eq!(origin.seen.count("/goes-private"), before + 1);
+    assert!(
+        last.unwrap().headers.get("if-none-match").is_none(),
+        "revalidated from a kept copy"
+    );
+    stop(proxy);
+}
+
+#[tokio::test]
+async fn a_304s_cookie_and_no_store_stay_with_the_client_that_asked() {
+    cookie_of_one_client_never_reaches_another("false").await;
+}
+
+#[tokio::test]
+async fn a_304s_cookie_and_no_store_stay_with_the_client_that_asked_serving_fresh() {
+    cookie_of_one_client_never_reaches_another("true").await;
+}
