@@ -6,9 +6,11 @@ use std::time::SystemTime;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{request, response, StatusCode};
-use http_cache_semantics::{AfterResponse, CachePolicy};
+use http_cache_semantics::AfterResponse;
 
-use super::canonical::{canonical_request, response_head, without_hop_by_hop};
+use super::canonical::{
+    canonical_request, for_library, policy_for, response_head, without_hop_by_hop,
+};
 use super::fields::text;
 use super::storage::keepable;
 use super::{CacheEntryMeta, CacheParams, NoStore};
@@ -139,10 +141,15 @@ pub fn merge_not_modified(
             (None, None) => {}
         }
     }
-    let library_merge = match stored.policy.after_response(&canonical, &answer, now) {
-        AfterResponse::NotModified(_, parts) => parts.headers,
-        AfterResponse::Modified(..) => return Err(NotModifiedMismatch),
-    };
+    let seen = for_library(&answer.headers).map(|h| response_head(answer.status, h));
+    let library_merge =
+        match stored
+            .policy
+            .after_response(&canonical, seen.as_ref().unwrap_or(&answer), now)
+        {
+            AfterResponse::NotModified(_, parts) => parts.headers,
+            AfterResponse::Modified(..) => return Err(NotModifiedMismatch),
+        };
     let merged = repair_merge(&library_merge, &stored.headers, &answer.headers);
     // What is kept has no cookie (an entry written before this rule may
     // have one); the client that asked gets the 304's own.
@@ -187,7 +194,7 @@ fn refreshed_entry(
         Err(why) => return WriteBack::Remove(why),
     }
     let head = response_head(stored.status, headers);
-    let policy = CachePolicy::new_options(canonical, &head, now, params.options());
+    let policy = policy_for(canonical, &head, now, params.options());
     if !policy.is_storable() {
         return WriteBack::Remove(NoStore::NotStorable);
     }

@@ -6,11 +6,10 @@ use std::time::SystemTime;
 
 use http::header::{self, HeaderMap};
 use http::{request, response, StatusCode};
-use http_cache_semantics::CachePolicy;
 use serde::Serialize;
 
 use super::admission::bypass_reason;
-use super::canonical::{canonical_request, response_head, without_hop_by_hop};
+use super::canonical::{canonical_request, policy_for, response_head, without_hop_by_hop};
 use super::entry;
 use super::fields::{has_directive, text};
 use super::{variant_key, vary_names, BypassReason, CacheEntryMeta, CacheKey, CacheParams};
@@ -92,7 +91,7 @@ pub fn storable(
     let canonical = canonical_request(req, key, &vary, true)
         .ok_or(NoStore::Bypass(BypassReason::InvalidUrl))?;
     let head = response_head(resp.status, headers);
-    let policy = CachePolicy::new_options(&canonical, &head, now, params.options());
+    let policy = policy_for(&canonical, &head, now, params.options());
     if !policy.is_storable() {
         return Err(NoStore::NotStorable);
     }
