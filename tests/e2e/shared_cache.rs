@@ -133,3 +133,64 @@ async fn a_304s_cookie_and_no_store_stay_with_the_client_that_asked() {
 async fn a_304s_cookie_and_no_store_stay_with_the_client_that_asked_serving_fresh() {
     cookie_of_one_client_never_reaches_another("true").await;
 }
+
+/// A POST, PUT or DELETE that succeeds makes the stored page of its URL
+/// stale, and those its `Location` and `Content-Location` name on the same
+/// origin; one that fails, or names another origin, does not.
+#[tokio::test]
+async fn an_unsafe_methods_success_removes_the_stored_pages_it_names() {
+    let origin = Origin::http(handler(|req| async move {
+        let mut r = match (req.method().as_str(), req.uri().path()) {
+            (_, "/robots.txt") => text(404, ""),
+            ("GET", path) => text(200, format!("page {path}")),
+            (_, "/fails") => text(500, "no"),
+            _ => text(201, "done"),
+        };
+        let h = r.headers_mut();
+        h.insert("etag", "\"v1\"".parse().unwrap());
+        h.insert("cache-control", "max-age=600".parse().unwrap());
+        if req.method() != "GET" {
+            h.insert("location", "/made".parse().unwrap());
+            h.insert(
+                "content-location",
+                "http://elsewhere.test/made".parse().unwrap(),
+            );
+        }
+        r
+    }))
+    .await;
+    let mut proxy = TestProxy::start(|c| c.cache.serve_fresh = true).await;
+    let c = proxy.client();
+    let base = format!("http://127.0.0.1:{}", origin.port());
+    let paths = ["/posted", "/made", "/fails"];
+    for path in paths {
+        c.get(format!("{base}{path}")).send().await.unwrap();
+        wait_cache_lines(&proxy.audit_path, path, "stored", 1).await;
+    }
+    let hit = |path: &'static str| {
+        let c = c.clone();
+        let url = format!("{base}{path}");
+        async move { decision(&c.get(url).send().await.unwrap()).contains("cache=hit") }
+    };
+    for path in paths {
+        assert!(hit(path).await, "{path} stored and fresh");
+    }
+    for (round, method) in ["POST", "PUT", "DELETE"].into_iter().enumerate() {
+        let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        for path in ["/posted", "/fails"] {
+            c.request(m.clone(), format!("{base}{path}"))
+                .send()
+                .await
+                .unwrap();
+        }
+        assert!(!hit("/posted").await, "{method}: the target stayed stored");
+        assert!(!hit("/made").await, "{method}: its Location stayed stored");
+        assert!(hit("/fails").await, "{method}: a failure removed the page");
+        // Fetched again above, so stored again for the next method.
+        for path in ["/posted", "/made"] {
+            let lines = wait_cache_lines(&proxy.audit_path, path, "stored", round + 2).await;
+            assert_eq!(lines.len(), round + 2, "{path} stored again");
+        }
+    }
+    proxy.stop().await;
+}

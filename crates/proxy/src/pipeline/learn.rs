@@ -47,11 +47,28 @@ impl Exchange {
         if let Some(r) = &reaction {
             self.rec.budget(r);
         }
+        self.invalidate(parts, &resp).await;
         match reaction {
             Some(Reaction::Throttled(t)) => {
                 Ok(self.throttled(parts, resp, t.pause, cache.outcome, resendable))
             }
             _ => self.learn_page(parts, cache, resp, resendable),
+        }
+    }
+
+    /// An unsafe method's success makes stale what is stored for its target
+    /// (and its `Location` / `Content-Location` on the same origin).
+    async fn invalidate(&mut self, parts: &Parts, resp: &Response<Incoming>) {
+        let status = self
+            .rec
+            .target_status
+            .and_then(|s| StatusCode::from_u16(s).ok())
+            .unwrap_or(resp.status());
+        let cache = &self.shared.cache;
+        let keys =
+            conditional::invalidated_by(parts, &self.url, status, resp.headers(), cache.params());
+        if !keys.is_empty() {
+            cache.remove_now(keys).await;
         }
     }
 
