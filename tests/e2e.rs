@@ -14,6 +14,7 @@ mod e2e {
     mod browser;
     mod budget;
     mod cache;
+    mod cache_suite;
     mod cli;
     mod cluster;
     mod dashboard;

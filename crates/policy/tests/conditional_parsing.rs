@@ -58,6 +58,7 @@ fn age_uses_the_first_member_and_an_unreadable_age_is_stale() {
     assert!(fresh("0,7200"));
     assert!(!fresh("7200"));
     assert!(!fresh("7200, 0"));
+    assert!(!fresh("3600, 3600"));
     for unreadable in ["abc", "-7200", "7200.0", ""] {
         assert!(!fresh(unreadable), "Age: {unreadable:?}");
     }
@@ -74,6 +75,9 @@ fn age_uses_the_first_member_and_an_unreadable_age_is_stale() {
 fn an_expires_that_is_not_an_http_date_has_expired() {
     let fresh = |expires: &str| served_fresh(&[("expires", expires)], &[]);
     assert!(fresh("Thu, 18 Aug 2050 02:01:18 GMT"));
+    // The obsolete forms are HTTP-dates too.
+    assert!(fresh("Thursday, 18-Aug-50 02:01:18 GMT"));
+    assert!(fresh("Thu Aug 18 02:01:18 2050"));
     for invalid in [
         "Thu, 18  Aug  2050 02:01:18 GMT",
         "0",

@@ -414,6 +414,7 @@ fn a_304_refreshes_the_stored_headers() {
             ("cache-control", "max-age=60"),
             ("content-length", "5"),
             ("content-encoding", "gzip"),
+            ("content-md5", "N7UdGUp1E+RbVvZSTy1R8g=="),
             ("link", "</a.css>; rel=preload"),
             ("link", "</b.js>; rel=preload"),
         ],
@@ -427,6 +428,7 @@ fn a_304_refreshes_the_stored_headers() {
             ("cache-control", "max-age=120"),
             ("x-new", "yes"),
             ("content-length", "0"),
+            ("content-md5", "rL0Y20zC+Fzt72VPzMSk2A=="),
         ],
     );
     let later = t0() + Duration::from_secs(600);
@@ -438,6 +440,7 @@ fn a_304_refreshes_the_stored_headers() {
     assert_eq!(h.get("x-new").unwrap(), "yes");
     assert_eq!(h.get("content-length").unwrap(), "5", "body fields stay");
     assert_eq!(h.get("content-encoding").unwrap(), "gzip");
+    assert_eq!(h.get("content-md5").unwrap(), "N7UdGUp1E+RbVvZSTy1R8g==");
     assert_eq!(
         h.get("last-modified").unwrap(),
         "Tue, 14 Nov 2023 22:00:00 GMT"

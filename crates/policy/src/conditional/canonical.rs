@@ -112,7 +112,8 @@ pub(super) fn without_hop_by_hop(headers: &HeaderMap) -> HeaderMap {
 ///   (2^31, RFC 9111 §1.2.2).
 /// - An `Expires` that is not an HTTP-date (RFC 9110 §5.6.7) means
 ///   already expired (RFC 9111 §5.3); the library's RFC 2822 parser took
-///   some (extra spaces) as valid. It gets `0`, which it reads as expired.
+///   some (extra spaces) as valid, and refused the RFC 850 and asctime
+///   forms. It gets `0` (expired), or the date as IMF-fixdate.
 ///
 /// The stored and forwarded headers are the origin's, untouched; only the
 /// library's view changes. `None`: nothing to change.
@@ -126,8 +127,9 @@ pub(super) fn for_library(headers: &HeaderMap) -> Option<HeaderMap> {
     });
     let expires = headers
         .get(header::EXPIRES)
-        .is_some_and(|v| v != "0" && !is_http_date(v));
-    if !(cc || age || expires) {
+        .map(imf_fixdate)
+        .filter(|seen| headers.get(header::EXPIRES) != Some(seen));
+    if !(cc || age || expires.is_some()) {
         return None;
     }
     let mut out = headers.clone();
@@ -143,8 +145,8 @@ pub(super) fn for_library(headers: &HeaderMap) -> Option<HeaderMap> {
     if let Some(first) = headers.get(header::AGE).filter(|_| age) {
         out.insert(header::AGE, read_age(first));
     }
-    if expires {
-        out.insert(header::EXPIRES, HeaderValue::from_static("0"));
+    if let Some(expires) = expires {
+        out.insert(header::EXPIRES, expires);
     }
     Some(out)
 }
@@ -175,9 +177,16 @@ fn read_age(v: &HeaderValue) -> HeaderValue {
     }
 }
 
-fn is_http_date(v: &HeaderValue) -> bool {
+/// An `Expires` as the library reads it: an HTTP-date in any of its three
+/// forms (RFC 9110 §5.6.7) as IMF-fixdate, which its RFC 2822 parser
+/// takes (it refused the obsolete RFC 850 and asctime forms), anything
+/// else as `0`.
+fn imf_fixdate(v: &HeaderValue) -> HeaderValue {
     v.to_str()
-        .is_ok_and(|t| httpdate::parse_http_date(t.trim()).is_ok())
+        .ok()
+        .and_then(|t| httpdate::parse_http_date(t.trim()).ok())
+        .and_then(|at| HeaderValue::from_str(&httpdate::fmt_http_date(at)).ok())
+        .unwrap_or_else(|| HeaderValue::from_static("0"))
 }
 
 /// The library's policy for `head` as [`for_library`] shows it.

@@ -86,11 +86,14 @@ fn lasting_lines(m: &HeaderMap) -> impl Iterator<Item = (&HeaderName, &HeaderVal
 pub struct NotModifiedMismatch;
 
 /// Header fields a 304 may not change: they describe the stored body.
-const BODY_FIELDS: [HeaderName; 4] = [
+/// `Content-MD5` (RFC 1864, obsolete but still sent) is a digest of the
+/// stored body: a 304's would describe another body.
+const BODY_FIELDS: [HeaderName; 5] = [
     header::CONTENT_LENGTH,
     header::CONTENT_ENCODING,
     header::TRANSFER_ENCODING,
     header::CONTENT_RANGE,
+    HeaderName::from_static("content-md5"),
 ];
 
 /// Applies an upstream 304 (answer to our
