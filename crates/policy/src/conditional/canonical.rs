@@ -118,12 +118,16 @@ pub(super) fn without_hop_by_hop(headers: &HeaderMap) -> HeaderMap {
 /// The stored and forwarded headers are the origin's, untouched; only the
 /// library's view changes. `None`: nothing to change.
 pub(super) fn for_library(headers: &HeaderMap) -> Option<HeaderMap> {
+    // Checked without a copy: most heads need none of this.
     let cc = headers
         .get_all(header::CACHE_CONTROL)
         .iter()
-        .any(|v| lowered_directives(v).is_some_and(|l| l != v));
+        .any(|v| v.as_bytes().iter().any(u8::is_ascii_uppercase));
     let age = headers.get(header::AGE).is_some_and(|v| {
-        headers.get_all(header::AGE).iter().count() > 1 || read_age(v).as_bytes() != v.as_bytes()
+        let digits = v.as_bytes();
+        headers.get_all(header::AGE).iter().count() > 1
+            || digits.is_empty()
+            || !digits.iter().all(u8::is_ascii_digit)
     });
     let expires = headers
         .get(header::EXPIRES)
