@@ -153,28 +153,28 @@ pub fn merge_not_modified(
             AfterResponse::NotModified(_, parts) => parts.headers,
             AfterResponse::Modified(..) => return Err(NotModifiedMismatch),
         };
-    let merged = repair_merge(&library_merge, &stored.headers, &answer.headers);
     // What is kept has no cookie (an entry written before this rule may
     // have one); the client that asked gets the 304's own.
-    let mut kept = merged;
+    let mut kept = repair_merge(&library_merge, &stored.headers, &answer.headers);
     kept.remove(header::SET_COOKIE);
-    let mut headers = kept.clone();
+    let worth_storing = params.serve_fresh || !same_apart_from_per_answer(&stored.headers, &kept);
+    // Judging the refreshed response costs as much as the rest of the
+    // merge; it is only needed when the entry is written back, and only
+    // then are the client's and the written headers copies of each other.
+    let write = if worth_storing {
+        refreshed_entry(stored, req, &canonical, kept.clone(), params, now)
+    } else {
+        WriteBack::Unchanged
+    };
+    let mut headers = kept;
     for cookie in answer.headers.get_all(header::SET_COOKIE) {
         headers.append(header::SET_COOKIE, cookie.clone());
     }
-    let worth_storing = params.serve_fresh || !same_apart_from_per_answer(&stored.headers, &kept);
     if !worth_storing {
         if let Some(memo) = NotModifiedMemo::new(&not_modified.headers, &stored.headers, &headers) {
             let _ = stored.not_modified.set(memo);
         }
     }
-    // Judging the refreshed response costs as much as the rest of the
-    // merge; it is only needed when the entry is written back.
-    let write = if worth_storing {
-        refreshed_entry(stored, req, &canonical, kept, params, now)
-    } else {
-        WriteBack::Unchanged
-    };
     Ok(Revalidated {
         status: stored.status,
         headers,
