@@ -14,6 +14,7 @@ mod e2e {
     mod browser;
     mod budget;
     mod cache;
+    mod cache_suite;
     mod cli;
     mod clients;
     mod cluster;
@@ -32,6 +33,7 @@ mod e2e {
     mod report;
     mod robots;
     mod seal;
+    mod shared_cache;
 
     #[path = "../../examples/kill9.rs"]
     mod kill9;

@@ -186,22 +186,7 @@ pub(super) fn undici_dir() -> Option<std::path::PathBuf> {
     if dir.join("node_modules/undici/package.json").exists() {
         return Some(dir);
     }
-    std::fs::create_dir_all(&dir).unwrap();
-    let out = std::process::Command::new("npm")
-        .args(["install", "--no-audit", "--no-fund", "--silent", "undici@6"])
-        .current_dir(&dir)
-        .output()
-        .unwrap();
-    if !out.status.success() {
-        let why = String::from_utf8_lossy(&out.stderr).to_string();
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "npm install undici: {why}"
-        );
-        eprintln!("skipped: npm install undici failed: {why}");
-        return None;
-    }
-    Some(dir)
+    npm_install(&dir, &["undici@6"]).then_some(dir)
 }
 
 /// undici's `ProxyAgent` sends `CONNECT host:port` for http:// URLs too and

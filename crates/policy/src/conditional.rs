@@ -30,6 +30,9 @@
 //!    the old variant), off the response path. If it says `Err` and an entry
 //!    was stored, remove it when [`invalidates_stored`] says so.
 //!
+//! 5. The origin answered an unsafe method (POST, PUT, DELETE, …) with
+//!    2xx/3xx → remove the pages [`invalidated_by`] names before answering.
+//!
 //! Store errors at any step only cost the cache: forward as for a miss and
 //! audit `cache: "error"`.
 
@@ -37,6 +40,7 @@ mod admission;
 mod canonical;
 mod entry;
 mod fields;
+mod invalidation;
 mod key;
 mod not_modified;
 mod params;
@@ -51,8 +55,9 @@ pub use http;
 
 pub use admission::{admit, Admission, BypassReason};
 pub use entry::CacheEntryMeta;
+pub use invalidation::invalidated_by;
 pub use key::{primary_key, variant_key, variant_prefix, vary_names, CacheKey, KeyError};
-pub use not_modified::{merge_not_modified, NotModifiedMismatch, Revalidated};
+pub use not_modified::{merge_not_modified, NotModifiedMismatch, Revalidated, WriteBack};
 pub use params::{CacheParams, CacheReads, CacheSync};
 pub use planning::{plan, Plan};
 pub use storage::{invalidates_stored, is_targets_page, storable, NoStore};

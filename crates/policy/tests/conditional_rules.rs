@@ -3,13 +3,15 @@
 
 use std::time::{Duration, SystemTime};
 
-use mannerly_policy::conditional::http::{
-    header, request, response, HeaderMap, Method, StatusCode,
-};
+use mannerly_policy::conditional::http::{header, request, HeaderMap, Method, StatusCode};
 use mannerly_policy::conditional::{
     admit, invalidates_stored, merge_not_modified, plan, storable, Admission, BypassReason,
     CacheEntryMeta, CacheKey, CacheParams, NoStore, Plan,
 };
+
+#[path = "support/heads.rs"]
+mod heads;
+use heads::resp;
 
 const URL: &str = "https://example.com/page";
 
@@ -18,23 +20,7 @@ fn t0() -> SystemTime {
 }
 
 fn req(headers: &[(&str, &str)]) -> request::Parts {
-    let mut b = http_request().uri("/page");
-    for (k, v) in headers {
-        b = b.header(*k, *v);
-    }
-    b.body(()).unwrap().into_parts().0
-}
-
-fn http_request() -> mannerly_policy::conditional::http::request::Builder {
-    mannerly_policy::conditional::http::Request::builder().method(Method::GET)
-}
-
-fn resp(status: u16, headers: &[(&str, &str)]) -> response::Parts {
-    let mut b = mannerly_policy::conditional::http::Response::builder().status(status);
-    for (k, v) in headers {
-        b = b.header(*k, *v);
-    }
-    b.body(()).unwrap().into_parts().0
+    heads::get("/page", headers)
 }
 
 fn key() -> CacheKey {
@@ -381,7 +367,7 @@ fn a_304_merged_once_per_entry_is_merged_as_the_library_would_each_time() {
     let used = entry();
     let first = answer(&[("date", "Wed, 15 Nov 2023 08:00:00 GMT")]);
     let merged = merge_not_modified(&used, &req(&[]), &first, &params, t0()).unwrap();
-    assert!(merged.meta.is_none(), "only Date changed");
+    assert!(merged.write.entry().is_none(), "only Date changed");
     let later_answers = [
         answer(&[("date", "Thu, 16 Nov 2023 08:00:00 GMT")]),
         answer(&[]),
@@ -405,8 +391,8 @@ fn a_304_merged_once_per_entry_is_merged_as_the_library_would_each_time() {
                 assert_eq!(again.status, fresh.status);
                 assert_eq!(again.headers, fresh.headers, "{:?}", nm.headers);
                 assert_eq!(
-                    again.meta.is_some(),
-                    fresh.meta.is_some(),
+                    again.write.entry().is_some(),
+                    fresh.write.entry().is_some(),
                     "{:?}",
                     nm.headers
                 );
@@ -428,6 +414,7 @@ fn a_304_refreshes_the_stored_headers() {
             ("cache-control", "max-age=60"),
             ("content-length", "5"),
             ("content-encoding", "gzip"),
+            ("content-md5", "N7UdGUp1E+RbVvZSTy1R8g=="),
             ("link", "</a.css>; rel=preload"),
             ("link", "</b.js>; rel=preload"),
         ],
@@ -441,6 +428,7 @@ fn a_304_refreshes_the_stored_headers() {
             ("cache-control", "max-age=120"),
             ("x-new", "yes"),
             ("content-length", "0"),
+            ("content-md5", "rL0Y20zC+Fzt72VPzMSk2A=="),
         ],
     );
     let later = t0() + Duration::from_secs(600);
@@ -452,6 +440,7 @@ fn a_304_refreshes_the_stored_headers() {
     assert_eq!(h.get("x-new").unwrap(), "yes");
     assert_eq!(h.get("content-length").unwrap(), "5", "body fields stay");
     assert_eq!(h.get("content-encoding").unwrap(), "gzip");
+    assert_eq!(h.get("content-md5").unwrap(), "N7UdGUp1E+RbVvZSTy1R8g==");
     assert_eq!(
         h.get("last-modified").unwrap(),
         "Tue, 14 Nov 2023 22:00:00 GMT"
@@ -462,7 +451,7 @@ fn a_304_refreshes_the_stored_headers() {
         "every line of a field is kept"
     );
     assert!(h.get("age").is_none());
-    let meta = out.meta.as_ref().expect("new fields: worth a write");
+    let meta = out.write.entry().expect("new fields: worth a write");
     assert_eq!(meta.stored_at(), later);
     assert_eq!(meta.headers(), h);
     // The refreshed entry revalidates with the same validators.
@@ -501,7 +490,10 @@ fn a_304_that_changes_only_per_answer_fields_is_not_worth_a_write() {
         ("age", "3"),
     ];
     let out = merge(&per_answer, &CacheParams::default());
-    assert!(out.meta.is_none(), "only Date, Expires and Age changed");
+    assert!(
+        out.write.entry().is_none(),
+        "only Date, Expires and Age changed"
+    );
     // The client still gets the 304's Date.
     assert_eq!(
         out.headers.get("date").unwrap(),
@@ -512,24 +504,24 @@ fn a_304_that_changes_only_per_answer_fields_is_not_worth_a_write() {
         &[("etag", "\"v1\""), ("cache-control", "max-age=60")],
         &CacheParams::default(),
     );
-    assert!(same.meta.is_none());
+    assert!(same.write.entry().is_none());
     // A changed field that later answers replay is worth a write.
     let changed = merge(
         &[("etag", "\"v1\""), ("cache-control", "max-age=120")],
         &CacheParams::default(),
     );
-    assert!(changed.meta.is_some());
+    assert!(changed.write.entry().is_some());
     let added = merge(
         &[("etag", "\"v1\""), ("x-new", "1")],
         &CacheParams::default(),
     );
-    assert!(added.meta.is_some());
+    assert!(added.write.entry().is_some());
     // Serving fresh entries: the freshness restarts, so always.
     let fresh = CacheParams {
         serve_fresh: true,
         ..CacheParams::default()
     };
-    assert!(merge(&per_answer, &fresh).meta.is_some());
+    assert!(merge(&per_answer, &fresh).write.entry().is_some());
 }
 
 #[test]

@@ -172,6 +172,24 @@ impl Cache {
         });
     }
 
+    /// Forgets what is stored for `keys` before the caller goes on: an
+    /// unsafe request's success makes them stale, and the client's next
+    /// request must not find them (RFC 9111 §4.4).
+    pub(crate) async fn remove_now(self: &Arc<Self>, keys: Vec<CacheKey>) {
+        let this = self.clone();
+        let removed = tokio::task::spawn_blocking(move || {
+            for key in &keys {
+                if let Err(e) = this.store.remove(key) {
+                    this.failed("invalidate", &e);
+                }
+            }
+        })
+        .await;
+        if removed.is_err() {
+            self.failed("invalidate", &"the removing task stopped");
+        }
+    }
+
     /// The audit hook of a response that may be stored: once its body has
     /// gone to the client completely, the copy is written in the background
     /// and the audit line says what became of it (`stored`, `miss`, `error`).

@@ -2,7 +2,10 @@
 //! are handed them.
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use std::time::SystemTime;
+
 use http::{request, response, Request, StatusCode};
+use http_cache_semantics::{CacheOptions, CachePolicy};
 
 use super::CacheKey;
 
@@ -56,6 +59,18 @@ pub(super) fn canonical_request(
         let value = HeaderValue::from_bytes(&joined.join(&b","[..])).ok()?;
         headers.insert(name, value);
     }
+    // Request directives are case-insensitive too (RFC 9111 §5.2).
+    if headers.contains_key(header::CACHE_CONTROL) {
+        let lines: Vec<HeaderValue> = headers
+            .get_all(header::CACHE_CONTROL)
+            .iter()
+            .map(|v| lowered_directives(v).unwrap_or_else(|| v.clone()))
+            .collect();
+        headers.remove(header::CACHE_CONTROL);
+        for line in lines {
+            headers.append(header::CACHE_CONTROL, line);
+        }
+    }
     parts.headers = headers;
     Some(parts)
 }
@@ -82,4 +97,114 @@ pub(super) fn without_hop_by_hop(headers: &HeaderMap) -> HeaderMap {
     }
     crate::strip_hop_by_hop(&mut out);
     out
+}
+
+/// The response head as [`http_cache_semantics`] is handed it, where the
+/// library reads fields otherwise than RFC 9111 / RFC 9110 have them
+/// (checked against the public cache test suite):
+/// - Cache-Control directive names are case-insensitive (RFC 9111 §5.2);
+///   the library matches them as written, so `No-CaChE` was served fresh.
+///   Names are lower-cased here, arguments kept.
+/// - `Age` is delta-seconds; a list uses its first member (RFC 9111 §5.1),
+///   where the library read `7200, 0` as no Age at all. A value that is
+///   not delta-seconds (`abc`, `-1`, `1.5`) says nothing we can trust
+///   about the age, so the response is taken as stale: the largest age
+///   (2^31, RFC 9111 §1.2.2).
+/// - An `Expires` that is not an HTTP-date (RFC 9110 §5.6.7) means
+///   already expired (RFC 9111 §5.3); the library's RFC 2822 parser took
+///   some (extra spaces) as valid, and refused the RFC 850 and asctime
+///   forms. It gets `0` (expired), or the date as IMF-fixdate.
+///
+/// The stored and forwarded headers are the origin's, untouched; only the
+/// library's view changes. `None`: nothing to change.
+pub(super) fn for_library(headers: &HeaderMap) -> Option<HeaderMap> {
+    // Checked without a copy: most heads need none of this.
+    let cc = headers
+        .get_all(header::CACHE_CONTROL)
+        .iter()
+        .any(|v| v.as_bytes().iter().any(u8::is_ascii_uppercase));
+    let age = headers.get(header::AGE).is_some_and(|v| {
+        let digits = v.as_bytes();
+        headers.get_all(header::AGE).iter().count() > 1
+            || digits.is_empty()
+            || !digits.iter().all(u8::is_ascii_digit)
+    });
+    let expires = headers
+        .get(header::EXPIRES)
+        .map(imf_fixdate)
+        .filter(|seen| headers.get(header::EXPIRES) != Some(seen));
+    if !(cc || age || expires.is_some()) {
+        return None;
+    }
+    let mut out = headers.clone();
+    if cc {
+        out.remove(header::CACHE_CONTROL);
+        for v in headers.get_all(header::CACHE_CONTROL) {
+            out.append(
+                header::CACHE_CONTROL,
+                lowered_directives(v).unwrap_or_else(|| v.clone()),
+            );
+        }
+    }
+    if let Some(first) = headers.get(header::AGE).filter(|_| age) {
+        out.insert(header::AGE, read_age(first));
+    }
+    if let Some(expires) = expires {
+        out.insert(header::EXPIRES, expires);
+    }
+    Some(out)
+}
+
+/// The Cache-Control line with directive names lower-cased; `None` if it is
+/// not text.
+fn lowered_directives(v: &HeaderValue) -> Option<HeaderValue> {
+    let text = v.to_str().ok()?;
+    let lowered: Vec<String> = text
+        .split(',')
+        .map(|d| match d.split_once('=') {
+            Some((name, arg)) => format!("{}={arg}", name.to_ascii_lowercase()),
+            None => d.to_ascii_lowercase(),
+        })
+        .collect();
+    HeaderValue::from_str(&lowered.join(",")).ok()
+}
+
+/// The first member of an `Age` line as delta-seconds, or 2^31 when it is
+/// not delta-seconds.
+fn read_age(v: &HeaderValue) -> HeaderValue {
+    let first = v.as_bytes().split(|b| *b == b',').next().unwrap_or(b"");
+    let first = first.trim_ascii();
+    if !first.is_empty() && first.iter().all(u8::is_ascii_digit) {
+        HeaderValue::from_bytes(first).unwrap_or_else(|_| v.clone())
+    } else {
+        HeaderValue::from_static("2147483648")
+    }
+}
+
+/// An `Expires` as the library reads it: an HTTP-date in any of its three
+/// forms (RFC 9110 §5.6.7) as IMF-fixdate, which its RFC 2822 parser
+/// takes (it refused the obsolete RFC 850 and asctime forms), anything
+/// else as `0`.
+fn imf_fixdate(v: &HeaderValue) -> HeaderValue {
+    v.to_str()
+        .ok()
+        .and_then(|t| httpdate::parse_http_date(t.trim()).ok())
+        .and_then(|at| HeaderValue::from_str(&httpdate::fmt_http_date(at)).ok())
+        .unwrap_or_else(|| HeaderValue::from_static("0"))
+}
+
+/// The library's policy for `head` as [`for_library`] shows it.
+pub(super) fn policy_for(
+    canonical: &request::Parts,
+    head: &response::Parts,
+    now: SystemTime,
+    options: CacheOptions,
+) -> CachePolicy {
+    match for_library(&head.headers) {
+        Some(headers) => {
+            let seen = response_head(head.status, headers);
+            CachePolicy::new_options(canonical, &seen, now, options)
+        }
+        None => CachePolicy::new_options(canonical, head, now, options),
+    }
 }

@@ -6,11 +6,14 @@ use std::time::SystemTime;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{request, response, StatusCode};
-use http_cache_semantics::{AfterResponse, CachePolicy};
+use http_cache_semantics::AfterResponse;
 
-use super::canonical::{canonical_request, response_head, without_hop_by_hop};
+use super::canonical::{
+    canonical_request, for_library, policy_for, response_head, without_hop_by_hop,
+};
 use super::fields::text;
-use super::{CacheEntryMeta, CacheParams};
+use super::storage::keepable;
+use super::{CacheEntryMeta, CacheParams, NoStore};
 
 /// The stored response, refreshed by a 304 (RFC 9111 §4.3.4).
 #[derive(Clone, Debug)]
@@ -19,12 +22,36 @@ pub struct Revalidated {
     pub status: StatusCode,
     /// The headers to send the client with the stored body.
     pub headers: HeaderMap,
-    /// The refreshed entry to write back (same body), when that changes
-    /// anything a later request uses. With `serve_fresh` on, always
-    /// (freshness starts again). Off, every later request revalidates
-    /// anyway, so only a header other than `Date`, `Age` and `Expires` that
-    /// the 304 changed is worth a write; otherwise `None`.
-    pub meta: Option<CacheEntryMeta>,
+    /// What becomes of the stored entry.
+    pub write: WriteBack,
+}
+
+/// What a 304 does to the stored entry. The refreshed response passes the
+/// same storability rule as a first store ([`storable`](super::storable)):
+/// a `Set-Cookie` the 304 carried goes to the client that asked and is
+/// never written, and a 304 that makes the response one we may not keep
+/// (`no-store`, `private`, `Vary: *`, a changed `Vary`) removes it.
+#[derive(Clone, Debug)]
+pub enum WriteBack {
+    /// Nothing a later request uses changed: nothing to write. With
+    /// `serve_fresh` off every later request revalidates anyway, so a 304
+    /// that changed only `Date`, `Age` and `Expires` is this.
+    Unchanged,
+    /// Write this refreshed entry (same body) over the stored one. With
+    /// `serve_fresh` on, always (freshness starts again).
+    Replace(Box<CacheEntryMeta>),
+    /// The refreshed response may not be kept: remove the stored entry.
+    Remove(NoStore),
+}
+
+impl WriteBack {
+    /// The entry to write, if any.
+    pub fn entry(&self) -> Option<&CacheEntryMeta> {
+        match self {
+            WriteBack::Replace(meta) => Some(meta),
+            _ => None,
+        }
+    }
 }
 
 /// Header fields a 304 refreshes on every answer, whose stored value no later
@@ -59,11 +86,14 @@ fn lasting_lines(m: &HeaderMap) -> impl Iterator<Item = (&HeaderName, &HeaderVal
 pub struct NotModifiedMismatch;
 
 /// Header fields a 304 may not change: they describe the stored body.
-const BODY_FIELDS: [HeaderName; 4] = [
+/// `Content-MD5` (RFC 1864, obsolete but still sent) is a digest of the
+/// stored body: a 304's would describe another body.
+const BODY_FIELDS: [HeaderName; 5] = [
     header::CONTENT_LENGTH,
     header::CONTENT_ENCODING,
     header::TRANSFER_ENCODING,
     header::CONTENT_RANGE,
+    HeaderName::from_static("content-md5"),
 ];
 
 /// Applies an upstream 304 (answer to our
@@ -85,7 +115,7 @@ pub fn merge_not_modified(
                 return Ok(Revalidated {
                     status: stored.status,
                     headers: memo.headers(&answer, &stored.headers),
-                    meta: None,
+                    write: WriteBack::Unchanged,
                 });
             }
         }
@@ -114,39 +144,73 @@ pub fn merge_not_modified(
             (None, None) => {}
         }
     }
-    let library_merge = match stored.policy.after_response(&canonical, &answer, now) {
-        AfterResponse::NotModified(_, parts) => parts.headers,
-        AfterResponse::Modified(..) => return Err(NotModifiedMismatch),
+    let seen = for_library(&answer.headers).map(|h| response_head(answer.status, h));
+    let library_merge =
+        match stored
+            .policy
+            .after_response(&canonical, seen.as_ref().unwrap_or(&answer), now)
+        {
+            AfterResponse::NotModified(_, parts) => parts.headers,
+            AfterResponse::Modified(..) => return Err(NotModifiedMismatch),
+        };
+    // What is kept has no cookie (an entry written before this rule may
+    // have one); the client that asked gets the 304's own.
+    let mut kept = repair_merge(&library_merge, &stored.headers, &answer.headers);
+    kept.remove(header::SET_COOKIE);
+    let worth_storing = params.serve_fresh || !same_apart_from_per_answer(&stored.headers, &kept);
+    // Judging the refreshed response costs as much as the rest of the
+    // merge; it is only needed when the entry is written back, and only
+    // then are the client's and the written headers copies of each other.
+    let write = if worth_storing {
+        refreshed_entry(stored, req, &canonical, kept.clone(), params, now)
+    } else {
+        WriteBack::Unchanged
     };
-    let headers = repair_merge(&library_merge, &stored.headers, &answer.headers);
-    let worth_storing =
-        params.serve_fresh || !same_apart_from_per_answer(&stored.headers, &headers);
+    let mut headers = kept;
+    for cookie in answer.headers.get_all(header::SET_COOKIE) {
+        headers.append(header::SET_COOKIE, cookie.clone());
+    }
     if !worth_storing {
         if let Some(memo) = NotModifiedMemo::new(&not_modified.headers, &stored.headers, &headers) {
             let _ = stored.not_modified.set(memo);
         }
     }
-    // Judging the refreshed response costs as much as the rest of the
-    // merge; it is only needed when the entry is written back.
-    let meta = worth_storing.then(|| {
-        let head = response_head(stored.status, headers.clone());
-        let policy = CachePolicy::new_options(&canonical, &head, now, params.options());
-        CacheEntryMeta {
-            headers: headers.clone(),
-            etag: text(&headers, header::ETAG),
-            last_modified: text(&headers, header::LAST_MODIFIED),
-            stored_at: now,
-            policy,
-            revalidation: OnceLock::new(),
-            not_modified: OnceLock::new(),
-            ..stored.clone()
-        }
-    });
     Ok(Revalidated {
         status: stored.status,
         headers,
-        meta,
+        write,
     })
+}
+
+/// The stored entry with the refreshed headers, if it may still be kept.
+fn refreshed_entry(
+    stored: &CacheEntryMeta,
+    req: &request::Parts,
+    canonical: &request::Parts,
+    headers: HeaderMap,
+    params: &CacheParams,
+    now: SystemTime,
+) -> WriteBack {
+    match keepable(req, stored.status, &headers, params) {
+        Ok(vary) if vary == stored.vary => {}
+        Ok(_) => return WriteBack::Remove(NoStore::VaryChanged),
+        Err(why) => return WriteBack::Remove(why),
+    }
+    let head = response_head(stored.status, headers);
+    let policy = policy_for(canonical, &head, now, params.options());
+    if !policy.is_storable() {
+        return WriteBack::Remove(NoStore::NotStorable);
+    }
+    WriteBack::Replace(Box::new(CacheEntryMeta {
+        etag: text(&head.headers, header::ETAG),
+        last_modified: text(&head.headers, header::LAST_MODIFIED),
+        headers: head.headers,
+        stored_at: now,
+        policy,
+        revalidation: OnceLock::new(),
+        not_modified: OnceLock::new(),
+        ..stored.clone()
+    }))
 }
 
 /// The merge of a 304 that refreshed no field but [`PER_ANSWER_FIELDS`],

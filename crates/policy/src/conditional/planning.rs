@@ -51,6 +51,11 @@ pub fn plan(
     if &meta.key != key || meta.variant != variant_key(key, &meta.vary, &req.headers) {
         return Plan::Fetch;
     }
+    // Written before every write passed the storability rule: a cookie
+    // is never replayed, so the page is fetched again (and replaced).
+    if meta.headers.contains_key(header::SET_COOKIE) {
+        return Plan::Fetch;
+    }
     // Always revalidating, the library's answer is the same for every
     // request that gets this far without the request fields it reads: the
     // request-side no-cache makes the entry stale at any time, the URL,

@@ -4,13 +4,12 @@
 use std::sync::OnceLock;
 use std::time::SystemTime;
 
-use http::header;
+use http::header::{self, HeaderMap};
 use http::{request, response, StatusCode};
-use http_cache_semantics::CachePolicy;
 use serde::Serialize;
 
 use super::admission::bypass_reason;
-use super::canonical::{canonical_request, response_head, without_hop_by_hop};
+use super::canonical::{canonical_request, policy_for, response_head, without_hop_by_hop};
 use super::entry;
 use super::fields::{has_directive, text};
 use super::{variant_key, vary_names, BypassReason, CacheEntryMeta, CacheKey, CacheParams};
@@ -37,6 +36,10 @@ pub enum NoStore {
     /// `Vary: *` (or a `Vary` that cannot be read).
     #[error("Vary: *")]
     VaryStar,
+    /// A 304 changed the `Vary` the stored entry is selected by: the entry
+    /// no longer says which requests it answers.
+    #[error("a 304 changed Vary")]
+    VaryChanged,
     /// `Content-Length` above `cache.max_body`.
     #[error("body of {length} bytes is above cache.max_body")]
     TooLarge {
@@ -65,25 +68,8 @@ pub fn storable(
     params: &CacheParams,
     now: SystemTime,
 ) -> Result<CacheEntryMeta, NoStore> {
-    if let Some(reason) = bypass_reason(req, params) {
-        return Err(NoStore::Bypass(reason));
-    }
     let rh = &resp.headers;
-    if rh.contains_key(header::SET_COOKIE) {
-        return Err(NoStore::SetCookie);
-    }
-    if has_directive(rh, header::CACHE_CONTROL, "no-store") {
-        return Err(NoStore::NoStoreDirective);
-    }
-    if params.shared && has_directive(rh, header::CACHE_CONTROL, "private") {
-        return Err(NoStore::Private);
-    }
-    if resp.status == StatusCode::PARTIAL_CONTENT || rh.contains_key(header::CONTENT_RANGE) {
-        return Err(NoStore::PartialContent);
-    }
-    let Some(vary) = vary_names(rh) else {
-        return Err(NoStore::VaryStar);
-    };
+    let vary = keepable(req, resp.status, rh, params)?;
     // Most pages without validators stop here, before the copy below.
     if !params.serve_fresh
         && !rh.contains_key(header::ETAG)
@@ -105,7 +91,7 @@ pub fn storable(
     let canonical = canonical_request(req, key, &vary, true)
         .ok_or(NoStore::Bypass(BypassReason::InvalidUrl))?;
     let head = response_head(resp.status, headers);
-    let policy = CachePolicy::new_options(&canonical, &head, now, params.options());
+    let policy = policy_for(&canonical, &head, now, params.options());
     if !policy.is_storable() {
         return Err(NoStore::NotStorable);
     }
@@ -122,6 +108,36 @@ pub fn storable(
         revalidation: OnceLock::new(),
         not_modified: OnceLock::new(),
     })
+}
+
+/// The one storability rule every write of an entry passes, a first store
+/// ([`storable`]) or a refresh by a 304
+/// ([`merge_not_modified`](super::merge_not_modified)): a request with
+/// credentials or cookies, a response that sets a cookie, says `no-store`,
+/// is `private` to a shared store, is partial, or varies on `*`, is never
+/// written. Gives the `Vary` names the entry is selected by.
+pub(super) fn keepable(
+    req: &request::Parts,
+    status: StatusCode,
+    rh: &HeaderMap,
+    params: &CacheParams,
+) -> Result<Vec<String>, NoStore> {
+    if let Some(reason) = bypass_reason(req, params) {
+        return Err(NoStore::Bypass(reason));
+    }
+    if rh.contains_key(header::SET_COOKIE) {
+        return Err(NoStore::SetCookie);
+    }
+    if has_directive(rh, header::CACHE_CONTROL, "no-store") {
+        return Err(NoStore::NoStoreDirective);
+    }
+    if params.shared && has_directive(rh, header::CACHE_CONTROL, "private") {
+        return Err(NoStore::Private);
+    }
+    if status == StatusCode::PARTIAL_CONTENT || rh.contains_key(header::CONTENT_RANGE) {
+        return Err(NoStore::PartialContent);
+    }
+    vary_names(rh).ok_or(NoStore::VaryStar)
 }
 
 /// Whether an upstream answer that [`storable`] refused should also remove

@@ -9,7 +9,7 @@ use http::request::Parts;
 use http::{Response, StatusCode};
 use hyper::body::Incoming;
 use mannerly_policy::budget::{host_key, Announced, Reaction};
-use mannerly_policy::conditional::{self, CacheOutcome};
+use mannerly_policy::conditional::{self, CacheOutcome, WriteBack};
 use mannerly_policy::identity::AskedSignature;
 use mannerly_policy::Outcome;
 
@@ -48,6 +48,7 @@ impl Exchange {
         if let Some(r) = &reaction {
             self.rec.budget(r);
         }
+        self.invalidate(parts, &resp).await;
         if resp.status() == StatusCode::PAYMENT_REQUIRED {
             self.rec.cache(cache.outcome);
             return Ok(Learned::Answer(self.payment_required(resp).await));
@@ -57,6 +58,22 @@ impl Exchange {
                 Ok(self.throttled(parts, resp, t.pause, cache.outcome, resendable))
             }
             _ => self.learn_page(parts, cache, resp, resendable),
+        }
+    }
+
+    /// An unsafe method's success makes stale what is stored for its target
+    /// (and its `Location` / `Content-Location` on the same origin).
+    async fn invalidate(&mut self, parts: &Parts, resp: &Response<Incoming>) {
+        let status = self
+            .rec
+            .target_status
+            .and_then(|s| StatusCode::from_u16(s).ok())
+            .unwrap_or(resp.status());
+        let cache = &self.shared.cache;
+        let keys =
+            conditional::invalidated_by(parts, &self.url, status, resp.headers(), cache.params());
+        if !keys.is_empty() {
+            cache.remove_now(keys).await;
         }
     }
 
@@ -177,8 +194,10 @@ impl Exchange {
         match (merged, stored) {
             (Some(Ok(fresh)), Some(stored)) => {
                 let body = stored.body.clone();
-                if let Some(meta) = fresh.meta {
-                    shared.cache.write_back(meta, body.clone());
+                match fresh.write {
+                    WriteBack::Unchanged => {}
+                    WriteBack::Replace(meta) => shared.cache.write_back(*meta, body.clone()),
+                    WriteBack::Remove(_) => shared.cache.remove_later(stored.meta.key().clone()),
                 }
                 self.rec.cache(CacheOutcome::Revalidated);
                 self.rec.saved_bytes = Some(body.len() as u64);

@@ -1,0 +1,144 @@
+//! The public HTTP cache test suite (npm `http-cache-tests` 0.4.5, the
+//! suite of cache-tests.fyi) through the real binary, in both store modes.
+//! `cache_tests/run.mjs` runs it: the suite's origin on loopback, its client
+//! through the proxy with undici's `ProxyAgent` in absolute form. Each
+//! test's result is compared with `cache_tests/expected.json`, so a test
+//! that stops passing fails here (and one that starts passing too, until
+//! the file says so: `CACHE_TESTS_WRITE=1` rewrites it from the
+//! run).
+//!
+//! The budget is out of the way (`policy.enforce = false`): the suite
+//! answers 429s and 503s on purpose, and sends a hundred tests at once to
+//! one origin; what is measured here is the store.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::support::*;
+
+const SUITE: &str = "http-cache-tests@0.4.5";
+const UNDICI: &str = "undici@7.30.2";
+const EXPECTED: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/e2e/cache_tests/expected.json"
+);
+
+/// The suite and undici, installed once into cargo's test temp dir (`.ci/run`
+/// installs them there first). `None` (skipped) without node or npm, or when
+/// the install fails outside CI.
+fn suite_dir() -> Option<PathBuf> {
+    if !have_tool("node", "nodejs") || !have_tool("npm", "npm") {
+        return None;
+    }
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("http-cache-tests");
+    let package = dir.join("node_modules/http-cache-tests");
+    if package.join("package.json").exists() && dir.join("node_modules/undici").exists() {
+        return Some(package);
+    }
+    npm_install(&dir, &[SUITE, UNDICI]).then_some(package)
+}
+
+/// Test id → result (`pass`, `fail`, `setup`, `dependency`), and the kinds.
+type Results = BTreeMap<String, (String, String)>;
+
+fn run_suite(package: &Path, serve_fresh: &str) -> Results {
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        ("MANNERLY_CACHE__SERVE_FRESH", serve_fresh),
+        ("MANNERLY_POLICY__ENFORCE", "false"),
+        ("MANNERLY_BUDGET__QUEUE_LIMIT", "10000"),
+    ];
+    let proxy = RunningBinary::start(dir.path(), &env);
+    let results = dir.path().join("results.json");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/e2e/cache_tests/run.mjs");
+    let out = std::process::Command::new("node")
+        .arg(script)
+        .env("CACHE_TESTS", package)
+        .env("PROXY", format!("http://{}", proxy.addr))
+        .env("RESULTS", &results)
+        .output()
+        .unwrap();
+    drop(proxy);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&results).unwrap()).unwrap();
+    json.as_object()
+        .unwrap()
+        .iter()
+        .map(|(id, r)| {
+            let field = |k: &str| r[k].as_str().unwrap().to_string();
+            (id.clone(), (field("kind"), field("result")))
+        })
+        .collect()
+}
+
+/// `kind/result` → count, as the report gives them.
+fn counts(results: &Results) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for (kind, result) in results.values() {
+        *out.entry(format!("{kind}/{result}")).or_default() += 1;
+    }
+    out
+}
+
+fn check_mode(mode: &str, serve_fresh: &str) {
+    let Some(package) = suite_dir() else {
+        return;
+    };
+    let got = run_suite(&package, serve_fresh);
+    eprintln!("{mode}: {:?}", counts(&got));
+    let text = std::fs::read_to_string(EXPECTED).unwrap_or_else(|_| "{}".into());
+    let mut expected: serde_json::Value = serde_json::from_str(&text).unwrap();
+    if let Some(how) = std::env::var_os("CACHE_TESTS_WRITE") {
+        // `add`: keep what other runs saw too (a test whose setup depends
+        // on timing passes in one run and cannot be set up in another).
+        let before = expected[mode].clone();
+        let map: serde_json::Map<String, serde_json::Value> = got
+            .iter()
+            .map(|(id, (_, result))| {
+                let mut seen: Vec<&str> = vec![result];
+                if how == "add" {
+                    let old = before[id].as_str().unwrap_or(result);
+                    seen.extend(old.split('|'));
+                }
+                seen.sort();
+                seen.dedup();
+                (id.clone(), seen.join("|").into())
+            })
+            .collect();
+        expected[mode] = map.into();
+        let text = serde_json::to_string_pretty(&expected).unwrap();
+        std::fs::write(EXPECTED, text + "\n").unwrap();
+        return;
+    }
+    let want = expected[mode]
+        .as_object()
+        .expect("expectations for the mode");
+    let mut changed = Vec::new();
+    for (id, (kind, result)) in &got {
+        match want.get(id).and_then(|v| v.as_str()) {
+            Some(w) if w.split('|').any(|w| w == result) => {}
+            w => changed.push(format!("{id} ({kind}): expected {w:?}, got {result}")),
+        }
+    }
+    for id in want.keys().filter(|id| !got.contains_key(*id)) {
+        changed.push(format!("{id}: expected, not run"));
+    }
+    assert!(
+        changed.is_empty(),
+        "{mode}: results differ from {EXPECTED} (if the change is meant, \
+         rerun with CACHE_TESTS_WRITE=1):\n{}",
+        changed.join("\n")
+    );
+}
+
+#[test]
+fn the_public_cache_test_suite_revalidating() {
+    check_mode("serve_fresh=false", "false");
+}
+
+#[test]
+fn the_public_cache_test_suite_serving_fresh() {
+    check_mode("serve_fresh=true", "true");
+}
