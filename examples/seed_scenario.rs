@@ -15,7 +15,8 @@
 //! until a unit frees, rounded down, then rounded up). Everything listens on
 //! 127.0.0.1 and stops by itself. `SEED_PAGES=200` runs 200 GETs instead
 //! of 40; `SEED_ONLY=a|b` runs only the runs whose name contains `a` or
-//! `b`.
+//! `b`; `SEED_BUDGET='slow_start_factor = 1.3'` sets the proxy's
+//! `[budget]` table (to try a ramp).
 //!
 //!     cargo run --release --example seed_scenario
 
@@ -189,6 +190,9 @@ async fn run(
         .and_then(|v| v.parse().ok())
     {
         cfg.budget.recovery_step = step;
+    }
+    if let Ok(budget) = std::env::var("SEED_BUDGET") {
+        cfg.budget = toml::from_str(&budget).expect("SEED_BUDGET is a [budget] table");
     }
     cfg.proxy.listen = "127.0.0.1:0".parse().unwrap();
     cfg.admin.listen = String::new();
