@@ -6,6 +6,7 @@
 //!
 //!     cargo build --release --bin mannerly --example broad_crawl
 //!     target/release/examples/broad_crawl                 # the table: 10,000 hosts, 256 and 16 clients
+//!     target/release/examples/broad_crawl table 10000 256 # one client count only
 //!     target/release/examples/broad_crawl memory 100000   # RSS growth per host once idle connections closed
 //!
 //! The origin runs in this process on 127.0.0.1 (robots.txt 404, every
@@ -412,7 +413,7 @@ fn ms(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1000.0)
 }
 
-async fn table(origin: &Origin, hosts: usize) -> Result<(), Error> {
+async fn table(origin: &Origin, hosts: usize, clients: &[usize]) -> Result<(), Error> {
     println!(
         "| scheme | clients | route | pages/s | p50 | p99 | failed | proxy peak fds | proxy peak RSS |"
     );
@@ -422,7 +423,7 @@ async fn table(origin: &Origin, hosts: usize) -> Result<(), Error> {
             Scheme::Http => origin.http.port(),
             Scheme::Https => origin.https.port(),
         };
-        for clients in [256, 16] {
+        for &clients in clients {
             // Straight to the origin.
             let direct_resolver = match scheme {
                 Scheme::Http => origin.http,
@@ -517,10 +518,15 @@ async fn main() -> Result<(), Error> {
         }
         None | Some("table") => {
             let hosts = args.get(1).map_or(Ok(10_000), |s| s.parse())?;
-            table(&origin, hosts).await
+            let clients = match args.get(2) {
+                Some(c) => vec![c.parse()?],
+                None => vec![256, 16],
+            };
+            table(&origin, hosts, &clients).await
         }
-        Some(other) => {
-            Err(format!("usage: broad_crawl [table [HOSTS]] | memory [HOSTS]; got {other}").into())
-        }
+        Some(other) => Err(format!(
+            "usage: broad_crawl [table [HOSTS [CLIENTS]]] | memory [HOSTS]; got {other}"
+        )
+        .into()),
     }
 }

@@ -1,7 +1,8 @@
 //! The cluster scenario of the shared-state issue, as a rerunnable benchmark:
 //! three mannerly proxies, one origin limited to 2 requests/s (sliding 1 s
-//! window, `Retry-After: 2` on a 429), three impatient clients — one per
-//! proxy — each sending 40 GETs at 5/s and doing nothing about 429s.
+//! window over every request, robots.txt included; `Retry-After: 2` on a
+//! 429), three impatient clients — one per proxy — each sending 40 GETs at
+//! 5/s and doing nothing about 429s.
 //!
 //! The proxies may hold a request up to 300 s (`budget.max_hold_secs`), so
 //! that a page is late rather than refused.
@@ -48,11 +49,9 @@ struct Limiter {
 }
 
 impl Limiter {
+    /// Every request counts against the window, robots.txt included, as a
+    /// real rate limiter counts it.
     fn answer(&self, path: &str) -> Response<Full<Bytes>> {
-        if path == "/robots.txt" {
-            self.robots.fetch_add(1, Ordering::SeqCst);
-            return Response::new(Full::new(Bytes::from_static(b"User-agent: *\nAllow: /\n")));
-        }
         let now = Instant::now();
         let mut served = self.served.lock().unwrap();
         while served
@@ -70,6 +69,10 @@ impl Limiter {
         }
         served.push_back(now);
         self.all_served.lock().unwrap().push(now);
+        if path == "/robots.txt" {
+            self.robots.fetch_add(1, Ordering::SeqCst);
+            return Response::new(Full::new(Bytes::from_static(b"User-agent: *\nAllow: /\n")));
+        }
         Response::new(Full::new(Bytes::from(format!("page {path}\n"))))
     }
 

@@ -1,8 +1,8 @@
 //! The seed scenario of the budget issue, as a rerunnable benchmark:
 //!
 //! - an origin that answers 429 (`Retry-After: 2`, or none) to any request
-//!   above 2 per second (sliding 1 s window over the requests it served),
-//!   ETag on every page;
+//!   above 2 per second (sliding 1 s window over the requests it served,
+//!   robots.txt counted like every other path), ETag on every page;
 //! - an impatient client that sends 40 GETs at 5/s and does nothing about
 //!   429s (a 429 is a page not delivered);
 //! - the proxy in between, on its embedded defaults (only loopback origins
@@ -15,7 +15,8 @@
 //! until a unit frees, rounded down, then rounded up). Everything listens on
 //! 127.0.0.1 and stops by itself. `SEED_PAGES=200` runs 200 GETs instead
 //! of 40; `SEED_ONLY=a|b` runs only the runs whose name contains `a` or
-//! `b`.
+//! `b`; `SEED_BUDGET='slow_start_factor = 1.3'` sets the proxy's
+//! `[budget]` table (to try a ramp).
 //!
 //!     cargo run --release --example seed_scenario
 
@@ -86,13 +87,9 @@ impl Limiter {
 }
 
 impl Limiter {
+    /// Every request counts against the window, robots.txt included, as a
+    /// real rate limiter counts it: it limits a client, not a path.
     fn answer(&self, path: &str) -> Response<Full<Bytes>> {
-        if path == "/robots.txt" {
-            let mut r = Response::new(Full::new(Bytes::from_static(b"User-agent: *\nAllow: /\n")));
-            r.headers_mut()
-                .insert("etag", "\"robots\"".parse().unwrap());
-            return r;
-        }
         let now = Instant::now();
         let mut served = self.served.lock().unwrap();
         while served
@@ -112,8 +109,12 @@ impl Limiter {
             return r;
         }
         served.push_back(now);
-        self.ok.fetch_add(1, Ordering::SeqCst);
-        let mut r = Response::new(Full::new(Bytes::from(format!("page {path}\n"))));
+        let mut r = if path == "/robots.txt" {
+            Response::new(Full::new(Bytes::from_static(b"User-agent: *\nAllow: /\n")))
+        } else {
+            self.ok.fetch_add(1, Ordering::SeqCst);
+            Response::new(Full::new(Bytes::from(format!("page {path}\n"))))
+        };
         r.headers_mut()
             .insert("etag", format!("\"{}\"", path.len()).parse().unwrap());
         self.announce(&mut r, &served, now);
@@ -189,6 +190,9 @@ async fn run(
         .and_then(|v| v.parse().ok())
     {
         cfg.budget.recovery_step = step;
+    }
+    if let Ok(budget) = std::env::var("SEED_BUDGET") {
+        cfg.budget = toml::from_str(&budget).expect("SEED_BUDGET is a [budget] table");
     }
     cfg.proxy.listen = "127.0.0.1:0".parse().unwrap();
     cfg.admin.listen = String::new();

@@ -23,6 +23,7 @@ mod e2e {
     mod deploy;
     mod forwarding;
     mod identity;
+    mod limiters;
     mod limits;
     mod parent;
     mod payment;
@@ -37,4 +38,8 @@ mod e2e {
 
     #[path = "../../examples/kill9.rs"]
     mod kill9;
+    // Its benchmark's main and naive loop are not used by the tests.
+    #[allow(dead_code)]
+    #[path = "../../examples/limiters.rs"]
+    mod limiters_bench;
 }

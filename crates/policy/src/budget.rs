@@ -20,7 +20,7 @@
 //!    response) releases it and learns from the status.
 //!
 //! Rates are kept as whole micro-requests per second and times as whole
-//! milliseconds, so that the arithmetic is exact and a host costs 80 bytes.
+//! milliseconds, so that the arithmetic is exact and a host costs 88 bytes.
 
 mod announced;
 mod decision;

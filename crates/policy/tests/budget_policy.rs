@@ -630,32 +630,35 @@ fn a_request_out_of_hold_is_told_about_the_pause_or_the_breaker() {
     );
 }
 
-/// The fetch of a new host's robots.txt and its first page, as the proxy
-/// does them: robots.txt reserved, started and answered, then the page.
-fn robots_then_page(b: &mut HostBudget, p: &HostParams, t0: Instant, delay: Option<f64>) {
-    assert_eq!(b.admit_robots(p, t0, HOLD), Reservation::Go);
+/// The fetch of a new host's robots.txt, as the proxy makes it: reserved,
+/// started and answered like any request, the rules then applied.
+fn robots_fetch(b: &mut HostBudget, p: &HostParams, t0: Instant, delay: Option<f64>) {
+    assert_eq!(b.admit(p, t0), Reservation::Go);
     assert_eq!(b.try_start(p, t0, HOLD), Start::Go);
     assert_eq!(ok_rate(respond(b, p, t0, ms(10), 200, None)).0, 1.2);
     b.set_crawl_delay(p, t0 + ms(10), delay);
 }
 
 #[test]
-fn a_new_hosts_robots_fetch_does_not_cost_its_first_page_an_interval() {
+fn a_new_hosts_robots_fetch_costs_its_first_page_one_interval() {
     let p = defaults();
     let t0 = Instant::now();
     let mut b = HostBudget::new(&p, t0);
-    robots_then_page(&mut b, &p, t0, None);
-    // The first page goes right behind robots.txt...
-    assert_eq!(b.admit(&p, t0 + ms(10)), Reservation::Go);
-    assert_eq!(b.try_start(&p, t0 + ms(10), HOLD), Start::Go);
-    // ...and pacing from the second page on is the rate's: 1/1.2 s after
-    // the first page's slot, rounded up to whole milliseconds.
-    // (Slow start: 1.2 × 1.2 = 1.44/s after the page, 1/1.44 s = 695 ms.)
-    assert_eq!(ok_rate(respond(&mut b, &p, t0, ms(20), 200, None)).0, 1.44);
-    assert_eq!(b.admit(&p, t0 + ms(20)), Reservation::Wait(ms(824)));
+    robots_fetch(&mut b, &p, t0, None);
+    // The origin counts robots.txt: the first page goes one interval
+    // after it, at the rate robots.txt was reserved at (1/s)...
+    assert_eq!(b.admit(&p, t0 + ms(10)), Reservation::Wait(ms(990)));
+    assert_eq!(b.try_start(&p, t0 + secs(1), HOLD), Start::Go);
+    // ...and the second page 1/1.2 s after that, rounded up to whole
+    // milliseconds (slow start: 1.44/s after the page, 695 ms, from then on).
+    assert_eq!(
+        ok_rate(respond(&mut b, &p, t0, ms(1010), 200, None)).0,
+        1.44
+    );
+    assert_eq!(b.admit(&p, t0 + ms(1010)), Reservation::Wait(ms(824)));
     // Looking the rules up again changes nothing.
-    b.set_crawl_delay(&p, t0 + ms(20), None);
-    assert_eq!(b.admit(&p, t0 + ms(20)), Reservation::Wait(ms(824 + 695)));
+    b.set_crawl_delay(&p, t0 + ms(1010), None);
+    assert_eq!(b.admit(&p, t0 + ms(1010)), Reservation::Wait(ms(824 + 695)));
 }
 
 #[test]
@@ -663,33 +666,13 @@ fn a_crawl_delay_in_the_robots_txt_just_fetched_holds_the_first_page() {
     let p = defaults();
     let t0 = Instant::now();
     let mut b = HostBudget::new(&p, t0);
-    robots_then_page(&mut b, &p, t0, Some(5.0));
+    robots_fetch(&mut b, &p, t0, Some(5.0));
     // Five seconds after robots.txt was sent (at t0), then every five.
     assert_eq!(b.admit(&p, t0 + ms(10)), Reservation::Wait(ms(4990)));
     // The same Crawl-delay seen again (every lookup applies it) does not
     // push the schedule further.
     b.set_crawl_delay(&p, t0 + ms(20), Some(5.0));
     assert_eq!(b.admit(&p, t0 + ms(20)), Reservation::Wait(ms(9980)));
-}
-
-#[test]
-fn a_robots_fetch_waits_out_a_pause_like_any_request() {
-    let p = defaults();
-    let t0 = Instant::now();
-    let mut b = HostBudget::new(&p, t0);
-    assert_eq!(b.admit(&p, t0), Reservation::Go);
-    assert_eq!(b.try_start(&p, t0, HOLD), Start::Go);
-    throttled(respond(&mut b, &p, t0, ms(0), 429, Some("60")));
-    assert_eq!(
-        b.admit_robots(&p, t0 + secs(1), HOLD),
-        Reservation::Refuse(Refusal::Paused {
-            retry_after: secs(59)
-        })
-    );
-    assert_eq!(
-        b.admit_robots(&p, t0 + secs(40), HOLD),
-        Reservation::Wait(secs(20))
-    );
 }
 
 /// A send at `at`, without its answer yet.
@@ -745,10 +728,21 @@ fn slow_start_never_climbs_slower_than_the_recovery_step_nor_past_max_rate() {
     assert_eq!(rates, [1.2, 1.4, 1.6, 1.8]);
 }
 
+/// Sends at each of `at` (ms), each answered 200 at once but the last.
+fn sends_then_429(b: &mut HostBudget, p: &HostParams, t0: Instant, at: &[u64]) -> Throttle {
+    let (last, before) = at.split_last().unwrap();
+    for &a in before {
+        send(b, p, t0, ms(a));
+        ok_rate(respond(b, p, t0, ms(a), 200, None));
+    }
+    send(b, p, t0, ms(*last));
+    throttled(respond(b, p, t0, ms(*last), 429, Some("2")))
+}
+
 #[test]
-fn the_rate_that_drew_a_429_is_the_pace_of_the_last_two_gaps() {
+fn the_rate_that_drew_a_429_is_the_pace_of_the_second_before_it() {
     // The nominal rate (4/s) ran ahead of the sends: 600 ms then 300 ms
-    // apart, 2 sends in 0.9 s. The last gap alone would read 3.33/s.
+    // apart, 2 gaps in 0.9 s. The last gap alone would read 3.33/s.
     let p = with(|p| p.start_rate = 4.0);
     let t0 = Instant::now();
     let mut b = HostBudget::new(&p, t0);
@@ -762,27 +756,76 @@ fn the_rate_that_drew_a_429_is_the_pace_of_the_last_two_gaps() {
         (t.rate_before, t.rate, t.ceiling),
         (2.222222, 1.111111, 1.777778)
     );
+    // Two gaps over more than a second: only the last is inside it, and
+    // it is what a limit without burst refuses (500 ms: 2/s).
+    let mut b = HostBudget::new(&p, t0);
+    let t = sends_then_429(&mut b, &p, t0, &[0, 600, 1100]);
+    assert_eq!((t.rate_before, t.ceiling), (2.0, 1.6));
 }
 
 #[test]
-fn with_one_gap_known_the_pace_is_that_gap_and_never_above_the_rate() {
+fn a_burst_above_the_rate_is_the_rate_that_drew_the_429_but_the_rate_still_halves() {
+    // The nominal rate is 1/s, but two requests went 250 ms apart (say a
+    // retry behind another client's page): the origin saw 4/s.
     let p = defaults();
     let t0 = Instant::now();
     let mut b = HostBudget::new(&p, t0);
     send(&mut b, &p, t0, ms(0));
     b.finish(&p, t0);
-    // 1.25/s paced, but the nominal rate is still 1/s.
-    send(&mut b, &p, t0, ms(800));
-    let t = throttled(respond(&mut b, &p, t0, ms(800), 429, Some("2")));
-    assert_eq!(t.rate_before, 1.0);
+    send(&mut b, &p, t0, ms(250));
+    let t = throttled(respond(&mut b, &p, t0, ms(250), 429, Some("2")));
+    assert_eq!((t.rate_before, t.ceiling, t.rate), (4.0, 3.2, 0.5));
+}
 
+#[test]
+fn a_pace_the_origin_accepted_before_is_judged_over_the_whole_window() {
+    // 1/s for two seconds, then 4/s accepted twice over: the 429 at the
+    // same 4/s is a volume limit (a burst allowance run out), not a pace
+    // limit. Seven sends in 3 s: 6 gaps, 2/s.
     let p = with(|p| p.start_rate = 4.0);
+    let t0 = Instant::now();
     let mut b = HostBudget::new(&p, t0);
-    send(&mut b, &p, t0, ms(0));
-    b.finish(&p, t0);
-    send(&mut b, &p, t0, ms(800));
-    let t = throttled(respond(&mut b, &p, t0, ms(800), 429, Some("2")));
-    assert_eq!(t.rate_before, 1.25);
+    let t = sends_then_429(&mut b, &p, t0, &[0, 1000, 2000, 2250, 2500, 2750, 3000]);
+    assert_eq!((t.rate_before, t.ceiling, t.rate), (2.0, 1.6, 1.0));
+    // The same sends but the last pace never accepted before: it is the
+    // pace that drew the 429.
+    let mut b = HostBudget::new(&p, t0);
+    let t = sends_then_429(&mut b, &p, t0, &[0, 1000, 2000, 2500, 2750]);
+    assert_eq!(t.rate_before, 2.666666);
+}
+
+#[test]
+fn a_429_never_lifts_a_ceiling_already_learned() {
+    let p = defaults();
+    let t0 = Instant::now();
+    let mut b = HostBudget::new(&p, t0);
+    let t = sends_then_429(&mut b, &p, t0, &[0, 500, 1000]);
+    assert_eq!((t.rate_before, t.ceiling), (2.0, 1.6));
+    // After the pause, two sends 100 ms apart (a burst of ours) draw
+    // another: 10/s says nothing new of the site's limit.
+    let t = sends_then_429(&mut b, &p, t0, &[5000, 5100]);
+    assert_eq!(t.rate_before, 10.0);
+    // The ceiling stays where it was, relaxed by 4.1 s of its 6 hours.
+    assert_eq!(t.ceiling, 1.601214);
+}
+
+#[test]
+fn the_long_window_starts_afresh_after_a_429_and_after_a_minute() {
+    let p = with(|p| p.start_rate = 4.0);
+    let t0 = Instant::now();
+    let mut b = HostBudget::new(&p, t0);
+    // 4/s accepted, then a 429 at 4/s read over the window: 2 s of
+    // history at 1/s before it would make it 2.29/s; since the first 429
+    // the window holds only the 4/s sends.
+    sends_then_429(&mut b, &p, t0, &[0, 1000, 2000]);
+    let t = sends_then_429(&mut b, &p, t0, &[5000, 5250, 5500, 5750, 6000]);
+    assert_eq!(t.rate_before, 4.0);
+    // A minute after its start the window begins again at the next send.
+    let mut b = HostBudget::new(&p, t0);
+    let mut at: Vec<u64> = (0..60).map(|s| s * 1000).collect();
+    at.extend([60_000, 60_250, 60_500, 60_750]);
+    let t = sends_then_429(&mut b, &p, t0, &at);
+    assert_eq!(t.rate_before, 4.0);
 }
 
 #[test]

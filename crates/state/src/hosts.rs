@@ -78,11 +78,6 @@ pub trait HostStore: Send + Sync {
     /// `params(host).max_hold()` for a new request.
     fn admit(&self, host: &str, now: Instant, hold_left: Duration) -> Reservation;
 
-    /// Reserves a slot for the host's robots.txt fetch that the page
-    /// behind it does not pay for
-    /// ([`mannerly_policy::budget::HostBudget::admit_robots`]).
-    fn admit_robots(&self, host: &str, now: Instant, hold_left: Duration) -> Reservation;
-
     /// Re-checks the pause and takes an in-flight slot once the reserved
     /// slot has come ([`mannerly_policy::budget::HostBudget::try_start`]).
     fn try_start(&self, host: &str, now: Instant, hold_left: Duration) -> Start;

@@ -6,15 +6,13 @@ use super::decision::{HostView, Reaction, Refusal, Reservation, Start, Throttle}
 use super::params::{millis, HostParams, MAX_BREAKER_THRESHOLD};
 use super::retry_after::parse_retry_after;
 
+mod pace;
 mod shared;
+use pace::{GAP_NONE, MAX_SEND_GAP_MS};
 pub use shared::{DecodeError, ENCODED_LEN};
 
 /// Marks an empty time slot in the compact clock.
 const NONE: u32 = u32::MAX;
-/// Longest gap between two sends that counts towards the observed pace.
-const MAX_SEND_GAP_MS: u64 = 10_000;
-/// Marks an unknown gap between sends.
-pub(super) const GAP_NONE: u16 = u16::MAX;
 /// Earlier throttles remembered besides the last one.
 const RING: usize = MAX_BREAKER_THRESHOLD as usize - 1;
 /// The compact clock counts u32 milliseconds from `base`; well before it
@@ -27,7 +25,7 @@ pub(super) const KEEP_MS: u64 = 8 * 86_400_000;
 const MAX_INTERVAL_MS: u64 = 86_400_000;
 /// Retry-After values are logged raw, but not at any length.
 const RAW_RETRY_AFTER_MAX: usize = 64;
-/// The budget state of one host: 80 bytes.
+/// The budget state of one host: 88 bytes.
 ///
 /// Times are `u32` milliseconds after `base` (`NONE` when unset), rates are
 /// micro-requests per second. Rate slots follow GCRA: `tat` is the
@@ -57,6 +55,12 @@ pub struct HostBudget {
     /// which lags the rate while the rate climbs.
     pub(super) sent: u32,
     pub(super) gaps: [u16; 2],
+    /// Start of the window the long read of the pace covers (`pace.rs`),
+    /// the sends inside it, and the fastest short pace the origin accepted
+    /// in it (hundredths of a request/s).
+    pub(super) since: u32,
+    pub(super) sends: u16,
+    pub(super) accepted: u16,
     pub(super) concurrency: u16,
     pub(super) in_flight: u16,
     pub(super) streak: u16,
@@ -82,6 +86,9 @@ impl HostBudget {
             announced: 0,
             sent: NONE,
             gaps: [GAP_NONE; 2],
+            since: NONE,
+            sends: 0,
+            accepted: 0,
             concurrency: p.concurrency_u(),
             in_flight: 0,
             streak: 0,
@@ -134,28 +141,6 @@ impl HostBudget {
         } else {
             Reservation::Go
         }
-    }
-
-    /// Reserves a slot for the host's robots.txt fetch, within `hold_left`.
-    ///
-    /// Like [`HostBudget::admit_within`] (pauses and the queue bound apply),
-    /// but the slot is not charged: the page that asked for robots.txt may
-    /// go right after it instead of waiting a whole interval. A robots.txt
-    /// is fetched once per origin and day, so this adds at most one request
-    /// per origin per fetch. If the robots.txt sets a Crawl-delay, the page
-    /// waits for it after all: see [`HostBudget::set_crawl_delay`].
-    pub fn admit_robots(
-        &mut self,
-        p: &HostParams,
-        now: Instant,
-        hold_left: Duration,
-    ) -> Reservation {
-        let (tat, slot) = (self.tat, self.slot);
-        let r = self.admit_within(p, now, hold_left);
-        if !matches!(r, Reservation::Refuse(_)) {
-            (self.tat, self.slot) = (tat, slot);
-        }
-        r
     }
 
     /// Called when a reserved slot has come (or a concurrency waiter woke):
@@ -245,6 +230,7 @@ impl HostBudget {
         }
         self.strikes = 0;
         self.streak = self.streak.saturating_add(1);
+        self.note_accepted();
         // Before the first 429 nothing is known of the host's limit, so the
         // rate grows geometrically to find it; afterwards it creeps back
         // under the ceiling that 429 taught.
@@ -272,10 +258,10 @@ impl HostBudget {
     /// above a day counts as a day. Cheap and idempotent, so the proxy may
     /// call it after every robots lookup.
     ///
-    /// A delay that is new or changed counts from the host's last send:
-    /// the robots.txt fetch itself is not charged a slot
-    /// ([`HostBudget::admit_robots`]), so without this the page behind it
-    /// would go at once, a Crawl-delay notwithstanding.
+    /// A delay that is new or changed counts from the host's last send: the
+    /// robots.txt fetch that brought it was given its slot at the rate
+    /// before it, so without this the page behind it would wait that
+    /// rate's interval, not the delay.
     pub fn set_crawl_delay(&mut self, p: &HostParams, now: Instant, delay_secs: Option<f64>) {
         let n = self.tick(now);
         let tau = self.tau_ms(p, n);
@@ -381,37 +367,6 @@ impl HostBudget {
         }
     }
 
-    fn note_send(&mut self, n: u64) {
-        if let Some(last) = get(self.sent) {
-            // Long idle gaps are capped so one quiet spell does not read as
-            // a crawl of one request a day.
-            let gap = n.saturating_sub(last).clamp(1, MAX_SEND_GAP_MS);
-            self.gaps = [gap as u16, self.gaps[0]]; // at most 10 000
-        }
-        self.sent = put(n);
-    }
-
-    /// The rate that drew a throttle: the nominal rate, or the pace requests
-    /// really went out at when that was slower (the rate runs ahead of the
-    /// sends while it climbs, since a slot is spaced at the rate in force
-    /// when it was reserved). The pace is that of the last two gaps: two
-    /// gaps are what the commonest limit, N requests in a sliding window,
-    /// first refuses when the pace creeps past it, and one gap alone would
-    /// read a late send followed by a punctual one as a burst.
-    fn drawn_rate_u(&self, p: &HostParams, n: u64) -> u32 {
-        let nominal = self.rate_u(p, n);
-        let (count, span) = self
-            .gaps
-            .iter()
-            .filter(|&&g| g != GAP_NONE)
-            .fold((0u64, 0u64), |(c, s), &g| (c + 1, s + u64::from(g)));
-        if count == 0 {
-            return nominal;
-        }
-        let pace = count * 1_000_000_000 / span.max(1);
-        nominal.min(u32::try_from(pace).unwrap_or(u32::MAX)).max(1)
-    }
-
     fn throttle(
         &mut self,
         p: &HostParams,
@@ -427,11 +382,18 @@ impl HostBudget {
         }
         let rate_before = self.drawn_rate_u(p, n);
         let floor = p.floor_u();
-        let ceiling = scale(rate_before, p.ceiling_factor).max(floor);
-        let rate = scale(rate_before, p.throttle_rate_factor)
+        // A burst of ours above a ceiling already learned reads high; it
+        // says nothing new of the site's limit and must not lift it.
+        let ceiling = scale(rate_before, p.ceiling_factor)
+            .min(self.ceiling_u(p, n))
+            .max(floor);
+        // Halved from the rate in force, or from the pace when the sends
+        // lagged it: a burst drew the 429, not the rate.
+        let from = self.rate_u(p, n).min(rate_before);
+        let rate = scale(from, p.throttle_rate_factor)
             .max(floor)
             .min(ceiling)
-            .min(rate_before);
+            .min(from);
 
         if let Some(last) = get(self.throttled) {
             let d = u32::try_from(n.saturating_sub(last)).unwrap_or(NONE);
@@ -441,6 +403,7 @@ impl HostBudget {
             self.history[0] = d;
         }
         self.throttled = put(n);
+        self.restart_window();
         self.ceiling = ceiling;
         self.rate = rate;
         self.concurrency = scale_count(self.concurrency_limit(p), p.concurrency_factor);
@@ -494,6 +457,7 @@ impl HostBudget {
             &mut self.pause,
             &mut self.throttled,
             &mut self.sent,
+            &mut self.since,
         ] {
             *t = match get(*t) {
                 Some(v) if v > shift => put(v - shift),
@@ -698,7 +662,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_host_is_80_bytes() {
-        assert_eq!(std::mem::size_of::<HostBudget>(), 80);
+    fn a_host_is_88_bytes() {
+        assert_eq!(std::mem::size_of::<HostBudget>(), 88);
     }
 }

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::ParamError;
 
 /// The most 429s the breaker can be set to count: the throttle history per
-/// host is a fixed ring of this many entries, to keep a host at 80 bytes.
+/// host is a fixed ring of this many entries, to keep a host at 88 bytes.
 pub const MAX_BREAKER_THRESHOLD: u32 = 5;
 
 /// Highest rate a host may be given, in requests per second. Rates are kept

@@ -218,30 +218,12 @@ impl Budgets {
     /// Waits for `host`'s turn: a rate slot in arrival order, the end of a
     /// pause, a free concurrency slot. Gives up at `deadline` with the
     /// budget's refusal.
+    /// Every request the origin sees takes its turn here: pages, their
+    /// retries, robots.txt and each of its redirects.
     pub(crate) async fn acquire(
         self: &Arc<Self>,
         host: &str,
         deadline: Instant,
-    ) -> Result<Permit, Refusal> {
-        self.acquire_as(host, deadline, false).await
-    }
-
-    /// [`Budgets::acquire`] for a robots.txt fetch: its slot is not charged,
-    /// so the page waiting for the rules goes right after it (the policy's
-    /// `admit_robots`).
-    pub(crate) async fn acquire_for_robots(
-        self: &Arc<Self>,
-        host: &str,
-        deadline: Instant,
-    ) -> Result<Permit, Refusal> {
-        self.acquire_as(host, deadline, true).await
-    }
-
-    async fn acquire_as(
-        self: &Arc<Self>,
-        host: &str,
-        deadline: Instant,
-        robots: bool,
     ) -> Result<Permit, Refusal> {
         let key = host_key(host).into_owned();
         let line = self.line(&key);
@@ -264,7 +246,7 @@ impl Budgets {
         let now = self.clock.now();
         let mut reserved = now;
         let (reservation, admitted_on) = self
-            .admit(&key, now, deadline.saturating_duration_since(now), robots)
+            .admit(&key, now, deadline.saturating_duration_since(now))
             .await;
         match reservation {
             Reservation::Refuse(r) => return Err(r),
@@ -348,21 +330,17 @@ impl Budgets {
             .await;
     }
 
-    /// Reserves `key`'s next slot; a robots.txt fetch's slot is not charged
-    /// (`HostBudget::admit_robots`). With Redis, also what it was decided on.
+    /// Reserves `key`'s next slot. With Redis, also what it was decided on.
     async fn admit(
         &self,
         key: &str,
         now: Instant,
         hold_left: Duration,
-        robots: bool,
     ) -> (Reservation, Option<Basis>) {
         let (now, wall) = (now.into_std(), self.clock.wall());
         let shared = |d: mannerly_state::hosts::Decided<Reservation>| (d.value, Some(d.basis));
         match &self.backend {
-            Backend::Memory(m) if robots => (m.admit_robots(key, now, hold_left), None),
             Backend::Memory(m) => (m.admit(key, now, hold_left), None),
-            Backend::Redis(r) if robots => shared(r.admit_robots(key, now, wall, hold_left).await),
             Backend::Redis(r) => shared(r.admit(key, now, wall, hold_left).await),
         }
     }

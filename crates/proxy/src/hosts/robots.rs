@@ -25,7 +25,7 @@ use crate::answer::{failure, Stop};
 use crate::body::empty;
 use crate::clock::Clock;
 use crate::error::Source;
-use crate::hosts::budget::Budgets;
+use crate::hosts::budget::{Budgets, Permit};
 use crate::identity::Signer;
 use crate::target::Target;
 use crate::upstream::conns::{ConnHandle, ReleaseOnEnd};
@@ -102,8 +102,10 @@ impl RobotsCache {
 
     /// The rules for `target`, fetching robots.txt first when needed.
     /// `on_fetch` is called for every fetch actually made (for its audit line).
-    /// The fetch spends from the host's budget like any request; a host
-    /// that is paused longer than `deadline` allows gives the budget's refusal.
+    /// Each request of the fetch (redirects included) takes a turn of its
+    /// host's budget like any request, so the page behind it waits its
+    /// interval; a host that is paused longer than `deadline` allows gives
+    /// the budget's refusal.
     pub(crate) async fn rules(
         &self,
         client: &UpstreamClient,
@@ -134,9 +136,15 @@ impl RobotsCache {
                 cluster::Next::Fetch(claim) => claim,
             };
         let permit = budgets
-            .acquire_for_robots(&target.host, deadline)
+            .acquire(&target.host, deadline)
             .await
             .map_err(Unfetched::Budget)?;
+        let mut pacing = Pacing {
+            budgets,
+            deadline,
+            permit: Some(permit),
+            refused: None,
+        };
         let timeout = Duration::from_secs_f64(self.params.fetch_timeout_secs);
         let url = format!("{key}robots.txt");
         let report = match tokio::time::timeout(
@@ -147,6 +155,7 @@ impl RobotsCache {
                 user_agent,
                 self.params.max_redirects,
                 self.identity.as_deref().map(|s| (s, &self.clock)),
+                Some(&mut pacing),
             ),
         )
         .await
@@ -163,16 +172,21 @@ impl RobotsCache {
                 stop: None,
             },
         };
-        match report.status {
-            Some(status) => {
+        match (report.status, pacing.permit.take()) {
+            (Some(status), Some(permit)) => {
                 let announced = Announced::from_headers(&report.headers, self.clock.wall());
                 permit
                     .respond(status, report.retry_after.as_deref(), announced.as_ref())
                     .await;
             }
-            None => drop(permit),
+            (_, permit) => drop(permit),
         }
         on_fetch(&report);
+        if let Some(refusal) = pacing.refused {
+            // A redirect the budget would not hold: the rules are unknown
+            // for now, as when the first request is refused.
+            return Err(Unfetched::Budget(refusal));
+        }
         cluster::publish(claim, &key, &report.result, &self.params, self.clock.wall()).await;
         let rules = self.install(&key, &slot, &report.result, self.clock.now_std());
         match report.stop {
@@ -308,29 +322,76 @@ impl RobotsCache {
     }
 }
 
+/// The budget turns of one robots.txt fetch: the permit of the request in
+/// flight, and a refusal that ended the fetch.
+pub(crate) struct Pacing<'a> {
+    budgets: &'a Arc<Budgets>,
+    deadline: Instant,
+    permit: Option<Permit>,
+    refused: Option<Refusal>,
+}
+
+impl Pacing<'_> {
+    /// Gives back the turn of a hop answered `status` and takes one of the
+    /// host `next` points at: the origin counts a redirect like any request.
+    /// `false` when the budget would not hold the next hop.
+    async fn next_hop(&mut self, status: u16, next: &Uri) -> bool {
+        if let Some(permit) = self.permit.take() {
+            permit.respond(status, None, None).await;
+        }
+        let Some(host) = next.host() else {
+            return true;
+        };
+        match self.budgets.acquire(host, self.deadline).await {
+            Ok(p) => {
+                self.permit = Some(p);
+                true
+            }
+            Err(r) => {
+                self.refused = Some(r);
+                false
+            }
+        }
+    }
+}
+
 /// Fetches `url`, following redirects; the guard applies to every hop
-/// because every hop goes through the same connector.
+/// because every hop goes through the same connector. With `pacing`, each
+/// redirect waits for its host's turn.
 pub(crate) async fn fetch(
     client: &UpstreamClient,
     url: &str,
     user_agent: Option<&HeaderValue>,
     max_redirects: u32,
     identity: Option<(&Signer, &Clock)>,
+    pacing: Option<&mut Pacing<'_>>,
 ) -> FetchReport {
     let mut keyid = None;
-    let mut report = fetch_hops(client, url, user_agent, max_redirects, identity, &mut keyid).await;
+    let hops = Hops {
+        max_redirects,
+        identity,
+        pacing,
+    };
+    let mut report = fetch_hops(client, url, user_agent, hops, &mut keyid).await;
     report.keyid = keyid;
     report
+}
+
+/// How a fetch follows its redirects.
+struct Hops<'a, 'p> {
+    max_redirects: u32,
+    identity: Option<(&'a Signer, &'a Clock)>,
+    pacing: Option<&'a mut Pacing<'p>>,
 }
 
 async fn fetch_hops(
     client: &UpstreamClient,
     url: &str,
     user_agent: Option<&HeaderValue>,
-    max_redirects: u32,
-    identity: Option<(&Signer, &Clock)>,
+    mut how: Hops<'_, '_>,
     keyid: &mut Option<KeyId>,
 ) -> FetchReport {
+    let (max_redirects, identity) = (how.max_redirects, how.identity);
     let mut current = url.to_string();
     let mut hops = 0;
     loop {
@@ -346,6 +407,13 @@ async fn fetch_hops(
             Hop::Redirect { status, to } => match to {
                 Some(next) if hops < max_redirects => {
                     hops += 1;
+                    if let (Some(pacing), Ok(next_uri)) = (how.pacing.as_mut(), next.parse()) {
+                        if !pacing.next_hop(status, &next_uri).await {
+                            let why =
+                                format!("the host's budget would not hold the redirect to {next}");
+                            return report(url, Some(status), FetchResult::Failed(why));
+                        }
+                    }
                     current = next;
                 }
                 Some(_) => return report(url, Some(status), FetchResult::TooManyRedirects),

@@ -201,19 +201,6 @@ impl RedisHosts {
             .await
     }
 
-    /// [`HostBudget::admit_robots`] on the shared budget: the slot of a
-    /// robots.txt fetch, not charged to the page behind it.
-    pub async fn admit_robots(
-        &self,
-        host: &str,
-        now: Instant,
-        wall: SystemTime,
-        hold_left: Duration,
-    ) -> Decided<Reservation> {
-        self.reserve(host, now, wall, |b, p| b.admit_robots(p, now, hold_left))
-            .await
-    }
-
     /// A slot reservation on the shared budget, no lease involved.
     async fn reserve(
         &self,

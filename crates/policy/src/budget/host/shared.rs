@@ -13,17 +13,19 @@ use super::super::params::HostParams;
 use super::{get, HostBudget, GAP_NONE, MAX_SEND_GAP_MS, NONE, RING};
 
 /// First byte of an encoded budget; a layout change gets a new one.
-const LAYOUT: u8 = 4;
+const LAYOUT: u8 = 5;
 /// Encoded length: layout, base, 3 + RING + 5 `u32`s, 2 `u16`s, 2 bytes,
-/// then (layout 2) the announced cap, then (layout 4) the latest slot given.
+/// then (layout 2) the announced cap, then (layout 4) the latest slot given,
+/// then (layout 5) the long pace window: its start, sends and accepted pace.
 /// Layout 3 has layout 2's length: its fifth `u32` holds the last two gaps
 /// between sends (two `u16`s, newest first) where layout 2 held one
 /// smoothed gap.
-pub const ENCODED_LEN: usize = LAYOUT_2_LEN + 4;
-/// Layouts 1 to 3 are still read, so that a cluster can be upgraded one
+pub const ENCODED_LEN: usize = LAYOUT_4_LEN + 8;
+/// Layouts 1 to 4 are still read, so that a cluster can be upgraded one
 /// proxy at a time. Layout 1 had no announced cap.
 const LAYOUT_1_LEN: usize = 1 + 8 + 4 * (3 + RING + 5) + 2 * 2 + 2;
 const LAYOUT_2_LEN: usize = LAYOUT_1_LEN + 4;
+const LAYOUT_4_LEN: usize = LAYOUT_2_LEN + 4;
 
 /// Why stored bytes are not a budget.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -66,6 +68,9 @@ impl HostBudget {
         out.push(u8::from(self.breaker));
         out.extend_from_slice(&self.announced.to_le_bytes());
         out.extend_from_slice(&self.slot.to_le_bytes());
+        out.extend_from_slice(&self.since.to_le_bytes());
+        out.extend_from_slice(&self.sends.to_le_bytes());
+        out.extend_from_slice(&self.accepted.to_le_bytes());
         out
     }
 
@@ -82,7 +87,10 @@ impl HostBudget {
     ) -> Result<HostBudget, DecodeError> {
         let known = matches!(
             (bytes.first(), bytes.len()),
-            (Some(&LAYOUT), ENCODED_LEN) | (Some(2 | 3), LAYOUT_2_LEN) | (Some(1), LAYOUT_1_LEN)
+            (Some(&LAYOUT), ENCODED_LEN)
+                | (Some(4), LAYOUT_4_LEN)
+                | (Some(2 | 3), LAYOUT_2_LEN)
+                | (Some(1), LAYOUT_1_LEN)
         );
         if !known {
             return Err(DecodeError::Layout {
@@ -113,7 +121,11 @@ impl HostBudget {
             false => absent,
         };
         let announced = optional(LAYOUT_2_LEN, 0);
-        let slot = optional(ENCODED_LEN, NONE);
+        let slot = optional(LAYOUT_4_LEN, NONE);
+        // Layout 5's window; an older proxy's budget starts one afresh.
+        let since = optional(ENCODED_LEN, NONE);
+        let counts = optional(ENCODED_LEN, 0);
+        let (sends, accepted) = (counts as u16, (counts >> 16) as u16);
 
         let mut b = HostBudget::new(p, now);
         b.tat = tat;
@@ -138,6 +150,9 @@ impl HostBudget {
         b.strikes = strikes;
         b.breaker = breaker;
         b.announced = announced;
+        b.since = since;
+        b.sends = sends;
+        b.accepted = accepted;
         b.rebase_to(base_us, now, wall);
         Ok(b)
     }
@@ -317,6 +332,23 @@ mod tests {
         let b = HostBudget::decode(&p, &bytes, 1, now, UNIX_EPOCH).expect("decodes");
         assert_eq!((b.slot, b.tat, b.announced), (NONE, a.tat, a.announced));
         assert_eq!(b.gaps, a.gaps);
+    }
+
+    /// Layout 5 carries the long pace window; layout 4 did not, and reads
+    /// as a budget whose window starts at its next send.
+    #[test]
+    fn the_pace_window_survives_the_trip_and_layout_4_reads_without_it() {
+        let t0 = Instant::now();
+        let (p, a) = ahead_of_its_sends(t0);
+        let now = t0 + Duration::from_millis(900);
+        let mut bytes = a.encode(now, UNIX_EPOCH);
+        let b = HostBudget::decode(&p, &bytes, 1, now, UNIX_EPOCH).expect("decodes");
+        assert_eq!((b.since, b.sends, b.accepted), (a.since, 3, a.accepted));
+        bytes[0] = 4;
+        bytes.truncate(LAYOUT_4_LEN);
+        let b = HostBudget::decode(&p, &bytes, 1, now, UNIX_EPOCH).expect("decodes");
+        assert_eq!((b.since, b.sends, b.accepted), (NONE, 0, 0));
+        assert_eq!((b.slot, b.gaps), (a.slot, a.gaps));
     }
 
     /// Layout 2 kept one smoothed gap where layout 3 keeps the last two: a

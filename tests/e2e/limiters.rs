@@ -1,0 +1,108 @@
+//! Real rate limiters count every request a client sends, robots.txt and
+//! its redirects included: Debian's nginx `limit_req` (started here, see
+//! `examples/limiters.rs`) and a strict "one request per 500 ms" origin.
+//! The proxy runs on the default budget; the tests check conduct as the
+//! origin logged it, not timings.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use super::limiters_bench::{impatient, Limit, Limiter};
+use super::support::*;
+
+const PAGES: usize = 20;
+
+/// An impatient client (`PAGES` GETs at 5/s, nothing done about 429s)
+/// through the proxy on its default budget, against nginx with `limit`.
+async fn crawl_nginx(limit: Limit) {
+    if !have_tool("nginx", "nginx-light") {
+        return;
+    }
+    let limiter = Limiter::start(limit).expect("nginx starts");
+    let mut proxy = TestProxy::start(|c| c.budget = Default::default()).await;
+    let base = format!("http://127.0.0.1:{}", limiter.port);
+    let crawl = impatient(&proxy.client(), &base, PAGES).await;
+    let lines = proxy.stop().await;
+    let served = limiter.served();
+
+    // Every page delivered, robots.txt fetched once and counted by nginx.
+    assert_eq!((crawl.delivered, crawl.refused), (PAGES, 0), "{served:?}");
+    assert_eq!((served.robots, served.pages), (1, PAGES), "{served:?}");
+    assert_eq!(served.statuses[0], ("/robots.txt".to_string(), 200));
+    // The first page took its turn behind robots.txt: nginx let it in.
+    assert_eq!(served.statuses[1].1, 200, "{served:?}");
+    // At most the goal's two 429s, each one learned from.
+    assert!(served.throttled <= 2, "{served:?}");
+    assert_eq!(with_outcome(&lines, "throttled").len(), served.throttled);
+    assert_eq!(with_outcome(&lines, "robots_fetched").len(), 1);
+}
+
+#[tokio::test]
+async fn nginx_limit_req_without_burst_sees_robots_txt_and_pages_in_its_pace() {
+    crawl_nginx(Limit::NoBurst).await;
+}
+
+#[tokio::test]
+async fn nginx_limit_req_with_a_burst_is_probed_past_at_most_twice() {
+    crawl_nginx(Limit::Burst5).await;
+}
+
+/// Answers 429 to any request less than 500 ms after the last one it let
+/// in (what `limit_req rate=2r/s` without a burst does); robots.txt is a
+/// redirect to /robots-real.txt.
+fn strict_origin(log: Arc<Mutex<Vec<(String, u16)>>>) -> Handler {
+    let last: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
+    handler(move |req| {
+        let (log, last) = (log.clone(), last.clone());
+        async move {
+            let path = req.uri().path().to_string();
+            let now = Instant::now();
+            let status = {
+                let mut last = last.lock().unwrap();
+                match *last {
+                    Some(t) if now.duration_since(t).as_millis() < 500 => 429,
+                    _ => {
+                        *last = Some(now);
+                        if path == "/robots.txt" {
+                            301
+                        } else {
+                            200
+                        }
+                    }
+                }
+            };
+            log.lock().unwrap().push((path.clone(), status));
+            let mut r = text(status, "");
+            if status == 301 {
+                r.headers_mut()
+                    .insert("location", "/robots-real.txt".parse().unwrap());
+            }
+            r
+        }
+    })
+}
+
+#[tokio::test]
+async fn each_redirect_of_a_robots_txt_fetch_takes_its_own_turn() {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let origin = Origin::http(strict_origin(log.clone())).await;
+    let mut proxy = TestProxy::start(|c| c.budget = Default::default()).await;
+    let r = proxy
+        .client()
+        .get(format!("http://127.0.0.1:{}/page", origin.port()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", decision(&r));
+    let seen = log.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        [
+            ("/robots.txt".to_string(), 301),
+            ("/robots-real.txt".to_string(), 200),
+            ("/page".to_string(), 200),
+        ]
+    );
+    let lines = proxy.stop().await;
+    assert_eq!(with_outcome(&lines, "robots_fetched").len(), 1);
+}
