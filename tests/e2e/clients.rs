@@ -26,6 +26,7 @@ impl Setup {
         let (hp, sp) = (plain.port(), secure.port());
         let ca_path = origin_ca.pem_path.clone();
         let proxy = TestProxy::start(|c| {
+            assert_eq!(c.proxy.connect_ports, vec![443, 80], "the shipped list");
             c.upstream.extra_roots = vec![ca_path];
             resolve_to_loopback(c, &format!("plain.test:{hp}"), hp);
             resolve_to_loopback(c, &format!("secure.test:{sp}"), sp);
@@ -174,6 +175,9 @@ async fn scrapy_with_the_proxy_variables_alone() {
     s.fetched_both("scrapy", cmd).await;
 }
 
+/// Node's `EnvHttpProxyAgent` sends `CONNECT plain.test:PORT` for the
+/// `http://` page too: with the shipped `proxy.connect_ports` (443, 80),
+/// that tunnel's plain HTTP walks the pipeline whatever its port.
 #[tokio::test]
 async fn node_with_extra_ca_certs_and_env_http_proxy_agent() {
     let Some(node_dir) = undici_dir() else {

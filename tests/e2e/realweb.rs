@@ -268,52 +268,6 @@ const agent = new ProxyAgent({
     assert!(fetched.contains(&secure_url), "{fetched:?}");
 }
 
-/// Node's `EnvHttpProxyAgent` (what `HTTP_PROXY` gives a Node crawler)
-/// sends `CONNECT 127.0.0.1:PORT` for an `http://` URL on any port: with
-/// the shipped `connect_ports`, the tunnel's plain HTTP walks the pipeline.
-#[tokio::test]
-async fn node_reaches_an_http_origin_on_any_port_through_env_http_proxy_agent() {
-    let Some(node_dir) = undici_dir() else {
-        return;
-    };
-    let origin = Origin::http(handler(|_| async { text(200, "hello node") })).await;
-    let mut proxy = TestProxy::start(|c| {
-        assert_eq!(c.proxy.connect_ports, vec![443, 80], "the shipped list");
-    })
-    .await;
-    let script = r#"
-const { EnvHttpProxyAgent, fetch } = require('undici');
-(async () => {
-  const r = await fetch(process.argv[1], { dispatcher: new EnvHttpProxyAgent() });
-  console.log(r.status, r.headers.get('mannerly-decision'), await r.text());
-})().catch((e) => { console.error(e, e.cause); process.exit(1); });
-"#;
-    let url = format!("http://127.0.0.1:{}/page", origin.port());
-    let proxy_url = proxy.url();
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("node")
-            .arg("-e")
-            .arg(script)
-            .arg(url)
-            .current_dir(node_dir)
-            .env("HTTP_PROXY", proxy_url)
-            .env_remove("NO_PROXY")
-            .env_remove("no_proxy")
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    assert!(stdout.starts_with("200 fetched; waited_ms="), "{stdout}");
-    assert!(stdout.contains("hello node"), "{stdout}");
-    assert_eq!(origin.seen.count("/page"), 1);
-    let lines = proxy.stop().await;
-    assert_eq!(with_outcome(&lines, "fetched").len(), 1, "{lines:#?}");
-}
-
 /// An HTTP/1.0 origin (Python's `http.server`) answers `HTTP/1.0`; the
 /// client is answered in its own HTTP/1.1 and keeps its one connection.
 #[tokio::test]
