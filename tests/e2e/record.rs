@@ -408,3 +408,92 @@ async fn inward_ipv6_ranges_are_blocked_before_connecting() {
         assert!(body.contains(class), "{host}: {body}");
     }
 }
+
+/// A large body (streamed while the request holds the host's turn) that
+/// trickles is cut once it falls behind `proxy.body_min_rate` after the
+/// grace: 408 `source: client` (before: held until the origin's first-byte
+/// timeout, then 504 blamed on the origin), and the host's next request
+/// is served.
+#[tokio::test]
+async fn a_trickling_large_body_is_the_client_s_408() {
+    use http_body_util::BodyExt;
+    use std::io::{Read, Write};
+    let origin = Origin::http(handler(|req| async move {
+        if req.uri().path() == "/robots.txt" {
+            return text(404, "");
+        }
+        let n = req
+            .into_body()
+            .collect()
+            .await
+            .map_or(0, |b| b.to_bytes().len());
+        text(200, format!("got {n}"))
+    }))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        ("MANNERLY_PROXY__BODY_MIN_RATE", "500"),
+        ("MANNERLY_PROXY__BODY_RATE_GRACE_SECS", "1"),
+        ("MANNERLY_BUDGET__CONCURRENCY", "1"),
+    ];
+    let bin = RunningBinary::start(dir.path(), &env);
+    let url = format!("http://127.0.0.1:{}/upload", origin.port());
+    let (addr, u) = (bin.addr.clone(), url.clone());
+    let answer = tokio::task::spawn_blocking(move || {
+        let mut conn = std::net::TcpStream::connect(&addr).unwrap();
+        write!(
+            conn,
+            "POST {u} HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n"
+        )
+        .unwrap();
+        conn.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let mut got = Vec::new();
+        // A byte every 200 ms, 5 B/s, until the proxy answers (bounded).
+        for _ in 0..300 {
+            if conn.write_all(b"x").is_err() {
+                break;
+            }
+            let mut buf = [0u8; 4096];
+            match conn.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    got.extend_from_slice(&buf[..n]);
+                    if got.windows(4).any(|w| w == b"\r\n\r\n") {
+                        break;
+                    }
+                }
+                Err(_) => {}
+            }
+        }
+        String::from_utf8_lossy(&got).to_string()
+    })
+    .await
+    .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(
+        answer.to_lowercase().contains("mannerly-decision: error"),
+        "{answer}"
+    );
+    let audit = dir.path().join("audit.jsonl");
+    let line = line_where(&audit, |l| l["url"] == url.as_str())
+        .await
+        .unwrap();
+    assert_eq!(line["status"], 408, "{line}");
+    assert_eq!(line["source"], "client", "{line}");
+    assert!(
+        line["reason"]
+            .as_str()
+            .unwrap()
+            .contains("slower than 500 bytes/s"),
+        "{line}"
+    );
+    // The host's one slot is free again.
+    let r = bin
+        .client()
+        .get(format!("http://127.0.0.1:{}/next", origin.port()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+}

@@ -179,6 +179,12 @@ pub struct ProxyConfig {
     /// Longest silence inside a client's request body; longer gets 408.
     #[serde(rename = "body_idle_timeout_secs", deserialize_with = "seconds")]
     pub body_idle_timeout: Duration,
+    /// Slowest a request body may come, bytes/s, once the grace is over
+    /// (as Apache's mod_reqtimeout `MinRate`); 0 turns it off.
+    pub body_min_rate: u64,
+    /// Time a request body has before `body_min_rate` counts.
+    #[serde(rename = "body_rate_grace_secs", deserialize_with = "seconds")]
+    pub body_rate_grace: Duration,
     /// Leaf certificates kept in memory.
     pub leaf_cache: usize,
     /// Proxy authentication: `none` or `basic` (users in `users_file`).
@@ -235,6 +241,8 @@ impl Default for ProxyConfig {
             header_read_timeout: Duration::from_secs(10),
             shutdown_grace: Duration::from_secs(10),
             body_idle_timeout: Duration::from_secs(10),
+            body_min_rate: 500,
+            body_rate_grace: Duration::from_secs(10),
             leaf_cache: 1024,
             auth: ProxyAuth::None,
             users_file: String::new(),

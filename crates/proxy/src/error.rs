@@ -293,13 +293,23 @@ pub(crate) enum ClientBodyError {
     /// The body could not be read (bad chunk size, connection lost).
     #[error("the client's request body is broken: {0}")]
     Broken(String),
+    /// The body came slower than `proxy.body_min_rate` after the grace.
+    #[error("the client's request body came slower than {rate} bytes/s after a {grace:?} grace ({got} bytes)")]
+    TooSlow {
+        /// The minimum rate, bytes/s.
+        rate: u64,
+        /// Time allowed before the rate counts.
+        grace: Duration,
+        /// Body bytes received by then.
+        got: u64,
+    },
 }
 
 impl ClientBodyError {
     /// The status the client gets.
     pub(crate) fn status(&self) -> u16 {
         match self {
-            ClientBodyError::Idle(_) => 408,
+            ClientBodyError::Idle(_) | ClientBodyError::TooSlow { .. } => 408,
             ClientBodyError::Broken(_) => 400,
         }
     }

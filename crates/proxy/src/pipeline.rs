@@ -27,7 +27,7 @@ use tokio::time::Instant;
 
 use crate::answer::{failure, Stop};
 use crate::body::ProxyBody;
-use crate::clients::body::{ClientBody, Received};
+use crate::clients::body::{ClientBody, Pace, Received};
 use crate::error::ConnectError;
 use crate::hosts::budget::Permit;
 use crate::hosts::robots::{self, Unfetched};
@@ -318,8 +318,14 @@ impl Exchange {
     /// The client's body: read whole when small, so that a slow client does
     /// not hold the host's turn; a silence past the idle limit is a 408.
     async fn client_body(&mut self, body: Incoming) -> Step<ClientBody> {
-        let idle = self.shared.cfg.proxy.body_idle_timeout;
-        ClientBody::read(body, idle, self.received.clone())
+        let p = &self.shared.cfg.proxy;
+        let pace = Pace {
+            idle: p.body_idle_timeout,
+            min_rate: p.body_min_rate,
+            grace: p.body_rate_grace,
+            start: self.shared.clock.now(),
+        };
+        ClientBody::read(body, pace, self.received.clone())
             .await
             .map_err(|e| failure::client_body(&e))
     }

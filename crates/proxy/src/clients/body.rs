@@ -17,7 +17,7 @@ use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use tokio::time::Sleep;
+use tokio::time::{Instant, Sleep};
 
 use crate::body::{boxed, full, BoxError, ProxyBody};
 use crate::error::ClientBodyError;
@@ -53,7 +53,7 @@ impl ClientBody {
     /// bytes, waiting at most `idle` between its frames.
     pub(crate) async fn read(
         body: Incoming,
-        idle: Duration,
+        pace: Pace,
         received: Received,
     ) -> Result<ClientBody, ClientBodyError> {
         if body.is_end_stream() {
@@ -66,12 +66,12 @@ impl ClientBody {
         let small = body.size_hint().upper().is_some_and(|n| n <= READ_AHEAD);
         if !small {
             return Ok(ClientBody {
-                body: Some(boxed(Idle::new(body, idle, received.clone()))),
+                body: Some(boxed(Idle::new(body, pace, received.clone()))),
                 resendable: false,
                 buffered: None,
             });
         }
-        let mut body = Idle::new(body, idle, received.clone());
+        let mut body = Idle::new(body, pace, received.clone());
         let mut buf = BytesMut::new();
         while let Some(frame) = body.frame().await {
             let frame = frame?;
@@ -109,17 +109,43 @@ impl ClientBody {
 /// client's.
 struct Idle {
     inner: Incoming,
-    idle: Duration,
+    pace: Pace,
     sleep: Option<Pin<Box<Sleep>>>,
+    /// Fires when the body is behind its minimum rate.
+    behind: Pin<Box<Sleep>>,
     received: Received,
 }
 
+/// How slow a client's body may come: the longest silence, and the
+/// minimum average rate once the grace is over.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Pace {
+    pub idle: Duration,
+    /// Bytes/s; 0: no minimum.
+    pub min_rate: u64,
+    pub grace: Duration,
+    /// When the body began to be read.
+    pub start: Instant,
+}
+
+impl Pace {
+    /// When a body that has sent `got` bytes is behind the minimum rate:
+    /// each `min_rate` bytes buy a second more (mod_reqtimeout's MinRate).
+    fn behind_at(&self, got: u64) -> Option<Instant> {
+        let earned = Duration::from_secs_f64(got as f64 / self.min_rate as f64);
+        (self.min_rate > 0).then(|| self.start + self.grace + earned)
+    }
+}
+
 impl Idle {
-    fn new(inner: Incoming, idle: Duration, received: Received) -> Idle {
+    fn new(inner: Incoming, pace: Pace, received: Received) -> Idle {
+        let far = pace.start + Duration::from_secs(86_400 * 365);
+        let behind = Box::pin(tokio::time::sleep_until(pace.behind_at(0).unwrap_or(far)));
         Idle {
             inner,
-            idle,
+            pace,
             sleep: None,
+            behind,
             received,
         }
     }
@@ -143,14 +169,28 @@ impl Body for Idle {
                 Poll::Ready(r.map(|f| f.map_err(|e| ClientBodyError::Broken(e.to_string()))))
             }
             Poll::Pending => {
-                let idle = this.idle;
+                let idle = this.pace.idle;
                 let sleep = this
                     .sleep
                     .get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
-                match sleep.as_mut().poll(cx) {
-                    Poll::Ready(()) => Poll::Ready(Some(Err(ClientBodyError::Idle(idle)))),
-                    Poll::Pending => Poll::Pending,
+                if sleep.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Some(Err(ClientBodyError::Idle(idle))));
                 }
+                let got = this.received.get();
+                if let Some(at) = this.pace.behind_at(got) {
+                    if this.behind.deadline() != at {
+                        this.behind.as_mut().reset(at);
+                    }
+                    if this.behind.as_mut().poll(cx).is_ready() {
+                        let (rate, grace) = (this.pace.min_rate, this.pace.grace);
+                        return Poll::Ready(Some(Err(ClientBodyError::TooSlow {
+                            rate,
+                            grace,
+                            got,
+                        })));
+                    }
+                }
+                Poll::Pending
             }
         }
     }
