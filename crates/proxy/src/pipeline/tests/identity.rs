@@ -42,7 +42,9 @@ async fn a_configured_key_signs_the_request_and_the_record_names_it() {
     assert!(x.rec.signed);
     assert_eq!(x.rec.keyid.as_deref(), Some(keyid.as_str()));
 
-    assert_eq!(h["signature-agent"], format!("sig1=\"{AGENT}\""));
+    // -01: the member is the key directory's URL, an origin expanded to it.
+    let directory = format!("{AGENT}/.well-known/http-message-signatures-directory");
+    assert_eq!(h["signature-agent"], format!("sig1=\"{directory}\""));
     let params = format!(
         "(\"@authority\" \"signature-agent\";key=\"sig1\");created={WALL};keyid=\"{keyid}\";alg=\"ed25519\";expires={};tag=\"web-bot-auth\"",
         WALL + 300
@@ -59,7 +61,7 @@ async fn a_configured_key_signs_the_request_and_the_record_names_it() {
         .expect("base64");
     let sig = Signature::from_slice(&sig).expect("64 bytes");
     let base = format!(
-        "\"@authority\": example.org:8080\n\"signature-agent\";key=\"sig1\": \"{AGENT}\"\n\"@signature-params\": {params}"
+        "\"@authority\": example.org:8080\n\"signature-agent\";key=\"sig1\": \"{directory}\"\n\"@signature-params\": {params}"
     );
     key.verifying_key()
         .verify(base.as_bytes(), &sig)
