@@ -114,11 +114,7 @@ async fn checkpoints_catch_truncation_edits_deletions_and_rechaining() {
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("cannot be detected"), "{out}");
 
-    let rows: Vec<String> = std::fs::read_to_string(&path)
-        .unwrap()
-        .lines()
-        .map(str::to_string)
-        .collect();
+    let rows = log_rows(&path);
     let tmp = tempfile::tempdir().unwrap();
     let f = tmp.path().join("forged.jsonl");
 
@@ -317,11 +313,7 @@ async fn a_log_cut_at_a_checkpoint_is_not_sealed() {
     let (code, out) = verify(Some(&key), &[&path]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("last: clean shutdown"), "{out}");
-    let rows: Vec<String> = std::fs::read_to_string(&path)
-        .unwrap()
-        .lines()
-        .map(str::to_string)
-        .collect();
+    let rows = log_rows(&path);
     let tmp = tempfile::tempdir().unwrap();
     let cut = tmp.path().join("cut.jsonl");
     write(&cut, &rows[..11]);
@@ -379,4 +371,13 @@ async fn sighup_seals_the_file_and_reopens_the_path() {
     let key = pubkey(dir.path());
     let (code, out) = verify(Some(&key), &[&moved, &audit]);
     assert_eq!(code, 0, "{out}");
+}
+
+/// The lines of an audit log file, as written.
+fn log_rows(path: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
 }
