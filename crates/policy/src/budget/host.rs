@@ -389,7 +389,8 @@ impl HostBudget {
             .max(floor);
         // Halved from the rate in force, or from the pace when the sends
         // lagged it: a burst drew the 429, not the rate.
-        let from = self.rate_u(p, n).min(rate_before);
+        // Never below the floor, even when the sends lagged it.
+        let from = self.rate_u(p, n).min(rate_before).max(floor);
         let rate = scale(from, p.throttle_rate_factor)
             .max(floor)
             .min(ceiling)
