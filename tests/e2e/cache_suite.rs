@@ -122,9 +122,18 @@ fn check_mode(mode: &str, serve_fresh: &str) {
         .expect("expectations for the mode");
     let mut changed = Vec::new();
     for (id, (kind, result)) in &got {
-        match want.get(id).and_then(|v| v.as_str()) {
-            Some(w) if w.split('|').any(|w| w == result) => {}
-            w => changed.push(format!("{id} ({kind}): expected {w:?}, got {result}")),
+        let w = want.get(id).and_then(|v| v.as_str());
+        let seen: Vec<&str> = w.map_or(Vec::new(), |w| w.split('|').collect());
+        // Only a test that passed before may not fail, or fail to be set up
+        // (under load a test that races its own max-age cannot be set up,
+        // which the suite counts as neither): a failing test that passes
+        // or cannot be set up is no regression.
+        let regressed = !seen.contains(&result.as_str())
+            && (seen.contains(&"pass") || result == "fail" || w.is_none());
+        if regressed {
+            changed.push(format!("{id} ({kind}): expected {w:?}, got {result}"));
+        } else if !seen.contains(&result.as_str()) {
+            eprintln!("{mode}: {id} ({kind}): expected {w:?}, got {result} (not a regression)");
         }
     }
     for id in want.keys().filter(|id| !got.contains_key(*id)) {
