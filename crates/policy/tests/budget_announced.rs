@@ -78,15 +78,17 @@ fn an_announcement_re_spaces_the_queue_behind_a_slot_already_held() {
     let t0 = Instant::now();
     let mut b = HostBudget::new(&p, t0);
     assert_eq!(b.admit(&p, t0), Reservation::Go);
-    // A second connection holds the next slot, 1 s away at the start rate.
-    assert_eq!(b.admit(&p, t0), Reservation::Wait(Duration::from_secs(1)));
+    // A second connection goes on the first slot's loan; a third holds
+    // the next slot, 2 s away at the start rate (it repays the loan).
+    assert_eq!(b.admit(&p, t0), Reservation::Go);
+    assert_eq!(b.admit(&p, t0), Reservation::Wait(Duration::from_secs(2)));
     let a = ietf(2, 1, 1, 1);
     let at = t0 + Duration::from_millis(5);
     assert_eq!(answer(&mut b, &p, at, 200, &a).rate(), 1.9);
     // The held slot stays; the one after it is 527 ms later, not 1 s.
     assert_eq!(
         b.admit(&p, at),
-        Reservation::Wait(Duration::from_millis(1522))
+        Reservation::Wait(Duration::from_millis(2522))
     );
     // A lower announcement spaces the next slot behind that one at its pace.
     let lower = ietf(1, 2, 1, 2);
@@ -94,7 +96,7 @@ fn an_announcement_re_spaces_the_queue_behind_a_slot_already_held() {
     assert_eq!(answer(&mut b, &p, at, 200, &lower).rate(), 0.475);
     assert_eq!(
         b.admit(&p, at),
-        Reservation::Wait(Duration::from_millis(527 + 2106))
+        Reservation::Wait(Duration::from_millis(1527 + 2106))
     );
 }
 

@@ -231,21 +231,28 @@ fn reservations_are_fifo_and_spaced_at_one_over_rate() {
     let p = defaults();
     let mut b = HostBudget::new(&p, t0);
     let got: Vec<_> = (0..4).map(|_| b.admit(&p, t0)).collect();
+    // A new host's first slot is lent to the second; the third pays for
+    // both, so three requests still take two intervals.
     assert_eq!(
         got,
         [
             Reservation::Go,
-            Reservation::Wait(secs(1)),
+            Reservation::Go,
             Reservation::Wait(secs(2)),
             Reservation::Wait(secs(3))
         ]
     );
     assert_eq!(b.view(&p, t0).queued, 3);
+    let more: Vec<_> = (0..2).map(|_| b.admit(&p, t0)).collect();
+    assert_eq!(
+        more,
+        [Reservation::Wait(secs(4)), Reservation::Wait(secs(5))]
+    );
 
     let p = with(|p| p.start_rate = 8.0);
     let mut b = HostBudget::new(&p, t0);
     assert_eq!(b.admit(&p, t0), Reservation::Go);
-    assert_eq!(b.admit(&p, t0 + ms(30)), Reservation::Wait(ms(95)));
+    assert_eq!(b.admit(&p, t0 + ms(30)), Reservation::Go);
     assert_eq!(b.admit(&p, t0 + ms(30)), Reservation::Wait(ms(220)));
     // An idle host's bucket refills: no wait after a gap.
     assert_eq!(b.admit(&p, t0 + ms(2000)), Reservation::Go);
@@ -271,7 +278,8 @@ fn a_wait_beyond_max_hold_or_the_queue_bound_is_refused_and_reserves_nothing() {
     let p = defaults();
     let mut b = HostBudget::new(&p, t0);
     for i in 0..=30 {
-        let want = if i == 0 {
+        // The second goes on the first slot's loan.
+        let want = if i <= 1 {
             Reservation::Go
         } else {
             Reservation::Wait(secs(i))
@@ -305,7 +313,7 @@ fn a_wait_beyond_max_hold_or_the_queue_bound_is_refused_and_reserves_nothing() {
         got,
         [
             Reservation::Go,
-            Reservation::Wait(secs(1)),
+            Reservation::Go,
             Reservation::Wait(secs(2)),
             Reservation::Refuse(Refusal::QueueFull {
                 retry_after: secs(3)
@@ -343,21 +351,22 @@ fn a_woken_waiter_rechecks_the_pause() {
     let p = defaults();
     let t0 = Instant::now();
     for (ra, want) in [
-        ("10", Start::Wait(ms(9500))),
+        ("10", Start::Wait(ms(8500))),
         (
             "40",
             Start::Refuse(Refusal::Paused {
-                retry_after: ms(39_500),
+                retry_after: ms(38_500),
             }),
         ),
     ] {
         let mut b = HostBudget::new(&p, t0);
         assert_eq!(b.admit(&p, t0), Reservation::Go);
         assert_eq!(b.try_start(&p, t0, HOLD), Start::Go);
-        assert_eq!(b.admit(&p, t0), Reservation::Wait(secs(1)));
-        // The first request draws a 429 while the second sleeps.
+        assert_eq!(b.admit(&p, t0), Reservation::Go, "on the first's loan");
+        assert_eq!(b.admit(&p, t0), Reservation::Wait(secs(2)));
+        // The first request draws a 429 while the third sleeps.
         throttled(respond(&mut b, &p, t0, ms(500), 429, Some(ra)));
-        assert_eq!(b.try_start(&p, t0 + secs(1), HOLD - secs(1)), want);
+        assert_eq!(b.try_start(&p, t0 + secs(2), HOLD - secs(2)), want);
     }
 }
 
@@ -530,8 +539,10 @@ fn an_idle_host_is_forgettable_once_its_bucket_has_refilled() {
     assert_eq!(b.try_start(&p, t0, HOLD), Start::Go);
     assert!(!b.is_idle(t0 + secs(2)));
     ok_rate(respond(&mut b, &p, t0, ms(200), 200, None));
-    assert!(!b.forgettable(&p, t0 + ms(999)));
-    assert!(b.forgettable(&p, t0 + secs(1)));
+    // The first slot's loan is owed for one interval (834 ms at 1.2/s):
+    // forgotten before, a fresh budget would lend again.
+    assert!(!b.forgettable(&p, t0 + ms(833)));
+    assert!(b.forgettable(&p, t0 + ms(834)));
 }
 
 #[test]
@@ -569,7 +580,8 @@ fn slots_promised_before_a_throttle_are_reserved_again_at_the_lowered_rate() {
     });
     let t0 = Instant::now();
     let mut b = HostBudget::new(&p, t0);
-    // Four waiters promised slots 250 ms apart at 4/s.
+    // Four waiters promised slots 250 ms apart at 4/s, the second on the
+    // first slot's loan.
     let promised: Vec<_> = (0..4)
         .map(|_| match b.admit(&p, t0) {
             Reservation::Go => Duration::ZERO,
@@ -577,7 +589,7 @@ fn slots_promised_before_a_throttle_are_reserved_again_at_the_lowered_rate() {
             other => panic!("{other:?}"),
         })
         .collect();
-    assert_eq!(promised, [ms(0), ms(250), ms(500), ms(750)]);
+    assert_eq!(promised, [ms(0), ms(0), ms(500), ms(750)]);
     assert_eq!(b.try_start(&p, t0, HOLD), Start::Go);
     let t = throttled(respond(&mut b, &p, t0, ms(100), 429, Some("1")));
     assert_eq!((t.rate, t.pause), (2.0, secs(1)));
@@ -640,25 +652,61 @@ fn robots_fetch(b: &mut HostBudget, p: &HostParams, t0: Instant, delay: Option<f
 }
 
 #[test]
-fn a_new_hosts_robots_fetch_costs_its_first_page_one_interval() {
+fn a_new_hosts_robots_fetch_lends_its_slot_to_the_first_page() {
     let p = defaults();
     let t0 = Instant::now();
     let mut b = HostBudget::new(&p, t0);
     robots_fetch(&mut b, &p, t0, None);
-    // The origin counts robots.txt: the first page goes one interval
-    // after it, at the rate robots.txt was reserved at (1/s)...
-    assert_eq!(b.admit(&p, t0 + ms(10)), Reservation::Wait(ms(990)));
-    assert_eq!(b.try_start(&p, t0 + secs(1), HOLD), Start::Go);
-    // ...and the second page 1/1.2 s after that, rounded up to whole
-    // milliseconds (slow start: 1.44/s after the page, 695 ms, from then on).
-    assert_eq!(
-        ok_rate(respond(&mut b, &p, t0, ms(1010), 200, None)).0,
-        1.44
-    );
-    assert_eq!(b.admit(&p, t0 + ms(1010)), Reservation::Wait(ms(824)));
+    // The origin counts robots.txt, and the page goes at once on its
+    // slot's loan...
+    assert_eq!(b.admit(&p, t0 + ms(10)), Reservation::Go);
+    send(&mut b, &p, t0, ms(10));
+    assert_eq!(ok_rate(respond(&mut b, &p, t0, ms(20), 200, None)).0, 1.44);
+    // ...and the second page repays it: two intervals at 1.2/s (834 ms,
+    // rounded up to whole milliseconds) after robots.txt, then one at
+    // 1.44/s (695 ms).
+    assert_eq!(b.admit(&p, t0 + ms(20)), Reservation::Wait(ms(1648)));
     // Looking the rules up again changes nothing.
-    b.set_crawl_delay(&p, t0 + ms(1010), None);
-    assert_eq!(b.admit(&p, t0 + ms(1010)), Reservation::Wait(ms(824 + 695)));
+    b.set_crawl_delay(&p, t0 + ms(20), None);
+    assert_eq!(b.admit(&p, t0 + ms(20)), Reservation::Wait(ms(1648 + 695)));
+}
+
+#[test]
+fn a_429_on_the_loan_is_two_requests_in_a_second() {
+    // A limit with no burst (nginx limit_req without burst) refuses the
+    // page sent 5 ms after robots.txt: the origin saw two requests in that
+    // second, not 200/s.
+    let p = defaults();
+    let t0 = Instant::now();
+    let mut b = HostBudget::new(&p, t0);
+    robots_fetch(&mut b, &p, t0, None);
+    assert_eq!(b.admit(&p, t0 + ms(15)), Reservation::Go);
+    send(&mut b, &p, t0, ms(15));
+    let t = throttled(respond(&mut b, &p, t0, ms(20), 429, Some("1")));
+    // The pace the origin saw is halved, not the rate (1.2/s) it never
+    // refused.
+    assert_eq!((t.rate_before, t.ceiling, t.rate), (2.0, 1.6, 1.0));
+    // Nothing is lent again: the next page waits the pause's end.
+    assert_eq!(b.admit(&p, t0 + ms(20)), Reservation::Wait(ms(1000)));
+    assert_eq!(b.admit(&p, t0 + ms(20)), Reservation::Wait(ms(2000)));
+}
+
+#[test]
+fn nothing_is_lent_under_a_crawl_delay_or_a_burst() {
+    let p = defaults();
+    let t0 = Instant::now();
+    let mut b = HostBudget::new(&p, t0);
+    b.set_crawl_delay(&p, t0, Some(2.0));
+    assert_eq!(b.admit(&p, t0), Reservation::Go);
+    assert_eq!(b.admit(&p, t0), Reservation::Wait(secs(2)));
+    // A burst of two already lets two go together; the loan adds none.
+    let p = with(|p| p.burst = 2);
+    let mut b = HostBudget::new(&p, t0);
+    let got: Vec<_> = (0..3).map(|_| b.admit(&p, t0)).collect();
+    assert_eq!(
+        got,
+        [Reservation::Go, Reservation::Go, Reservation::Wait(secs(1))]
+    );
 }
 
 #[test]

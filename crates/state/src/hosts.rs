@@ -78,6 +78,10 @@ pub trait HostStore: Send + Sync {
     /// `params(host).max_hold()` for a new request.
     fn admit(&self, host: &str, now: Instant, hold_left: Duration) -> Reservation;
 
+    /// [`HostStore::admit`] for a request that may not go on the first
+    /// slot's loan ([`mannerly_policy::budget::HostBudget::admit_own_within`]).
+    fn admit_own(&self, host: &str, now: Instant, hold_left: Duration) -> Reservation;
+
     /// Re-checks the pause and takes an in-flight slot once the reserved
     /// slot has come ([`mannerly_policy::budget::HostBudget::try_start`]).
     fn try_start(&self, host: &str, now: Instant, hold_left: Duration) -> Start;

@@ -232,6 +232,8 @@ impl HostBudget {
                 self.announced = cap;
                 self.rate = cap;
             }
+            // The site said what it takes: nothing goes early on a loan.
+            self.flags &= !(super::host::LENT | super::host::ON_LOAN);
             // The next slot was spaced at the old rate: it is re-spaced
             // from the last one given at the new rate, so the request right
             // after the announcement already goes at the announced pace,

@@ -65,8 +65,20 @@ pub struct HostBudget {
     pub(super) in_flight: u16,
     pub(super) streak: u16,
     pub(super) strikes: u8,
-    pub(super) breaker: bool,
+    /// `BREAKER`: the pause is the breaker's. `LENT`: the host's first
+    /// reservation lent the second its slot ([`HostBudget::admit_within`]).
+    pub(super) flags: u8,
 }
+
+/// `flags`: the pause in force is an open breaker.
+pub(super) const BREAKER: u8 = 1;
+/// `flags`: the next reservation may take the slot the first one lent.
+pub(super) const LENT: u8 = 2;
+/// `flags`: the latest reservation went early on the loan; its send is
+/// read as half a second after the one it borrowed from (`pace.rs`).
+pub(super) const ON_LOAN: u8 = 4;
+/// `flags`: the latest send went on the loan.
+pub(super) const LOAN_SENT: u8 = 8;
 
 // === impl HostBudget ===
 
@@ -93,7 +105,7 @@ impl HostBudget {
             in_flight: 0,
             streak: 0,
             strikes: 0,
-            breaker: false,
+            flags: 0,
         }
     }
 
@@ -107,6 +119,16 @@ impl HostBudget {
     ///
     /// A slot is never before the end of a pause. Nothing is reserved when
     /// the answer is `Refuse`.
+    ///
+    /// A host never sent to (nor throttled) lends its first reservation's
+    /// slot to the second: the two may go together, and the third waits
+    /// two intervals from the first. For a new origin the first request
+    /// is its robots.txt fetch, which sites count like any request; without
+    /// the loan the page a crawler asked for would wait a whole interval
+    /// behind it (a second at the start rate), and a crawl of many new
+    /// hosts would go at one page per client per second. Over the first
+    /// three requests the pace is still the rate's. A Crawl-delay, a burst
+    /// above one, or any throttle leaves nothing to lend.
     pub fn admit_within(
         &mut self,
         p: &HostParams,
@@ -118,6 +140,12 @@ impl HostBudget {
             return Reservation::Refuse(refusal);
         }
         let interval = self.interval_ms(p, n);
+        let lend = self.tat == NONE
+            && self.sent == NONE
+            && self.throttled == NONE
+            && self.crawl_delay_ms == 0
+            && p.burst <= 1;
+        let owed = self.flags & LENT != 0;
         let tau = self.tau_ms(p, n);
         let pause = get(self.pause).unwrap_or(0);
         let tat = get(self.tat).unwrap_or(0);
@@ -134,13 +162,42 @@ impl HostBudget {
                 return Reservation::Refuse(Refusal::Paced { retry_after: wait });
             }
         }
-        self.tat = put(tat.max(slot) + interval);
+        // The lending slot leaves `tat` where it is; the one on the loan
+        // pays for both.
+        self.tat = put(match (lend, owed) {
+            (true, _) => slot,
+            (false, true) => (tat + interval).max(slot) + interval,
+            (false, false) => tat.max(slot) + interval,
+        });
+        let early = owed && slot < tat + interval;
         self.slot = put(slot);
+        self.flags &= !(LENT | ON_LOAN);
+        self.flags |= if lend { LENT } else { 0 } | if early { ON_LOAN } else { 0 };
         if slot > n {
             Reservation::Wait(wait)
         } else {
             Reservation::Go
         }
+    }
+
+    /// [`HostBudget::admit_within`] for a request that may not go on the
+    /// first slot's loan: a redirect of the robots.txt fetch that lent it.
+    /// The loan is called in (the lending slot takes its whole interval),
+    /// so the page behind the redirect waits its turn as well.
+    pub fn admit_own_within(
+        &mut self,
+        p: &HostParams,
+        now: Instant,
+        hold_left: Duration,
+    ) -> Reservation {
+        let n = self.tick(now);
+        if self.flags & LENT != 0 {
+            if let Some(tat) = get(self.tat) {
+                self.tat = put(tat + self.interval_ms(p, n));
+            }
+            self.flags &= !LENT;
+        }
+        self.admit_within(p, now, hold_left)
     }
 
     /// Called when a reserved slot has come (or a concurrency waiter woke):
@@ -273,6 +330,10 @@ impl HostBudget {
             _ => 0,
         };
         self.keep_next_slot(p, n, tau);
+        if self.crawl_delay_ms > 0 {
+            // The site asked for its spacing: nothing goes early.
+            self.flags &= !(LENT | ON_LOAN);
+        }
         if self.crawl_delay_ms != before && self.crawl_delay_ms > 0 {
             if let Some(sent) = get(self.sent) {
                 let next = sent + u64::from(self.crawl_delay_ms) + self.tau_ms(p, n);
@@ -294,7 +355,7 @@ impl HostBudget {
             in_flight: u32::from(self.in_flight),
             queued: u32::try_from(self.queued(p, n)).unwrap_or(u32::MAX),
             paused_for: paused,
-            breaker_open_for: paused.filter(|_| self.breaker),
+            breaker_open_for: paused.filter(|_| self.breaker()),
             crawl_delay: (self.crawl_delay_ms > 0)
                 .then(|| Duration::from_millis(u64::from(self.crawl_delay_ms))),
             announced_rate: (self.announced > 0).then(|| f(self.announced)),
@@ -322,10 +383,18 @@ impl HostBudget {
         let n = self.ms(now);
         let slow = self.rate_u(p, n) < p.start_u().min(self.cap_u(p, n));
         let long_idle = get(self.tat).is_none_or(|t| n >= t.saturating_add(p.relax_ms()));
-        self.is_idle(now) && self.ceiling_u(p, n) >= p.max_u() && (!slow || long_idle)
+        // A loan outstanding is owed for one interval after the lending
+        // slot; a fresh budget would lend again.
+        let owed =
+            self.flags & LENT != 0 && get(self.tat).is_some_and(|t| n < t + self.interval_ms(p, n));
+        self.is_idle(now) && !owed && self.ceiling_u(p, n) >= p.max_u() && (!slow || long_idle)
     }
 
     // --- internals ---
+
+    pub(super) fn breaker(&self) -> bool {
+        self.flags & BREAKER != 0
+    }
 
     /// A 429 that arrives while the host is already paused answers a request
     /// sent before the pause began (nothing is sent during one): it is the
@@ -390,7 +459,14 @@ impl HostBudget {
         // Halved from the rate in force, or from the pace when the sends
         // lagged it: a burst drew the 429, not the rate.
         // Never below the floor, even when the sends lagged it.
-        let from = self.rate_u(p, n).min(rate_before).max(floor);
+        // A 429 on the loan was drawn by two requests together, not by
+        // the rate, which the origin has not refused: the pace it saw is
+        // what is halved.
+        let from = match self.flags & LOAN_SENT {
+            0 => self.rate_u(p, n).min(rate_before),
+            _ => rate_before,
+        }
+        .max(floor);
         let rate = scale(from, p.throttle_rate_factor)
             .max(floor)
             .min(ceiling)
@@ -404,6 +480,7 @@ impl HostBudget {
             self.history[0] = d;
         }
         self.throttled = put(n);
+        self.flags &= !(LENT | ON_LOAN | LOAN_SENT);
         self.restart_window();
         self.ceiling = ceiling;
         self.rate = rate;
@@ -422,7 +499,7 @@ impl HostBudget {
         let breaker_opened = self.recent_throttles(p, n) >= p.breaker_threshold;
         if breaker_opened {
             until = until.max(from + p.breaker_open_ms());
-            self.breaker = true;
+            self.flags |= BREAKER;
             // Counting starts afresh once the breaker has opened: the same
             // 429s must not open it again when it closes.
             self.history = [NONE; RING];
@@ -479,7 +556,7 @@ impl HostBudget {
         }
         if get(self.pause).is_some_and(|u| u <= n) {
             self.pause = NONE;
-            self.breaker = false;
+            self.flags &= !BREAKER;
         }
         n
     }
@@ -490,7 +567,7 @@ impl HostBudget {
         if retry_after <= hold_left {
             return None;
         }
-        Some(if self.breaker {
+        Some(if self.breaker() {
             Refusal::BreakerOpen { retry_after }
         } else {
             Refusal::Paused { retry_after }

@@ -61,7 +61,7 @@ impl HostBudget {
             throttled_at_ms: throttled.map(unix),
             earlier_throttles_ms: earlier,
             paused_until_ms: paused.map(unix),
-            breaker: self.breaker && paused.is_some(),
+            breaker: self.breaker() && paused.is_some(),
             concurrency: u32::from(self.concurrency),
             strikes: self.strikes,
             crawl_delay_secs: (self.crawl_delay_ms > 0)
@@ -116,7 +116,9 @@ impl HostBudget {
         if let Some(u) = saved.paused_until_ms.and_then(local).filter(|&u| u > n) {
             let u = u.min(n + KEEP_MS);
             b.pause = put(u);
-            b.breaker = saved.breaker;
+            if saved.breaker {
+                b.flags |= super::host::BREAKER;
+            }
             b.tat = put(u + b.tau_ms(p, n));
         }
         b.concurrency = u16::try_from(saved.concurrency)

@@ -31,7 +31,7 @@ impl HostBudget {
     pub fn reset(&mut self, p: &HostParams, now: Instant) -> ResetReport {
         let before = self.view(p, now);
         self.pause = NONE;
-        self.breaker = false;
+        self.flags &= !super::host::BREAKER;
         self.throttled = NONE;
         self.history.fill(NONE);
         self.ceiling = p.max_u();

@@ -225,6 +225,26 @@ impl Budgets {
         host: &str,
         deadline: Instant,
     ) -> Result<Permit, Refusal> {
+        self.acquire_turn(host, deadline, Loan::May).await
+    }
+
+    /// [`Budgets::acquire`] for a redirect of a robots.txt fetch: it may
+    /// not go on the loan the fetch's first request made (see
+    /// `HostBudget::admit_within`), nor leave it to the page behind it.
+    pub(crate) async fn acquire_own(
+        self: &Arc<Self>,
+        host: &str,
+        deadline: Instant,
+    ) -> Result<Permit, Refusal> {
+        self.acquire_turn(host, deadline, Loan::Not).await
+    }
+
+    async fn acquire_turn(
+        self: &Arc<Self>,
+        host: &str,
+        deadline: Instant,
+        loan: Loan,
+    ) -> Result<Permit, Refusal> {
         let key = host_key(host).into_owned();
         let line = self.line(&key);
         let params = self.params(&key);
@@ -246,7 +266,7 @@ impl Budgets {
         let now = self.clock.now();
         let mut reserved = now;
         let (reservation, admitted_on) = self
-            .admit(&key, now, deadline.saturating_duration_since(now))
+            .admit(&key, now, deadline.saturating_duration_since(now), loan)
             .await;
         match reservation {
             Reservation::Refuse(r) => return Err(r),
@@ -336,12 +356,15 @@ impl Budgets {
         key: &str,
         now: Instant,
         hold_left: Duration,
+        loan: Loan,
     ) -> (Reservation, Option<Basis>) {
         let (now, wall) = (now.into_std(), self.clock.wall());
         let shared = |d: mannerly_state::hosts::Decided<Reservation>| (d.value, Some(d.basis));
-        match &self.backend {
-            Backend::Memory(m) => (m.admit(key, now, hold_left), None),
-            Backend::Redis(r) => shared(r.admit(key, now, wall, hold_left).await),
+        match (&self.backend, loan) {
+            (Backend::Memory(m), Loan::May) => (m.admit(key, now, hold_left), None),
+            (Backend::Memory(m), Loan::Not) => (m.admit_own(key, now, hold_left), None),
+            (Backend::Redis(r), Loan::May) => shared(r.admit(key, now, wall, hold_left).await),
+            (Backend::Redis(r), Loan::Not) => shared(r.admit_own(key, now, wall, hold_left).await),
         }
     }
 
@@ -550,6 +573,13 @@ impl Drop for Permit {
         }
         self.budgets.wake(&self.host);
     }
+}
+
+/// Whether a request may go on the first slot's loan.
+#[derive(Clone, Copy)]
+enum Loan {
+    May,
+    Not,
 }
 
 #[cfg(test)]

@@ -342,7 +342,7 @@ impl Pacing<'_> {
         let Some(host) = next.host() else {
             return true;
         };
-        match self.budgets.acquire(host, self.deadline).await {
+        match self.budgets.acquire_own(host, self.deadline).await {
             Ok(p) => {
                 self.permit = Some(p);
                 true

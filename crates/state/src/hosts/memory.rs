@@ -94,6 +94,10 @@ impl HostStore for MemoryHosts {
         self.with(host, now, |b, p| b.admit_within(p, now, hold_left))
     }
 
+    fn admit_own(&self, host: &str, now: Instant, hold_left: Duration) -> Reservation {
+        self.with(host, now, |b, p| b.admit_own_within(p, now, hold_left))
+    }
+
     fn try_start(&self, host: &str, now: Instant, hold_left: Duration) -> Start {
         self.with(host, now, |b, p| b.try_start(p, now, hold_left))
     }

@@ -201,6 +201,20 @@ impl RedisHosts {
             .await
     }
 
+    /// [`HostBudget::admit_own_within`] on the shared budget.
+    pub async fn admit_own(
+        &self,
+        host: &str,
+        now: Instant,
+        wall: SystemTime,
+        hold_left: Duration,
+    ) -> Decided<Reservation> {
+        self.reserve(host, now, wall, |b, p| {
+            b.admit_own_within(p, now, hold_left)
+        })
+        .await
+    }
+
     /// A slot reservation on the shared budget, no lease involved.
     async fn reserve(
         &self,

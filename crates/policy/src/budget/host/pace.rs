@@ -17,6 +17,10 @@
 //! - **long**: every send since the window began (the host's first send,
 //!   or the first after its last 429, restarted every `LONG_WINDOW_MS`).
 //!
+//! A send on the first slot's loan (`HostBudget::admit_within`) reads as
+//! half a second after the send it borrowed from: the two are what the
+//! origin received in that second.
+//!
 //! The short read is the rate that drew the 429 unless the origin had
 //! already accepted that pace since the window began: then what it limits
 //! is a volume over a longer time (a token bucket with a burst, nginx
@@ -24,7 +28,7 @@
 //! is what it let through.
 
 use super::super::params::HostParams;
-use super::{get, put, HostBudget, NONE};
+use super::{get, put, HostBudget, LOAN_SENT, NONE, ON_LOAN};
 
 /// Longest gap between two sends that counts towards the short read.
 pub(super) const MAX_SEND_GAP_MS: u64 = 10_000;
@@ -48,10 +52,21 @@ impl HostBudget {
         if let Some(last) = get(self.sent) {
             // Long idle gaps are capped so one quiet spell does not read as
             // a crawl of one request a day.
-            let gap = n.saturating_sub(last).clamp(1, MAX_SEND_GAP_MS);
+            let mut gap = n.saturating_sub(last).clamp(1, MAX_SEND_GAP_MS);
+            if self.flags & ON_LOAN != 0 {
+                // Two requests together on the first slot's loan are what
+                // the origin received in that second: 2/s, not the
+                // inverse of a gap of a few milliseconds, which would
+                // teach nothing of its limit.
+                gap = gap.max(SHORT_WINDOW_MS / 2);
+            }
             self.gaps = [gap as u16, self.gaps[0]]; // at most 10 000
         }
         self.sent = put(n);
+        self.flags = match self.flags & ON_LOAN {
+            0 => self.flags & !LOAN_SENT,
+            _ => (self.flags & !ON_LOAN) | LOAN_SENT,
+        };
         match get(self.since) {
             Some(since) if n.saturating_sub(since) < LONG_WINDOW_MS => {
                 self.sends = self.sends.saturating_add(1);

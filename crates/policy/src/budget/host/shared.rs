@@ -10,18 +10,23 @@
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::super::params::HostParams;
-use super::{get, HostBudget, GAP_NONE, MAX_SEND_GAP_MS, NONE, RING};
+use super::{
+    get, HostBudget, BREAKER, GAP_NONE, LENT, LOAN_SENT, MAX_SEND_GAP_MS, NONE, ON_LOAN, RING,
+};
 
 /// First byte of an encoded budget; a layout change gets a new one.
-const LAYOUT: u8 = 5;
+const LAYOUT: u8 = 6;
 /// Encoded length: layout, base, 3 + RING + 5 `u32`s, 2 `u16`s, 2 bytes,
 /// then (layout 2) the announced cap, then (layout 4) the latest slot given,
 /// then (layout 5) the long pace window: its start, sends and accepted pace.
+/// Layout 6 has layout 5's length: its flags byte holds the open breaker
+/// (bit 0), the first slot's loan (bit 1), a reservation on it (bit 2)
+/// and a send on it (bit 3) where layout 5 held the breaker alone.
 /// Layout 3 has layout 2's length: its fifth `u32` holds the last two gaps
 /// between sends (two `u16`s, newest first) where layout 2 held one
 /// smoothed gap.
 pub const ENCODED_LEN: usize = LAYOUT_4_LEN + 8;
-/// Layouts 1 to 4 are still read, so that a cluster can be upgraded one
+/// Layouts 1 to 5 are still read, so that a cluster can be upgraded one
 /// proxy at a time. Layout 1 had no announced cap.
 const LAYOUT_1_LEN: usize = 1 + 8 + 4 * (3 + RING + 5) + 2 * 2 + 2;
 const LAYOUT_2_LEN: usize = LAYOUT_1_LEN + 4;
@@ -65,7 +70,7 @@ impl HostBudget {
         out.extend_from_slice(&self.concurrency.to_le_bytes());
         out.extend_from_slice(&self.streak.to_le_bytes());
         out.push(self.strikes);
-        out.push(u8::from(self.breaker));
+        out.push(self.flags);
         out.extend_from_slice(&self.announced.to_le_bytes());
         out.extend_from_slice(&self.slot.to_le_bytes());
         out.extend_from_slice(&self.since.to_le_bytes());
@@ -87,7 +92,7 @@ impl HostBudget {
     ) -> Result<HostBudget, DecodeError> {
         let known = matches!(
             (bytes.first(), bytes.len()),
-            (Some(&LAYOUT), ENCODED_LEN)
+            (Some(5 | 6), ENCODED_LEN)
                 | (Some(4), LAYOUT_4_LEN)
                 | (Some(2 | 3), LAYOUT_2_LEN)
                 | (Some(1), LAYOUT_1_LEN)
@@ -115,7 +120,10 @@ impl HostBudget {
         let concurrency = u16::from_le_bytes(take(2).try_into().unwrap_or([0; 2]));
         let streak = u16::from_le_bytes(take(2).try_into().unwrap_or([0; 2]));
         let strikes = take(1)[0];
-        let breaker = take(1)[0] != 0;
+        let flags = match (bytes[0], take(1)[0]) {
+            (LAYOUT, flags) => flags & (BREAKER | LENT | ON_LOAN | LOAN_SENT),
+            (_, breaker) => u8::from(breaker != 0) * BREAKER,
+        };
         let mut optional = |from_len: usize, absent: u32| match bytes.len() >= from_len {
             true => u32::from_le_bytes(take(4).try_into().unwrap_or([0; 4])),
             false => absent,
@@ -148,7 +156,7 @@ impl HostBudget {
         b.in_flight = u16::try_from(in_flight).unwrap_or(u16::MAX);
         b.streak = streak;
         b.strikes = strikes;
-        b.breaker = breaker;
+        b.flags = flags;
         b.announced = announced;
         b.since = since;
         b.sends = sends;
