@@ -196,7 +196,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Interim<S> {
     ) -> Poll<io::Result<()>> {
         // While a request is with the origin, hyper waits on the read side
         // (to see the client go): the moment to send what came meanwhile.
-        self.lane.state().waker = Some(cx.waker().clone());
+        {
+            let mut s = self.lane.state();
+            if !s.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                s.waker = Some(cx.waker().clone());
+            }
+        }
         if let Poll::Ready(Err(e)) = self.drain(cx) {
             return Poll::Ready(Err(e));
         }
