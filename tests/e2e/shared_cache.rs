@@ -325,23 +325,36 @@ async fn an_interim_answer_is_passed_on_first_and_never_stored() {
 }
 
 /// curl, a real client, shows the origin's 103 before the 200 it got
-/// through the proxy.
+/// through the proxy: in absolute form, and inside a CONNECT tunnel
+/// (`-p`), whose HTTP the proxy serves itself.
 #[tokio::test]
 async fn curl_sees_the_early_hints_through_the_proxy() {
     if !have_tool("curl", "curl") {
         return;
     }
-    let gate = Arc::new(tokio::sync::Semaphore::new(1));
+    let gate = Arc::new(tokio::sync::Semaphore::new(2));
     let port = early_hints_origin(gate).await;
     let mut proxy = TestProxy::start(|_| {}).await;
-    let mut cmd = std::process::Command::new("curl");
-    cmd.args(["-sS", "-i", "--max-time", "60", "-x", &proxy.url()])
-        .arg(format!("http://127.0.0.1:{port}/curl"));
-    let out = tool_stdout(cmd).await;
-    let hint = out.find("HTTP/1.1 103 Early Hints").expect(&out);
-    let link = out.find("link: </style.css>; rel=preload").expect(&out);
-    let ok = out.find("HTTP/1.1 200 OK").expect(&out);
-    assert!(hint < link && link < ok, "{out}");
-    assert!(out.ends_with("page"), "{out}");
-    proxy.stop().await;
+    for (how, path) in [(None, "/absolute"), (Some("-p"), "/tunnel")] {
+        let mut cmd = std::process::Command::new("curl");
+        cmd.args(["-sS", "-i", "--max-time", "60", "-x", &proxy.url()])
+            .args(how)
+            .arg(format!("http://127.0.0.1:{port}{path}"));
+        let out = tool_stdout(cmd).await;
+        let hint = out.find("HTTP/1.1 103 Early Hints").expect(&out);
+        let link = out.find("link: </style.css>; rel=preload").expect(&out);
+        let ok = out.rfind("HTTP/1.1 200 OK").expect(&out);
+        assert!(hint < link && link < ok, "{out}");
+        assert!(out.ends_with("page"), "{out}");
+    }
+    let lines = proxy.stop().await;
+    for path in ["/absolute", "/tunnel"] {
+        assert!(
+            lines
+                .iter()
+                .any(|l| l["url"].as_str().is_some_and(|u| u.ends_with(path))
+                    && l["outcome"] == "fetched"),
+            "{path}: {lines:?}"
+        );
+    }
 }
