@@ -7,4 +7,5 @@ pub(crate) mod auth;
 pub(crate) mod body;
 pub(crate) mod heads;
 pub(crate) mod intake;
+pub(crate) mod interim;
 pub(crate) mod limits;

@@ -28,6 +28,7 @@ use tokio::time::Instant;
 use crate::answer::{failure, Stop};
 use crate::body::ProxyBody;
 use crate::clients::body::{ClientBody, Pace, Received};
+use crate::clients::interim::Lane;
 use crate::error::ConnectError;
 use crate::hosts::budget::Permit;
 use crate::hosts::robots::{self, Unfetched};
@@ -370,6 +371,11 @@ impl Exchange {
             .map_err(failure::bad_request)?;
         if let Some(validators) = &cache.validators {
             r.headers_mut().extend(validators.clone());
+        }
+        // 1xx interim answers go on to an HTTP/1.1 client (RFC 9110
+        // §15.2); hyper's client hands them over (HTTP/1 origins only).
+        if let Some(lane) = r.extensions_mut().remove::<Lane>() {
+            lane.watch(parts.version, &mut r);
         }
         Ok(r)
     }

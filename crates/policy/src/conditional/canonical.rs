@@ -105,11 +105,12 @@ pub(super) fn without_hop_by_hop(headers: &HeaderMap) -> HeaderMap {
 /// - Cache-Control directive names are case-insensitive (RFC 9111 §5.2);
 ///   the library matches them as written, so `No-CaChE` was served fresh.
 ///   Names are lower-cased here, arguments kept.
-/// - `Age` is delta-seconds; a list uses its first member (RFC 9111 §5.1),
-///   where the library read `7200, 0` as no Age at all. A value that is
-///   not delta-seconds (`abc`, `-1`, `1.5`) says nothing we can trust
-///   about the age, so the response is taken as stale: the largest age
-///   (2^31, RFC 9111 §1.2.2).
+/// - `Age` is delta-seconds; a list (one line or several) uses its first
+///   member (RFC 9111 §5.1), where the library read `7200, 0` as no Age at
+///   all. A first member that is not delta-seconds (`abc`, `-1`, `1.5`,
+///   `7200;x=1`) is ignored, as §5.1 says ("a cache SHOULD ignore the
+///   field"). One past 2^31 is 2^31 (§1.2.2 MUST), where the library read
+///   one past 2^64 as 0.
 /// - An `Expires` that is not an HTTP-date (RFC 9110 §5.6.7) means
 ///   already expired (RFC 9111 §5.3); the library's RFC 2822 parser took
 ///   some (extra spaces) as valid, and refused the RFC 850 and asctime
@@ -127,6 +128,7 @@ pub(super) fn for_library(headers: &HeaderMap) -> Option<HeaderMap> {
         let digits = v.as_bytes();
         headers.get_all(header::AGE).iter().count() > 1
             || digits.is_empty()
+            || digits.len() > AGE_DIGITS
             || !digits.iter().all(u8::is_ascii_digit)
     });
     let expires = headers
@@ -147,7 +149,10 @@ pub(super) fn for_library(headers: &HeaderMap) -> Option<HeaderMap> {
         }
     }
     if let Some(first) = headers.get(header::AGE).filter(|_| age) {
-        out.insert(header::AGE, read_age(first));
+        match read_age(first) {
+            Some(seconds) => out.insert(header::AGE, seconds),
+            None => out.remove(header::AGE),
+        };
     }
     if let Some(expires) = expires {
         out.insert(header::EXPIRES, expires);
@@ -169,16 +174,24 @@ fn lowered_directives(v: &HeaderValue) -> Option<HeaderValue> {
     HeaderValue::from_str(&lowered.join(",")).ok()
 }
 
-/// The first member of an `Age` line as delta-seconds, or 2^31 when it is
-/// not delta-seconds.
-fn read_age(v: &HeaderValue) -> HeaderValue {
+/// Digits of the longest `Age` the library is handed as it is (below 2^31
+/// has 10).
+const AGE_DIGITS: usize = 10;
+
+/// The first member of the first `Age` line as delta-seconds, at most 2^31;
+/// `None` (ignore the field) when it is not delta-seconds.
+fn read_age(v: &HeaderValue) -> Option<HeaderValue> {
     let first = v.as_bytes().split(|b| *b == b',').next().unwrap_or(b"");
     let first = first.trim_ascii();
-    if !first.is_empty() && first.iter().all(u8::is_ascii_digit) {
-        HeaderValue::from_bytes(first).unwrap_or_else(|_| v.clone())
-    } else {
-        HeaderValue::from_static("2147483648")
+    if first.is_empty() || !first.iter().all(u8::is_ascii_digit) {
+        return None;
     }
+    let capped = std::str::from_utf8(first)
+        .ok()
+        .and_then(|t| t.parse::<u64>().ok())
+        .filter(|s| *s <= 1 << 31)
+        .map_or_else(|| "2147483648".to_string(), |s| s.to_string());
+    HeaderValue::from_str(&capped).ok()
 }
 
 /// An `Expires` as the library reads it: an HTTP-date in any of its three

@@ -23,6 +23,7 @@ use crate::audit::AuditSink;
 use crate::body::ProxyBody;
 use crate::clients::heads::Heads;
 use crate::clients::intake::{read_head, Intake};
+use crate::clients::interim::Interim;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::error::{Source, StartError};
@@ -332,17 +333,22 @@ async fn serve_client(shared: Arc<Shared>, mut stream: TcpStream, peer: SocketAd
         }
     };
     let (io, refused) = Heads::new(stream, prefix, shared.head_limits());
+    let (io, lane) = Interim::new(io);
     let io = TokioIo::new(io);
     let svc_shared = shared.clone();
-    let svc = service_fn(move |req| {
+    let svc = service_fn(move |mut req: Request<Incoming>| {
         let shared = svc_shared.clone();
         let bad = refused.take(&req);
+        let lane = lane.clone();
+        lane.begin();
+        req.extensions_mut().insert(lane.clone());
         async move {
             let mut resp = match bad {
                 Some(bad) => shared.refuse_head(bad, peer),
                 None => dispatch(shared, req, peer).await,
             };
             crate::audit::line_written(&mut resp).await;
+            lane.answered();
             Ok::<_, Infallible>(resp)
         }
     });

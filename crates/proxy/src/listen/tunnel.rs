@@ -20,6 +20,7 @@ use crate::answer::{failure, Stop, DECISION};
 use crate::body::{empty, ProxyBody};
 use crate::clients::heads::{Heads, Refused};
 use crate::clients::intake::Prefixed;
+use crate::clients::interim::{Interim, Lane};
 use crate::error::Source;
 use crate::listen::connection::drive;
 use crate::pipeline;
@@ -149,9 +150,10 @@ async fn serve_h1<S>(
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let (io, refused) = Heads::new(io, first, shared.head_limits());
+    let (io, lane) = Interim::new(io);
     let mut http = shared.http().http1_only();
     http.http1().writev(writes == Writes::Vectored);
-    let svc = service(&shared, target, peer.clone(), Some(refused));
+    let svc = service(&shared, target, peer.clone(), Some((refused, lane)));
     let conn = http.serve_connection_with_upgrades(TokioIo::new(io), svc);
     drive(&shared, conn, peer.addr).await;
 }
@@ -161,7 +163,7 @@ fn service(
     shared: &Arc<Shared>,
     target: Target,
     peer: Peer,
-    refused: Option<Refused>,
+    h1: Option<(Refused, Lane)>,
 ) -> impl hyper::service::Service<
     Request<Incoming>,
     Response = Response<ProxyBody>,
@@ -169,14 +171,26 @@ fn service(
     Future = impl std::future::Future<Output = Result<Response<ProxyBody>, Infallible>> + Send,
 > + Clone {
     let shared = shared.clone();
-    service_fn(move |req: Request<Incoming>| {
+    service_fn(move |mut req: Request<Incoming>| {
         let shared = shared.clone();
         let (target, peer) = (target.clone(), peer.clone());
-        let bad = refused.as_ref().and_then(|r| r.take(&req));
+        let bad = h1.as_ref().and_then(|(r, _)| r.take(&req));
+        // Over h2, hyper's server gives no way to send a 1xx: no lane.
+        let lane = h1.as_ref().map(|(_, lane)| lane.clone());
+        if let Some(lane) = &lane {
+            lane.begin();
+            req.extensions_mut().insert(lane.clone());
+        }
+        let answered = move || {
+            if let Some(lane) = &lane {
+                lane.answered();
+            }
+        };
         async move {
             if let Some(bad) = bad {
                 let mut resp = shared.refuse_head(bad, peer.addr);
                 crate::audit::line_written(&mut resp).await;
+                answered();
                 return Ok(resp);
             }
             let mut resp =
@@ -188,6 +202,7 @@ fn service(
                 );
             }
             crate::audit::line_written(&mut resp).await;
+            answered();
             Ok::<_, Infallible>(resp)
         }
     })
