@@ -2,12 +2,12 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use super::decision::{HostView, Reaction, Refusal, Reservation, Start, Throttle};
+use super::decision::{HostView, Reaction, Refusal, Reservation, Start};
 use super::params::{millis, HostParams, MAX_BREAKER_THRESHOLD};
-use super::retry_after::parse_retry_after;
 
 mod pace;
 mod shared;
+mod throttle;
 use pace::{GAP_NONE, MAX_SEND_GAP_MS};
 pub use shared::{DecodeError, ENCODED_LEN};
 
@@ -396,135 +396,6 @@ impl HostBudget {
         self.flags & BREAKER != 0
     }
 
-    /// A 429 that arrives while the host is already paused answers a request
-    /// sent before the pause began (nothing is sent during one): it is the
-    /// same episode, so it may lengthen the pause but neither halves the
-    /// rate again nor counts towards the breaker.
-    fn echo(
-        &mut self,
-        p: &HostParams,
-        n: u64,
-        now: Instant,
-        wall: SystemTime,
-        raw: Option<&str>,
-        rate: u32,
-    ) -> Throttle {
-        let retry_after = raw.and_then(|r| parse_retry_after(r, wall, p.max_pause()));
-        let current = get(self.pause).unwrap_or(n);
-        let until = match retry_after {
-            Some(d) => current.max(
-                self.ms_ceil(now)
-                    .saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-            ),
-            None => current,
-        };
-        if until > current {
-            let tau = self.tau_ms(p, n);
-            self.pause = put(until);
-            let next = get(self.tat).map_or(0, |t| t.saturating_sub(tau));
-            self.tat = put(next.max(until) + tau);
-        }
-        Throttle {
-            pause: self.at(until).saturating_duration_since(now),
-            retry_after,
-            retry_after_raw: raw.map(truncate),
-            rate_before: f(rate),
-            rate: f(self.rate_u(p, n)),
-            ceiling: f(self.ceiling_u(p, n)),
-            concurrency: u32::from(self.concurrency_limit(p)),
-            breaker_opened: false,
-        }
-    }
-
-    fn throttle(
-        &mut self,
-        p: &HostParams,
-        n: u64,
-        now: Instant,
-        wall: SystemTime,
-        raw: Option<&str>,
-        jitter: f64,
-    ) -> Throttle {
-        if get(self.pause).is_some_and(|until| until > n) {
-            let rate = self.rate_u(p, n);
-            return self.echo(p, n, now, wall, raw, rate);
-        }
-        let rate_before = self.drawn_rate_u(p, n);
-        let floor = p.floor_u();
-        // A burst of ours above a ceiling already learned reads high; it
-        // says nothing new of the site's limit and must not lift it.
-        let ceiling = scale(rate_before, p.ceiling_factor)
-            .min(self.ceiling_u(p, n))
-            .max(floor);
-        // Halved from the rate in force, or from the pace when the sends
-        // lagged it: a burst drew the 429, not the rate.
-        // Never below the floor, even when the sends lagged it.
-        // A 429 on the loan was drawn by two requests together, not by
-        // the rate, which the origin has not refused: the pace it saw is
-        // what is halved.
-        let from = match self.flags & LOAN_SENT {
-            0 => self.rate_u(p, n).min(rate_before),
-            _ => rate_before,
-        }
-        .max(floor);
-        let rate = scale(from, p.throttle_rate_factor)
-            .max(floor)
-            .min(ceiling)
-            .min(from);
-
-        if let Some(last) = get(self.throttled) {
-            let d = u32::try_from(n.saturating_sub(last)).unwrap_or(NONE);
-            for i in (1..RING).rev() {
-                self.history[i] = self.history[i - 1].saturating_add(d);
-            }
-            self.history[0] = d;
-        }
-        self.throttled = put(n);
-        self.flags &= !(LENT | ON_LOAN | LOAN_SENT);
-        self.restart_window();
-        self.ceiling = ceiling;
-        self.rate = rate;
-        self.concurrency = scale_count(self.concurrency_limit(p), p.concurrency_factor);
-        self.streak = 0;
-        self.strikes = self.strikes.saturating_add(1);
-
-        let retry_after = raw.and_then(|r| parse_retry_after(r, wall, p.max_pause()));
-        let pause_ms = match retry_after {
-            Some(d) => u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
-            None => backoff_ms(p, self.strikes, jitter),
-        };
-        // Round the start up so that a pause is never shorter than asked.
-        let from = self.ms_ceil(now);
-        let mut until = from.saturating_add(pause_ms);
-        let breaker_opened = self.recent_throttles(p, n) >= p.breaker_threshold;
-        if breaker_opened {
-            until = until.max(from + p.breaker_open_ms());
-            self.flags |= BREAKER;
-            // Counting starts afresh once the breaker has opened: the same
-            // 429s must not open it again when it closes.
-            self.history = [NONE; RING];
-        }
-        let until = until.max(get(self.pause).unwrap_or(0));
-        self.pause = put(until);
-        // No burst after a pause: the first slot is its end, then one per
-        // interval. Slots promised before the throttle were spaced for a rate
-        // the site refused; their holders reserve again (`try_start_since`),
-        // so they must not push the new schedule back.
-        self.tat = put(until + self.tau_ms(p, n));
-        self.slot = NONE;
-
-        Throttle {
-            pause: self.at(until).saturating_duration_since(now),
-            retry_after,
-            retry_after_raw: raw.map(truncate),
-            rate_before: f(rate_before),
-            rate: f(self.rate_u(p, n)),
-            ceiling: f(self.ceiling_u(p, n)),
-            concurrency: u32::from(self.concurrency_limit(p)),
-            breaker_opened,
-        }
-    }
-
     /// Moves the stored times `shift` ms earlier after the base moved that
     /// far ahead; those that would fall before the new base are dropped
     /// (they are long past).
@@ -710,29 +581,6 @@ fn scale(micro: u32, factor: f64) -> u32 {
 
 fn scale_count(n: u16, factor: f64) -> u16 {
     ((f64::from(n) * factor).floor() as u16).max(1)
-}
-
-fn backoff_ms(p: &HostParams, strikes: u8, jitter: f64) -> u64 {
-    let doublings = u32::from(strikes.max(1) - 1).min(40);
-    let d = p
-        .backoff_base_ms()
-        .saturating_mul(1u64 << doublings)
-        .min(p.backoff_max_ms());
-    let j = if jitter.is_finite() {
-        jitter.clamp(0.0, 1.0)
-    } else {
-        0.0
-    };
-    let d = (d as f64 * (1.0 - p.backoff_jitter * j)).round() as u64;
-    d.min(p.max_pause_ms())
-}
-
-fn truncate(raw: &str) -> String {
-    let mut end = raw.len().min(RAW_RETRY_AFTER_MAX);
-    while !raw.is_char_boundary(end) {
-        end -= 1;
-    }
-    raw[..end].to_owned()
 }
 
 #[cfg(test)]
