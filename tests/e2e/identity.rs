@@ -387,8 +387,20 @@ fn key_files_written_by_the_cli_load_in_openssl_python_and_node() {
     assert_eq!(code, 0, "{out}");
     let audit_pub = out.trim().to_string();
     let audit_key = mannerly_proxy::audit_key_path(dir.path());
+    // A rotation keeps the old key's private half for its overlap: a key
+    // file mannerly writes too.
+    let (code, out) = mannerly(&["identity", "rotate"], &env);
+    assert_eq!(code, 0, "{out}");
+    let old_keyid = KeyId::of(&signing.verifying_key());
+    let retired = identity_key.with_file_name(format!("identity-key.retired-{old_keyid}.pem"));
+    let rotated = KeyStore::at(identity_key.clone()).load().unwrap();
+    let rotated_pub = mannerly_policy::hex(rotated.verifying_key().as_bytes());
 
-    for (file, expected) in [(&identity_key, &published), (&audit_key, &audit_pub)] {
+    for (file, expected) in [
+        (&identity_key, &rotated_pub),
+        (&retired, &published),
+        (&audit_key, &audit_pub),
+    ] {
         let pem = std::fs::read_to_string(file).unwrap();
         assert!(pem.starts_with("-----BEGIN PRIVATE KEY-----\n"), "{pem}");
         for (tool, derived) in public_key_per_tool(file) {
