@@ -29,6 +29,11 @@ pub trait SiteFile: Send + Sync + 'static {
     fn parse(body: &[u8]) -> Self;
     /// What a 4xx other than 429 says: nothing, everything allowed.
     fn none() -> Self;
+    /// Why a 2xx body was read as saying less than it holds, for the
+    /// fetch's audit line (robots.txt reads whatever it can: never).
+    fn body_reason(_body: &[u8]) -> Option<String> {
+        None
+    }
 }
 
 impl SiteFile for Robots {
@@ -52,6 +57,9 @@ impl SiteFile for TdmFile {
     }
     fn none() -> Self {
         TdmFile::default()
+    }
+    fn body_reason(body: &[u8]) -> Option<String> {
+        TdmFile::parse(body).problem().map(str::to_string)
     }
 }
 
@@ -253,10 +261,11 @@ pub fn fetch_reason(result: &FetchResult) -> Option<String> {
     fetch_reason_of::<Robots>(result)
 }
 
-/// [`fetch_reason`] for any [`SiteFile`] (`tdmrep_fetched` lines).
+/// [`fetch_reason`] for any [`SiteFile`] (`tdmrep_fetched` lines: a body
+/// that is not the file's format says so).
 pub fn fetch_reason_of<F: SiteFile>(result: &FetchResult) -> Option<String> {
     match result {
-        FetchResult::Body(_) => None,
+        FetchResult::Body(body) => F::body_reason(body),
         FetchResult::Status(s) if result.means_no_rules() => {
             Some(format!("status {s}: no rules, everything allowed"))
         }
@@ -445,6 +454,11 @@ mod tests {
             fetch_reason_of::<TdmFile>(&FetchResult::Failed("refused".into())).as_deref(),
             Some("tdmrep.json unreachable: refused")
         );
+        let html = FetchResult::Body(b"<html>soft 404</html>".to_vec());
+        let why = fetch_reason_of::<TdmFile>(&html).unwrap();
+        assert!(why.starts_with("not JSON"), "{why}");
+        assert!(why.ends_with(": no reservation read"), "{why}");
+        assert_eq!(fetch_reason_of::<Robots>(&html), None);
     }
 
     #[test]
