@@ -35,6 +35,7 @@ mod e2e {
     mod robots;
     mod seal;
     mod shared_cache;
+    mod tdmrep;
 
     #[path = "../../examples/kill9.rs"]
     mod kill9;

@@ -277,9 +277,12 @@ impl HostStats {
             self.bucket(t).rate = Some(r as f32);
         }
         let breaker = outcome == "breaker_open";
-        // A robots.txt fetch is the proxy's own and a reset the operator's:
-        // neither is a request a client made.
-        if !matches!(outcome, "robots_fetched" | "operator_reset") {
+        // A robots.txt (or tdmrep.json) fetch is the proxy's own and a
+        // reset the operator's: neither is a request a client made.
+        if !matches!(
+            outcome,
+            "robots_fetched" | "tdmrep_fetched" | "operator_reset"
+        ) {
             self.requests += 1;
             if breaker && !self.last_was_breaker {
                 self.breaker_openings += 1;

@@ -387,8 +387,20 @@ fn key_files_written_by_the_cli_load_in_openssl_python_and_node() {
     assert_eq!(code, 0, "{out}");
     let audit_pub = out.trim().to_string();
     let audit_key = mannerly_proxy::audit_key_path(dir.path());
+    // A rotation keeps the old key's private half for its overlap: a key
+    // file mannerly writes too.
+    let (code, out) = mannerly(&["identity", "rotate"], &env);
+    assert_eq!(code, 0, "{out}");
+    let old_keyid = KeyId::of(&signing.verifying_key());
+    let retired = identity_key.with_file_name(format!("identity-key.retired-{old_keyid}.pem"));
+    let rotated = KeyStore::at(identity_key.clone()).load().unwrap();
+    let rotated_pub = mannerly_policy::hex(rotated.verifying_key().as_bytes());
 
-    for (file, expected) in [(&identity_key, &published), (&audit_key, &audit_pub)] {
+    for (file, expected) in [
+        (&identity_key, &rotated_pub),
+        (&retired, &published),
+        (&audit_key, &audit_pub),
+    ] {
         let pem = std::fs::read_to_string(file).unwrap();
         assert!(pem.starts_with("-----BEGIN PRIVATE KEY-----\n"), "{pem}");
         for (tool, derived) in public_key_per_tool(file) {
@@ -478,27 +490,49 @@ async fn the_admin_listener_serves_a_signed_directory_and_card_without_its_token
         "{r}"
     );
 
-    // After a rotation: signed by the new key, the old one listed with exp
-    // for the overlap.
-    let rotation = store
-        .rotate(Duration::from_secs(3600), SystemTime::now())
-        .unwrap();
+    // After a rotation: the old key listed with exp for the overlap, and
+    // the directory signed by each key it lists (before the running proxy
+    // has picked the new key up, and after).
+    let overlap = Duration::from_secs(15);
+    let rotation = store.rotate(overlap, SystemTime::now()).unwrap();
+    let both = json!([rotation.new.as_str(), first]);
+    let sorted = |v: &Value| {
+        let mut ids: Vec<String> = v
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        ids.sort();
+        ids
+    };
+    let during = check_directory(&fetch_directory(&admin, "crawler.test").await);
+    assert_eq!(during["ok"], true, "{during}");
+    assert_eq!(during["kids"], both, "{during}");
+    assert_eq!(sorted(&during["keyids"]), sorted(&both), "{during}");
+    assert_eq!(during["exp"], json!([null, rotation.until]), "{during}");
+    // Once the overlap is over the old key is gone, and signs nothing.
     let mut after = Value::Null;
-    for _ in 0..100 {
+    for _ in 0..200 {
         after = check_directory(&fetch_directory(&admin, "crawler.test").await);
-        if after["keyids"] == json!([rotation.new.as_str()]) {
+        if after["kids"] == json!([rotation.new.as_str()]) {
             break;
         }
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
     assert_eq!(after["ok"], true, "{after}");
+    assert_eq!(after["kids"], json!([rotation.new.as_str()]), "{after}");
     assert_eq!(after["keyids"], json!([rotation.new.as_str()]), "{after}");
-    assert_eq!(
-        after["kids"],
-        json!([rotation.new.as_str(), first]),
-        "{after}"
+    let retired_pem = store
+        .key_path()
+        .with_file_name(format!("identity-key.retired-{first}.pem"));
+    assert!(
+        !retired_pem.exists(),
+        "{} kept past its overlap",
+        retired_pem.display()
     );
-    assert_eq!(after["exp"], json!([null, rotation.until]), "{after}");
 
     // The card: jwks_uri is the Signature-Agent value, rates the budget's.
     let card = reqwest::get(format!("{admin}/.well-known/signature-agent-card"))

@@ -13,7 +13,8 @@ The -01 rules checked (Key Distribution and Discovery, Directory Format,
 Appendix B): status 200; media type
 application/http-message-signatures-directory+json at the well-known URI;
 a JWK Set whose kid values are the RFC 7638 thumbprints (computed here);
-a signature per key the directory holds privately, tagged
+one signature per key the directory lists (Appendix B: "Each key SHOULD
+be used to provide one signature"; checked here as a must), each tagged
 http-message-signatures-directory, covering "@authority";req and
 content-digest, with created (not in the future), expires and keyid, made
 by a key the directory itself lists; Content-Digest matching the body.
@@ -68,6 +69,10 @@ def check(doc):
         body=body,
     )
     now = time.time()
+    signed_by = [r.parameters.get("keyid") for r in results]
+    kids = [j["kid"] for j in jwks["keys"]]
+    if sorted(signed_by) != sorted(kids):
+        raise ValueError(f"signed by {signed_by}, but the directory lists {kids}")
     for r in results:
         p = r.parameters
         if "expires" not in p or "created" not in p or "keyid" not in p:

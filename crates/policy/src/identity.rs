@@ -245,16 +245,19 @@ impl Identity {
         self.key.verifying_key()
     }
 
-    /// The key directory of `keys` with its possession proof, signed by this
-    /// identity's key for a verifier that fetched it from `authority`
-    /// ([`signed_directory`]).
+    /// The key directory of `keys` with its possession proofs, for a
+    /// verifier that fetched it from `authority` ([`signed_directory`]):
+    /// signed by this identity's key first, then by each of `retired` (keys
+    /// rotated out, listed for their overlap) the directory lists.
     pub fn signed_directory(
         &self,
         keys: &[DirectoryKey],
+        retired: &[SigningKey],
         authority: &str,
         now: SystemTime,
     ) -> SignedDirectory {
-        directory::signed_directory(keys, &self.key, authority, now)
+        let signers: Vec<&SigningKey> = std::iter::once(&self.key).chain(retired).collect();
+        directory::signed_directory(keys, &signers, authority, now)
     }
 
     /// The `Signature-Agent` member value: the key directory's URL.

@@ -12,6 +12,7 @@ pub mod identity;
 mod outcome;
 mod param;
 pub mod parent;
+pub(crate) mod pattern;
 pub mod payment;
 pub mod prefs;
 pub mod robots;

@@ -34,6 +34,9 @@ pub enum Outcome {
     Error,
     /// A robots.txt fetch made by the proxy itself.
     RobotsFetched,
+    /// A `/.well-known/tdmrep.json` fetch made by the proxy itself (only
+    /// for a crawl that declares a text-and-data-mining purpose).
+    TdmrepFetched,
     /// A CONNECT tunnel passed through without interception.
     Tunneled,
     /// The client is not allowed to use the proxy (proxy authentication or
@@ -65,6 +68,7 @@ impl Outcome {
             Outcome::Blocked => "blocked",
             Outcome::Error => "error",
             Outcome::RobotsFetched => "robots_fetched",
+            Outcome::TdmrepFetched => "tdmrep_fetched",
             Outcome::Tunneled => "tunneled",
             Outcome::Denied => "denied",
             Outcome::OperatorReset => "operator_reset",
@@ -84,6 +88,7 @@ impl Outcome {
             | Outcome::Revalidated
             | Outcome::Unchanged
             | Outcome::RobotsFetched
+            | Outcome::TdmrepFetched
             | Outcome::Tunneled
             | Outcome::OperatorReset => 200,
             Outcome::PaymentRequired => 402,

@@ -7,8 +7,9 @@
 //! - the IETF AI Preferences (draft-ietf-aipref-vocab, -attach):
 //!   `Content-Usage: train-ai=n` in robots.txt groups (with an optional path)
 //!   and as a response header, an RFC 9651 dictionary of `y`/`n` tokens;
-//! - TDMRep's `tdm-reservation: 1` response header (`tdmrep`), which
-//!   refuses the text-and-data-mining purposes.
+//! - TDMRep's `tdm-reservation: 1` response header and the rules of
+//!   `/.well-known/tdmrep.json` ([`TdmFile`]), which refuse the
+//!   text-and-data-mining purposes.
 //!
 //! The crawl declares purposes (`crawler.purposes`: [`Purpose`]) and how much
 //! of a page it reproduces (`crawler.use`: [`DeclaredUse`]). The mapping
@@ -30,7 +31,7 @@ mod vocab;
 
 pub use header::{judge_response, ResponsePrefs};
 pub use signal::SignalUse;
-pub use tdmrep::{judge_tdm, TDM_PURPOSES};
+pub use tdmrep::{judge_tdm, TdmFile, TdmRule, TDMREP_PATH, TDM_PURPOSES};
 pub use usage::UsageStatement;
 pub use vocab::{DeclaredUse, LegacyLabel, Purpose, Vocabulary, LEGACY_LABELS, VOCABULARY};
 
@@ -123,6 +124,8 @@ pub enum Place {
     RobotsLine(usize),
     /// A response header field.
     Header,
+    /// A rule of `/.well-known/tdmrep.json` (1-based place in its array).
+    TdmRepRule(usize),
 }
 
 /// One statement that counted, as the site wrote it.
@@ -144,6 +147,7 @@ impl fmt::Display for Said<'_> {
         match self.place {
             Place::RobotsLine(line) => write!(f, "robots.txt line {line}: {}", self.text),
             Place::Header => write!(f, "header {}: {}", self.vocabulary, self.text),
+            Place::TdmRepRule(n) => write!(f, "tdmrep.json rule {n}: {}", self.text),
         }
     }
 }
@@ -208,7 +212,7 @@ impl PrefsRecord {
         }
         let value = match said.place {
             Place::RobotsLine(_) => said.text.split_once(':').map_or("", |(_, v)| v),
-            Place::Header => said.text,
+            Place::Header | Place::TdmRepRule(_) => said.text,
         };
         for l in UsageStatement::parse(split_path(value).1).legacy() {
             let note = format!(

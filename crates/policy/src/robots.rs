@@ -27,7 +27,6 @@
 
 mod index;
 mod parse;
-mod pattern;
 mod preferences;
 mod signal;
 mod url;
@@ -35,8 +34,8 @@ mod usage;
 
 use std::fmt;
 
+use crate::pattern::{normalise_path, Pattern};
 use index::{IndexedRule, RuleIndex};
-use pattern::{normalise_path, Pattern};
 
 pub use crate::prefs::{Purpose, SignalUse};
 pub use preferences::Preferences;

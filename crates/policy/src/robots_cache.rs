@@ -1,13 +1,67 @@
 //! What to do with a robots.txt fetch result, and when to fetch again
 //! (RFC 9309 §2.3.1, §2.4): the sans-IO half of the proxy's robots cache.
+//!
+//! The same rules serve every file a site keeps at a fixed place to say
+//! what it wants ([`SiteFile`]): robots.txt, and TDMRep's
+//! `/.well-known/tdmrep.json`, which is fetched, cached and retried as
+//! robots.txt is (2xx read, 4xx other than 429 no rules, 429/5xx/network
+//! unknown for now, the last good copy used meanwhile).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
+use crate::prefs::TdmFile;
 use crate::robots::Robots;
-use crate::ParamError;
+use crate::{Outcome, ParamError};
+
+/// A file a site keeps at a fixed path of its origin to say what it wants,
+/// cached per origin by the rules of this module.
+pub trait SiteFile: Send + Sync + 'static {
+    /// Its path on the origin, after the origin's `/`.
+    const PATH: &'static str;
+    /// Its name in reasons (`robots.txt`).
+    const NAME: &'static str;
+    /// The outcome of the audit line of a fetch.
+    const FETCHED: Outcome;
+    /// What a 2xx body says.
+    fn parse(body: &[u8]) -> Self;
+    /// What a 4xx other than 429 says: nothing, everything allowed.
+    fn none() -> Self;
+    /// Why a 2xx body was read as saying less than it holds, for the
+    /// fetch's audit line (robots.txt reads whatever it can: never).
+    fn body_reason(_body: &[u8]) -> Option<String> {
+        None
+    }
+}
+
+impl SiteFile for Robots {
+    const PATH: &'static str = "robots.txt";
+    const NAME: &'static str = "robots.txt";
+    const FETCHED: Outcome = Outcome::RobotsFetched;
+    fn parse(body: &[u8]) -> Self {
+        Robots::parse(body)
+    }
+    fn none() -> Self {
+        Robots::allow_all()
+    }
+}
+
+impl SiteFile for TdmFile {
+    const PATH: &'static str = ".well-known/tdmrep.json";
+    const NAME: &'static str = "tdmrep.json";
+    const FETCHED: Outcome = Outcome::TdmrepFetched;
+    fn parse(body: &[u8]) -> Self {
+        TdmFile::parse(body)
+    }
+    fn none() -> Self {
+        TdmFile::default()
+    }
+    fn body_reason(body: &[u8]) -> Option<String> {
+        TdmFile::parse(body).problem().map(str::to_string)
+    }
+}
 
 /// `[robots]`: fetching and caching robots.txt.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -137,10 +191,10 @@ impl FetchResult {
 }
 
 /// The rules in force for one origin.
-#[derive(Clone, Debug)]
-pub enum Rules {
+#[derive(Debug)]
+pub enum Rules<F = Robots> {
     /// Parsed rules (a 4xx gives an empty, allow-all file).
-    Known(Arc<Robots>),
+    Known(Arc<F>),
     /// The site's wishes cannot be known: everything is refused until `retry_in`.
     Unavailable {
         /// Plain words on what went wrong.
@@ -150,48 +204,72 @@ pub enum Rules {
     },
 }
 
+impl<F> Clone for Rules<F> {
+    fn clone(&self) -> Self {
+        match self {
+            Rules::Known(r) => Rules::Known(r.clone()),
+            Rules::Unavailable { reason, retry_in } => Rules::Unavailable {
+                reason: reason.clone(),
+                retry_in: *retry_in,
+            },
+        }
+    }
+}
+
 /// What the cache holds for one origin.
-#[derive(Clone, Debug)]
-pub struct RobotsEntry {
-    rules: Option<Arc<Robots>>,
+#[derive(Debug)]
+pub struct RobotsEntry<F = Robots> {
+    rules: Option<Arc<F>>,
     fetched_at: Instant,
     /// Last parsed copy, used while the file is unavailable (RFC 9309 §2.4).
-    good: Option<Arc<Robots>>,
+    good: Option<Arc<F>>,
     failures: u32,
     retry_at: Instant,
     reason: String,
 }
 
 /// What the proxy should do for a request to an origin.
-#[derive(Clone, Debug)]
-pub enum Lookup {
+#[derive(Debug)]
+pub enum Lookup<F = Robots> {
     /// Use these rules.
-    Use(Rules),
+    Use(Rules<F>),
     /// Fetch robots.txt first (nothing cached, expired, or retry time reached).
     Fetch,
 }
 
-/// Classifies a fetch: 2xx parse, 4xx other than 429 no rules, anything else unavailable.
+/// Classifies a robots.txt fetch: 2xx parse, 4xx other than 429 no rules,
+/// anything else unavailable.
 pub fn classify(result: &FetchResult) -> Result<Robots, String> {
+    classify_as(result)
+}
+
+/// Classifies a fetch of any [`SiteFile`], as [`classify`] does robots.txt.
+pub fn classify_as<F: SiteFile>(result: &FetchResult) -> Result<F, String> {
+    let name = F::NAME;
     match result {
-        FetchResult::Body(body) => Ok(Robots::parse(body)),
-        r if r.means_no_rules() => Ok(Robots::allow_all()),
-        FetchResult::Status(429) => Err("robots.txt answered 429".into()),
-        FetchResult::Status(s) => Err(format!("robots.txt answered {s}")),
-        FetchResult::TooManyRedirects => Err("robots.txt redirected too many times".into()),
-        FetchResult::Failed(why) => Err(format!("robots.txt unreachable: {why}")),
+        FetchResult::Body(body) => Ok(F::parse(body)),
+        r if r.means_no_rules() => Ok(F::none()),
+        FetchResult::Status(s) => Err(format!("{name} answered {s}")),
+        FetchResult::TooManyRedirects => Err(format!("{name} redirected too many times")),
+        FetchResult::Failed(why) => Err(format!("{name} unreachable: {why}")),
     }
 }
 
 /// The `reason` of a fetch's `robots_fetched` audit line: none for a body,
 /// "no rules" for a 4xx that means none, else why the rules are unknown.
 pub fn fetch_reason(result: &FetchResult) -> Option<String> {
+    fetch_reason_of::<Robots>(result)
+}
+
+/// [`fetch_reason`] for any [`SiteFile`] (`tdmrep_fetched` lines: a body
+/// that is not the file's format says so).
+pub fn fetch_reason_of<F: SiteFile>(result: &FetchResult) -> Option<String> {
     match result {
-        FetchResult::Body(_) => None,
+        FetchResult::Body(body) => F::body_reason(body),
         FetchResult::Status(s) if result.means_no_rules() => {
             Some(format!("status {s}: no rules, everything allowed"))
         }
-        other => classify(other).err(),
+        other => classify_as::<F>(other).err(),
     }
 }
 
@@ -203,16 +281,16 @@ pub fn fetch_failed(status: Option<u16>, reason: Option<&str>) -> bool {
     reason.is_some() && !status.is_some_and(|s| FetchResult::Status(s).means_no_rules())
 }
 
-impl RobotsEntry {
+impl<F: SiteFile> RobotsEntry<F> {
     /// The entry after a fetch that ended with `result` at `now`, given the
     /// entry it replaces (for the failure count and the last good copy).
     pub fn after_fetch(
-        previous: Option<&RobotsEntry>,
+        previous: Option<&RobotsEntry<F>>,
         result: &FetchResult,
         params: &RobotsParams,
         now: Instant,
-    ) -> RobotsEntry {
-        match classify(result) {
+    ) -> RobotsEntry<F> {
+        match classify_as::<F>(result) {
             Ok(robots) => {
                 let robots = Arc::new(robots);
                 RobotsEntry {
@@ -242,7 +320,7 @@ impl RobotsEntry {
     }
 
     /// What applies at `now`.
-    pub fn lookup(&self, params: &RobotsParams, now: Instant) -> Lookup {
+    pub fn lookup(&self, params: &RobotsParams, now: Instant) -> Lookup<F> {
         match &self.rules {
             Some(r) if now.saturating_duration_since(self.fetched_at) < params.max_age() => {
                 Lookup::Use(Rules::Known(r.clone()))
@@ -260,7 +338,7 @@ impl RobotsEntry {
     }
 
     /// The rules this entry gives right after it was made (no refetch).
-    pub fn rules_now(&self, now: Instant) -> Rules {
+    pub fn rules_now(&self, now: Instant) -> Rules<F> {
         match (&self.rules, &self.good) {
             (Some(r), _) | (None, Some(r)) => Rules::Known(r.clone()),
             (None, None) => Rules::Unavailable {
@@ -334,12 +412,53 @@ mod tests {
             FetchResult::TooManyRedirects,
             FetchResult::Failed("connection refused".into()),
         ] {
-            let e = RobotsEntry::after_fetch(None, &r, &p, t0);
+            let e = RobotsEntry::<Robots>::after_fetch(None, &r, &p, t0);
             assert!(
                 matches!(e.rules_now(t0), Rules::Unavailable { .. }),
                 "{r:?}"
             );
         }
+    }
+
+    #[test]
+    fn tdmrep_json_is_read_retried_and_kept_as_robots_txt_is() {
+        let t0 = Instant::now();
+        let p = params();
+        let reserved = |rules: &Rules<TdmFile>, path: &str| match rules {
+            Rules::Known(f) => Some(f.rule_for(path).and_then(|r| r.reservation) == Some(true)),
+            Rules::Unavailable { .. } => None,
+        };
+        let body = br#"[{"location": "/a/", "tdm-reservation": 1}]"#.to_vec();
+        let good = RobotsEntry::<TdmFile>::after_fetch(None, &FetchResult::Body(body), &p, t0);
+        assert_eq!(reserved(&good.rules_now(t0), "/a/x"), Some(true));
+        assert_eq!(reserved(&good.rules_now(t0), "/b"), Some(false));
+        // 404 (the common answer: the site does not use the file): no rules.
+        let none = RobotsEntry::<TdmFile>::after_fetch(None, &FetchResult::Status(404), &p, t0);
+        assert_eq!(reserved(&none.rules_now(t0), "/a/x"), Some(false));
+        // 503: unknown for now, retried with the same backoff, the good copy
+        // used meanwhile; the reason names the file.
+        let failed = RobotsEntry::<TdmFile>::after_fetch(None, &FetchResult::Status(503), &p, t0);
+        match failed.rules_now(t0) {
+            Rules::Unavailable { reason, retry_in } => {
+                assert_eq!(reason, "tdmrep.json answered 503");
+                assert_eq!(retry_in, Duration::from_secs(5));
+            }
+            Rules::Known(_) => panic!("a 503 says nothing"),
+        }
+        let t1 = t0 + Duration::from_secs(86_400);
+        let kept =
+            RobotsEntry::<TdmFile>::after_fetch(Some(&good), &FetchResult::Status(503), &p, t1);
+        assert!(matches!(kept.lookup(&p, t1), Lookup::Use(_)));
+        assert_eq!(reserved(&kept.rules_now(t1), "/a/x"), Some(true));
+        assert_eq!(
+            fetch_reason_of::<TdmFile>(&FetchResult::Failed("refused".into())).as_deref(),
+            Some("tdmrep.json unreachable: refused")
+        );
+        let html = FetchResult::Body(b"<html>soft 404</html>".to_vec());
+        let why = fetch_reason_of::<TdmFile>(&html).unwrap();
+        assert!(why.starts_with("not JSON"), "{why}");
+        assert!(why.ends_with(": no reservation read"), "{why}");
+        assert_eq!(fetch_reason_of::<Robots>(&html), None);
     }
 
     #[test]
@@ -404,7 +523,7 @@ mod tests {
             retry_max_secs: 30.0,
             ..params()
         };
-        let mut e = RobotsEntry::after_fetch(None, &FetchResult::Status(500), &p, t0);
+        let mut e = RobotsEntry::<Robots>::after_fetch(None, &FetchResult::Status(500), &p, t0);
         let mut waits = vec![];
         for _ in 0..5 {
             match e.lookup(&p, t0) {

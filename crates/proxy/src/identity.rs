@@ -4,9 +4,14 @@
 //! while the proxy runs.
 //!
 //! Files (next to each other): the signing key (`identity.key_file`,
-//! Ed25519, PKCS#8 PEM, mode 0600) and `<key file stem>.retired.json`, the
-//! public halves of rotated-out keys with the time their overlap ends. The
-//! directory is the signing key plus every retired key still in its overlap.
+//! Ed25519, PKCS#8 PEM, mode 0600); `<key file stem>.retired.json`, the
+//! public halves of rotated-out keys with the time their overlap ends; and
+//! `<key file stem>.retired-<keyid>.pem` (0600), the private half of each
+//! retired key for its overlap, with which it signs the directory it is
+//! listed in (-01 Appendix B: one possession proof per listed key) and
+//! nothing else. The directory is the signing key plus every retired key
+//! still in its overlap; a retired key's file is deleted once its overlap
+//! is over (at the next rotation, or the next directory built).
 
 use std::fs;
 use std::io::Write;
@@ -132,15 +137,22 @@ impl KeyStore {
         let old = self.load()?.verifying_key();
         let until = unix(now).saturating_add(overlap.as_secs());
         let mut file = self.read_retired()?;
-        file.retired.retain(|r| r.until > unix(now));
         file.retired.push(Retired {
             x: jwk_x(&old),
             retired_at: unix(now),
             until,
         });
-        // The retired list is written first: should the key write fail, the
-        // old key still signs and is listed twice, which verifies fine.
+        // The old key's private half first, then the retired list: should
+        // a later write fail, the old key still signs and is listed twice,
+        // which verifies fine.
+        let pem = fs::read_to_string(&self.key_path).map_err(io_err(&self.key_path))?;
+        replace_file(
+            &self.retired_key_path(&KeyId::of(&old)),
+            pem.as_bytes(),
+            0o600,
+        )?;
         self.write_retired(&file)?;
+        self.prune(now)?;
         let new = self.write_new_key()?;
         Ok(Rotation {
             old: KeyId::of(&old),
@@ -174,6 +186,70 @@ impl KeyStore {
             }
         }
         Ok(keys)
+    }
+
+    /// The private halves of the retired keys still in their overlap at
+    /// `now` (those rotated out before their halves were kept have none):
+    /// they sign the directory, never a request.
+    pub fn retired_signing_keys(&self, now: SystemTime) -> Result<Vec<SigningKey>, KeyFileError> {
+        let mut keys = Vec::new();
+        for r in self.read_retired()?.retired {
+            let Some(public) = public_from_x(&r.x).filter(|_| r.until > unix(now)) else {
+                continue;
+            };
+            let path = self.retired_key_path(&KeyId::of(&public));
+            if !path.exists() {
+                continue;
+            }
+            check_key_mode(&path)?;
+            let pem = fs::read_to_string(&path).map_err(io_err(&path))?;
+            let key = key_from_pem(&pem).map_err(|e| KeyFileError::Key {
+                path: path.clone(),
+                why: e.to_string(),
+            })?;
+            if key.verifying_key() != public {
+                return Err(KeyFileError::Key {
+                    path,
+                    why: format!("is not the private half of the retired key {:?}", r.x),
+                });
+            }
+            keys.push(key);
+        }
+        Ok(keys)
+    }
+
+    /// Deletes what rotated-out keys left whose overlap is over at `now`:
+    /// their private halves, and their lines in the retired list.
+    pub fn prune(&self, now: SystemTime) -> Result<(), KeyFileError> {
+        let mut file = self.read_retired()?;
+        let before = file.retired.len();
+        let (live, over): (Vec<Retired>, Vec<Retired>) =
+            file.retired.drain(..).partition(|r| r.until > unix(now));
+        for r in &over {
+            if let Some(public) = public_from_x(&r.x) {
+                let path = self.retired_key_path(&KeyId::of(&public));
+                match fs::remove_file(&path) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        return Err(io_err(&path)(e))
+                    }
+                    _ => {}
+                }
+            }
+        }
+        file.retired = live;
+        if file.retired.len() != before {
+            self.write_retired(&file)?;
+        }
+        Ok(())
+    }
+
+    fn retired_key_path(&self, keyid: &KeyId) -> PathBuf {
+        let stem = self.key_path.file_stem().map_or_else(
+            || "identity-key".into(),
+            |s| s.to_string_lossy().into_owned(),
+        );
+        self.key_path
+            .with_file_name(format!("{stem}.retired-{keyid}.pem"))
     }
 
     /// The directory JSON to serve at
@@ -358,16 +434,25 @@ impl Signer {
     }
 
     /// The key directory as served: every key of the store at `now` (the
-    /// retired ones for their overlap), signed by the key signing now, for
-    /// a verifier that asked `authority`. Reads the key files: call it off
-    /// the serving threads.
+    /// retired ones for their overlap), signed by each of them (the key
+    /// signing now first), for a verifier that asked `authority`. Retired
+    /// keys whose overlap is over are deleted first. Reads and writes the
+    /// key files: call it off the serving threads.
     pub fn directory(
         &self,
         authority: &str,
         now: SystemTime,
     ) -> Result<SignedDirectory, KeyFileError> {
+        if let Err(e) = self.store.prune(now) {
+            tracing::warn!("identity: retired keys past their overlap not deleted: {e}");
+        }
         let keys = self.store.directory_keys(now)?;
-        Ok(self.identity().signed_directory(&keys, authority, now))
+        // The key file's key first: right after a rotation it is listed
+        // before this signer has picked it up.
+        let mut signing = vec![self.store.load()?];
+        signing.extend(self.store.retired_signing_keys(now)?);
+        let current = self.identity();
+        Ok(current.signed_directory(&keys, &signing, authority, now))
     }
 
     /// Loads the key file again if its content changed. `Ok(true)` when the
@@ -535,6 +620,82 @@ mod tests {
             vec![r.new.to_string(), old.to_string()]
         );
         assert_eq!(listed(1_700_003_600), vec![r.new.to_string()]);
+    }
+
+    #[test]
+    fn a_retired_key_signs_the_directory_for_its_overlap_and_is_deleted_after() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = cfg(dir.path());
+        let store = KeyStore::of(&c);
+        let old = store.init(false).unwrap();
+        let signer = Signer::load(&c).unwrap().unwrap();
+        let at = |t: u64| UNIX_EPOCH + Duration::from_secs(t);
+        let r = store
+            .rotate(Duration::from_secs(3600), at(1_700_000_000))
+            .unwrap();
+        let kept = dir.path().join(format!("identity-key.retired-{old}.pem"));
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = fs::metadata(&kept).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+        let retired = store.retired_signing_keys(at(1_700_000_001)).unwrap();
+        assert_eq!(
+            retired
+                .iter()
+                .map(|k| KeyId::of(&k.verifying_key()))
+                .collect::<Vec<_>>(),
+            vec![old.clone()]
+        );
+        // Before the signer has picked the new key up, and after: both sign.
+        for reloaded in [false, true] {
+            if reloaded {
+                assert!(signer.reload().unwrap());
+            }
+            let d = signer
+                .directory("crawler.example", at(1_700_000_001))
+                .unwrap();
+            for keyid in [&r.new, &old] {
+                assert!(
+                    d.signature_input.contains(&format!("keyid=\"{keyid}\"")),
+                    "{keyid} in {}",
+                    d.signature_input
+                );
+            }
+            assert_eq!(d.signature.matches("binding").count(), 2, "{}", d.signature);
+        }
+        // Once the overlap is over: listed no more, signs no more, deleted.
+        let d = signer
+            .directory("crawler.example", at(1_700_003_600))
+            .unwrap();
+        assert!(
+            !d.signature_input.contains(old.as_str()),
+            "{}",
+            d.signature_input
+        );
+        assert_eq!(d.signature.matches("binding").count(), 1);
+        assert!(!kept.exists(), "the retired private half is deleted");
+        assert!(store
+            .retired_signing_keys(at(1_700_000_001))
+            .unwrap()
+            .is_empty());
+        // A tampered retired file is an error naming it, not a silent signer.
+        let r2 = store
+            .rotate(Duration::from_secs(3600), at(1_700_010_000))
+            .unwrap();
+        let kept2 = dir
+            .path()
+            .join(format!("identity-key.retired-{}.pem", r2.old));
+        replace_file(&kept2, key_to_pem(&[3u8; 32]).unwrap().as_bytes(), 0o600).unwrap();
+        let err = store
+            .retired_signing_keys(at(1_700_010_001))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("retired-") && err.contains("private half"),
+            "{err}"
+        );
     }
 
     #[test]

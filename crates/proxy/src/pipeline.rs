@@ -21,6 +21,7 @@ use http_body::Body as _;
 use hyper::body::Incoming;
 use mannerly_policy::conditional::{self, Admission, CacheKey, CacheOutcome, Plan};
 use mannerly_policy::identity::AskedSignature;
+use mannerly_policy::robots_cache::{Rules, SiteFile};
 use mannerly_policy::{parse_host_ip, AuditRecord};
 use mannerly_state::responses::StoredResponse;
 use tokio::time::Instant;
@@ -31,7 +32,7 @@ use crate::clients::body::{ClientBody, Pace, Received};
 use crate::clients::interim::Lane;
 use crate::error::ConnectError;
 use crate::hosts::budget::Permit;
-use crate::hosts::robots::{self, Unfetched};
+use crate::hosts::robots::{self, RobotsCache, Unfetched};
 use crate::shared::Shared;
 use crate::target::Target;
 use crate::upstream::conns::{ConnHandle, Conns};
@@ -60,6 +61,7 @@ pub(crate) async fn handle(
     let walked: Step<Response<ProxyBody>> = async {
         x.guard().await?; // 0. a target the proxy may reach
         x.robots(&req).await?; // 1. robots.txt: allowed, signals, Crawl-delay
+        x.tdmrep(&req).await?; // 1b. tdmrep.json, for a crawl declaring a TDM purpose
         let (parts, body) = req.into_parts();
         let mut cache = match x.conditional(&parts).await? {
             Lookup::Ask(cache) => cache, // 3. validators to send
@@ -109,6 +111,9 @@ struct Exchange {
     /// What the origin asked our signature to cover (`Accept-Signature`),
     /// once it has: the next send is signed so, and is not asked again.
     asked: Option<AskedSignature>,
+    /// What `tdmrep.json` refuses, when `annotate` lets the request go: the
+    /// answer's `Mannerly-Preferences`.
+    annotation: Option<http::HeaderValue>,
 }
 
 /// How far a request got; a client that goes away mid-walk leaves a line
@@ -218,6 +223,7 @@ impl Exchange {
             at: Stage::Before,
             received: Received::default(),
             asked: None,
+            annotation: None,
         }
     }
 
@@ -245,22 +251,8 @@ impl Exchange {
         if req.uri().path() == "/robots.txt" {
             return Ok(());
         }
-        let shared = &self.shared;
-        let (host, client) = (&self.target.host, self.client);
-        let fetched = shared
-            .robots
-            .rules(
-                &shared.client,
-                &shared.budgets,
-                &self.target,
-                self.deadline,
-                req.headers().get(USER_AGENT),
-                |report| {
-                    let r = shared.record("GET", &report.url, host, client);
-                    shared.audit.send(robots::fetch_record(r, report));
-                },
-            )
-            .await;
+        let fetched = self.site_file(|s| &s.robots, req).await;
+        let (shared, host) = (&self.shared, &self.target.host);
         let refusal = match fetched {
             Ok(rules) => request::robots_verdict(shared, &rules, host, &self.path, &mut self.rec),
             Err(Unfetched::Budget(r)) => {
@@ -271,6 +263,31 @@ impl Exchange {
             Err(Unfetched::Stopped(stop)) => return Err(stop),
         };
         self.enforced(refusal)
+    }
+
+    /// A file the target's origin keeps to say what it wants (robots.txt,
+    /// tdmrep.json), from its cache: a cold origin's one fetch takes the
+    /// host's turn and writes a line of its own.
+    async fn site_file<F: SiteFile, B>(
+        &self,
+        cache: impl Fn(&Shared) -> &RobotsCache<F>,
+        req: &Request<B>,
+    ) -> Result<Rules<F>, Unfetched> {
+        let shared = &self.shared;
+        let (host, client) = (&self.target.host, self.client);
+        cache(shared)
+            .rules(
+                &shared.client,
+                &shared.budgets,
+                &self.target,
+                self.deadline,
+                req.headers().get(USER_AGENT),
+                |report| {
+                    let r = shared.record("GET", &report.url, host, client);
+                    shared.audit.send(robots::fetch_record::<F>(r, report));
+                },
+            )
+            .await
     }
 
     /// Step 3: conditional. Looked up before the budget wait, so that a stored

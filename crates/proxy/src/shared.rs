@@ -27,6 +27,7 @@ use crate::hosts::robots::RobotsCache;
 use crate::identity::Signer;
 use crate::tls::CertificateAuthority;
 use crate::upstream::{self, Guard, UpstreamClient};
+use mannerly_policy::prefs::TdmFile;
 
 /// State shared by every connection.
 pub(crate) struct Shared {
@@ -41,6 +42,9 @@ pub(crate) struct Shared {
     pub(crate) guard: Guard,
     pub(crate) audit: AuditSink,
     pub(crate) robots: RobotsCache,
+    /// `/.well-known/tdmrep.json` per origin, fetched only for a crawl
+    /// that declares a text-and-data-mining purpose.
+    pub(crate) tdmrep: RobotsCache<TdmFile>,
     pub(crate) budgets: Arc<Budgets>,
     pub(crate) cache: Arc<Cache>,
     /// Wakes the budget saver early (after a throttle) so that a pause
@@ -91,6 +95,7 @@ impl Shared {
             signer.watch();
         }
         let robots = RobotsCache::new(cfg.robots.clone(), clock.clone(), identity.clone());
+        let tdmrep = RobotsCache::new(cfg.robots.clone(), clock.clone(), identity.clone());
         let budgets = Budgets::from_config(&cfg, clock.clone())?;
         let cache = Cache::open(&cfg, &clock)?;
         let restored = {
@@ -119,6 +124,7 @@ impl Shared {
             guard,
             audit,
             robots,
+            tdmrep,
             budgets,
             cache,
             save_budgets: Notify::new(),

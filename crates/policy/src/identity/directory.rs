@@ -100,29 +100,38 @@ pub struct SignedDirectory {
     pub signature: String,
 }
 
-/// The directory of `keys`, signed by `signer` for a request to `authority`
-/// (the `Host` the verifier fetched it from) at `now`, as Appendix B of -01
-/// has it: `("@authority";req "content-digest")` with `created`, `expires`,
-/// `keyid` and `tag="http-message-signatures-directory"`.
+/// The directory of `keys`, signed by each of `signers` for a request to
+/// `authority` (the `Host` the verifier fetched it from) at `now`, as
+/// Appendix B of -01 has it: one signature per key, each over
+/// `("@authority";req "content-digest")` with `created`, `expires`, `keyid`
+/// and `tag="http-message-signatures-directory"`.
 ///
-/// One signature, by the key that signs requests. The draft asks for one
-/// per listed key (SHOULD); a key rotated out is listed for its overlap by
-/// its public half only, since keeping a retired private key would keep a
-/// key that should no longer sign anything.
+/// The first signer's label is `binding` (the draft's example), the next
+/// ones `binding2`, `binding3`, …; a signer whose key the directory does not
+/// list is left out (a verifier must check each proof with a key the
+/// directory provides), and so is a key given twice.
 pub fn signed_directory(
     keys: &[DirectoryKey],
-    signer: &SigningKey,
+    signers: &[&SigningKey],
     authority: &str,
     now: SystemTime,
 ) -> SignedDirectory {
     let created = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let expires = created + DIRECTORY_SIGNATURE_VALIDITY.as_secs();
-    sign_directory_at(keys, signer, authority, created, expires)
+    sign_directory_at(keys, signers, authority, created, expires)
+}
+
+/// The label of the `i`-th signature (from 0) of a directory response.
+fn label(i: usize) -> String {
+    match i {
+        0 => DIRECTORY_LABEL.to_string(),
+        _ => format!("{DIRECTORY_LABEL}{}", i + 1),
+    }
 }
 
 pub(crate) fn sign_directory_at(
     keys: &[DirectoryKey],
-    signer: &SigningKey,
+    signers: &[&SigningKey],
     authority: &str,
     created: u64,
     expires: u64,
@@ -134,22 +143,36 @@ pub(crate) fn sign_directory_at(
         "sha-256=:{}:",
         STANDARD.encode(Sha256::digest(body.as_bytes()))
     );
-    let keyid = KeyId::of(&signer.verifying_key());
-    let params = format!(
-        r#"("@authority";req "content-digest");created={created};expires={expires};keyid="{keyid}";tag="{DIRECTORY_TAG}""#
-    );
-    let base = format!(
-        "\"@authority\";req: {}\n\"content-digest\": {content_digest}\n\"@signature-params\": {params}",
-        authority.to_ascii_lowercase()
-    );
-    let signature = signer.sign(base.as_bytes());
+    let mut signing: Vec<&SigningKey> = Vec::new();
+    for s in signers {
+        let public = s.verifying_key();
+        let listed = keys.iter().any(|k| k.key == public);
+        if listed && signing.iter().all(|t| t.verifying_key() != public) {
+            signing.push(s);
+        }
+    }
+    let authority = authority.to_ascii_lowercase();
+    let (mut inputs, mut signatures) = (Vec::new(), Vec::new());
+    for (i, signer) in signing.into_iter().enumerate() {
+        let keyid = KeyId::of(&signer.verifying_key());
+        let params = format!(
+            r#"("@authority";req "content-digest");created={created};expires={expires};keyid="{keyid}";tag="{DIRECTORY_TAG}""#
+        );
+        let base = format!(
+            "\"@authority\";req: {authority}\n\"content-digest\": {content_digest}\n\"@signature-params\": {params}"
+        );
+        let signature = signer.sign(base.as_bytes());
+        let label = label(i);
+        inputs.push(format!("{label}={params}"));
+        signatures.push(format!(
+            "{label}=:{}:",
+            STANDARD.encode(signature.to_bytes())
+        ));
+    }
     SignedDirectory {
         body,
         content_digest,
-        signature_input: format!("{DIRECTORY_LABEL}={params}"),
-        signature: format!(
-            "{DIRECTORY_LABEL}=:{}:",
-            STANDARD.encode(signature.to_bytes())
-        ),
+        signature_input: inputs.join(", "),
+        signature: signatures.join(", "),
     }
 }

@@ -229,7 +229,7 @@ fn reproduces_the_drafts_signed_directory_response() {
     }];
     let d = directory::sign_directory_at(
         &listed,
-        &key,
+        &[&key],
         "signature-agent.test",
         1735689600,
         4889289600,
@@ -404,4 +404,54 @@ fn the_card_declares_the_budget_actually_enforced() {
         v["web_bot_auth"]["rate-expectation"],
         "max=3rps;start=1rps;burst=1;concurrency=4;per=host"
     );
+}
+
+#[test]
+fn a_directory_is_signed_once_by_each_listed_key_and_never_by_an_unlisted_one() {
+    let current = key_from_pem(RFC9421_KEY).unwrap();
+    let retired = SigningKey::from_bytes(&[9u8; 32]);
+    let stranger = SigningKey::from_bytes(&[7u8; 32]);
+    let listed = [&current, &retired].map(|k| DirectoryKey {
+        key: k.verifying_key(),
+        nbf: None,
+        exp: None,
+    });
+    let signers = [&current, &retired, &stranger, &retired];
+    let d = directory::sign_directory_at(&listed, &signers, "Signature-Agent.test", 1, 2);
+    let params = |keyid: &str| {
+        format!(
+            r#"("@authority";req "content-digest");created=1;expires=2;keyid="{keyid}";tag="http-message-signatures-directory""#
+        )
+    };
+    let (a, b) = (
+        KeyId::of(&current.verifying_key()),
+        KeyId::of(&retired.verifying_key()),
+    );
+    assert_eq!(
+        d.signature_input,
+        format!(
+            "binding={}, binding2={}",
+            params(a.as_str()),
+            params(b.as_str())
+        )
+    );
+    // Each member verifies with its own key over the same base but its keyid.
+    let members: Vec<&str> = d.signature.split(", ").collect();
+    assert_eq!(members.len(), 2);
+    for (member, (label, key, keyid)) in members
+        .iter()
+        .zip([("binding", &current, &a), ("binding2", &retired, &b)])
+    {
+        let value = member.strip_prefix(&format!("{label}=:")).unwrap();
+        let bytes = STANDARD.decode(value.trim_end_matches(':')).unwrap();
+        let sig = ed25519_dalek::Signature::from_slice(&bytes).unwrap();
+        let base = format!(
+            "\"@authority\";req: signature-agent.test\n\"content-digest\": {}\n\"@signature-params\": {}",
+            d.content_digest,
+            params(keyid.as_str())
+        );
+        key.verifying_key()
+            .verify_strict(base.as_bytes(), &sig)
+            .unwrap_or_else(|e| panic!("{label}: {e}"));
+    }
 }

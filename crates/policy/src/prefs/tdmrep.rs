@@ -1,7 +1,12 @@
 //! TDMRep (W3C TDM Reservation Protocol, Community Group final report): a
 //! site reserves its text-and-data-mining rights, the opt-out of the EU DSM
 //! Directive's Article 4, with the response headers `tdm-reservation: 1`
-//! and, optionally, `tdm-policy: <URL>` naming the licence it offers.
+//! and, optionally, `tdm-policy: <URL>` naming the licence it offers, or
+//! site-wide in `/.well-known/tdmrep.json` ([`TdmFile`], `tdmrep/file.rs`).
+//! The two are combined as every preference is (any reservation wins):
+//! the report lets a header supersede the file, but a header
+//! `tdm-reservation: 0` on a page the file reserves is a site contradicting
+//! itself, and a crawler does not settle that in its own favour.
 //!
 //! What a reservation refuses: the purposes that are text and data mining
 //! ("any automated analytical technique aimed at analysing text and data
@@ -17,6 +22,10 @@
 //! that parses (any reservation wins). The `tdm-policy` URL is recorded,
 //! not fetched: whether its licence covers the crawl is for a person to
 //! decide, so the refusal stands until the operator says otherwise.
+
+mod file;
+
+pub use file::{TdmFile, TdmRule, TDMREP_PATH};
 
 use super::{Place, PrefsRecord, PrefsRefusal, Purpose, ResponsePrefs, Said, Stance, Vocabulary};
 
@@ -51,7 +60,9 @@ pub fn judge_tdm<'a>(
             reserved.get_or_insert(said);
         }
     }
-    if !record.is_empty() {
+    // The report: `tdm-policy` beside `tdm-reservation: 0` is not to be
+    // processed.
+    if reserved.is_some() {
         record.tdm_policy = policy
             .iter()
             .map(|p| p.trim_matches([' ', '\t']))
@@ -107,6 +118,7 @@ mod tests {
         let judged = judge_tdm(&["0"], &["https://x.example/p.json"], &[Purpose::AiTrain]);
         assert_eq!(judged.refusal, None);
         assert_eq!(judged.record.ai_train, Stance::Allowed);
+        assert_eq!(judged.record.tdm_policy, None, "no policy beside a 0");
         for odd in ["yes", "2", "", "true"] {
             let judged = judge_tdm(&[odd], &["https://x.example/p.json"], &[Purpose::AiTrain]);
             assert_eq!(judged.refusal, None, "{odd}");

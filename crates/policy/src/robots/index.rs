@@ -2,7 +2,7 @@
 //! so a check only looks at rules whose prefix the path starts with instead of
 //! scanning the whole group.
 
-use super::pattern::Pattern;
+use crate::pattern::Pattern;
 
 #[derive(Debug, Clone, Default)]
 struct Node {

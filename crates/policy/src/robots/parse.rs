@@ -3,10 +3,10 @@
 //! into one [`Group`] per product token.
 
 use super::index::RuleIndex;
-use super::pattern::Pattern;
 use super::{
     is_token_char, ContentSignal, ContentUsage, Group, Robots, Rule, Statement, MAX_ROBOTS_BYTES,
 };
+use crate::pattern::Pattern;
 use crate::whitespace::trim_ws;
 
 /// A group as it stands in the file, before groups of one token are merged.

@@ -13,8 +13,8 @@
 //! The Content-Signal `use` is chosen the same way among the lines that state
 //! it; on a tie `reference` wins.
 
-use super::pattern::normalise_path;
 use super::{is_robots_txt, Robots, SignalRefusal, SignalUse, Statement};
+use crate::pattern::normalise_path;
 use crate::prefs::{
     DeclaredUse, Place, PrefsRecord, PrefsRefusal, Purpose, Said, Stance, Vocabulary,
 };
@@ -134,7 +134,7 @@ impl<'a> Preferences<'a> {
                 .map(|(_, said)| said)
                 .min_by_key(|said| match said.place {
                     Place::RobotsLine(line) => line,
-                    Place::Header => usize::MAX,
+                    Place::Header | Place::TdmRepRule(_) => usize::MAX,
                 })?;
             let Place::RobotsLine(line) = said.place else {
                 return None;

@@ -21,7 +21,7 @@
 
 use std::fmt;
 
-use super::pattern::Pattern;
+use crate::pattern::Pattern;
 use crate::prefs::{split_path, Purpose, SignalStatement, SignalUse, Vocabulary};
 
 /// One parsed `Content-Signal` line.

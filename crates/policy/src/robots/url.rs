@@ -6,6 +6,8 @@
 
 use std::borrow::Cow;
 
+use crate::pattern::scheme_and_rest;
+
 /// A URL split into what robots.txt matching needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SplitUrl<'a> {
@@ -76,16 +78,6 @@ pub fn split_url(input: &str) -> Result<SplitUrl<'_>, UrlError> {
             Cow::Owned(format!("/{tail}"))
         },
     })
-}
-
-/// `scheme` and what follows `scheme://`, if `input` starts that way
-/// (scheme = ALPHA *( ALPHA / DIGIT / "+" / "-" / "." ), RFC 3986 sec. 3.1).
-pub(crate) fn scheme_and_rest(input: &str) -> Option<(&str, &str)> {
-    let (scheme, rest) = input.split_once("://")?;
-    let mut chars = scheme.chars();
-    let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic());
-    let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
-    (first_ok && rest_ok).then_some((scheme, rest))
 }
 
 fn without_fragment(s: &str) -> &str {

@@ -7,7 +7,7 @@
 
 use std::fmt;
 
-use super::pattern::Pattern;
+use crate::pattern::Pattern;
 use crate::prefs::{split_path, Purpose, UsageStatement};
 
 /// One parsed `Content-Usage` line.

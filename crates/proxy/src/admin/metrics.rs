@@ -17,7 +17,7 @@ use metrics_exporter_prometheus::{
 };
 
 /// Every outcome, in the order of [`index`].
-pub(crate) const OUTCOMES: [Outcome; 18] = [
+pub(crate) const OUTCOMES: [Outcome; 19] = [
     Outcome::Fetched,
     Outcome::Revalidated,
     Outcome::Unchanged,
@@ -36,6 +36,7 @@ pub(crate) const OUTCOMES: [Outcome; 18] = [
     Outcome::Denied,
     Outcome::PaymentRequired,
     Outcome::Paced,
+    Outcome::TdmrepFetched,
 ];
 
 /// Position of an outcome in [`OUTCOMES`]; exhaustive, so a new outcome
@@ -60,6 +61,7 @@ fn index(o: Outcome) -> usize {
         Outcome::Denied => 15,
         Outcome::PaymentRequired => 16,
         Outcome::Paced => 17,
+        Outcome::TdmrepFetched => 18,
     }
 }
 
@@ -292,9 +294,11 @@ impl Metrics {
         }
         let upstream_status = match outcome {
             Outcome::Revalidated => Some(304),
-            Outcome::Fetched | Outcome::Unchanged | Outcome::Throttled | Outcome::RobotsFetched => {
-                rec.status
-            }
+            Outcome::Fetched
+            | Outcome::Unchanged
+            | Outcome::Throttled
+            | Outcome::RobotsFetched
+            | Outcome::TdmrepFetched => rec.status,
             _ => None,
         };
         if let Some(s) = upstream_status.filter(|s| (100..600).contains(s)) {
@@ -387,6 +391,8 @@ mod tests {
 
     use super::{Gauges, Metrics, UPKEEP_EVERY};
     use crate::hosts::robots::{fetch_record, report};
+    use mannerly_policy::prefs::TdmFile;
+    use mannerly_policy::robots::Robots;
     use mannerly_policy::robots_cache::FetchResult;
 
     /// A robots.txt fetch counts as failed when it left the rules unknown,
@@ -402,9 +408,17 @@ mod tests {
             (Some(503), FetchResult::Status(503)),
         ] {
             let report = report("http://a.test/robots.txt", status, result);
-            m.observe(&fetch_record(AuditRecord::default(), &report));
+            m.observe(&fetch_record::<Robots>(AuditRecord::default(), &report));
         }
+        // A tdmrep.json fetch is a decision of its own, not a robots.txt fetch.
+        let url = "http://a.test/.well-known/tdmrep.json";
+        let tdm = report(url, Some(503), FetchResult::Status(503));
+        m.observe(&fetch_record::<TdmFile>(AuditRecord::default(), &tdm));
         let text = m.render(&Gauges::default());
+        assert!(
+            text.contains(r#"mannerly_decisions_total{outcome="tdmrep_fetched"} 1"#),
+            "{text}"
+        );
         assert!(text.contains("mannerly_robots_fetches_total 4"), "{text}");
         assert!(
             text.contains("mannerly_robots_fetch_failures_total 2"),

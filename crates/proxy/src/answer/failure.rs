@@ -154,6 +154,26 @@ pub(crate) fn robots_unavailable(reason: &str, retry_in: Duration) -> Stop {
     .retry_after(secs)
 }
 
+/// `/.well-known/tdmrep.json` could not be read (429, 5xx, unreachable),
+/// for a crawl declaring a text-and-data-mining purpose: whether the site
+/// reserves it is unknown, and a crawler does not guess in its own favour.
+/// The outcome is robots.txt's: a site file saying what the site wants
+/// could not be read.
+pub(crate) fn tdmrep_unavailable(reason: &str, retry_in: Duration, purpose: &str) -> Stop {
+    let secs = retry_in.as_secs_f64().ceil().max(1.0) as u64;
+    Stop::new(
+        Outcome::RobotsUnavailable,
+        Source::Policy,
+        format!(
+            "{reason}; whether the site reserves text and data mining cannot be known, \
+             so nothing is fetched for {purpose}"
+        ),
+    )
+    .detail("file", "tdmrep.json")
+    .detail("purpose", purpose)
+    .retry_after(secs)
+}
+
 /// The audit log cannot be written, so nothing is answered.
 pub(crate) fn audit_unwritable() -> Stop {
     Stop::new(

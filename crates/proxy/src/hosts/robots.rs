@@ -1,7 +1,9 @@
 //! The robots.txt cache: one entry per (scheme, host, port), filled by a
 //! single fetch however many requests arrive for a cold origin, through the
 //! same guarded upstream client as every request. What a fetch result means
-//! is decided by `mannerly_policy::robots_cache`.
+//! is decided by `mannerly_policy::robots_cache`. The same cache, over
+//! another [`SiteFile`], holds `/.well-known/tdmrep.json`: fetched, paced,
+//! signed, retried and evicted exactly as robots.txt is.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -15,8 +17,11 @@ use http::header::{HeaderValue, LOCATION, USER_AGENT};
 use http::{Method, Request, Uri};
 use http_body_util::BodyExt;
 use mannerly_policy::budget::{Announced, Refusal};
+use mannerly_policy::robots::Robots;
 use mannerly_policy::robots::MAX_ROBOTS_BYTES;
-use mannerly_policy::robots_cache::{FetchResult, Lookup, RobotsEntry, RobotsParams, Rules};
+use mannerly_policy::robots_cache::{
+    fetch_reason_of, FetchResult, Lookup, RobotsEntry, RobotsParams, Rules, SiteFile,
+};
 use mannerly_policy::{AuditRecord, Outcome};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
@@ -34,8 +39,8 @@ use mannerly_policy::parent::ParentVerdict;
 
 mod cluster;
 
-struct Slot {
-    entry: std::sync::RwLock<Option<RobotsEntry>>,
+struct Slot<F> {
+    entry: std::sync::RwLock<Option<RobotsEntry<F>>>,
     /// `RobotsCache::epoch` when the slot was last used: eviction takes the
     /// least recently used first.
     used: AtomicU64,
@@ -73,12 +78,12 @@ pub(crate) enum Unfetched {
     Stopped(Stop),
 }
 
-/// robots.txt per origin.
-pub(crate) struct RobotsCache {
+/// robots.txt (or another [`SiteFile`]) per origin.
+pub(crate) struct RobotsCache<F: SiteFile = Robots> {
     params: RobotsParams,
     clock: Clock,
     identity: Option<Arc<Signer>>,
-    slots: DashMap<String, Arc<Slot>>,
+    slots: DashMap<String, Arc<Slot<F>>>,
     /// Body bytes of every entry held (`robots.max_bytes`).
     bytes: AtomicU64,
     /// Moves on with every new slot. A slot used in the same epoch as
@@ -88,7 +93,7 @@ pub(crate) struct RobotsCache {
     epoch: AtomicU64,
 }
 
-impl RobotsCache {
+impl<F: SiteFile> RobotsCache<F> {
     pub(crate) fn new(params: RobotsParams, clock: Clock, identity: Option<Arc<Signer>>) -> Self {
         RobotsCache {
             params,
@@ -114,8 +119,11 @@ impl RobotsCache {
         deadline: Instant,
         user_agent: Option<&HeaderValue>,
         on_fetch: impl FnOnce(&FetchReport),
-    ) -> Result<Rules, Unfetched> {
+    ) -> Result<Rules<F>, Unfetched> {
         let key = target.url(None);
+        let url = format!("{key}{}", F::PATH);
+        // robots.txt keeps the cluster key it always had, its origin.
+        let shared_key = if F::PATH == Robots::PATH { &key } else { &url };
         let slot = self.slot(&key);
         if let Some(rules) = self.cached(&slot) {
             return Ok(rules);
@@ -127,14 +135,13 @@ impl RobotsCache {
         }
         // With shared state one proxy of the cluster fetches; the others
         // take its copy.
-        let claim =
-            match cluster::claim(budgets, &key, &self.params, deadline, self.clock.now_std()).await
-            {
-                cluster::Next::Use(result, fetched_at) => {
-                    return Ok(self.install(&key, &slot, &result, fetched_at));
-                }
-                cluster::Next::Fetch(claim) => claim,
-            };
+        let now = self.clock.now_std();
+        let claim = match cluster::claim(budgets, shared_key, &self.params, deadline, now).await {
+            cluster::Next::Use(result, fetched_at) => {
+                return Ok(self.install(&key, &slot, &result, fetched_at));
+            }
+            cluster::Next::Fetch(claim) => claim,
+        };
         let permit = budgets
             .acquire(&target.host, deadline)
             .await
@@ -146,7 +153,6 @@ impl RobotsCache {
             refused: None,
         };
         let timeout = Duration::from_secs_f64(self.params.fetch_timeout_secs);
-        let url = format!("{key}robots.txt");
         let report = match tokio::time::timeout(
             timeout,
             fetch(
@@ -187,7 +193,8 @@ impl RobotsCache {
             // for now, as when the first request is refused.
             return Err(Unfetched::Budget(refusal));
         }
-        cluster::publish(claim, &key, &report.result, &self.params, self.clock.wall()).await;
+        let wall = self.clock.wall();
+        cluster::publish(claim, shared_key, &report.result, &self.params, wall).await;
         let rules = self.install(&key, &slot, &report.result, self.clock.now_std());
         match report.stop {
             Some(stop) => Err(Unfetched::Stopped(stop)),
@@ -201,10 +208,10 @@ impl RobotsCache {
     fn install(
         &self,
         key: &str,
-        slot: &Slot,
+        slot: &Slot<F>,
         result: &FetchResult,
         fetched_at: std::time::Instant,
-    ) -> Rules {
+    ) -> Rules<F> {
         let new = match result {
             FetchResult::Body(body) => body.len() as u64,
             _ => 0,
@@ -233,7 +240,7 @@ impl RobotsCache {
         rules
     }
 
-    fn cached(&self, slot: &Slot) -> Option<Rules> {
+    fn cached(&self, slot: &Slot<F>) -> Option<Rules<F>> {
         let now = self.clock.now_std();
         let guard = slot.entry.read().unwrap_or_else(|p| p.into_inner());
         match guard.as_ref()?.lookup(&self.params, now) {
@@ -242,7 +249,7 @@ impl RobotsCache {
         }
     }
 
-    fn slot(&self, key: &str) -> Arc<Slot> {
+    fn slot(&self, key: &str) -> Arc<Slot<F>> {
         if let Some(s) = self.slots.get(key) {
             let now = self.epoch.load(Ordering::Relaxed);
             if s.used.load(Ordering::Relaxed) != now {
@@ -273,9 +280,9 @@ impl RobotsCache {
     // `keep` is the entry being installed: its slot holds no live entry yet,
     // and evicting it would drop the fetch just paid for and leave its
     // origin to fetch again on its next request.
-    fn evict(&self, keep: Option<&Slot>) {
+    fn evict(&self, keep: Option<&Slot<F>>) {
         let now = self.clock.now_std();
-        let kept = |s: &Arc<Slot>| keep.is_some_and(|k| std::ptr::eq(&**s, k));
+        let kept = |s: &Arc<Slot<F>>| keep.is_some_and(|k| std::ptr::eq(&**s, k));
         self.slots.retain(|_, s| {
             let keep = kept(s)
                 || s.entry
@@ -606,16 +613,17 @@ fn resolve_location(base: &Uri, location: &str) -> Option<String> {
     Some(format!("{scheme}://{authority}{dir}{location}"))
 }
 
-/// Fills the audit record of a robots.txt fetch.
-pub(crate) fn fetch_record(mut rec: AuditRecord, r: &FetchReport) -> AuditRecord {
-    rec.outcome = Some(Outcome::RobotsFetched);
+/// Fills the audit record of a fetch of `F` (`robots_fetched`,
+/// `tdmrep_fetched`).
+pub(crate) fn fetch_record<F: SiteFile>(mut rec: AuditRecord, r: &FetchReport) -> AuditRecord {
+    rec.outcome = Some(F::FETCHED);
     rec.status = r.status;
     rec.bytes = Some(r.bytes);
     rec.retry_after = r.retry_after.clone();
     rec.signed = r.keyid.is_some();
     rec.keyid = r.keyid.as_ref().map(|k| k.to_string());
     rec.source = r.stop.as_ref().map(|s| s.source.as_str());
-    rec.reason = mannerly_policy::robots_cache::fetch_reason(&r.result);
+    rec.reason = fetch_reason_of::<F>(&r.result);
     rec
 }
 

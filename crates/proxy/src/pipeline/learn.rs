@@ -236,14 +236,26 @@ impl Exchange {
 
     /// Usage preferences: a response whose headers refuse a declared
     /// purpose is withheld (neither delivered nor stored) or annotated, by
-    /// config; in observe mode it passes and the line says `would`.
+    /// config; in observe mode it passes and the line says `would`. What
+    /// `tdmrep.json` refused under `annotate` is said here too.
     pub(super) fn preferences(&mut self, mut resp: Response<Incoming>) -> Step<Response<Incoming>> {
-        match prefs::judge(&self.shared.live(), resp.headers(), &mut self.rec) {
-            OnResponse::Pass => {}
-            OnResponse::Annotate(value) => {
-                resp.headers_mut().insert(prefs::PREFERENCES, value);
+        let judged = prefs::judge(&self.shared.live(), resp.headers(), &mut self.rec);
+        let ours = match judged {
+            OnResponse::Pass => None,
+            OnResponse::Annotate(value) => Some(value),
+            OnResponse::Withhold(stop) => {
+                self.enforced(Some(stop))?;
+                None
             }
-            OnResponse::Withhold(stop) => self.enforced(Some(stop))?,
+        };
+        let notes = [self.annotation.clone(), ours];
+        if notes.iter().any(Option::is_some) {
+            // Only ours: an origin's field of that name would pass for one.
+            let headers = resp.headers_mut();
+            headers.remove(prefs::PREFERENCES);
+            for value in notes.into_iter().flatten() {
+                headers.append(prefs::PREFERENCES, value);
+            }
         }
         Ok(resp)
     }

@@ -1,18 +1,25 @@
 //! Usage preferences in the request path: the robots step asks whether the
-//! site's robots.txt refuses what the crawl declares; the learn step asks the
-//! same of the response's `Content-Usage` / `Content-Signal` headers and
-//! TDMRep's `tdm-reservation` / `tdm-policy`. The
-//! rules are the policy crate's (`mannerly_policy::prefs`); this module only
-//! turns them into stops and audit fields.
+//! site's robots.txt refuses what the crawl declares; the TDMRep step asks
+//! the same of `/.well-known/tdmrep.json`; the learn step asks it of the
+//! response's `Content-Usage` / `Content-Signal` headers and TDMRep's
+//! `tdm-reservation` / `tdm-policy`. The rules are the policy crate's
+//! (`mannerly_policy::prefs`); this module only turns them into stops and
+//! audit fields.
 
-use http::{HeaderMap, HeaderValue};
-use mannerly_policy::prefs::{judge_response, judge_tdm, PrefsRefusal, ResponsePreferences};
+use http::{HeaderMap, HeaderValue, Request};
+use mannerly_policy::prefs::{
+    judge_response, judge_tdm, PrefsRecord, PrefsRefusal, ResponsePreferences, TdmFile,
+    TDMREP_PATH, TDM_PURPOSES,
+};
 use mannerly_policy::robots::Robots;
+use mannerly_policy::robots_cache::Rules;
 use mannerly_policy::{AuditRecord, Outcome};
 
-use crate::answer::{header_text, Stop};
+use super::{Exchange, Step};
+use crate::answer::{failure, header_text, Stop};
 use crate::config::Config;
 use crate::error::Source;
+use crate::hosts::robots::Unfetched;
 
 /// The header an annotated response carries.
 pub(crate) const PREFERENCES: &str = "mannerly-preferences";
@@ -80,11 +87,7 @@ pub(crate) fn judge(cfg: &Config, headers: &HeaderMap, rec: &mut AuditRecord) ->
     let reserved = judge_tdm(&tdm, &tdm_policy, purposes);
     judged.record.merge(&reserved.record);
     judged.refusal = judged.refusal.or(reserved.refusal);
-    match &mut rec.prefs {
-        Some(mine) => mine.merge(&judged.record),
-        None if !judged.record.is_empty() => rec.prefs = Some(judged.record.clone()),
-        None => {}
-    }
+    note(rec, &judged.record);
     let Some(refusal) = judged.refusal else {
         return OnResponse::Pass;
     };
@@ -104,6 +107,97 @@ pub(crate) fn judge(cfg: &Config, headers: &HeaderMap, rec: &mut AuditRecord) ->
                 PrefsRefusal::Use { declared, .. } => answer.detail("use", declared.as_str()),
             };
             OnResponse::Withhold(answer)
+        }
+    }
+}
+
+/// Adds what a judgement read to the line's `prefs` (robots.txt's, the
+/// file's and the headers' combine: any no wins).
+fn note(rec: &mut AuditRecord, record: &PrefsRecord) {
+    match &mut rec.prefs {
+        Some(mine) => mine.merge(record),
+        None if !record.is_empty() => rec.prefs = Some(record.clone()),
+        None => {}
+    }
+}
+
+/// What `/.well-known/tdmrep.json` says of this request's path: its rule on
+/// the line, and a refusal when it reserves a declared TDM purpose or
+/// cannot be read.
+/// The stop comes with the words an annotated answer carries instead.
+fn tdm_file_refusal(
+    cfg: &Config,
+    rules: &Rules<TdmFile>,
+    path: &str,
+    rec: &mut AuditRecord,
+) -> Option<(Stop, String)> {
+    let purposes = &cfg.crawler.purposes;
+    let file = match rules {
+        Rules::Known(file) => file,
+        Rules::Unavailable { reason, retry_in } => {
+            let purpose = purposes.iter().find(|p| TDM_PURPOSES.contains(p))?;
+            let stop = failure::tdmrep_unavailable(reason, *retry_in, purpose.as_str());
+            return Some((
+                stop,
+                format!("unknown; {reason}: {purpose} may be reserved"),
+            ));
+        }
+    };
+    let judged = file.judge(path, purposes);
+    note(rec, &judged.record);
+    let refusal = judged.refusal?;
+    rec.rule = Some(refusal.said().to_string());
+    let answer = Stop::new(
+        Outcome::SignalRefused,
+        Source::Policy,
+        format!("{TDMREP_PATH}: {refusal}"),
+    )
+    .detail("purpose", refusal.what());
+    let answer = match refusal.said().place {
+        mannerly_policy::prefs::Place::TdmRepRule(n) => answer.detail("rule", n.to_string()),
+        _ => answer,
+    };
+    Some((answer, format!("refused; {refusal}")))
+}
+
+impl Exchange {
+    /// Step 1b: TDMRep's `/.well-known/tdmrep.json`, fetched, cached and
+    /// paced as robots.txt is, but only for a crawl that declares a purpose
+    /// a reservation refuses (`ai-train`, `ai-input`): a plain crawl pays no
+    /// extra request per origin. A reservation (or a file that cannot be
+    /// read) is answered before anything is sent with `withhold`, passed on
+    /// with `Mannerly-Preferences` with `annotate`, recorded as `would` in
+    /// observe mode.
+    pub(super) async fn tdmrep<B>(&mut self, req: &Request<B>) -> Step<()> {
+        let live = self.shared.live();
+        let declared = live
+            .crawler
+            .purposes
+            .iter()
+            .any(|p| TDM_PURPOSES.contains(p));
+        let own = matches!(req.uri().path(), "/robots.txt" | TDMREP_PATH);
+        if !declared || own {
+            return Ok(());
+        }
+        let fetched = self.site_file(|s| &s.tdmrep, req).await;
+        let (shared, host) = (&self.shared, &self.target.host);
+        let refusal = match fetched {
+            Ok(rules) => tdm_file_refusal(&live, &rules, &self.path, &mut self.rec),
+            Err(Unfetched::Budget(r)) => {
+                let by = shared.throttled_by.get(host);
+                let why = "tdmrep.json cannot be fetched: ";
+                return self.enforced(Some(failure::budget(&r, why, by.as_deref())));
+            }
+            Err(Unfetched::Stopped(stop)) => return Err(stop),
+        };
+        match refusal {
+            Some((_, note))
+                if live.policy.response_preferences == ResponsePreferences::Annotate =>
+            {
+                self.annotation = Some(header_text(&note));
+                Ok(())
+            }
+            refusal => self.enforced(refusal.map(|(stop, _)| stop)),
         }
     }
 }

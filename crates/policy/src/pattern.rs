@@ -1,4 +1,5 @@
-//! Path patterns of `Allow`/`Disallow` (and Content-Signal paths): percent-encoding
+//! Path patterns of `Allow`/`Disallow` (and Content-Signal paths, and
+//! TDMRep's `location`s, which borrow the syntax): percent-encoding
 //! normalisation and `*` / `$` matching, RFC 9309 sec. 2.2.2 and 2.2.3.
 
 use std::borrow::Cow;
@@ -188,7 +189,7 @@ pub(crate) fn normalise_path(url: &str) -> Cow<'_, [u8]> {
 }
 
 fn path_and_query(url: &str) -> &str {
-    let target = match super::url::scheme_and_rest(url) {
+    let target = match scheme_and_rest(url) {
         Some((_, rest)) => {
             let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
             &rest[end..]
@@ -199,6 +200,16 @@ fn path_and_query(url: &str) -> &str {
         Some(end) => &target[..end],
         None => target,
     }
+}
+
+/// `scheme` and what follows `scheme://`, if `input` starts that way
+/// (scheme = ALPHA *( ALPHA / DIGIT / "+" / "-" / "." ), RFC 3986 sec. 3.1).
+pub(crate) fn scheme_and_rest(input: &str) -> Option<(&str, &str)> {
+    let (scheme, rest) = input.split_once("://")?;
+    let mut chars = scheme.chars();
+    let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic());
+    let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    (first_ok && rest_ok).then_some((scheme, rest))
 }
 
 #[cfg(test)]
