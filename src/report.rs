@@ -94,6 +94,11 @@ pub fn run(args: ReportArgs) -> Result<ExitCode> {
     }
     bar.finish_and_clear();
     report.finish();
+    if let Some(h) = &args.host {
+        if report.counted == 0 {
+            bail!("no audit lines for the host {h} in the given files");
+        }
+    }
     let out = std::io::stdout();
     let mut out = out.lock();
     report.write_text(&mut out)?;
