@@ -6,6 +6,7 @@ use super::decision::{HostView, Reaction, Refusal, Reservation, Start, Throttle}
 use super::params::{millis, HostParams, MAX_BREAKER_THRESHOLD};
 use super::retry_after::parse_retry_after;
 
+pub(super) mod history;
 mod pace;
 mod shared;
 use pace::{GAP_NONE, MAX_SEND_GAP_MS};
@@ -299,6 +300,7 @@ impl HostBudget {
                 .then(|| Duration::from_millis(u64::from(self.crawl_delay_ms))),
             announced_rate: (self.announced > 0).then(|| f(self.announced)),
             recent_throttles: self.recent_throttles(p, n),
+            throttles_last_hour: self.throttles_within(n, 3_600_000),
             ceiling_relaxes_in: self.ceiling_relaxes_in(p, n),
         }
     }
@@ -399,7 +401,7 @@ impl HostBudget {
         if let Some(last) = get(self.throttled) {
             let d = u32::try_from(n.saturating_sub(last)).unwrap_or(NONE);
             for i in (1..RING).rev() {
-                self.history[i] = self.history[i - 1].saturating_add(d);
+                self.history[i] = history::older(self.history[i - 1], d);
             }
             self.history[0] = d;
         }
@@ -425,7 +427,7 @@ impl HostBudget {
             self.breaker = true;
             // Counting starts afresh once the breaker has opened: the same
             // 429s must not open it again when it closes.
-            self.history = [NONE; RING];
+            self.mark_counted();
         }
         let until = until.max(get(self.pause).unwrap_or(0));
         self.pause = put(until);
@@ -607,7 +609,8 @@ impl HostBudget {
         let earlier = self
             .history
             .iter()
-            .filter(|&&h| h != NONE && age + u64::from(h) < window)
+            .filter_map(|&h| history::uncounted(h))
+            .filter(|&h| age + h < window)
             .count();
         1 + earlier as u32
     }
