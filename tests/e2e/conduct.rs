@@ -657,3 +657,50 @@ async fn the_record_of_a_throttling_python_origin_matches_its_own_log() {
     );
     assert_markers_apart(&mut browser, "127.0.0.1", throttles.len());
 }
+
+/// The 429s the breaker counted survive a restart with the breaker they
+/// opened (before: `/hosts` said 0 throttles of a host whose breaker was
+/// still open for minutes).
+#[tokio::test]
+async fn the_429s_behind_an_open_breaker_survive_a_restart() {
+    let origin = Origin::http(handler(|req| async move {
+        if req.uri().path() == "/robots.txt" {
+            return text(404, "");
+        }
+        let mut r = text(429, "slow down");
+        r.headers_mut().insert(
+            "retry-after",
+            reqwest::header::HeaderValue::from_static("0"),
+        );
+        r
+    }))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        ("MANNERLY_BUDGET__RETRY_ATTEMPTS", "0"),
+        ("MANNERLY_BUDGET__MAX_HOLD_SECS", "1"),
+    ];
+    let bin = RunningBinary::start(dir.path(), &env);
+    let url = format!("http://127.0.0.1:{}/limit", origin.port());
+    let c = bin.client();
+    let mut decisions = Vec::new();
+    for _ in 0..5 {
+        let r = c.get(&url).send().await.unwrap();
+        decisions.push(decision(&r));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(decisions[4].starts_with("breaker_open"), "{decisions:?}");
+    let host = |admin: String| async move {
+        let (s, v) = super::admin::get_json(&format!("http://{admin}/hosts/127.0.0.1")).await;
+        assert_eq!(s, 200, "{v}");
+        (v["breaker_open"].clone(), v["throttles_last_hour"].clone())
+    };
+    assert_eq!(host(bin.admin.clone()).await, (json!(true), json!(5)));
+    bin.signal("TERM");
+    let mut bin = bin;
+    let _ = bin.child.wait();
+    let again = RunningBinary::start(dir.path(), &env);
+    assert_eq!(host(again.admin.clone()).await, (json!(true), json!(5)));
+    let r = again.client().get(&url).send().await.unwrap();
+    assert!(decision(&r).starts_with("breaker_open"), "{}", decision(&r));
+}
