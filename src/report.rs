@@ -1,11 +1,14 @@
 //! `mannerly report`: a conduct report from audit logs, streamed line by
-//! line with a fixed amount of state per host, as a terminal table or a
-//! self-contained HTML page with one SVG chart per host.
+//! line with bounded state per host, as a terminal table, a self-contained
+//! HTML page with one SVG chart per host, and JSON; for all hosts or for
+//! one site alone (`--host`). The figures are defined in docs/audit.md.
 
 mod html;
+mod json;
 mod stats;
 mod time;
 
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{BufRead, BufReader, IsTerminal, Write};
 use std::path::PathBuf;
@@ -32,6 +35,14 @@ pub struct ReportArgs {
     /// Charts in the HTML page, hosts with 429s first, then the busiest.
     #[arg(long, default_value_t = 500)]
     max_charts: usize,
+    /// Also write the figures as JSON, every one with the audit lines it
+    /// comes from.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// One site's record alone (its host name): no other host is read or
+    /// named.
+    #[arg(long)]
+    host: Option<String>,
 }
 
 pub fn run(args: ReportArgs) -> Result<ExitCode> {
@@ -56,7 +67,7 @@ pub fn run(args: ReportArgs) -> Result<ExitCode> {
     } else {
         indicatif::ProgressBar::hidden()
     };
-    let mut report = Report::new(since);
+    let mut report = Report::new(since, args.host.clone());
     for path in &args.files {
         let f = File::open(path).with_context(|| format!("{}", path.display()))?;
         let mut r = BufReader::with_capacity(1 << 20, f);
@@ -83,6 +94,11 @@ pub fn run(args: ReportArgs) -> Result<ExitCode> {
     }
     bar.finish_and_clear();
     report.finish();
+    if let Some(h) = &args.host {
+        if report.counted == 0 {
+            bail!("no audit lines for the host {h} in the given files");
+        }
+    }
     let out = std::io::stdout();
     let mut out = out.lock();
     report.write_text(&mut out)?;
@@ -90,10 +106,21 @@ pub fn run(args: ReportArgs) -> Result<ExitCode> {
         let mut f = std::io::BufWriter::new(
             File::create(path).with_context(|| format!("{}", path.display()))?,
         );
-        html::write(&report, args.max_charts, &mut f)
+        let cited = cited_lines(&args.files, &report.cited())?;
+        html::write(&report, args.max_charts, &cited, &mut f)
             .and_then(|_| f.flush())
             .with_context(|| format!("writing {}", path.display()))?;
         writeln!(out, "HTML report: {}", path.display())?;
+    }
+    if let Some(path) = &args.json {
+        let mut f = std::io::BufWriter::new(
+            File::create(path).with_context(|| format!("{}", path.display()))?,
+        );
+        serde_json::to_writer_pretty(&mut f, &json::report(&report))
+            .map_err(std::io::Error::from)
+            .and_then(|_| f.flush())
+            .with_context(|| format!("writing {}", path.display()))?;
+        writeln!(out, "JSON report: {}", path.display())?;
     }
     if report.lines == 0 && report.unreadable == 0 {
         bail!("no audit lines in the given files");
@@ -103,4 +130,32 @@ pub fn run(args: ReportArgs) -> Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// The text of the lines the report cites (file index, line number), read
+/// in a second pass so that the first keeps no line it does not need.
+fn cited_lines(
+    files: &[PathBuf],
+    wanted: &HashSet<(u16, u64)>,
+) -> Result<HashMap<(u16, u64), String>> {
+    let mut found = HashMap::new();
+    for (i, path) in files.iter().enumerate() {
+        let Ok(i) = u16::try_from(i) else { break };
+        if !wanted.iter().any(|(f, _)| *f == i) {
+            continue;
+        }
+        let f = File::open(path).with_context(|| format!("{}", path.display()))?;
+        let mut n = 0u64;
+        for line in BufReader::with_capacity(1 << 20, f).lines() {
+            let line = line.with_context(|| format!("reading {}", path.display()))?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            n += 1;
+            if wanted.contains(&(i, n)) {
+                found.insert((i, n), line);
+            }
+        }
+    }
+    Ok(found)
 }

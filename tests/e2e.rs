@@ -18,6 +18,7 @@ mod e2e {
     mod cli;
     mod clients;
     mod cluster;
+    mod conduct;
     mod dashboard;
     mod datadir;
     mod deploy;

@@ -3,7 +3,11 @@
 
 use std::io::{self, Write};
 
-use super::stats::{HostStats, Report};
+use std::collections::HashMap;
+
+use super::stats::{
+    crawler_text, Cited, Episode, HostStats, LineRef, Overall, Report, Window, WINDOW_S,
+};
 use super::time::format_ts;
 
 const W: f64 = 640.0;
@@ -11,6 +15,8 @@ const H: f64 = 140.0;
 const PAD_L: f64 = 46.0;
 const PAD_B: f64 = 18.0;
 const PAD_T: f64 = 12.0;
+/// Width (and height) of a 429 marker.
+const MARK_W: f64 = 8.0;
 
 fn esc(s: &str) -> String {
     let mut o = String::with_capacity(s.len());
@@ -31,7 +37,7 @@ fn opt(v: Option<f64>, unit: &str, digits: usize) -> String {
     v.map_or("–".into(), |v| format!("{v:.digits$}{unit}"))
 }
 
-fn figures_row(out: &mut impl Write, name: &str, h: &HostStats, anchor: bool) -> io::Result<()> {
+fn figures_row(out: &mut impl Write, name: &str, h: &Overall, anchor: bool) -> io::Result<()> {
     let name = if anchor {
         format!("<a href=\"#h-{0}\">{0}</a>", esc(name))
     } else {
@@ -44,8 +50,8 @@ fn figures_row(out: &mut impl Write, name: &str, h: &HostStats, anchor: bool) ->
         h.sent,
         h.robots_refused,
         h.throttles,
-        h.slowed,
-        h.slowed + h.not_slowed,
+        h.stayed_below,
+        h.stayed_below + h.not_below,
         if h.repeated > 0 {
             format!("<span class=flag>{}</span>", h.repeated)
         } else {
@@ -125,7 +131,7 @@ fn chart(out: &mut impl Write, name: &str, h: &HostStats) -> io::Result<()> {
     )?;
     bars(out, &s, h)?;
     rate_line(out, &s, h)?;
-    throttle_marks(out, &s, h)?;
+    throttle_marks(out, h)?;
     axis_labels(out, &s, h)?;
     writeln!(out, "</svg>")
 }
@@ -172,24 +178,35 @@ fn rate_line(out: &mut impl Write, s: &Scale, h: &HostStats) -> io::Result<()> {
     )
 }
 
-/// A marker above each bucket with 429s, their number in its tooltip.
-fn throttle_marks(out: &mut impl Write, s: &Scale, h: &HostStats) -> io::Result<()> {
-    for (i, b) in h.buckets.iter().enumerate() {
-        if b.throttles > 0 {
-            writeln!(
-                out,
-                "<path class=t429 d=\"M{:.1} {PAD_T} l-4 -8 h8 z\" fill=\"#c0392b\"><title>{} × 429</title></path>",
-                s.mid(i),
-                b.throttles
-            )?;
-        }
+/// A marker at the send time of each 429; markers closer than their
+/// width are stacked in rows, so none hides another.
+fn throttle_marks(out: &mut impl Write, h: &HostStats) -> io::Result<()> {
+    let (start, end) = (h.bucket_start, h.bucket_end().max(h.bucket_start + 1.0));
+    let mut rows: Vec<f64> = Vec::new();
+    for &t in &h.feedback.marks {
+        let x = PAD_L + (t - start) / (end - start) * (W - PAD_L);
+        let row = match rows.iter().position(|&last| x - last >= MARK_W) {
+            Some(r) => r,
+            None => {
+                rows.push(f64::NEG_INFINITY);
+                rows.len() - 1
+            }
+        };
+        rows[row] = x;
+        writeln!(
+            out,
+            "<path class=t429 d=\"M{x:.1} {:.1} l-{half} -{MARK_W} h{MARK_W} z\" fill=\"#c0392b\"><title>429 sent at {}</title></path>",
+            PAD_T + row as f64 * (MARK_W + 1.0),
+            format_ts(t),
+            half = MARK_W / 2.0,
+        )?;
     }
     Ok(())
 }
 
 /// The times at both ends of the x axis, the top and 0 of the y axis.
 fn axis_labels(out: &mut impl Write, s: &Scale, h: &HostStats) -> io::Result<()> {
-    let end = h.bucket_start + h.buckets.len() as f64 * h.bucket_width;
+    let end = h.bucket_end();
     writeln!(
         out,
         "<text x=\"{PAD_L}\" y=\"{}\" font-size=\"10\">{}</text><text x=\"{W}\" y=\"{}\" font-size=\"10\" text-anchor=\"end\">{}</text>",
@@ -209,10 +226,24 @@ fn axis_labels(out: &mut impl Write, s: &Scale, h: &HostStats) -> io::Result<()>
     )
 }
 
-/// Writes the whole page: period, audit chain, a figures table, then a
-/// chart and the 429 episodes of each host, up to `max_charts` hosts.
-pub fn write(r: &Report, max_charts: usize, out: &mut impl Write) -> io::Result<()> {
+/// Writes the whole page: period, audit chain, a figures table, then for
+/// each host (up to `max_charts`) its chart, its robots.txt consistency and
+/// its response to feedback, and last the audit lines the figures cite
+/// (`cited`, by file index and line number), each figure linking to them.
+pub fn write(
+    r: &Report,
+    max_charts: usize,
+    cited: &HashMap<(u16, u64), String>,
+    out: &mut impl Write,
+) -> io::Result<()> {
     page_head(out)?;
+    if let Some(h) = &r.only {
+        writeln!(
+            out,
+            "<p id=site>Conduct record for the site <b>{}</b>.</p>",
+            esc(h)
+        )?;
+    }
     if let (Some(f), Some(l)) = (r.first, r.last) {
         writeln!(
             out,
@@ -225,6 +256,7 @@ pub fn write(r: &Report, max_charts: usize, out: &mut impl Write) -> io::Result<
     let sorted = r.sorted();
     figures(out, r, &sorted)?;
     charts(out, &sorted, max_charts)?;
+    appendix(out, r, cited)?;
     writeln!(out, "</body></html>")
 }
 
@@ -262,15 +294,18 @@ fn chain(out: &mut impl Write, r: &Report) -> io::Result<()> {
 
 /// One row for all hosts together, then one per host, linked to its chart.
 fn figures(out: &mut impl Write, r: &Report, sorted: &[(&String, &HostStats)]) -> io::Result<()> {
-    writeln!(out, "<h2>Figures</h2><table id=figures><tr><th>host</th><th>requests</th><th>sent</th><th>refused by robots</th><th>429s</th><th>slowed after 429</th><th>repeated pattern</th><th>breaker openings</th><th>mean to next 429</th><th>shortest to next 429</th><th>revalidated</th><th>bytes saved</th></tr>")?;
-    figures_row(out, "all hosts", &r.overall(), false)?;
+    writeln!(out, "<h2>Figures</h2><table id=figures><tr><th>host</th><th>requests</th><th>sent</th><th>refused by robots</th><th>429s</th><th>pace stayed below after 429</th><th>repeated pattern</th><th>breaker openings</th><th>mean to next 429</th><th>shortest to next 429</th><th>revalidated</th><th>bytes saved</th></tr>")?;
+    if r.only.is_none() {
+        figures_row(out, "all hosts", &r.overall(), false)?;
+    }
     for (name, h) in sorted {
-        figures_row(out, name, h, true)?;
+        figures_row(out, name, &Overall::of(h), true)?;
     }
     writeln!(out, "</table>")?;
     writeln!(
         out,
-        "<p><i>sent</i>: requests that reached the origin. <i>slowed after 429</i>: 429s after which real sends were slower than the pace that drew them (of those where both paces are known). <i>repeated pattern</i>: 429s drawn again at about (within 25%) the pace that drew the previous one.</p>"
+        "<p><i>sent</i>: requests the origin received (robots.txt and every attempt included), timed when they were sent. <i>pace stayed below</i>: 429s after which the pace of the next {WINDOW} s stayed below the pace of the {WINDOW} s before (of those where both are known). <i>repeated pattern</i>: 429s drawn at about (within 25%) the pace that drew the previous one. Definitions: docs/audit.md, “The conduct report”.</p>",
+        WINDOW = WINDOW_S
     )
 }
 
@@ -283,15 +318,16 @@ fn charts(
 ) -> io::Result<()> {
     let mut charted = sorted.to_vec();
     charted.sort_by(|a, b| {
-        b.1.throttles
-            .cmp(&a.1.throttles)
+        b.1.feedback
+            .throttles
+            .cmp(&a.1.feedback.throttles)
             .then(b.1.requests.cmp(&a.1.requests))
             .then_with(|| a.0.cmp(b.0))
     });
     charted.truncate(max_charts);
     writeln!(
         out,
-        "<h2>Rate over time</h2><p class=legend><span style=\"color:#9ab8d8\">■ requests sent per second</span><span style=\"color:#1f5fa8\">— budget rate</span><span style=\"color:#c0392b\">▼ 429</span><span style=\"color:#e0a040\">■ paused</span></p>"
+        "<h2>Per site</h2><p class=legend><span style=\"color:#9ab8d8\">■ requests sent per second</span><span style=\"color:#1f5fa8\">— budget rate</span><span style=\"color:#c0392b\">▼ 429 (at its send time)</span><span style=\"color:#e0a040\">■ paused</span></p>"
     )?;
     if charted.len() < sorted.len() {
         writeln!(
@@ -304,40 +340,164 @@ fn charts(
     for (name, h) in charted {
         writeln!(
             out,
-            "<section class=host id=\"h-{}\"><h3>{}</h3>",
+            "<section class=host id=\"h-{}\"><h3>{}</h3><p class=crawler>Crawler: {}</p>",
             esc(name),
-            esc(name)
+            esc(name),
+            esc(&crawler_text(h))
         )?;
         chart(out, name, h)?;
-        episodes(out, h)?;
+        robots(out, h)?;
+        feedback(out, h)?;
         writeln!(out, "</section>")?;
     }
     Ok(())
 }
 
-/// What happened around each 429 of the host (none: no table).
-fn episodes(out: &mut impl Write, h: &HostStats) -> io::Result<()> {
-    if h.episodes.is_empty() {
-        return Ok(());
+/// Links to the lines behind a figure.
+fn links(lines: &[LineRef]) -> String {
+    let mut s = String::new();
+    for l in lines {
+        s.push_str(&format!(
+            " <a class=line href=\"#L{}-{}\">{}</a>",
+            l.file,
+            l.line,
+            esc(if l.id.is_empty() { "line" } else { &l.id })
+        ));
     }
-    writeln!(out, "<table class=episodes><tr><th>429 at</th><th>status</th><th>pace before</th><th>pace after</th><th>pause</th><th>next 429 after</th><th></th></tr>")?;
-    for e in &h.episodes {
+    s
+}
+
+fn cited(c: &Cited) -> String {
+    let more = c.count.saturating_sub(c.lines.len() as u64);
+    let more = if more > 0 {
+        format!(" (and {more} more)")
+    } else {
+        String::new()
+    };
+    format!("{}{}{more}", c.count, links(&c.lines))
+}
+
+/// robots.txt consistency: copies no older than a day, disallowed paths
+/// fetched, refusals by rule.
+fn robots(out: &mut impl Write, h: &HostStats) -> io::Result<()> {
+    let r = &h.robots;
+    writeln!(out, "<h4>robots.txt consistency</h4><table class=robots>")?;
+    let rows = [
+        ("requests checked against robots.txt", r.checked.to_string()),
+        (
+            "of those, against a copy at most 24 h old",
+            r.fresh.to_string(),
+        ),
+        ("against an older copy", cited(&r.stale)),
+        (
+            "against a copy fetched before this log",
+            cited(&r.age_unknown),
+        ),
+        ("disallowed paths fetched", cited(&r.disallowed_fetched)),
+        ("refused: robots.txt unavailable", cited(&r.unavailable)),
+        ("robots.txt fetches", cited(&r.fetches)),
+        ("fetches with no usable copy", r.failed_fetches.to_string()),
+    ];
+    for (k, v) in rows {
+        writeln!(out, "<tr><td>{k}</td><td>{v}</td></tr>")?;
+    }
+    for b in &r.by_rule {
         writeln!(
             out,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            format_ts(e.at),
-            e.status,
-            opt(e.pace_before, "/s", 2),
-            opt(e.pace_after, "/s", 2),
-            opt(e.pause_s, " s", 1),
-            opt(e.next_after, " s", 1),
-            match (e.repeated, e.slowed()) {
-                (true, _) => "<span class=flag>repeated pattern</span>",
-                (false, Some(true)) => "slowed down",
-                (false, Some(false)) => "did not slow down",
-                (false, None) => "",
-            }
+            "<tr class=rule><td>refused ({}) by {}</td><td>{}</td></tr>",
+            esc(&b.outcome),
+            esc(&b.rule),
+            cited(&b.refused)
         )?;
     }
     writeln!(out, "</table>")
+}
+
+fn window(w: &Window) -> String {
+    match w.pace {
+        Some(p) => format!(
+            "{p:.2}/s <small>({} in {:.1} s)</small>{}",
+            w.sends,
+            w.span_s,
+            links(&w.lines)
+        ),
+        None => "–".into(),
+    }
+}
+
+fn seconds(v: Option<f64>, line: &Option<LineRef>) -> String {
+    match v {
+        Some(v) => format!("{v:.1} s{}", links(line.as_slice())),
+        None => "–".into(),
+    }
+}
+
+/// Response to feedback: each 429 with the pace around it, then breaker
+/// openings and the revalidation share.
+fn feedback(out: &mut impl Write, h: &HostStats) -> io::Result<()> {
+    let f = &h.feedback;
+    writeln!(out, "<h4>Response to feedback</h4><table class=feedback>")?;
+    let share = h
+        .revalidation_share()
+        .map_or(String::new(), |s| format!(", {:.1} %", s * 100.0));
+    writeln!(
+        out,
+        "<tr><td>breaker openings</td><td>{}</td></tr><tr><td>pages revalidated (304 to our validators)</td><td>{} of {}{share}</td></tr></table>",
+        cited(&h.breaker_openings),
+        cited(&h.revalidated),
+        h.fetched + h.revalidated.count,
+    )?;
+    if f.episodes.is_empty() {
+        return Ok(());
+    }
+    writeln!(out, "<table class=episodes><tr><th>429 sent at</th><th>status</th><th>pace before</th><th>pace after</th><th>pause</th><th>next request after</th><th>next 429 after</th><th></th></tr>")?;
+    for e in &f.episodes {
+        episode(out, e)?;
+    }
+    writeln!(out, "</table>")
+}
+
+fn episode(out: &mut impl Write, e: &Episode) -> io::Result<()> {
+    writeln!(
+        out,
+        "<tr><td>{}{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+        format_ts(e.at),
+        links(std::slice::from_ref(&e.line)),
+        e.status,
+        window(&e.before),
+        window(&e.after),
+        opt(e.pause_s, " s", 1),
+        seconds(e.next_request_s, &e.next_request),
+        seconds(e.next_429_s, &e.next_429),
+        match (e.repeated, e.stayed_below) {
+            (true, _) => "<span class=flag>repeated pattern</span>",
+            (false, Some(true)) => "pace stayed below",
+            (false, Some(false)) => "<span class=bad>pace did not stay below</span>",
+            (false, None) => "",
+        }
+    )
+}
+
+/// The audit lines the figures cite, as written.
+fn appendix(
+    out: &mut impl Write,
+    r: &Report,
+    cited: &HashMap<(u16, u64), String>,
+) -> io::Result<()> {
+    if cited.is_empty() {
+        return Ok(());
+    }
+    let mut keys: Vec<_> = cited.keys().copied().collect();
+    keys.sort_unstable();
+    writeln!(out, "<h2>Audit lines cited</h2><div id=lines>")?;
+    for (file, line) in keys {
+        let name = r.files.get(usize::from(file)).map_or("", |f| f.0.as_str());
+        writeln!(
+            out,
+            "<pre class=line id=\"L{file}-{line}\"><b>{}:{line}</b> {}</pre>",
+            esc(name),
+            esc(&cited[&(file, line)])
+        )?;
+    }
+    writeln!(out, "</div>")
 }

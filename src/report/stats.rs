@@ -1,341 +1,92 @@
-//! The figures of a conduct report, gathered in one pass with fixed-size
-//! state per host (a ring of recent sends, a fixed number of chart buckets,
-//! the first few 429 episodes).
+//! The figures of a conduct report, gathered in one pass with bounded
+//! state per host (the sends of the last minutes, a fixed number of chart
+//! buckets, the first few hundred 429s, a few cited lines per figure).
 
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io::{self, Write};
 
 use mannerly_policy::{chain_line, GENESIS};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::time::{format_ts, parse_ts};
 
-/// Sends remembered per host to measure the pace around a 429.
-const RING: usize = 16;
-/// Sends before a 429 that count towards the pace that drew it.
-const PACE_WINDOW_S: f64 = 60.0;
-/// Two 429s drawn at paces this close (ratio) are the same pattern.
-const REPEAT_RATIO: f64 = 1.25;
-/// Chart buckets per host; their width doubles as the log grows.
-pub const BUCKETS: usize = 120;
-/// 429 episodes listed in detail per host.
-pub const EPISODES: usize = 20;
+mod feedback;
+mod host;
+mod robots;
+
+pub use feedback::{Episode, Window, EPISODES, WINDOW_S};
+pub use host::HostStats;
+pub use robots::{Cited, MAX_AGE_S};
+
+/// Where a figure comes from: a line of one of the report's files.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LineRef {
+    /// Index into the report's files.
+    pub file: u16,
+    /// 1-based line number in that file.
+    pub line: u64,
+    /// The line's `id`.
+    pub id: String,
+}
 
 /// The fields of an audit line the report reads.
 #[derive(Deserialize)]
-struct Line<'a> {
+pub struct Line<'a> {
     #[serde(borrow)]
     ts: Cow<'a, str>,
     #[serde(borrow, default)]
+    sent: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
     host: Cow<'a, str>,
     #[serde(borrow, default)]
-    outcome: Option<Cow<'a, str>>,
+    pub url: Cow<'a, str>,
+    #[serde(borrow, default)]
+    pub outcome: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub would: Option<Cow<'a, str>>,
     #[serde(default)]
-    status: Option<u16>,
+    pub status: Option<u16>,
+    #[serde(borrow, default)]
+    pub rule: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub reason: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub agent: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub keyid: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub retried_by: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    cache: Option<Cow<'a, str>>,
     #[serde(default)]
-    rate: Option<f64>,
+    pub rate: Option<f64>,
     #[serde(default)]
-    pause_s: Option<f64>,
-    #[serde(default)]
-    saved_bytes: Option<u64>,
-    #[serde(default)]
-    bytes: Option<u64>,
-}
-
-/// One chart bucket.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Bucket {
-    /// Requests sent to the origin.
-    pub sends: u32,
-    /// 429s (and throttling 503s) received.
-    pub throttles: u32,
-    /// The budget's rate last written in the bucket, requests/s.
-    pub rate: Option<f32>,
-    /// The host was paused (throttle, paused or breaker refusals) in it.
-    pub paused: bool,
-}
-
-/// What happened after one 429.
-#[derive(Clone, Debug)]
-pub struct Episode {
-    pub at: f64,
-    pub status: u16,
-    /// Pace of real sends before it, requests/s (`None`: too few sends).
-    pub pace_before: Option<f64>,
-    /// Pace of real sends after it, until the next 429.
-    pub pace_after: Option<f64>,
-    /// Pause the proxy put the host under, seconds.
     pub pause_s: Option<f64>,
-    /// Seconds until the next 429 (`None`: there was none).
-    pub next_after: Option<f64>,
-    /// Drawn at about the pace that drew the previous 429.
-    pub repeated: bool,
+    #[serde(default)]
+    pub saved_bytes: Option<u64>,
+    #[serde(default)]
+    pub bytes: Option<u64>,
 }
 
-impl Episode {
-    /// `Some(true)` slowed down, `Some(false)` did not, `None` unknown.
-    pub fn slowed(&self) -> Option<bool> {
-        Some(self.pace_after? < self.pace_before? * 0.95)
-    }
-}
-
-#[derive(Debug, Default)]
-pub struct HostStats {
-    pub requests: u64,
-    pub sent: u64,
-    pub robots_refused: u64,
-    pub robots_fetches: u64,
-    pub robots_failures: u64,
-    pub throttles: u64,
-    pub status_429: u64,
-    pub slowed: u64,
-    pub not_slowed: u64,
-    pub repeated: u64,
-    pub next_gap_sum: f64,
-    pub next_gap_n: u64,
-    pub next_gap_min: Option<f64>,
-    pub paused_refusals: u64,
-    pub breaker_refusals: u64,
-    pub breaker_openings: u64,
-    pub fetched: u64,
-    pub revalidated: u64,
-    pub unchanged: u64,
-    pub saved_bytes: u64,
-    pub bytes: u64,
-    pub resets: u64,
-    pub errors: u64,
-    pub first: f64,
-    pub last: f64,
-    /// Recent send times, oldest overwritten.
-    ring: [f64; RING],
-    ring_len: usize,
-    ring_at: usize,
-    /// The 429 waiting for its pace-after and next-429 figures.
-    open: Option<Episode>,
-    after_first: Option<f64>,
-    after_last: f64,
-    after_n: u32,
-    last_was_breaker: bool,
-    /// End of the last throttle's pause: where the next run of sends starts.
-    run_start: f64,
-    pub episodes: Vec<Episode>,
-    pub bucket_start: f64,
-    pub bucket_width: f64,
-    pub buckets: Vec<Bucket>,
-    paused_until: f64,
-}
-
-impl HostStats {
-    fn new(t: f64) -> HostStats {
-        HostStats {
-            first: t,
-            last: t,
-            bucket_start: t.floor(),
-            bucket_width: 1.0,
-            ..HostStats::default()
+impl Line<'_> {
+    /// When the line's request reached the origin: its `sent`, or, in a
+    /// log written before lines had one, the arrival of a request whose
+    /// outcome says it was sent.
+    fn sent_at(&self, ts: f64, outcome: &str) -> Option<f64> {
+        if let Some(s) = &self.sent {
+            return parse_ts(s);
         }
-    }
-
-    /// Mean seconds from one 429 to the next.
-    pub fn mean_next_gap(&self) -> Option<f64> {
-        (self.next_gap_n > 0).then(|| self.next_gap_sum / self.next_gap_n as f64)
-    }
-
-    /// Share of pages answered by a 304 to the proxy's validators.
-    pub fn revalidation_share(&self) -> Option<f64> {
-        let n = self.fetched + self.revalidated;
-        (n > 0).then(|| self.revalidated as f64 / n as f64)
-    }
-
-    fn bucket(&mut self, t: f64) -> &mut Bucket {
-        let t = t.max(self.bucket_start);
-        while t >= self.bucket_start + self.bucket_width * BUCKETS as f64 {
-            // Halve the resolution: pairs of buckets become one.
-            let merged: Vec<Bucket> = self
-                .buckets
-                .chunks(2)
-                .map(|c| {
-                    let mut b = c[0];
-                    if let Some(n) = c.get(1) {
-                        b.sends += n.sends;
-                        b.throttles += n.throttles;
-                        b.rate = n.rate.or(b.rate);
-                        b.paused |= n.paused;
-                    }
-                    b
-                })
-                .collect();
-            self.buckets = merged;
-            self.bucket_width *= 2.0;
-        }
-        let i = ((t - self.bucket_start) / self.bucket_width) as usize;
-        let i = i.min(BUCKETS - 1);
-        while self.buckets.len() <= i {
-            let start = self.bucket_start + self.buckets.len() as f64 * self.bucket_width;
-            let paused = start < self.paused_until;
-            self.buckets.push(Bucket {
-                paused,
-                ..Bucket::default()
-            });
-        }
-        &mut self.buckets[i]
-    }
-
-    /// Pace of the remembered sends of the run that led to a 429 at `t`:
-    /// since the previous pause ended, and inside the window.
-    fn pace_before(&self, t: f64) -> Option<f64> {
-        let from = (t - PACE_WINDOW_S).max(self.run_start);
-        let mut first = f64::INFINITY;
-        let mut last = f64::NEG_INFINITY;
-        let mut n = 0u32;
-        for &s in &self.ring[..self.ring_len] {
-            if s >= from && s <= t {
-                first = first.min(s);
-                last = last.max(s);
-                n += 1;
+        let sent = match outcome {
+            "fetched" | "revalidated" | "unchanged" | "throttled" => {
+                self.cache.as_deref() != Some("hit")
             }
-        }
-        (n >= 2 && last > first).then(|| f64::from(n - 1) / (last - first))
-    }
-
-    fn note_send(&mut self, t: f64) {
-        self.ring[self.ring_at] = t;
-        self.ring_at = (self.ring_at + 1) % RING;
-        self.ring_len = (self.ring_len + 1).min(RING);
-        if self.open.is_some() && self.after_n < RING as u32 {
-            if self.after_first.is_none() {
-                self.after_first = Some(t);
-            }
-            self.after_last = t;
-            self.after_n += 1;
-        }
-    }
-
-    /// Closes the open 429 episode, `next` being the time of the next 429.
-    fn close_episode(&mut self, next: Option<f64>) {
-        let Some(mut e) = self.open.take() else {
-            return;
-        };
-        e.pace_after = match self.after_first {
-            Some(f) if self.after_n >= 2 && self.after_last > f => {
-                Some(f64::from(self.after_n - 1) / (self.after_last - f))
-            }
-            _ => None,
-        };
-        e.next_after = next.map(|n| n - e.at);
-        match e.slowed() {
-            Some(true) => self.slowed += 1,
-            Some(false) => self.not_slowed += 1,
-            None => {}
-        }
-        if let Some(g) = e.next_after {
-            self.next_gap_sum += g;
-            self.next_gap_n += 1;
-            self.next_gap_min = Some(self.next_gap_min.map_or(g, |m: f64| m.min(g)));
-        }
-        if self.episodes.len() < EPISODES {
-            self.episodes.push(e);
-        } else if let Some(last) = self.episodes.last_mut() {
-            // Keep the first episodes and always the latest one.
-            *last = e;
-        }
-        self.after_first = None;
-        self.after_n = 0;
-    }
-
-    fn throttle(&mut self, t: f64, status: u16, pause_s: Option<f64>) {
-        let pace = self.pace_before(t);
-        let previous = self.open.as_ref().and_then(|e| e.pace_before);
-        self.close_episode(Some(t));
-        let repeated = match (previous, pace) {
-            (Some(a), Some(b)) => b <= a * REPEAT_RATIO && b >= a / REPEAT_RATIO,
+            "robots_fetched" | "tdmrep_fetched" => self.status.is_some(),
             _ => false,
         };
-        self.repeated += u64::from(repeated);
-        self.throttles += 1;
-        self.status_429 += u64::from(status == 429);
-        if let Some(p) = pause_s {
-            self.paused_until = self.paused_until.max(t + p);
-        }
-        self.run_start = t + pause_s.unwrap_or(0.0);
-        self.open = Some(Episode {
-            at: t,
-            status,
-            pace_before: pace,
-            pace_after: None,
-            pause_s,
-            next_after: None,
-            repeated,
-        });
-    }
-
-    /// Counts one decision of this host, at `t`.
-    fn record(&mut self, t: f64, outcome: &str, l: &Line<'_>) {
-        self.last = self.last.max(t);
-        if let Some(r) = l.rate {
-            self.bucket(t).rate = Some(r as f32);
-        }
-        let breaker = outcome == "breaker_open";
-        // A robots.txt (or tdmrep.json) fetch is the proxy's own and a
-        // reset the operator's: neither is a request a client made.
-        if !matches!(
-            outcome,
-            "robots_fetched" | "tdmrep_fetched" | "operator_reset"
-        ) {
-            self.requests += 1;
-            if breaker && !self.last_was_breaker {
-                self.breaker_openings += 1;
-            }
-            self.last_was_breaker = breaker;
-        }
-        match outcome {
-            "fetched" | "revalidated" | "unchanged" | "throttled" => {
-                self.sent += 1;
-                self.note_send(t);
-                self.bucket(t).sends += 1;
-                match outcome {
-                    "fetched" => self.fetched += 1,
-                    "revalidated" => self.revalidated += 1,
-                    "unchanged" => self.unchanged += 1,
-                    _ => {
-                        self.throttle(t, l.status.unwrap_or(429), l.pause_s);
-                        let b = self.bucket(t);
-                        b.throttles += 1;
-                        b.paused = true;
-                    }
-                }
-            }
-            "disallowed" | "signal_refused" | "robots_unavailable" => self.robots_refused += 1,
-            "paused" => {
-                self.paused_refusals += 1;
-                self.bucket(t).paused = true;
-            }
-            "breaker_open" => {
-                self.breaker_refusals += 1;
-                self.bucket(t).paused = true;
-            }
-            "robots_fetched" => {
-                self.robots_fetches += 1;
-                let failed = match l.status {
-                    None => true,
-                    Some(s) => s == 429 || s >= 500 || (300..400).contains(&s),
-                };
-                self.robots_failures += u64::from(failed);
-            }
-            "operator_reset" => {
-                self.resets += 1;
-                self.paused_until = t;
-            }
-            "error" => self.errors += 1,
-            _ => {}
-        }
-        self.saved_bytes += l.saved_bytes.unwrap_or(0);
-        self.bytes += l.bytes.unwrap_or(0);
-    }
-
-    fn finish(&mut self) {
-        self.close_episode(None);
+        sent.then_some(ts)
     }
 }
 
@@ -354,6 +105,8 @@ pub enum ChainResult {
 
 pub struct Report {
     since: Option<f64>,
+    /// `--host`: the one site reported on.
+    pub only: Option<String>,
     pub hosts: HashMap<String, HostStats>,
     pub lines: u64,
     pub counted: u64,
@@ -367,9 +120,10 @@ pub struct Report {
 }
 
 impl Report {
-    pub fn new(since: Option<f64>) -> Report {
+    pub fn new(since: Option<f64>, only: Option<String>) -> Report {
         Report {
             since,
+            only: only.map(|h| h.to_ascii_lowercase()),
             hosts: HashMap::new(),
             lines: 0,
             counted: 0,
@@ -446,18 +200,33 @@ impl Report {
             self.unreadable += 1;
             return;
         };
-        if self.since.is_some_and(|s| t < s) {
-            return;
-        }
         let Some(outcome) = l.outcome.as_deref() else {
             return;
         };
         if outcome == "checkpoint" || l.host.is_empty() {
             return;
         }
+        if self
+            .only
+            .as_deref()
+            .is_some_and(|h| !l.host.eq_ignore_ascii_case(h))
+        {
+            return;
+        }
+        let sent = l.sent_at(t, outcome);
+        if self.since.is_some_and(|s| sent.unwrap_or(t).max(t) < s) {
+            return;
+        }
         self.counted += 1;
-        self.first = Some(self.first.map_or(t, |f: f64| f.min(t)));
-        self.last = Some(self.last.map_or(t, |f: f64| f.max(t)));
+        let end = sent.map_or(t, |s| s.max(t));
+        let start = sent.map_or(t, |s| s.min(t));
+        self.first = Some(self.first.map_or(start, |f: f64| f.min(start)));
+        self.last = Some(self.last.map_or(end, |f: f64| f.max(end)));
+        let at = LineRef {
+            file: u16::try_from(self.files.len().saturating_sub(1)).unwrap_or(u16::MAX),
+            line: self.file_lines,
+            id: l.id.as_deref().unwrap_or("").to_string(),
+        };
         // Looked up before inserting: `entry` would allocate the host's name
         // for every line.
         let host = match self.hosts.get_mut(l.host.as_ref()) {
@@ -465,15 +234,50 @@ impl Report {
             None => self
                 .hosts
                 .entry(l.host.to_string())
-                .or_insert_with(|| HostStats::new(t)),
+                .or_insert_with(|| HostStats::new(start)),
         };
-        host.record(t, outcome, &l);
+        host.record(t, sent, outcome, &l, at);
     }
 
     pub fn finish(&mut self) {
         for h in self.hosts.values_mut() {
             h.finish();
         }
+    }
+
+    /// Every line a figure cites, by file index and line number.
+    pub fn cited(&self) -> std::collections::HashSet<(u16, u64)> {
+        let mut set = std::collections::HashSet::new();
+        let mut add = |refs: &[LineRef]| {
+            for r in refs {
+                set.insert((r.file, r.line));
+            }
+        };
+        for h in self.hosts.values() {
+            let r = &h.robots;
+            for c in [
+                &r.stale,
+                &r.age_unknown,
+                &r.disallowed_fetched,
+                &r.unavailable,
+                &r.fetches,
+                &h.breaker_openings,
+                &h.revalidated,
+            ] {
+                add(&c.lines);
+            }
+            for b in &r.by_rule {
+                add(&b.refused.lines);
+            }
+            for e in &h.feedback.episodes {
+                add(std::slice::from_ref(&e.line));
+                add(&e.before.lines);
+                add(&e.after.lines);
+                add(e.next_request.as_slice());
+                add(e.next_429.as_slice());
+            }
+        }
+        set
     }
 
     /// Hosts, busiest first.
@@ -483,39 +287,29 @@ impl Report {
         v
     }
 
-    /// The figures of all hosts together.
-    pub fn overall(&self) -> HostStats {
-        let mut o = HostStats::default();
+    /// The figures of all hosts together (counts only: the 429s of
+    /// different hosts are not one timeline).
+    pub fn overall(&self) -> Overall {
+        let mut o = Overall::default();
         for h in self.hosts.values() {
             o.requests += h.requests;
             o.sent += h.sent;
-            o.robots_refused += h.robots_refused;
-            o.robots_fetches += h.robots_fetches;
-            o.robots_failures += h.robots_failures;
-            o.throttles += h.throttles;
-            o.status_429 += h.status_429;
-            o.slowed += h.slowed;
-            o.not_slowed += h.not_slowed;
-            o.repeated += h.repeated;
-            o.next_gap_sum += h.next_gap_sum;
-            o.next_gap_n += h.next_gap_n;
-            o.next_gap_min = match (o.next_gap_min, h.next_gap_min) {
+            o.robots_refused += h.robots.refusals() + h.robots.unavailable.count;
+            o.throttles += h.feedback.throttles;
+            o.stayed_below += h.feedback.stayed_below;
+            o.not_below += h.feedback.not_below;
+            o.repeated += h.feedback.repeated;
+            o.breaker_openings += h.breaker_openings.count;
+            o.fetched += h.fetched;
+            o.revalidated += h.revalidated.count;
+            o.saved_bytes += h.saved_bytes;
+            o.next_gap_sum += h.feedback.next_gap_sum;
+            o.next_gap_n += h.feedback.next_gap_n;
+            o.next_gap_min = match (o.next_gap_min, h.feedback.next_gap_min) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
-            o.paused_refusals += h.paused_refusals;
-            o.breaker_refusals += h.breaker_refusals;
-            o.breaker_openings += h.breaker_openings;
-            o.fetched += h.fetched;
-            o.revalidated += h.revalidated;
-            o.unchanged += h.unchanged;
-            o.saved_bytes += h.saved_bytes;
-            o.bytes += h.bytes;
-            o.resets += h.resets;
-            o.errors += h.errors;
         }
-        o.first = self.first.unwrap_or(0.0);
-        o.last = self.last.unwrap_or(0.0);
         o
     }
 
@@ -534,6 +328,12 @@ impl Report {
     pub fn write_text(&self, out: &mut impl Write) -> io::Result<()> {
         let o = self.overall();
         writeln!(out, "mannerly conduct report")?;
+        if let Some(h) = &self.only {
+            writeln!(out, "site: {h}")?;
+            if let Some(stats) = self.hosts.get(h) {
+                writeln!(out, "crawler: {}", crawler_text(stats))?;
+            }
+        }
         if let (Some(f), Some(l)) = (self.first, self.last) {
             writeln!(out, "period: {} to {} UTC", format_ts(f), format_ts(l))?;
         }
@@ -560,37 +360,111 @@ impl Report {
             "REVAL%",
             "SAVED"
         )?;
-        let row = |out: &mut dyn Write, name: &str, h: &HostStats| -> io::Result<()> {
-            writeln!(
-                out,
-                "{:<32} {:>9} {:>9} {:>8} {:>6} {:>7} {:>7} {:>7} {:>9} {:>8} {:>7} {:>10}",
-                name,
-                h.requests,
-                h.sent,
-                h.robots_refused,
-                h.throttles,
-                format!("{}/{}", h.slowed, h.slowed + h.not_slowed),
-                h.repeated,
-                h.breaker_openings,
-                h.mean_next_gap().map_or("-".into(), |g| format!("{g:.1}s")),
-                h.next_gap_min.map_or("-".into(), |g| format!("{g:.1}s")),
-                h.revalidation_share()
-                    .map_or("-".into(), |s| format!("{:.1}", s * 100.0)),
-                h.saved_bytes,
-            )
-        };
         for (name, h) in self.sorted() {
-            row(out, name, h)?;
+            Overall::of(h).row(out, name)?;
         }
-        row(out, "ALL HOSTS", &o)?;
+        if self.only.is_none() {
+            o.row(out, "ALL HOSTS")?;
+        }
         writeln!(out)?;
         writeln!(
             out,
             "SENT: requests that reached the origin. ROBOTS: refused by robots.txt before sending.\n\
-             SLOWED: 429s after which real sends were slower than the pace that drew them.\n\
+             SLOWED: 429s after which the pace of the next minute stayed below the pace of the minute before.\n\
              REPEAT: 429s drawn again at about (within 25%) the pace that drew the previous one.\n\
-             NEXT429 / MIN429: mean / shortest time from a 429 to the next one."
+             NEXT429 / MIN429: mean / shortest time from a 429 to the next one (send times).\n\
+             Definitions: docs/audit.md, \"The conduct report\"."
         )?;
         Ok(())
+    }
+}
+
+/// The crawler a site saw: product tokens and Web Bot Auth key ids.
+pub fn crawler_text(h: &HostStats) -> String {
+    let list = |v: &[String]| {
+        if v.is_empty() {
+            "-".to_string()
+        } else {
+            v.join(", ")
+        }
+    };
+    format!(
+        "agent {}; Web Bot Auth key id {}",
+        list(&h.agents),
+        list(&h.keyids)
+    )
+}
+
+/// The counts of one row of the table.
+#[derive(Debug, Default)]
+pub struct Overall {
+    pub requests: u64,
+    pub sent: u64,
+    pub robots_refused: u64,
+    pub throttles: u64,
+    pub stayed_below: u64,
+    pub not_below: u64,
+    pub repeated: u64,
+    pub breaker_openings: u64,
+    pub fetched: u64,
+    pub revalidated: u64,
+    pub saved_bytes: u64,
+    pub next_gap_sum: f64,
+    pub next_gap_n: u64,
+    pub next_gap_min: Option<f64>,
+}
+
+impl Overall {
+    pub fn of(h: &HostStats) -> Overall {
+        Overall {
+            requests: h.requests,
+            sent: h.sent,
+            robots_refused: h.robots.refusals() + h.robots.unavailable.count,
+            throttles: h.feedback.throttles,
+            stayed_below: h.feedback.stayed_below,
+            not_below: h.feedback.not_below,
+            repeated: h.feedback.repeated,
+            breaker_openings: h.breaker_openings.count,
+            fetched: h.fetched,
+            revalidated: h.revalidated.count,
+            saved_bytes: h.saved_bytes,
+            next_gap_sum: h.feedback.next_gap_sum,
+            next_gap_n: h.feedback.next_gap_n,
+            next_gap_min: h.feedback.next_gap_min,
+        }
+    }
+
+    pub fn mean_next_gap(&self) -> Option<f64> {
+        (self.next_gap_n > 0).then(|| self.next_gap_sum / self.next_gap_n as f64)
+    }
+
+    pub fn revalidation_share(&self) -> Option<f64> {
+        let n = self.fetched + self.revalidated;
+        (n > 0).then(|| self.revalidated as f64 / n as f64)
+    }
+
+    fn row(&self, out: &mut dyn Write, name: &str) -> io::Result<()> {
+        writeln!(
+            out,
+            "{:<32} {:>9} {:>9} {:>8} {:>6} {:>7} {:>7} {:>7} {:>9} {:>8} {:>7} {:>10}",
+            name,
+            self.requests,
+            self.sent,
+            self.robots_refused,
+            self.throttles,
+            format!(
+                "{}/{}",
+                self.stayed_below,
+                self.stayed_below + self.not_below
+            ),
+            self.repeated,
+            self.breaker_openings,
+            self.mean_next_gap()
+                .map_or("-".into(), |g| format!("{g:.1}s")),
+            self.next_gap_min.map_or("-".into(), |g| format!("{g:.1}s")),
+            self.revalidation_share()
+                .map_or("-".into(), |s| format!("{:.1}", s * 100.0)),
+            self.saved_bytes,
+        )
     }
 }

@@ -278,12 +278,26 @@ async fn five_429s_in_a_minute_open_the_breaker() {
     .await;
     let c = proxy.client();
     let url = format!("http://127.0.0.1:{}/limit", origin.port());
-    for _ in 0..5 {
+    for _ in 0..4 {
         let r = c.get(&url).send().await.unwrap();
         assert_eq!(r.status(), 429);
         assert!(decision(&r).starts_with("throttled"));
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // The fifth 429 opens the breaker: the client is told so, with the
+    // breaker's time, not the origin's Retry-After: 0.
+    let r = c.get(&url).send().await.unwrap();
+    assert_eq!(r.status(), 429);
+    let d = decision(&r);
+    assert!(d.starts_with("breaker_open; "), "{d}");
+    assert!(d.contains("origin_retry_after=0"), "{d}");
+    let ra: u64 = r.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((290..=300).contains(&ra), "{ra}");
+    tokio::time::sleep(Duration::from_millis(100)).await;
     let r = c.get(&url).send().await.unwrap();
     assert_eq!(r.status(), 429);
     assert!(decision(&r).starts_with("breaker_open"), "{}", decision(&r));
@@ -294,7 +308,19 @@ async fn five_429s_in_a_minute_open_the_breaker() {
         .unwrap();
     assert!((290..=300).contains(&ra), "{ra}");
     assert_eq!(rec.arrivals.lock().unwrap().len(), 1 + 5);
-    proxy.stop().await;
+    let lines = proxy.stop().await;
+    let opened: Vec<_> = with_outcome(&lines, "breaker_open")
+        .into_iter()
+        .filter(|l| l["sent"].is_string())
+        .collect();
+    assert_eq!(opened.len(), 1, "{lines:?}");
+    assert_eq!(opened[0]["status"], 429);
+    let why = opened[0]["reason"].as_str().unwrap_or_default();
+    assert!(why.contains("opened the breaker"), "{why}");
+    // Every throttle line says why, whether it was sent again or not.
+    for l in with_outcome(&lines, "throttled") {
+        assert!(l["reason"].as_str().is_some_and(|r| !r.is_empty()), "{l}");
+    }
 }
 
 #[tokio::test]

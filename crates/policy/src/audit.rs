@@ -30,10 +30,27 @@ const CHAIN_FIELD: &str = ",\"chain\":\"";
 /// decision are written as `null`, so every line has the same shape.
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct AuditRecord {
-    /// RFC 3339 time with milliseconds, UTC.
+    /// RFC 3339 time with milliseconds, UTC: when the client's request
+    /// arrived (for a robots.txt fetch, when its answer was in).
     pub ts: String,
+    /// When this line's request was sent to the origin (RFC 3339, ms,
+    /// UTC): each attempt has its own, while `ts` stays the client
+    /// request's arrival. Absent when nothing was sent, so older lines and
+    /// refusals keep their bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sent: Option<String>,
     /// Unique id of the decision, also sent to the client as `Mannerly-Id`.
     pub id: String,
+    /// Which send of the client's request this line is (1 for the first),
+    /// on the lines of a request sent more than once; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
+    /// The `id` of the line of the attempt before this one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_of: Option<String>,
+    /// The `id` of the line of the attempt that followed this throttled one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retried_by: Option<String>,
     /// The client's socket address.
     pub client: Option<String>,
     /// The proxy user the client authenticated as (`proxy.auth`).

@@ -893,3 +893,55 @@ fn a_crawl_delay_beyond_the_hold_is_paced_for_the_first_in_line() {
     // Later, the same turn is within the 30 s hold and is waited for.
     assert!(matches!(b.admit(&p, t0 + secs(40)), Reservation::Wait(w) if w <= secs(21)));
 }
+
+#[test]
+fn the_throttles_that_opened_the_breaker_survive_a_restart_with_it() {
+    let p = defaults();
+    let t0 = Instant::now();
+    let mut b = HostBudget::new(&p, t0);
+    for s in [0, 10, 20, 30, 40] {
+        throttled(respond(&mut b, &p, t0, secs(s), 429, Some("1")));
+    }
+    let before = b.view(&p, t0 + secs(50));
+    assert_eq!(
+        (before.recent_throttles, before.throttles_last_hour),
+        (1, 5)
+    );
+    let saved = b.persist(&p, t0 + secs(50), wall() + secs(50)).unwrap();
+    let ms = |s: u64| 1_700_000_000_000 + s * 1000;
+    assert_eq!(saved.throttled_at_ms, Some(ms(40)));
+    assert!(saved.earlier_throttles_ms.is_empty());
+    assert_eq!(saved.breaker_throttles_ms, [ms(30), ms(20), ms(10), ms(0)]);
+    let json = serde_json::to_string(&saved).unwrap();
+    let saved: PersistedHost = serde_json::from_str(&json).unwrap();
+
+    // A new process, 5 s of wall time later.
+    let t1 = t0 + secs(5000);
+    let mut r = HostBudget::restore(&p, &saved, t1, wall() + secs(55));
+    let v = r.view(&p, t1);
+    assert_eq!(v.breaker_open_for, Some(secs(285)));
+    assert_eq!((v.recent_throttles, v.throttles_last_hour), (1, 5));
+    // Counted once: when the breaker has closed, one more 429 does not
+    // open it again, in the restored host as in the one that never stopped.
+    let after = |b: &mut HostBudget, t: Instant, w: SystemTime| {
+        throttled(b.on_response(&p, t, w, 429, Some("1"), 0.0)).breaker_opened
+    };
+    assert!(!after(&mut r, t1 + secs(300), wall() + secs(355)));
+    assert!(!after(&mut b, t0 + secs(355), wall() + secs(355)));
+    assert_eq!(r.view(&p, t1 + secs(301)).throttles_last_hour, 5);
+
+    // A record written before the field existed still reads.
+    let old = json.replace(
+        &format!(
+            ",\"breaker_throttles_ms\":[{},{},{},{}]",
+            ms(30),
+            ms(20),
+            ms(10),
+            ms(0)
+        ),
+        "",
+    );
+    assert_ne!(old, json);
+    let old: PersistedHost = serde_json::from_str(&old).unwrap();
+    assert!(old.breaker_throttles_ms.is_empty());
+}

@@ -445,7 +445,8 @@ fn list(shared: &Shared, observe: &Observe, q: &BTreeMap<String, String>) -> Ans
         let throttles = observe
             .activity
             .with(&host, |a| a.throttles_last_hour(now_ms))
-            .unwrap_or(0);
+            .unwrap_or(0)
+            .max(v.throttles_last_hour as usize);
         totals.add(&v, throttles);
         if query.matches(&host, &v) {
             rows.push((observe.activity.last_ms(&host), host, v));

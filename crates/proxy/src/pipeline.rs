@@ -103,6 +103,8 @@ struct Exchange {
     waited: Duration,
     /// Sends after a throttle so far.
     retries: u32,
+    /// The origin's Retry-After of the last throttle, as sent.
+    retry_after: Option<String>,
     /// Where the walk was when it was last seen: what the line of a
     /// request the client abandons says (see `impl Drop for Exchange`).
     at: Stage,
@@ -220,6 +222,7 @@ impl Exchange {
             deadline,
             waited: Duration::ZERO,
             retries: 0,
+            retry_after: None,
             at: Stage::Before,
             received: Received::default(),
             asked: None,
@@ -421,6 +424,7 @@ impl Exchange {
     async fn upstream(&mut self, out: Request<ProxyBody>) -> Step<Response<Incoming>> {
         let first_byte = self.shared.cfg.upstream.first_byte_timeout;
         let sending = self.shared.clock.now();
+        self.rec.sent = Some(self.shared.clock.stamp());
         self.at = Stage::AtOrigin;
         let sent = tokio::time::timeout(first_byte, self.shared.client.request(out)).await;
         let took = self.shared.clock.now().saturating_duration_since(sending);

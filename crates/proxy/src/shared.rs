@@ -203,7 +203,7 @@ impl Shared {
         client: SocketAddr,
     ) -> AuditRecord {
         AuditRecord {
-            ts: humantime::format_rfc3339_millis(self.clock.wall()).to_string(),
+            ts: self.clock.stamp(),
             id: self.next_id(),
             client: Some(client.to_string()),
             method: method.to_string(),

@@ -191,6 +191,10 @@ pub struct HostView {
     pub announced_rate: Option<f64>,
     /// Throttles inside the breaker window.
     pub recent_throttles: u32,
+    /// Throttles of the last hour the budget holds: the last one and the
+    /// earlier ones of its ring, those that opened a breaker included (so
+    /// at most `breaker_threshold`). Restored with the host after a restart.
+    pub throttles_last_hour: u32,
     /// Time until a lowered ceiling is back at `max_rate` (`None` when it
     /// is not lowered). `/hosts` shows it as `ceiling_relaxes_in_s`.
     #[serde(skip)]

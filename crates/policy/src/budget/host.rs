@@ -5,6 +5,7 @@ use std::time::{Duration, Instant, SystemTime};
 use super::decision::{HostView, Reaction, Refusal, Reservation, Start};
 use super::params::{millis, HostParams, MAX_BREAKER_THRESHOLD};
 
+pub(super) mod history;
 mod pace;
 mod shared;
 mod throttle;
@@ -360,6 +361,7 @@ impl HostBudget {
                 .then(|| Duration::from_millis(u64::from(self.crawl_delay_ms))),
             announced_rate: (self.announced > 0).then(|| f(self.announced)),
             recent_throttles: self.recent_throttles(p, n),
+            throttles_last_hour: self.throttles_within(n, 3_600_000),
             ceiling_relaxes_in: self.ceiling_relaxes_in(p, n),
         }
     }
@@ -555,7 +557,8 @@ impl HostBudget {
         let earlier = self
             .history
             .iter()
-            .filter(|&&h| h != NONE && age + u64::from(h) < window)
+            .filter_map(|&h| history::uncounted(h))
+            .filter(|&h| age + h < window)
             .count();
         1 + earlier as u32
     }

@@ -345,10 +345,31 @@ impl HostParams {
         pause: Duration,
         hold_left: Duration,
     ) -> bool {
+        self.no_retry(method, attempts_so_far, pause, hold_left)
+            .is_none()
+    }
+
+    /// Why a throttled request is not sent again ([`HostParams::may_retry`]
+    /// in words, for the audit line), or `None` when it is.
+    pub fn no_retry(
+        &self,
+        method: &http::Method,
+        attempts_so_far: u32,
+        pause: Duration,
+        hold_left: Duration,
+    ) -> Option<&'static str> {
         let idempotent_read = *method == http::Method::GET
             || *method == http::Method::HEAD
             || *method == http::Method::OPTIONS;
-        idempotent_read && attempts_so_far < self.retry_attempts && pause <= hold_left
+        if !idempotent_read {
+            Some("only GET, HEAD and OPTIONS are sent again")
+        } else if attempts_so_far >= self.retry_attempts {
+            Some("sent again as often as budget.retry_attempts allows")
+        } else if pause > hold_left {
+            Some("the pause ends after the request's hold (budget.max_hold_secs)")
+        } else {
+            None
+        }
     }
 
     // Internal units: micro-requests per second and milliseconds, so that
@@ -508,5 +529,10 @@ mod tests {
         assert!(!p.may_retry(&http::Method::POST, 0, s(5), s(30)));
         assert!(!p.may_retry(&http::Method::GET, 2, s(5), s(30)));
         assert!(!p.may_retry(&http::Method::GET, 0, s(31), s(30)));
+        assert_eq!(
+            p.no_retry(&http::Method::GET, 2, s(5), s(30)),
+            Some("sent again as often as budget.retry_attempts allows")
+        );
+        assert_eq!(p.no_retry(&http::Method::GET, 1, s(5), s(30)), None);
     }
 }

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use super::host::{f, get, put, HostBudget, KEEP_MS};
+use super::host::{f, get, history, put, HostBudget, KEEP_MS};
 use super::params::{micro, HostParams};
 
 /// What of a host must survive a restart, with wall-clock deadlines
@@ -20,6 +20,11 @@ pub struct PersistedHost {
     pub throttled_at_ms: Option<u64>,
     /// Earlier throttles still in the breaker history (unix ms, newest first).
     pub earlier_throttles_ms: Vec<u64>,
+    /// Earlier throttles that opened the breaker (unix ms, newest first):
+    /// on the record, no longer counted towards it. Absent in records
+    /// written before it existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub breaker_throttles_ms: Vec<u64>,
     /// End of the pause (unix ms).
     pub paused_until_ms: Option<u64>,
     /// The pause is an open breaker.
@@ -45,21 +50,24 @@ impl HostBudget {
         }
         let unix = |ms: u64| unix_ms(self.at(ms), now, wall);
         let throttled = get(self.throttled);
-        let earlier = match throttled {
-            Some(t) => self
-                .history
+        let earlier = |counted: bool| -> Vec<u64> {
+            let Some(t) = throttled else {
+                return Vec::new();
+            };
+            self.history
                 .iter()
-                .filter_map(|&h| get(h))
-                .filter_map(|h| t.checked_sub(h))
+                .filter_map(|&h| history::entry(h))
+                .filter(|&(_, c)| c == counted)
+                .filter_map(|(h, _)| t.checked_sub(h))
                 .map(unix)
-                .collect(),
-            None => Vec::new(),
+                .collect()
         };
         Some(PersistedHost {
             rate: f(self.rate.max(1)),
             ceiling: f(self.ceiling),
             throttled_at_ms: throttled.map(unix),
-            earlier_throttles_ms: earlier,
+            earlier_throttles_ms: earlier(false),
+            breaker_throttles_ms: earlier(true),
             paused_until_ms: paused.map(unix),
             breaker: self.breaker() && paused.is_some(),
             concurrency: u32::from(self.concurrency),
@@ -102,15 +110,18 @@ impl HostBudget {
         b.ceiling = micro(saved.ceiling).clamp(floor, p.max_u());
         if let Some(t) = saved.throttled_at_ms.and_then(local) {
             b.throttled = put(t);
-            let mut earlier: Vec<u64> = saved
-                .earlier_throttles_ms
-                .iter()
-                .filter_map(|&e| local(e))
-                .filter_map(|e| t.checked_sub(e))
-                .collect();
+            let flagged = |v: &[u64], counted: bool| -> Vec<(u64, bool)> {
+                v.iter()
+                    .filter_map(|&e| local(e))
+                    .filter_map(|e| t.checked_sub(e))
+                    .map(|e| (e, counted))
+                    .collect()
+            };
+            let mut earlier = flagged(&saved.earlier_throttles_ms, false);
+            earlier.extend(flagged(&saved.breaker_throttles_ms, true));
             earlier.sort_unstable();
-            for (slot, e) in b.history.iter_mut().zip(earlier) {
-                *slot = put(e);
+            for (slot, (e, counted)) in b.history.iter_mut().zip(earlier) {
+                *slot = history::make(e, counted);
             }
         }
         if let Some(u) = saved.paused_until_ms.and_then(local).filter(|&u| u > n) {

@@ -113,7 +113,9 @@ impl HostActivity {
             self.last.pop_front();
         }
         self.last.push_back(d);
-        let throttled = outcome == Outcome::Throttled;
+        // The throttle that opened the breaker is a 429 received too.
+        let throttled = outcome == Outcome::Throttled
+            || (outcome == Outcome::BreakerOpen && rec.sent.is_some());
         self.sample(now_ms, rec.rate, throttled);
         if throttled {
             self.throttled(rec, now_ms);

@@ -109,7 +109,11 @@ pub(crate) fn entry(
         breaker_open: v.breaker_open_for.is_some(),
         breaker_open_for_s: secs(v.breaker_open_for),
         recent_throttles: v.recent_throttles,
-        throttles_last_hour: a.map_or(0, |a| a.throttles_last_hour(now_ms)),
+        // What the budget holds survives a restart; what the audit stream
+        // showed since the start may be more.
+        throttles_last_hour: a
+            .map_or(0, |a| a.throttles_last_hour(now_ms))
+            .max(v.throttles_last_hour as usize),
         crawl_delay_s: secs(v.crawl_delay),
         robots: a
             .and_then(|a| a.robots.as_ref())

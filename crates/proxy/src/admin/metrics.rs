@@ -299,6 +299,8 @@ impl Metrics {
             | Outcome::Throttled
             | Outcome::RobotsFetched
             | Outcome::TdmrepFetched => rec.status,
+            // The throttle that opened the breaker was the origin's answer.
+            Outcome::BreakerOpen if rec.sent.is_some() => rec.status,
             _ => None,
         };
         if let Some(s) = upstream_status.filter(|s| (100..600).contains(s)) {

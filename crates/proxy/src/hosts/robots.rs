@@ -67,6 +67,8 @@ pub(crate) struct FetchReport {
     /// the name resolved to at connect time (DNS rebinding), or the parent
     /// proxy failed and the site was never asked.
     pub stop: Option<Stop>,
+    /// When the fetch's first request was sent (audit `sent`).
+    pub sent: Option<std::time::SystemTime>,
 }
 
 /// Why `rules` has no rules to give.
@@ -153,7 +155,8 @@ impl<F: SiteFile> RobotsCache<F> {
             refused: None,
         };
         let timeout = Duration::from_secs_f64(self.params.fetch_timeout_secs);
-        let report = match tokio::time::timeout(
+        let sent = self.clock.wall();
+        let mut report = match tokio::time::timeout(
             timeout,
             fetch(
                 client,
@@ -176,8 +179,13 @@ impl<F: SiteFile> RobotsCache<F> {
                 keyid: None,
                 result: FetchResult::Failed(format!("no complete answer within {timeout:?}")),
                 stop: None,
+                sent: None,
             },
         };
+        // A fetch the guard or the parent stopped never reached the site.
+        if report.stop.is_none() {
+            report.sent = Some(sent);
+        }
         match (report.status, pacing.permit.take()) {
             (Some(status), Some(permit)) => {
                 let announced = Announced::from_headers(&report.headers, self.clock.wall());
@@ -550,6 +558,7 @@ async fn read_body(
         keyid: None,
         result: FetchResult::Body(body.to_vec()),
         stop: None,
+        sent: None,
     }
 }
 
@@ -593,6 +602,7 @@ pub(crate) fn report(url: &str, status: Option<u16>, result: FetchResult) -> Fet
         keyid: None,
         result,
         stop: None,
+        sent: None,
     }
 }
 
@@ -617,6 +627,7 @@ fn resolve_location(base: &Uri, location: &str) -> Option<String> {
 /// `tdmrep_fetched`).
 pub(crate) fn fetch_record<F: SiteFile>(mut rec: AuditRecord, r: &FetchReport) -> AuditRecord {
     rec.outcome = Some(F::FETCHED);
+    rec.sent = r.sent.map(crate::clock::stamp);
     rec.status = r.status;
     rec.bytes = Some(r.bytes);
     rec.retry_after = r.retry_after.clone();

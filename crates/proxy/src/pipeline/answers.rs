@@ -22,6 +22,26 @@ impl Exchange {
         std::mem::take(&mut self.rec)
     }
 
+    /// `details` for the decision header, then how often the request was
+    /// sent again after a throttle and the Retry-After that asked for it
+    /// (`retries=2; retry_after=2`), unless `details` says otherwise.
+    fn with_retries<'a>(&self, details: &[(&'a str, String)]) -> Vec<(&'a str, String)> {
+        let mut said = details.to_vec();
+        if self.retries == 0 {
+            return said;
+        }
+        let mut add = |k: &'a str, v: String| {
+            if !said.iter().any(|(d, _)| *d == k) {
+                said.push((k, v));
+            }
+        };
+        add("retries", self.retries.to_string());
+        if let Some(ra) = &self.retry_after {
+            add("retry_after", ra.clone());
+        }
+        said
+    }
+
     /// The one funnel: a stop becomes the client's answer and its line.
     pub(super) fn stopped(&mut self, stop: Stop) -> Response<ProxyBody> {
         let rec = self.take_record();
@@ -46,8 +66,9 @@ impl Exchange {
         outcome: Outcome,
         details: &[(&str, String)],
     ) -> Response<ProxyBody> {
+        let said = self.with_retries(details);
         let rec = self.take_record();
-        let (parts, body, rec) = forwarded_head(rec, resp, outcome, details);
+        let (parts, body, rec) = forwarded_head(rec, resp, outcome, &said);
         let idle = Some(self.shared.cfg.upstream.idle_timeout);
         AuditedBody::new(body, rec, self.shared.audit.clone(), idle).respond(parts)
     }
@@ -61,9 +82,10 @@ impl Exchange {
         resp: Response<Incoming>,
         meta: conditional::CacheEntryMeta,
     ) -> Response<ProxyBody> {
+        let said = self.with_retries(&[]);
         let rec = self.take_record();
         let shared = &self.shared;
-        let (parts, body, rec) = forwarded_head(rec, resp, Outcome::Fetched, &[]);
+        let (parts, body, rec) = forwarded_head(rec, resp, Outcome::Fetched, &said);
         let idle = Some(shared.cfg.upstream.idle_timeout);
         let (tee, copy) = Tee::new(body, shared.cache.params().max_body);
         AuditedBody::new(boxed(tee), rec, shared.audit.clone(), idle)
@@ -87,6 +109,7 @@ impl Exchange {
         if outcome == Outcome::Fetched {
             details.push(("cache", CacheOutcome::Hit.as_str().to_string()));
         }
+        details = self.with_retries(&details);
         strip_hop_by_hop(&mut headers);
         headers.insert(DECISION, decision_value(outcome, &details));
         headers.insert(ID, header_text(&rec.id));

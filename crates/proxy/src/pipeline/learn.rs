@@ -2,19 +2,18 @@
 //! and what the client gets from it. Step 7, audit: a forwarded answer's
 //! line is written when its body has been passed on.
 
-use std::time::Duration;
-
 use http::header::RETRY_AFTER;
 use http::request::Parts;
-use http::{Response, StatusCode};
+use http::{HeaderValue, Response, StatusCode};
 use hyper::body::Incoming;
-use mannerly_policy::budget::{host_key, Announced, Reaction};
+use mannerly_policy::budget::{host_key, Announced, HostParams, Reaction, Refusal, Throttle};
 use mannerly_policy::conditional::{self, CacheOutcome, WriteBack};
 use mannerly_policy::identity::AskedSignature;
 use mannerly_policy::Outcome;
 
 use super::{CacheStep, Exchange, Learned, Step, StoredPage};
 use crate::answer::failure;
+use crate::body::ProxyBody;
 use crate::error::Source;
 use crate::hosts::budget::Permit;
 use crate::pipeline::prefs::{self, OnResponse};
@@ -55,7 +54,7 @@ impl Exchange {
         }
         match reaction {
             Some(Reaction::Throttled(t)) => {
-                Ok(self.throttled(parts, resp, t.pause, cache.outcome, resendable))
+                Ok(self.throttled(parts, resp, &t, cache.outcome, resendable))
             }
             _ => self.learn_page(parts, cache, resp, resendable),
         }
@@ -79,39 +78,86 @@ impl Exchange {
 
     /// A throttled answer: the stored page is left alone (a throttle says
     /// nothing about it). Sent again after the pause when the method, the
-    /// body and the hold allow; else the client gets the origin's answer,
-    /// Retry-After included.
+    /// body and the hold allow, the throttled attempt's line naming the
+    /// retry's and the other way round; else the client gets the origin's
+    /// answer, with the breaker's time as Retry-After when this throttle
+    /// opened it.
     fn throttled(
         &mut self,
         parts: &Parts,
         resp: Response<Incoming>,
-        pause: Duration,
+        t: &Throttle,
         cache: CacheOutcome,
         resendable: bool,
     ) -> Learned {
         self.rec.cache(cache);
+        self.rec.source = Some(Source::Upstream.as_str());
         self.shared.save_budgets.notify_one();
         let origin = self.target.url(None);
         self.shared.throttled_by.note(&self.target.host, origin);
+        self.retry_after = t.retry_after_raw.clone();
         let hold_left = self
             .deadline
             .saturating_duration_since(self.shared.clock.now());
         let params = self.shared.budgets.params(&host_key(&self.target.host));
-        if !(resendable && params.may_retry(&parts.method, self.retries, pause, hold_left)) {
-            return Learned::Answer(self.forward(resp, Outcome::Throttled));
+        let pause = t.pause.as_secs_f64();
+        let not_again = match resendable {
+            false => Some("the request's body cannot be sent again"),
+            true => params.no_retry(&parts.method, self.retries, t.pause, hold_left),
+        };
+        if let Some(why) = not_again {
+            return Learned::Answer(if t.breaker_opened {
+                self.breaker_opened(resp, t, &params)
+            } else {
+                self.rec.reason = Some(format!(
+                    "origin throttled; host paused {pause:.1} s; not sent again: {why}"
+                ));
+                self.forward(resp, Outcome::Throttled)
+            });
         }
         self.retries += 1;
+        let next = self.shared.next_id();
         let mut line = self.rec.clone();
-        line.id = self.shared.next_id();
+        line.attempt = Some(self.retries);
+        line.retried_by = Some(next.clone());
         line.reason = Some(format!(
-            "origin throttled; host paused {:.1} s, request sent again after the pause (attempt {})",
-            pause.as_secs_f64(),
+            "origin throttled; host paused {pause:.1} s, request sent again after the pause (attempt {})",
             self.retries + 1
         ));
-        line.source = Some(Source::Upstream.as_str());
         line.decided(Outcome::Throttled, resp.status().as_u16());
         self.shared.audit.send(line);
+        // The next attempt's line starts afresh but for what names it.
+        self.rec.retry_of = Some(std::mem::replace(&mut self.rec.id, next));
+        self.rec.attempt = Some(self.retries + 1);
+        (self.rec.sent, self.rec.source) = (None, None);
+        (self.rec.retry_after, self.rec.pause_s) = (None, None);
         Learned::RetryAfterThrottle
+    }
+
+    /// The throttle that opened the breaker: the origin's 429 goes on, but
+    /// what it tells the client is the proxy's, the breaker's remaining
+    /// time, since no request reaches the host before that.
+    fn breaker_opened(
+        &mut self,
+        mut resp: Response<Incoming>,
+        t: &Throttle,
+        params: &HostParams,
+    ) -> Response<ProxyBody> {
+        let refusal = Refusal::BreakerOpen {
+            retry_after: t.pause,
+        };
+        let secs = refusal.retry_after_secs();
+        self.rec.reason = Some(format!(
+            "origin throttled; {} throttles within {} s opened the breaker: the host is left alone for {secs} s",
+            params.breaker_threshold, params.breaker_window_secs
+        ));
+        resp.headers_mut()
+            .insert(RETRY_AFTER, HeaderValue::from(secs));
+        let mut said = vec![("retry_after", secs.to_string())];
+        if let Some(origin) = &t.retry_after_raw {
+            said.push(("origin_retry_after", origin.clone()));
+        }
+        self.forward_with(resp, Outcome::BreakerOpen, &said)
     }
 
     /// An answer that is not a throttle, and the response store.

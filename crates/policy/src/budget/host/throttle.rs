@@ -93,7 +93,7 @@ impl HostBudget {
         if let Some(last) = get(self.throttled) {
             let d = u32::try_from(n.saturating_sub(last)).unwrap_or(NONE);
             for i in (1..RING).rev() {
-                self.history[i] = self.history[i - 1].saturating_add(d);
+                self.history[i] = super::history::older(self.history[i - 1], d);
             }
             self.history[0] = d;
         }
@@ -120,7 +120,7 @@ impl HostBudget {
             self.flags |= BREAKER;
             // Counting starts afresh once the breaker has opened: the same
             // 429s must not open it again when it closes.
-            self.history = [NONE; RING];
+            self.mark_counted();
         }
         let until = until.max(get(self.pause).unwrap_or(0));
         self.pause = put(until);

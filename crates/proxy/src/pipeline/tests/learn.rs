@@ -89,13 +89,19 @@ async fn a_throttled_get_is_sent_again_after_exactly_its_pause() {
     let f = Fixture::new(Config::default()).await;
     let mut sent = Sent::new(&f, Method::GET).await;
     let throttle = reply("429 Too Many Requests", &[("retry-after", "2")], "");
+    let first = sent.x.rec.id.clone();
     let Ok(Learned::RetryAfterThrottle) = sent.learn(&throttle, true).await else {
         panic!("a throttled GET goes back to the budget");
     };
     let x = &mut sent.x;
     assert_eq!(x.retries, 1);
-    assert_eq!(x.rec.retry_after.as_deref(), Some("2"));
-    assert_eq!(x.rec.pause_s, Some(2.0));
+    assert_eq!(x.retry_after.as_deref(), Some("2"));
+    // The retry's line is its own: a new id naming the throttled one's,
+    // and nothing of the throttle's answer.
+    assert_ne!(x.rec.id, first);
+    assert_eq!(x.rec.retry_of.as_deref(), Some(first.as_str()));
+    assert_eq!(x.rec.attempt, Some(2));
+    assert_eq!((x.rec.pause_s, x.rec.sent.as_deref()), (None, None));
     let t0 = Instant::now();
     x.budget().await.expect("its turn after the pause");
     assert_eq!(Instant::now() - t0, Duration::from_secs(2));
