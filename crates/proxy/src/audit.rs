@@ -28,7 +28,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use http::Response;
-use mannerly_policy::{AuditRecord, SealReason, GENESIS};
+use mannerly_policy::{AuditRecord, FileTrees, SealReason, GENESIS};
 use tokio::sync::oneshot;
 
 use crate::clock::Clock;
@@ -39,10 +39,13 @@ use crate::error::AuditError;
 mod body;
 mod files;
 mod key;
+mod witness;
 mod writer;
 
-use files::open_file;
 pub use files::rotated_files;
+use files::{open_file, rebuild};
+pub use witness::fetch_heads as fetch_witness_heads;
+use witness::Witness;
 use writer::{Out, Writer};
 
 pub(crate) use body::{AuditedBody, FinishHook};
@@ -292,18 +295,30 @@ impl Drop for AuditWriter {
 pub fn open(cfg: &Config) -> Result<(AuditSink, AuditWriter), AuditError> {
     let key = key::load_or_create(&cfg.data_dir)?;
     let target = cfg.audit_target();
-    let (out, prev, lines) = match &target {
-        AuditTarget::Stdout => (Out::Stdout(io::stdout()), GENESIS.to_string(), 0),
+    let (out, prev, lines, trees) = match &target {
+        AuditTarget::Stdout => (Out::Stdout(io::stdout()), GENESIS.to_string(), 0, None),
         AuditTarget::File(path) => {
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
                 datadir::prepare(dir)?;
             }
             let (file, lines, prev) = open_file(path)?;
-            (Out::File(file), prev, lines)
+            let trees = match lines {
+                0 => None,
+                _ => Some(
+                    rebuild(path)
+                        .map_err(|e| AuditError::Log(format!("{}: {e}", path.display())))?,
+                ),
+            };
+            (Out::File(file), prev, lines, trees)
         }
     };
     let stats = Arc::new(AuditStats::default());
     let clock = Clock::system();
+    let witness = match cfg.audit.witness.trim() {
+        "" => None,
+        url => Some(Witness::start(url, clock.clone()).map_err(AuditError::Thread)?),
+    };
+    let (trees, file_start) = trees.unwrap_or_else(|| (FileTrees::default(), prev.clone()));
     let now = clock.now_std();
     let bytes = match &out {
         Out::File(f) => f.metadata().map(|m| m.len()).unwrap_or(0),
@@ -329,6 +344,9 @@ pub fn open(cfg: &Config) -> Result<(AuditSink, AuditWriter), AuditError> {
         written: 0,
         stats: stats.clone(),
         clock,
+        trees,
+        file_start,
+        witness,
     };
     if w.lines == 0 && w.prev != GENESIS {
         // A new file continuing an earlier one starts by saying so.
@@ -399,6 +417,9 @@ fn run_timers(log: &Log, ctl: &mpsc::Receiver<Msg>) -> io::Result<u64> {
         w.closed = true;
         if w.cfg.sync != AuditSync::None {
             w.out.sync()?;
+        }
+        if let Some(witness) = w.witness.take() {
+            witness.close();
         }
         Ok(w.written)
     })

@@ -316,13 +316,7 @@ mod tests {
                 // (A path can fit another size too: the size is what the
                 // checkpoint signs, not what the path proves.)
                 if n > 1 {
-                    assert!(!verify_inclusion(
-                        (i64_ + 1) % n64,
-                        n64,
-                        leaf,
-                        &path,
-                        &want
-                    ));
+                    assert!(!verify_inclusion((i64_ + 1) % n64, n64, leaf, &path, &want));
                 }
             }
         }
