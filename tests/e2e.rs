@@ -21,6 +21,7 @@ mod e2e {
     mod dashboard;
     mod datadir;
     mod deploy;
+    mod evidence;
     mod forwarding;
     mod identity;
     mod limiters;
@@ -35,6 +36,7 @@ mod e2e {
     mod robots;
     mod seal;
     mod shared_cache;
+    mod witness;
 
     #[path = "../../examples/kill9.rs"]
     mod kill9;
