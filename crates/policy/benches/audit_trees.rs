@@ -21,7 +21,10 @@ fn records() -> Vec<AuditRecord> {
             id: format!("m-{i}"),
             client: Some("127.0.0.1:50000".into()),
             method: "GET".into(),
-            url: format!("https://host{}.example/articles/{i}?page=2", i * 7919 % HOSTS),
+            url: format!(
+                "https://host{}.example/articles/{i}?page=2",
+                i * 7919 % HOSTS
+            ),
             host: format!("host{}.example", i * 7919 % HOSTS),
             agent: Some("MyBot".into()),
             outcome: Some(Outcome::Fetched),
