@@ -1,11 +1,15 @@
 //! `mannerly audit verify|pubkey`.
 
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
-use mannerly_policy::{parse_public_key, Problem, Report, SealReason, Verifier, VerifyingKey};
+use mannerly_policy::{
+    hex, last_chain, parse_public_key, split_line, Checkpoint, Problem, Report, SealReason,
+    Verifier, VerifyingKey,
+};
+
+use crate::evidence_cmd::each_line;
 
 /// Exit code for a log whose chain is intact but whose last lines no
 /// checkpoint seals (a crash, or lines cut from the end).
@@ -20,7 +24,7 @@ pub fn pubkey(config: Option<&Path>) -> Result<ExitCode> {
 }
 
 /// A public key given as hex, or as a file holding the hex.
-fn read_pubkey(arg: &str) -> Result<VerifyingKey> {
+pub fn read_pubkey(arg: &str) -> Result<VerifyingKey> {
     if let Some(k) = parse_public_key(arg) {
         return Ok(k);
     }
@@ -84,17 +88,27 @@ fn order_key(f: &Path) -> (String, u8, String) {
 
 /// Checks the chain (and, given the key, the checkpoints) of the files,
 /// prints what it found, and exits 1 on tamper evidence, [`UNSEALED`] for
-/// an unsealed tail, 0 otherwise.
-pub fn verify(pubkey: Option<&str>, paths: &[PathBuf]) -> Result<ExitCode> {
+/// an unsealed tail, 0 otherwise. With a witness (its URL, or a file of
+/// the heads it holds), also 1 when the witness holds a newer checkpoint
+/// than the log: the log was cut after its last one.
+pub fn verify(pubkey: Option<&str>, paths: &[PathBuf], witness: Option<&str>) -> Result<ExitCode> {
     let key = pubkey.map(read_pubkey).transpose()?;
     let files = log_files(paths)?;
     if files.is_empty() {
         bail!("no audit files given");
     }
+    let heads = match (witness, &key) {
+        (Some(w), Some(k)) => Some(witness_head(w, k)?),
+        (Some(_), None) => {
+            bail!("--witness needs --pubkey: the witness's heads are checked against the key")
+        }
+        _ => None,
+    };
     let whole_set = files.len() > 1 || paths.iter().any(|p| p.is_dir());
     let mut v = Verifier::new(key).whole_set(whole_set);
+    let mut seals = Seals::default();
     for f in &files {
-        feed(&mut v, f)?;
+        feed(&mut v, f, &mut seals)?;
     }
     let report = v.finish(|ts| {
         humantime::parse_rfc3339(ts)
@@ -103,32 +117,94 @@ pub fn verify(pubkey: Option<&str>, paths: &[PathBuf]) -> Result<ExitCode> {
             .map(|d| d.as_secs_f64())
     });
     print_files(&report);
-    Ok(verdict(&report))
+    let code = verdict(&report);
+    match heads {
+        Some(head) if !witnessed(&head, &seals) => Ok(ExitCode::from(1)),
+        _ => Ok(code),
+    }
 }
 
-/// Gives the verifier one file, line by line. Bytes that are not UTF-8 are
-/// replaced rather than refused, so that the chain check, not this reader,
-/// names the line as tampered with.
-fn feed(v: &mut Verifier, f: &Path) -> Result<()> {
+/// The checkpoints a log holds, by chain value, and its last one.
+#[derive(Default)]
+struct Seals {
+    chains: std::collections::HashSet<String>,
+    last: Option<(String, u64, String)>,
+}
+
+/// The newest head the witness holds that `key` signed: its chain value
+/// and checkpoint. Heads come in the order the witness received them.
+fn witness_head(source: &str, key: &VerifyingKey) -> Result<(String, Checkpoint)> {
+    let lines = if source.starts_with("http://") || source.starts_with("https://") {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("starting the runtime")?
+            .block_on(mannerly_proxy::fetch_witness_heads(source))
+            .map_err(|e| anyhow::anyhow!("--witness {e}"))?
+    } else {
+        std::fs::read_to_string(source)
+            .with_context(|| format!("--witness {source}"))?
+            .lines()
+            .map(str::to_string)
+            .collect()
+    };
+    let ours = hex(key.as_bytes());
+    lines
+        .iter()
+        .rev()
+        .find_map(|l| {
+            let (content, chain) = split_line(l.trim())?;
+            let cp: Checkpoint = serde_json::from_str(&content).ok()?;
+            (cp.key == ours && cp.verify(key)).then(|| (chain.to_string(), cp))
+        })
+        .with_context(|| {
+            format!(
+                "--witness {source}: holds no checkpoint signed with this key ({} lines read)",
+                lines.len()
+            )
+        })
+}
+
+/// Whether the log holds the witness's newest head; says which way.
+fn witnessed((chain, cp): &(String, Checkpoint), seals: &Seals) -> bool {
+    let why = format!("{:?}", cp.why).to_lowercase();
+    if seals.chains.contains(chain) {
+        println!(
+            "witness: the log holds the witness's newest head ({why} checkpoint of {}), so nothing sealed up to it was cut",
+            cp.ts
+        );
+        return true;
+    }
+    let last = seals.last.as_ref().map_or_else(
+        || "the log has no checkpoint".to_string(),
+        |(file, line, ts)| format!("the log's last checkpoint is {file} line {line} ({ts})"),
+    );
+    println!(
+        "FAILED: cut: the witness holds a {why} checkpoint of {} (after line {} of its file) that the log does not; {last}: the lines after it were cut, or the log was rewritten",
+        cp.ts, cp.lines
+    );
+    false
+}
+
+/// Gives the verifier one file, line by line, noting its checkpoints.
+/// Bytes that are not UTF-8 are replaced rather than refused, so that the
+/// chain check, not this reader, names the line as tampered with.
+fn feed(v: &mut Verifier, f: &Path, seals: &mut Seals) -> Result<()> {
     let name = f.display().to_string();
     v.start_file(&name);
-    let file = std::fs::File::open(f).with_context(|| name.clone())?;
-    let mut r = std::io::BufReader::with_capacity(256 * 1024, file);
-    let mut buf = Vec::new();
-    loop {
-        buf.clear();
-        let n = r
-            .read_until(b'\n', &mut buf)
-            .with_context(|| format!("reading {name}"))?;
-        if n == 0 {
-            return Ok(());
+    let mut n = 0;
+    each_line(f, |line| {
+        n += 1;
+        v.line(line);
+        if line.contains("\"outcome\":\"checkpoint\"") {
+            if let Some(chain) = last_chain(line) {
+                seals.chains.insert(chain);
+                let ts = line.get(7..31).unwrap_or("").to_string();
+                seals.last = Some((name.clone(), n, ts));
+            }
         }
-        let line = String::from_utf8_lossy(&buf);
-        let line = line.trim_end_matches(['\n', '\r']);
-        if !line.is_empty() {
-            v.line(line);
-        }
-    }
+        Ok(())
+    })
 }
 
 /// One line per file: its length, whether its chain held, how far it is

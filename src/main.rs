@@ -136,9 +136,39 @@ enum AuditCommand {
         /// re-chaining cannot be detected.
         #[arg(long)]
         pubkey: Option<String>,
+        /// A witness of the log's checkpoint heads (`audit.witness`): its
+        /// URL (GET, one head per line) or a file of the heads it holds.
+        /// A log lacking the witness's newest head was cut: exit 1.
+        #[arg(long, requires = "pubkey")]
+        witness: Option<String>,
         /// Log files in order, or directories (rotated files first, then the current one).
         #[arg(required = true)]
         files: Vec<PathBuf>,
+    },
+    /// Write the evidence for one site: its lines of the log, each with a
+    /// Merkle inclusion proof against its file's last signed checkpoint,
+    /// and the count the checkpoint commits to, so that its owner can check
+    /// with the public key alone that none was left out. Other sites' lines
+    /// appear only as hashes.
+    Evidence {
+        /// The site's host name, as in the lines' `host`.
+        #[arg(long)]
+        host: String,
+        /// The evidence file to write.
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+        /// Log files in order, or directories (rotated files first, then the current one).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Check an evidence file: exit 0 when every line is in the sealed log
+    /// and none was left out; 1 naming the line otherwise; 2: error.
+    VerifyEvidence {
+        /// The audit public key (hex, or a file holding it).
+        #[arg(long)]
+        pubkey: String,
+        /// The evidence file.
+        file: PathBuf,
     },
     /// Print the public key that verifies this proxy's checkpoints
     /// (creates the key in the data dir if needed).
@@ -162,6 +192,7 @@ enum RobotsCommand {
 }
 
 mod audit_cmd;
+mod evidence_cmd;
 mod hosts_cmd;
 mod identity_cmd;
 mod report;
@@ -175,8 +206,19 @@ fn main() -> ExitCode {
         Command::Config { command } => config_cmd(cli.config, command),
         Command::Ca { command } => ca(cli.config, command),
         Command::Audit {
-            command: AuditCommand::Verify { pubkey, files },
-        } => audit_cmd::verify(pubkey.as_deref(), &files),
+            command:
+                AuditCommand::Verify {
+                    pubkey,
+                    witness,
+                    files,
+                },
+        } => audit_cmd::verify(pubkey.as_deref(), &files, witness.as_deref()),
+        Command::Audit {
+            command: AuditCommand::Evidence { host, out, files },
+        } => evidence_cmd::write(&host, &out, &files),
+        Command::Audit {
+            command: AuditCommand::VerifyEvidence { pubkey, file },
+        } => evidence_cmd::verify(&pubkey, &file),
         Command::Audit {
             command: AuditCommand::Pubkey,
         } => audit_cmd::pubkey(cli.config.as_deref()),

@@ -22,6 +22,7 @@ mod e2e {
     mod dashboard;
     mod datadir;
     mod deploy;
+    mod evidence;
     mod forwarding;
     mod identity;
     mod limiters;
@@ -37,6 +38,7 @@ mod e2e {
     mod seal;
     mod shared_cache;
     mod tdmrep;
+    mod witness;
 
     #[path = "../../examples/kill9.rs"]
     mod kill9;

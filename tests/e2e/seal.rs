@@ -31,22 +31,29 @@ fn verify(key: Option<&str>, files: &[&std::path::Path]) -> (i32, String) {
 
 /// Recomputes every chain value, as a forger without the key would after
 /// editing. The thorough forger also rewrites what each checkpoint says it
-/// seals (but cannot sign it).
+/// seals, its Merkle heads included (but cannot sign it).
 fn rechain(lines: &[String]) -> Vec<String> {
     let mut prev = mannerly_policy::GENESIS.to_string();
+    let mut trees = mannerly_policy::FileTrees::default();
     lines
         .iter()
         .enumerate()
         .map(|(i, l)| {
             let at = l.rfind(",\"chain\":\"").unwrap();
             let mut content = format!("{}}}", &l[..at]);
-            if content.contains("\"outcome\":\"checkpoint\"") {
+            let checkpoint = content.contains("\"outcome\":\"checkpoint\"");
+            if checkpoint {
                 let mut v: serde_json::Value = serde_json::from_str(&content).unwrap();
                 v["sealed"] = prev.clone().into();
                 v["lines"] = i.into();
+                let heads = trees.heads();
+                v["tree"] = mannerly_policy::hex(&heads.tree).into();
+                v["hosts"] = heads.hosts.into();
+                v["hosts_tree"] = mannerly_policy::hex(&heads.hosts_tree).into();
                 content = serde_json::to_string(&v).unwrap();
             }
             let (line, chain) = mannerly_policy::chain_line(&prev, &content);
+            trees.line(&line, &content, &chain);
             prev = chain;
             line
         })

@@ -16,9 +16,17 @@ use crate::prefs::PrefsRecord;
 use crate::Outcome;
 
 mod checkpoint;
+mod evidence;
+mod merkle;
+mod trees;
 mod verify;
 
-pub use checkpoint::{hex, parse_public_key, Checkpoint, SealReason, CHECKPOINT};
+pub use checkpoint::{hex, parse_public_key, Checkpoint, Commits, SealReason, CHECKPOINT};
+pub use evidence::{
+    Evidence, EvidenceBuilder, EvidenceFile, EvidenceProblem, EvidenceSummary, HostProof,
+    IndexedLine, ProvenLine,
+};
+pub use trees::{FileTrees, Heads, HostEntry};
 pub use verify::{FileReport, Problem, Report, Verifier};
 
 /// The chain value before the first line of a log.
@@ -139,6 +147,12 @@ pub struct AuditRecord {
     /// older lines keep their bytes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub signature_asked: Option<String>,
+    /// This line's number among the lines of its host in its file (1 for
+    /// the first), set by the writer; with the count a checkpoint commits
+    /// to, it shows a site that none of its lines was left out. Absent on
+    /// lines written before the field existed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_seq: Option<u64>,
 }
 
 // === impl AuditRecord ===

@@ -7,7 +7,8 @@ use std::time::{Duration, SystemTime};
 
 use mannerly_policy::budget::parse_retry_after;
 use mannerly_policy::{
-    chain_line, AuditRecord, Checkpoint, SealReason, SigningKey, Verifier, GENESIS,
+    chain_line, AuditRecord, Checkpoint, Commits, FileTrees, SealReason, SigningKey, Verifier,
+    GENESIS,
 };
 use proptest::prelude::*;
 
@@ -35,14 +36,17 @@ proptest! {
         let k = key();
         let mut prev = GENESIS.to_string();
         let mut lines = Vec::new();
+        let mut trees = FileTrees::default();
         for (i, u) in urls.iter().enumerate() {
             let rec = AuditRecord { id: format!("r{i}"), url: u.clone(), ..Default::default() };
             let (line, chain) = chain_line(&prev, &rec.to_json());
+            trees.record("", &line, &chain);
             prev = chain;
             lines.push(line);
         }
+        let commits = Commits { continues: GENESIS.to_string(), heads: trees.heads() };
         let cp = Checkpoint::sign(&k, "2026-01-01T00:00:00.000Z".into(), SealReason::Shutdown,
-            lines.len() as u64, &prev, 1000, 10);
+            lines.len() as u64, &prev, 1000, 10, &commits);
         let (line, _) = chain_line(&prev, &cp.to_json());
         lines.push(line);
         let run = |lines: &[String]| {

@@ -28,7 +28,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use http::Response;
-use mannerly_policy::{AuditRecord, SealReason, GENESIS};
+use mannerly_policy::{AuditRecord, FileTrees, SealReason, GENESIS};
 use tokio::sync::oneshot;
 
 use crate::clock::Clock;
@@ -39,10 +39,13 @@ use crate::error::AuditError;
 mod body;
 mod files;
 mod key;
+mod witness;
 mod writer;
 
-use files::open_file;
 pub use files::rotated_files;
+use files::{open_file, rebuild};
+pub use witness::fetch_heads as fetch_witness_heads;
+use witness::Witness;
 use writer::{Out, Writer};
 
 pub(crate) use body::{AuditedBody, FinishHook};
@@ -292,18 +295,30 @@ impl Drop for AuditWriter {
 pub fn open(cfg: &Config) -> Result<(AuditSink, AuditWriter), AuditError> {
     let key = key::load_or_create(&cfg.data_dir)?;
     let target = cfg.audit_target();
-    let (out, prev, lines) = match &target {
-        AuditTarget::Stdout => (Out::Stdout(io::stdout()), GENESIS.to_string(), 0),
+    let (out, prev, lines, trees) = match &target {
+        AuditTarget::Stdout => (Out::Stdout(io::stdout()), GENESIS.to_string(), 0, None),
         AuditTarget::File(path) => {
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
                 datadir::prepare(dir)?;
             }
             let (file, lines, prev) = open_file(path)?;
-            (Out::File(file), prev, lines)
+            let trees = match lines {
+                0 => None,
+                _ => Some(
+                    rebuild(path)
+                        .map_err(|e| AuditError::Log(format!("{}: {e}", path.display())))?,
+                ),
+            };
+            (Out::File(file), prev, lines, trees)
         }
     };
     let stats = Arc::new(AuditStats::default());
     let clock = Clock::system();
+    let witness = match cfg.audit.witness.trim() {
+        "" => None,
+        url => Some(Witness::start(url, clock.clone()).map_err(AuditError::Thread)?),
+    };
+    let (trees, file_start) = trees.unwrap_or_else(|| (FileTrees::default(), prev.clone()));
     let now = clock.now_std();
     let bytes = match &out {
         Out::File(f) => f.metadata().map(|m| m.len()).unwrap_or(0),
@@ -329,6 +344,9 @@ pub fn open(cfg: &Config) -> Result<(AuditSink, AuditWriter), AuditError> {
         written: 0,
         stats: stats.clone(),
         clock,
+        trees,
+        file_start,
+        witness,
     };
     if w.lines == 0 && w.prev != GENESIS {
         // A new file continuing an earlier one starts by saying so.
@@ -400,6 +418,9 @@ fn run_timers(log: &Log, ctl: &mpsc::Receiver<Msg>) -> io::Result<u64> {
         if w.cfg.sync != AuditSync::None {
             w.out.sync()?;
         }
+        if let Some(witness) = w.witness.take() {
+            witness.close();
+        }
         Ok(w.written)
     })
 }
@@ -413,13 +434,9 @@ mod tests {
     use super::open;
     use crate::config::Config;
 
-    /// Threads that each send a record and wait for its line, over and
-    /// over: a record queued just as the current writer lets go must still
-    /// be written (a stranded one would leave its sender waiting, since
-    /// nobody else sends).
-    #[test]
-    fn every_committed_record_is_written_while_others_write() {
-        let dir = std::env::temp_dir().join(format!("mannerly-combine-{}", std::process::id()));
+    /// An empty data dir of its own and the default config on it.
+    fn fresh(name: &str) -> (std::path::PathBuf, Config) {
+        let dir = std::env::temp_dir().join(format!("mannerly-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("temp dir");
         let cfg = Config {
@@ -428,6 +445,16 @@ mod tests {
         }
         .validate()
         .expect("valid config");
+        (dir, cfg)
+    }
+
+    /// Threads that each send a record and wait for its line, over and
+    /// over: a record queued just as the current writer lets go must still
+    /// be written (a stranded one would leave its sender waiting, since
+    /// nobody else sends).
+    #[test]
+    fn every_committed_record_is_written_while_others_write() {
+        let (dir, cfg) = fresh("combine");
         let (sink, writer) = open(&cfg).expect("audit");
         const THREADS: usize = 4;
         const EACH: usize = 3000;
@@ -459,6 +486,77 @@ mod tests {
         drop(sink);
         let lines = writer.close().expect("close");
         assert!(lines >= (THREADS * EACH) as u64, "{lines}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A log written before format 3 (no `host_seq`, format-2 seals), then
+    /// continued by this writer: the whole file still verifies, the new
+    /// seals cover the old lines too, and evidence for a host counts the
+    /// old lines by their place.
+    #[test]
+    fn a_format_2_log_continued_verifies_and_gives_evidence() {
+        use ed25519_dalek::Signer;
+        use mannerly_policy::{
+            chain_line, hex, Checkpoint, Commits, EvidenceBuilder, FileTrees, SealReason, Verifier,
+            GENESIS,
+        };
+
+        let (dir, cfg) = fresh("format2");
+        let key = super::load_or_create_key(&cfg.data_dir).expect("key");
+        let mut prev = GENESIS.to_string();
+        let mut old = Vec::new();
+        for i in 0..3 {
+            let content = format!(
+                r#"{{"ts":"2026-01-01T00:00:00.000Z","id":"old-{i}","url":"http://a.test/{i}","host":"a.test"}}"#
+            );
+            let (line, chain) = chain_line(&prev, &content);
+            old.push(line);
+            prev = chain;
+        }
+        let unused = Commits {
+            continues: GENESIS.into(),
+            heads: FileTrees::default().heads(),
+        };
+        let ts = "2026-01-01T00:00:01.000Z".to_string();
+        let mut cp = Checkpoint::sign(&key, ts, SealReason::Shutdown, 3, &prev, 1000, 10, &unused);
+        cp.format = 2;
+        (cp.continues, cp.tree, cp.hosts, cp.hosts_tree) = (None, None, None, None);
+        cp.sig = hex(&key.sign(cp.message().as_bytes()).to_bytes());
+        old.push(chain_line(&prev, &cp.to_json()).0);
+        let path = cfg.audit_target();
+        let crate::config::AuditTarget::File(path) = path else {
+            panic!("a file target");
+        };
+        std::fs::write(&path, old.join("\n") + "\n").expect("old log");
+
+        let (sink, writer) = open(&cfg).expect("audit");
+        for i in 3..5 {
+            let rec = AuditRecord {
+                id: format!("new-{i}"),
+                host: "a.test".into(),
+                ..AuditRecord::default()
+            };
+            sink.send(rec);
+        }
+        drop(sink);
+        writer.close().expect("close");
+
+        let text = std::fs::read_to_string(&path).expect("log");
+        let mut v = Verifier::new(Some(key.verifying_key()));
+        let mut b = EvidenceBuilder::new("a.test");
+        v.start_file("audit.jsonl");
+        b.start_file("audit.jsonl").expect("file");
+        for line in text.lines() {
+            v.line(line);
+            b.line(line).expect("line");
+        }
+        let report = v.finish(|_| None);
+        assert_eq!(report.problems, vec![], "{text}");
+        assert!(report.ends_sealed());
+        let evidence = b.finish().expect("evidence");
+        let summary = evidence.verify(&key.verifying_key()).expect("verifies");
+        assert_eq!(summary.lines, 5);
+        assert!(text.contains(r#""host_seq":5"#), "{text}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -365,6 +365,10 @@ pub struct AuditConfig {
     pub rotate_bytes: u64,
     /// Rotate the file when it is this old (`"1d"`, `"12h"`); empty: never.
     pub rotate_every: String,
+    /// An HTTP(S) endpoint every checkpoint line is POSTed to, outside the
+    /// log, so that `audit verify --witness` finds a log cut after a
+    /// checkpoint; empty: none.
+    pub witness: String,
 }
 
 impl Default for AuditConfig {
@@ -376,6 +380,7 @@ impl Default for AuditConfig {
             checkpoint_secs: 10,
             rotate_bytes: 0,
             rotate_every: String::new(),
+            witness: String::new(),
         }
     }
 }

@@ -24,7 +24,7 @@ mod upstream;
 
 pub use admin::{call as admin_call, AdminReply};
 pub use audit::{
-    key_path as audit_key_path, load_key as load_audit_key,
+    fetch_witness_heads, key_path as audit_key_path, load_key as load_audit_key,
     load_or_create_key as load_or_create_audit_key, open as open_audit, rotated_files, AuditSink,
     AuditWriter, Written,
 };

@@ -5,6 +5,8 @@
 use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
 use serde::{Deserialize, Serialize};
 
+use super::trees::Heads;
+
 /// The `outcome` of a checkpoint line.
 pub const CHECKPOINT: &str = "checkpoint";
 
@@ -25,7 +27,17 @@ pub enum SealReason {
 }
 
 /// The checkpoint format this version writes (see [`Checkpoint::format`]).
-const FORMAT: u32 = 2;
+const FORMAT: u32 = 3;
+
+/// What a format-3 checkpoint commits to beyond the chain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Commits {
+    /// The chain value this file's first line continues (`GENESIS` for
+    /// the first file of a log).
+    pub continues: String,
+    /// The Merkle heads over the file's lines so far.
+    pub heads: Heads,
+}
 
 fn format_one() -> u32 {
     1
@@ -49,12 +61,29 @@ pub struct Checkpoint {
     pub every_lines: u64,
     /// The interval in force, seconds.
     pub every_secs: u64,
-    /// How the writer sealed: 2 (now) always ends a clean stop with a
+    /// How the writer sealed: since 2 a clean stop always ends with a
     /// `shutdown` checkpoint, so a log ending on any other kind was not
     /// stopped cleanly, or was cut; 1 (checkpoints without the field)
-    /// skipped that checkpoint when nothing followed an interval one.
+    /// skipped that checkpoint when nothing followed an interval one; 3
+    /// (now) also signs the fields below, so that single lines can be
+    /// proven to be in the file.
     #[serde(default = "format_one")]
     pub format: u32,
+    /// Format 3: the chain value the file's first line continues.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continues: Option<String>,
+    /// Format 3: the RFC 9162 Merkle tree head over the file's `lines`
+    /// lines before this checkpoint (each line as written, without its
+    /// newline), hex.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tree: Option<String>,
+    /// Format 3: hosts with lines in the file so far.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hosts: Option<u64>,
+    /// Format 3: the head of the tree with one leaf per host (its line
+    /// count and last line), hex.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hosts_tree: Option<String>,
     /// The public key that signed, hex.
     pub key: String,
     /// Ed25519 signature over [`Checkpoint::message`], hex.
@@ -72,6 +101,7 @@ impl Checkpoint {
         sealed: &str,
         every_lines: u64,
         every_secs: u64,
+        commits: &Commits,
     ) -> Checkpoint {
         let mut c = Checkpoint {
             ts,
@@ -82,6 +112,10 @@ impl Checkpoint {
             every_lines,
             every_secs,
             format: FORMAT,
+            continues: Some(commits.continues.clone()),
+            tree: Some(hex(&commits.heads.tree)),
+            hosts: Some(commits.heads.hosts),
+            hosts_tree: Some(hex(&commits.heads.hosts_tree)),
             key: hex(key.verifying_key().as_bytes()),
             sig: String::new(),
         };
@@ -99,10 +133,31 @@ impl Checkpoint {
         };
         // The format is in the first line, so it is signed too: a cut log
         // cannot pass for an older one.
-        format!(
+        let mut m = format!(
             "mannerly-audit-checkpoint v{}\nts={}\nwhy={why}\nlines={}\nsealed={}\nevery_lines={}\nevery_secs={}\n",
             self.format, self.ts, self.lines, self.sealed, self.every_lines, self.every_secs
-        )
+        );
+        if self.format >= 3 {
+            let opt = |s: &Option<String>| s.clone().unwrap_or_default();
+            m.push_str(&format!(
+                "continues={}\ntree={}\nhosts={}\nhosts_tree={}\n",
+                opt(&self.continues),
+                opt(&self.tree),
+                self.hosts.unwrap_or(0),
+                opt(&self.hosts_tree)
+            ));
+        }
+        m
+    }
+
+    /// The line tree head, for format 3.
+    pub fn tree_head(&self) -> Option<[u8; 32]> {
+        unhex::<32>(self.tree.as_deref()?)
+    }
+
+    /// The host tree head, for format 3.
+    pub fn hosts_head(&self) -> Option<[u8; 32]> {
+        unhex::<32>(self.hosts_tree.as_deref()?)
     }
 
     /// Whether `key` signed this checkpoint.
@@ -137,7 +192,7 @@ pub fn hex(bytes: &[u8]) -> String {
     s
 }
 
-fn unhex<const N: usize>(s: &str) -> Option<[u8; N]> {
+pub(crate) fn unhex<const N: usize>(s: &str) -> Option<[u8; N]> {
     let s = s.as_bytes();
     if s.len() != 2 * N {
         return None;

@@ -5,7 +5,8 @@
 
 use ed25519_dalek::VerifyingKey;
 
-use super::checkpoint::{Checkpoint, SealReason};
+use super::checkpoint::{hex, Checkpoint, SealReason};
+use super::trees::FileTrees;
 use super::{digest, split_line, GENESIS};
 
 /// Evidence that a log is not what the proxy wrote.
@@ -36,6 +37,14 @@ pub enum Problem {
     /// log has: lines before it were edited, removed or added and the chain
     /// recomputed.
     Rechained {
+        /// File name as given.
+        file: String,
+        /// 1-based line number of the checkpoint.
+        line: u64,
+    },
+    /// A format-3 checkpoint whose Merkle heads (or the chain value its
+    /// file continues) are not those of the lines before it.
+    TreeMismatch {
         /// File name as given.
         file: String,
         /// 1-based line number of the checkpoint.
@@ -88,6 +97,10 @@ impl std::fmt::Display for Problem {
             Problem::Rechained { file, line } => write!(
                 f,
                 "{file}: line {line}: checkpoint seals a different chain or line count: the lines before it were changed and re-chained"
+            ),
+            Problem::TreeMismatch { file, line } => write!(
+                f,
+                "{file}: line {line}: checkpoint's Merkle heads are not those of the lines before it (a line was changed, or the checkpoint was made for other lines)"
             ),
             Problem::Gap { file } => write!(
                 f,
@@ -178,6 +191,9 @@ pub struct Verifier {
     first_unsealed_ts: Option<String>,
     last_ts: Option<String>,
     whole_set: bool,
+    trees: FileTrees,
+    /// The chain value the current file's first line continues.
+    file_start: Option<String>,
 }
 
 impl Verifier {
@@ -197,6 +213,8 @@ impl Verifier {
             first_unsealed_ts: None,
             last_ts: None,
             whole_set: false,
+            trees: FileTrees::default(),
+            file_start: None,
         }
     }
 
@@ -217,6 +235,8 @@ impl Verifier {
         self.line = 0;
         self.failed_file = false;
         self.first_unsealed_ts = None;
+        self.trees = FileTrees::default();
+        self.file_start = None;
     }
 
     fn file(&mut self) -> &mut FileReport {
@@ -280,10 +300,20 @@ impl Verifier {
             }
             return;
         }
-        self.accept(&name, n, &content, chain, &prev);
+        if n == 1 {
+            self.file_start = Some(prev.clone());
+        }
+        self.accept(&name, n, text, (&content, chain), &prev);
     }
 
-    fn accept(&mut self, name: &str, n: u64, content: &str, chain: &str, prev: &str) {
+    fn accept(
+        &mut self,
+        name: &str,
+        n: u64,
+        text: &str,
+        (content, chain): (&str, &str),
+        prev: &str,
+    ) {
         self.prev = Some(chain.to_string());
         self.file().lines = n;
         let ts = ts_of(content);
@@ -311,6 +341,14 @@ impl Verifier {
                 });
                 return;
             }
+            if cp.format >= 3 && !self.commits_hold(&cp) {
+                self.fail(Problem::TreeMismatch {
+                    file: name.to_string(),
+                    line: n,
+                });
+                return;
+            }
+            self.trees.checkpoint(text);
             let f = self.file();
             f.checkpoints += 1;
             f.sealed_through = n;
@@ -318,12 +356,24 @@ impl Verifier {
             f.last_format = cp.format;
             self.every = Some((cp.every_lines, cp.every_secs));
             self.first_unsealed_ts = None;
-        } else if self.first_unsealed_ts.is_none() {
-            self.first_unsealed_ts = ts.clone();
+        } else {
+            self.trees.line(text, content, chain);
+            if self.first_unsealed_ts.is_none() {
+                self.first_unsealed_ts = ts.clone();
+            }
         }
         if ts.is_some() {
             self.last_ts = ts;
         }
+    }
+
+    /// Whether a format-3 checkpoint's heads are those of the file so far.
+    fn commits_hold(&mut self, cp: &Checkpoint) -> bool {
+        let heads = self.trees.heads();
+        cp.continues.as_deref() == self.file_start.as_deref()
+            && cp.tree.as_deref() == Some(hex(&heads.tree).as_str())
+            && cp.hosts == Some(heads.hosts)
+            && cp.hosts_tree.as_deref() == Some(hex(&heads.hosts_tree).as_str())
     }
 
     /// The findings. `parse_ts` turns an RFC 3339 time into seconds, for
@@ -408,21 +458,69 @@ mod tests {
 
     use super::*;
     use crate::audit::chain_line;
-    use crate::audit::checkpoint::hex;
+    use crate::audit::checkpoint::Commits;
+
+    fn commits(trees: &mut FileTrees) -> Commits {
+        Commits {
+            continues: GENESIS.to_string(),
+            heads: trees.heads(),
+        }
+    }
 
     /// One record and one interval checkpoint of `format`, the log's end.
     fn ends_on_interval(key: &SigningKey, format: u32) -> Report {
-        let (first, chain) = chain_line(GENESIS, r#"{"ts":"2026-01-01T00:00:00.000Z","id":"a"}"#);
+        let content = r#"{"ts":"2026-01-01T00:00:00.000Z","id":"a","host":"a.test"}"#;
+        let (first, chain) = chain_line(GENESIS, content);
+        let mut trees = FileTrees::default();
+        trees.line(&first, content, &chain);
         let ts = "2026-01-01T00:00:01.000Z".to_string();
-        let mut cp = Checkpoint::sign(key, ts, SealReason::Interval, 1, &chain, 10, 60);
-        cp.format = format;
-        cp.sig = hex(&key.sign(cp.message().as_bytes()).to_bytes());
+        let c = commits(&mut trees);
+        let mut cp = Checkpoint::sign(key, ts, SealReason::Interval, 1, &chain, 10, 60, &c);
+        if format < 3 {
+            // As the writers of those formats wrote them: no heads.
+            cp.format = format;
+            (cp.continues, cp.tree, cp.hosts, cp.hosts_tree) = (None, None, None, None);
+            cp.sig = hex(&key.sign(cp.message().as_bytes()).to_bytes());
+        }
         let (second, _) = chain_line(&chain, &cp.to_json());
         let mut v = Verifier::new(Some(key.verifying_key()));
         v.start_file("audit.jsonl");
         v.line(&first);
         v.line(&second);
         v.finish(|_| None)
+    }
+
+    #[test]
+    fn logs_of_every_format_verify_and_a_wrong_head_is_named() {
+        let key = SigningKey::from_bytes(&[7; 32]);
+        for format in 1..=3 {
+            assert_eq!(
+                ends_on_interval(&key, format).problems,
+                vec![],
+                "format {format}"
+            );
+        }
+        // A format-3 checkpoint signed over a tree of other lines.
+        let content = r#"{"ts":"2026-01-01T00:00:00.000Z","id":"a","host":"a.test"}"#;
+        let (first, chain) = chain_line(GENESIS, content);
+        let mut other = FileTrees::default();
+        other.line("another line", content, &chain);
+        let c = commits(&mut other);
+        let ts = "2026-01-01T00:00:01.000Z".to_string();
+        let cp = Checkpoint::sign(&key, ts, SealReason::Shutdown, 1, &chain, 10, 60, &c);
+        let (second, _) = chain_line(&chain, &cp.to_json());
+        let mut v = Verifier::new(Some(key.verifying_key()));
+        v.start_file("audit.jsonl");
+        v.line(&first);
+        v.line(&second);
+        let report = v.finish(|_| None);
+        assert_eq!(
+            report.problems,
+            vec![Problem::TreeMismatch {
+                file: "audit.jsonl".into(),
+                line: 2
+            }]
+        );
     }
 
     #[test]
@@ -441,9 +539,13 @@ mod tests {
     fn the_format_is_signed() {
         let key = SigningKey::from_bytes(&[7; 32]);
         let ts = "2026-01-01T00:00:01.000Z".to_string();
-        let mut cp = Checkpoint::sign(&key, ts, SealReason::Interval, 1, GENESIS, 10, 60);
+        let c = commits(&mut FileTrees::default());
+        let mut cp = Checkpoint::sign(&key, ts, SealReason::Interval, 1, GENESIS, 10, 60, &c);
         assert!(cp.verify(&key.verifying_key()));
-        cp.format = 1;
+        cp.format = 2;
+        assert!(!cp.verify(&key.verifying_key()));
+        cp.format = 3;
+        cp.hosts = Some(2);
         assert!(!cp.verify(&key.verifying_key()));
     }
 }

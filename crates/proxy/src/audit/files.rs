@@ -5,7 +5,7 @@ use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
-use mannerly_policy::{last_chain, GENESIS};
+use mannerly_policy::{last_chain, split_line, Checkpoint, FileTrees, SealReason, GENESIS};
 
 use crate::clock::Clock;
 use crate::datadir;
@@ -58,6 +58,40 @@ pub(super) fn scan(f: &mut File) -> io::Result<(u64, Option<String>)> {
         .filter(|l| !l.trim().is_empty())
         .last();
     Ok((lines, last))
+}
+
+/// The Merkle trees of a file the writer goes on with, from its lines, and
+/// the chain value its first line continues (its continuation checkpoint's,
+/// else the start of a log). Reads the whole file once, at start-up or
+/// when a reopened path already holds lines.
+pub(super) fn rebuild(path: &Path) -> io::Result<(FileTrees, String)> {
+    let mut trees = FileTrees::default();
+    let mut start = None;
+    let mut r = BufReader::with_capacity(256 * 1024, File::open(path)?);
+    let mut buf = Vec::new();
+    while r.read_until(b'\n', &mut buf)? > 0 {
+        let text = String::from_utf8_lossy(&buf);
+        let line = text.trim_end_matches(['\n', '\r']);
+        if !line.is_empty() {
+            match split_line(line) {
+                Some((content, chain)) => {
+                    if start.is_none() {
+                        let cp = serde_json::from_str::<Checkpoint>(&content).ok();
+                        start = Some(match cp {
+                            Some(cp) if cp.why == SealReason::Continuation => cp.sealed,
+                            _ => GENESIS.to_string(),
+                        });
+                    }
+                    trees.line(line, &content, chain);
+                }
+                // Such a line fails `audit verify` already; it still takes
+                // its place in the line tree, as written.
+                None => trees.checkpoint(line),
+            }
+        }
+        buf.clear();
+    }
+    Ok((trees, start.unwrap_or_else(|| GENESIS.to_string())))
 }
 
 pub(super) fn read_last_chain(path: &Path) -> Result<String, AuditError> {

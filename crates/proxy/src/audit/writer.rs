@@ -7,10 +7,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mannerly_policy::{chain_line, Checkpoint, SealReason, SigningKey};
+use mannerly_policy::{chain_line, Checkpoint, Commits, FileTrees, SealReason, SigningKey};
 use tokio::sync::oneshot;
 
-use super::files::{now_rfc3339, rotated_name, scan};
+use super::files::{now_rfc3339, rebuild, rotated_name, scan};
+use super::witness::Witness;
 use super::{AuditStats, Queued};
 use crate::clock::Clock;
 use crate::config::{AuditConfig, AuditSync, AuditTarget};
@@ -64,6 +65,11 @@ pub(super) struct Writer {
     pub(super) written: u64,
     pub(super) stats: Arc<AuditStats>,
     pub(super) clock: Clock,
+    /// The Merkle trees of the current file, which checkpoints sign.
+    pub(super) trees: FileTrees,
+    /// The chain value the current file's first line continues.
+    pub(super) file_start: String,
+    pub(super) witness: Option<Witness>,
 }
 
 // Past this, a batch is written even if more records are queued.
@@ -81,8 +87,11 @@ impl Writer {
             }
             return;
         }
-        for (rec, ack) in batch {
-            self.push(&rec.to_json());
+        for (mut rec, ack) in batch {
+            rec.host_seq = Some(self.trees.next_seq(&rec.host));
+            let (line, chain) = chain_line(&self.prev, &rec.to_json());
+            self.trees.record(&rec.host, &line, &chain);
+            self.push(line, chain);
             self.since_seal += 1;
             self.written += 1;
             if let Some(a) = ack {
@@ -101,8 +110,7 @@ impl Writer {
         }
     }
 
-    pub(super) fn push(&mut self, content: &str) {
-        let (line, chain) = chain_line(&self.prev, content);
+    fn push(&mut self, line: String, chain: String) {
         self.stats.written.fetch_add(1, Ordering::Relaxed);
         self.buf.extend_from_slice(line.as_bytes());
         self.buf.push(b'\n');
@@ -119,8 +127,17 @@ impl Writer {
             &self.prev,
             self.cfg.checkpoint_lines,
             self.cfg.checkpoint_secs,
+            &Commits {
+                continues: self.file_start.clone(),
+                heads: self.trees.heads(),
+            },
         );
-        self.push(&cp.to_json());
+        let (line, chain) = chain_line(&self.prev, &cp.to_json());
+        self.trees.checkpoint(&line);
+        if let Some(w) = &self.witness {
+            w.offer(&line);
+        }
+        self.push(line, chain);
         self.written += 1;
         self.since_seal = 0;
         self.last_seal = self.clock.now_std();
@@ -247,12 +264,16 @@ impl Writer {
         match datadir::open_append(&path)
             .map_err(|e| e.to_string())
             .and_then(|mut f| scan(&mut f).map(|(n, _)| (f, n)).map_err(|e| e.to_string()))
-        {
-            Ok((f, n)) => {
+            .and_then(|(f, n)| match n {
+                0 => Ok((f, n, (FileTrees::default(), self.prev.clone()))),
+                _ => rebuild(&path).map(|t| (f, n, t)).map_err(|e| e.to_string()),
+            }) {
+            Ok((f, n, (trees, start))) => {
                 self.out = Out::File(f);
                 self.lines = n;
                 self.bytes = 0;
                 self.opened = self.clock.now_std();
+                (self.trees, self.file_start) = (trees, start);
                 if n == 0 {
                     self.seal(SealReason::Continuation);
                     self.flush();

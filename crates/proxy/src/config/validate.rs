@@ -128,6 +128,17 @@ fn check_audit(a: &AuditConfig) -> Result<(), ConfigError> {
         "audit.checkpoint_secs",
         "must be at least 1",
     )?;
+    let witness = a.witness.trim();
+    if !witness.is_empty() {
+        let ok = witness
+            .parse::<http::Uri>()
+            .is_ok_and(|u| matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some());
+        require(
+            ok,
+            "audit.witness",
+            "must be an http:// or https:// URL (the endpoint checkpoint heads are POSTed to)",
+        )?;
+    }
     let every = a.rotate_every.trim();
     if every.is_empty() {
         return Ok(());

@@ -1,0 +1,506 @@
+//! Evidence for one site: its lines of a log, each with an RFC 9162
+//! inclusion proof against the last signed checkpoint of its file, and the
+//! host tree's leaf for the site (its line count and last line) with its
+//! own proof, so the site's owner can check, with the audit public key
+//! alone, that every line is in the sealed log and that none was left out,
+//! while the lines of other hosts appear only as hashes.
+//!
+//! A period is a run of whole files of one log (a rotation set, or its
+//! current file), each ending at its last checkpoint.
+
+use ed25519_dalek::VerifyingKey;
+use serde::{Deserialize, Serialize};
+
+use super::checkpoint::{hex, unhex, Checkpoint, SealReason};
+use super::merkle::{leaf_hash, verify_inclusion, Hash, Tree};
+use super::trees::{host_leaf, is_checkpoint, FileTrees};
+use super::{digest, split_line, GENESIS};
+
+/// What the evidence file says it is.
+pub(crate) const EVIDENCE_FORMAT: &str = "mannerly-evidence-1";
+
+/// The evidence for one host, as written to the file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Evidence {
+    /// Always [`EVIDENCE_FORMAT`].
+    pub format: String,
+    /// The host the evidence is for.
+    pub host: String,
+    /// The key that signed the checkpoints, hex (the verifier is given the
+    /// key on its own, and checks against that one).
+    pub key: String,
+    /// The log's files, oldest first.
+    pub files: Vec<EvidenceFile>,
+}
+
+/// One file of the period.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EvidenceFile {
+    /// The file's name where the evidence was made.
+    pub name: String,
+    /// The file's last checkpoint, which every proof is against.
+    pub checkpoint: IndexedLine,
+    /// The host's lines before that checkpoint, in order.
+    pub lines: Vec<ProvenLine>,
+    /// The host's leaf in the checkpoint's host tree; absent when the host
+    /// has no line in the file.
+    pub host_leaf: Option<HostProof>,
+    /// The host's lines after the checkpoint, which nothing seals yet.
+    pub unsealed: u64,
+}
+
+/// A line and its 0-based index in its file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IndexedLine {
+    /// 0-based index in the file.
+    pub index: u64,
+    /// The line as written, without its newline.
+    pub line: String,
+}
+
+/// A line of the host with its audit path in the line tree.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProvenLine {
+    /// 0-based index in the file.
+    pub index: u64,
+    /// The line as written, without its newline.
+    pub line: String,
+    /// The audit path, bottom up, hex.
+    pub proof: Vec<String>,
+}
+
+/// The host's leaf in the host tree and its audit path.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HostProof {
+    /// Position of the leaf.
+    pub position: u64,
+    /// The host's line count the checkpoint commits to.
+    pub seq: u64,
+    /// Index of the host's last line before the checkpoint.
+    pub last_index: u64,
+    /// The audit path, bottom up, hex.
+    pub proof: Vec<String>,
+}
+
+/// Why evidence does not hold. Lines are 1-based line numbers in the file.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EvidenceProblem {
+    /// Not an evidence file of this format.
+    #[error("not mannerly evidence ({0})")]
+    Format(String),
+    /// A line or checkpoint that does not parse.
+    #[error("{file}: line {line}: {why}")]
+    Malformed {
+        /// File name as in the evidence.
+        file: String,
+        /// 1-based line number.
+        line: u64,
+        /// What is wrong.
+        why: String,
+    },
+    /// The checkpoint's signature does not verify with the key given.
+    #[error("{file}: line {line}: checkpoint signature does not verify with the given key")]
+    BadSignature {
+        /// File name as in the evidence.
+        file: String,
+        /// 1-based line number of the checkpoint.
+        line: u64,
+    },
+    /// A line whose proof does not lead to the signed tree head.
+    #[error("{file}: line {line} (id {id}): not in the sealed log (edited, moved, or not from this log)")]
+    NotInLog {
+        /// File name as in the evidence.
+        file: String,
+        /// 1-based line number.
+        line: u64,
+        /// The line's `id`.
+        id: String,
+    },
+    /// A line of another host.
+    #[error("{file}: line {line}: a line of another host, not of {host}")]
+    OtherHost {
+        /// File name as in the evidence.
+        file: String,
+        /// 1-based line number.
+        line: u64,
+        /// The host the evidence is for.
+        host: String,
+    },
+    /// A gap in the host's numbering: lines between were left out.
+    #[error("{file}: line {line}: host_seq {found} where {expected} was due: line(s) {expected}..{} of the host were left out", found - 1)]
+    LeftOut {
+        /// File name as in the evidence.
+        file: String,
+        /// 1-based line number of the line after the gap.
+        line: u64,
+        /// The number due.
+        expected: u64,
+        /// The number the line has.
+        found: u64,
+    },
+    /// The evidence holds fewer (or more) lines than the checkpoint counts.
+    #[error("{file}: the checkpoint (line {line}) counts {committed} lines of the host, the evidence holds {given}: {}", if committed > given { "the last ones were left out" } else { "lines were added" })]
+    Count {
+        /// File name as in the evidence.
+        file: String,
+        /// 1-based line number of the checkpoint.
+        line: u64,
+        /// What the checkpoint's host tree says.
+        committed: u64,
+        /// Lines in the evidence.
+        given: u64,
+    },
+    /// The host's leaf is not in the signed host tree.
+    #[error("{file}: the host's count and last line (line {line}) are not what the checkpoint commits to")]
+    HostLeaf {
+        /// File name as in the evidence.
+        file: String,
+        /// 1-based line number of the host's last line.
+        line: u64,
+    },
+    /// A file that does not continue the one before it.
+    #[error("{file}: does not continue the file before it in the evidence (a file is missing between them, or they are out of order)")]
+    NotContinued {
+        /// File name as in the evidence.
+        file: String,
+    },
+}
+
+/// What verified evidence shows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EvidenceSummary {
+    /// The host.
+    pub host: String,
+    /// Lines proven, over all files.
+    pub lines: u64,
+    /// Per file: name, lines, the checkpoint's time and kind.
+    pub files: Vec<(String, u64, String, SealReason)>,
+    /// The first file starts the log (it continues no earlier file).
+    pub starts_log: bool,
+    /// Files without a line of the host: there the evidence shows none,
+    /// and cannot prove that there is none.
+    pub empty_files: Vec<String>,
+    /// Lines after the last checkpoints, not proven.
+    pub unsealed: u64,
+}
+
+/// Builds the evidence for one host from a log read in order.
+pub struct EvidenceBuilder {
+    host: String,
+    key: Option<String>,
+    files: Vec<EvidenceFile>,
+    cur: Option<Building>,
+}
+
+struct Building {
+    name: String,
+    leaves: Vec<Hash>,
+    trees: FileTrees,
+    /// The host's lines: index and text.
+    mine: Vec<(u64, String)>,
+    /// The last checkpoint seen: index, line, the host's leaf then.
+    last: Option<(IndexedLine, Option<HostProof>)>,
+}
+
+impl EvidenceBuilder {
+    /// A builder for `host`.
+    pub fn new(host: &str) -> EvidenceBuilder {
+        EvidenceBuilder {
+            host: host.to_string(),
+            key: None,
+            files: Vec::new(),
+            cur: None,
+        }
+    }
+
+    /// Begins the next file of the log.
+    pub fn start_file(&mut self, name: &str) -> Result<(), String> {
+        self.end_file()?;
+        self.cur = Some(Building {
+            name: name.to_string(),
+            leaves: Vec::new(),
+            trees: FileTrees::default(),
+            mine: Vec::new(),
+            last: None,
+        });
+        Ok(())
+    }
+
+    /// Reads one line (without its newline). The log is taken as it is:
+    /// `audit verify` is what checks it; a line the trees cannot take is
+    /// an error naming it.
+    pub fn line(&mut self, text: &str) -> Result<(), String> {
+        let host = self.host.clone();
+        let Some(b) = self.cur.as_mut() else {
+            return Err("no file started".into());
+        };
+        let index = b.leaves.len() as u64;
+        let at = |name: &str| format!("{name}: line {}", index + 1);
+        let (content, chain) =
+            split_line(text).ok_or_else(|| format!("{}: not an audit line", at(&b.name)))?;
+        if is_checkpoint(&content) {
+            let cp: Checkpoint = serde_json::from_str(&content)
+                .map_err(|e| format!("{}: checkpoint does not parse: {e}", at(&b.name)))?;
+            if cp.format >= 3 && cp.tree.as_deref() != Some(hex(&b.trees.heads().tree).as_str()) {
+                return Err(format!(
+                    "{}: the checkpoint's tree head is not that of the lines before it; run `mannerly audit verify`",
+                    at(&b.name)
+                ));
+            }
+            let proof = b.trees.host(&host).cloned().map(|e| HostProof {
+                position: e.position as u64,
+                seq: e.seq,
+                last_index: e.last_index,
+                proof: Vec::new(),
+            });
+            let proof = proof.map(|mut p| {
+                p.proof = b
+                    .trees
+                    .host_proof(p.position as usize)
+                    .iter()
+                    .map(|h| hex(h))
+                    .collect();
+                p
+            });
+            self.key = Some(cp.key.clone());
+            b.last = Some((
+                IndexedLine {
+                    index,
+                    line: text.to_string(),
+                },
+                proof,
+            ));
+            b.trees.checkpoint(text);
+        } else if b.trees.line(text, &content, chain).as_deref() == Some(host.as_str()) {
+            b.mine.push((index, text.to_string()));
+        }
+        b.leaves.push(leaf_hash(text.as_bytes()));
+        Ok(())
+    }
+
+    fn end_file(&mut self) -> Result<(), String> {
+        let Some(b) = self.cur.take() else {
+            return Ok(());
+        };
+        let Some((checkpoint, host_leaf)) = b.last else {
+            return Err(format!(
+                "{}: no checkpoint: nothing in it is sealed",
+                b.name
+            ));
+        };
+        let cp: Option<Checkpoint> =
+            split_line(&checkpoint.line).and_then(|(c, _)| serde_json::from_str(&c).ok());
+        if cp.as_ref().map_or(0, |c| c.format) < 3 {
+            return Err(format!(
+                "{}: its last checkpoint (line {}) has no Merkle heads (written before checkpoint format 3); evidence can be given for files sealed since",
+                b.name,
+                checkpoint.index + 1
+            ));
+        }
+        let sealed = checkpoint.index;
+        let mut tree = Tree::from_leaves(b.leaves[..sealed as usize].to_vec());
+        let lines = b
+            .mine
+            .iter()
+            .filter(|(i, _)| *i < sealed)
+            .map(|(i, l)| ProvenLine {
+                index: *i,
+                line: l.clone(),
+                proof: tree.proof(*i as usize).iter().map(|h| hex(h)).collect(),
+            })
+            .collect();
+        let unsealed = b.mine.iter().filter(|(i, _)| *i > sealed).count() as u64;
+        self.files.push(EvidenceFile {
+            name: b.name,
+            checkpoint,
+            lines,
+            host_leaf,
+            unsealed,
+        });
+        Ok(())
+    }
+
+    /// The evidence.
+    pub fn finish(mut self) -> Result<Evidence, String> {
+        self.end_file()?;
+        Ok(Evidence {
+            format: EVIDENCE_FORMAT.to_string(),
+            host: self.host,
+            key: self.key.unwrap_or_default(),
+            files: self.files,
+        })
+    }
+}
+
+fn hashes(list: &[String]) -> Option<Vec<Hash>> {
+    list.iter().map(|h| unhex::<32>(h)).collect()
+}
+
+impl Evidence {
+    /// Checks every proof against checkpoints signed with `key`.
+    pub fn verify(&self, key: &VerifyingKey) -> Result<EvidenceSummary, EvidenceProblem> {
+        if self.format != EVIDENCE_FORMAT {
+            return Err(EvidenceProblem::Format(self.format.clone()));
+        }
+        let mut summary = EvidenceSummary {
+            host: self.host.clone(),
+            lines: 0,
+            files: Vec::new(),
+            starts_log: false,
+            empty_files: Vec::new(),
+            unsealed: 0,
+        };
+        // The chain value of the previous file's last checkpoint, and
+        // whether it sealed that file for rotation.
+        let mut before: Option<(String, bool)> = None;
+        for f in &self.files {
+            let (cp, chain) = self.checkpoint(f, key)?;
+            match &before {
+                None => summary.starts_log = cp.continues.as_deref() == Some(GENESIS),
+                Some((prev, rotated)) => {
+                    if !rotated || cp.continues.as_deref() != Some(prev.as_str()) {
+                        return Err(EvidenceProblem::NotContinued {
+                            file: f.name.clone(),
+                        });
+                    }
+                }
+            }
+            self.file_lines(f, &cp)?;
+            summary.lines += f.lines.len() as u64;
+            summary.unsealed += f.unsealed;
+            if f.lines.is_empty() {
+                summary.empty_files.push(f.name.clone());
+            }
+            summary
+                .files
+                .push((f.name.clone(), f.lines.len() as u64, cp.ts.clone(), cp.why));
+            before = Some((chain, cp.why == SealReason::Rotation));
+        }
+        Ok(summary)
+    }
+
+    /// The file's checkpoint, signed with `key`, and its own chain value.
+    fn checkpoint(
+        &self,
+        f: &EvidenceFile,
+        key: &VerifyingKey,
+    ) -> Result<(Checkpoint, String), EvidenceProblem> {
+        let line = f.checkpoint.index + 1;
+        let bad = |why: &str| EvidenceProblem::Malformed {
+            file: f.name.clone(),
+            line,
+            why: why.to_string(),
+        };
+        let (content, chain) =
+            split_line(&f.checkpoint.line).ok_or_else(|| bad("not an audit line"))?;
+        let cp: Checkpoint = serde_json::from_str(&content).map_err(|_| bad("not a checkpoint"))?;
+        if !cp.verify(key) {
+            return Err(EvidenceProblem::BadSignature {
+                file: f.name.clone(),
+                line,
+            });
+        }
+        if cp.format < 3 || cp.lines != f.checkpoint.index || digest(&cp.sealed, &content) != chain
+        {
+            return Err(bad("not a checkpoint with Merkle heads at this place"));
+        }
+        Ok((cp, chain.to_string()))
+    }
+
+    fn file_lines(&self, f: &EvidenceFile, cp: &Checkpoint) -> Result<(), EvidenceProblem> {
+        let (Some(tree), Some(hosts_tree)) = (cp.tree_head(), cp.hosts_head()) else {
+            return Err(EvidenceProblem::Malformed {
+                file: f.name.clone(),
+                line: f.checkpoint.index + 1,
+                why: "checkpoint without tree heads".into(),
+            });
+        };
+        let mut last: Option<(u64, String)> = None;
+        for (k, pl) in f.lines.iter().enumerate() {
+            let line = pl.index + 1;
+            let (content, chain) =
+                split_line(&pl.line).ok_or_else(|| EvidenceProblem::Malformed {
+                    file: f.name.clone(),
+                    line,
+                    why: "not an audit line".into(),
+                })?;
+            let v: serde_json::Value = serde_json::from_str(&content).unwrap_or_default();
+            let id = v["id"].as_str().unwrap_or("?").to_string();
+            let in_order = last.as_ref().is_none_or(|(i, _)| pl.index > *i);
+            let proven = in_order
+                && hashes(&pl.proof).is_some_and(|path| {
+                    verify_inclusion(
+                        pl.index,
+                        cp.lines,
+                        &leaf_hash(pl.line.as_bytes()),
+                        &path,
+                        &tree,
+                    )
+                });
+            if !proven {
+                return Err(EvidenceProblem::NotInLog {
+                    file: f.name.clone(),
+                    line,
+                    id,
+                });
+            }
+            if v["host"].as_str() != Some(self.host.as_str()) {
+                return Err(EvidenceProblem::OtherHost {
+                    file: f.name.clone(),
+                    line,
+                    host: self.host.clone(),
+                });
+            }
+            let expected = k as u64 + 1;
+            // Lines written before `host_seq` existed are numbered by place.
+            if let Some(found) = v["host_seq"].as_u64().filter(|s| *s != expected) {
+                return Err(EvidenceProblem::LeftOut {
+                    file: f.name.clone(),
+                    line,
+                    expected,
+                    found,
+                });
+            }
+            last = Some((pl.index, chain.to_string()));
+        }
+        let given = f.lines.len() as u64;
+        let cp_line = f.checkpoint.index + 1;
+        let Some(leaf) = &f.host_leaf else {
+            return match given {
+                0 => Ok(()),
+                _ => Err(EvidenceProblem::Count {
+                    file: f.name.clone(),
+                    line: cp_line,
+                    committed: 0,
+                    given,
+                }),
+            };
+        };
+        if leaf.seq != given {
+            return Err(EvidenceProblem::Count {
+                file: f.name.clone(),
+                line: cp_line,
+                committed: leaf.seq,
+                given,
+            });
+        }
+        let fits = last.as_ref().is_some_and(|(index, chain)| {
+            *index == leaf.last_index
+                && hashes(&leaf.proof).is_some_and(|path| {
+                    let h = host_leaf(&self.host, leaf.seq, leaf.last_index, chain);
+                    verify_inclusion(leaf.position, cp.hosts.unwrap_or(0), &h, &path, &hosts_tree)
+                })
+        });
+        if !fits {
+            return Err(EvidenceProblem::HostLeaf {
+                file: f.name.clone(),
+                line: leaf.last_index + 1,
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[path = "evidence/tests.rs"]
+mod tests;

@@ -1,0 +1,179 @@
+//! The witness of `audit.witness`, through the binary, with a real HTTP
+//! witness on loopback (tests/e2e/witness.py): a log cut after a checkpoint
+//! verifies as cut against it, the whole log passes, and a witness out of
+//! reach holds up nothing and still gets the heads once it is back.
+
+use std::io::BufRead;
+use std::path::Path;
+
+use super::support::*;
+
+struct Witness {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Witness {
+    /// Starts the witness on `port` (0: any); `None` without python3.
+    fn start(port: u16) -> Option<Witness> {
+        if !have_tool("python3", "python3") {
+            return None;
+        }
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/e2e/witness.py");
+        let mut child = std::process::Command::new("python3")
+            .arg(script)
+            .arg(port.to_string())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        let port: u16 = first.trim().parse().expect("the witness printed its port");
+        Some(Witness {
+            child,
+            url: format!("http://127.0.0.1:{port}/heads"),
+        })
+    }
+
+    async fn heads(&self) -> Vec<serde_json::Value> {
+        let text = reqwest::get(&self.url).await.unwrap().text().await.unwrap();
+        text.lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
+impl Drop for Witness {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn pubkey(dir: &Path) -> String {
+    let (code, out) = mannerly(
+        &["audit", "pubkey"],
+        &[("MANNERLY_DATA_DIR", dir.to_str().unwrap())],
+    );
+    assert_eq!(code, 0, "{out}");
+    out.trim().to_string()
+}
+
+fn verify(key: &str, witness: Option<&str>, log: &Path) -> (i32, String) {
+    let mut args = vec!["audit", "verify", "--pubkey", key];
+    if let Some(w) = witness {
+        args.extend(["--witness", w]);
+    }
+    args.push(log.to_str().unwrap());
+    mannerly(&args, &[])
+}
+
+/// Runs the binary with the witness at `url`, fetches `pages` pages and
+/// stops it cleanly; `between` runs after the pages, before the stop.
+async fn crawl_then_stop(dir: &Path, url: &str, pages: usize, between: impl FnOnce()) {
+    let origin = Origin::http(ok_origin()).await;
+    let proxy = RunningBinary::start(
+        dir,
+        &[
+            ("MANNERLY_AUDIT__WITNESS", url),
+            ("MANNERLY_AUDIT__CHECKPOINT_LINES", "5"),
+        ],
+    );
+    let c = proxy.client();
+    for i in 0..pages {
+        // Answered whatever the witness does.
+        get_ok(&c, &format!("http://127.0.0.1:{}/p{i}", origin.port())).await;
+    }
+    between();
+    proxy.signal("TERM");
+    let mut proxy = proxy;
+    let status = tokio::task::spawn_blocking(move || proxy.child.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(status.success(), "{status}");
+}
+
+#[tokio::test]
+async fn a_log_cut_after_a_checkpoint_is_found_by_the_witness() {
+    let Some(witness) = Witness::start(0) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    crawl_then_stop(dir.path(), &witness.url, 12, || {}).await;
+    let log = dir.path().join("audit.jsonl");
+    let key = pubkey(dir.path());
+    // robots.txt + 12 pages: interval seals after 5 and 10, then shutdown.
+    let heads = witness.heads().await;
+    let why: Vec<&str> = heads.iter().map(|h| h["why"].as_str().unwrap()).collect();
+    assert_eq!(why, ["interval", "interval", "shutdown"], "{heads:#?}");
+
+    let (code, out) = verify(&key, Some(&witness.url), &log);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("witness: the log holds the witness's newest head"),
+        "{out}"
+    );
+
+    // Cut right after the second interval checkpoint: without the witness
+    // only "end unsealed"; with it, cut.
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let second = lines
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.contains("\"why\":\"interval\""))
+        .nth(1)
+        .unwrap()
+        .0;
+    let cut = dir.path().join("cut.jsonl");
+    std::fs::write(&cut, lines[..=second].join("\n") + "\n").unwrap();
+    let (code, out) = verify(&key, None, &cut);
+    assert_eq!(code, 3, "{out}");
+    let (code, out) = verify(&key, Some(&witness.url), &cut);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("FAILED: cut: the witness holds a shutdown checkpoint")
+            && out.contains(&format!("cut.jsonl line {}", second + 1)),
+        "{out}"
+    );
+    // The witness's heads handed over as a file say the same.
+    let saved = dir.path().join("heads.jsonl");
+    std::fs::write(
+        &saved,
+        reqwest::get(&witness.url)
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    let (code, out) = verify(&key, Some(saved.to_str().unwrap()), &cut);
+    assert_eq!(code, 1, "{out}");
+    let (code, out) = verify(&key, Some(saved.to_str().unwrap()), &log);
+    assert_eq!(code, 0, "{out}");
+}
+
+#[tokio::test]
+async fn a_witness_out_of_reach_holds_up_nothing_and_gets_the_heads_later() {
+    if !have_tool("python3", "python3") {
+        return;
+    }
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}/heads");
+    let dir = tempfile::tempdir().unwrap();
+    let mut late = None;
+    // Every page is answered while nothing listens at the witness's port;
+    // then it comes up, and the queued heads reach it before the proxy exits.
+    crawl_then_stop(dir.path(), &url, 12, || late = Witness::start(port)).await;
+    let witness = late.unwrap();
+    // None lost: the two kept while it was away, and the shutdown seal.
+    let heads = witness.heads().await;
+    let why: Vec<&str> = heads.iter().map(|h| h["why"].as_str().unwrap()).collect();
+    assert_eq!(why, ["interval", "interval", "shutdown"], "{heads:#?}");
+    let log = dir.path().join("audit.jsonl");
+    let (code, out) = verify(&pubkey(dir.path()), Some(&witness.url), &log);
+    assert_eq!(code, 0, "{out}");
+}
