@@ -112,6 +112,12 @@ impl ChargeStore {
         })))
     }
 
+    /// The cluster's ledger on the Redis the budgets share, under their
+    /// key prefix.
+    pub fn shared_with(hosts: &crate::hosts::RedisHosts, timeout: Duration) -> ChargeStore {
+        ChargeStore::redis(hosts.connection(), &hosts.settings().key_prefix, timeout)
+    }
+
     /// Applies `change` to the ledger and stores the result; its answer
     /// once stored. `change` may run more than once (Redis, on a conflict),
     /// each time on the newest ledger.
@@ -209,7 +215,11 @@ impl RedisLedger {
                     };
                     ledger = decode(&seen)?;
                 }
-                _ => return Err(ChargeError::Redis("unexpected answer from the ledger script".into())),
+                _ => {
+                    return Err(ChargeError::Redis(
+                        "unexpected answer from the ledger script".into(),
+                    ))
+                }
             }
         }
         Err(ChargeError::Contended)
@@ -222,7 +232,10 @@ impl RedisLedger {
         match tokio::time::timeout(self.timeout, call).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(ChargeError::Redis(e.to_string())),
-            Err(_) => Err(ChargeError::Redis(format!("no answer within {:?}", self.timeout))),
+            Err(_) => Err(ChargeError::Redis(format!(
+                "no answer within {:?}",
+                self.timeout
+            ))),
         }
     }
 }
@@ -233,6 +246,3 @@ fn decode(bytes: &[u8]) -> Result<Ledger, ChargeError> {
     }
     serde_json::from_slice(bytes).map_err(|e| ChargeError::Redis(format!("the shared ledger: {e}")))
 }
-
-#[cfg(test)]
-mod tests;

@@ -4,11 +4,11 @@
 use std::time::Duration;
 
 use mannerly_policy::payment::{Money, PaymentParams};
+use mannerly_state::charges::ChargeStore;
+use redis::aio::ConnectionManager;
 
-use super::*;
-
-#[path = "../../tests/support/redis_server.rs"]
-#[allow(dead_code, unreachable_pub)]
+#[path = "support/redis_server.rs"]
+#[allow(dead_code)]
 mod redis_server;
 
 const NOW: u64 = 20_000 * 86_400;
@@ -88,7 +88,11 @@ async fn two_proxies_sharing_redis_never_pass_the_days_limit_together() {
     let conn = || {
         let client = redis::Client::open(server.url()).unwrap();
         let cfg = redis::aio::ConnectionManagerConfig::new();
-        async move { ConnectionManager::new_with_config(client, cfg).await.unwrap() }
+        async move {
+            ConnectionManager::new_with_config(client, cfg)
+                .await
+                .unwrap()
+        }
     };
     let timeout = Duration::from_secs(5);
     let a = ChargeStore::redis(conn().await, "test:", timeout);
