@@ -3,6 +3,7 @@
 //! self-contained HTML page with one SVG chart per host.
 
 mod html;
+mod payments;
 mod stats;
 mod time;
 

@@ -41,6 +41,10 @@ struct Line<'a> {
     saved_bytes: Option<u64>,
     #[serde(default)]
     bytes: Option<u64>,
+    #[serde(borrow, default)]
+    charged: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    saved_charge: Option<Cow<'a, str>>,
 }
 
 /// One chart bucket.
@@ -361,6 +365,7 @@ pub struct Report {
     broken: Option<(u64, &'static str)>,
     pub first: Option<f64>,
     pub last: Option<f64>,
+    pub payments: super::payments::Payments,
 }
 
 impl Report {
@@ -377,6 +382,7 @@ impl Report {
             broken: None,
             first: None,
             last: None,
+            payments: Default::default(),
         }
     }
 
@@ -465,6 +471,8 @@ impl Report {
                 .or_insert_with(|| HostStats::new(t)),
         };
         host.record(t, outcome, &l);
+        let (charged, saved) = (l.charged.as_deref(), l.saved_charge.as_deref());
+        self.payments.record(&l.host, outcome, charged, saved);
     }
 
     pub fn finish(&mut self) {
@@ -588,6 +596,7 @@ impl Report {
              REPEAT: 429s drawn again at about (within 25%) the pace that drew the previous one.\n\
              NEXT429 / MIN429: mean / shortest time from a 429 to the next one."
         )?;
+        self.payments.write_text(out)?;
         Ok(())
     }
 }

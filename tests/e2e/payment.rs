@@ -358,6 +358,26 @@ async fn a_crawl_of_100_priced_pages_with_a_limit_of_50_pays_for_exactly_50_and_
     let saved = with_outcome(&lines, "revalidated");
     assert_eq!(saved.len(), 50);
     assert_eq!(sum_cents(&saved, "saved_charge"), 50);
+
+    let (code, out) = mannerly(&["report", proxy.audit_path.to_str().unwrap()], &[]);
+    assert_eq!(code, 0, "{out}");
+    let row = |name: &str| {
+        out.lines()
+            .find(|l| l.starts_with(name) && l.contains("USD"))
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .unwrap_or_else(|| panic!("no {name} payments row in {out}"))
+    };
+    // host, spent (currency, amount), bought, saved, refused
+    assert_eq!(
+        row("paid.test"),
+        ["paid.test", "USD", "0.5", "50", "50", "50"],
+        "{out}"
+    );
+    assert_eq!(
+        row("ALL HOSTS")[2..],
+        ["USD", "0.5", "50", "50", "50"],
+        "{out}"
+    );
 }
 
 /// `offer = "exact_price"`: a 402 within limits is sent once more with
