@@ -20,8 +20,7 @@ const URL: &str = "http://example.org/premium";
 const ASSET: &str = "0x036CbD53842c5426634e7929541eC2318f3dCF7e";
 
 fn x402_config(signer: &[&str]) -> Config {
-    let mut cfg = Config::default();
-    cfg.payment = PaymentParams {
+    let payment = PaymentParams {
         hosts: vec!["example.org".into()],
         max_price: Money::parse("USD 0.05").ok(),
         max_per_day: Money::parse("USD 1").ok(),
@@ -34,7 +33,10 @@ fn x402_config(signer: &[&str]) -> Config {
         }],
         ..PaymentParams::default()
     };
-    cfg
+    Config {
+        payment,
+        ..Config::default()
+    }
 }
 
 /// The x402 v2 specification's example 402: 10000 units (USD 0.01 of a
