@@ -556,3 +556,59 @@ async fn charges_survive_a_restart() {
     assert_eq!(ledger["hosts"]["paid.test"]["spent"], "USD 0.05");
     assert_eq!(ledger["hosts"]["paid.test"]["bought"], 5);
 }
+
+/// With the Redis backend the ledger is the cluster's: two proxies crawling
+/// at once, each with the whole day's limit of 10 pages in its config,
+/// together buy exactly 10 and refuse the rest unsent.
+#[tokio::test]
+async fn two_proxies_sharing_redis_share_one_days_limit() {
+    let Some(redis) =
+        super::redis_server::RedisServer::start("two_proxies_sharing_redis_share_one_days_limit")
+    else {
+        return;
+    };
+    let billing = Arc::new(Billing::default());
+    let origin = Origin::http(pay_per_crawl_origin(billing.clone())).await;
+    let port = origin.port();
+    let start = || {
+        TestProxy::start(|c| {
+            paying(c, port, "USD 0.01", "USD 0.10");
+            c.state.backend = mannerly_proxy::StateBackend::Redis;
+            c.state.redis_url = redis.url();
+            // A loaded test machine must not look like an unreachable Redis.
+            c.state.command_timeout_ms = 2000.0;
+        })
+    };
+    let (mut a, mut b) = (start().await, start().await);
+    let crawl = |c: reqwest::Client, from: usize| {
+        tokio::spawn(async move {
+            let mut statuses = Vec::new();
+            for i in from..from + 15 {
+                let r = c
+                    .get(format!("http://paid.test:{port}/p/{i}"))
+                    .send()
+                    .await
+                    .unwrap();
+                statuses.push(r.status().as_u16());
+            }
+            statuses
+        })
+    };
+    let (ra, rb) = (crawl(a.client(), 0), crawl(b.client(), 100));
+    let mut all = ra.await.unwrap();
+    all.extend(rb.await.unwrap());
+    assert_eq!(all.iter().filter(|s| **s == 200).count(), 10, "{all:?}");
+    assert_eq!(all.iter().filter(|s| **s == 402).count(), 20, "{all:?}");
+    assert_eq!((billing.count(), billing.cents()), (10, 10));
+    let sent = origin
+        .seen
+        .all()
+        .into_iter()
+        .filter(|r| r.path != "/robots.txt")
+        .count();
+    assert_eq!(sent, 10, "the refused 20 were never sent");
+    let mut lines = a.stop().await;
+    lines.extend(b.stop().await);
+    let charged: Vec<_> = lines.iter().filter(|l| l["charged"].is_string()).collect();
+    assert_eq!(sum_cents(&charged, "charged"), 10);
+}
