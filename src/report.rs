@@ -5,6 +5,7 @@
 
 mod html;
 mod json;
+mod payments;
 mod stats;
 mod time;
 

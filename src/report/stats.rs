@@ -63,6 +63,10 @@ pub struct Line<'a> {
     cache: Option<Cow<'a, str>>,
     #[serde(default)]
     pub rate: Option<f64>,
+    #[serde(borrow, default)]
+    charged: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    saved_charge: Option<Cow<'a, str>>,
     #[serde(default)]
     pub pause_s: Option<f64>,
     #[serde(default)]
@@ -117,6 +121,7 @@ pub struct Report {
     broken: Option<(u64, &'static str)>,
     pub first: Option<f64>,
     pub last: Option<f64>,
+    pub payments: super::payments::Payments,
 }
 
 impl Report {
@@ -134,6 +139,7 @@ impl Report {
             broken: None,
             first: None,
             last: None,
+            payments: Default::default(),
         }
     }
 
@@ -237,6 +243,8 @@ impl Report {
                 .or_insert_with(|| HostStats::new(start)),
         };
         host.record(t, sent, outcome, &l, at);
+        let (charged, saved) = (l.charged.as_deref(), l.saved_charge.as_deref());
+        self.payments.record(&l.host, outcome, charged, saved);
     }
 
     pub fn finish(&mut self) {
@@ -375,6 +383,7 @@ impl Report {
              NEXT429 / MIN429: mean / shortest time from a 429 to the next one (send times).\n\
              Definitions: docs/audit.md, \"The conduct report\"."
         )?;
+        self.payments.write_text(out)?;
         Ok(())
     }
 }

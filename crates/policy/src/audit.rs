@@ -138,6 +138,28 @@ pub struct AuditRecord {
     /// The payment scheme of `price`: `pay-per-crawl`, `x402`, `unknown`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pay_scheme: Option<&'static str>,
+    /// What the price offered was (`crawler-max-price`, `crawler-exact-price`
+    /// or the x402 amount as money) when the request was sent to be paid.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offered: Option<String>,
+    /// What the site charged for this request (`crawler-charged`, or the
+    /// x402 amount paid), as it wrote it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub charged: Option<String>,
+    /// The x402 settlement's transaction (`PAYMENT-RESPONSE`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pay_tx: Option<String>,
+    /// The limit a price was refused by (`per_request`, `per_host_per_day`,
+    /// `per_day`, `host`, `currency`, `not_payable`, `ledger`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pay_limit: Option<&'static str>,
+    /// The site's `crawler-error` code, or why a payment could not be made.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pay_error: Option<String>,
+    /// What a revalidated page was charged when it was bought: a 304 that
+    /// saved paying for it again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub saved_charge: Option<String>,
     /// The `keyid` (JWK thumbprint) of the Web Bot Auth signature mannerly
     /// added, when it signed the request.
     pub keyid: Option<String>,

@@ -48,6 +48,12 @@ pub enum Outcome {
     /// The origin asked to be paid (402): passed on with its price,
     /// unpaid, never retried.
     PaymentRequired,
+    /// A price the operator's limits do not cover (or a host not allowed
+    /// to be paid): answered 402 by the proxy, not sent.
+    PaymentRefused,
+    /// The site refused a priced request (`crawler-error`) or the payment
+    /// could not be made: answered without sending it again.
+    PaymentFailed,
 }
 
 impl Outcome {
@@ -73,6 +79,8 @@ impl Outcome {
             Outcome::Denied => "denied",
             Outcome::OperatorReset => "operator_reset",
             Outcome::PaymentRequired => "payment_required",
+            Outcome::PaymentRefused => "payment_refused",
+            Outcome::PaymentFailed => "payment_failed",
         }
     }
 
@@ -91,7 +99,8 @@ impl Outcome {
             | Outcome::TdmrepFetched
             | Outcome::Tunneled
             | Outcome::OperatorReset => 200,
-            Outcome::PaymentRequired => 402,
+            Outcome::PaymentRequired | Outcome::PaymentRefused => 402,
+            Outcome::PaymentFailed => 502,
         }
     }
 }

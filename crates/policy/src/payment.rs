@@ -15,9 +15,28 @@ use std::fmt;
 use base64::Engine as _;
 use http::HeaderMap;
 
+mod ledger;
+mod limits;
 mod money;
 
-pub use money::{Money, MoneyError};
+pub use ledger::{Hold, HostSpend, Ledger};
+pub use limits::{Offer, Over, PaymentParams, X402Asset};
+pub use money::{Money, MoneyError, SumError};
+
+/// The standing offer sent up front (Pay Per Crawl).
+pub const CRAWLER_MAX_PRICE: &str = "crawler-max-price";
+/// The price of a 402, accepted on the request sent again (Pay Per Crawl).
+pub const CRAWLER_EXACT_PRICE: &str = "crawler-exact-price";
+/// What the site charged for a page (Pay Per Crawl, on the 2xx).
+pub const CRAWLER_CHARGED: &str = "crawler-charged";
+/// Why a priced request failed (Pay Per Crawl: `PaymentFailed`, …).
+pub const CRAWLER_ERROR: &str = "crawler-error";
+/// The signed payment of x402 v2.
+pub const PAYMENT_SIGNATURE: &str = "payment-signature";
+/// The signed payment of x402 v1.
+pub const X_PAYMENT: &str = "x-payment";
+/// x402's settlement receipt (v2; v1: `X-PAYMENT-RESPONSE`).
+pub const PAYMENT_RESPONSE: &str = "payment-response";
 
 /// What a 402 asked for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -30,6 +49,8 @@ pub enum Asked {
         version: u32,
         /// `accepts[]`, in the site's order.
         accepts: Vec<X402Requirement>,
+        /// `resource` as the site sent it (v1: the first requirement's).
+        resource: serde_json::Value,
     },
     /// A 402 with no price we can read; the reason says what was there.
     Unpriced(String),
@@ -48,6 +69,8 @@ pub struct X402Requirement {
     pub asset: String,
     /// `payTo`: who is paid.
     pub pay_to: String,
+    /// The requirement as the site sent it, handed to a payment signer.
+    pub raw: serde_json::Value,
 }
 
 impl Asked {
@@ -137,12 +160,98 @@ fn x402(json: &[u8]) -> Result<Asked, String> {
             amount: field(r, &["amount", "maxAmountRequired"]),
             asset: field(r, &["asset"]),
             pay_to: field(r, &["payTo"]),
+            raw: r.clone(),
         })
-        .collect();
+        .collect::<Vec<_>>();
+    let resource = match &v["resource"] {
+        serde_json::Value::Null => accepts
+            .iter()
+            .map(|r| r.raw["resource"].clone())
+            .find(|r| !r.is_null())
+            .unwrap_or_default(),
+        r => r.clone(),
+    };
     Ok(Asked::X402 {
         version: u32::try_from(version).unwrap_or(u32::MAX),
         accepts,
+        resource,
     })
+}
+
+/// What a site says it charged (`crawler-charged`), on any answer.
+/// `Err` when the header is there but is not a price: the charge happened
+/// and is recorded as text, but cannot be added up.
+pub fn charged(headers: &HeaderMap) -> Option<Result<Money, String>> {
+    let v = headers.get(CRAWLER_CHARGED)?;
+    let text = String::from_utf8_lossy(v.as_bytes()).into_owned();
+    Some(Money::parse(&text).map_err(|e| format!("crawler-charged {text:?}: {e}")))
+}
+
+/// The Pay Per Crawl error code of an answer (`crawler-error`), if any.
+pub fn crawler_error(headers: &HeaderMap) -> Option<String> {
+    let v = headers.get(CRAWLER_ERROR)?;
+    let code = String::from_utf8_lossy(v.as_bytes()).trim().to_string();
+    // A code is one token; anything else is quoted back as the site sent it.
+    Some(code.chars().filter(|c| !c.is_control()).take(200).collect())
+}
+
+/// The x402 requirement to pay: the first of `accepts` in the `exact`
+/// scheme whose asset the operator priced, with its amount as money.
+pub fn x402_choice<'a>(
+    params: &PaymentParams,
+    accepts: &'a [X402Requirement],
+) -> Result<(&'a X402Requirement, Money), Over> {
+    let mut why = Over::NotPayable("the 402 accepts nothing".into());
+    for r in accepts {
+        if r.scheme != "exact" {
+            why = Over::NotPayable(format!("x402 scheme {:?} is not paid", r.scheme));
+            continue;
+        }
+        match params.x402_price(&r.network, &r.asset, &r.amount) {
+            Ok(m) => return Ok((r, m)),
+            Err(e) => why = e,
+        }
+    }
+    Err(why)
+}
+
+/// What a payment signer gets on stdin for the requirement it is to pay:
+/// `{"x402Version", "resource", "accepted"}`, the parts of x402's
+/// `PaymentPayload` that are not the signature.
+pub fn x402_signer_input(
+    version: u32,
+    resource: &serde_json::Value,
+    r: &X402Requirement,
+) -> String {
+    serde_json::json!({
+        "x402Version": version,
+        "resource": resource,
+        "accepted": r.raw,
+    })
+    .to_string()
+}
+
+/// The header a signed x402 payment goes in: `PAYMENT-SIGNATURE` (v2),
+/// `X-PAYMENT` (v1).
+pub fn x402_payment_header(version: u32) -> &'static str {
+    if version >= 2 {
+        PAYMENT_SIGNATURE
+    } else {
+        X_PAYMENT
+    }
+}
+
+/// The transaction an x402 settlement receipt names (`PAYMENT-RESPONSE` or
+/// v1's `X-PAYMENT-RESPONSE`: base64 JSON with `transaction`).
+pub fn x402_transaction(headers: &HeaderMap) -> Option<String> {
+    let v = headers
+        .get(PAYMENT_RESPONSE)
+        .or_else(|| headers.get("x-payment-response"))?;
+    let json = base64::engine::general_purpose::STANDARD
+        .decode(v.as_bytes())
+        .ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&json).ok()?;
+    v["transaction"].as_str().map(str::to_string)
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ mod activity;
 mod client;
 mod hosts;
 mod metrics;
+mod spend;
 mod wellknown;
 
 pub use client::{call, AdminReply};

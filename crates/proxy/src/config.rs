@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use mannerly_policy::budget::BudgetParams;
 use mannerly_policy::conditional::CacheParams;
+use mannerly_policy::payment::PaymentParams;
 use mannerly_policy::prefs::{DeclaredUse, ResponsePreferences};
 use mannerly_policy::robots::Purpose;
 use mannerly_policy::robots_cache::RobotsParams;
@@ -54,6 +55,8 @@ pub struct Config {
     pub admin: AdminConfig,
     /// Where host budgets live: this process, or Redis for a cluster.
     pub state: StateConfig,
+    /// Sites that charge: which hosts may be paid, and how much.
+    pub payment: PaymentParams,
 }
 
 /// `[admin]`: the listener operators use to see and steer the proxy.

@@ -16,6 +16,7 @@ mod error;
 mod hosts;
 mod identity;
 mod listen;
+mod payments;
 mod pipeline;
 mod shared;
 mod target;

@@ -69,6 +69,7 @@ pub(crate) async fn handle(
         };
         let mut body = x.client_body(body).await?; // small bodies read before the turn
         loop {
+            x.offer(&cache).await?; // a price held before the send, or refused unsent
             let permit = x.budget().await?; // 2. the host's turn
             let mut out = x.outgoing(&parts, body.take(), &cache)?;
             x.identity(&mut out); // 4. Web Bot Auth signature
@@ -79,7 +80,9 @@ pub(crate) async fn handle(
                 .await?
             {
                 Learned::Answer(answer) => return Ok(answer), // 6.-7. learn, audit
-                Learned::RetryAfterThrottle | Learned::SignAsAsked => continue,
+                Learned::RetryAfterThrottle | Learned::SignAsAsked | Learned::PayAndRetry => {
+                    continue
+                }
                 Learned::RefetchWithoutValidators => cache.drop_validators(),
             }
         }
@@ -116,6 +119,10 @@ struct Exchange {
     /// What `tdmrep.json` refuses, when `annotate` lets the request go: the
     /// answer's `Mannerly-Preferences`.
     annotation: Option<http::HeaderValue>,
+    /// The price held for the next send and the field that offers it.
+    paying: Option<payment::Paying>,
+    /// A 402 was answered with a payment once: never twice.
+    paid_again: bool,
 }
 
 /// How far a request got; a client that goes away mid-walk leaves a line
@@ -143,6 +150,9 @@ enum Learned {
     /// The origin refused with a 403 asking for a signature we can give
     /// (`Accept-Signature`): back to the budget, signed as asked.
     SignAsAsked,
+    /// A 402 whose price the limits cover: back to the budget, with the
+    /// payment (`crawler-exact-price`, an x402 signature).
+    PayAndRetry,
 }
 
 /// What step 3 found.
@@ -227,6 +237,8 @@ impl Exchange {
             received: Received::default(),
             asked: None,
             annotation: None,
+            paying: None,
+            paid_again: false,
         }
     }
 
@@ -322,7 +334,11 @@ impl Exchange {
                 step.validators = Some(validators);
                 step.stored = found;
             }
-            Plan::ServeStored { status, headers } => {
+            Plan::ServeStored {
+                status,
+                mut headers,
+            } => {
+                self.saved_charge(&mut headers);
                 let body = found.map(|f| f.body.clone()).unwrap_or_default();
                 self.rec.cache(CacheOutcome::Hit);
                 let page = StoredPage {
@@ -397,6 +413,7 @@ impl Exchange {
         if let Some(lane) = r.extensions_mut().remove::<Lane>() {
             lane.watch(parts.version, &mut r);
         }
+        payment::put_offer(r.headers_mut(), self.paying.as_ref());
         Ok(r)
     }
 
@@ -406,7 +423,18 @@ impl Exchange {
         if let Some(signer) = &self.shared.identity {
             let now = self.shared.clock.wall();
             let authority = self.target.authority();
-            let keyid = match &self.asked {
+            // A Pay Per Crawl price is one of the signed components.
+            let asked = match self.paying.as_ref().and_then(|p| p.signed_field()) {
+                Some(field) => {
+                    let mut asked = self.asked.clone().unwrap_or_default();
+                    if !asked.components.iter().any(|c| c == field) {
+                        asked.components.push(field.to_string());
+                    }
+                    Some(asked)
+                }
+                None => self.asked.clone(),
+            };
+            let keyid = match &asked {
                 None => signer.sign_headers(out.headers_mut(), &authority, now),
                 Some(asked) => {
                     let (method, uri) = (out.method().to_string(), out.uri().clone());

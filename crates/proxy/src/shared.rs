@@ -25,6 +25,7 @@ use crate::error::{ConfigError, Source, StartError};
 use crate::hosts::budget::Budgets;
 use crate::hosts::robots::RobotsCache;
 use crate::identity::Signer;
+use crate::payments::Payments;
 use crate::tls::CertificateAuthority;
 use crate::upstream::{self, Guard, UpstreamClient};
 use mannerly_policy::prefs::TdmFile;
@@ -57,6 +58,8 @@ pub(crate) struct Shared {
     pub(crate) tracker: Tracker,
     /// Web Bot Auth signer (`[identity]`), when enabled.
     pub(crate) identity: Option<Arc<Signer>>,
+    /// Paying sites within limits (`[payment]`): the ledger and the signer.
+    pub(crate) payments: Arc<Payments>,
     /// Who may use the proxy (`proxy.auth`, `proxy.allow`).
     pub(crate) auth: crate::clients::auth::Gate,
     /// Connection caps (`proxy.max_connections*`).
@@ -98,6 +101,8 @@ impl Shared {
         let tdmrep = RobotsCache::new(cfg.robots.clone(), clock.clone(), identity.clone());
         let budgets = Budgets::from_config(&cfg, clock.clone())?;
         let cache = Cache::open(&cfg, &clock)?;
+        let shared_hosts = budgets.shared().map(|r| r.as_ref());
+        let payments = Payments::start(&cfg, clock.clone(), shared_hosts, format!("{start:x}"))?;
         let restored = {
             let (budgets, store) = (budgets.clone(), cache.store().clone());
             tokio::task::spawn_blocking(move || budgets.load(store.as_ref()))
@@ -131,6 +136,7 @@ impl Shared {
             throttled_by: ThrottledBy::default(),
             tracker: Tracker::new(),
             identity,
+            payments: Arc::new(payments),
             auth,
             conns,
             via,
@@ -173,6 +179,7 @@ impl Shared {
             ("identity", section(&old.identity), section(&new.identity)),
             ("admin", section(&old.admin), section(&new.admin)),
             ("state", section(&old.state), section(&new.state)),
+            ("payment", section(&old.payment), section(&new.payment)),
         ];
         let restart = fixed
             .into_iter()

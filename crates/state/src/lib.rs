@@ -3,6 +3,7 @@
 #![warn(missing_docs)]
 #![warn(unreachable_pub)]
 
+pub mod charges;
 pub mod hosts;
 pub mod responses;
 pub mod robots;

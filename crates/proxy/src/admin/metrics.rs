@@ -17,7 +17,7 @@ use metrics_exporter_prometheus::{
 };
 
 /// Every outcome, in the order of [`index`].
-pub(crate) const OUTCOMES: [Outcome; 19] = [
+pub(crate) const OUTCOMES: [Outcome; 21] = [
     Outcome::Fetched,
     Outcome::Revalidated,
     Outcome::Unchanged,
@@ -37,6 +37,8 @@ pub(crate) const OUTCOMES: [Outcome; 19] = [
     Outcome::PaymentRequired,
     Outcome::Paced,
     Outcome::TdmrepFetched,
+    Outcome::PaymentRefused,
+    Outcome::PaymentFailed,
 ];
 
 /// Position of an outcome in [`OUTCOMES`]; exhaustive, so a new outcome
@@ -62,6 +64,8 @@ fn index(o: Outcome) -> usize {
         Outcome::PaymentRequired => 16,
         Outcome::Paced => 17,
         Outcome::TdmrepFetched => 18,
+        Outcome::PaymentRefused => 19,
+        Outcome::PaymentFailed => 20,
     }
 }
 
@@ -116,6 +120,8 @@ pub(crate) struct Metrics {
     cache_revalidated: Counter,
     cache_saved_bytes: Counter,
     per_host: HashMap<String, Vec<Counter>>,
+    /// What was paid, per host.
+    spend: super::spend::Spend,
     /// Observations since the histograms' samples were last folded in.
     since_upkeep: AtomicU64,
 }
@@ -132,6 +138,22 @@ fn meta() -> Metadata<'static> {
 
 /// The `# HELP` text of each family that has one; the rest are left bare.
 const HELP: &[(&str, &str)] = &[
+    (
+        "mannerly_payment_spent",
+        "Paid to the host since start (crawler-charged, x402 amounts), by currency.",
+    ),
+    (
+        "mannerly_payment_spent_all",
+        "Paid to all hosts since start, by currency.",
+    ),
+    (
+        "mannerly_payment_pages_bought_total",
+        "Pages the host charged for.",
+    ),
+    (
+        "mannerly_payment_pages_saved_total",
+        "Bought pages revalidated (304) or served stored instead of bought again.",
+    ),
     (
         "mannerly_decisions_total",
         "Decisions by outcome; equals the audit lines of each outcome.",
@@ -278,6 +300,7 @@ impl Metrics {
             cache_revalidated: counter(r, "mannerly_cache_revalidated_total", vec![]),
             cache_saved_bytes: counter(r, "mannerly_cache_saved_bytes_total", vec![]),
             since_upkeep: AtomicU64::new(0),
+            spend: super::spend::Spend::default(),
             handle: recorder.handle(),
             recorder,
         }
@@ -330,6 +353,7 @@ impl Metrics {
         if let Some(b) = rec.saved_bytes {
             self.cache_saved_bytes.increment(b);
         }
+        self.spend.observe(rec);
     }
 
     /// Decision counts by outcome name, for the dashboard.
@@ -381,6 +405,32 @@ impl Metrics {
             gauge("mannerly_host_ceiling", l()).set(*ceiling);
             gauge("mannerly_host_paused_seconds", l()).set(*paused);
         }
+        let mut all: std::collections::BTreeMap<String, mannerly_policy::payment::Money> =
+            Default::default();
+        let (mut bought, mut saved) = (0, 0);
+        for (host, h) in self.spend.hosts() {
+            let host_label = || Label::new("host", host.clone());
+            for (currency, m) in &h.spent {
+                let l = vec![host_label(), Label::new("currency", currency.clone())];
+                gauge("mannerly_payment_spent", l).set(super::spend::as_gauge(m));
+                let sum = all
+                    .entry(currency.clone())
+                    .or_insert_with(|| mannerly_policy::payment::Money::zero(currency));
+                *sum = sum.checked_add(m).unwrap_or_else(|_| sum.clone());
+            }
+            let key = |name| Key::from_parts(name, vec![host_label()]);
+            let counter = |name| r.register_counter(&key(name), &meta());
+            counter("mannerly_payment_pages_bought_total").absolute(h.bought);
+            counter("mannerly_payment_pages_saved_total").absolute(h.saved);
+            bought += h.bought;
+            saved += h.saved;
+        }
+        for (currency, m) in &all {
+            let l = vec![Label::new("currency", currency.clone())];
+            gauge("mannerly_payment_spent_all", l).set(super::spend::as_gauge(m));
+        }
+        total("mannerly_payment_bought_all_total", bought);
+        total("mannerly_payment_saved_all_total", saved);
         self.handle.render()
     }
 }
@@ -426,6 +476,39 @@ mod tests {
             text.contains("mannerly_robots_fetch_failures_total 2"),
             "{text}"
         );
+    }
+
+    /// Charges are summed exactly per host; a saved charge is a page not
+    /// bought twice.
+    #[test]
+    fn spend_is_shown_per_host_and_in_all() {
+        let m = Metrics::new(&[]);
+        let line = |host: &str, charged: Option<&str>, saved: Option<&str>| AuditRecord {
+            host: host.into(),
+            outcome: Some(Outcome::Fetched),
+            charged: charged.map(String::from),
+            saved_charge: saved.map(String::from),
+            ..AuditRecord::default()
+        };
+        for _ in 0..3 {
+            m.observe(&line("a.test", Some("USD 0.1"), None));
+        }
+        m.observe(&line("b.test", Some("USD 0.2"), None));
+        m.observe(&line("a.test", None, Some("USD 0.1")));
+        m.observe(&line("c.test", None, None));
+        let text = m.render(&Gauges::default());
+        for want in [
+            "mannerly_payment_spent{host=\"a.test\",currency=\"USD\"} 0.3",
+            "mannerly_payment_spent{host=\"b.test\",currency=\"USD\"} 0.2",
+            "mannerly_payment_spent_all{currency=\"USD\"} 0.5",
+            "mannerly_payment_pages_bought_total{host=\"a.test\"} 3",
+            "mannerly_payment_pages_saved_total{host=\"a.test\"} 1",
+            "mannerly_payment_bought_all_total 4",
+            "mannerly_payment_saved_all_total 1",
+        ] {
+            assert!(text.contains(want), "{want} in {text}");
+        }
+        assert!(!text.contains("c.test"), "{text}");
     }
 
     /// Without a scrape, histogram samples are folded in every

@@ -46,6 +46,7 @@ impl Config {
         cfg.robots = cfg.robots.validate()?;
         cfg.budget = cfg.budget.validate()?;
         cfg.cache = cfg.cache.validate()?;
+        cfg.payment = cfg.payment.validate()?;
         Ok(cfg)
     }
 }

@@ -48,9 +48,14 @@ impl Exchange {
             self.rec.budget(r);
         }
         self.invalidate(parts, &resp).await;
+        if let Some(code) = self.account(&resp).await {
+            self.rec.cache(cache.outcome);
+            return Ok(Learned::Answer(self.crawler_failed(resp, code)));
+        }
         if resp.status() == StatusCode::PAYMENT_REQUIRED {
             self.rec.cache(cache.outcome);
-            return Ok(Learned::Answer(self.payment_required(resp).await));
+            let may_pay = resendable && !self.paid_again;
+            return self.payment_required(resp, may_pay).await;
         }
         match reaction {
             Some(Reaction::Throttled(t)) => {
@@ -248,9 +253,11 @@ impl Exchange {
                 self.rec.cache(CacheOutcome::Revalidated);
                 self.rec.saved_bytes = Some(body.len() as u64);
                 self.rec.outcome = Some(Outcome::Revalidated);
+                let mut headers = fresh.headers;
+                self.saved_charge(&mut headers);
                 let page = StoredPage {
                     status: fresh.status,
-                    headers: fresh.headers,
+                    headers,
                     body,
                 };
                 Ok(Learned::Answer(self.stored_answer(page)))

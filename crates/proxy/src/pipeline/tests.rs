@@ -39,6 +39,7 @@ mod identity;
 mod learn;
 mod origin;
 mod outgoing;
+mod payment;
 mod robots;
 mod upstream;
 

@@ -64,6 +64,7 @@ fn answered(learned: Step<Learned>) -> Response<ProxyBody> {
         Ok(Learned::RetryAfterThrottle) => panic!("sent again after a throttle"),
         Ok(Learned::RefetchWithoutValidators) => panic!("sent again without validators"),
         Ok(Learned::SignAsAsked) => panic!("sent again, signed as the origin asked"),
+        Ok(Learned::PayAndRetry) => panic!("sent again, paid"),
         Err(stop) => panic!("stopped: {stop:?}"),
     }
 }
