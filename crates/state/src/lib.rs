@@ -4,5 +4,8 @@
 #![warn(unreachable_pub)]
 
 pub mod hosts;
+mod link;
 pub mod responses;
 pub mod robots;
+
+pub use link::{tagged, Link, CLUSTER_SCHEME};

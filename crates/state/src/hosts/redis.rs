@@ -28,7 +28,8 @@ use mannerly_policy::budget::{
     host_key, Announced, BudgetParams, HostBudget, HostParams, HostView, Reaction, Reservation,
     ResetReport, Start,
 };
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use crate::link::Link;
 
 mod decided;
 mod fallback;
@@ -68,7 +69,7 @@ pub struct RedisStats {
 pub struct RedisHosts {
     params: super::BudgetTable,
     settings: RedisSettings,
-    conn: ConnectionManager,
+    conn: Link,
     script: redis::Script,
     instance: String,
     next_lease: AtomicU64,
@@ -114,7 +115,8 @@ impl std::fmt::Debug for RedisHosts {
 // === impl RedisHosts ===
 
 impl RedisHosts {
-    /// A store on the Redis at `settings.url`. Connects lazily: a proxy
+    /// A store on the Redis at `settings.url` (one node, or a Redis Cluster
+    /// by `redis+cluster://`, see [`Link`]). Connects lazily: a proxy
     /// starts (degraded) while Redis is still down. Needs a tokio runtime.
     /// `wall` is the wall time now: it tells this process's leases from
     /// those of an earlier process with the same host name and pid.
@@ -124,14 +126,8 @@ impl RedisHosts {
         wall: SystemTime,
     ) -> Result<Self, RedisHostsError> {
         let params = params.validate()?;
-        let client = redis::Client::open(settings.url.as_str()).map_err(RedisHostsError::Url)?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(settings.command_timeout))
-            .set_response_timeout(Some(settings.command_timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(500));
-        let conn = ConnectionManager::new_lazy_with_config(client, config)
-            .map_err(RedisHostsError::Url)?;
+        let conn =
+            Link::open(&settings.url, settings.command_timeout).map_err(RedisHostsError::Url)?;
         Ok(RedisHosts {
             params: super::BudgetTable::new(params),
             script: redis::Script::new(SCRIPT),
@@ -185,7 +181,7 @@ impl RedisHosts {
     }
 
     /// A connection handle (cheap clone) for other shared state.
-    pub fn connection(&self) -> ConnectionManager {
+    pub fn connection(&self) -> Link {
         self.conn.clone()
     }
 
