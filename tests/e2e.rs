@@ -40,6 +40,7 @@ mod e2e {
     mod robots;
     mod seal;
     mod shared_cache;
+    mod shared_pages;
 
     #[path = "../../examples/kill9.rs"]
     mod kill9;

@@ -93,6 +93,9 @@ impl Shared {
         let robots = RobotsCache::new(cfg.robots.clone(), clock.clone(), identity.clone());
         let budgets = Budgets::from_config(&cfg, clock.clone())?;
         let cache = Cache::open(&cfg, &clock)?;
+        if cfg.state.share_pages {
+            cache.share(budgets.shared_pages(&cfg));
+        }
         let restored = {
             let (budgets, store) = (budgets.clone(), cache.store().clone());
             tokio::task::spawn_blocking(move || budgets.load(store.as_ref()))

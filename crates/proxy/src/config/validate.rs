@@ -116,6 +116,16 @@ fn check_state(st: &StateConfig) -> Result<(), ConfigError> {
             ),
         ));
     }
+    require(
+        !st.share_pages || st.backend == StateBackend::Redis,
+        "state.share_pages",
+        "needs state.backend = \"redis\" (pages are shared through it)",
+    )?;
+    require(
+        st.pages_ttl_secs.is_finite() && st.pages_ttl_secs >= 1.0,
+        "state.pages_ttl_secs",
+        "must be at least 1",
+    )?;
     // The host inside braces is each key's hash tag: braces in the prefix
     // would put every key of the crawl in one Cluster slot.
     require(
