@@ -115,6 +115,7 @@ async fn a_page_one_replica_stored_is_revalidated_by_any() {
     crawl(1).await;
     let revalidated = not_modified.load(Ordering::SeqCst);
     let refetched = full.load(Ordering::SeqCst) - PAGES;
+    eprintln!("re-crawl: {revalidated}/{PAGES} answered 304, {refetched} fetched whole");
 
     // Redis gone: each replica answers from its own store alone, and a
     // page it never held is fetched whole; nothing fails.
