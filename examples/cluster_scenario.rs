@@ -7,14 +7,21 @@
 //! The proxies may hold a request up to 300 s (`budget.max_hold_secs`), so
 //! that a page is late rather than refused.
 //!
-//! Run twice: proxies on their own (`memory`) and sharing one redis-server
-//! (`redis`, started here on a free loopback port and stopped at the end).
+//! Run three times: proxies on their own (`memory`), sharing one
+//! redis-server (`redis`, started here on a free loopback port and stopped
+//! at the end), and sharing a Redis Cluster of three masters and three
+//! replicas (`cluster`, six redis-servers started here the same way).
 //! Reports pages delivered, upstream 429s, the origin's aggregate rate, the
 //! most requests it served in any 5-second window, and for redis the budget
 //! script calls per request (from `INFO commandstats`).
 //!
 //!     cargo run --release --example cluster_scenario
+//!
+//! `CLUSTER_RUNS=redis,cluster` picks runs by name.
 
+#[allow(dead_code)]
+#[path = "../crates/state/tests/support/redis_cluster.rs"]
+mod redis_cluster;
 #[allow(dead_code)]
 #[path = "../crates/state/tests/support/redis_server.rs"]
 mod redis_server;
@@ -33,6 +40,7 @@ use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use mannerly_proxy::{CertificateAuthority, Config, Proxy};
+use redis_cluster::RedisCluster;
 use redis_server::RedisServer;
 use tokio::net::TcpListener;
 
@@ -134,7 +142,38 @@ struct Report {
     script_calls: Option<u64>,
 }
 
-async fn run(redis: Option<&RedisServer>) -> Report {
+/// Where the proxies share their state.
+#[derive(Clone, Copy)]
+enum Shared<'a> {
+    Alone,
+    Node(&'a RedisServer),
+    Cluster(&'a RedisCluster),
+}
+
+impl Shared<'_> {
+    fn url(&self) -> Option<String> {
+        match self {
+            Shared::Alone => None,
+            Shared::Node(r) => Some(r.url()),
+            Shared::Cluster(c) => Some(c.url()),
+        }
+    }
+
+    /// EVALSHA + EVAL calls so far, over every node.
+    fn script_calls(&self) -> Option<u64> {
+        let stats = ["evalsha", "eval"];
+        match self {
+            Shared::Alone => None,
+            Shared::Node(r) => Some(redis_cluster::commandstats(
+                &r.cli(&["INFO", "commandstats"]),
+                &stats,
+            )),
+            Shared::Cluster(c) => Some(c.calls(&stats)),
+        }
+    }
+}
+
+async fn run(shared: Shared<'_>) -> Report {
     let (port, limiter) = origin().await;
     let mut stops = Vec::new();
     let mut addrs = Vec::new();
@@ -154,9 +193,9 @@ async fn run(redis: Option<&RedisServer>) -> Report {
         // minute, and a page held is better than a 503.
         cfg.budget.max_hold_secs = 300.0;
         cfg.audit.path = dir.join("audit.jsonl").display().to_string();
-        if let Some(r) = redis {
+        if let Some(url) = shared.url() {
             cfg.state.backend = mannerly_proxy::StateBackend::Redis;
-            cfg.state.redis_url = r.url();
+            cfg.state.redis_url = url;
             cfg.state.key_prefix = format!("bench{port}:");
             cfg.state.instances_hint = PROXIES as u32;
         }
@@ -177,7 +216,7 @@ async fn run(redis: Option<&RedisServer>) -> Report {
         stops.push((stop, served));
         dirs.push(dir);
     }
-    let calls_before = redis.map(script_calls);
+    let calls_before = shared.script_calls();
 
     let start = Instant::now();
     let mut tasks = Vec::new();
@@ -211,8 +250,8 @@ async fn run(redis: Option<&RedisServer>) -> Report {
             }
         }
     }
-    let script_calls = match (redis, calls_before) {
-        (Some(r), Some(before)) => Some(script_calls(r).saturating_sub(before)),
+    let script_calls = match (shared.script_calls(), calls_before) {
+        (Some(after), Some(before)) => Some(after.saturating_sub(before)),
         _ => None,
     };
     for (stop, served) in stops {
@@ -236,17 +275,6 @@ async fn run(redis: Option<&RedisServer>) -> Report {
     }
 }
 
-/// EVALSHA + EVAL calls so far.
-fn script_calls(r: &RedisServer) -> u64 {
-    let info = r.cli(&["INFO", "commandstats"]);
-    info.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| l.split("calls=").nth(1))
-        .filter_map(|v| v.split(',').next())
-        .filter_map(|v| v.parse::<u64>().ok())
-        .sum()
-}
-
 #[tokio::main]
 async fn main() {
     let total = PROXIES * PAGES;
@@ -264,13 +292,20 @@ async fn main() {
         "script calls/page"
     );
     let redis = RedisServer::start("cluster_scenario");
-    let mut runs: Vec<(&str, Option<&RedisServer>)> = vec![("memory", None)];
+    let cluster = RedisCluster::start("cluster_scenario");
+    let mut runs: Vec<(&str, Shared<'_>)> = vec![("memory", Shared::Alone)];
     match &redis {
-        Some(r) => runs.push(("redis", Some(r))),
+        Some(r) => runs.push(("redis", Shared::Node(r))),
         None => println!("(redis run skipped: no redis-server)"),
     }
+    if let Some(c) = &cluster {
+        runs.push(("cluster", Shared::Cluster(c)));
+    }
+    if let Ok(only) = std::env::var("CLUSTER_RUNS") {
+        runs.retain(|(name, _)| only.split(',').any(|o| o == *name));
+    }
     if std::env::var_os("CLUSTER_ONLY_REDIS").is_some() {
-        runs.remove(0);
+        runs.retain(|(name, _)| *name != "memory");
     }
     for (name, r) in runs {
         let rep = run(r).await;

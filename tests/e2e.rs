@@ -2,6 +2,10 @@
 //! clients (reqwest trusting our CA, curl where installed, raw sockets).
 
 mod e2e {
+    // Its call counters serve the cluster benchmark.
+    #[allow(dead_code)]
+    #[path = "../../crates/state/tests/support/redis_cluster.rs"]
+    pub mod redis_cluster;
     #[path = "../../crates/state/tests/support/redis_server.rs"]
     pub mod redis_server;
     pub mod support;
@@ -32,11 +36,13 @@ mod e2e {
     mod prefs;
     mod realweb;
     mod record;
+    mod redis_cluster_failover;
     mod reload;
     mod report;
     mod robots;
     mod seal;
     mod shared_cache;
+    mod shared_pages;
     mod tdmrep;
     mod witness;
 

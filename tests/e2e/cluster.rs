@@ -231,7 +231,7 @@ async fn a_proxy_killed_mid_request_leaves_no_lease_behind() {
         })
         .collect();
     // Both slots are leased once the origin holds both requests.
-    let leases = String::from("kill:l:127.0.0.1");
+    let leases = String::from("kill:{127.0.0.1}:l");
     for _ in 0..200 {
         if redis.cli(&["ZCARD", &leases]).trim() == "2" {
             break;

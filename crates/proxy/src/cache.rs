@@ -17,7 +17,8 @@ use mannerly_policy::conditional::{
 };
 use mannerly_policy::AuditRecord;
 use mannerly_state::responses::{
-    DiskOptions, DiskStore, PutOutcome, ResponseStore, StoreError, StoreLimits, StoredResponse,
+    DiskOptions, DiskStore, PutOutcome, ResponseStore, SharedPages, StoreError, StoreLimits,
+    StoredResponse,
 };
 use tokio::sync::{oneshot, watch};
 
@@ -37,6 +38,8 @@ pub(crate) struct Cache {
     /// their audit lines are written before the log is closed. Shared, so
     /// that a finished write can let go of the cache before it says so.
     pending: Arc<watch::Sender<usize>>,
+    /// The cluster's page store behind this one (`state.share_pages`).
+    shared: std::sync::OnceLock<SharedPages>,
 }
 
 impl Cache {
@@ -67,7 +70,17 @@ impl Cache {
             params,
             errors: AtomicU64::new(0),
             pending: Arc::new(watch::Sender::new(0)),
+            shared: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Puts the cluster's page store behind this one: a local miss looks
+    /// there, and what is stored here is shared. `None` (state not shared)
+    /// leaves the store alone.
+    pub(crate) fn share(&self, pages: Option<SharedPages>) {
+        if let Some(p) = pages {
+            let _ = self.shared.set(p);
+        }
     }
 
     pub(crate) fn params(&self) -> &CacheParams {
@@ -95,6 +108,25 @@ impl Cache {
     /// Misses and entries held in memory are answered on this thread; a
     /// read of the disk too, unless `cache.reads = "pool"`.
     pub(crate) async fn get(
+        self: &Arc<Self>,
+        key: &CacheKey,
+        headers: &HeaderMap,
+    ) -> Result<Option<Arc<StoredResponse>>, StoreError> {
+        let local = self.get_local(key, headers).await;
+        let (Ok(None), Some(shared)) = (&local, self.shared.get()) else {
+            return local;
+        };
+        // Another proxy may have stored it: kept here too from now on, so
+        // that its revalidations refresh this proxy's copy.
+        let Some(found) = shared.get(key, headers).await else {
+            return local;
+        };
+        let found = Arc::new(found);
+        self.put_local(found.meta.clone(), found.body.clone());
+        Ok(Some(found))
+    }
+
+    async fn get_local(
         self: &Arc<Self>,
         key: &CacheKey,
         headers: &HeaderMap,
@@ -130,9 +162,41 @@ impl Cache {
         });
     }
 
+    /// A page found in the shared store, kept in this proxy's own.
+    fn put_local(self: &Arc<Self>, meta: CacheEntryMeta, body: Bytes) {
+        self.put_only_here(meta, body, |c, outcome| {
+            if let Err(e) = outcome {
+                c.failed("write", &e);
+            }
+        });
+    }
+
     /// Queues `meta` and `body` for the store; `then` hears the outcome on
     /// the store's thread. Shutdown waits for it (see [`Cache::drain`]).
+    /// What the store kept is shared too, when pages are.
     fn put_then(
+        self: &Arc<Self>,
+        meta: CacheEntryMeta,
+        body: Bytes,
+        then: impl FnOnce(&Cache, Result<PutOutcome, StoreError>) + Send + 'static,
+    ) {
+        let share = self
+            .shared
+            .get()
+            .cloned()
+            .zip(tokio::runtime::Handle::try_current().ok())
+            .map(|s| (s, meta.clone(), body.clone()));
+        self.put_only_here(meta, body, move |c, outcome| {
+            if let (Ok(PutOutcome::Stored { .. }), Some(((pages, rt), meta, body))) =
+                (&outcome, share)
+            {
+                rt.spawn(async move { pages.put(&meta, &body).await });
+            }
+            then(c, outcome);
+        });
+    }
+
+    fn put_only_here(
         self: &Arc<Self>,
         meta: CacheEntryMeta,
         body: Bytes,
@@ -165,6 +229,7 @@ impl Cache {
 
     /// Forgets what is stored for `key`, off the response path.
     pub(crate) fn remove_later(self: &Arc<Self>, key: CacheKey) {
+        self.remove_shared(vec![key.clone()]);
         self.background(move |c| {
             if let Err(e) = c.store.remove(&key) {
                 c.failed("remove", &e);
@@ -176,6 +241,7 @@ impl Cache {
     /// unsafe request's success makes them stale, and the client's next
     /// request must not find them (RFC 9111 §4.4).
     pub(crate) async fn remove_now(self: &Arc<Self>, keys: Vec<CacheKey>) {
+        self.remove_shared(keys.clone());
         let this = self.clone();
         let removed = tokio::task::spawn_blocking(move || {
             for key in &keys {
@@ -188,6 +254,21 @@ impl Cache {
         if removed.is_err() {
             self.failed("invalidate", &"the removing task stopped");
         }
+    }
+
+    /// Forgets `keys` in the shared store too, off the request's path.
+    fn remove_shared(&self, keys: Vec<CacheKey>) {
+        let (Some(pages), Ok(rt)) = (
+            self.shared.get().cloned(),
+            tokio::runtime::Handle::try_current(),
+        ) else {
+            return;
+        };
+        rt.spawn(async move {
+            for key in &keys {
+                pages.remove(key).await;
+            }
+        });
     }
 
     /// The audit hook of a response that may be stored: once its body has

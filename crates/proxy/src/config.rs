@@ -130,6 +130,12 @@ pub struct StateConfig {
     /// A concurrency lease of a proxy that died expires this long after
     /// `upstream.connect_timeout_secs + upstream.first_byte_timeout_secs`.
     pub lease_margin_secs: f64,
+    /// With `redis`: share stored pages too, as a second tier behind each
+    /// proxy's own store, so any proxy revalidates a page another stored.
+    pub share_pages: bool,
+    /// A shared page is forgotten this long after it was last stored (or
+    /// earlier, by Redis's `maxmemory-policy`).
+    pub pages_ttl_secs: f64,
 }
 
 /// `state.backend`.
@@ -152,6 +158,8 @@ impl Default for StateConfig {
             instances_hint: 4,
             command_timeout_ms: 50.0,
             lease_margin_secs: 5.0,
+            share_pages: false,
+            pages_ttl_secs: 7.0 * 86_400.0,
         }
     }
 }

@@ -101,6 +101,9 @@ impl Shared {
         let tdmrep = RobotsCache::new(cfg.robots.clone(), clock.clone(), identity.clone());
         let budgets = Budgets::from_config(&cfg, clock.clone())?;
         let cache = Cache::open(&cfg, &clock)?;
+        if cfg.state.share_pages {
+            cache.share(budgets.shared_pages(&cfg));
+        }
         let shared_hosts = budgets.shared().map(|r| r.as_ref());
         let payments = Payments::start(&cfg, clock.clone(), shared_hosts, format!("{start:x}"))?;
         let restored = {

@@ -24,8 +24,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::link::Link;
 use mannerly_policy::payment::Ledger;
-use redis::aio::ConnectionManager;
 use redis::Value;
 
 /// The compare-and-set of the Redis ledger (see the file for its contract).
@@ -73,7 +73,7 @@ struct FileLedger {
 }
 
 struct RedisLedger {
-    conn: ConnectionManager,
+    conn: Link,
     key: String,
     script: redis::Script,
     timeout: Duration,
@@ -102,7 +102,7 @@ impl ChargeStore {
     }
 
     /// The cluster's ledger under `{key_prefix}pay:ledger`.
-    pub fn redis(conn: ConnectionManager, key_prefix: &str, timeout: Duration) -> ChargeStore {
+    pub fn redis(conn: Link, key_prefix: &str, timeout: Duration) -> ChargeStore {
         ChargeStore(Backend::Redis(Arc::new(RedisLedger {
             conn,
             key: format!("{key_prefix}pay:ledger"),

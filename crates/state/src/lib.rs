@@ -5,5 +5,8 @@
 
 pub mod charges;
 pub mod hosts;
+mod link;
 pub mod responses;
 pub mod robots;
+
+pub use link::{tagged, Link, CLUSTER_SCHEME};

@@ -37,10 +37,12 @@ mod lru;
 mod memory;
 mod record;
 mod sharded;
+mod shared;
 
 pub use disk::{CommitHold, DiskOptions, DiskStore, WriterHold};
 pub use error::StoreError;
 pub use memory::MemoryStore;
+pub use shared::{SharedPages, SharedPagesStats};
 
 /// A stored response: its metadata and its body, exactly as received (still
 /// compressed if the origin compressed it).

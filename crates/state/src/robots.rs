@@ -1,16 +1,17 @@
 //! robots.txt fetched once per origin for a whole cluster, through Redis.
 //!
-//! Keys: `{prefix}r:{origin}` holds the last fetch (its result and unix-ms
+//! Keys: `{prefix}{origin}:r` holds the last fetch (its result and unix-ms
 //! fetch time, so that its expiry is the same on every proxy);
-//! `{prefix}rl:{origin}` is a short lock (`SET NX PX`) held by the proxy
+//! `{prefix}{origin}:rl` (same hash tag, so same Cluster slot) is a short lock (`SET NX PX`) held by the proxy
 //! that fetches. The others wait for the copy. Redis out of reach means
 //! every proxy fetches for itself, as a lone proxy does.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use mannerly_policy::robots_cache::FetchResult;
-use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
+
+use crate::link::{tagged, Link};
 
 /// How often a proxy waiting for another's fetch looks for the copy.
 const WAIT_STEP: Duration = Duration::from_millis(50);
@@ -18,7 +19,7 @@ const WAIT_STEP: Duration = Duration::from_millis(50);
 /// The cluster's robots.txt copies.
 #[derive(Clone)]
 pub struct SharedRobots {
-    conn: ConnectionManager,
+    conn: Link,
     prefix: String,
     timeout: Duration,
 }
@@ -52,7 +53,7 @@ impl std::fmt::Debug for SharedRobots {
 impl SharedRobots {
     /// Copies under `prefix` on `conn`; a command slower than `timeout`
     /// counts as Redis being out of reach.
-    pub fn new(conn: ConnectionManager, prefix: &str, timeout: Duration) -> SharedRobots {
+    pub fn new(conn: Link, prefix: &str, timeout: Duration) -> SharedRobots {
         SharedRobots {
             conn,
             prefix: prefix.to_string(),
@@ -73,8 +74,8 @@ impl SharedRobots {
         now: impl Fn() -> tokio::time::Instant,
         wall: impl Fn() -> SystemTime,
     ) -> Claim {
-        let copy_key = format!("{}r:{origin}", self.prefix);
-        let lock_key = format!("{}rl:{origin}", self.prefix);
+        let copy_key = tagged(&self.prefix, origin, "r");
+        let lock_key = tagged(&self.prefix, origin, "rl");
         loop {
             match self.copy(&copy_key, max_age, wall()).await {
                 Ok(Some(claim)) => return claim,
@@ -112,8 +113,8 @@ impl SharedRobots {
         keep: Duration,
         locked: bool,
     ) {
-        let copy_key = format!("{}r:{origin}", self.prefix);
-        let lock_key = format!("{}rl:{origin}", self.prefix);
+        let copy_key = tagged(&self.prefix, origin, "r");
+        let lock_key = tagged(&self.prefix, origin, "rl");
         let mut value = unix_ms(fetched).to_le_bytes().to_vec();
         value.extend(encode(result));
         let mut pipe = redis::pipe();

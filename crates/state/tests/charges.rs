@@ -95,8 +95,8 @@ async fn two_proxies_sharing_redis_never_pass_the_days_limit_together() {
         }
     };
     let timeout = Duration::from_secs(5);
-    let a = ChargeStore::redis(conn().await, "test:", timeout);
-    let b = ChargeStore::redis(conn().await, "test:", timeout);
+    let a = ChargeStore::redis(mannerly_state::Link::Node(conn().await), "test:", timeout);
+    let b = ChargeStore::redis(mannerly_state::Link::Node(conn().await), "test:", timeout);
     assert_eq!(reserve_100(&[a.clone(), b.clone()]).await, 50);
     let seen_by_b = b.snapshot().await.unwrap();
     assert_eq!(seen_by_b.hosts["paid.example"].spent, usd("0.5"));

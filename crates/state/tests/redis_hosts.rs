@@ -124,18 +124,77 @@ async fn one_429_slows_the_whole_cluster_once() {
 }
 
 #[tokio::test]
-async fn a_lone_proxy_pays_one_round_trip_per_step() {
-    let Some(server) = RedisServer::start("a_lone_proxy_pays_one_round_trip_per_step") else {
+async fn a_lone_proxy_pays_two_round_trips_per_page() {
+    let Some(server) = RedisServer::start("a_lone_proxy_pays_two_round_trips_per_page") else {
         return;
     };
     let a = store(&server, Duration::from_secs(30));
+    let calls = || server_script_calls(&server);
+    // Loaded beforehand, so that no first EVALSHA is refused and repeated.
+    server.cli(&["SCRIPT", "LOAD", mannerly_state::hosts::SCRIPT]);
+    let before = calls();
+    // A new host's first slot is now (admit and start in one call); the
+    // next ones wait (the admit rides on the next call).
     for _ in 0..5 {
         send(&a, 200, None).await;
     }
     let st = a.stats();
     assert_eq!(st.ops.load(Ordering::Relaxed), 15);
-    assert_eq!(st.round_trips.load(Ordering::Relaxed), 15);
+    assert_eq!(st.round_trips.load(Ordering::Relaxed), 10);
     assert_eq!(st.conflicts.load(Ordering::Relaxed), 0);
+    // Counted by the server too.
+    assert_eq!(calls() - before, 10);
+}
+
+/// Script calls the server has run (`INFO commandstats`).
+fn server_script_calls(server: &RedisServer) -> u64 {
+    let info = server.cli(&["INFO", "commandstats"]);
+    info.lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+#[tokio::test]
+async fn a_reservation_kept_unstored_is_reserved_again_when_another_proxy_moved() {
+    let Some(server) = RedisServer::start(
+        "a_reservation_kept_unstored_is_reserved_again_when_another_proxy_moved",
+    ) else {
+        return;
+    };
+    let a = store(&server, Duration::from_secs(30));
+    let b = store(&server, Duration::from_secs(30));
+    send(&a, 200, None).await;
+    // `a`'s next slot must wait: kept here, not in Redis.
+    let hold = a.params(HOST).max_hold();
+    let t0 = Instant::now();
+    let Reservation::Wait(d) = a.admit(HOST, t0, SystemTime::now(), hold).await.value else {
+        panic!("the second slot waits");
+    };
+    // Meanwhile `b` reserves what Redis shows as the next slot: the same.
+    let rb = b.admit(HOST, Instant::now(), SystemTime::now(), hold).await;
+    assert!(matches!(rb.value, Reservation::Wait(_)), "{:?}", rb.value);
+    tokio::time::sleep(d).await;
+    let now = Instant::now();
+    let st = a
+        .try_start_since(HOST, now, SystemTime::now(), hold, t0)
+        .await;
+    // `a`'s slot was never stored, so it is `b`'s: `a` reserves again,
+    // after it, rather than sending in the same slot.
+    assert_eq!(st.basis, Basis::Shared);
+    assert!(
+        matches!(st.value, (Start::Wait(w), None) if w > Duration::ZERO),
+        "a must not take b's slot: {:?}",
+        st.value
+    );
+    assert!(a.stats().conflicts.load(Ordering::Relaxed) >= 1);
 }
 
 #[tokio::test]
@@ -208,8 +267,23 @@ async fn without_redis_decides_alone_at_a_quarter_then_shares_again() {
     server.kill();
     let now = Instant::now();
     let hold = a.params(HOST).max_hold();
+    // A slot that must wait is kept here on the copy seen last, as Redis
+    // is not asked; the next step that asks finds it gone.
     let d = a.admit(HOST, now, SystemTime::now(), hold).await;
-    assert_eq!(d.basis, Basis::Degraded, "decided alone");
+    if matches!(d.value, Reservation::Wait(_)) && d.basis == Basis::Shared {
+        let now = Instant::now();
+        let st = a
+            .try_start_since(HOST, now, SystemTime::now(), hold, now)
+            .await;
+        assert_eq!(st.basis, Basis::Degraded, "decided alone");
+        assert!(
+            !matches!(st.value.0, Start::Go),
+            "the kept slot is reserved again on the stand-in: {:?}",
+            st.value
+        );
+    } else {
+        assert_eq!(d.basis, Basis::Degraded, "decided alone");
+    }
     assert!(a.is_degraded());
     let v = a.view(HOST, Instant::now()).expect("local view");
     assert!(

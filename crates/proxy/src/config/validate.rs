@@ -107,14 +107,33 @@ fn check_state(st: &StateConfig) -> Result<(), ConfigError> {
         "state.lease_margin_secs",
         "must be between 0 and 3600",
     )?;
-    if st.backend == StateBackend::Redis
-        && !(st.redis_url.starts_with("redis://") || st.redis_url.starts_with("unix://"))
-    {
+    let schemes = ["redis://", "unix://", mannerly_state::CLUSTER_SCHEME];
+    if st.backend == StateBackend::Redis && !schemes.iter().any(|s| st.redis_url.starts_with(s)) {
         return Err(invalid(
             "state.redis_url",
-            format!("must start with redis:// (got {:?})", st.redis_url),
+            format!(
+                "must start with redis:// (one node) or redis+cluster:// (a Redis Cluster) (got {:?})",
+                st.redis_url
+            ),
         ));
     }
+    require(
+        !st.share_pages || st.backend == StateBackend::Redis,
+        "state.share_pages",
+        "needs state.backend = \"redis\" (pages are shared through it)",
+    )?;
+    require(
+        st.pages_ttl_secs.is_finite() && st.pages_ttl_secs >= 1.0,
+        "state.pages_ttl_secs",
+        "must be at least 1",
+    )?;
+    // The host inside braces is each key's hash tag: braces in the prefix
+    // would put every key of the crawl in one Cluster slot.
+    require(
+        !st.key_prefix.contains(['{', '}']),
+        "state.key_prefix",
+        "must not contain { or }",
+    )?;
     Ok(())
 }
 

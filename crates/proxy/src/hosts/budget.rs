@@ -17,7 +17,7 @@ use mannerly_policy::budget::{
     Start, QUEUE_RETRY_AFTER,
 };
 use mannerly_state::hosts::{Basis, HostStore, Lease, MemoryHosts, RedisHosts, RedisSettings};
-use mannerly_state::responses::{ResponseStore, StoreError};
+use mannerly_state::responses::{ResponseStore, SharedPages, StoreError};
 use mannerly_state::robots::SharedRobots;
 use tokio::sync::{Mutex, Notify};
 use tokio::time::Instant;
@@ -138,6 +138,19 @@ impl Budgets {
             r.connection(),
             &s.key_prefix,
             s.command_timeout,
+        ))
+    }
+
+    /// The cluster's page store (`state.share_pages`), when state is shared.
+    pub(crate) fn shared_pages(&self, cfg: &Config) -> Option<SharedPages> {
+        let r = self.shared()?;
+        let s = r.settings();
+        Some(SharedPages::new(
+            r.connection(),
+            &s.key_prefix,
+            s.command_timeout,
+            cfg.cache.max_body,
+            Duration::from_secs_f64(cfg.state.pages_ttl_secs),
         ))
     }
 

@@ -15,6 +15,15 @@
 //! drops the local copies once Redis answers. It never fails a request and
 //! never decides above the shared rate.
 //!
+//! Two steps of a request are folded into others' round trips (see
+//! "Round trips" in docs/architecture.md): an admit whose slot is now takes
+//! the start's lease in the same call, and an admit that must wait, on a
+//! host no other proxy changed lately, is kept here and stored by this
+//! proxy's next call on the host (the previous request's response, or the
+//! start). A lone proxy so pays two calls per page; should another proxy
+//! change the host meanwhile, the unstored reservation is void and the
+//! start reserves again on the current copy: never a slot twice.
+//!
 //! An operation that loses its compare-and-set [`MAX_ROUNDS`] times is
 //! contention on that one host, not an outage: Redis answered every time.
 //! Only that operation is decided on the host's local copy, made the same
@@ -28,7 +37,8 @@ use mannerly_policy::budget::{
     host_key, Announced, BudgetParams, HostBudget, HostParams, HostView, Reaction, Reservation,
     ResetReport, Start,
 };
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use crate::link::Link;
 
 mod decided;
 mod fallback;
@@ -47,6 +57,10 @@ use script::{Answer, Ask, LeaseChange};
 /// operation is then decided locally ([`Basis::Contended`]); other hosts and
 /// later operations still go to Redis.
 const MAX_ROUNDS: u32 = 8;
+
+/// An admit that must wait is kept unstored only on a host whose copy no
+/// other proxy changed under this one for this long.
+const QUIET: Duration = Duration::from_secs(10);
 
 /// Counters for metrics and the benchmark.
 #[derive(Debug, Default)]
@@ -68,7 +82,7 @@ pub struct RedisStats {
 pub struct RedisHosts {
     params: super::BudgetTable,
     settings: RedisSettings,
-    conn: ConnectionManager,
+    conn: Link,
     script: redis::Script,
     instance: String,
     next_lease: AtomicU64,
@@ -76,6 +90,10 @@ pub struct RedisHosts {
     seen: DashMap<Box<str>, Seen>,
     /// The stand-ins used while degraded or contended.
     fallback: Fallback,
+    /// Starts decided (and leased) with their admit, for the request's
+    /// `try_start_since` to pick up: one per host, as the proxy lets one
+    /// request of a host through its line at a time.
+    early: DashMap<Box<str>, (Instant, Lease)>,
     stats: RedisStats,
 }
 
@@ -83,6 +101,14 @@ struct Seen {
     bytes: Vec<u8>,
     leases: u32,
     budget: HostBudget,
+    /// An admit decided on `budget` and not yet stored: its budget. Every
+    /// operation decides on it and stores it with its own decision.
+    pending: Option<HostBudget>,
+    /// A reservation kept unstored was lost (another proxy changed the
+    /// copy, or Redis went away): the next start must reserve again.
+    voided: bool,
+    /// When a compare-and-set last found the copy changed by another proxy.
+    conflict_at: Option<Instant>,
 }
 
 enum LeaseAction<'a> {
@@ -114,7 +140,8 @@ impl std::fmt::Debug for RedisHosts {
 // === impl RedisHosts ===
 
 impl RedisHosts {
-    /// A store on the Redis at `settings.url`. Connects lazily: a proxy
+    /// A store on the Redis at `settings.url` (one node, or a Redis Cluster
+    /// by `redis+cluster://`, see [`Link`]). Connects lazily: a proxy
     /// starts (degraded) while Redis is still down. Needs a tokio runtime.
     /// `wall` is the wall time now: it tells this process's leases from
     /// those of an earlier process with the same host name and pid.
@@ -124,14 +151,8 @@ impl RedisHosts {
         wall: SystemTime,
     ) -> Result<Self, RedisHostsError> {
         let params = params.validate()?;
-        let client = redis::Client::open(settings.url.as_str()).map_err(RedisHostsError::Url)?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(settings.command_timeout))
-            .set_response_timeout(Some(settings.command_timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(500));
-        let conn = ConnectionManager::new_lazy_with_config(client, config)
-            .map_err(RedisHostsError::Url)?;
+        let conn =
+            Link::open(&settings.url, settings.command_timeout).map_err(RedisHostsError::Url)?;
         Ok(RedisHosts {
             params: super::BudgetTable::new(params),
             script: redis::Script::new(SCRIPT),
@@ -139,6 +160,7 @@ impl RedisHosts {
             next_lease: AtomicU64::new(0),
             seen: DashMap::new(),
             fallback: Fallback::new(&settings),
+            early: DashMap::new(),
             stats: RedisStats::default(),
             conn,
             settings,
@@ -185,7 +207,7 @@ impl RedisHosts {
     }
 
     /// A connection handle (cheap clone) for other shared state.
-    pub fn connection(&self) -> ConnectionManager {
+    pub fn connection(&self) -> Link {
         self.conn.clone()
     }
 
@@ -197,11 +219,46 @@ impl RedisHosts {
         wall: SystemTime,
         hold_left: Duration,
     ) -> Decided<Reservation> {
-        self.reserve(host, now, wall, |b, p| b.admit_within(p, now, hold_left))
-            .await
+        let key = host_key(host);
+        // A new request's admit: whatever reservation an earlier request
+        // lost, that request has started (or given up) since.
+        if let Some(mut s) = self.seen.get_mut(key.as_ref()) {
+            s.voided = false;
+        }
+        if let Some(wait) = self.keep_unstored(&key, now, hold_left) {
+            self.stats.ops.fetch_add(1, Ordering::Relaxed);
+            return Decided {
+                value: wait,
+                basis: Basis::Shared,
+            };
+        }
+        // A slot that is now is started in the same call, unless a start
+        // decided earlier still waits to be picked up.
+        let fuse = !self.early.contains_key(key.as_ref());
+        let d = self
+            .run(&key, now, wall, LeaseAction::Take, |b, p, _| {
+                let r = b.admit_within(p, now, hold_left);
+                if r == Reservation::Go && fuse {
+                    let mut started = b.clone();
+                    if started.try_start_since(p, now, hold_left, now) == Start::Go {
+                        *b = started;
+                        return (r, true);
+                    }
+                }
+                (r, false)
+            })
+            .await;
+        if let Some(lease) = d.value.1 {
+            self.early.insert(Box::from(key.as_ref()), (now, lease));
+        }
+        Decided {
+            value: d.value.0,
+            basis: d.basis,
+        }
     }
 
-    /// [`HostBudget::admit_own_within`] on the shared budget.
+    /// [`HostBudget::admit_own_within`] on the shared budget: never kept
+    /// unstored nor fused with a start, so the loan it calls in is stored.
     pub async fn admit_own(
         &self,
         host: &str,
@@ -209,25 +266,39 @@ impl RedisHosts {
         wall: SystemTime,
         hold_left: Duration,
     ) -> Decided<Reservation> {
-        self.reserve(host, now, wall, |b, p| {
-            b.admit_own_within(p, now, hold_left)
-        })
-        .await
+        let key = host_key(host);
+        let d = self
+            .run(&key, now, wall, LeaseAction::None, |b, p, _| {
+                (b.admit_own_within(p, now, hold_left), false)
+            })
+            .await;
+        Decided {
+            value: d.value.0,
+            basis: d.basis,
+        }
     }
 
-    /// A slot reservation on the shared budget, no lease involved.
-    async fn reserve(
-        &self,
-        host: &str,
-        now: Instant,
-        wall: SystemTime,
-        mut decide: impl FnMut(&mut HostBudget, &HostParams) -> Reservation,
-    ) -> Decided<Reservation> {
-        self.run(host, now, wall, LeaseAction::None, |b, p| {
-            (decide(b, p), false)
-        })
-        .await
-        .map(|(a, _)| a)
+    /// An admit that must wait, decided on the copy seen last and kept
+    /// here, when this proxy alone has been changing the host lately.
+    fn keep_unstored(&self, key: &str, now: Instant, hold_left: Duration) -> Option<Reservation> {
+        if self.is_degraded() {
+            return None;
+        }
+        let p = self.table().for_host(key);
+        let mut seen = self.seen.get_mut(key)?;
+        let quiet = seen
+            .conflict_at
+            .is_none_or(|t| now.saturating_duration_since(t) >= QUIET);
+        if !quiet || seen.pending.is_some() || seen.voided {
+            return None;
+        }
+        let mut budget = seen.budget.clone();
+        let r = budget.admit_within(&p, now, hold_left);
+        if !matches!(r, Reservation::Wait(_)) {
+            return None;
+        }
+        seen.pending = Some(budget);
+        Some(r)
     }
 
     /// [`HostBudget::try_start_since`] on the shared budget; on `Go` the
@@ -240,12 +311,39 @@ impl RedisHosts {
         hold_left: Duration,
         reserved: Instant,
     ) -> Decided<(Start, Option<Lease>)> {
-        self.run(host, now, wall, LeaseAction::Take, |b, p| {
-            let s = b.try_start_since(p, now, hold_left, reserved);
-            let go = s == Start::Go;
-            (s, go)
-        })
-        .await
+        let key = host_key(host);
+        if let Some((_, (_, lease))) = self.early.remove(key.as_ref()) {
+            self.stats.ops.fetch_add(1, Ordering::Relaxed);
+            let basis = match lease {
+                Lease::Shared(_) => Basis::Shared,
+                Lease::Local => Basis::Degraded,
+            };
+            return Decided {
+                value: (Start::Go, Some(lease)),
+                basis,
+            };
+        }
+        let d = self
+            .run(&key, now, wall, LeaseAction::Take, |b, p, lost| {
+                // A reservation that was never stored is reserved again,
+                // on the copy that replaced it.
+                let s = if lost {
+                    match b.admit_within(p, now, hold_left) {
+                        Reservation::Go => b.try_start_since(p, now, hold_left, now),
+                        Reservation::Wait(d) => Start::Wait(d),
+                        Reservation::Refuse(r) => Start::Refuse(r),
+                    }
+                } else {
+                    b.try_start_since(p, now, hold_left, reserved)
+                };
+                let go = s == Start::Go;
+                (s, go)
+            })
+            .await;
+        if let Some(mut s) = self.seen.get_mut(key.as_ref()) {
+            s.voided = false;
+        }
+        d
     }
 
     /// [`HostBudget::on_response`] on the shared budget, giving `lease` back.
@@ -268,7 +366,7 @@ impl RedisHosts {
             Lease::Shared(id) => LeaseAction::Release(id),
             Lease::Local => LeaseAction::ReleaseLocal,
         };
-        self.run(host, now, wall, action, |b, p| {
+        self.run(host, now, wall, action, |b, p, _| {
             (
                 b.on_answer(p, now, wall, status, retry_after, announced, jitter),
                 false,
@@ -285,7 +383,7 @@ impl RedisHosts {
                 self.local(host, now, |b, p| b.finish(p, now));
             }
             Lease::Shared(id) => {
-                self.run(host, now, wall, LeaseAction::Release(id), |b, p| {
+                self.run(host, now, wall, LeaseAction::Release(id), |b, p, _| {
                     (b.finish(p, now), false)
                 })
                 .await;
@@ -314,7 +412,7 @@ impl RedisHosts {
         } else if want.is_none() {
             return;
         }
-        self.run(&key, now, wall, LeaseAction::None, |b, p| {
+        self.run(&key, now, wall, LeaseAction::None, |b, p, _| {
             (b.set_crawl_delay(p, now, delay_secs), false)
         })
         .await;
@@ -323,7 +421,7 @@ impl RedisHosts {
     /// An operator's reset ([`HostBudget::reset`]) of the shared budget:
     /// every proxy of the cluster sees it at its next request to `host`.
     pub async fn reset(&self, host: &str, now: Instant, wall: SystemTime) -> Decided<ResetReport> {
-        self.run(host, now, wall, LeaseAction::None, |b, p| {
+        self.run(host, now, wall, LeaseAction::None, |b, p, _| {
             (b.reset(p, now), false)
         })
         .await
@@ -361,8 +459,13 @@ impl RedisHosts {
     /// forgets on its own, by TTL). Returns how many were dropped.
     pub fn sweep(&self, now: Instant) -> usize {
         let before = self.seen.len();
-        self.seen
-            .retain(|h, s| !s.budget.forgettable(&self.table().for_host(h), now));
+        self.seen.retain(|h, s| {
+            s.pending.is_some() || !s.budget.forgettable(&self.table().for_host(h), now)
+        });
+        // A start nobody picked up: its lease has expired in Redis by now.
+        let ttl = self.settings.lease_ttl;
+        self.early
+            .retain(|_, (at, _)| now.saturating_duration_since(*at) < ttl);
         let dropped = before.saturating_sub(self.seen.len());
         dropped + self.fallback.sweep(now, |h| self.table().for_host(h))
     }
@@ -383,14 +486,16 @@ impl RedisHosts {
     /// Runs `decide` on the shared budget of `host` until a decision is
     /// stored, or on the local stand-in when Redis is out of reach or the
     /// host's copy keeps changing under this proxy. The `bool` of `decide`
-    /// asks for a lease (with `LeaseAction::Take`).
+    /// asks for a lease (with `LeaseAction::Take`); its own `bool` argument
+    /// says that a reservation this proxy kept unstored is not in the copy
+    /// it decides on.
     async fn run<R>(
         &self,
         host: &str,
         now: Instant,
         wall: SystemTime,
         action: LeaseAction<'_>,
-        mut decide: impl FnMut(&mut HostBudget, &HostParams) -> (R, bool),
+        mut decide: impl FnMut(&mut HostBudget, &HostParams, bool) -> (R, bool),
     ) -> Decided<(R, Option<Lease>)> {
         self.stats.ops.fetch_add(1, Ordering::Relaxed);
         let key = host_key(host);
@@ -429,7 +534,10 @@ impl RedisHosts {
         if basis == Basis::Degraded {
             self.stats.degraded_ops.fetch_add(1, Ordering::Relaxed);
         }
-        let (r, lease) = self.local(&key, now, |b, p| decide(b, p));
+        // The stand-in is made from the stored copy: a reservation kept
+        // unstored is not in it.
+        let lost = self.void_pending(&key);
+        let (r, lease) = self.local(&key, now, |b, p| decide(b, p, lost));
         let lease = (lease && matches!(action, LeaseAction::Take)).then_some(Lease::Local);
         Decided {
             value: (r, lease),
@@ -446,23 +554,37 @@ impl RedisHosts {
         now: Instant,
         wall: SystemTime,
         action: &LeaseAction<'_>,
-        decide: &mut impl FnMut(&mut HostBudget, &HostParams) -> (R, bool),
+        decide: &mut impl FnMut(&mut HostBudget, &HostParams, bool) -> (R, bool),
     ) -> Result<(R, Option<Lease>), Miss> {
         let releasing_shared = matches!(action, LeaseAction::Release(_));
         // The slot being given back is in flight until the decision frees it.
         let releasing = releasing_shared || matches!(action, LeaseAction::ReleaseLocal);
-        let (mut bytes, mut leases) = match self.seen.get(key) {
+        let (mut bytes, mut leases, mut pending, mut lost) = match self.seen.get_mut(key) {
             // Our own release leaves one lease fewer.
-            Some(s) => (
-                s.bytes.clone(),
-                s.leases.saturating_sub(u32::from(releasing_shared)),
-            ),
-            None => (Vec::new(), 0),
+            Some(mut s) => {
+                let pending = s.pending.take();
+                let voided = s.voided;
+                // Lost unless a round stores it (which says so again).
+                s.voided |= pending.is_some();
+                (
+                    s.bytes.clone(),
+                    s.leases.saturating_sub(u32::from(releasing_shared)),
+                    pending,
+                    voided,
+                )
+            }
+            None => (Vec::new(), 0, None, false),
         };
+        let had_pending = pending.is_some();
         for _ in 0..MAX_ROUNDS {
-            let mut budget = decode_or_new(p, &bytes, now, wall);
+            // The first round decides on top of the reservation kept
+            // unstored, and stores both if the stored copy is still current.
+            let mut budget = match pending.take() {
+                Some(b) => b,
+                None => decode_or_new(p, &bytes, now, wall),
+            };
             budget.set_in_flight(leases + u32::from(releasing));
-            let (value, wants_lease) = decide(&mut budget, p);
+            let (value, wants_lease) = decide(&mut budget, p, lost);
             let take = wants_lease && matches!(action, LeaseAction::Take);
             let new_bytes = budget.encode(now, wall);
             let changed = new_bytes != bytes;
@@ -480,7 +602,7 @@ impl RedisHosts {
                 Answer::Stored { leases } => {
                     budget.set_in_flight(leases);
                     let bytes = if changed { new_bytes } else { bytes };
-                    self.remember(key, bytes, leases, budget);
+                    self.remember(key, bytes, leases, budget, lost);
                     let lease = match lease {
                         LeaseChange::Take(id) => Some(Lease::Shared(id)),
                         _ => None,
@@ -492,6 +614,11 @@ impl RedisHosts {
                     current,
                 } => {
                     self.stats.conflicts.fetch_add(1, Ordering::Relaxed);
+                    if let Some(mut s) = self.seen.get_mut(key) {
+                        s.conflict_at = Some(now);
+                    }
+                    // Any reservation kept unstored is not in `current`.
+                    lost |= had_pending;
                     bytes = current;
                     leases = now_leases;
                 }
@@ -502,7 +629,7 @@ impl RedisHosts {
         // and the next operation starts from it.
         let mut budget = decode_or_new(p, &bytes, now, wall);
         budget.set_in_flight(leases);
-        self.remember(key, bytes, leases, budget);
+        self.remember(key, bytes, leases, budget, lost);
         Err(Miss::Contended)
     }
 
@@ -521,16 +648,33 @@ impl RedisHosts {
     }
 
     /// Keeps `bytes` as the shared copy of `key` seen last, decoded as
-    /// `budget`, with `leases` live.
-    fn remember(&self, key: &str, bytes: Vec<u8>, leases: u32, budget: HostBudget) {
+    /// `budget`, with `leases` live; `voided` when a reservation kept
+    /// unstored did not make it into it.
+    fn remember(&self, key: &str, bytes: Vec<u8>, leases: u32, budget: HostBudget, voided: bool) {
+        let conflict_at = self.seen.get(key).and_then(|s| s.conflict_at);
         self.seen.insert(
             Box::from(key),
             Seen {
                 bytes,
                 leases,
                 budget,
+                pending: None,
+                voided,
+                conflict_at,
             },
         );
+    }
+
+    /// Drops the reservation of `key` kept unstored, if any; `true` when
+    /// one is lost, now or by an earlier operation.
+    fn void_pending(&self, key: &str) -> bool {
+        let Some(mut s) = self.seen.get_mut(key) else {
+            return false;
+        };
+        if s.pending.take().is_some() {
+            s.voided = true;
+        }
+        s.voided
     }
 
     /// Runs `f` on the local stand-in of `host`, made on first use from the

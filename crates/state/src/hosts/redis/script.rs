@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
 use redis::Value;
 
 use super::settings::RedisSettings;
+use crate::link::{tagged, Link};
 
 /// The Lua script every budget operation runs (see the file for its contract).
 pub const SCRIPT: &str = include_str!("op.lua");
@@ -48,7 +48,7 @@ pub(super) enum Answer {
 /// reach: no answer within the command timeout, or not one the script gives.
 pub(super) async fn call(
     script: &redis::Script,
-    conn: &ConnectionManager,
+    conn: &Link,
     settings: &RedisSettings,
     ask: Ask<'_>,
 ) -> Result<Answer, String> {
@@ -57,8 +57,9 @@ pub(super) async fn call(
         LeaseChange::Take(id) => ("+", id.as_str()),
         LeaseChange::Release(id) => ("-", id.as_str()),
     };
-    let mut inv = script.key(format!("{}h:{}", settings.key_prefix, ask.host));
-    inv.key(format!("{}l:{}", settings.key_prefix, ask.host))
+    // Both keys carry the host as hash tag: one slot on a Redis Cluster.
+    let mut inv = script.key(tagged(&settings.key_prefix, ask.host, "h"));
+    inv.key(tagged(&settings.key_prefix, ask.host, "l"))
         .arg(ask.seen)
         .arg(ask.leases)
         .arg(ask.new.unwrap_or(&[]))

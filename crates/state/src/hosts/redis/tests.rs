@@ -21,7 +21,7 @@ use redis_server::RedisServer;
 const HOT: &str = "hot.example";
 const COLD: &str = "cold.example";
 /// Where the other proxy's next copy of `HOT` waits.
-const NEXT_COPY: &str = "test:next-copy";
+const NEXT_COPY: &str = "test:{hot.example}:next-copy";
 
 fn store(server: &RedisServer) -> RedisHosts {
     let mut s = RedisSettings::new(server.url());
@@ -36,7 +36,7 @@ fn store(server: &RedisServer) -> RedisHosts {
 /// differ), so every round on `HOT` finds the copy changed.
 fn losing_on_hot() -> redis::Script {
     redis::Script::new(&format!(
-        "if KEYS[1] == 'test:h:{HOT}' then
+        "if KEYS[1] == 'test:{{{HOT}}}:h' then
            local cur = redis.call('GET', KEYS[1])
            redis.call('SET', KEYS[1], redis.call('GET', '{NEXT_COPY}'))
            redis.call('SET', '{NEXT_COPY}', cur)
@@ -55,7 +55,7 @@ async fn other_proxy_writes(s: &RedisHosts, budget: &HostBudget) {
     assert_ne!(copy, next);
     let mut conn = s.connection();
     let () = redis::cmd("MSET")
-        .arg(format!("test:h:{HOT}"))
+        .arg(format!("test:{{{HOT}}}:h"))
         .arg(copy)
         .arg(NEXT_COPY)
         .arg(next)
@@ -126,12 +126,12 @@ async fn contention_on_one_host_decides_that_step_alone_and_the_store_stays_shar
     // Nothing else is local: the store is shared, and the next host is
     // decided in Redis with one round trip.
     assert!(!a.is_degraded());
-    assert!(!exists(&a, &format!("test:h:{COLD}")).await);
+    assert!(!exists(&a, &format!("test:{{{COLD}}}:h")).await);
     let d = a
         .admit(COLD, Instant::now(), SystemTime::now(), Duration::ZERO)
         .await;
     assert_eq!(d.basis, Basis::Shared);
-    assert!(exists(&a, &format!("test:h:{COLD}")).await);
+    assert!(exists(&a, &format!("test:{{{COLD}}}:h")).await);
     assert_eq!(
         a.stats().round_trips.load(Ordering::Relaxed),
         u64::from(MAX_ROUNDS) + 1
