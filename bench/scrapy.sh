@@ -3,7 +3,8 @@
 # (2 requests per second, robots.txt counted, Retry-After: 2), then the
 # same spider straight to the origin. Prints pages/s and the upstream 429s
 # the origin logged. Needs scrapy (pip install scrapy) and a release build
-# (cargo build --release --bin mannerly). BENCH_PAGES (60).
+# (cargo build --release --bin mannerly). BENCH_PAGES (60); BENCH_KEEP=DIR
+# keeps the audit log and the origins' logs there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PAGES=${BENCH_PAGES:-60}
@@ -35,6 +36,10 @@ run() { # route
   fi
   printf '%-9s %s, upstream 429s %s, robots.txt %s\n' "$route" "${out#scrapy: }" \
     "$(grep -c ' 429$' "$log" || true)" "$(grep -c '^/robots.txt ' "$log" || true)"
+  if [[ -n ${BENCH_KEEP:-} ]]; then
+    mkdir -p "$BENCH_KEEP"; cp "$log" "$BENCH_KEEP/origin-$route.log"
+    [[ -f $WORK/audit.jsonl ]] && cp "$WORK/audit.jsonl" "$BENCH_KEEP/"
+  fi
 }
 run mannerly
 run direct

@@ -49,6 +49,10 @@ fn suite_dir() -> Option<PathBuf> {
     if !have_tool("node", "nodejs") || !have_tool("npm", "npm") {
         return None;
     }
+    // The four suite tests run at once: one installs, the others wait for
+    // it rather than run node on a half-written node_modules.
+    static INSTALL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("http-cache-tests");
     let package = dir.join("node_modules/http-cache-tests");
     if package.join("package.json").exists() && dir.join("node_modules/undici").exists() {
@@ -61,6 +65,8 @@ fn suite_dir() -> Option<PathBuf> {
 /// copied beside the npm package so that they find the same undici.
 fn git_dir() -> Option<PathBuf> {
     suite_dir()?;
+    static COPY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = COPY.lock().unwrap_or_else(|e| e.into_inner());
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("http-cache-tests/git");
     if !dir.join("test-engine/client/runner.mjs").exists() {
         let vendored = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/e2e/cache_tests/repo");

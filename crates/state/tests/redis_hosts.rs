@@ -172,6 +172,8 @@ async fn a_reservation_kept_unstored_is_reserved_again_when_another_proxy_moved(
     let a = store(&server, Duration::from_secs(30));
     let b = store(&server, Duration::from_secs(30));
     send(&a, 200, None).await;
+    // The second request goes on the first slot's loan.
+    send(&a, 200, None).await;
     // `a`'s next slot must wait: kept here, not in Redis.
     let hold = a.params(HOST).max_hold();
     let t0 = Instant::now();

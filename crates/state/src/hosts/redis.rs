@@ -42,6 +42,7 @@ use crate::link::Link;
 
 mod decided;
 mod fallback;
+mod own;
 mod script;
 mod settings;
 
@@ -251,27 +252,6 @@ impl RedisHosts {
         if let Some(lease) = d.value.1 {
             self.early.insert(Box::from(key.as_ref()), (now, lease));
         }
-        Decided {
-            value: d.value.0,
-            basis: d.basis,
-        }
-    }
-
-    /// [`HostBudget::admit_own_within`] on the shared budget: never kept
-    /// unstored nor fused with a start, so the loan it calls in is stored.
-    pub async fn admit_own(
-        &self,
-        host: &str,
-        now: Instant,
-        wall: SystemTime,
-        hold_left: Duration,
-    ) -> Decided<Reservation> {
-        let key = host_key(host);
-        let d = self
-            .run(&key, now, wall, LeaseAction::None, |b, p, _| {
-                (b.admit_own_within(p, now, hold_left), false)
-            })
-            .await;
         Decided {
             value: d.value.0,
             basis: d.basis,
