@@ -95,12 +95,6 @@ fn run_suite(package: &Path, serve_fresh: &str) -> Results {
         ("MANNERLY_CACHE__SERVE_FRESH", serve_fresh),
         ("MANNERLY_POLICY__ENFORCE", "false"),
         ("MANNERLY_BUDGET__QUEUE_LIMIT", "10000"),
-        // The suite's origin is Node's http server, which closes a
-        // kept-alive connection after 5 s idle; a `PUT` of the suite's
-        // setup sent on one as it closes is reset, and not sent again (not
-        // idempotent), so the test cannot be set up. Pooled connections are
-        // let go before that.
-        ("MANNERLY_UPSTREAM__POOL_IDLE_SECS", "4"),
     ];
     let proxy = RunningBinary::start(dir.path(), &env);
     let results = dir.path().join("results.json");

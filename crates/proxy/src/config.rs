@@ -348,7 +348,7 @@ impl Default for UpstreamConfig {
             connect_timeout: Duration::from_secs(10),
             first_byte_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(60),
-            pool_idle: Duration::from_secs(15),
+            pool_idle: Duration::from_secs(4),
             pool_max_idle_per_host: 32,
             pool_max_idle_total: 256,
             max_connecting: 128,
