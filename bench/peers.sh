@@ -62,6 +62,18 @@ SQUID=$(command -v squid || echo /usr/sbin/squid)
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 TINYPROXY=$(command -v tinyproxy || echo /usr/bin/tinyproxy)
 
+# Pinned mode: the proxies on CPU 0, the load generator and the origin on
+# CPU 1, so that a ratio compares proxies and not how the scheduler shares
+# two CPUs among three busy programs. Each peer is alone on CPU 0 while it
+# is measured (the others idle there). mannerly sizes its runtime threads
+# to the CPUs it may use, so it runs one there.
+if [[ ${BENCH_PIN:-0} == 1 ]]; then
+  command -v taskset >/dev/null || die "taskset not found (apt-get install -y util-linux)"
+  taskset -c 0,1 true 2>/dev/null || die "BENCH_PIN=1 needs CPUs 0 and 1"
+  ON_PROXY_CPU=(taskset -c 0) ON_LOAD_CPU=(taskset -c 1) RELAY_WORKERS=1
+else
+  ON_PROXY_CPU=() ON_LOAD_CPU=() RELAY_WORKERS=2
+fi
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 ORIGIN_PORT=$(free_port); SQUID_PORT=$(free_port); TINY_PORT=$(free_port); MANNERLY_PORT=$(free_port)
 TLS_PORT=$(free_port); MITM_PORT=$(free_port); RELAY_PORT=$(free_port); RELAY_TLS_PORT=$(free_port)
@@ -131,7 +143,7 @@ CONF
 }
 CONF
 } > "$WORK/nginx.conf"
-"$NGINX" -c "$WORK/nginx.conf" -p "$WORK" 2>/dev/null & PIDS+=($!)
+"${ON_LOAD_CPU[@]}" "$NGINX" -c "$WORK/nginx.conf" -p "$WORK" 2>/dev/null & PIDS+=($!)
 wait_port "$ORIGIN_PORT"
 
 # --- relay: nginx as a reverse proxy in front of the origin -----------------
@@ -140,7 +152,7 @@ wait_port "$ORIGIN_PORT"
 # kept-alive upstream connection, relay the answer), in C with nginx's
 # event loop. Its req/s is a floor measurement of what forwarding alone
 # costs on this machine, to read the other ratios against.
-{ nginx_head relay 2; cat <<CONF
+{ nginx_head relay "$RELAY_WORKERS"; cat <<CONF
   upstream origin { server 127.0.0.1:$ORIGIN_PORT; keepalive 64; }
   upstream origin_tls { server 127.0.0.1:$TLS_PORT; keepalive 64; }
   server {
@@ -160,7 +172,7 @@ wait_port "$ORIGIN_PORT"
 }
 CONF
 } > "$WORK/relay.conf"
-"$NGINX" -c "$WORK/relay.conf" -p "$WORK" 2>/dev/null & PIDS+=($!)
+"${ON_PROXY_CPU[@]}" "$NGINX" -c "$WORK/relay.conf" -p "$WORK" 2>/dev/null & PIDS+=($!)
 RELAY_PID=$!
 
 # --- squid: no cache, no logs ----------------------------------------------
@@ -179,7 +191,7 @@ pid_filename $WORK/squid.pid
 coredump_dir $WORK
 shutdown_lifetime 0 seconds
 CONF
-"$SQUID" -N -f "$WORK/squid.conf" 2>"$WORK/squid.err" & PIDS+=($!)
+"${ON_PROXY_CPU[@]}" "$SQUID" -N -f "$WORK/squid.conf" 2>"$WORK/squid.err" & PIDS+=($!)
 SQUID_PID=$!
 
 # --- squiddisk: squid storing every response on disk ------------------------
@@ -219,7 +231,7 @@ coredump_dir $WORK
 shutdown_lifetime 0 seconds
 CONF
 "$SQUID" -N -z -f "$WORK/squiddisk.conf" >"$WORK/squiddisk-z.err" 2>&1 || die "squid -z failed (see $WORK/squiddisk-z.err)"
-"$SQUID" -N -f "$WORK/squiddisk.conf" 2>"$WORK/squiddisk.err" & PIDS+=($!)
+"${ON_PROXY_CPU[@]}" "$SQUID" -N -f "$WORK/squiddisk.conf" 2>"$WORK/squiddisk.err" & PIDS+=($!)
 SQUIDDISK_PID=$!
 
 # --- tinyproxy: logging down to criticals --------------------------------
@@ -231,7 +243,7 @@ MaxClients 200
 LogLevel Critical
 Allow 127.0.0.1
 CONF
-"$TINYPROXY" -d -c "$WORK/tinyproxy.conf" 2>"$WORK/tinyproxy.err" >/dev/null & PIDS+=($!)
+"${ON_PROXY_CPU[@]}" "$TINYPROXY" -d -c "$WORK/tinyproxy.conf" 2>"$WORK/tinyproxy.err" >/dev/null & PIDS+=($!)
 TINY_PID=$!
 
 # --- mannerly ------------------------------------------------------------
@@ -240,12 +252,12 @@ MANNERLY_DATA_DIR=$WORK/data MANNERLY_PROXY__LISTEN=127.0.0.1:$MANNERLY_PORT \
 MANNERLY_ADMIN__LISTEN= MANNERLY_UPSTREAM__ALLOW_PRIVATE=true \
 MANNERLY_UPSTREAM__EXTRA_ROOTS=$WORK/origin-ca.pem MANNERLY_PROXY__CONNECT_PORTS=$TLS_PORT \
 MANNERLY_POLICY__ENFORCE=false MANNERLY_UPSTREAM__POOL_MAX_IDLE_PER_HOST=${BENCH_POOL:-32} \
-  env ${BENCH_MANNERLY_ENV:-} "$MANNERLY" run >"$WORK/mannerly.out" 2>"$WORK/mannerly.log" & PIDS+=($!)
+  "${ON_PROXY_CPU[@]}" env ${BENCH_MANNERLY_ENV:-} "$MANNERLY" run >"$WORK/mannerly.out" 2>"$WORK/mannerly.log" & PIDS+=($!)
 MANNERLY_PID=$!
 
 # --- mitmproxy (https path only) --------------------------------------------
 if [[ -n $MITMDUMP ]]; then
-  "$MITMDUMP" -q --listen-host 127.0.0.1 --listen-port "$MITM_PORT" --set confdir="$WORK/mitm" \
+  "${ON_PROXY_CPU[@]}" "$MITMDUMP" -q --listen-host 127.0.0.1 --listen-port "$MITM_PORT" --set confdir="$WORK/mitm" \
     --set ssl_verify_upstream_trusted_ca="$WORK/origin-ca.pem" --set flow_detail=0 \
     >"$WORK/mitm.log" 2>&1 & PIDS+=($!)
   MITM_PID=$!
@@ -264,12 +276,12 @@ run() { # name, proxy port (or 'direct'), url, unique, [tag, seconds]
   local name=$1 port=$2 url=$3 unique=$4 tag=${5:-$1} secs=${6:-$DURATION} out=$WORK/wrk-$1.txt
   if [[ $port == direct ]]; then
     if [[ $unique == 1 ]]; then
-      BENCH_TARGET=$url BENCH_UNIQUE=1 BENCH_RUN=$tag wrk -t$THREADS -c$CONNS -d${secs}s --latency -s "$ROOT/bench/peers-direct.lua" "$url" >"$out"
+      BENCH_TARGET=$url BENCH_UNIQUE=1 BENCH_RUN=$tag "${ON_LOAD_CPU[@]}" wrk -t$THREADS -c$CONNS -d${secs}s --latency -s "$ROOT/bench/peers-direct.lua" "$url" >"$out"
     else
-      wrk -t$THREADS -c$CONNS -d${secs}s --latency "$url" >"$out"
+      "${ON_LOAD_CPU[@]}" wrk -t$THREADS -c$CONNS -d${secs}s --latency "$url" >"$out"
     fi
   else
-    BENCH_TARGET=$url BENCH_UNIQUE=$unique BENCH_RUN=$tag wrk -t$THREADS -c$CONNS -d${secs}s --latency \
+    BENCH_TARGET=$url BENCH_UNIQUE=$unique BENCH_RUN=$tag "${ON_LOAD_CPU[@]}" wrk -t$THREADS -c$CONNS -d${secs}s --latency \
       -s "$ROOT/bench/peers.lua" "http://127.0.0.1:$port" >"$out"
   fi
 }
@@ -406,7 +418,7 @@ https_run() { # name, requests, port, curl options... (HTTPS_PID: the proxy, for
   for ((i = 0; i < n; i++)); do printf 'url = "%s"\noutput = "/dev/null"\n' "$url"; done >"$WORK/urls-$name"
   local t0 t1
   t0=$(date +%s.%N)
-  curl -sS --http1.1 --parallel --parallel-max 16 --parallel-immediate -K "$WORK/urls-$name" \
+  "${ON_LOAD_CPU[@]}" curl -sS --http1.1 --parallel --parallel-max 16 --parallel-immediate -K "$WORK/urls-$name" \
     --resolve "localhost:$port:127.0.0.1" -w '%{http_code} %{time_total}\n' "$@" \
     >"$WORK/https-$name.txt" 2>"$WORK/https-$name.err" || true
   t1=$(date +%s.%N)
@@ -441,16 +453,16 @@ if [[ " $PATHS " == *" https "* ]]; then
   # The median round of each peer, by req/s.
   https_median() { { cat "$WORK"/https-"$1"-*.sum 2>/dev/null || true; } | sort -k2,2n | awk -v m=$(((ROUNDS + 1) / 2)) 'NR == m'; }
   echo
-  printf '%-6s %-9s %9s %9s %9s %8s %12s %14s %11s %s\n' path peer req/s p50_ms p99_ms failed vs_direct vs_mitmproxy cpu_us/req "rounds (req/s)"
+  printf '%-6s %-9s %9s %9s %9s %8s %9s %9s %12s %11s %s\n' path peer req/s p50_ms p99_ms failed vs_direct vs_relay vs_mitmproxy cpu_us/req "rounds (req/s)"
   d=$(https_median direct | awk '{print $2}')
+  rl=$(https_median relay | awk '{print $2}')
   m=$(https_median mitmproxy | awk '{print $2}'); m=${m:-0}
   for peer in direct relay mannerly mitmproxy; do
     line=$(https_median "$peer"); [[ -n $line ]] || continue
     read -r _ r p50 p99 bad cpu <<<"$line"
     all=$(for ((round = 1; round <= ROUNDS; round++)); do awk '{print $2}' "$WORK/https-$peer-$round.sum"; done | paste -sd/)
-    printf '%-6s %-9s %9s %9s %9s %8s %12s %14s %11s %s\n' https "$peer" "$r" "$p50" "$p99" "$bad" \
-      "$(awk -v a="$r" -v b="$d" 'BEGIN{printf "%.2fx", a/b}')" \
-      "$(awk -v a="$r" -v b="$m" 'BEGIN{ if (b > 0) printf "%.1fx", a/b; else print "-" }')" "$cpu" "$all"
+    printf '%-6s %-9s %9s %9s %9s %8s %9s %9s %12s %11s %s\n' https "$peer" "$r" "$p50" "$p99" "$bad" \
+      "$(ratio "$r" "$d")" "$(ratio "$r" "${rl:-0}")" "$(ratio "$r" "$m")" "$cpu" "$all"
   done
 fi
 
@@ -465,4 +477,8 @@ echo
 [[ " $PEERS " == *" squiddisk "* ]] && echo "squiddisk: $(squid_objects) objects on disk ($SQUID_STORE)"
 echo "mannerly audit: $(outcomes revalidated) revalidated, $(grep -c '"cache":"stored"' "$WORK/data/audit.jsonl" || true) stored, $(wc -l <"$WORK/data/audit.jsonl") lines"
 "$MANNERLY" audit verify "$WORK/data/audit.jsonl" >/dev/null 2>&1 && echo "audit chain: intact" || echo "audit chain: see mannerly audit verify (end unsealed while running is expected)"
-echo "($(nproc) CPUs shared by origin, proxies and wrk; ${DURATION}s per run, $CONNS connections, median of $ROUNDS rounds)"
+if [[ ${BENCH_PIN:-0} == 1 ]]; then
+  echo "(pinned: proxy under test on CPU 0, wrk/curl and the origin on CPU 1; ${DURATION}s per run, $CONNS connections, median of $ROUNDS rounds)"
+else
+  echo "($(nproc) CPUs shared by origin, proxies and wrk; ${DURATION}s per run, $CONNS connections, median of $ROUNDS rounds)"
+fi
