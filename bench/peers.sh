@@ -24,8 +24,8 @@
 #
 # The origin is Debian's nginx (static 1 KiB file with ETag for reval/fresh,
 # a `return 200` 1 KiB body without validators for plain). wrk -t2 -c32, 1
-# KiB pages. Prints req/s, p50, p99 per path and peer, and the ratio of
-# mannerly to squid. mannerly runs with the whole pipeline (robots.txt cached,
+# KiB pages. Prints req/s, p50, p99 and CPU µs per request per path and peer,
+# and each peer's ratio to squid and to squiddisk. mannerly runs with the whole pipeline (robots.txt cached,
 # audit on, store on) in observe mode, so its per-host budget does not pace
 # the one host (the point of the budget is to pace it).
 #
