@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Peers benchmark: mannerly beside squid and tinyproxy (caching and logging
-# off), straight to the origin, and through "relay" (nginx as a reverse
+# off), squid storing every response in a disk cache ("squiddisk": the same
+# work as mannerly's store on the fresh and recrawl paths), straight to the
+# origin, and through "relay" (nginx as a reverse
 # proxy: forwarding alone, no policy, a floor measurement for any proxy on
 # this machine), in one run, on the paths crawls take:
 #
@@ -22,8 +24,8 @@
 #
 # The origin is Debian's nginx (static 1 KiB file with ETag for reval/fresh,
 # a `return 200` 1 KiB body without validators for plain). wrk -t2 -c32, 1
-# KiB pages. Prints req/s, p50, p99 per path and peer, and the ratio of
-# mannerly to squid. mannerly runs with the whole pipeline (robots.txt cached,
+# KiB pages. Prints req/s, p50, p99 and CPU µs per request per path and peer,
+# and each peer's ratio to squid and to squiddisk. mannerly runs with the whole pipeline (robots.txt cached,
 # audit on, store on) in observe mode, so its per-host budget does not pace
 # the one host (the point of the budget is to pace it).
 #
@@ -37,7 +39,11 @@
 # BENCH_MANNERLY_ENV="MANNERLY_CACHE__SYNC=none ..." (extra settings). BENCH_DURATION
 # (default 6 s per run), BENCH_SKIP_BUILD=1, BENCH_KEEP=1,
 # BENCH_PATHS="plain reval fresh https" and BENCH_PEERS="direct relay squid
-# tinyproxy mannerly" (subsets run fewer; squid is the ratio's base), BENCH_PERF=1
+# squiddisk tinyproxy mannerly" (subsets run fewer; squid and squiddisk are
+# the ratios' bases), BENCH_SQUID_STORE (squiddisk's cache_dir type: aufs,
+# the default, ufs or rock), BENCH_SQUID_LOG=1 (squiddisk writes an access
+# log, to check its result codes; off for figures), BENCH_PIN=1 (the proxy under test on CPU 0,
+# wrk, curl and the origin on CPU 1, with taskset), BENCH_PERF=1
 # (perf record on mannerly during its first round, or round BENCH_PERF_ROUND;
 # prints each path's top symbols;
 # needs perf: apt-get install -y linux-perf).
@@ -56,9 +62,22 @@ SQUID=$(command -v squid || echo /usr/sbin/squid)
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 TINYPROXY=$(command -v tinyproxy || echo /usr/bin/tinyproxy)
 
+# Pinned mode: the proxies on CPU 0, the load generator and the origin on
+# CPU 1, so that a ratio compares proxies and not how the scheduler shares
+# two CPUs among three busy programs. Each peer is alone on CPU 0 while it
+# is measured (the others idle there). mannerly sizes its runtime threads
+# to the CPUs it may use, so it runs one there.
+if [[ ${BENCH_PIN:-0} == 1 ]]; then
+  command -v taskset >/dev/null || die "taskset not found (apt-get install -y util-linux)"
+  taskset -c 0,1 true 2>/dev/null || die "BENCH_PIN=1 needs CPUs 0 and 1"
+  ON_PROXY_CPU=(taskset -c 0) ON_LOAD_CPU=(taskset -c 1) RELAY_WORKERS=1
+else
+  ON_PROXY_CPU=() ON_LOAD_CPU=() RELAY_WORKERS=2
+fi
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 ORIGIN_PORT=$(free_port); SQUID_PORT=$(free_port); TINY_PORT=$(free_port); MANNERLY_PORT=$(free_port)
 TLS_PORT=$(free_port); MITM_PORT=$(free_port); RELAY_PORT=$(free_port); RELAY_TLS_PORT=$(free_port)
+SQUIDDISK_PORT=$(free_port)
 MITMDUMP=${MITMDUMP:-$(command -v mitmdump || true)}
 
 # Profiles want line tables: the profiling build has them, release not.
@@ -124,7 +143,7 @@ CONF
 }
 CONF
 } > "$WORK/nginx.conf"
-"$NGINX" -c "$WORK/nginx.conf" -p "$WORK" 2>/dev/null & PIDS+=($!)
+"${ON_LOAD_CPU[@]}" "$NGINX" -c "$WORK/nginx.conf" -p "$WORK" 2>/dev/null & PIDS+=($!)
 wait_port "$ORIGIN_PORT"
 
 # --- relay: nginx as a reverse proxy in front of the origin -----------------
@@ -133,7 +152,7 @@ wait_port "$ORIGIN_PORT"
 # kept-alive upstream connection, relay the answer), in C with nginx's
 # event loop. Its req/s is a floor measurement of what forwarding alone
 # costs on this machine, to read the other ratios against.
-{ nginx_head relay 2; cat <<CONF
+{ nginx_head relay "$RELAY_WORKERS"; cat <<CONF
   upstream origin { server 127.0.0.1:$ORIGIN_PORT; keepalive 64; }
   upstream origin_tls { server 127.0.0.1:$TLS_PORT; keepalive 64; }
   server {
@@ -153,7 +172,7 @@ wait_port "$ORIGIN_PORT"
 }
 CONF
 } > "$WORK/relay.conf"
-"$NGINX" -c "$WORK/relay.conf" -p "$WORK" 2>/dev/null & PIDS+=($!)
+"${ON_PROXY_CPU[@]}" "$NGINX" -c "$WORK/relay.conf" -p "$WORK" 2>/dev/null & PIDS+=($!)
 RELAY_PID=$!
 
 # --- squid: no cache, no logs ----------------------------------------------
@@ -172,8 +191,48 @@ pid_filename $WORK/squid.pid
 coredump_dir $WORK
 shutdown_lifetime 0 seconds
 CONF
-"$SQUID" -N -f "$WORK/squid.conf" 2>"$WORK/squid.err" & PIDS+=($!)
+"${ON_PROXY_CPU[@]}" "$SQUID" -N -f "$WORK/squid.conf" 2>"$WORK/squid.err" & PIDS+=($!)
 SQUID_PID=$!
+
+# --- squiddisk: squid storing every response on disk ------------------------
+# The peer doing mannerly's work on fresh and recrawl: every response with a
+# validator is stored on disk (no memory cache, as mannerly's store keeps
+# pages on disk), and refresh_pattern makes every stored page stale at once,
+# so each later request is revalidated with the origin (If-None-Match /
+# If-Modified-Since) and a 304 is answered from the disk copy. No access log
+# (mannerly's audit line is the one piece of work it does not share); the
+# script reads squid's cache manager counters instead.
+SQUID_STORE=${BENCH_SQUID_STORE:-aufs}
+mkdir -p "$WORK/squiddisk-cache"
+# squid started as root works as cache_effective_user (Debian: proxy), which
+# must reach its cache directory inside $WORK.
+SQUID_USER=
+if [[ $(id -u) == 0 ]]; then
+  SQUID_USER=$(id -un proxy 2>/dev/null || echo nobody)
+  chmod 711 "$WORK"; chown "$SQUID_USER" "$WORK/squiddisk-cache"
+fi
+cat > "$WORK/squiddisk.conf" <<CONF
+http_port 127.0.0.1:$SQUIDDISK_PORT
+acl localnet src 127.0.0.1/32
+http_access allow localnet
+http_access deny all
+cache_mem 0 MB
+memory_cache_mode disk
+cache_dir $SQUID_STORE $WORK/squiddisk-cache 4096$([[ $SQUID_STORE == rock ]] || echo " 16 256")
+maximum_object_size 1 MB
+refresh_pattern . 0 0% 0
+access_log $([[ ${BENCH_SQUID_LOG:-0} == 1 ]] && echo "stdio:$WORK/squiddisk-cache/access.log" || echo none)
+cache_store_log none
+cache_log $WORK/squiddisk-cache/cache.log
+$([[ -n $SQUID_USER ]] && echo "cache_effective_user $SQUID_USER")
+logfile_rotate 0
+pid_filename $WORK/squiddisk.pid
+coredump_dir $WORK
+shutdown_lifetime 0 seconds
+CONF
+"$SQUID" -N -z -f "$WORK/squiddisk.conf" >"$WORK/squiddisk-z.err" 2>&1 || die "squid -z failed (see $WORK/squiddisk-z.err)"
+"${ON_PROXY_CPU[@]}" "$SQUID" -N -f "$WORK/squiddisk.conf" 2>"$WORK/squiddisk.err" & PIDS+=($!)
+SQUIDDISK_PID=$!
 
 # --- tinyproxy: logging down to criticals --------------------------------
 cat > "$WORK/tinyproxy.conf" <<CONF
@@ -184,7 +243,7 @@ MaxClients 200
 LogLevel Critical
 Allow 127.0.0.1
 CONF
-"$TINYPROXY" -d -c "$WORK/tinyproxy.conf" 2>"$WORK/tinyproxy.err" >/dev/null & PIDS+=($!)
+"${ON_PROXY_CPU[@]}" "$TINYPROXY" -d -c "$WORK/tinyproxy.conf" 2>"$WORK/tinyproxy.err" >/dev/null & PIDS+=($!)
 TINY_PID=$!
 
 # --- mannerly ------------------------------------------------------------
@@ -193,20 +252,20 @@ MANNERLY_DATA_DIR=$WORK/data MANNERLY_PROXY__LISTEN=127.0.0.1:$MANNERLY_PORT \
 MANNERLY_ADMIN__LISTEN= MANNERLY_UPSTREAM__ALLOW_PRIVATE=true \
 MANNERLY_UPSTREAM__EXTRA_ROOTS=$WORK/origin-ca.pem MANNERLY_PROXY__CONNECT_PORTS=$TLS_PORT \
 MANNERLY_POLICY__ENFORCE=false MANNERLY_UPSTREAM__POOL_MAX_IDLE_PER_HOST=${BENCH_POOL:-32} \
-  env ${BENCH_MANNERLY_ENV:-} "$MANNERLY" run >"$WORK/mannerly.out" 2>"$WORK/mannerly.log" & PIDS+=($!)
+  "${ON_PROXY_CPU[@]}" env ${BENCH_MANNERLY_ENV:-} "$MANNERLY" run >"$WORK/mannerly.out" 2>"$WORK/mannerly.log" & PIDS+=($!)
 MANNERLY_PID=$!
 
 # --- mitmproxy (https path only) --------------------------------------------
 if [[ -n $MITMDUMP ]]; then
-  "$MITMDUMP" -q --listen-host 127.0.0.1 --listen-port "$MITM_PORT" --set confdir="$WORK/mitm" \
+  "${ON_PROXY_CPU[@]}" "$MITMDUMP" -q --listen-host 127.0.0.1 --listen-port "$MITM_PORT" --set confdir="$WORK/mitm" \
     --set ssl_verify_upstream_trusted_ca="$WORK/origin-ca.pem" --set flow_detail=0 \
     >"$WORK/mitm.log" 2>&1 & PIDS+=($!)
   MITM_PID=$!
 fi
 
-wait_port "$SQUID_PORT"; wait_port "$TINY_PORT"; wait_port "$MANNERLY_PORT"; wait_port "$RELAY_PORT"
+wait_port "$SQUID_PORT"; wait_port "$SQUIDDISK_PORT"; wait_port "$TINY_PORT"; wait_port "$MANNERLY_PORT"; wait_port "$RELAY_PORT"
 ORIGIN=http://127.0.0.1:$ORIGIN_PORT
-for p in "$SQUID_PORT" "$TINY_PORT" "$MANNERLY_PORT"; do
+for p in "$SQUID_PORT" "$SQUIDDISK_PORT" "$TINY_PORT" "$MANNERLY_PORT"; do
   code=$(curl -sS -x "http://127.0.0.1:$p" -o /dev/null -w '%{http_code}' "$ORIGIN/etag/page.html") || die "proxy on $p failed"
   [[ $code == 200 ]] || die "proxy on $p answered $code"
 done
@@ -217,12 +276,12 @@ run() { # name, proxy port (or 'direct'), url, unique, [tag, seconds]
   local name=$1 port=$2 url=$3 unique=$4 tag=${5:-$1} secs=${6:-$DURATION} out=$WORK/wrk-$1.txt
   if [[ $port == direct ]]; then
     if [[ $unique == 1 ]]; then
-      BENCH_TARGET=$url BENCH_UNIQUE=1 BENCH_RUN=$tag wrk -t$THREADS -c$CONNS -d${secs}s --latency -s "$ROOT/bench/peers-direct.lua" "$url" >"$out"
+      BENCH_TARGET=$url BENCH_UNIQUE=1 BENCH_RUN=$tag "${ON_LOAD_CPU[@]}" wrk -t$THREADS -c$CONNS -d${secs}s --latency -s "$ROOT/bench/peers-direct.lua" "$url" >"$out"
     else
-      wrk -t$THREADS -c$CONNS -d${secs}s --latency "$url" >"$out"
+      "${ON_LOAD_CPU[@]}" wrk -t$THREADS -c$CONNS -d${secs}s --latency "$url" >"$out"
     fi
   else
-    BENCH_TARGET=$url BENCH_UNIQUE=$unique BENCH_RUN=$tag wrk -t$THREADS -c$CONNS -d${secs}s --latency \
+    BENCH_TARGET=$url BENCH_UNIQUE=$unique BENCH_RUN=$tag "${ON_LOAD_CPU[@]}" wrk -t$THREADS -c$CONNS -d${secs}s --latency \
       -s "$ROOT/bench/peers.lua" "http://127.0.0.1:$port" >"$out"
   fi
 }
@@ -250,22 +309,40 @@ cpu_us() { # name, ticks used
   n=$(awk '/ requests in / {print $1}' "$WORK/wrk-$1.txt")
   awk -v t="$2" -v n="$n" -v hz="$(getconf CLK_TCK)" 'BEGIN{ if (n > 0) printf "%.1f", t * 1e6 / hz / n; else print "-" }'
 }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (b > 0) printf "%.2fx", a/b; else print "-" }'; }
 bad() { awk -F: '/Non-2xx or 3xx/ {gsub(/ /,"",$2); print $2}' "$WORK/wrk-$1.txt" | grep . || echo 0; }
 
 declare -A URL=([plain]=$ORIGIN/plain [reval]=$ORIGIN/etag/page.html [fresh]=$ORIGIN/etag/page.html
   [recrawl]=$ORIGIN/etag/page.html)
 declare -A UNIQ=([plain]=0 [reval]=0 [fresh]=1 [recrawl]=1)
-PEER_PID=([relay]=$RELAY_PID [squid]=$SQUID_PID [tinyproxy]=$TINY_PID [mannerly]=$MANNERLY_PID)
-declare -A USED RECRAWL
+PEER_PID=([relay]=$RELAY_PID [squid]=$SQUID_PID [squiddisk]=$SQUIDDISK_PID [tinyproxy]=$TINY_PID [mannerly]=$MANNERLY_PID)
+declare -A USED RECRAWL SQUID_DID
+# squiddisk's own count of what it did, from its cache manager: requests,
+# answers from its store (a hit, or a 304 from the origin and the stored
+# body: TCP_REFRESH_UNMODIFIED counts as a hit), requests sent to the origin.
+squid_counters() {
+  curl -sS "http://127.0.0.1:$SQUIDDISK_PORT/squid-internal-mgr/counters" 2>/dev/null \
+    | awk -F' = ' '$1 == "client_http.requests" {r = $2} $1 == "client_http.hits" {h = $2}
+        $1 == "server.http.requests" {s = $2} END {print r + 0, h + 0, s + 0}'
+}
+squid_objects() {
+  curl -sS "http://127.0.0.1:$SQUIDDISK_PORT/squid-internal-mgr/info" 2>/dev/null \
+    | awk -F'\t' '/on-disk objects/ {gsub(/[^0-9]/, "", $2); print $2 + 0}'
+}
+# The difference of two squid_counters lines, as words.
+squid_did() { # before, after
+  read -r r0 h0 s0 <<<"$1"; read -r r1 h1 s1 <<<"$2"
+  echo "$((r1 - r0)) requests, $((h1 - h0)) answered from its store, $((s1 - s0)) sent to the origin"
+}
 ROUNDS=${BENCH_ROUNDS:-3}
-PEERS=${BENCH_PEERS:-direct relay squid tinyproxy mannerly}
+PEERS=${BENCH_PEERS:-direct relay squid squiddisk tinyproxy mannerly}
 # The median of a peer's rounds: the run whose req/s is the middle one (its
 # p50 and p99 are reported with it).
 median_run() { # path, peer
   local r
   for ((r = 1; r <= ROUNDS; r++)); do echo "$(rps "$1-$2-$r") $r"; done | sort -n | awk -v m=$(((ROUNDS + 1) / 2)) 'NR == m {print $2}'
 }
-printf '\n%-7s %-9s %9s %9s %9s %8s %12s %11s %s\n' path peer req/s p50_ms p99_ms non2xx vs_squid cpu_us/req "rounds (req/s)"
+printf '\n%-7s %-9s %9s %9s %9s %8s %9s %9s %11s %s\n' path peer req/s p50_ms p99_ms non2xx vs_squid vs_sqdisk cpu_us/req "rounds (req/s)"
 PATHS=${BENCH_PATHS:-plain reval fresh recrawl https}
 for path in $PATHS; do
   [[ $path == https ]] && continue
@@ -274,7 +351,8 @@ for path in $PATHS; do
   for ((round = 1; round <= ROUNDS; round++)); do
     for peer in $PEERS; do
       case $peer in
-        direct) port=direct ;; relay) port=direct ;; squid) port=$SQUID_PORT ;; tinyproxy) port=$TINY_PORT ;; mannerly) port=$MANNERLY_PORT ;;
+        direct) port=direct ;; relay) port=direct ;; squid) port=$SQUID_PORT ;; squiddisk) port=$SQUIDDISK_PORT ;;
+        tinyproxy) port=$TINY_PORT ;; mannerly) port=$MANNERLY_PORT ;;
       esac
       url=${URL[$path]}
       [[ $peer == relay ]] && url=${url/:$ORIGIN_PORT/:$RELAY_PORT}
@@ -287,6 +365,12 @@ for path in $PATHS; do
         run "$tag" "$port" "$url" 1 "$tag" "${BENCH_RECRAWL_FILL:-$((DURATION * 3))}"
         revalidated=$(outcomes revalidated) fetched=$(outcomes fetched)
       fi
+      if [[ $path == recrawl && $peer == squiddisk ]]; then
+        # squid's fill, the same length as mannerly's: pages on its disk.
+        tag=fill-squiddisk-$round
+        run "$tag" "$port" "$url" 1 "$tag" "${BENCH_RECRAWL_FILL:-$((DURATION * 3))}"
+      fi
+      [[ $peer == squiddisk ]] && sq_before=$(squid_counters)
       perf_pid=
       if [[ $peer == mannerly && $round == ${BENCH_PERF_ROUND:-1} && ${BENCH_PERF:-0} == 1 ]]; then
         perf record -F 499 ${BENCH_PERF_CALLGRAPH:--g} -o "$WORK/perf-$path.data" -p "$MANNERLY_PID" >/dev/null 2>&1 & perf_pid=$!
@@ -297,20 +381,27 @@ for path in $PATHS; do
       if [[ $path == recrawl && $peer == mannerly ]]; then
         RECRAWL[$round]="$(($(outcomes revalidated) - revalidated)) revalidated, $(($(outcomes fetched) - fetched)) fetched"
       fi
+      [[ $peer == squiddisk ]] && SQUID_DID[$path-$round]=$(squid_did "$sq_before" "$(squid_counters)")
       USED[$path-$peer-$round]=$(( $([[ -n $pid ]] && ticks "$pid" || echo 0) - before ))
       [[ -n $perf_pid ]] && { kill -INT "$perf_pid"; wait "$perf_pid" || true; }
     done
   done
-  s=0
+  s=0 sd=0
   [[ " $PEERS " == *" squid "* ]] && s=$(rps "$path-squid-$(median_run "$path" squid)")
+  [[ " $PEERS " == *" squiddisk "* ]] && sd=$(rps "$path-squiddisk-$(median_run "$path" squiddisk)")
   for peer in $PEERS; do
     m=$path-$peer-$(median_run "$path" "$peer")
     r=$(rps "$m")
     cpu=-; [[ -n ${PEER_PID[$peer]:-} ]] && cpu=$(cpu_us "$m" "${USED[$m]}")
     all=$(for ((round = 1; round <= ROUNDS; round++)); do rps "$path-$peer-$round"; echo; done | paste -sd/)
-    printf '%-7s %-9s %9s %9s %9s %8s %12s %11s %s\n' "$path" "$peer" "$r" "$(ms "$m" 50%)" \
-      "$(ms "$m" 99%)" "$(bad "$m")" "$(awk -v a="$r" -v b="$s" 'BEGIN{ if (b > 0) printf "%.2fx", a/b; else print "-" }')" "$cpu" "$all"
+    printf '%-7s %-9s %9s %9s %9s %8s %9s %9s %11s %s\n' "$path" "$peer" "$r" "$(ms "$m" 50%)" \
+      "$(ms "$m" 99%)" "$(bad "$m")" "$(ratio "$r" "$s")" "$(ratio "$r" "$sd")" "$cpu" "$all"
   done
+  if [[ " $PEERS " == *" squiddisk "* ]]; then
+    for ((round = 1; round <= ROUNDS; round++)); do
+      echo "$path, squiddisk round $round: ${SQUID_DID[$path-$round]}"
+    done
+  fi
   if [[ $path == recrawl && " $PEERS " == *" mannerly "* ]]; then
     for ((round = 1; round <= ROUNDS; round++)); do
       echo "recrawl, mannerly round $round: ${RECRAWL[$round]} (any fetched: the fill was too short)"
@@ -327,7 +418,7 @@ https_run() { # name, requests, port, curl options... (HTTPS_PID: the proxy, for
   for ((i = 0; i < n; i++)); do printf 'url = "%s"\noutput = "/dev/null"\n' "$url"; done >"$WORK/urls-$name"
   local t0 t1
   t0=$(date +%s.%N)
-  curl -sS --http1.1 --parallel --parallel-max 16 --parallel-immediate -K "$WORK/urls-$name" \
+  "${ON_LOAD_CPU[@]}" curl -sS --http1.1 --parallel --parallel-max 16 --parallel-immediate -K "$WORK/urls-$name" \
     --resolve "localhost:$port:127.0.0.1" -w '%{http_code} %{time_total}\n' "$@" \
     >"$WORK/https-$name.txt" 2>"$WORK/https-$name.err" || true
   t1=$(date +%s.%N)
@@ -362,16 +453,16 @@ if [[ " $PATHS " == *" https "* ]]; then
   # The median round of each peer, by req/s.
   https_median() { { cat "$WORK"/https-"$1"-*.sum 2>/dev/null || true; } | sort -k2,2n | awk -v m=$(((ROUNDS + 1) / 2)) 'NR == m'; }
   echo
-  printf '%-6s %-9s %9s %9s %9s %8s %12s %14s %11s %s\n' path peer req/s p50_ms p99_ms failed vs_direct vs_mitmproxy cpu_us/req "rounds (req/s)"
+  printf '%-6s %-9s %9s %9s %9s %8s %9s %9s %12s %11s %s\n' path peer req/s p50_ms p99_ms failed vs_direct vs_relay vs_mitmproxy cpu_us/req "rounds (req/s)"
   d=$(https_median direct | awk '{print $2}')
+  rl=$(https_median relay | awk '{print $2}')
   m=$(https_median mitmproxy | awk '{print $2}'); m=${m:-0}
   for peer in direct relay mannerly mitmproxy; do
     line=$(https_median "$peer"); [[ -n $line ]] || continue
     read -r _ r p50 p99 bad cpu <<<"$line"
     all=$(for ((round = 1; round <= ROUNDS; round++)); do awk '{print $2}' "$WORK/https-$peer-$round.sum"; done | paste -sd/)
-    printf '%-6s %-9s %9s %9s %9s %8s %12s %14s %11s %s\n' https "$peer" "$r" "$p50" "$p99" "$bad" \
-      "$(awk -v a="$r" -v b="$d" 'BEGIN{printf "%.2fx", a/b}')" \
-      "$(awk -v a="$r" -v b="$m" 'BEGIN{ if (b > 0) printf "%.1fx", a/b; else print "-" }')" "$cpu" "$all"
+    printf '%-6s %-9s %9s %9s %9s %8s %9s %9s %12s %11s %s\n' https "$peer" "$r" "$p50" "$p99" "$bad" \
+      "$(ratio "$r" "$d")" "$(ratio "$r" "${rl:-0}")" "$(ratio "$r" "$m")" "$cpu" "$all"
   done
 fi
 
@@ -383,6 +474,11 @@ if [[ ${BENCH_PERF:-0} == 1 ]]; then
   done
 fi
 echo
+[[ " $PEERS " == *" squiddisk "* ]] && echo "squiddisk: $(squid_objects) objects on disk ($SQUID_STORE)"
 echo "mannerly audit: $(outcomes revalidated) revalidated, $(grep -c '"cache":"stored"' "$WORK/data/audit.jsonl" || true) stored, $(wc -l <"$WORK/data/audit.jsonl") lines"
 "$MANNERLY" audit verify "$WORK/data/audit.jsonl" >/dev/null 2>&1 && echo "audit chain: intact" || echo "audit chain: see mannerly audit verify (end unsealed while running is expected)"
-echo "($(nproc) CPUs shared by origin, proxies and wrk; ${DURATION}s per run, $CONNS connections, median of $ROUNDS rounds)"
+if [[ ${BENCH_PIN:-0} == 1 ]]; then
+  echo "(pinned: proxy under test on CPU 0, wrk/curl and the origin on CPU 1; ${DURATION}s per run, $CONNS connections, median of $ROUNDS rounds)"
+else
+  echo "($(nproc) CPUs shared by origin, proxies and wrk; ${DURATION}s per run, $CONNS connections, median of $ROUNDS rounds)"
+fi
