@@ -78,7 +78,10 @@ async fn a_slot_freed_on_one_proxy_wakes_the_waiter_on_another_by_message() {
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     assert_eq!(metric("mannerly_state_redis_wakes_live").await, 1.0);
-    assert_eq!(metric("mannerly_state_redis_woken_by_message_total").await, 0.0);
+    assert_eq!(
+        metric("mannerly_state_redis_woken_by_message_total").await,
+        0.0
+    );
 
     let held = tokio::spawn(get(a.client(), "/held"));
     arrived.notified().await;
