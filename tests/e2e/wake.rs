@@ -7,6 +7,7 @@ use std::time::Duration;
 use mannerly_proxy::StateBackend;
 use tokio::sync::Notify;
 
+use super::redis_cluster::RedisCluster;
 use super::redis_server::RedisServer;
 use super::support::*;
 
@@ -17,6 +18,22 @@ async fn a_slot_freed_on_one_proxy_wakes_the_waiter_on_another_by_message() {
     else {
         return;
     };
+    wakes_across(redis.url()).await;
+}
+
+/// The same on a Redis Cluster: the release is published on the host's
+/// shard, the subscriber listens on whichever seed node it reached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_redis_cluster_a_freed_slot_wakes_the_waiter_on_another_proxy() {
+    let Some(cluster) =
+        RedisCluster::start("on_a_redis_cluster_a_freed_slot_wakes_the_waiter_on_another_proxy")
+    else {
+        return;
+    };
+    wakes_across(cluster.url()).await;
+}
+
+async fn wakes_across(url: String) {
     // `/held` answers only when the test opens the gate: it keeps the
     // host's one slot taken on proxy A.
     let (arrived, gate) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
@@ -38,7 +55,7 @@ async fn a_slot_freed_on_one_proxy_wakes_the_waiter_on_another_by_message() {
     .await;
     let shared = |cfg: &mut mannerly_proxy::Config| {
         cfg.state.backend = StateBackend::Redis;
-        cfg.state.redis_url = redis.url();
+        cfg.state.redis_url = url.clone();
         cfg.state.key_prefix = String::from("wake:");
         // A loaded test machine must not look like an unreachable Redis.
         cfg.state.command_timeout_ms = 1000.0;
