@@ -44,6 +44,7 @@ mod e2e {
     mod shared_cache;
     mod shared_pages;
     mod tdmrep;
+    mod wake;
     mod witness;
 
     #[path = "../../examples/kill9.rs"]

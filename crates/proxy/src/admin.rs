@@ -310,7 +310,10 @@ fn metrics(shared: &Shared, observe: &Observe) -> Answer {
     g.redis = shared.budgets.shared().map(|r| {
         let s = r.stats();
         let n = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+        let (woken_by_message, wakes_live) = shared.budgets.woken_by_message();
         metrics::RedisCounts {
+            woken_by_message,
+            wakes_live,
             round_trips: n(&s.round_trips),
             conflicts: n(&s.conflicts),
             degraded_ops: n(&s.degraded_ops),

@@ -8,5 +8,6 @@ pub mod hosts;
 mod link;
 pub mod responses;
 pub mod robots;
+pub mod wake;
 
 pub use link::{tagged, Link, CLUSTER_SCHEME};

@@ -121,7 +121,7 @@ pub fn tagged(prefix: &str, name: &str, kind: &str) -> String {
 }
 
 /// The seed node URLs of a `redis+cluster://` URL; `None` for any other.
-fn cluster_nodes(url: &str) -> Result<Option<Vec<String>>, redis::RedisError> {
+pub(crate) fn cluster_nodes(url: &str) -> Result<Option<Vec<String>>, redis::RedisError> {
     let Some(rest) = url.strip_prefix(CLUSTER_SCHEME) else {
         return Ok(None);
     };

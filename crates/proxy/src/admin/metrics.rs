@@ -84,6 +84,10 @@ pub(crate) struct RedisCounts {
     pub conflicts: u64,
     pub degraded_ops: u64,
     pub contended_ops: u64,
+    /// Waiters woken by another proxy's released slot.
+    pub woken_by_message: u64,
+    /// Whether those releases are heard now.
+    pub wakes_live: bool,
 }
 
 /// Scrape-time figures the caller reads from the store and elsewhere.
@@ -396,6 +400,11 @@ impl Metrics {
             total("mannerly_state_redis_conflicts_total", r.conflicts);
             total("mannerly_state_redis_degraded_ops_total", r.degraded_ops);
             total("mannerly_state_redis_contended_ops_total", r.contended_ops);
+            total(
+                "mannerly_state_redis_woken_by_message_total",
+                r.woken_by_message,
+            );
+            gauge("mannerly_state_redis_wakes_live", vec![]).set(f64::from(u8::from(r.wakes_live)));
         }
         total("mannerly_audit_lines_total", g.audit_lines);
         total("mannerly_audit_write_errors_total", g.audit_write_errors);

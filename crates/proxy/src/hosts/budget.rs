@@ -3,8 +3,10 @@
 //! sleeps until the decided time or until another request to the same host
 //! frees a concurrency slot. No polling: one timer or one notification per
 //! wait — except with the shared (redis) backend, where a slot freed by
-//! another proxy sends no notification here, so a concurrency waiter also
-//! looks again every [`SHARED_SLOT_RECHECK`].
+//! another proxy arrives as a message on the host's channel
+//! (`mannerly_state::wake`), and a concurrency waiter also looks again every
+//! [`SHARED_SLOT_RECHECK`], or every [`SHARED_SLOT_RECHECK_UNHEARD`] while
+//! the subscription is down (a lease that expired sends no message either).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -19,6 +21,7 @@ use mannerly_policy::budget::{
 use mannerly_state::hosts::{Basis, HostStore, Lease, MemoryHosts, RedisHosts, RedisSettings};
 use mannerly_state::responses::{ResponseStore, SharedPages, StoreError};
 use mannerly_state::robots::SharedRobots;
+use mannerly_state::wake::Wakes;
 use tokio::sync::{Mutex, Notify};
 use tokio::time::Instant;
 
@@ -27,8 +30,11 @@ use crate::config::Config;
 use crate::error::ConfigError;
 
 /// How often a request waiting for a concurrency slot looks again when
-/// the slots are shared with other proxies.
-pub(crate) const SHARED_SLOT_RECHECK: Duration = Duration::from_millis(100);
+/// the slots are shared with other proxies and their releases are heard.
+pub(crate) const SHARED_SLOT_RECHECK: Duration = Duration::from_secs(1);
+
+/// The same while the subscription to other proxies' releases is down.
+pub(crate) const SHARED_SLOT_RECHECK_UNHEARD: Duration = Duration::from_millis(100);
 
 /// The budgets of all hosts and the wake-ups of their waiters.
 pub(crate) struct Budgets {
@@ -38,6 +44,11 @@ pub(crate) struct Budgets {
     seed: AtomicU64,
     /// Crawl-delays to apply to shared budgets before the next request.
     crawl_delays: DashMap<String, Option<f64>>,
+    /// Other proxies' released slots, with the redis backend.
+    wakes: std::sync::OnceLock<Wakes>,
+    /// Concurrency waiters woken by another proxy's release (for metrics
+    /// and tests).
+    woken_by_message: AtomicU64,
 }
 
 /// Where the budgets live.
@@ -56,6 +67,9 @@ struct Line {
     freed: Notify,
     /// Requests waiting for `turn`, for the queue bound.
     waiting: AtomicUsize,
+    /// Releases heard from other proxies: tells a wake-up by message from
+    /// one by this proxy's own release.
+    heard: AtomicU64,
 }
 
 /// An in-flight slot of a host. Released by [`Permit::respond`], or on drop
@@ -81,6 +95,8 @@ impl Budgets {
             lines: DashMap::new(),
             seed: AtomicU64::new(0x9e37_79b9_7f4a_7c15),
             crawl_delays: DashMap::new(),
+            wakes: std::sync::OnceLock::new(),
+            woken_by_message: AtomicU64::new(0),
         })
     }
 
@@ -117,7 +133,28 @@ impl Budgets {
                             why: other.to_string(),
                         },
                     })?;
-                Ok(Budgets::with(Backend::Redis(Arc::new(hosts)), clock))
+                let budgets = Budgets::with(Backend::Redis(Arc::new(hosts)), clock);
+                let weak = Arc::downgrade(&budgets);
+                let wakes = Wakes::subscribe(
+                    &s.redis_url,
+                    &s.key_prefix,
+                    Duration::from_secs_f64(s.command_timeout_ms / 1000.0),
+                    move |host| {
+                        if let Some(l) = weak
+                            .upgrade()
+                            .and_then(|b| b.lines.get(host).map(|l| l.clone()))
+                        {
+                            l.heard.fetch_add(1, Ordering::SeqCst);
+                            l.freed.notify_one();
+                        }
+                    },
+                )
+                .map_err(|e| ConfigError::Invalid {
+                    key: "state.redis_url".into(),
+                    why: e.to_string(),
+                })?;
+                let _ = budgets.wakes.set(wakes);
+                Ok(budgets)
             }
         }
     }
@@ -292,6 +329,7 @@ impl Budgets {
             let freed = line.freed.notified();
             tokio::pin!(freed);
             freed.as_mut().enable();
+            let heard = line.heard.load(Ordering::SeqCst);
             let now = self.clock.now();
             let hold_left = deadline.saturating_duration_since(now);
             let (answer, lease, started_on) =
@@ -315,10 +353,14 @@ impl Budgets {
                 Start::WaitConcurrency => {
                     let recheck = match self.backend {
                         Backend::Memory(_) => deadline,
-                        Backend::Redis(_) => (now + SHARED_SLOT_RECHECK).min(deadline),
+                        Backend::Redis(_) => (now + self.shared_recheck()).min(deadline),
                     };
                     tokio::select! {
-                        _ = &mut freed => {}
+                        _ = &mut freed => {
+                            if line.heard.load(Ordering::SeqCst) != heard {
+                                self.woken_by_message.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
                         _ = tokio::time::sleep_until(recheck), if recheck < deadline => {}
                         _ = tokio::time::sleep_until(deadline) => {
                             return Err(self.held_too_long(&key));
@@ -420,6 +462,7 @@ impl Budgets {
                     turn: Mutex::new(()),
                     freed: Notify::new(),
                     waiting: AtomicUsize::new(0),
+                    heard: AtomicU64::new(0),
                 })
             })
             .clone()
@@ -429,6 +472,21 @@ impl Budgets {
         if let Some(l) = self.lines.get(key) {
             l.freed.notify_one();
         }
+    }
+
+    /// How long a shared concurrency waiter sleeps before looking again.
+    fn shared_recheck(&self) -> Duration {
+        match self.wakes.get() {
+            Some(w) if w.is_live() => SHARED_SLOT_RECHECK,
+            _ => SHARED_SLOT_RECHECK_UNHEARD,
+        }
+    }
+
+    /// Waiters woken by another proxy's release, and whether that channel
+    /// is heard now.
+    pub(crate) fn woken_by_message(&self) -> (u64, bool) {
+        let live = self.wakes.get().is_some_and(Wakes::is_live);
+        (self.woken_by_message.load(Ordering::Relaxed), live)
     }
 
     /// A number in [0, 1) for backoff jitter; quality does not matter, only

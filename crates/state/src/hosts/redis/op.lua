@@ -10,6 +10,7 @@
 -- ARGV[5]  lease action: '+' take ARGV[6], '-' release ARGV[6], '' none
 -- ARGV[6]  lease id
 -- ARGV[7]  lease TTL, ms
+-- ARGV[8]  the host's wake-up channel: told when a lease is given back
 --
 -- Returns {1, leases} when the caller's view was current and its decision
 -- is now stored, else {0, leases, current budget} for the caller to decide
@@ -18,8 +19,11 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 if ARGV[5] == '-' then
-  -- A release stands even when the decision must be made again.
-  redis.call('ZREM', KEYS[2], ARGV[6])
+  -- A release stands even when the decision must be made again. Only the
+  -- round that removes the lease tells the other proxies' waiters.
+  if redis.call('ZREM', KEYS[2], ARGV[6]) == 1 then
+    redis.call('PUBLISH', ARGV[8], '')
+  end
 end
 local n = redis.call('ZCARD', KEYS[2])
 local cur = redis.call('GET', KEYS[1])

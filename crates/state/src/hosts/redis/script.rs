@@ -66,7 +66,8 @@ pub(super) async fn call(
         .arg(ms(settings.budget_ttl))
         .arg(sign)
         .arg(id)
-        .arg(ms(settings.lease_ttl));
+        .arg(ms(settings.lease_ttl))
+        .arg(crate::wake::channel(&settings.key_prefix, ask.host));
     let mut conn = conn.clone();
     let answer: Vec<Value> =
         match tokio::time::timeout(settings.command_timeout, inv.invoke_async(&mut conn)).await {

@@ -202,3 +202,69 @@ async fn a_request_started_under_contention_teaches_the_cluster_its_429() {
     // The stand-in's slot came back with the answer, and the stand-in went.
     assert!(stand_in(&a).is_none());
 }
+
+#[tokio::test]
+async fn a_lease_given_back_on_one_proxy_wakes_the_other_by_message() {
+    let Some(server) =
+        RedisServer::start("a_lease_given_back_on_one_proxy_wakes_the_other_by_message")
+    else {
+        return;
+    };
+    let a = store(&server);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let b = crate::wake::Wakes::subscribe(&server.url(), "test:", Duration::from_secs(2), {
+        move |host| {
+            let _ = tx.send(host.to_string());
+        }
+    })
+    .expect("subscriber");
+    // Bounded so that a subscriber that never comes up fails, not hangs.
+    for _ in 0..200 {
+        if b.is_live() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(b.is_live(), "the subscriber never came up");
+
+    let hold = a.params(HOT).max_hold();
+    let now = Instant::now();
+    let st = a
+        .try_start_since(HOT, now, SystemTime::now(), hold, now)
+        .await;
+    let (Start::Go, Some(lease)) = st.value else {
+        panic!("expected to start, got {:?}", st.value);
+    };
+    assert!(matches!(lease, Lease::Shared(_)));
+    // Taking a lease frees nothing: no message.
+    assert!(rx.try_recv().is_err());
+
+    a.finish(HOT, &lease, Instant::now(), SystemTime::now())
+        .await;
+    let woken = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .expect("a message for the freed slot");
+    assert_eq!(woken.as_deref(), Some(HOT));
+    assert_eq!(b.messages(), 1);
+    // Giving the same lease back again removes nothing and tells no one.
+    a.finish(HOT, &lease, Instant::now(), SystemTime::now())
+        .await;
+    let cold = a
+        .try_start_since(
+            COLD,
+            Instant::now(),
+            SystemTime::now(),
+            hold,
+            Instant::now(),
+        )
+        .await;
+    let (Start::Go, Some(cold_lease)) = cold.value else {
+        panic!("expected to start, got {:?}", cold.value);
+    };
+    a.finish(COLD, &cold_lease, Instant::now(), SystemTime::now())
+        .await;
+    let next = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .expect("a message for the second host");
+    assert_eq!(next.as_deref(), Some(COLD), "no second message for HOT");
+}

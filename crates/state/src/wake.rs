@@ -1,0 +1,155 @@
+//! Wake-ups across proxies: a proxy that gives a host's concurrency lease
+//! back publishes on the host's channel ([`channel`], from inside the
+//! budget script, so it costs no round trip), and every proxy keeps one
+//! subscriber connection ([`Wakes`]) that hands each host named to a
+//! callback, which wakes that host's local waiters. Without it, a waiter
+//! on another proxy learns of the freed slot only when it looks again.
+//!
+//! Plain `PUBLISH` reaches subscribers on every node of a Redis Cluster, so
+//! one pattern subscription on any one node hears every host; `SPUBLISH`
+//! would need one subscriber per shard.
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_core::Stream;
+
+use crate::link::{cluster_nodes, tagged};
+
+/// The channel on which `host`'s freed slots are announced. Hash-tagged
+/// like the host's keys.
+pub fn channel(prefix: &str, host: &str) -> String {
+    tagged(prefix, host, "w")
+}
+
+/// How long the subscriber waits before dialling again after losing Redis.
+const REDIAL: Duration = Duration::from_millis(500);
+
+/// One subscriber connection, alive while this is held.
+#[derive(Debug)]
+pub struct Wakes {
+    inner: Arc<Inner>,
+    task: tokio::task::AbortHandle,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    live: AtomicBool,
+    messages: AtomicU64,
+}
+
+impl Wakes {
+    /// Subscribes to every host's channel under `prefix` on the Redis at
+    /// `url` (a node or `redis+cluster://` seeds, tried in turn), calling
+    /// `on_host` with the host of each message. Dials in the background and
+    /// again whenever the connection drops. Needs a tokio runtime.
+    pub fn subscribe(
+        url: &str,
+        prefix: &str,
+        timeout: Duration,
+        on_host: impl Fn(&str) + Send + Sync + 'static,
+    ) -> Result<Wakes, redis::RedisError> {
+        let nodes = cluster_nodes(url)?.unwrap_or_else(|| vec![url.to_string()]);
+        let clients = nodes
+            .iter()
+            .map(|n| redis::Client::open(n.as_str()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let inner = Arc::new(Inner::default());
+        let (state, prefix) = (inner.clone(), prefix.to_string());
+        let task = tokio::spawn(async move {
+            let pattern = format!("{}{{*}}:w", glob_escape(&prefix));
+            for client in clients.iter().cycle() {
+                if let Err(e) = listen(client, &pattern, &prefix, timeout, &state, &on_host).await {
+                    tracing::debug!("wake-up subscriber: {e}");
+                }
+                state.live.store(false, Ordering::SeqCst);
+                tokio::time::sleep(REDIAL).await;
+            }
+        });
+        Ok(Wakes {
+            inner,
+            task: task.abort_handle(),
+        })
+    }
+
+    /// Whether the subscription is in place now: a freed slot elsewhere
+    /// will wake this proxy's waiters.
+    pub fn is_live(&self) -> bool {
+        self.inner.live.load(Ordering::SeqCst)
+    }
+
+    /// Messages received and handed on since the start.
+    pub fn messages(&self) -> u64 {
+        self.inner.messages.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Wakes {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn listen(
+    client: &redis::Client,
+    pattern: &str,
+    prefix: &str,
+    timeout: Duration,
+    state: &Inner,
+    on_host: &(impl Fn(&str) + Send + Sync),
+) -> Result<(), String> {
+    let mut pubsub = tokio::time::timeout(timeout, client.get_async_pubsub())
+        .await
+        .map_err(|_| format!("no connection within {timeout:?}"))?
+        .map_err(|e| e.to_string())?;
+    tokio::time::timeout(timeout, pubsub.psubscribe(pattern))
+        .await
+        .map_err(|_| format!("no subscription within {timeout:?}"))?
+        .map_err(|e| e.to_string())?;
+    state.live.store(true, Ordering::SeqCst);
+    let mut stream = pubsub.into_on_message();
+    while let Some(msg) = std::future::poll_fn(|cx| Pin::new(&mut stream).poll_next(cx)).await {
+        if let Some(host) = host_of(prefix, msg.get_channel_name()) {
+            state.messages.fetch_add(1, Ordering::Relaxed);
+            on_host(host);
+        }
+    }
+    Err(String::from("connection closed"))
+}
+
+/// The host named by a [`channel`].
+fn host_of<'a>(prefix: &str, channel: &'a str) -> Option<&'a str> {
+    channel
+        .strip_prefix(prefix)?
+        .strip_prefix('{')?
+        .strip_suffix("}:w")
+}
+
+/// `s` with Redis glob characters escaped, so that a prefix matches itself.
+fn glob_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_channel_names_its_host_back() {
+        let c = channel("m:", "a.example");
+        assert_eq!(c, "m:{a.example}:w");
+        assert_eq!(host_of("m:", &c), Some("a.example"));
+        assert_eq!(host_of("other:", &c), None);
+        assert_eq!(host_of("m:", "m:{a.example}:h"), None);
+        assert_eq!(glob_escape("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
+    }
+}
