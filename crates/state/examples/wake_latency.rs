@@ -31,11 +31,13 @@ const ROUNDS: u64 = 40;
 const HOST: &str = "one-slot.example";
 
 fn store(url: &str) -> RedisHosts {
-    let mut params = BudgetParams::default();
-    params.concurrency = 1;
-    params.start_rate = 1000.0;
-    params.max_rate = 1000.0;
-    params.burst = 100;
+    let params = BudgetParams {
+        concurrency: 1,
+        start_rate: 1000.0,
+        max_rate: 1000.0,
+        burst: 100,
+        ..Default::default()
+    };
     let mut s = RedisSettings::new(url.to_string());
     s.key_prefix = String::from("bench:");
     s.command_timeout = Duration::from_secs(2);
