@@ -46,7 +46,8 @@
 # wrk, curl and the origin on CPU 1, with taskset), BENCH_PERF=1
 # (perf record on mannerly during its first round, or round BENCH_PERF_ROUND;
 # prints each path's top symbols;
-# needs perf: apt-get install -y linux-perf).
+# needs perf: apt-get install -y linux-perf), BENCH_SYSCALLS=1 (perf stat
+# counts each proxy's system calls per request, beside its CPU time).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -303,6 +304,15 @@ ticks() {
   done
   echo "$total"
 }
+# The same, user time only (field 14): the rest of cpu_us is the kernel's.
+uticks() {
+  local p total=0 t
+  for p in "$1" $(pgrep -P "$1" || true); do
+    t=$(awk '{print $14}' "/proc/$p/stat" 2>/dev/null || echo 0)
+    total=$((total + t))
+  done
+  echo "$total"
+}
 declare -A PEER_PID
 cpu_us() { # name, ticks used
   local n
@@ -316,7 +326,7 @@ declare -A URL=([plain]=$ORIGIN/plain [reval]=$ORIGIN/etag/page.html [fresh]=$OR
   [recrawl]=$ORIGIN/etag/page.html)
 declare -A UNIQ=([plain]=0 [reval]=0 [fresh]=1 [recrawl]=1)
 PEER_PID=([relay]=$RELAY_PID [squid]=$SQUID_PID [squiddisk]=$SQUIDDISK_PID [tinyproxy]=$TINY_PID [mannerly]=$MANNERLY_PID)
-declare -A USED RECRAWL SQUID_DID
+declare -A USED UUSED SYSCALLS RECRAWL SQUID_DID
 # squiddisk's own count of what it did, from its cache manager: requests,
 # answers from its store (a hit, or a 304 from the origin and the stored
 # body: TCP_REFRESH_UNMODIFIED counts as a hit), requests sent to the origin.
@@ -377,7 +387,17 @@ for path in $PATHS; do
       fi
       pid=${PEER_PID[$peer]:-}
       before=$([[ -n $pid ]] && ticks "$pid" || echo 0)
+      ubefore=$([[ -n $pid ]] && uticks "$pid" || echo 0)
+      stat_pid=
+      if [[ ${BENCH_SYSCALLS:-0} == 1 && -n $pid ]]; then
+        perf stat -x, -e raw_syscalls:sys_enter -p "$(pgrep -P "$pid" | paste -sd, | sed 's/.$/&,/')${pid}" -o "$WORK/sys-$path-$peer-$round.txt" >/dev/null 2>&1 & stat_pid=$!
+      fi
       run "$path-$peer-$round" "$port" "$url" "${UNIQ[$path]}" "$tag"
+      if [[ -n $stat_pid ]]; then
+        kill -INT "$stat_pid"; wait "$stat_pid" || true
+        SYSCALLS[$path-$peer-$round]=$(awk -F, '/raw_syscalls/ {print $1}' "$WORK/sys-$path-$peer-$round.txt")
+      fi
+      UUSED[$path-$peer-$round]=$(( $([[ -n $pid ]] && uticks "$pid" || echo 0) - ubefore ))
       if [[ $path == recrawl && $peer == mannerly ]]; then
         RECRAWL[$round]="$(($(outcomes revalidated) - revalidated)) revalidated, $(($(outcomes fetched) - fetched)) fetched"
       fi
@@ -392,7 +412,9 @@ for path in $PATHS; do
   for peer in $PEERS; do
     m=$path-$peer-$(median_run "$path" "$peer")
     r=$(rps "$m")
-    cpu=-; [[ -n ${PEER_PID[$peer]:-} ]] && cpu=$(cpu_us "$m" "${USED[$m]}")
+    cpu=-; [[ -n ${PEER_PID[$peer]:-} ]] && cpu="$(cpu_us "$m" "${USED[$m]}") ($(cpu_us "$m" "${UUSED[$m]}") user$(
+      [[ -n ${SYSCALLS[$m]:-} ]] && awk -v c="${SYSCALLS[$m]}" -v n="$(awk '/ requests in / {print $1}' "$WORK/wrk-$m.txt")" \
+        'BEGIN{ printf ", %.2f syscalls", c / n }'))"
     all=$(for ((round = 1; round <= ROUNDS; round++)); do rps "$path-$peer-$round"; echo; done | paste -sd/)
     printf '%-7s %-9s %9s %9s %9s %8s %9s %9s %11s %s\n' "$path" "$peer" "$r" "$(ms "$m" 50%)" \
       "$(ms "$m" 99%)" "$(bad "$m")" "$(ratio "$r" "$s")" "$(ratio "$r" "$sd")" "$cpu" "$all"
