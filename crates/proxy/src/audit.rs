@@ -39,6 +39,7 @@ use crate::error::AuditError;
 mod body;
 mod files;
 mod key;
+mod soon;
 mod witness;
 mod writer;
 
@@ -71,6 +72,7 @@ struct Log {
     /// thread), so records are handed to the timer thread instead. A file
     /// takes a `write` without waiting for anyone.
     handoff: Option<mpsc::Sender<Msg>>,
+    soon: soon::Soon,
 }
 
 impl Log {
@@ -92,7 +94,15 @@ impl Log {
     /// writing now; that writer then writes it in its next round, since it
     /// looks at the queue again after each round, and once more after it
     /// let go of the writer with nothing left.
-    fn submit(&self, rec: Box<AuditRecord>, ack: Option<oneshot::Sender<bool>>) {
+    /// With `soon`, the write waits for the end of the runtime's turn
+    /// (`soon.rs`): only for a line whose answer waits for it before hyper
+    /// sees the answer.
+    fn submit(
+        self: &Arc<Self>,
+        rec: Box<AuditRecord>,
+        ack: Option<oneshot::Sender<bool>>,
+        soon: bool,
+    ) {
         self.queue().push((rec, ack));
         match &self.handoff {
             Some(timers) => {
@@ -102,6 +112,7 @@ impl Log {
                     self.write_queued();
                 }
             }
+            None if soon => self.write_soon(),
             None => self.write_queued(),
         }
     }
@@ -164,15 +175,25 @@ impl AuditSink {
     /// tunnels that already ended).
     pub fn send(&self, rec: AuditRecord) {
         self.observe(&rec);
-        self.log.submit(Box::new(rec), None);
+        self.log.submit(Box::new(rec), None, false);
     }
 
     /// Queues a record and returns what resolves once its line has been
     /// written to the file (handed to the OS with `write`).
     pub fn commit(&self, rec: AuditRecord) -> Written {
+        self.commit_with(rec, false)
+    }
+
+    /// [`AuditSink::commit`] for an answer that waits for the line before
+    /// hyper sees it: written with the others of this turn (`soon.rs`).
+    pub(crate) fn commit_soon(&self, rec: AuditRecord) -> Written {
+        self.commit_with(rec, true)
+    }
+
+    fn commit_with(&self, rec: AuditRecord, soon: bool) -> Written {
         self.observe(&rec);
         let (tx, rx) = oneshot::channel();
-        self.log.submit(Box::new(rec), Some(tx));
+        self.log.submit(Box::new(rec), Some(tx), soon);
         Written(rx)
     }
 
@@ -194,12 +215,15 @@ impl AuditSink {
     }
 
     /// A committer for code that completes a record later.
-    pub(crate) fn committer(&self) -> (Committer, Written) {
+    /// With `soon`, its line is written with the others of the turn: only
+    /// for an answer that waits for the line before hyper sees it.
+    pub(crate) fn committer(&self, soon: bool) -> (Committer, Written) {
         let (tx, rx) = oneshot::channel();
         (
             Committer {
                 sink: self.clone(),
                 ack: tx,
+                soon,
             },
             Written(rx),
         )
@@ -216,13 +240,16 @@ impl AuditSink {
 pub(crate) struct Committer {
     sink: AuditSink,
     ack: oneshot::Sender<bool>,
+    soon: bool,
 }
 
 impl Committer {
     /// Queues the record; the waiting answer is released once it is written.
     pub(crate) fn send(self, rec: AuditRecord) {
         self.sink.observe(&rec);
-        self.sink.log.submit(Box::new(rec), Some(self.ack));
+        self.sink
+            .log
+            .submit(Box::new(rec), Some(self.ack), self.soon);
     }
 }
 
@@ -258,7 +285,11 @@ pub(crate) async fn line_written(resp: &mut Response<crate::body::ProxyBody>) {
     if let Some(w) = pending {
         if !w.await {
             *resp = crate::answer::failure::audit_unwritable().into_response("");
+            return;
         }
+    }
+    if let Some(ahead) = resp.extensions_mut().remove::<body::Ahead>() {
+        body::read_ahead(resp, ahead).await;
     }
 }
 
@@ -359,6 +390,7 @@ pub fn open(cfg: &Config) -> Result<(AuditSink, AuditWriter), AuditError> {
         writer: Mutex::new(w),
         queue: Mutex::new(Vec::new()),
         handoff: stdout.then(|| ctl.clone()),
+        soon: soon::Soon::default(),
     });
     let timers = log.clone();
     let thread = std::thread::Builder::new()

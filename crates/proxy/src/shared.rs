@@ -229,7 +229,7 @@ impl Shared {
     pub(crate) fn stop(&self, mut rec: AuditRecord, stop: Stop) -> Response<ProxyBody> {
         stop.record(&mut rec);
         let mut resp = stop.into_response(&rec.id);
-        crate::audit::gate(&mut resp, self.audit.commit(rec));
+        crate::audit::gate(&mut resp, self.audit.commit_soon(rec));
         resp
     }
 

@@ -3,8 +3,16 @@
 //! ends or is dropped. The end of the body (its last frame, or the end of a
 //! chunked body) is held back until the line has been written, so no client
 //! has a complete answer whose line could still be lost.
+//!
+//! Before hyper sees an answer, [`read_ahead`] polls its body once: an
+//! answer whose whole body is already at hand (a page from the store, a
+//! small page from the origin) then ends there, its line is written with
+//! the others of the runtime's turn (`soon.rs`), and hyper gets the head
+//! and the whole body at once, one `write` to the client.
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -14,7 +22,7 @@ use mannerly_policy::AuditRecord;
 use tokio::time::Sleep;
 
 use super::{gate, AuditSink, Committer, Written};
-use crate::body::{boxed, BoxError, ProxyBody};
+use crate::body::{boxed, empty, BoxError, ProxyBody};
 
 #[derive(Debug, thiserror::Error)]
 #[error("no body data from the origin for {0:?}")]
@@ -32,6 +40,21 @@ pub(crate) struct AuditedBody {
     on_finish: Option<FinishHook>,
     /// The end of the body, held until its line is written.
     held: Option<(Option<Frame<Bytes>>, Written)>,
+    ahead: Ahead,
+}
+
+/// What an [`AuditedBody`] and [`read_ahead`] share, in the response's
+/// extensions until the read.
+#[derive(Clone, Default)]
+pub(crate) struct Ahead(Arc<AheadState>);
+
+#[derive(Default)]
+struct AheadState {
+    /// The body is being polled ahead of hyper: a line completed now may
+    /// wait for the end of the turn.
+    reading: AtomicBool,
+    /// The body's end is held until its line (queued soon) is written.
+    held: AtomicBool,
 }
 
 /// Takes over sending the audit record when the body is done, for a line
@@ -60,6 +83,7 @@ impl AuditedBody {
             sleep: None,
             on_finish: None,
             held: None,
+            ahead: Ahead::default(),
         }
     }
 
@@ -68,13 +92,15 @@ impl AuditedBody {
     /// head waits for it instead.
     pub(crate) fn respond(mut self, parts: http::response::Parts) -> http::Response<ProxyBody> {
         if self.inner.is_end_stream() {
-            let written = self.finish_committed(None);
+            let written = self.finish_committed(None, true);
             let mut resp = http::Response::from_parts(parts, boxed(self));
             if let Some(w) = written {
                 gate(&mut resp, w);
             }
             return resp;
         }
+        let mut parts = parts;
+        parts.extensions.insert(self.ahead.clone());
         http::Response::from_parts(parts, boxed(self))
     }
 
@@ -84,10 +110,11 @@ impl AuditedBody {
         self
     }
 
-    /// Completes the record and sends it with an acknowledgement.
-    fn finish_committed(&mut self, failure: Option<String>) -> Option<Written> {
+    /// Completes the record and sends it with an acknowledgement; `soon`
+    /// only where the answer waits for the line before hyper sees it.
+    fn finish_committed(&mut self, failure: Option<String>, soon: bool) -> Option<Written> {
         let rec = self.complete(failure)?;
-        let (committer, written) = self.sink.committer();
+        let (committer, written) = self.sink.committer(soon);
         match self.on_finish.take() {
             Some(hook) => hook(rec, committer),
             None => committer.send(rec),
@@ -128,7 +155,7 @@ impl AuditedBody {
     /// Sends the record without waiting: nothing more reaches the client.
     fn finish(&mut self, failure: Option<String>) {
         if let Some(rec) = self.complete(failure) {
-            let (committer, _) = self.sink.committer();
+            let (committer, _) = self.sink.committer(false);
             match self.on_finish.take() {
                 Some(hook) => hook(rec, committer),
                 None => committer.send(rec),
@@ -161,7 +188,7 @@ impl Body for AuditedBody {
                 // hyper stops polling a body that says it has ended, so the
                 // last frame of a sized body is where its line is written.
                 if this.inner.is_end_stream() {
-                    if let Some(w) = this.finish_committed(None) {
+                    if let Some(w) = this.finish_committed(None, this.ahead.hold()) {
                         this.held = Some((Some(frame), w));
                         return this.poll_held(cx);
                     }
@@ -173,7 +200,7 @@ impl Body for AuditedBody {
                 Poll::Ready(Some(Err(e)))
             }
             Poll::Ready(None) => {
-                if let Some(w) = this.finish_committed(None) {
+                if let Some(w) = this.finish_committed(None, this.ahead.hold()) {
                     this.held = Some((None, w));
                     return this.poll_held(cx);
                 }
@@ -235,6 +262,87 @@ impl Drop for AuditedBody {
     }
 }
 
+impl Ahead {
+    /// Whether a line completed now may be written soon; if so, the body's
+    /// end is marked held for [`read_ahead`].
+    fn hold(&self) -> bool {
+        let reading = self.0.reading.load(Ordering::Relaxed);
+        if reading {
+            self.0.held.store(true, Ordering::Relaxed);
+        }
+        reading
+    }
+}
+
+/// Polls the body of `resp` once before hyper does. If that was its end
+/// (held until its line is written with the others of this turn), waits
+/// for the line, so hyper writes the head and the whole body at once; a
+/// line that could not be written makes the answer a 503, as for a gated
+/// head. Any frame read is put back in front of the rest of the body.
+pub(crate) async fn read_ahead(resp: &mut http::Response<ProxyBody>, ahead: Ahead) {
+    use http_body_util::BodyExt;
+    let body = resp.body_mut();
+    ahead.0.reading.store(true, Ordering::Relaxed);
+    let first = std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut *body).poll_frame(cx))).await;
+    ahead.0.reading.store(false, Ordering::Relaxed);
+    let held = ahead.0.held.load(Ordering::Relaxed);
+    let first = match first {
+        Poll::Ready(f) => f,
+        Poll::Pending if held => body.frame().await,
+        Poll::Pending => return,
+    };
+    match first {
+        None => {}
+        Some(Err(_)) if held => {
+            *resp = crate::answer::failure::audit_unwritable().into_response("");
+        }
+        Some(first) => {
+            let rest = std::mem::replace(body, empty());
+            *body = boxed(Prepended {
+                first: Some(first),
+                rest,
+            });
+        }
+    }
+}
+
+/// A frame already read, then the rest of the body.
+struct Prepended {
+    first: Option<Result<Frame<Bytes>, BoxError>>,
+    rest: ProxyBody,
+}
+
+impl Body for Prepended {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if let Some(f) = self.first.take() {
+            return Poll::Ready(Some(f));
+        }
+        Pin::new(&mut self.rest).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.first.is_none() && self.rest.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let mut hint = self.rest.size_hint();
+        if let Some(Ok(frame)) = &self.first {
+            let n = frame.data_ref().map_or(0, |d| d.len() as u64);
+            if let Some(u) = hint.upper() {
+                hint.set_upper(u + n);
+            }
+            hint.set_lower(hint.lower() + n);
+        }
+        hint
+    }
+}
+
 use std::future::Future as _;
 
 #[cfg(test)]
@@ -279,5 +387,48 @@ mod tests {
         assert!(writer.close().expect("close") >= 1);
         let log = std::fs::read_to_string(dir.path().join("audit.jsonl")).expect("log");
         assert!(log.contains(r#""id":"one""#), "{log}");
+    }
+
+    /// A whole answer is read ahead of hyper: its line is in the file once
+    /// `line_written` returns, and hyper then gets the whole body in one
+    /// frame that ends it.
+    #[tokio::test]
+    async fn a_whole_answer_reaches_hyper_with_its_line_written() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let cfg = Config {
+            data_dir: dir.path().to_path_buf(),
+            ..Config::default()
+        }
+        .validate()
+        .expect("valid config");
+        let (sink, writer) = crate::audit::open(&cfg).expect("audit");
+        let mut answers = Vec::new();
+        for id in ["first", "second"] {
+            let rec = AuditRecord {
+                id: id.into(),
+                ..AuditRecord::default()
+            };
+            let (parts, ()) = http::Response::new(()).into_parts();
+            answers.push(AuditedBody::new(full(id), rec, sink.clone(), None).respond(parts));
+        }
+        let mut b = answers.pop().expect("second answer");
+        let mut a = answers.pop().expect("first answer");
+        tokio::join!(
+            crate::audit::line_written(&mut a),
+            crate::audit::line_written(&mut b)
+        );
+        let log = std::fs::read_to_string(dir.path().join("audit.jsonl")).expect("log");
+        assert!(log.contains(r#""id":"first""#), "{log}");
+        assert!(log.contains(r#""id":"second""#), "{log}");
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let body = a.body_mut();
+        let Poll::Ready(Some(Ok(frame))) = std::pin::Pin::new(&mut *body).poll_frame(&mut cx)
+        else {
+            panic!("the body read ahead was not handed on whole");
+        };
+        assert_eq!(frame.into_data().ok().as_deref(), Some(&b"first"[..]));
+        assert!(body.is_end_stream());
+        drop((a, b, sink));
+        assert!(writer.close().expect("close") >= 2);
     }
 }
