@@ -230,17 +230,10 @@ impl Body for AuditedBody {
     }
 
     fn size_hint(&self) -> SizeHint {
-        let mut hint = self.inner.size_hint();
-        if let Some((Some(frame), _)) = &self.held {
-            let held = frame.data_ref().map_or(0, |d| d.len() as u64);
-            // Upper first: set_lower asserts lower <= upper, and an inner
-            // body that has ended says upper 0.
-            if let Some(u) = hint.upper() {
-                hint.set_upper(u + held);
-            }
-            hint.set_lower(hint.lower() + held);
+        match &self.held {
+            Some((Some(frame), _)) => with_frame(self.inner.size_hint(), frame),
+            _ => self.inner.size_hint(),
         }
-        hint
     }
 }
 
@@ -331,16 +324,23 @@ impl Body for Prepended {
     }
 
     fn size_hint(&self) -> SizeHint {
-        let mut hint = self.rest.size_hint();
-        if let Some(Ok(frame)) = &self.first {
-            let n = frame.data_ref().map_or(0, |d| d.len() as u64);
-            if let Some(u) = hint.upper() {
-                hint.set_upper(u + n);
-            }
-            hint.set_lower(hint.lower() + n);
+        match &self.first {
+            Some(Ok(frame)) => with_frame(self.rest.size_hint(), frame),
+            _ => self.rest.size_hint(),
         }
-        hint
     }
+}
+
+/// `hint` grown by the data of a frame read but not yet handed on.
+fn with_frame(mut hint: SizeHint, frame: &Frame<Bytes>) -> SizeHint {
+    let n = frame.data_ref().map_or(0, |d| d.len() as u64);
+    // Upper first: set_lower asserts lower <= upper, and a body that has
+    // ended says upper 0.
+    if let Some(u) = hint.upper() {
+        hint.set_upper(u + n);
+    }
+    hint.set_lower(hint.lower() + n);
+    hint
 }
 
 use std::future::Future as _;
