@@ -314,6 +314,7 @@ fn metrics(shared: &Shared, observe: &Observe) -> Answer {
         metrics::RedisCounts {
             woken_by_message,
             wakes_live,
+            woken_by_reset: shared.budgets.woken_by_reset(),
             round_trips: n(&s.round_trips),
             conflicts: n(&s.conflicts),
             degraded_ops: n(&s.degraded_ops),

@@ -1,9 +1,14 @@
-//! Wake-ups across proxies: a proxy that gives a host's concurrency lease
-//! back publishes on the host's channel ([`channel`], from inside the
-//! budget script, so it costs no round trip), and every proxy keeps one
-//! subscriber connection ([`Wakes`]) that hands each host named to a
-//! callback, which wakes that host's local waiters. Without it, a waiter
-//! on another proxy learns of the freed slot only when it looks again.
+//! Wake-ups across proxies: every change of a host's shared budget is
+//! published on the host's channel ([`channel`], from inside the budget
+//! script, so it costs no round trip) with the new copy and what changed
+//! (a lease given back, a pause ended early), and every proxy keeps one
+//! subscriber connection ([`Wakes`]) that hands each message to a
+//! callback: it refreshes the proxy's copy of the host
+//! ([`crate::hosts::RedisHosts::heard`]) and wakes the host's local
+//! waiters that the change concerns. The proxy fetching an origin's
+//! robots.txt publishes on the origin's channel when its copy is stored
+//! ([`crate::robots`]). Without it, a waiter on another proxy learns of a
+//! freed slot or a stored copy only when it looks again.
 //!
 //! Plain `PUBLISH` reaches subscribers on every node of a Redis Cluster, so
 //! one pattern subscription on any one node hears every host; `SPUBLISH`
@@ -18,8 +23,8 @@ use futures_core::Stream;
 
 use crate::link::{cluster_nodes, tagged};
 
-/// The channel on which `host`'s freed slots are announced. Hash-tagged
-/// like the host's keys.
+/// The channel on which changes of `host`'s budget (or of an origin's
+/// robots.txt copy) are announced. Hash-tagged like its keys.
 pub fn channel(prefix: &str, host: &str) -> String {
     tagged(prefix, host, "w")
 }
@@ -43,13 +48,14 @@ struct Inner {
 impl Wakes {
     /// Subscribes to every host's channel under `prefix` on the Redis at
     /// `url` (a node or `redis+cluster://` seeds, tried in turn), calling
-    /// `on_host` with the host of each message. Dials in the background and
-    /// again whenever the connection drops. Needs a tokio runtime.
+    /// `on_host` with the host (or robots.txt origin) of each message and
+    /// its payload. Dials in the background and again whenever the
+    /// connection drops. Needs a tokio runtime.
     pub fn subscribe(
         url: &str,
         prefix: &str,
         timeout: Duration,
-        on_host: impl Fn(&str) + Send + Sync + 'static,
+        on_host: impl Fn(&str, &[u8]) + Send + Sync + 'static,
     ) -> Result<Wakes, redis::RedisError> {
         let nodes = cluster_nodes(url)?.unwrap_or_else(|| vec![url.to_string()]);
         let clients = nodes
@@ -98,7 +104,7 @@ async fn listen(
     prefix: &str,
     timeout: Duration,
     state: &Inner,
-    on_host: &(impl Fn(&str) + Send + Sync),
+    on_host: &(impl Fn(&str, &[u8]) + Send + Sync),
 ) -> Result<(), String> {
     let mut pubsub = tokio::time::timeout(timeout, client.get_async_pubsub())
         .await
@@ -113,7 +119,7 @@ async fn listen(
     while let Some(msg) = std::future::poll_fn(|cx| Pin::new(&mut stream).poll_next(cx)).await {
         if let Some(host) = host_of(prefix, msg.get_channel_name()) {
             state.messages.fetch_add(1, Ordering::Relaxed);
-            on_host(host);
+            on_host(host, msg.get_payload_bytes());
         }
     }
     Err(String::from("connection closed"))

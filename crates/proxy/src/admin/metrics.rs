@@ -88,6 +88,8 @@ pub(crate) struct RedisCounts {
     pub woken_by_message: u64,
     /// Whether those releases are heard now.
     pub wakes_live: bool,
+    /// Waiters woken by another proxy's early end of a pause (a reset).
+    pub woken_by_reset: u64,
 }
 
 /// Scrape-time figures the caller reads from the store and elsewhere.
@@ -405,6 +407,10 @@ impl Metrics {
                 r.woken_by_message,
             );
             gauge("mannerly_state_redis_wakes_live", vec![]).set(f64::from(u8::from(r.wakes_live)));
+            total(
+                "mannerly_state_redis_woken_by_reset_total",
+                r.woken_by_reset,
+            );
         }
         total("mannerly_audit_lines_total", g.audit_lines);
         total("mannerly_audit_write_errors_total", g.audit_write_errors);

@@ -211,10 +211,13 @@ async fn a_lease_given_back_on_one_proxy_wakes_the_other_by_message() {
         return;
     };
     let a = store(&server);
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let other = std::sync::Arc::new(store(&server));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, super::Heard)>();
+    let hears = other.clone();
     let b = crate::wake::Wakes::subscribe(&server.url(), "test:", Duration::from_secs(2), {
-        move |host| {
-            let _ = tx.send(host.to_string());
+        move |host, payload| {
+            let heard = hears.heard(host, payload, Instant::now(), SystemTime::now());
+            let _ = tx.send((host.to_string(), heard));
         }
     })
     .expect("subscriber");
@@ -236,16 +239,16 @@ async fn a_lease_given_back_on_one_proxy_wakes_the_other_by_message() {
         panic!("expected to start, got {:?}", st.value);
     };
     assert!(matches!(lease, Lease::Shared(_)));
-    // Taking a lease frees nothing: no message.
-    assert!(rx.try_recv().is_err());
+    // Taking a lease is a change, told to all, but frees nothing.
+    let (host, heard) = next(&mut rx).await;
+    assert_eq!((host.as_str(), heard), (HOT, super::Heard::default()));
 
     a.finish(HOT, &lease, Instant::now(), SystemTime::now())
         .await;
-    let woken = tokio::time::timeout(Duration::from_secs(10), rx.recv())
-        .await
-        .expect("a message for the freed slot");
-    assert_eq!(woken.as_deref(), Some(HOT));
-    assert_eq!(b.messages(), 1);
+    let (host, heard) = next(&mut rx).await;
+    assert_eq!(host, HOT);
+    assert!(heard.released, "the freed slot is told");
+    assert_eq!(b.messages(), 2);
     // Giving the same lease back again removes nothing and tells no one.
     a.finish(HOT, &lease, Instant::now(), SystemTime::now())
         .await;
@@ -258,13 +261,18 @@ async fn a_lease_given_back_on_one_proxy_wakes_the_other_by_message() {
             Instant::now(),
         )
         .await;
-    let (Start::Go, Some(cold_lease)) = cold.value else {
+    let (Start::Go, Some(_)) = cold.value else {
         panic!("expected to start, got {:?}", cold.value);
     };
-    a.finish(COLD, &cold_lease, Instant::now(), SystemTime::now())
-        .await;
-    let next = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+    let (host, _) = next(&mut rx).await;
+    assert_eq!(host, COLD, "no third message for HOT");
+}
+
+async fn next(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<(String, super::Heard)>,
+) -> (String, super::Heard) {
+    tokio::time::timeout(Duration::from_secs(10), rx.recv())
         .await
-        .expect("a message for the second host");
-    assert_eq!(next.as_deref(), Some(COLD), "no second message for HOT");
+        .expect("a message")
+        .expect("the subscriber lives")
 }
