@@ -317,18 +317,14 @@ async fn contending_calls(url: String, server_calls: impl Fn() -> u64) {
         }
     }))
     .await;
+    let base = super::wake::sharing(&url, "contend:");
     let shared = |cfg: &mut mannerly_proxy::Config| {
-        cfg.state.backend = StateBackend::Redis;
-        cfg.state.redis_url = url.clone();
-        cfg.state.key_prefix = String::from("contend:");
+        base(cfg);
         cfg.state.instances_hint = 3;
-        // A loaded test machine must not look like an unreachable Redis.
-        cfg.state.command_timeout_ms = 1000.0;
         cfg.budget.start_rate = 10.0;
         cfg.budget.max_rate = 10.0;
         cfg.budget.burst = 1;
         cfg.budget.max_hold_secs = 120.0;
-        cfg.admin.listen = "127.0.0.1:0".into();
     };
     let proxies = [
         TestProxy::start(shared).await,
@@ -351,9 +347,7 @@ async fn contending_calls(url: String, server_calls: impl Fn() -> u64) {
     let round_trips = || async {
         let mut sum = 0.0;
         for p in &proxies {
-            let admin = format!("http://{}", p.admin.expect("admin listener"));
-            let m = crate::e2e::admin::series(&crate::e2e::admin::metrics_text(&admin).await);
-            sum += m["mannerly_state_redis_round_trips_total"];
+            sum += super::wake::metric(p, "mannerly_state_redis_round_trips_total").await;
         }
         sum
     };

@@ -19,7 +19,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use dashmap::DashMap;
 use futures_core::Stream;
+use tokio::sync::Notify;
 
 use crate::link::{cluster_nodes, tagged};
 
@@ -43,6 +45,18 @@ pub struct Wakes {
 struct Inner {
     live: AtomicBool,
     messages: AtomicU64,
+    /// Waiters for a message on a channel ([`Waiters`]), by the name in
+    /// its tag.
+    waiting: DashMap<String, Arc<Notify>>,
+    /// Waiters woken by a message.
+    woken: AtomicU64,
+}
+
+/// Waiting for a message on one channel (by the host or origin its tag
+/// names), e.g. for another proxy's robots.txt copy. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Waiters {
+    inner: Arc<Inner>,
 }
 
 impl Wakes {
@@ -90,6 +104,76 @@ impl Wakes {
     pub fn messages(&self) -> u64 {
         self.inner.messages.load(Ordering::Relaxed)
     }
+
+    /// A handle for waiting on single channels of this subscription.
+    pub fn waiters(&self) -> Waiters {
+        Waiters {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+// === impl Waiters ===
+
+impl Waiters {
+    /// Whether the subscription is in place now: a message will come.
+    pub fn is_live(&self) -> bool {
+        self.inner.live.load(Ordering::SeqCst)
+    }
+
+    /// Waiters woken by a message since the start.
+    pub fn woken(&self) -> u64 {
+        self.inner.woken.load(Ordering::Relaxed)
+    }
+
+    /// Starts waiting for `name`'s channel: the next message on it
+    /// signals what this returns (hold it while waiting).
+    pub fn watch(&self, name: &str) -> Watch {
+        let notify = self
+            .inner
+            .waiting
+            .entry(name.to_string())
+            .or_default()
+            .clone();
+        Watch {
+            waiters: self.clone(),
+            name: name.to_string(),
+            notify,
+        }
+    }
+}
+
+/// One waiter's interest in a channel; see [`Waiters::watch`].
+#[derive(Debug)]
+pub struct Watch {
+    waiters: Waiters,
+    name: String,
+    notify: Arc<Notify>,
+}
+
+impl Watch {
+    /// Signalled by the next message on the channel, from the moment this
+    /// is called (so call it before looking for what the message tells).
+    pub fn next(&self) -> Pin<Box<tokio::sync::futures::Notified<'_>>> {
+        let mut n = Box::pin(self.notify.notified());
+        // Registered now, not at the first poll: a message between the look
+        // and the wait is not missed.
+        n.as_mut().enable();
+        n
+    }
+
+    /// Counts a wake-up by message.
+    pub fn woken(&self) {
+        self.waiters.inner.woken.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        // The last waiter on the channel takes its entry away.
+        let waiting = &self.waiters.inner.waiting;
+        waiting.remove_if(&self.name, |_, n| Arc::strong_count(n) <= 2);
+    }
 }
 
 impl Drop for Wakes {
@@ -119,6 +203,9 @@ async fn listen(
     while let Some(msg) = std::future::poll_fn(|cx| Pin::new(&mut stream).poll_next(cx)).await {
         if let Some(host) = host_of(prefix, msg.get_channel_name()) {
             state.messages.fetch_add(1, Ordering::Relaxed);
+            if let Some(n) = state.waiting.get(host) {
+                n.notify_waiters();
+            }
             on_host(host, msg.get_payload_bytes());
         }
     }

@@ -90,6 +90,8 @@ pub(crate) struct RedisCounts {
     pub wakes_live: bool,
     /// Waiters woken by another proxy's early end of a pause (a reset).
     pub woken_by_reset: u64,
+    /// Waits for another proxy's robots.txt copy woken by its message.
+    pub robots_woken_by_message: u64,
 }
 
 /// Scrape-time figures the caller reads from the store and elsewhere.
@@ -410,6 +412,10 @@ impl Metrics {
             total(
                 "mannerly_state_redis_woken_by_reset_total",
                 r.woken_by_reset,
+            );
+            total(
+                "mannerly_state_redis_robots_woken_by_message_total",
+                r.robots_woken_by_message,
             );
         }
         total("mannerly_audit_lines_total", g.audit_lines);

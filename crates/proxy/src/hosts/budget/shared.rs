@@ -69,11 +69,16 @@ impl Budgets {
     pub(crate) fn shared_robots(&self) -> Option<SharedRobots> {
         let r = self.shared()?;
         let s = r.settings();
-        Some(SharedRobots::new(
-            r.connection(),
-            &s.key_prefix,
-            s.command_timeout,
-        ))
+        let robots = SharedRobots::new(r.connection(), &s.key_prefix, s.command_timeout);
+        Some(match self.wakes.get() {
+            Some(w) => robots.hearing(w.waiters()),
+            None => robots,
+        })
+    }
+
+    /// Waits for another proxy's robots.txt copy woken by its message.
+    pub(crate) fn robots_woken_by_message(&self) -> u64 {
+        self.wakes.get().map_or(0, |w| w.waiters().woken())
     }
 
     /// The cluster's page store (`state.share_pages`), when state is shared.
