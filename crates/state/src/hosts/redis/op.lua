@@ -3,6 +3,8 @@
 --
 -- KEYS[1]  budget: the encoded HostBudget (a string)
 -- KEYS[2]  leases: sorted set, lease id -> expiry (Redis server ms)
+-- KEYS[3]  callers: the instance id of the only proxy that called within
+--          ARGV[11], or '*' once another one did too (a string)
 -- ARGV[1]  budget bytes the caller decided on ('' = no budget yet)
 -- ARGV[2]  live leases the caller decided on (after its own release);
 --          '' when its decision does not depend on them
@@ -15,6 +17,7 @@
 -- ARGV[9]  the caller's instance id, named in what it tells
 -- ARGV[10] 'r' when the decision ends a pause early (an operator's reset),
 --          else ''
+-- ARGV[11] how long a caller counts as sharing the host, ms
 --
 -- Returns {1, leases, version} when the caller's view was current and its
 -- decision is now stored, else {0, leases, current budget, version} for the
@@ -22,15 +25,22 @@
 -- (a string): the copy answered is at least that new. Expiry uses the
 -- server's clock, the one clock all proxies share.
 --
--- Every change (a write, a lease taken or given back) is published on
--- ARGV[8] as "<kind> <version> <leases> <instance>\n<budget bytes>", so
--- that every proxy keeps a current copy without asking: kind holds '-'
+-- Every change (a write, a lease taken or given back) of a host that
+-- more than one proxy called since it last went ARGV[11] without a call
+-- is published on ARGV[8] as
+-- "<kind> <version> <leases> <instance>\n<budget bytes>", so that the
+-- proxies sharing it keep a current copy without asking: kind holds '-'
 -- when a lease was given back (a concurrency waiter may go), 'r' as
--- ARGV[10], '.' for neither.
+-- ARGV[10], '.' for neither. A release and an early end of a pause are
+-- published whoever called: a waiter elsewhere may sleep longer than
+-- ARGV[11]. A host one proxy drives alone publishes nothing else.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local version = t[1] .. string.format('%06d', tonumber(t[2]))
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+local caller = redis.call('GET', KEYS[3])
+local shared = caller and caller ~= ARGV[9]
+redis.call('SET', KEYS[3], shared and '*' or ARGV[9], 'PX', ARGV[11])
 -- A release stands even when the decision must be made again.
 local released = ARGV[5] == '-' and redis.call('ZREM', KEYS[2], ARGV[6]) == 1
 local n = redis.call('ZCARD', KEYS[2])
@@ -54,8 +64,8 @@ if took then
   redis.call('PEXPIRE', KEYS[2], ARGV[7])
   n = n + 1
 end
-if released or wrote or took then
-  local kind = (released and '-' or '') .. ARGV[10]
+local kind = (released and '-' or '') .. ARGV[10]
+if kind ~= '' or (shared and (wrote or took)) then
   if kind == '' then kind = '.' end
   tell(kind)
 end

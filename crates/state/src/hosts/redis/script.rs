@@ -12,6 +12,11 @@ use crate::link::{tagged, Link};
 /// The Lua script every budget operation runs (see the file for its contract).
 pub const SCRIPT: &str = include_str!("op.lua");
 
+/// A proxy that called a host this recently shares it: the host's changes
+/// are published for it to keep its copy current. As long as the quiet
+/// spell after which an admit may be kept unstored (`QUIET`).
+const SHARING: Duration = super::QUIET;
+
 /// What a call does to the host's leases.
 pub(super) enum LeaseChange {
     None,
@@ -69,6 +74,7 @@ pub(super) async fn call(
     // Both keys carry the host as hash tag: one slot on a Redis Cluster.
     let mut inv = script.key(tagged(&settings.key_prefix, ask.host, "h"));
     inv.key(tagged(&settings.key_prefix, ask.host, "l"))
+        .key(tagged(&settings.key_prefix, ask.host, "c"))
         .arg(ask.seen)
         .arg(ask.leases.map(|n| n.to_string()).unwrap_or_default())
         .arg(ask.new.unwrap_or(&[]))
@@ -78,7 +84,8 @@ pub(super) async fn call(
         .arg(ms(settings.lease_ttl))
         .arg(crate::wake::channel(&settings.key_prefix, ask.host))
         .arg(ask.instance)
-        .arg(if ask.announce { "r" } else { "" });
+        .arg(if ask.announce { "r" } else { "" })
+        .arg(ms(SHARING));
     let mut conn = conn.clone();
     let answer: Vec<Value> =
         match tokio::time::timeout(settings.command_timeout, inv.invoke_async(&mut conn)).await {

@@ -231,6 +231,11 @@ async fn a_lease_given_back_on_one_proxy_wakes_the_other_by_message() {
     assert!(b.is_live(), "the subscriber never came up");
 
     let hold = a.params(HOT).max_hold();
+    // The other proxy alone on the host: its change is told to no one.
+    let admitted = other
+        .admit(HOT, Instant::now(), SystemTime::now(), hold)
+        .await;
+    assert_eq!(admitted.basis, Basis::Shared);
     let now = Instant::now();
     let st = a
         .try_start_since(HOT, now, SystemTime::now(), hold, now)
@@ -239,9 +244,13 @@ async fn a_lease_given_back_on_one_proxy_wakes_the_other_by_message() {
         panic!("expected to start, got {:?}", st.value);
     };
     assert!(matches!(lease, Lease::Shared(_)));
-    // Taking a lease is a change, told to all, but frees nothing.
+    // Now two proxies share it: taking a lease is told, frees nothing, and
+    // the other proxy's copy has it in flight without asking.
     let (host, heard) = next(&mut rx).await;
     assert_eq!((host.as_str(), heard), (HOT, super::Heard::default()));
+    // (Its own admit's slot was now: it started too, and holds a lease.)
+    let seen = other.view(HOT, Instant::now()).expect("seen");
+    assert_eq!(seen.in_flight, 2);
 
     a.finish(HOT, &lease, Instant::now(), SystemTime::now())
         .await;
@@ -252,6 +261,7 @@ async fn a_lease_given_back_on_one_proxy_wakes_the_other_by_message() {
     // Giving the same lease back again removes nothing and tells no one.
     a.finish(HOT, &lease, Instant::now(), SystemTime::now())
         .await;
+    // A host `a` drives alone: only the release is told.
     let cold = a
         .try_start_since(
             COLD,
@@ -261,11 +271,15 @@ async fn a_lease_given_back_on_one_proxy_wakes_the_other_by_message() {
             Instant::now(),
         )
         .await;
-    let (Start::Go, Some(_)) = cold.value else {
+    let (Start::Go, Some(cold_lease)) = cold.value else {
         panic!("expected to start, got {:?}", cold.value);
     };
-    let (host, _) = next(&mut rx).await;
+    a.finish(COLD, &cold_lease, Instant::now(), SystemTime::now())
+        .await;
+    let (host, heard) = next(&mut rx).await;
     assert_eq!(host, COLD, "no third message for HOT");
+    assert!(heard.released, "COLD's take was told to no one");
+    assert_eq!(b.messages(), 3);
 }
 
 async fn next(
