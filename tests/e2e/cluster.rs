@@ -344,14 +344,20 @@ async fn contending_calls(url: String, server_calls: impl Fn() -> u64) {
     for (k, p) in proxies.iter().enumerate() {
         get(p.client(), format!("/warm/{k}")).await;
     }
-    let round_trips = || async {
-        let mut sum = 0.0;
-        for p in &proxies {
-            sum += super::wake::metric(p, "mannerly_state_redis_round_trips_total").await;
+    let summed = |name: &'static str| {
+        let proxies = &proxies;
+        async move {
+            let mut sum = 0.0;
+            for p in proxies {
+                sum += super::wake::metric(p, name).await;
+            }
+            sum
         }
-        sum
     };
+    let round_trips = || summed("mannerly_state_redis_round_trips_total");
+    let conflicts = || summed("mannerly_state_redis_conflicts_total");
     let (calls_before, trips_before) = (server_calls(), round_trips().await);
+    let conflicts_before = conflicts().await;
     let seen_before = origin.seen.total();
 
     let mut pages = Vec::new();
@@ -367,6 +373,11 @@ async fn contending_calls(url: String, server_calls: impl Fn() -> u64) {
     let calls = server_calls() - calls_before;
     let trips = round_trips().await - trips_before;
 
+    let lost = conflicts().await - conflicts_before;
+    eprintln!(
+        "{calls} script calls ({trips} by the proxies, {lost} of them lost \
+         compare-and-sets) for {delivered} pages"
+    );
     // The host was contended: the origin saw the proxies' pages
     // interleaved, not one proxy's queue after another's.
     let order: Vec<String> = origin.seen.all()[seen_before..]
@@ -384,7 +395,6 @@ async fn contending_calls(url: String, server_calls: impl Fn() -> u64) {
         trips <= (3 * delivered) as f64,
         "{trips} round trips for {delivered} pages (the proxies' count)"
     );
-    eprintln!("{calls} script calls ({trips} by the proxies) for {delivered} pages");
     for mut p in proxies {
         p.stop().await;
     }

@@ -4,10 +4,10 @@
 //! (a lease given back, a pause ended early), and every proxy keeps one
 //! subscriber connection ([`Wakes`]) that hands each message to a
 //! callback: it refreshes the proxy's copy of the host
-//! ([`crate::hosts::RedisHosts::heard`]) and wakes the host's local
+//! (`RedisHosts::heard`) and wakes the host's local
 //! waiters that the change concerns. The proxy fetching an origin's
 //! robots.txt publishes on the origin's channel when its copy is stored
-//! ([`crate::robots`]). Without it, a waiter on another proxy learns of a
+//! (`robots`). Without it, a waiter on another proxy learns of a
 //! freed slot or a stored copy only when it looks again.
 //!
 //! Plain `PUBLISH` reaches subscribers on every node of a Redis Cluster, so
