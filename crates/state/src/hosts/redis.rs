@@ -434,6 +434,9 @@ impl RedisHosts {
         } else if want.is_none() {
             return;
         }
+        // A slot reserved ahead for the next request was spaced without
+        // this delay: that request reserves its own.
+        self.early_admits.remove(key.as_ref());
         self.run(&key, now, wall, LeaseAction::None, |b, p, _| {
             (b.set_crawl_delay(p, now, delay_secs), false)
         })
