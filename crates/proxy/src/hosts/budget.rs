@@ -7,6 +7,9 @@
 //! (`mannerly_state::wake`), and a concurrency waiter also looks again every
 //! [`SHARED_SLOT_RECHECK`], or every [`SHARED_SLOT_RECHECK_UNHEARD`] while
 //! the subscription is down (a lease that expired sends no message either).
+//! A pause that ends early (an operator's reset, here or heard from another
+//! proxy) wakes every waiter of the host to ask again; one that runs its
+//! course is the timer the waiter already sleeps on.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;

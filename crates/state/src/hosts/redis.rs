@@ -5,9 +5,11 @@
 //! on the copy this proxy saw last and sends the decision with that copy to
 //! one Lua script ([`SCRIPT`]), which stores it only if the copy is still
 //! current (compare-and-set) and otherwise answers with the current one to
-//! decide again. So a request costs one round trip per step (admit, start,
-//! response) while one proxy drives a host, and two when another proxy
-//! changed it meanwhile.
+//! decide again. So a step costs one round trip while the copy is current,
+//! and one more each time another proxy changed it meanwhile. Other
+//! proxies' changes of a host they share with this one are published with
+//! the new copy and taken in by [`RedisHosts::heard`], so the copy is
+//! mostly current when the step comes.
 //!
 //! When Redis does not answer within the command timeout the store decides
 //! alone ("degraded") on a local copy at the host's last known shared rate
@@ -22,7 +24,10 @@
 //! proxy's next call on the host (the previous request's response, or the
 //! start). A lone proxy so pays two calls per page; should another proxy
 //! change the host meanwhile, the unstored reservation is void and the
-//! start reserves again on the current copy: never a slot twice.
+//! start reserves again on the current copy: never a slot twice. Under
+//! contention the admit of the request waiting behind a start is decided
+//! and stored in that start's call instead (`early.rs`): two calls per page
+//! again, the start and the response.
 //!
 //! An operation that loses its compare-and-set [`MAX_ROUNDS`] times is
 //! contention on that one host, not an outage: Redis answered every time.
