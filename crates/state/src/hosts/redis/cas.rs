@@ -133,7 +133,7 @@ impl RedisHosts {
         version: u64,
     ) {
         let (conflict_at, newer) = match self.seen.get_mut(key) {
-            Some(mut s) if s.at > version => {
+            Some(mut s) if s.at != version && !super::heard::replaces(version, s.at) => {
                 s.pending = None;
                 s.voided |= voided;
                 return;

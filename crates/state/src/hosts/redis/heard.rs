@@ -50,7 +50,7 @@ impl RedisHosts {
         }
         let p = self.table().for_host(host);
         if let Some(mut s) = self.seen.get_mut(host) {
-            if version > s.at {
+            if replaces(version, s.at) {
                 let bytes = &payload[nl + 1..];
                 let mut budget = decode_or_new(&p, bytes, now, wall);
                 budget.set_in_flight(leases);
@@ -68,6 +68,19 @@ impl RedisHosts {
     }
 }
 
+/// A copy at server time `candidate` (µs) replaces the one at `current`:
+/// it is newer. One more than [`CLOCK_STEP`] older is not a message
+/// overtaken by an answer (they are milliseconds apart) but a server clock
+/// that went back (a failover to a node whose clock is behind): it
+/// replaces too, or the copy seen last would stay stale until that clock
+/// caught up.
+pub(super) fn replaces(candidate: u64, current: u64) -> bool {
+    candidate > current || current - candidate > CLOCK_STEP
+}
+
+/// See [`replaces`].
+const CLOCK_STEP: u64 = 1_000_000;
+
 /// `<kind> <version> <leases> <instance>`.
 fn parse_head(head: &str) -> Option<(&str, u64, u32, &str)> {
     let mut parts = head.splitn(4, ' ');
@@ -79,7 +92,18 @@ fn parse_head(head: &str) -> Option<(&str, u64, u32, &str)> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_head;
+    use super::{parse_head, replaces};
+
+    #[test]
+    fn a_newer_copy_replaces_an_older_one_unless_the_clock_went_back() {
+        assert!(replaces(2, 1));
+        assert!(!replaces(1, 2));
+        assert!(!replaces(5, 5));
+        assert!(!replaces(1_000_000, 1_500_000));
+        assert!(replaces(1_000_000, 2_000_001));
+        // Any copy replaces one of no known version (0).
+        assert!(replaces(1_764_600_000_000_000, 0));
+    }
 
     #[test]
     fn a_message_head_names_kind_version_leases_and_sender() {
