@@ -13,7 +13,8 @@
 //! replicas (`cluster`, six redis-servers started here the same way).
 //! Reports pages delivered, upstream 429s, the origin's aggregate rate, the
 //! most requests it served in any 5-second window, and for redis the budget
-//! script calls per request (from `INFO commandstats`).
+//! script calls and the PUBLISHes (each delivered to every proxy) per
+//! delivered page (from `INFO commandstats`).
 //!
 //!     cargo run --release --example cluster_scenario
 //!
@@ -140,6 +141,8 @@ struct Report {
     max_5s: usize,
     robots_fetches: usize,
     script_calls: Option<u64>,
+    /// PUBLISH commands (each goes to every proxy's subscriber).
+    publishes: Option<u64>,
 }
 
 /// Where the proxies share their state.
@@ -161,14 +164,19 @@ impl Shared<'_> {
 
     /// EVALSHA + EVAL calls so far, over every node.
     fn script_calls(&self) -> Option<u64> {
-        let stats = ["evalsha", "eval"];
+        self.calls(&["evalsha", "eval"])
+    }
+
+    /// Calls of `stats` so far (scripts' own commands included), over
+    /// every node.
+    fn calls(&self, stats: &[&str]) -> Option<u64> {
         match self {
             Shared::Alone => None,
             Shared::Node(r) => Some(redis_cluster::commandstats(
                 &r.cli(&["INFO", "commandstats"]),
-                &stats,
+                stats,
             )),
-            Shared::Cluster(c) => Some(c.calls(&stats)),
+            Shared::Cluster(c) => Some(c.calls(stats)),
         }
     }
 }
@@ -217,6 +225,7 @@ async fn run(shared: Shared<'_>) -> Report {
         dirs.push(dir);
     }
     let calls_before = shared.script_calls();
+    let publishes_before = shared.calls(&["publish"]);
 
     let start = Instant::now();
     let mut tasks = Vec::new();
@@ -250,10 +259,12 @@ async fn run(shared: Shared<'_>) -> Report {
             }
         }
     }
-    let script_calls = match (shared.script_calls(), calls_before) {
+    let since = |after: Option<u64>, before: Option<u64>| match (after, before) {
         (Some(after), Some(before)) => Some(after.saturating_sub(before)),
         _ => None,
     };
+    let script_calls = since(shared.script_calls(), calls_before);
+    let publishes = since(shared.calls(&["publish"]), publishes_before);
     for (stop, served) in stops {
         let _ = stop.send(());
         let _ = served.await;
@@ -272,6 +283,7 @@ async fn run(shared: Shared<'_>) -> Report {
         max_5s: limiter.max_in_5s(),
         robots_fetches: limiter.robots.load(Ordering::SeqCst),
         script_calls,
+        publishes,
     }
 }
 
@@ -282,14 +294,15 @@ async fn main() {
         "cluster scenario: {PROXIES} proxies, {PROXIES} clients × {PAGES} GETs at 5/s, origin limit {LIMIT_PER_SEC}/s with Retry-After: 2"
     );
     println!(
-        "{:<8} {:>10} {:>13} {:>9} {:>12} {:>14} {:>18}",
+        "{:<8} {:>10} {:>13} {:>9} {:>12} {:>14} {:>18} {:>16}",
         "state",
         "delivered",
         "upstream 429s",
         "pages/s",
         "max in 5 s",
         "robots fetches",
-        "script calls/page"
+        "script calls/page",
+        "publishes/page"
     );
     let redis = RedisServer::start("cluster_scenario");
     let cluster = RedisCluster::start("cluster_scenario");
@@ -314,13 +327,20 @@ async fn main() {
         } else {
             0.0
         };
-        let per_page = rep
-            .script_calls
-            .map(|c| format!("{:.2}", c as f64 / rep.delivered.max(1) as f64))
-            .unwrap_or_else(|| "-".into());
+        let per_page = |n: Option<u64>| {
+            n.map(|c| format!("{:.2}", c as f64 / rep.delivered.max(1) as f64))
+                .unwrap_or_else(|| "-".into())
+        };
         println!(
-            "{:<8} {:>6}/{total} {:>13} {:>9.2} {:>12} {:>14} {:>18}",
-            name, rep.delivered, rep.upstream_429, rate, rep.max_5s, rep.robots_fetches, per_page
+            "{:<8} {:>6}/{total} {:>13} {:>9.2} {:>12} {:>14} {:>18} {:>16}",
+            name,
+            rep.delivered,
+            rep.upstream_429,
+            rate,
+            rep.max_5s,
+            rep.robots_fetches,
+            per_page(rep.script_calls),
+            per_page(rep.publishes)
         );
     }
 }

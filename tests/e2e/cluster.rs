@@ -275,3 +275,127 @@ async fn a_proxy_killed_mid_request_leaves_no_lease_behind() {
         .collect();
     assert_eq!(waited.len(), 2);
 }
+
+/// Three proxies contending for one host: every step of a page goes to
+/// Redis, and the copy each proxy decides on is kept current by the
+/// changes the others publish, so a page costs at most three script calls
+/// (two when nothing races: the start with the next request's admit, and
+/// the response), counted by the server and by the proxies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_proxies_contending_for_one_host_pay_at_most_three_calls_per_page() {
+    let Some(redis) = RedisServer::start(
+        "three_proxies_contending_for_one_host_pay_at_most_three_calls_per_page",
+    ) else {
+        return;
+    };
+    let server_calls = || {
+        super::redis_cluster::commandstats(
+            &redis.cli(&["INFO", "commandstats"]),
+            &["evalsha", "eval"],
+        )
+    };
+    contending_calls(redis.url(), server_calls).await;
+}
+
+/// The same on a Redis Cluster of three masters and three replicas.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_redis_cluster_three_contending_proxies_pay_at_most_three_calls_per_page() {
+    let Some(cluster) = super::redis_cluster::RedisCluster::start(
+        "on_a_redis_cluster_three_contending_proxies_pay_at_most_three_calls_per_page",
+    ) else {
+        return;
+    };
+    contending_calls(cluster.url(), || cluster.calls(&["evalsha", "eval"])).await;
+}
+
+async fn contending_calls(url: String, server_calls: impl Fn() -> u64) {
+    const PER_PROXY: usize = 10;
+    let origin = Origin::http(handler(|req| async move {
+        match req.uri().path() {
+            "/robots.txt" => text(404, "none\n"),
+            _ => text(200, "ok\n"),
+        }
+    }))
+    .await;
+    let base = super::wake::sharing(&url, "contend:");
+    let shared = |cfg: &mut mannerly_proxy::Config| {
+        base(cfg);
+        cfg.state.instances_hint = 3;
+        cfg.budget.start_rate = 10.0;
+        cfg.budget.max_rate = 10.0;
+        cfg.budget.burst = 1;
+        cfg.budget.max_hold_secs = 120.0;
+    };
+    let proxies = [
+        TestProxy::start(shared).await,
+        TestProxy::start(shared).await,
+        TestProxy::start(shared).await,
+    ];
+    let port = origin.port();
+    let get = |c: reqwest::Client, path: String| async move {
+        let r = c
+            .get(format!("http://127.0.0.1:{port}{path}"))
+            .send()
+            .await
+            .expect("no request fails");
+        assert_eq!(r.status(), 200, "{path}: {}", decision(&r));
+    };
+    // robots.txt settled and the script loaded before counting.
+    for (k, p) in proxies.iter().enumerate() {
+        get(p.client(), format!("/warm/{k}")).await;
+    }
+    let summed = |name: &'static str| {
+        let proxies = &proxies;
+        async move {
+            let mut sum = 0.0;
+            for p in proxies {
+                sum += super::wake::metric(p, name).await;
+            }
+            sum
+        }
+    };
+    let round_trips = || summed("mannerly_state_redis_round_trips_total");
+    let conflicts = || summed("mannerly_state_redis_conflicts_total");
+    let (calls_before, trips_before) = (server_calls(), round_trips().await);
+    let conflicts_before = conflicts().await;
+    let seen_before = origin.seen.total();
+
+    let mut pages = Vec::new();
+    for i in 0..PER_PROXY {
+        for (k, p) in proxies.iter().enumerate() {
+            pages.push(tokio::spawn(get(p.client(), format!("/p{k}/{i}"))));
+        }
+    }
+    for p in pages {
+        p.await.expect("a page");
+    }
+    let delivered = (3 * PER_PROXY) as u64;
+    let calls = server_calls() - calls_before;
+    let trips = round_trips().await - trips_before;
+
+    let lost = conflicts().await - conflicts_before;
+    eprintln!(
+        "{calls} script calls ({trips} by the proxies, {lost} of them lost \
+         compare-and-sets) for {delivered} pages"
+    );
+    // The host was contended: the origin saw the proxies' pages
+    // interleaved, not one proxy's queue after another's.
+    let order: Vec<String> = origin.seen.all()[seen_before..]
+        .iter()
+        .map(|r| r.path.split('/').nth(1).unwrap_or("").to_string())
+        .collect();
+    assert_eq!(order.len() as u64, delivered);
+    let switches = order.windows(2).filter(|w| w[0] != w[1]).count();
+    assert!(switches >= 6, "the proxies took turns: {order:?}");
+    assert!(
+        calls <= 3 * delivered,
+        "{calls} script calls for {delivered} pages (server count)"
+    );
+    assert!(
+        trips <= (3 * delivered) as f64,
+        "{trips} round trips for {delivered} pages (the proxies' count)"
+    );
+    for mut p in proxies {
+        p.stop().await;
+    }
+}

@@ -314,6 +314,8 @@ fn metrics(shared: &Shared, observe: &Observe) -> Answer {
         metrics::RedisCounts {
             woken_by_message,
             wakes_live,
+            woken_by_reset: shared.budgets.woken_by_reset(),
+            robots_woken_by_message: shared.budgets.robots_woken_by_message(),
             round_trips: n(&s.round_trips),
             conflicts: n(&s.conflicts),
             degraded_ops: n(&s.degraded_ops),

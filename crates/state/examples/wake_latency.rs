@@ -132,12 +132,20 @@ async fn main() {
     report("poll", &run(&a, &b, None).await);
 
     let woken = Arc::new(Notify::new());
-    let w = woken.clone();
-    let wakes = Wakes::subscribe(&url, "bench:", Duration::from_secs(2), move |host| {
-        if host == HOST {
-            w.notify_one();
-        }
-    })
+    let (w, heard_by) = (woken.clone(), b.clone());
+    // As the proxy does: B's copy is refreshed by every change, and only a
+    // lease given back wakes its waiter.
+    let wakes = Wakes::subscribe(
+        &url,
+        "bench:",
+        Duration::from_secs(2),
+        move |host, payload| {
+            let heard = heard_by.heard(host, payload, Instant::now(), SystemTime::now());
+            if host == HOST && heard.released {
+                w.notify_one();
+            }
+        },
+    )
     .expect("subscriber");
     while !wakes.is_live() {
         tokio::time::sleep(Duration::from_millis(10)).await;

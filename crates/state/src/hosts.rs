@@ -58,7 +58,7 @@ impl BudgetTable {
 
 pub use memory::MemoryHosts;
 pub use redis::{
-    Basis, Decided, Lease, RedisHosts, RedisHostsError, RedisSettings, RedisStats, SCRIPT,
+    Basis, Decided, Heard, Lease, RedisHosts, RedisHostsError, RedisSettings, RedisStats, SCRIPT,
 };
 
 use std::time::{Duration, Instant, SystemTime};

@@ -2,9 +2,14 @@
 //!
 //! Keys: `{prefix}{origin}:r` holds the last fetch (its result and unix-ms
 //! fetch time, so that its expiry is the same on every proxy);
-//! `{prefix}{origin}:rl` (same hash tag, so same Cluster slot) is a short lock (`SET NX PX`) held by the proxy
-//! that fetches. The others wait for the copy. Redis out of reach means
-//! every proxy fetches for itself, as a lone proxy does.
+//! `{prefix}{origin}:rl` (same hash tag, so same Cluster slot) is a short
+//! lock (`SET NX PX`) held by the proxy that fetches. The others wait for
+//! the copy: the fetching proxy publishes on the origin's channel
+//! (`{prefix}{origin}:w`, [`crate::wake::channel`]) in the same pipeline
+//! that stores it, and a waiter hearing that channel ([`Waiters`]) looks
+//! again at once, else every [`WAIT_HEARD`] in case a message was lost;
+//! every [`WAIT_STEP`] while the subscription is down. Redis out of reach
+//! means every proxy fetches for itself, as a lone proxy does.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -12,9 +17,15 @@ use mannerly_policy::robots_cache::FetchResult;
 use redis::AsyncCommands;
 
 use crate::link::{tagged, Link};
+use crate::wake::Waiters;
 
-/// How often a proxy waiting for another's fetch looks for the copy.
-const WAIT_STEP: Duration = Duration::from_millis(50);
+/// How often a proxy waiting for another's fetch looks for the copy when
+/// it cannot hear the copy's message.
+pub const WAIT_STEP: Duration = Duration::from_millis(50);
+
+/// The same while it hears the origin's channel: only a lost message makes
+/// this look find anything.
+pub const WAIT_HEARD: Duration = Duration::from_secs(1);
 
 /// The cluster's robots.txt copies.
 #[derive(Clone)]
@@ -22,6 +33,7 @@ pub struct SharedRobots {
     conn: Link,
     prefix: String,
     timeout: Duration,
+    waiters: Option<Waiters>,
 }
 
 /// What a proxy about to fetch robots.txt should do.
@@ -58,7 +70,15 @@ impl SharedRobots {
             conn,
             prefix: prefix.to_string(),
             timeout,
+            waiters: None,
         }
+    }
+
+    /// Waits for other proxies' copies by the message on the origin's
+    /// channel, heard through `waiters`.
+    pub fn hearing(mut self, waiters: Waiters) -> SharedRobots {
+        self.waiters = Some(waiters);
+        self
     }
 
     /// Uses a copy younger than `max_age`, else takes the lock for
@@ -76,7 +96,10 @@ impl SharedRobots {
     ) -> Claim {
         let copy_key = tagged(&self.prefix, origin, "r");
         let lock_key = tagged(&self.prefix, origin, "rl");
+        let watch = self.waiters.as_ref().map(|w| w.watch(origin));
         loop {
+            // Before the look, so that a copy stored after it is heard.
+            let stored = watch.as_ref().map(|w| w.next());
             match self.copy(&copy_key, max_age, wall()).await {
                 Ok(Some(claim)) => return claim,
                 Ok(None) => {}
@@ -95,11 +118,23 @@ impl SharedRobots {
                 Ok(Ok(None)) => {}
                 _ => return Claim::Fetch { locked: false },
             }
-            let next = now() + WAIT_STEP;
-            if next >= until {
-                return Claim::Fetch { locked: false };
+            let heard = self.waiters.as_ref().is_some_and(Waiters::is_live);
+            let next = now() + if heard { WAIT_HEARD } else { WAIT_STEP };
+            let (Some(stored), Some(watch)) = (stored, &watch) else {
+                if next >= until {
+                    return Claim::Fetch { locked: false };
+                }
+                tokio::time::sleep_until(next).await;
+                continue;
+            };
+            tokio::select! {
+                _ = stored => watch.woken(),
+                _ = tokio::time::sleep_until(next.min(until)) => {
+                    if next >= until {
+                        return Claim::Fetch { locked: false };
+                    }
+                }
             }
-            tokio::time::sleep_until(next).await;
         }
     }
 
@@ -127,6 +162,11 @@ impl SharedRobots {
         if locked {
             pipe.cmd("DEL").arg(&lock_key).ignore();
         }
+        // Routed with the keys' slot on a Cluster; heard on every node.
+        pipe.cmd("PUBLISH")
+            .arg(crate::wake::channel(&self.prefix, origin))
+            .arg("")
+            .ignore();
         let mut conn = self.conn.clone();
         let _ = tokio::time::timeout(self.timeout, pipe.query_async::<()>(&mut conn)).await;
     }

@@ -1,9 +1,14 @@
-//! Wake-ups across proxies: a proxy that gives a host's concurrency lease
-//! back publishes on the host's channel ([`channel`], from inside the
-//! budget script, so it costs no round trip), and every proxy keeps one
-//! subscriber connection ([`Wakes`]) that hands each host named to a
-//! callback, which wakes that host's local waiters. Without it, a waiter
-//! on another proxy learns of the freed slot only when it looks again.
+//! Wake-ups across proxies: every change of a host's shared budget is
+//! published on the host's channel ([`channel`], from inside the budget
+//! script, so it costs no round trip) with the new copy and what changed
+//! (a lease given back, a pause ended early), and every proxy keeps one
+//! subscriber connection ([`Wakes`]) that hands each message to a
+//! callback: it refreshes the proxy's copy of the host
+//! (`RedisHosts::heard`) and wakes the host's local
+//! waiters that the change concerns. The proxy fetching an origin's
+//! robots.txt publishes on the origin's channel when its copy is stored
+//! (`robots`). Without it, a waiter on another proxy learns of a
+//! freed slot or a stored copy only when it looks again.
 //!
 //! Plain `PUBLISH` reaches subscribers on every node of a Redis Cluster, so
 //! one pattern subscription on any one node hears every host; `SPUBLISH`
@@ -14,12 +19,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use dashmap::DashMap;
 use futures_core::Stream;
+use tokio::sync::Notify;
 
 use crate::link::{cluster_nodes, tagged};
 
-/// The channel on which `host`'s freed slots are announced. Hash-tagged
-/// like the host's keys.
+/// The channel on which changes of `host`'s budget (or of an origin's
+/// robots.txt copy) are announced. Hash-tagged like its keys.
 pub fn channel(prefix: &str, host: &str) -> String {
     tagged(prefix, host, "w")
 }
@@ -38,18 +45,31 @@ pub struct Wakes {
 struct Inner {
     live: AtomicBool,
     messages: AtomicU64,
+    /// Waiters for a message on a channel ([`Waiters`]), by the name in
+    /// its tag.
+    waiting: DashMap<String, Arc<Notify>>,
+    /// Waiters woken by a message.
+    woken: AtomicU64,
+}
+
+/// Waiting for a message on one channel (by the host or origin its tag
+/// names), e.g. for another proxy's robots.txt copy. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Waiters {
+    inner: Arc<Inner>,
 }
 
 impl Wakes {
     /// Subscribes to every host's channel under `prefix` on the Redis at
     /// `url` (a node or `redis+cluster://` seeds, tried in turn), calling
-    /// `on_host` with the host of each message. Dials in the background and
-    /// again whenever the connection drops. Needs a tokio runtime.
+    /// `on_host` with the host (or robots.txt origin) of each message and
+    /// its payload. Dials in the background and again whenever the
+    /// connection drops. Needs a tokio runtime.
     pub fn subscribe(
         url: &str,
         prefix: &str,
         timeout: Duration,
-        on_host: impl Fn(&str) + Send + Sync + 'static,
+        on_host: impl Fn(&str, &[u8]) + Send + Sync + 'static,
     ) -> Result<Wakes, redis::RedisError> {
         let nodes = cluster_nodes(url)?.unwrap_or_else(|| vec![url.to_string()]);
         let clients = nodes
@@ -84,6 +104,76 @@ impl Wakes {
     pub fn messages(&self) -> u64 {
         self.inner.messages.load(Ordering::Relaxed)
     }
+
+    /// A handle for waiting on single channels of this subscription.
+    pub fn waiters(&self) -> Waiters {
+        Waiters {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+// === impl Waiters ===
+
+impl Waiters {
+    /// Whether the subscription is in place now: a message will come.
+    pub fn is_live(&self) -> bool {
+        self.inner.live.load(Ordering::SeqCst)
+    }
+
+    /// Waiters woken by a message since the start.
+    pub fn woken(&self) -> u64 {
+        self.inner.woken.load(Ordering::Relaxed)
+    }
+
+    /// Starts waiting for `name`'s channel: the next message on it
+    /// signals what this returns (hold it while waiting).
+    pub fn watch(&self, name: &str) -> Watch {
+        let notify = self
+            .inner
+            .waiting
+            .entry(name.to_string())
+            .or_default()
+            .clone();
+        Watch {
+            waiters: self.clone(),
+            name: name.to_string(),
+            notify,
+        }
+    }
+}
+
+/// One waiter's interest in a channel; see [`Waiters::watch`].
+#[derive(Debug)]
+pub struct Watch {
+    waiters: Waiters,
+    name: String,
+    notify: Arc<Notify>,
+}
+
+impl Watch {
+    /// Signalled by the next message on the channel, from the moment this
+    /// is called (so call it before looking for what the message tells).
+    pub fn next(&self) -> Pin<Box<tokio::sync::futures::Notified<'_>>> {
+        let mut n = Box::pin(self.notify.notified());
+        // Registered now, not at the first poll: a message between the look
+        // and the wait is not missed.
+        n.as_mut().enable();
+        n
+    }
+
+    /// Counts a wake-up by message.
+    pub fn woken(&self) {
+        self.waiters.inner.woken.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        // The last waiter on the channel takes its entry away.
+        let waiting = &self.waiters.inner.waiting;
+        waiting.remove_if(&self.name, |_, n| Arc::strong_count(n) <= 2);
+    }
 }
 
 impl Drop for Wakes {
@@ -98,7 +188,7 @@ async fn listen(
     prefix: &str,
     timeout: Duration,
     state: &Inner,
-    on_host: &(impl Fn(&str) + Send + Sync),
+    on_host: &(impl Fn(&str, &[u8]) + Send + Sync),
 ) -> Result<(), String> {
     let mut pubsub = tokio::time::timeout(timeout, client.get_async_pubsub())
         .await
@@ -113,7 +203,10 @@ async fn listen(
     while let Some(msg) = std::future::poll_fn(|cx| Pin::new(&mut stream).poll_next(cx)).await {
         if let Some(host) = host_of(prefix, msg.get_channel_name()) {
             state.messages.fetch_add(1, Ordering::Relaxed);
-            on_host(host);
+            if let Some(n) = state.waiting.get(host) {
+                n.notify_waiters();
+            }
+            on_host(host, msg.get_payload_bytes());
         }
     }
     Err(String::from("connection closed"))

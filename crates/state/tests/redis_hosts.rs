@@ -332,3 +332,120 @@ async fn without_redis_decides_alone_at_a_quarter_then_shares_again() {
     assert!(shared, "back to shared state once Redis answers");
     assert!(!a.is_degraded());
 }
+
+/// A start that goes while another request waits behind it reserves that
+/// request's slot in the same call: the next request picks it up without
+/// a round trip, and other proxies queue behind it.
+#[tokio::test]
+async fn a_start_reserves_the_next_requests_slot_in_the_same_call() {
+    let Some(server) =
+        RedisServer::start("a_start_reserves_the_next_requests_slot_in_the_same_call")
+    else {
+        return;
+    };
+    let a = store(&server, Duration::from_secs(30));
+    let b = store(&server, Duration::from_secs(30));
+    let hold = a.params(HOST).max_hold();
+    // The first slot and the one on its loan.
+    send(&a, 200, None).await;
+    send(&a, 200, None).await;
+    let t0 = Instant::now();
+    let Reservation::Wait(d) = a.admit(HOST, t0, SystemTime::now(), hold).await.value else {
+        panic!("the third slot waits");
+    };
+    tokio::time::sleep(d).await;
+    let trips = || a.stats().round_trips.load(Ordering::Relaxed);
+    let before = trips();
+    let now = Instant::now();
+    let st = a
+        .try_start_then_admit(HOST, now, SystemTime::now(), hold, t0, Some(hold))
+        .await;
+    assert!(matches!(st.value, (Start::Go, Some(_))), "{:?}", st.value);
+    assert_eq!(
+        trips() - before,
+        1,
+        "the start and the next admit: one call"
+    );
+
+    let (next, reserved) = a
+        .take_early_admit(HOST, Instant::now(), hold)
+        .expect("the next request's slot");
+    assert_eq!(next.basis, Basis::Shared);
+    assert_eq!(reserved, now);
+    let Reservation::Wait(w) = next.value else {
+        panic!("the next slot is one interval on: {:?}", next.value);
+    };
+    assert_eq!(trips() - before, 1, "picked up without a call");
+    assert!(a.take_early_admit(HOST, Instant::now(), hold).is_none());
+    // The slot is in the shared copy: another proxy queues behind it.
+    let Reservation::Wait(wb) = b
+        .admit(HOST, Instant::now(), SystemTime::now(), hold)
+        .await
+        .value
+    else {
+        panic!("b waits");
+    };
+    assert!(wb > w, "b's slot ({wb:?}) comes after a's next ({w:?})");
+}
+
+/// Another proxy's change, heard on the host's channel, replaces this
+/// proxy's copy: its next step is stored in one round, where it would have
+/// found the copy changed and decided again.
+#[tokio::test]
+async fn a_change_heard_from_another_proxy_spares_the_next_step_a_lost_round() {
+    let Some(server) =
+        RedisServer::start("a_change_heard_from_another_proxy_spares_the_next_step_a_lost_round")
+    else {
+        return;
+    };
+    let a = store(&server, Duration::from_secs(30));
+    let b = std::sync::Arc::new(store(&server, Duration::from_secs(30)));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let hears = b.clone();
+    let wakes = mannerly_state::wake::Wakes::subscribe(
+        &server.url(),
+        "test:",
+        Duration::from_secs(2),
+        move |host, payload| {
+            hears.heard(host, payload, Instant::now(), SystemTime::now());
+            let _ = tx.send(host.to_string());
+        },
+    )
+    .expect("subscriber");
+    for _ in 0..200 {
+        if wakes.is_live() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(wakes.is_live(), "the subscriber never came up");
+    let hold = a.params(HOST).max_hold();
+    // Both proxies call the host: it is shared.
+    send(&a, 200, None).await;
+    let _ = b.admit(HOST, Instant::now(), SystemTime::now(), hold).await;
+    // Messages come in order on the one connection: past a marker sent
+    // now, every change told so far has been taken in.
+    server.cli(&["PUBLISH", "test:{marker}:w", ""]);
+    loop {
+        let got = tokio::time::timeout(Duration::from_secs(10), rx.recv()).await;
+        if got.expect("the marker comes").as_deref() == Some("marker") {
+            break;
+        }
+    }
+    let conflicts = || b.stats().conflicts.load(Ordering::Relaxed);
+    let before = conflicts();
+
+    // `a` reserves a slot; `b` hears the new copy before its own step.
+    let _ = a.admit(HOST, Instant::now(), SystemTime::now(), hold).await;
+    let heard = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .expect("a's change is told");
+    assert_eq!(heard.as_deref(), Some(HOST));
+    let trips = b.stats().round_trips.load(Ordering::Relaxed);
+    let r = b
+        .admit_own(HOST, Instant::now(), SystemTime::now(), hold)
+        .await;
+    assert_eq!(r.basis, Basis::Shared);
+    assert_eq!(b.stats().round_trips.load(Ordering::Relaxed) - trips, 1);
+    assert_eq!(conflicts() - before, 0, "b decided on the copy it heard");
+}

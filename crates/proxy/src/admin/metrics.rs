@@ -88,6 +88,10 @@ pub(crate) struct RedisCounts {
     pub woken_by_message: u64,
     /// Whether those releases are heard now.
     pub wakes_live: bool,
+    /// Waiters woken by another proxy's early end of a pause (a reset).
+    pub woken_by_reset: u64,
+    /// Waits for another proxy's robots.txt copy woken by its message.
+    pub robots_woken_by_message: u64,
 }
 
 /// Scrape-time figures the caller reads from the store and elsewhere.
@@ -405,6 +409,14 @@ impl Metrics {
                 r.woken_by_message,
             );
             gauge("mannerly_state_redis_wakes_live", vec![]).set(f64::from(u8::from(r.wakes_live)));
+            total(
+                "mannerly_state_redis_woken_by_reset_total",
+                r.woken_by_reset,
+            );
+            total(
+                "mannerly_state_redis_robots_woken_by_message_total",
+                r.robots_woken_by_message,
+            );
         }
         total("mannerly_audit_lines_total", g.audit_lines);
         total("mannerly_audit_write_errors_total", g.audit_write_errors);

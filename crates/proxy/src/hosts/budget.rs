@@ -7,6 +7,9 @@
 //! (`mannerly_state::wake`), and a concurrency waiter also looks again every
 //! [`SHARED_SLOT_RECHECK`], or every [`SHARED_SLOT_RECHECK_UNHEARD`] while
 //! the subscription is down (a lease that expired sends no message either).
+//! A pause that ends early (an operator's reset, here or heard from another
+//! proxy) wakes every waiter of the host to ask again; one that runs its
+//! course is the timer the waiter already sleeps on.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -18,9 +21,8 @@ use mannerly_policy::budget::{
     host_key, Announced, HostView, PersistedHost, Reaction, Refusal, Reservation, ResetReport,
     Start, QUEUE_RETRY_AFTER,
 };
-use mannerly_state::hosts::{Basis, HostStore, Lease, MemoryHosts, RedisHosts, RedisSettings};
-use mannerly_state::responses::{ResponseStore, SharedPages, StoreError};
-use mannerly_state::robots::SharedRobots;
+use mannerly_state::hosts::{Basis, HostStore, Lease, MemoryHosts, RedisHosts};
+use mannerly_state::responses::{ResponseStore, StoreError};
 use mannerly_state::wake::Wakes;
 use tokio::sync::{Mutex, Notify};
 use tokio::time::Instant;
@@ -49,6 +51,9 @@ pub(crate) struct Budgets {
     /// Concurrency waiters woken by another proxy's release (for metrics
     /// and tests).
     woken_by_message: AtomicU64,
+    /// Waiters woken by another proxy's early end of a host's pause (an
+    /// operator's reset there).
+    woken_by_reset: AtomicU64,
 }
 
 /// Where the budgets live.
@@ -70,6 +75,11 @@ struct Line {
     /// Releases heard from other proxies: tells a wake-up by message from
     /// one by this proxy's own release.
     heard: AtomicU64,
+    /// Signalled when the host's pause ended early (an operator's reset,
+    /// here or on another proxy): every waiter asks for a slot again.
+    changed: Notify,
+    /// Such ends heard from other proxies.
+    resets_heard: AtomicU64,
 }
 
 /// An in-flight slot of a host. Released by [`Permit::respond`], or on drop
@@ -97,6 +107,7 @@ impl Budgets {
             crawl_delays: DashMap::new(),
             wakes: std::sync::OnceLock::new(),
             woken_by_message: AtomicU64::new(0),
+            woken_by_reset: AtomicU64::new(0),
         })
     }
 
@@ -105,56 +116,10 @@ impl Budgets {
     pub(crate) fn from_config(cfg: &Config, clock: Clock) -> Result<Arc<Budgets>, ConfigError> {
         let invalid = ConfigError::from;
         match cfg.state.backend {
+            crate::config::StateBackend::Redis => Budgets::shared_from_config(cfg, clock),
             crate::config::StateBackend::Memory => {
                 let hosts = MemoryHosts::new(cfg.budget.clone()).map_err(invalid)?;
                 Ok(Budgets::new(Arc::new(hosts), clock))
-            }
-            crate::config::StateBackend::Redis => {
-                let s = &cfg.state;
-                let u = &cfg.upstream;
-                let mut settings = RedisSettings::new(s.redis_url.clone());
-                settings.key_prefix = s.key_prefix.clone();
-                settings.instances_hint = s.instances_hint;
-                settings.command_timeout = Duration::from_secs_f64(s.command_timeout_ms / 1000.0);
-                // A lease outlives the longest a request may wait for its
-                // response head, plus a margin for a slow clock or GC.
-                settings.lease_ttl = u.connect_timeout
-                    + u.first_byte_timeout
-                    + Duration::from_secs_f64(s.lease_margin_secs);
-                settings.budget_ttl = Duration::from_secs_f64(
-                    cfg.budget.ceiling_relax_secs + cfg.budget.breaker_open_secs + 3600.0,
-                );
-                let wall = clock.wall();
-                let hosts =
-                    RedisHosts::new(cfg.budget.clone(), settings, wall).map_err(|e| match e {
-                        mannerly_state::hosts::RedisHostsError::Params(e) => invalid(e),
-                        other => ConfigError::Invalid {
-                            key: "state.redis_url".into(),
-                            why: other.to_string(),
-                        },
-                    })?;
-                let budgets = Budgets::with(Backend::Redis(Arc::new(hosts)), clock);
-                let weak = Arc::downgrade(&budgets);
-                let wakes = Wakes::subscribe(
-                    &s.redis_url,
-                    &s.key_prefix,
-                    Duration::from_secs_f64(s.command_timeout_ms / 1000.0),
-                    move |host| {
-                        if let Some(l) = weak
-                            .upgrade()
-                            .and_then(|b| b.lines.get(host).map(|l| l.clone()))
-                        {
-                            l.heard.fetch_add(1, Ordering::SeqCst);
-                            l.freed.notify_one();
-                        }
-                    },
-                )
-                .map_err(|e| ConfigError::Invalid {
-                    key: "state.redis_url".into(),
-                    why: e.to_string(),
-                })?;
-                let _ = budgets.wakes.set(wakes);
-                Ok(budgets)
             }
         }
     }
@@ -165,30 +130,6 @@ impl Budgets {
             Backend::Redis(r) => Some(r),
             Backend::Memory(_) => None,
         }
-    }
-
-    /// The cluster's robots.txt copies, when state is shared.
-    pub(crate) fn shared_robots(&self) -> Option<SharedRobots> {
-        let r = self.shared()?;
-        let s = r.settings();
-        Some(SharedRobots::new(
-            r.connection(),
-            &s.key_prefix,
-            s.command_timeout,
-        ))
-    }
-
-    /// The cluster's page store (`state.share_pages`), when state is shared.
-    pub(crate) fn shared_pages(&self, cfg: &Config) -> Option<SharedPages> {
-        let r = self.shared()?;
-        let s = r.settings();
-        Some(SharedPages::new(
-            r.connection(),
-            &s.key_prefix,
-            s.command_timeout,
-            cfg.cache.max_body,
-            Duration::from_secs_f64(cfg.state.pages_ttl_secs),
-        ))
     }
 
     /// Replaces the `[budget]` table: every host is decided by the new
@@ -254,9 +195,21 @@ impl Budgets {
     /// `None` when nothing is held for it.
     pub(crate) async fn reset(&self, host: &str) -> Option<ResetReport> {
         let now = self.clock.now_std();
-        match &self.backend {
+        let report = match &self.backend {
             Backend::Memory(m) => m.reset(host, now),
             Backend::Redis(r) => Some(r.reset(host, now, self.clock.wall()).await.value),
+        };
+        // Slots reserved behind the old pause are gone with it.
+        if let Some(l) = self.lines.get(host_key(host).as_ref()) {
+            l.changed.notify_waiters();
+        }
+        report
+    }
+
+    /// Counts a waiter woken by a pause's early end, if another proxy's.
+    fn count_reset(&self, line: &Line, resets_before: u64) {
+        if line.resets_heard.load(Ordering::SeqCst) != resets_before {
+            self.woken_by_reset.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -313,57 +266,84 @@ impl Budgets {
             return Err(self.held_too_long(&key));
         };
         self.apply_crawl_delay(&key).await;
-        let now = self.clock.now();
-        let mut reserved = now;
-        let (reservation, admitted_on) = self
-            .admit(&key, now, deadline.saturating_duration_since(now), loan)
-            .await;
-        match reservation {
-            Reservation::Refuse(r) => return Err(r),
-            Reservation::Wait(d) => tokio::time::sleep(d).await,
-            Reservation::Go => {}
-        }
-        loop {
-            // Registered before asking, so a slot freed between the answer
-            // and the wait is not missed.
-            let freed = line.freed.notified();
-            tokio::pin!(freed);
-            freed.as_mut().enable();
-            let heard = line.heard.load(Ordering::SeqCst);
+        'admit: loop {
+            // A pause that ends early takes the slots reserved behind it:
+            // the waiter asks again rather than sleep to the old end.
+            let changed = line.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let resets = line.resets_heard.load(Ordering::SeqCst);
             let now = self.clock.now();
-            let hold_left = deadline.saturating_duration_since(now);
-            let (answer, lease, started_on) =
-                self.try_start_since(&key, now, hold_left, reserved).await;
-            match answer {
-                Start::Go => {
-                    let basis = Basis::of_request(admitted_on, started_on);
-                    return Ok(Permit {
-                        host: key,
-                        budgets: self.clone(),
-                        open: true,
-                        lease,
-                        state: basis.map(Basis::as_str),
-                    });
-                }
-                Start::Refuse(r) => return Err(r),
-                Start::Wait(d) => {
-                    reserved = now;
-                    tokio::time::sleep(d).await
-                }
-                Start::WaitConcurrency => {
-                    let recheck = match self.backend {
-                        Backend::Memory(_) => deadline,
-                        Backend::Redis(_) => (now + self.shared_recheck()).min(deadline),
-                    };
-                    tokio::select! {
-                        _ = &mut freed => {
-                            if line.heard.load(Ordering::SeqCst) != heard {
-                                self.woken_by_message.fetch_add(1, Ordering::Relaxed);
+            let (reservation, admitted_on, mut reserved) = self
+                .admit(&key, now, deadline.saturating_duration_since(now), loan)
+                .await;
+            match reservation {
+                Reservation::Refuse(r) => return Err(r),
+                Reservation::Wait(d) => tokio::select! {
+                    _ = tokio::time::sleep(d) => {}
+                    _ = &mut changed => {
+                        self.count_reset(&line, resets);
+                        continue 'admit;
+                    }
+                },
+                Reservation::Go => {}
+            }
+            loop {
+                // Registered before asking, so a slot freed between the
+                // answer and the wait is not missed.
+                let freed = line.freed.notified();
+                tokio::pin!(freed);
+                freed.as_mut().enable();
+                let heard = line.heard.load(Ordering::SeqCst);
+                let now = self.clock.now();
+                let hold_left = deadline.saturating_duration_since(now);
+                // The next request of the line, if one waits, has its slot
+                // reserved with this one's start (shared budgets).
+                let next = (line.waiting.load(Ordering::SeqCst) > 0).then(|| params.max_hold());
+                let (answer, lease, started_on) = self
+                    .try_start_since(&key, now, hold_left, reserved, next)
+                    .await;
+                match answer {
+                    Start::Go => {
+                        let basis = Basis::of_request(admitted_on, started_on);
+                        return Ok(Permit {
+                            host: key,
+                            budgets: self.clone(),
+                            open: true,
+                            lease,
+                            state: basis.map(Basis::as_str),
+                        });
+                    }
+                    Start::Refuse(r) => return Err(r),
+                    Start::Wait(d) => {
+                        reserved = now;
+                        tokio::select! {
+                            _ = tokio::time::sleep(d) => {}
+                            _ = &mut changed => {
+                                self.count_reset(&line, resets);
+                                continue 'admit;
                             }
                         }
-                        _ = tokio::time::sleep_until(recheck), if recheck < deadline => {}
-                        _ = tokio::time::sleep_until(deadline) => {
-                            return Err(self.held_too_long(&key));
+                    }
+                    Start::WaitConcurrency => {
+                        let recheck = match self.backend {
+                            Backend::Memory(_) => deadline,
+                            Backend::Redis(_) => (now + self.shared_recheck()).min(deadline),
+                        };
+                        tokio::select! {
+                            _ = &mut freed => {
+                                if line.heard.load(Ordering::SeqCst) != heard {
+                                    self.woken_by_message.fetch_add(1, Ordering::Relaxed);
+                                }
+                            }
+                            _ = &mut changed => {
+                                self.count_reset(&line, resets);
+                                continue 'admit;
+                            }
+                            _ = tokio::time::sleep_until(recheck), if recheck < deadline => {}
+                            _ = tokio::time::sleep_until(deadline) => {
+                                return Err(self.held_too_long(&key));
+                            }
                         }
                     }
                 }
@@ -405,20 +385,26 @@ impl Budgets {
             .await;
     }
 
-    /// Reserves `key`'s next slot. With Redis, also what it was decided on.
+    /// Reserves `key`'s next slot: the reservation, with Redis what it was
+    /// decided on, and when it was reserved (`now`, or earlier for a slot
+    /// reserved with the previous request's start).
     async fn admit(
         &self,
         key: &str,
         now: Instant,
         hold_left: Duration,
         loan: Loan,
-    ) -> (Reservation, Option<Basis>) {
+    ) -> (Reservation, Option<Basis>, Instant) {
+        let at = now;
         let (now, wall) = (now.into_std(), self.clock.wall());
-        let shared = |d: mannerly_state::hosts::Decided<Reservation>| (d.value, Some(d.basis));
+        let shared = |d: mannerly_state::hosts::Decided<Reservation>| (d.value, Some(d.basis), at);
         match (&self.backend, loan) {
-            (Backend::Memory(m), Loan::May) => (m.admit(key, now, hold_left), None),
-            (Backend::Memory(m), Loan::Not) => (m.admit_own(key, now, hold_left), None),
-            (Backend::Redis(r), Loan::May) => shared(r.admit(key, now, wall, hold_left).await),
+            (Backend::Memory(m), Loan::May) => (m.admit(key, now, hold_left), None, at),
+            (Backend::Memory(m), Loan::Not) => (m.admit_own(key, now, hold_left), None, at),
+            (Backend::Redis(r), Loan::May) => match r.take_early_admit(key, now, hold_left) {
+                Some((d, made)) => (d.value, Some(d.basis), Instant::from_std(made)),
+                None => shared(r.admit(key, now, wall, hold_left).await),
+            },
             (Backend::Redis(r), Loan::Not) => shared(r.admit_own(key, now, wall, hold_left).await),
         }
     }
@@ -429,6 +415,7 @@ impl Budgets {
         now: Instant,
         hold_left: Duration,
         reserved: Instant,
+        next_hold: Option<Duration>,
     ) -> (Start, Option<Lease>, Option<Basis>) {
         match &self.backend {
             Backend::Memory(m) => (
@@ -438,12 +425,13 @@ impl Budgets {
             ),
             Backend::Redis(r) => {
                 let d = r
-                    .try_start_since(
+                    .try_start_then_admit(
                         key,
                         now.into_std(),
                         self.clock.wall(),
                         hold_left,
                         reserved.into_std(),
+                        next_hold,
                     )
                     .await;
                 (d.value.0, d.value.1, Some(d.basis))
@@ -463,6 +451,8 @@ impl Budgets {
                     freed: Notify::new(),
                     waiting: AtomicUsize::new(0),
                     heard: AtomicU64::new(0),
+                    changed: Notify::new(),
+                    resets_heard: AtomicU64::new(0),
                 })
             })
             .clone()
@@ -472,21 +462,6 @@ impl Budgets {
         if let Some(l) = self.lines.get(key) {
             l.freed.notify_one();
         }
-    }
-
-    /// How long a shared concurrency waiter sleeps before looking again.
-    fn shared_recheck(&self) -> Duration {
-        match self.wakes.get() {
-            Some(w) if w.is_live() => SHARED_SLOT_RECHECK,
-            _ => SHARED_SLOT_RECHECK_UNHEARD,
-        }
-    }
-
-    /// Waiters woken by another proxy's release, and whether that channel
-    /// is heard now.
-    pub(crate) fn woken_by_message(&self) -> (u64, bool) {
-        let live = self.wakes.get().is_some_and(Wakes::is_live);
-        (self.woken_by_message.load(Ordering::Relaxed), live)
     }
 
     /// A number in [0, 1) for backoff jitter; quality does not matter, only
@@ -653,5 +628,6 @@ enum Loan {
     Not,
 }
 
+mod shared;
 #[cfg(test)]
 mod tests;

@@ -5,9 +5,11 @@
 //! on the copy this proxy saw last and sends the decision with that copy to
 //! one Lua script ([`SCRIPT`]), which stores it only if the copy is still
 //! current (compare-and-set) and otherwise answers with the current one to
-//! decide again. So a request costs one round trip per step (admit, start,
-//! response) while one proxy drives a host, and two when another proxy
-//! changed it meanwhile.
+//! decide again. So a step costs one round trip while the copy is current,
+//! and one more each time another proxy changed it meanwhile. Other
+//! proxies' changes of a host they share with this one are published with
+//! the new copy and taken in by [`RedisHosts::heard`], so the copy is
+//! mostly current when the step comes.
 //!
 //! When Redis does not answer within the command timeout the store decides
 //! alone ("degraded") on a local copy at the host's last known shared rate
@@ -22,7 +24,10 @@
 //! proxy's next call on the host (the previous request's response, or the
 //! start). A lone proxy so pays two calls per page; should another proxy
 //! change the host meanwhile, the unstored reservation is void and the
-//! start reserves again on the current copy: never a slot twice.
+//! start reserves again on the current copy: never a slot twice. Under
+//! contention the admit of the request waiting behind a start is decided
+//! and stored in that start's call instead (`early.rs`): two calls per page
+//! again, the start and the response.
 //!
 //! An operation that loses its compare-and-set [`MAX_ROUNDS`] times is
 //! contention on that one host, not an outage: Redis answered every time.
@@ -40,18 +45,21 @@ use mannerly_policy::budget::{
 
 use crate::link::Link;
 
+mod cas;
 mod decided;
+mod early;
 mod fallback;
+mod heard;
 mod own;
 mod script;
 mod settings;
 
 pub use decided::{Basis, Decided, Lease};
+pub use heard::Heard;
 pub use script::SCRIPT;
 pub use settings::{RedisHostsError, RedisSettings};
 
 use fallback::Fallback;
-use script::{Answer, Ask, LeaseChange};
 
 /// Compare-and-set rounds before an operation gives up on the shared copy
 /// (only reached when other proxies keep changing one host's budget). The
@@ -95,6 +103,9 @@ pub struct RedisHosts {
     /// `try_start_since` to pick up: one per host, as the proxy lets one
     /// request of a host through its line at a time.
     early: DashMap<Box<str>, (Instant, Lease)>,
+    /// Admits decided (and stored) with the previous request's start, for
+    /// the next request of the host's line to pick up (`early.rs`).
+    early_admits: DashMap<Box<str>, early::EarlyAdmit>,
     stats: RedisStats,
 }
 
@@ -108,12 +119,19 @@ struct Seen {
     /// A reservation kept unstored was lost (another proxy changed the
     /// copy, or Redis went away): the next start must reserve again.
     voided: bool,
-    /// When a compare-and-set last found the copy changed by another proxy.
+    /// When another proxy was last seen changing the copy (a lost
+    /// compare-and-set, or its change heard on the host's channel).
     conflict_at: Option<Instant>,
+    /// The server time (µs) the copy is at least as new as: a change heard
+    /// later replaces it only if it was made after.
+    at: u64,
 }
 
 enum LeaseAction<'a> {
     None,
+    /// No lease change; the decision ends a pause early, so the other
+    /// proxies' waiters are told to ask again.
+    Announce,
     Take,
     Release(&'a str),
     /// Give back a slot of the local stand-in (taken while degraded or
@@ -162,6 +180,7 @@ impl RedisHosts {
             seen: DashMap::new(),
             fallback: Fallback::new(&settings),
             early: DashMap::new(),
+            early_admits: DashMap::new(),
             stats: RedisStats::default(),
             conn,
             settings,
@@ -291,6 +310,24 @@ impl RedisHosts {
         hold_left: Duration,
         reserved: Instant,
     ) -> Decided<(Start, Option<Lease>)> {
+        self.try_start_then_admit(host, now, wall, hold_left, reserved, None)
+            .await
+    }
+
+    /// [`RedisHosts::try_start_since`], and on `Go` with `next_hold` the
+    /// admit of the next request of the host's line in the same call
+    /// (held at most `next_hold`), for [`RedisHosts::take_early_admit`]
+    /// to hand it: the slot it would have reserved the moment this one
+    /// left the line, without a round trip of its own.
+    pub async fn try_start_then_admit(
+        &self,
+        host: &str,
+        now: Instant,
+        wall: SystemTime,
+        hold_left: Duration,
+        reserved: Instant,
+        next_hold: Option<Duration>,
+    ) -> Decided<(Start, Option<Lease>)> {
         let key = host_key(host);
         if let Some((_, (_, lease))) = self.early.remove(key.as_ref()) {
             self.stats.ops.fetch_add(1, Ordering::Relaxed);
@@ -317,13 +354,23 @@ impl RedisHosts {
                     b.try_start_since(p, now, hold_left, reserved)
                 };
                 let go = s == Start::Go;
-                (s, go)
+                let next = next_hold
+                    .filter(|_| go)
+                    .and_then(|h| early::admit_next(b, p, now, h));
+                ((s, next), go)
             })
             .await;
         if let Some(mut s) = self.seen.get_mut(key.as_ref()) {
             s.voided = false;
         }
-        d
+        let ((start, next), lease) = d.value;
+        if let Some(wait) = next {
+            self.keep_early_admit(&key, now, wait, d.basis);
+        }
+        Decided {
+            value: (start, lease),
+            basis: d.basis,
+        }
     }
 
     /// [`HostBudget::on_response`] on the shared budget, giving `lease` back.
@@ -392,6 +439,9 @@ impl RedisHosts {
         } else if want.is_none() {
             return;
         }
+        // A slot reserved ahead for the next request was spaced without
+        // this delay: that request reserves its own.
+        self.early_admits.remove(key.as_ref());
         self.run(&key, now, wall, LeaseAction::None, |b, p, _| {
             (b.set_crawl_delay(p, now, delay_secs), false)
         })
@@ -401,7 +451,10 @@ impl RedisHosts {
     /// An operator's reset ([`HostBudget::reset`]) of the shared budget:
     /// every proxy of the cluster sees it at its next request to `host`.
     pub async fn reset(&self, host: &str, now: Instant, wall: SystemTime) -> Decided<ResetReport> {
-        self.run(host, now, wall, LeaseAction::None, |b, p, _| {
+        // Slots reserved behind the old pause are void: so is one decided
+        // here for the next request.
+        self.early_admits.remove(host_key(host).as_ref());
+        self.run(host, now, wall, LeaseAction::Announce, |b, p, _| {
             (b.reset(p, now), false)
         })
         .await
@@ -446,6 +499,8 @@ impl RedisHosts {
         let ttl = self.settings.lease_ttl;
         self.early
             .retain(|_, (at, _)| now.saturating_duration_since(*at) < ttl);
+        // An admit nobody picked up before its slot: the slot is gone.
+        self.early_admits.retain(|_, e| e.slot > now);
         let dropped = before.saturating_sub(self.seen.len());
         dropped + self.fallback.sweep(now, |h| self.table().for_host(h))
     }
@@ -523,126 +578,6 @@ impl RedisHosts {
             value: (r, lease),
             basis,
         }
-    }
-
-    /// Decides on the shared copy of `key` and stores the decision, in up
-    /// to [`MAX_ROUNDS`] compare-and-set rounds.
-    async fn shared<R>(
-        &self,
-        key: &str,
-        p: &HostParams,
-        now: Instant,
-        wall: SystemTime,
-        action: &LeaseAction<'_>,
-        decide: &mut impl FnMut(&mut HostBudget, &HostParams, bool) -> (R, bool),
-    ) -> Result<(R, Option<Lease>), Miss> {
-        let releasing_shared = matches!(action, LeaseAction::Release(_));
-        // The slot being given back is in flight until the decision frees it.
-        let releasing = releasing_shared || matches!(action, LeaseAction::ReleaseLocal);
-        let (mut bytes, mut leases, mut pending, mut lost) = match self.seen.get_mut(key) {
-            // Our own release leaves one lease fewer.
-            Some(mut s) => {
-                let pending = s.pending.take();
-                let voided = s.voided;
-                // Lost unless a round stores it (which says so again).
-                s.voided |= pending.is_some();
-                (
-                    s.bytes.clone(),
-                    s.leases.saturating_sub(u32::from(releasing_shared)),
-                    pending,
-                    voided,
-                )
-            }
-            None => (Vec::new(), 0, None, false),
-        };
-        let had_pending = pending.is_some();
-        for _ in 0..MAX_ROUNDS {
-            // The first round decides on top of the reservation kept
-            // unstored, and stores both if the stored copy is still current.
-            let mut budget = match pending.take() {
-                Some(b) => b,
-                None => decode_or_new(p, &bytes, now, wall),
-            };
-            budget.set_in_flight(leases + u32::from(releasing));
-            let (value, wants_lease) = decide(&mut budget, p, lost);
-            let take = wants_lease && matches!(action, LeaseAction::Take);
-            let new_bytes = budget.encode(now, wall);
-            let changed = new_bytes != bytes;
-            let lease = self.lease_change(action, take);
-            let ask = Ask {
-                host: key,
-                seen: &bytes,
-                leases,
-                new: changed.then_some(&new_bytes[..]),
-                lease: &lease,
-            };
-            self.stats.round_trips.fetch_add(1, Ordering::Relaxed);
-            let answer = script::call(&self.script, &self.conn, &self.settings, ask).await;
-            match answer.map_err(Miss::Unreachable)? {
-                Answer::Stored { leases } => {
-                    budget.set_in_flight(leases);
-                    let bytes = if changed { new_bytes } else { bytes };
-                    self.remember(key, bytes, leases, budget, lost);
-                    let lease = match lease {
-                        LeaseChange::Take(id) => Some(Lease::Shared(id)),
-                        _ => None,
-                    };
-                    return Ok((value, lease));
-                }
-                Answer::Changed {
-                    leases: now_leases,
-                    current,
-                } => {
-                    self.stats.conflicts.fetch_add(1, Ordering::Relaxed);
-                    if let Some(mut s) = self.seen.get_mut(key) {
-                        s.conflict_at = Some(now);
-                    }
-                    // Any reservation kept unstored is not in `current`.
-                    lost |= had_pending;
-                    bytes = current;
-                    leases = now_leases;
-                }
-            }
-        }
-        // The newest copy Redis answered: the stand-in this operation falls
-        // back to is made from it (with any pause another proxy learned),
-        // and the next operation starts from it.
-        let mut budget = decode_or_new(p, &bytes, now, wall);
-        budget.set_in_flight(leases);
-        self.remember(key, bytes, leases, budget, lost);
-        Err(Miss::Contended)
-    }
-
-    /// What one round does to the host's leases: gives back the one being
-    /// released, or takes a new one when the decision asks for it.
-    fn lease_change(&self, action: &LeaseAction<'_>, take: bool) -> LeaseChange {
-        match action {
-            LeaseAction::Release(id) => LeaseChange::Release((*id).to_string()),
-            _ if take => LeaseChange::Take(format!(
-                "{}:{}",
-                self.instance,
-                self.next_lease.fetch_add(1, Ordering::Relaxed)
-            )),
-            _ => LeaseChange::None,
-        }
-    }
-
-    /// Keeps `bytes` as the shared copy of `key` seen last, decoded as
-    /// `budget`, with `leases` live; `voided` when a reservation kept
-    /// unstored did not make it into it.
-    fn remember(&self, key: &str, bytes: Vec<u8>, leases: u32, budget: HostBudget, voided: bool) {
-        let conflict_at = self.seen.get(key).and_then(|s| s.conflict_at);
-        self.seen.insert(
-            Box::from(key),
-            Seen {
-                bytes,
-                leases,
-                budget,
-                pending: None,
-                voided,
-                conflict_at,
-            },
-        );
     }
 
     /// Drops the reservation of `key` kept unstored, if any; `true` when

@@ -12,6 +12,11 @@ use crate::link::{tagged, Link};
 /// The Lua script every budget operation runs (see the file for its contract).
 pub const SCRIPT: &str = include_str!("op.lua");
 
+/// A proxy that called a host this recently shares it: the host's changes
+/// are published for it to keep its copy current. As long as the quiet
+/// spell after which an admit may be kept unstored (`QUIET`).
+const SHARING: Duration = super::QUIET;
+
 /// What a call does to the host's leases.
 pub(super) enum LeaseChange {
     None,
@@ -27,21 +32,30 @@ pub(super) struct Ask<'a> {
     pub(super) host: &'a str,
     /// The encoded budget decided on (empty: none yet).
     pub(super) seen: &'a [u8],
-    /// The live leases decided on (after the caller's own release).
-    pub(super) leases: u32,
+    /// The live leases decided on (after the caller's own release);
+    /// `None` when the decision does not depend on them.
+    pub(super) leases: Option<u32>,
     /// The encoded budget after the decision; `None`: unchanged, nothing
     /// to write.
     pub(super) new: Option<&'a [u8]>,
     pub(super) lease: &'a LeaseChange,
+    /// This proxy's instance id, named in the change it publishes.
+    pub(super) instance: &'a str,
+    /// The decision ends a pause early: waiters elsewhere ask again.
+    pub(super) announce: bool,
 }
 
 /// What the script answered.
 pub(super) enum Answer {
     /// The copy decided on was current: the decision is stored.
-    Stored { leases: u32 },
+    Stored { leases: u32, version: u64 },
     /// Another proxy changed the copy meanwhile: decide again on `current`
     /// (empty: it holds none now).
-    Changed { leases: u32, current: Vec<u8> },
+    Changed {
+        leases: u32,
+        current: Vec<u8>,
+        version: u64,
+    },
 }
 
 /// Runs `script` once for `ask`. `Err` says why Redis counts as out of
@@ -60,14 +74,18 @@ pub(super) async fn call(
     // Both keys carry the host as hash tag: one slot on a Redis Cluster.
     let mut inv = script.key(tagged(&settings.key_prefix, ask.host, "h"));
     inv.key(tagged(&settings.key_prefix, ask.host, "l"))
+        .key(tagged(&settings.key_prefix, ask.host, "c"))
         .arg(ask.seen)
-        .arg(ask.leases)
+        .arg(ask.leases.map(|n| n.to_string()).unwrap_or_default())
         .arg(ask.new.unwrap_or(&[]))
         .arg(ms(settings.budget_ttl))
         .arg(sign)
         .arg(id)
         .arg(ms(settings.lease_ttl))
-        .arg(crate::wake::channel(&settings.key_prefix, ask.host));
+        .arg(crate::wake::channel(&settings.key_prefix, ask.host))
+        .arg(ask.instance)
+        .arg(if ask.announce { "r" } else { "" })
+        .arg(ms(SHARING));
     let mut conn = conn.clone();
     let answer: Vec<Value> =
         match tokio::time::timeout(settings.command_timeout, inv.invoke_async(&mut conn)).await {
@@ -80,13 +98,31 @@ pub(super) async fn call(
         _ => return Err(String::from("unexpected answer from the budget script")),
     };
     if matches!(answer.first(), Some(Value::Int(1))) {
-        return Ok(Answer::Stored { leases });
+        let version = version_of(answer.get(2));
+        return Ok(Answer::Stored { leases, version });
     }
     let current = match answer.get(2) {
         Some(Value::BulkString(b)) => b.clone(),
         _ => Vec::new(),
     };
-    Ok(Answer::Changed { leases, current })
+    let version = version_of(answer.get(3));
+    Ok(Answer::Changed {
+        leases,
+        current,
+        version,
+    })
+}
+
+/// The server time (µs) the script answered at; 0 when absent (a script
+/// of an earlier version), which any later change outdates.
+fn version_of(v: Option<&Value>) -> u64 {
+    match v {
+        Some(Value::BulkString(b)) => std::str::from_utf8(b)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0),
+        _ => 0,
+    }
 }
 
 fn ms(d: Duration) -> u64 {

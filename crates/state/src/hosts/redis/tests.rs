@@ -211,10 +211,13 @@ async fn a_lease_given_back_on_one_proxy_wakes_the_other_by_message() {
         return;
     };
     let a = store(&server);
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let other = std::sync::Arc::new(store(&server));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, super::Heard)>();
+    let hears = other.clone();
     let b = crate::wake::Wakes::subscribe(&server.url(), "test:", Duration::from_secs(2), {
-        move |host| {
-            let _ = tx.send(host.to_string());
+        move |host, payload| {
+            let heard = hears.heard(host, payload, Instant::now(), SystemTime::now());
+            let _ = tx.send((host.to_string(), heard));
         }
     })
     .expect("subscriber");
@@ -228,6 +231,11 @@ async fn a_lease_given_back_on_one_proxy_wakes_the_other_by_message() {
     assert!(b.is_live(), "the subscriber never came up");
 
     let hold = a.params(HOT).max_hold();
+    // The other proxy alone on the host: its change is told to no one.
+    let admitted = other
+        .admit(HOT, Instant::now(), SystemTime::now(), hold)
+        .await;
+    assert_eq!(admitted.basis, Basis::Shared);
     let now = Instant::now();
     let st = a
         .try_start_since(HOT, now, SystemTime::now(), hold, now)
@@ -236,19 +244,24 @@ async fn a_lease_given_back_on_one_proxy_wakes_the_other_by_message() {
         panic!("expected to start, got {:?}", st.value);
     };
     assert!(matches!(lease, Lease::Shared(_)));
-    // Taking a lease frees nothing: no message.
-    assert!(rx.try_recv().is_err());
+    // Now two proxies share it: taking a lease is told, frees nothing, and
+    // the other proxy's copy has it in flight without asking.
+    let (host, heard) = next(&mut rx).await;
+    assert_eq!((host.as_str(), heard), (HOT, super::Heard::default()));
+    // (Its own admit's slot was now: it started too, and holds a lease.)
+    let seen = other.view(HOT, Instant::now()).expect("seen");
+    assert_eq!(seen.in_flight, 2);
 
     a.finish(HOT, &lease, Instant::now(), SystemTime::now())
         .await;
-    let woken = tokio::time::timeout(Duration::from_secs(10), rx.recv())
-        .await
-        .expect("a message for the freed slot");
-    assert_eq!(woken.as_deref(), Some(HOT));
-    assert_eq!(b.messages(), 1);
+    let (host, heard) = next(&mut rx).await;
+    assert_eq!(host, HOT);
+    assert!(heard.released, "the freed slot is told");
+    assert_eq!(b.messages(), 2);
     // Giving the same lease back again removes nothing and tells no one.
     a.finish(HOT, &lease, Instant::now(), SystemTime::now())
         .await;
+    // A host `a` drives alone: only the release is told.
     let cold = a
         .try_start_since(
             COLD,
@@ -263,8 +276,17 @@ async fn a_lease_given_back_on_one_proxy_wakes_the_other_by_message() {
     };
     a.finish(COLD, &cold_lease, Instant::now(), SystemTime::now())
         .await;
-    let next = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+    let (host, heard) = next(&mut rx).await;
+    assert_eq!(host, COLD, "no third message for HOT");
+    assert!(heard.released, "COLD's take was told to no one");
+    assert_eq!(b.messages(), 3);
+}
+
+async fn next(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<(String, super::Heard)>,
+) -> (String, super::Heard) {
+    tokio::time::timeout(Duration::from_secs(10), rx.recv())
         .await
-        .expect("a message for the second host");
-    assert_eq!(next.as_deref(), Some(COLD), "no second message for HOT");
+        .expect("a message")
+        .expect("the subscriber lives")
 }

@@ -1,0 +1,136 @@
+//! The budgets of a cluster's proxies sharing Redis: how the store is made
+//! from `[state]`, and what comes from the other proxies on the hosts'
+//! channels (`mannerly_state::wake`).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mannerly_state::hosts::{RedisHosts, RedisSettings};
+use mannerly_state::responses::SharedPages;
+use mannerly_state::robots::SharedRobots;
+use mannerly_state::wake::Wakes;
+
+use super::{Backend, Budgets, SHARED_SLOT_RECHECK, SHARED_SLOT_RECHECK_UNHEARD};
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::error::ConfigError;
+
+impl Budgets {
+    /// The budgets of `state.backend = "redis"`, subscribed to the hosts'
+    /// channels. Must run inside the runtime.
+    pub(super) fn shared_from_config(
+        cfg: &Config,
+        clock: Clock,
+    ) -> Result<Arc<Budgets>, ConfigError> {
+        let invalid = ConfigError::from;
+        let s = &cfg.state;
+        let u = &cfg.upstream;
+        let mut settings = RedisSettings::new(s.redis_url.clone());
+        settings.key_prefix = s.key_prefix.clone();
+        settings.instances_hint = s.instances_hint;
+        settings.command_timeout = Duration::from_secs_f64(s.command_timeout_ms / 1000.0);
+        // A lease outlives the longest a request may wait for its
+        // response head, plus a margin for a slow clock or GC.
+        settings.lease_ttl =
+            u.connect_timeout + u.first_byte_timeout + Duration::from_secs_f64(s.lease_margin_secs);
+        settings.budget_ttl = Duration::from_secs_f64(
+            cfg.budget.ceiling_relax_secs + cfg.budget.breaker_open_secs + 3600.0,
+        );
+        let wall = clock.wall();
+        let hosts = RedisHosts::new(cfg.budget.clone(), settings, wall).map_err(|e| match e {
+            mannerly_state::hosts::RedisHostsError::Params(e) => invalid(e),
+            other => ConfigError::Invalid {
+                key: "state.redis_url".into(),
+                why: other.to_string(),
+            },
+        })?;
+        let budgets = Budgets::with(Backend::Redis(Arc::new(hosts)), clock);
+        let weak = Arc::downgrade(&budgets);
+        let wakes = Wakes::subscribe(
+            &s.redis_url,
+            &s.key_prefix,
+            Duration::from_secs_f64(s.command_timeout_ms / 1000.0),
+            move |host, payload| {
+                if let Some(b) = weak.upgrade() {
+                    b.heard(host, payload);
+                }
+            },
+        )
+        .map_err(|e| ConfigError::Invalid {
+            key: "state.redis_url".into(),
+            why: e.to_string(),
+        })?;
+        let _ = budgets.wakes.set(wakes);
+        Ok(budgets)
+    }
+
+    /// The cluster's robots.txt copies, when state is shared.
+    pub(crate) fn shared_robots(&self) -> Option<SharedRobots> {
+        let r = self.shared()?;
+        let s = r.settings();
+        let robots = SharedRobots::new(r.connection(), &s.key_prefix, s.command_timeout);
+        Some(match self.wakes.get() {
+            Some(w) => robots.hearing(w.waiters()),
+            None => robots,
+        })
+    }
+
+    /// Waits for another proxy's robots.txt copy woken by its message.
+    pub(crate) fn robots_woken_by_message(&self) -> u64 {
+        self.wakes.get().map_or(0, |w| w.waiters().woken())
+    }
+
+    /// The cluster's page store (`state.share_pages`), when state is shared.
+    pub(crate) fn shared_pages(&self, cfg: &Config) -> Option<SharedPages> {
+        let r = self.shared()?;
+        let s = r.settings();
+        Some(SharedPages::new(
+            r.connection(),
+            &s.key_prefix,
+            s.command_timeout,
+            cfg.cache.max_body,
+            Duration::from_secs_f64(cfg.state.pages_ttl_secs),
+        ))
+    }
+
+    /// A message on a host's channel (another proxy's change): refreshes
+    /// the copy seen last and wakes the waiters it concerns.
+    fn heard(&self, host: &str, payload: &[u8]) {
+        let Backend::Redis(r) = &self.backend else {
+            return;
+        };
+        let heard = r.heard(host, payload, self.clock.now_std(), self.clock.wall());
+        let Some(l) = self.lines.get(host).map(|l| l.clone()) else {
+            return;
+        };
+        if heard.released {
+            l.heard.fetch_add(1, Ordering::SeqCst);
+            l.freed.notify_one();
+        }
+        if heard.reset {
+            l.resets_heard.fetch_add(1, Ordering::SeqCst);
+            l.changed.notify_waiters();
+        }
+    }
+
+    /// How long a shared concurrency waiter sleeps before looking again.
+    pub(super) fn shared_recheck(&self) -> Duration {
+        match self.wakes.get() {
+            Some(w) if w.is_live() => SHARED_SLOT_RECHECK,
+            _ => SHARED_SLOT_RECHECK_UNHEARD,
+        }
+    }
+
+    /// Waiters woken by another proxy's release, and whether that channel
+    /// is heard now.
+    pub(crate) fn woken_by_message(&self) -> (u64, bool) {
+        let live = self.wakes.get().is_some_and(Wakes::is_live);
+        (self.woken_by_message.load(Ordering::Relaxed), live)
+    }
+
+    /// Waiters woken by another proxy's early end of a pause.
+    pub(crate) fn woken_by_reset(&self) -> u64 {
+        self.woken_by_reset.load(Ordering::Relaxed)
+    }
+}

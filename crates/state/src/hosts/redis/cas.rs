@@ -1,0 +1,157 @@
+//! One operation's compare-and-set rounds on a host's shared copy.
+
+use std::sync::atomic::Ordering;
+use std::time::{Instant, SystemTime};
+
+use mannerly_policy::budget::{HostBudget, HostParams};
+
+use super::script::{self, Answer, Ask, LeaseChange};
+use super::{decode_or_new, Lease, LeaseAction, Miss, RedisHosts, Seen, MAX_ROUNDS};
+
+impl RedisHosts {
+    /// Decides on the shared copy of `key` and stores the decision, in up
+    /// to [`MAX_ROUNDS`] compare-and-set rounds.
+    pub(super) async fn shared<R>(
+        &self,
+        key: &str,
+        p: &HostParams,
+        now: Instant,
+        wall: SystemTime,
+        action: &LeaseAction<'_>,
+        decide: &mut impl FnMut(&mut HostBudget, &HostParams, bool) -> (R, bool),
+    ) -> Result<(R, Option<Lease>), Miss> {
+        let releasing_shared = matches!(action, LeaseAction::Release(_));
+        // The slot being given back is in flight until the decision frees it.
+        let releasing = releasing_shared || matches!(action, LeaseAction::ReleaseLocal);
+        let (mut bytes, mut leases, mut pending, mut lost) = match self.seen.get_mut(key) {
+            // Our own release leaves one lease fewer.
+            Some(mut s) => {
+                let pending = s.pending.take();
+                let voided = s.voided;
+                // Lost unless a round stores it (which says so again).
+                s.voided |= pending.is_some();
+                (
+                    s.bytes.clone(),
+                    s.leases.saturating_sub(u32::from(releasing_shared)),
+                    pending,
+                    voided,
+                )
+            }
+            None => (Vec::new(), 0, None, false),
+        };
+        let had_pending = pending.is_some();
+        let mut last_version = 0;
+        for _ in 0..MAX_ROUNDS {
+            // The first round decides on top of the reservation kept
+            // unstored, and stores both if the stored copy is still current.
+            let mut budget = match pending.take() {
+                Some(b) => b,
+                None => decode_or_new(p, &bytes, now, wall),
+            };
+            budget.set_in_flight(leases + u32::from(releasing));
+            let (value, wants_lease) = decide(&mut budget, p, lost);
+            let take = wants_lease && matches!(action, LeaseAction::Take);
+            let new_bytes = budget.encode(now, wall);
+            let changed = new_bytes != bytes;
+            let lease = self.lease_change(action, take);
+            // Only a start's decision depends on the leases: one that goes
+            // (the gate had room) or one that waits for a slot (it had none).
+            let starts = matches!(action, LeaseAction::Take) && (take || !changed);
+            let ask = Ask {
+                host: key,
+                seen: &bytes,
+                leases: starts.then_some(leases),
+                new: changed.then_some(&new_bytes[..]),
+                lease: &lease,
+                instance: &self.instance,
+                announce: matches!(action, LeaseAction::Announce),
+            };
+            self.stats.round_trips.fetch_add(1, Ordering::Relaxed);
+            let answer = script::call(&self.script, &self.conn, &self.settings, ask).await;
+            match answer.map_err(Miss::Unreachable)? {
+                Answer::Stored { leases, version } => {
+                    budget.set_in_flight(leases);
+                    let bytes = if changed { new_bytes } else { bytes };
+                    self.remember(key, bytes, leases, budget, lost, version);
+                    let lease = match lease {
+                        LeaseChange::Take(id) => Some(Lease::Shared(id)),
+                        _ => None,
+                    };
+                    return Ok((value, lease));
+                }
+                Answer::Changed {
+                    leases: now_leases,
+                    current,
+                    version,
+                } => {
+                    last_version = version;
+                    self.stats.conflicts.fetch_add(1, Ordering::Relaxed);
+                    if let Some(mut s) = self.seen.get_mut(key) {
+                        s.conflict_at = Some(now);
+                    }
+                    // Any reservation kept unstored is not in `current`.
+                    lost |= had_pending;
+                    bytes = current;
+                    leases = now_leases;
+                }
+            }
+        }
+        // The newest copy Redis answered: the stand-in this operation falls
+        // back to is made from it (with any pause another proxy learned),
+        // and the next operation starts from it.
+        let mut budget = decode_or_new(p, &bytes, now, wall);
+        budget.set_in_flight(leases);
+        self.remember(key, bytes, leases, budget, lost, last_version);
+        Err(Miss::Contended)
+    }
+
+    /// What one round does to the host's leases: gives back the one being
+    /// released, or takes a new one when the decision asks for it.
+    fn lease_change(&self, action: &LeaseAction<'_>, take: bool) -> LeaseChange {
+        match action {
+            LeaseAction::Release(id) => LeaseChange::Release((*id).to_string()),
+            _ if take => LeaseChange::Take(format!(
+                "{}:{}",
+                self.instance,
+                self.next_lease.fetch_add(1, Ordering::Relaxed)
+            )),
+            _ => LeaseChange::None,
+        }
+    }
+
+    /// Keeps `bytes` as the shared copy of `key` seen last, decoded as
+    /// `budget`, with `leases` live, as of server time `version`;
+    /// `voided` when a reservation kept unstored did not make it into it.
+    /// A newer copy heard meanwhile on the host's channel stays.
+    fn remember(
+        &self,
+        key: &str,
+        bytes: Vec<u8>,
+        leases: u32,
+        budget: HostBudget,
+        voided: bool,
+        version: u64,
+    ) {
+        let (conflict_at, newer) = match self.seen.get_mut(key) {
+            Some(mut s) if s.at != version && !super::heard::replaces(version, s.at) => {
+                s.pending = None;
+                s.voided |= voided;
+                return;
+            }
+            Some(s) => (s.conflict_at, s.at),
+            None => (None, 0),
+        };
+        self.seen.insert(
+            Box::from(key),
+            Seen {
+                bytes,
+                leases,
+                budget,
+                pending: None,
+                voided,
+                conflict_at,
+                at: version.max(newer),
+            },
+        );
+    }
+}
