@@ -296,19 +296,12 @@ rps() { awk '/^Requests\/sec:/ {printf "%.0f", $2}' "$WORK/wrk-$1.txt"; }
 # CPU time (user + system, clock ticks) of a process and its children
 # (nginx's workers, squid's helpers). CPU per request is steadier than req/s
 # on a machine the client and origin share.
-ticks() {
-  local p total=0 t
+# With "user", user time only (field 14): the rest of cpu_us is the kernel's.
+ticks() { # pid, [user]
+  local p total=0 t sum='$14 + $15'
+  [[ ${2:-} == user ]] && sum='$14'
   for p in "$1" $(pgrep -P "$1" || true); do
-    t=$(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0)
-    total=$((total + t))
-  done
-  echo "$total"
-}
-# The same, user time only (field 14): the rest of cpu_us is the kernel's.
-uticks() {
-  local p total=0 t
-  for p in "$1" $(pgrep -P "$1" || true); do
-    t=$(awk '{print $14}' "/proc/$p/stat" 2>/dev/null || echo 0)
+    t=$(awk "{print $sum}" "/proc/$p/stat" 2>/dev/null || echo 0)
     total=$((total + t))
   done
   echo "$total"
@@ -387,7 +380,7 @@ for path in $PATHS; do
       fi
       pid=${PEER_PID[$peer]:-}
       before=$([[ -n $pid ]] && ticks "$pid" || echo 0)
-      ubefore=$([[ -n $pid ]] && uticks "$pid" || echo 0)
+      ubefore=$([[ -n $pid ]] && ticks "$pid" user || echo 0)
       stat_pid=
       if [[ ${BENCH_SYSCALLS:-0} == 1 && -n $pid ]]; then
         perf stat -x, -e raw_syscalls:sys_enter -p "$(pgrep -P "$pid" | paste -sd, | sed 's/.$/&,/')${pid}" -o "$WORK/sys-$path-$peer-$round.txt" >/dev/null 2>&1 & stat_pid=$!
@@ -397,7 +390,7 @@ for path in $PATHS; do
         kill -INT "$stat_pid"; wait "$stat_pid" || true
         SYSCALLS[$path-$peer-$round]=$(awk -F, '/raw_syscalls/ {print $1}' "$WORK/sys-$path-$peer-$round.txt")
       fi
-      UUSED[$path-$peer-$round]=$(( $([[ -n $pid ]] && uticks "$pid" || echo 0) - ubefore ))
+      UUSED[$path-$peer-$round]=$(( $([[ -n $pid ]] && ticks "$pid" user || echo 0) - ubefore ))
       if [[ $path == recrawl && $peer == mannerly ]]; then
         RECRAWL[$round]="$(($(outcomes revalidated) - revalidated)) revalidated, $(($(outcomes fetched) - fetched)) fetched"
       fi

@@ -115,12 +115,7 @@ async fn robots_wakes_across(url: String) {
     assert_eq!(metric(&b, woken).await, 0.0);
 
     let port = origin.port();
-    let get = |c: reqwest::Client, path: &'static str| async move {
-        c.get(format!("http://127.0.0.1:{port}{path}"))
-            .send()
-            .await
-            .expect("no request fails")
-    };
+    let get = move |c: reqwest::Client, path: &'static str| send(c, port, path);
     let first = tokio::spawn(get(a.client(), "/page"));
     arrived.notified().await;
     let second = tokio::spawn(get(b.client(), "/private/x"));
@@ -180,12 +175,7 @@ async fn a_reset_on_one_proxy_wakes_the_request_another_holds_for_the_pause() {
     let woken = "mannerly_state_redis_woken_by_reset_total";
     assert_eq!(metric(&b, woken).await, 0.0);
     let port = origin.port();
-    let get = |c: reqwest::Client, path: &'static str| async move {
-        c.get(format!("http://127.0.0.1:{port}{path}"))
-            .send()
-            .await
-            .expect("no request fails")
-    };
+    let get = move |c: reqwest::Client, path: &'static str| send(c, port, path);
     // B has seen the host, so the pause A learns reaches its copy.
     assert_eq!(get(b.client(), "/warm").await.status(), 200);
 
@@ -273,4 +263,12 @@ async fn gated(path: &'static str, body: &'static str) -> (Origin, Arc<Notify>, 
     }))
     .await;
     (origin, arrived, gate)
+}
+
+/// A GET of `path` on the loopback origin at `port`; no request may fail.
+async fn send(c: reqwest::Client, port: u16, path: &'static str) -> reqwest::Response {
+    c.get(format!("http://127.0.0.1:{port}{path}"))
+        .send()
+        .await
+        .expect("no request fails")
 }
