@@ -3,6 +3,7 @@
 //! reset hosts, report on conduct.
 
 mod nofile;
+mod sched;
 mod settings;
 
 use std::path::PathBuf;
@@ -357,6 +358,7 @@ fn run(config: Option<PathBuf>, args: RunArgs, log_format: LogFormat) -> Result<
         Ok(n) => tracing::info!("open files limit {} (hard limit {})", n.soft, n.hard),
         Err(e) => tracing::warn!("open files limit could not be raised: {e}"),
     }
+    mannerly_state::background::on_start(sched::yield_to_serving);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

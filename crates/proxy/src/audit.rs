@@ -218,6 +218,11 @@ impl AuditSink {
     /// With `soon`, its line is written with the others of the turn: only
     /// for an answer that waits for the line before hyper sees it.
     pub(crate) fn committer(&self, soon: bool) -> (Committer, Written) {
+        if soon {
+            // The record may be completed off the runtime (the store's
+            // writer thread): its flush needs a runtime to go to.
+            self.log.note_runtime();
+        }
         let (tx, rx) = oneshot::channel();
         (
             Committer {
@@ -478,6 +483,26 @@ mod tests {
         .validate()
         .expect("valid config");
         (dir, cfg)
+    }
+
+    /// The store's writer thread completes the records of a commit off the
+    /// runtime; their flush must find a runtime even when no line was
+    /// queued "soon" on one before (a crawl of new pages only), or each
+    /// line is written by a `write` of its own on the writer thread.
+    #[tokio::test]
+    async fn a_committer_made_on_the_runtime_lets_its_line_be_flushed_there() {
+        let (dir, cfg) = fresh("soon-remote");
+        let (sink, writer) = open(&cfg).expect("open");
+        assert!(sink.log.soon.runtime.get().is_none());
+        let (committer, written) = sink.committer(true);
+        assert!(sink.log.soon.runtime.get().is_some());
+        std::thread::spawn(move || committer.send(AuditRecord::default()))
+            .join()
+            .expect("sent off the runtime");
+        assert!(written.await, "the line reached the file");
+        drop(sink);
+        writer.close().expect("close");
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     /// Threads that each send a record and wait for its line, over and

@@ -3,6 +3,7 @@
 #![warn(missing_docs)]
 #![warn(unreachable_pub)]
 
+pub mod background;
 pub mod charges;
 pub mod hosts;
 mod link;

@@ -14,7 +14,8 @@
 //! runs after the tasks already ready on that thread, which queue their
 //! lines meanwhile. A record queued off the runtime (the store's writer
 //! thread, releasing the lines of a commit) has its flush spawned on the
-//! runtime the log last saw, so a commit of many pages costs one `write`.
+//! runtime its committer was made on, so a commit of many pages costs one
+//! `write`.
 //! The timer thread writes what is queued on each tick, so a flush that
 //! never runs delays a line by at most that tick; one dropped unrun (its
 //! runtime shutting down) writes as it drops.
@@ -37,7 +38,7 @@ thread_local! {
 /// Where flushes go for records queued off the runtime's threads.
 #[derive(Default)]
 pub(super) struct Soon {
-    runtime: OnceLock<Handle>,
+    pub(super) runtime: OnceLock<Handle>,
     /// A flush spawned from a thread with no runtime has not run yet.
     remote_due: Arc<AtomicBool>,
 }
@@ -48,7 +49,7 @@ impl Log {
     pub(super) fn write_soon(self: &Arc<Self>) {
         let (handle, due) = match Handle::try_current() {
             Ok(handle) => {
-                let _ = self.soon.runtime.set(handle.clone());
+                self.note_runtime();
                 (handle, self.due_here())
             }
             Err(_) => match self.soon.runtime.get() {
@@ -62,6 +63,16 @@ impl Log {
                 due,
             };
             handle.spawn(async move { drop(flush) });
+        }
+    }
+
+    /// Remembers the current runtime for flushes asked for off it, unless
+    /// one is known already.
+    pub(super) fn note_runtime(&self) {
+        if self.soon.runtime.get().is_none() {
+            if let Ok(handle) = Handle::try_current() {
+                let _ = self.soon.runtime.set(handle);
+            }
         }
     }
 

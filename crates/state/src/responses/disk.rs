@@ -139,7 +139,10 @@ impl DiskStore {
         let for_writer = inner.clone();
         let writer = std::thread::Builder::new()
             .name("mannerly-store".into())
-            .spawn(move || writer::run(&for_writer, &jobs, options.sync, now))
+            .spawn(move || {
+                crate::background::started();
+                writer::run(&for_writer, &jobs, options.sync, now)
+            })
             .map_err(StoreError::Thread)?;
         Ok(DiskStore {
             inner,
