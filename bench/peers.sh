@@ -36,6 +36,8 @@
 # BENCH_ROUNDS (default 3: every HTTP path runs each peer this many times,
 # the peers in turn, and reports the median run; all rounds' req/s shown),
 # BENCH_HTTPS_REQUESTS (default 20000; mitmproxy gets a tenth),
+# BENCH_HTTPS_CLIENT (load, the default: examples/https_load, 16
+# keep-alive connections; curl: curl --parallel, the client before),
 # BENCH_MANNERLY_ENV="MANNERLY_CACHE__SYNC=none ..." (extra settings). BENCH_DURATION
 # (default 6 s per run), BENCH_SKIP_BUILD=1, BENCH_KEEP=1,
 # BENCH_PATHS="plain reval fresh https" and BENCH_PEERS="direct relay squid
@@ -83,11 +85,17 @@ MITMDUMP=${MITMDUMP:-$(command -v mitmdump || true)}
 
 # Profiles want line tables: the profiling build has them, release not.
 if [[ ${BENCH_PERF:-0} == 1 ]]; then PROFILE=profiling; else PROFILE=release; fi
+HTTPS_CLIENT=${BENCH_HTTPS_CLIENT:-load}
+[[ $HTTPS_CLIENT == load || $HTTPS_CLIENT == curl ]] || die "BENCH_HTTPS_CLIENT is load or curl, not $HTTPS_CLIENT"
 if [[ ${BENCH_SKIP_BUILD:-0} != 1 ]]; then
   (cd "$ROOT" && cargo build --profile "$PROFILE" --bin mannerly)
+  if [[ $HTTPS_CLIENT == load && " ${BENCH_PATHS:-https} " == *" https "* ]]; then
+    (cd "$ROOT" && cargo build --release --example https_load)
+  fi
 fi
 MANNERLY=${BENCH_MANNERLY:-$TARGET_DIR/$PROFILE/mannerly}
 [[ -x $MANNERLY ]] || die "$MANNERLY missing"
+HTTPS_LOAD=$TARGET_DIR/release/examples/https_load
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/mannerly-peers.XXXXXX")
 PIDS=()
@@ -424,27 +432,36 @@ for path in $PATHS; do
   fi
 done
 # --- https: curl --parallel, 16 keep-alive connections ----------------------
-https_run() { # name, requests, port, curl options... (HTTPS_PID: the proxy, for its CPU)
-  local name=$1 n=$2 port=$3; shift 3
+https_run() { # name, requests, port, CA file, [proxy host:port] (HTTPS_PID: the proxy, for its CPU)
+  local name=$1 n=$2 port=$3 ca=$4 proxy=${5:-}
   local pid=${HTTPS_PID:-} before=0 used=0
   [[ -n $pid ]] && before=$(ticks "$pid")
   local url=https://localhost:$port/etag/page.html
-  : >"$WORK/urls-$name"
-  for ((i = 0; i < n; i++)); do printf 'url = "%s"\noutput = "/dev/null"\n' "$url"; done >"$WORK/urls-$name"
-  local t0 t1
-  t0=$(date +%s.%N)
-  "${ON_LOAD_CPU[@]}" curl -sS --http1.1 --parallel --parallel-max 16 --parallel-immediate -K "$WORK/urls-$name" \
-    --resolve "localhost:$port:127.0.0.1" -w '%{http_code} %{time_total}\n' "$@" \
-    >"$WORK/https-$name.txt" 2>"$WORK/https-$name.err" || true
-  t1=$(date +%s.%N)
-  [[ -n $pid ]] && used=$(( $(ticks "$pid") - before ))
   local secs got bad p50 p99 cpu=-
-  secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN{print b-a}')
-  got=$(wc -l <"$WORK/https-$name.txt")
-  bad=$(awk -v n="$n" '$1 != 200 {b++} END {print b + (n - NR)}' "$WORK/https-$name.txt")
-  awk '{print $2 * 1000}' "$WORK/https-$name.txt" | sort -n >"$WORK/https-$name.sorted"
-  p50=$(sed -n "$(( (got + 1) / 2 ))p" "$WORK/https-$name.sorted")
-  p99=$(sed -n "$(( (got * 99 + 99) / 100 ))p" "$WORK/https-$name.sorted")
+  if [[ $HTTPS_CLIENT == load ]]; then
+    # One line: requests seconds p50_ms p99_ms failed.
+    "${ON_LOAD_CPU[@]}" "$HTTPS_LOAD" --url "$url" --connect "127.0.0.1:$port" --cacert "$ca" \
+      --requests "$n" --connections 16 ${proxy:+--proxy "$proxy"} \
+      >"$WORK/https-$name.txt" 2>"$WORK/https-$name.err" || true
+    [[ -n $pid ]] && used=$(( $(ticks "$pid") - before ))
+    read -r got secs p50 p99 bad <"$WORK/https-$name.txt" || { got=0 secs=1 p50=0 p99=0 bad=$n; }
+  else
+    : >"$WORK/urls-$name"
+    for ((i = 0; i < n; i++)); do printf 'url = "%s"\noutput = "/dev/null"\n' "$url"; done >"$WORK/urls-$name"
+    local t0 t1
+    t0=$(date +%s.%N)
+    "${ON_LOAD_CPU[@]}" curl -sS --http1.1 --parallel --parallel-max 16 --parallel-immediate -K "$WORK/urls-$name" \
+      --resolve "localhost:$port:127.0.0.1" -w '%{http_code} %{time_total}\n' --cacert "$ca" ${proxy:+-x "http://$proxy"} \
+      >"$WORK/https-$name.txt" 2>"$WORK/https-$name.err" || true
+    t1=$(date +%s.%N)
+    [[ -n $pid ]] && used=$(( $(ticks "$pid") - before ))
+    secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN{print b-a}')
+    got=$(wc -l <"$WORK/https-$name.txt")
+    bad=$(awk -v n="$n" '$1 != 200 {b++} END {print b + (n - NR)}' "$WORK/https-$name.txt")
+    awk '{print $2 * 1000}' "$WORK/https-$name.txt" | sort -n >"$WORK/https-$name.sorted"
+    p50=$(sed -n "$(( (got + 1) / 2 ))p" "$WORK/https-$name.sorted")
+    p99=$(sed -n "$(( (got * 99 + 99) / 100 ))p" "$WORK/https-$name.sorted")
+  fi
   [[ -n $pid ]] && cpu=$(awk -v t="$used" -v n="$got" -v hz="$(getconf CLK_TCK)" 'BEGIN{ if (n > 0) printf "%.1f", t * 1e6 / hz / n; else print "-" }')
   printf '%s %.0f %.2f %.2f %d %s\n' "$name" "$(awk -v g="$got" -v s="$secs" 'BEGIN{print g/s}')" \
     "${p50:-0}" "${p99:-0}" "$bad" "$cpu" >"$WORK/https-$name.sum"
@@ -453,16 +470,16 @@ if [[ " $PATHS " == *" https "* ]]; then
   N=${BENCH_HTTPS_REQUESTS:-20000}
   [[ -n $MITMDUMP ]] && wait_port "$MITM_PORT"
   for ((round = 1; round <= ROUNDS; round++)); do
-    https_run "direct-$round" "$N" "$TLS_PORT" --cacert "$WORK/origin-ca.pem"
-    HTTPS_PID=$RELAY_PID https_run "relay-$round" "$N" "$RELAY_TLS_PORT" --cacert "$WORK/origin-ca.pem"
+    https_run "direct-$round" "$N" "$TLS_PORT" "$WORK/origin-ca.pem"
+    HTTPS_PID=$RELAY_PID https_run "relay-$round" "$N" "$RELAY_TLS_PORT" "$WORK/origin-ca.pem"
     perf_pid=
     if [[ $round == 1 && ${BENCH_PERF:-0} == 1 ]]; then
       perf record -F 499 ${BENCH_PERF_CALLGRAPH:--g} -o "$WORK/perf-https.data" -p "$MANNERLY_PID" >/dev/null 2>&1 & perf_pid=$!
     fi
-    HTTPS_PID=$MANNERLY_PID https_run "mannerly-$round" "$N" "$TLS_PORT" --cacert "$WORK/data/ca.pem" -x "http://127.0.0.1:$MANNERLY_PORT"
+    HTTPS_PID=$MANNERLY_PID https_run "mannerly-$round" "$N" "$TLS_PORT" "$WORK/data/ca.pem" "127.0.0.1:$MANNERLY_PORT"
     [[ -n $perf_pid ]] && { kill -INT "$perf_pid"; wait "$perf_pid" || true; }
     if [[ -n $MITMDUMP ]]; then
-      HTTPS_PID=$MITM_PID https_run "mitmproxy-$round" $((N / 10)) "$TLS_PORT" --cacert "$WORK/mitm/mitmproxy-ca-cert.pem" -x "http://127.0.0.1:$MITM_PORT"
+      HTTPS_PID=$MITM_PID https_run "mitmproxy-$round" $((N / 10)) "$TLS_PORT" "$WORK/mitm/mitmproxy-ca-cert.pem" "127.0.0.1:$MITM_PORT"
     fi
   done
   # The median round of each peer, by req/s.
