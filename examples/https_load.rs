@@ -69,7 +69,11 @@ fn args() -> Result<Args, Error> {
     }
     let connect = match connect {
         Some(c) => c,
-        None => format!("{}:{}", url.host().unwrap_or_default(), url.port_u16().unwrap_or(443)),
+        None => format!(
+            "{}:{}",
+            url.host().unwrap_or_default(),
+            url.port_u16().unwrap_or(443)
+        ),
     };
     Ok(Args {
         url,
@@ -130,7 +134,11 @@ async fn worker(
 ) -> (Vec<u32>, usize) {
     let mut took = Vec::new();
     let mut failed = 0;
-    let authority = args.url.authority().map(|a| a.to_string()).unwrap_or_default();
+    let authority = args
+        .url
+        .authority()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
     let path = args
         .url
         .path_and_query()

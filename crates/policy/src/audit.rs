@@ -229,6 +229,15 @@ impl AuditRecord {
         // an empty object keeps the chain intact should that ever change.
         serde_json::to_string(self).unwrap_or_else(|_| String::from("{}"))
     }
+
+    /// [`AuditRecord::to_json`], appended to `out`: the same bytes.
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        if serde_json::to_writer(&mut *out, self).is_err() {
+            out.truncate(start);
+            out.extend_from_slice(b"{}");
+        }
+    }
 }
 
 /// Appends the chain field to `content` (a JSON object) and returns the full
@@ -246,10 +255,28 @@ pub fn chain_line(prev_chain: &str, content: &str) -> (String, String) {
     (line, chain)
 }
 
-fn digest(prev_chain: &str, content: &str) -> String {
+/// [`chain_line`] in place: `buf[start..]` holds a JSON object, the
+/// content; the chain field is appended to it there, so that `buf[start..]`
+/// is the line. Returns the new chain value. Lets a writer serialise a
+/// record straight into its output buffer.
+pub fn chain_onto(prev_chain: &str, buf: &mut Vec<u8>, start: usize) -> String {
+    let chain = digest(prev_chain, &buf[start..]);
+    if buf[start..].last() == Some(&b'}') {
+        buf.pop();
+    }
+    if buf[start..].last() != Some(&b'{') {
+        buf.push(b',');
+    }
+    buf.extend_from_slice(&CHAIN_FIELD.as_bytes()[1..]);
+    buf.extend_from_slice(chain.as_bytes());
+    buf.extend_from_slice(b"\"}");
+    chain
+}
+
+fn digest(prev_chain: &str, content: impl AsRef<[u8]>) -> String {
     let mut h = Sha256::new();
     h.update(prev_chain.as_bytes());
-    h.update(content.as_bytes());
+    h.update(content.as_ref());
     let out = h.finalize();
     let mut s = String::with_capacity(64);
     for b in out {
@@ -324,6 +351,37 @@ pub fn last_chain(last_line: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The writer chains lines in its buffer: the bytes and the chain value
+    /// must be those a verifier rebuilds with `chain_line`.
+    #[test]
+    fn chaining_in_place_gives_the_line_chain_line_gives() {
+        let rec = AuditRecord {
+            id: "r1".into(),
+            url: "http://a.test/\u{e9}\"q".into(),
+            host: "a.test".into(),
+            outcome: Some(Outcome::Fetched),
+            ..AuditRecord::default()
+        };
+        for content in [
+            rec.to_json(),
+            "{}".into(),
+            "{\"a\":1}".into(),
+            String::new(),
+            "x".into(),
+        ] {
+            let (line, chain) = chain_line("ab12", &content);
+            let mut buf = b"earlier line\n".to_vec();
+            let start = buf.len();
+            buf.extend_from_slice(content.as_bytes());
+            assert_eq!(chain_onto("ab12", &mut buf, start), chain, "{content:?}");
+            assert_eq!(&buf[start..], line.as_bytes(), "{content:?}");
+            assert!(buf.starts_with(b"earlier line\n"));
+        }
+        let mut buf = Vec::new();
+        rec.write_json(&mut buf);
+        assert_eq!(buf, rec.to_json().as_bytes());
+    }
 
     fn log(n: usize) -> Vec<String> {
         let mut prev = GENESIS.to_string();

@@ -5,7 +5,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use dashmap::DashMap;
@@ -91,7 +91,8 @@ pub(crate) struct ThrottleSeen {
 pub(crate) struct HostActivity {
     pub last_ms: u64,
     pub decisions: u64,
-    pub last: VecDeque<Decision>,
+    /// Shared with the latest decisions across hosts: one copy each.
+    pub last: VecDeque<Arc<Decision>>,
     pub history: VecDeque<Sample>,
     throttles: VecDeque<u64>,
     pub last_throttle: Option<ThrottleSeen>,
@@ -106,7 +107,7 @@ impl HostActivity {
     }
 
     /// Takes in one decision `d` of this host, made at `now_ms`.
-    fn take_in(&mut self, rec: &AuditRecord, outcome: Outcome, d: Decision, now_ms: u64) {
+    fn take_in(&mut self, rec: &AuditRecord, outcome: Outcome, d: Arc<Decision>, now_ms: u64) {
         self.last_ms = now_ms;
         self.decisions += 1;
         if self.last.len() == LAST_DECISIONS {
@@ -178,7 +179,7 @@ impl HostActivity {
 
 pub(crate) struct Activity {
     hosts: DashMap<Box<str>, HostActivity>,
-    latest: Mutex<VecDeque<Decision>>,
+    latest: Mutex<VecDeque<Arc<Decision>>>,
     max_hosts: usize,
     evicting: AtomicUsize,
 }
@@ -212,22 +213,26 @@ impl Activity {
         if rec.host.is_empty() {
             return;
         }
-        let d = Decision::of(rec, outcome);
+        let d = Arc::new(Decision::of(rec, outcome));
         self.push_latest(d.clone());
         let key = mannerly_policy::budget::host_key(&rec.host);
-        let is_new = !self.hosts.contains_key(key.as_ref());
-        // One statement, so the entry's shard lock is released before
-        // `len` below takes every shard.
+        let now = unix_ms(now);
+        // A known host (nearly every record) needs no owned key; the shard
+        // lock is released before `len` below takes every shard.
+        if let Some(mut known) = self.hosts.get_mut(key.as_ref()) {
+            known.take_in(rec, outcome, d, now);
+            return;
+        }
         self.hosts
             .entry(Box::from(key.as_ref()))
             .or_default()
-            .take_in(rec, outcome, d, unix_ms(now));
-        if is_new && self.hosts.len() > self.max_hosts {
+            .take_in(rec, outcome, d, now);
+        if self.hosts.len() > self.max_hosts {
             self.evict();
         }
     }
 
-    fn push_latest(&self, d: Decision) {
+    fn push_latest(&self, d: Arc<Decision>) {
         if let Ok(mut latest) = self.latest.lock() {
             if latest.len() == LATEST {
                 latest.pop_front();
@@ -271,7 +276,7 @@ impl Activity {
     pub(super) fn latest(&self) -> Vec<Decision> {
         self.latest
             .lock()
-            .map(|l| l.iter().rev().cloned().collect())
+            .map(|l| l.iter().rev().map(|d| Decision::clone(d)).collect())
             .unwrap_or_default()
     }
 }

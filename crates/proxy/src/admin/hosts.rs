@@ -148,7 +148,7 @@ pub(crate) fn detail(
     activity
         .with(&host.clone(), |a| HostDetail {
             entry: entry(host.clone(), v, p, Some(a), now),
-            last_decisions: a.last.iter().rev().cloned().collect(),
+            last_decisions: a.last.iter().rev().map(|d| Decision::clone(d)).collect(),
         })
         .unwrap_or_else(|| HostDetail {
             entry: entry(host, v, p, None, now),

@@ -7,7 +7,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mannerly_policy::{chain_line, Checkpoint, Commits, FileTrees, SealReason, SigningKey};
+use mannerly_policy::{
+    chain_line, chain_onto, Checkpoint, Commits, FileTrees, SealReason, SigningKey,
+};
 use tokio::sync::oneshot;
 
 use super::files::{now_rfc3339, rebuild, rotated_name, scan};
@@ -89,9 +91,13 @@ impl Writer {
         }
         for (mut rec, ack) in batch {
             rec.host_seq = Some(self.trees.next_seq(&rec.host));
-            let (line, chain) = chain_line(&self.prev, &rec.to_json());
-            self.trees.record(&rec.host, &line, &chain);
-            self.push(line, chain);
+            // Serialised, chained and hashed where it is written from.
+            let start = self.buf.len();
+            rec.write_json(&mut self.buf);
+            let chain = chain_onto(&self.prev, &mut self.buf, start);
+            self.trees.record(&rec.host, &self.buf[start..], &chain);
+            self.buf.push(b'\n');
+            self.pushed(chain);
             self.since_seal += 1;
             self.written += 1;
             if let Some(a) = ack {
@@ -111,9 +117,14 @@ impl Writer {
     }
 
     fn push(&mut self, line: String, chain: String) {
-        self.stats.written.fetch_add(1, Ordering::Relaxed);
         self.buf.extend_from_slice(line.as_bytes());
         self.buf.push(b'\n');
+        self.pushed(chain);
+    }
+
+    /// Counts the line just put in the buffer, whose chain value is `chain`.
+    fn pushed(&mut self, chain: String) {
+        self.stats.written.fetch_add(1, Ordering::Relaxed);
         self.prev = chain;
         self.lines += 1;
     }
