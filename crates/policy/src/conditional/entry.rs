@@ -18,7 +18,7 @@ use super::Plan;
 ///
 /// Built only by [`storable`](super::storable) and
 /// [`merge_not_modified`](super::merge_not_modified); the store keeps it as
-/// JSON next to the body.
+/// postcard (JSON in records written before) next to the body.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct CacheEntryMeta {
     pub(crate) key: CacheKey,
@@ -102,7 +102,8 @@ pub(crate) fn declared_length(headers: &HeaderMap) -> Option<u64> {
 }
 
 /// Header values are bytes; most are text, so text is kept readable in the
-/// JSON and anything else (obs-text) falls back to a byte array.
+/// JSON and anything else (obs-text) falls back to a byte array. In the
+/// store's binary encoding every value is bytes.
 mod headers_serde {
     use http::header::{HeaderName, HeaderValue};
     use http::HeaderMap;
@@ -126,6 +127,15 @@ mod headers_serde {
     }
 
     pub(super) fn serialize<S: Serializer>(map: &HeaderMap, s: S) -> Result<S::Ok, S::Error> {
+        if !s.is_human_readable() {
+            // A binary format tells no text from bytes by looking (an
+            // untagged enum needs that): every value is bytes there.
+            let pairs: Vec<(&str, &[u8])> = map
+                .iter()
+                .map(|(name, value)| (name.as_str(), value.as_bytes()))
+                .collect();
+            return pairs.serialize(s);
+        }
         let pairs: Vec<(&str, ValueRef<'_>)> = map
             .iter()
             .map(|(name, value)| {
@@ -140,6 +150,18 @@ mod headers_serde {
     }
 
     pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<HeaderMap, D::Error> {
+        if !d.is_human_readable() {
+            let pairs: Vec<(&'de str, &'de [u8])> = Vec::deserialize(d)?;
+            let mut map = HeaderMap::with_capacity(pairs.len());
+            for (name, value) in pairs {
+                let name = HeaderName::from_bytes(name.as_bytes()).map_err(D::Error::custom)?;
+                map.append(
+                    name,
+                    HeaderValue::from_bytes(value).map_err(D::Error::custom)?,
+                );
+            }
+            return Ok(map);
+        }
         let pairs: Vec<(String, Value)> = Vec::deserialize(d)?;
         let mut map = HeaderMap::with_capacity(pairs.len());
         for (name, value) in pairs {
