@@ -31,17 +31,20 @@ pub(crate) fn host_leaf(host: &str, seq: u64, last_index: u64, last_chain: &str)
     // fields whatever bytes it holds. Formatted on the stack: this runs
     // for every line the proxy writes.
     use std::io::Write;
+    let write = |out: &mut dyn Write| {
+        write!(
+            out,
+            "{}:{host}\n{seq}\n{last_index}\n{last_chain}",
+            host.len()
+        )
+    };
     let mut entry = [0u8; 512];
     let mut at = std::io::Cursor::new(&mut entry[..]);
-    if write!(
-        at,
-        "{}:{host}\n{seq}\n{last_index}\n{last_chain}",
-        host.len()
-    )
-    .is_err()
-    {
-        let long = format!("{}:{host}\n{seq}\n{last_index}\n{last_chain}", host.len());
-        return leaf_hash(long.as_bytes());
+    if write(&mut at).is_err() {
+        // A name too long for the stack: the same bytes on the heap.
+        let mut long = Vec::new();
+        let _ = write(&mut long);
+        return leaf_hash(&long);
     }
     let used = usize::try_from(at.position()).unwrap_or(entry.len());
     leaf_hash(&entry[..used])

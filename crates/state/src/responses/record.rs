@@ -24,12 +24,11 @@ const SUM: usize = 32;
 
 pub(crate) fn encode(meta: &CacheEntryMeta, body: &[u8]) -> Result<Vec<u8>, serde_json::Error> {
     let meta = postcard::to_allocvec(meta).map_err(serde::ser::Error::custom)?;
-    Ok(frame(MAGIC, &meta, body))
+    frame(MAGIC, &meta, body)
 }
 
-fn frame(magic: &[u8; 4], meta: &[u8], body: &[u8]) -> Vec<u8> {
-    // A meta of 4 GiB is refused by the store's limits long before.
-    let meta_len = u32::try_from(meta.len()).unwrap_or(u32::MAX);
+fn frame(magic: &[u8; 4], meta: &[u8], body: &[u8]) -> Result<Vec<u8>, serde_json::Error> {
+    let meta_len = u32::try_from(meta.len()).map_err(serde::ser::Error::custom)?;
     let mut out = Vec::with_capacity(8 + meta.len() + body.len() + SUM);
     out.extend_from_slice(magic);
     out.extend_from_slice(&meta_len.to_le_bytes());
@@ -37,7 +36,7 @@ fn frame(magic: &[u8; 4], meta: &[u8], body: &[u8]) -> Vec<u8> {
     out.extend_from_slice(body);
     let sum = Sha256::digest(&out);
     out.extend_from_slice(&sum);
-    out
+    Ok(out)
 }
 
 /// `None` for anything that is not a whole, intact record.
@@ -132,7 +131,7 @@ mod tests {
     #[test]
     fn a_record_written_as_json_before_is_still_read() {
         let m = meta(false);
-        let old = frame(MAGIC_JSON, &serde_json::to_vec(&m).unwrap(), b"old body");
+        let old = frame(MAGIC_JSON, &serde_json::to_vec(&m).unwrap(), b"old body").unwrap();
         let back = decode(&old).expect("an MNR1 record decodes");
         same(&back.meta, &m);
         assert_eq!(back.body.as_ref(), b"old body");
@@ -144,9 +143,9 @@ mod tests {
         let mid = bytes.len() / 2;
         bytes[mid] ^= 1;
         assert!(decode(&bytes).is_none(), "checksum");
-        let unknown = frame(b"MNR9", b"{}", b"body");
+        let unknown = frame(b"MNR9", b"{}", b"body").unwrap();
         assert!(decode(&unknown).is_none(), "unknown magic");
-        let torn = frame(MAGIC, b"\x01\x02", b"");
+        let torn = frame(MAGIC, b"\x01\x02", b"").unwrap();
         assert!(decode(&torn).is_none(), "meta that is not a meta");
     }
 }
