@@ -91,12 +91,17 @@ pub(super) fn response_head(status: StatusCode, headers: HeaderMap) -> response:
 pub(super) fn without_hop_by_hop(headers: &HeaderMap) -> HeaderMap {
     let mut out = HeaderMap::with_capacity(headers.len());
     for (name, value) in headers {
-        let mut owned = HeaderValue::from_bytes(value.as_bytes()).unwrap_or_else(|_| value.clone());
-        owned.set_sensitive(value.is_sensitive());
-        out.append(name.clone(), owned);
+        out.append(name.clone(), owned(value));
     }
     crate::strip_hop_by_hop(&mut out);
     out
+}
+
+/// A copy of `value` that owns its bytes (see [`without_hop_by_hop`]).
+pub(super) fn owned(value: &HeaderValue) -> HeaderValue {
+    let mut copy = HeaderValue::from_bytes(value.as_bytes()).unwrap_or_else(|_| value.clone());
+    copy.set_sensitive(value.is_sensitive());
+    copy
 }
 
 /// The response head as [`http_cache_semantics`] is handed it, where the

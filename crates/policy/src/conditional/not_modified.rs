@@ -9,7 +9,7 @@ use http::{request, response, StatusCode};
 use http_cache_semantics::AfterResponse;
 
 use super::canonical::{
-    canonical_request, for_library, policy_for, response_head, without_hop_by_hop,
+    canonical_request, for_library, owned, policy_for, response_head, without_hop_by_hop,
 };
 use super::fields::text;
 use super::storage::keepable;
@@ -107,19 +107,37 @@ pub fn merge_not_modified(
     params: &CacheParams,
     now: SystemTime,
 ) -> Result<Revalidated, NotModifiedMismatch> {
-    if !params.serve_fresh {
-        if let Some(memo) = stored.not_modified.get() {
-            let mut answer = not_modified.headers.clone();
-            crate::strip_hop_by_hop(&mut answer);
-            if not_modified.status == StatusCode::NOT_MODIFIED && memo.answered(&answer) {
-                return Ok(Revalidated {
-                    status: stored.status,
-                    headers: memo.headers(&answer, &stored.headers),
-                    write: WriteBack::Unchanged,
-                });
+    if !params.serve_fresh && not_modified.status == StatusCode::NOT_MODIFIED {
+        let mut answer = not_modified.headers.clone();
+        crate::strip_hop_by_hop(&mut answer);
+        let known = stored.not_modified.get().filter(|m| m.answered(&answer));
+        let echo = match known {
+            Some(_) => None,
+            None => NotModifiedMemo::echoing(&answer, &stored.headers),
+        };
+        if let Some(memo) = known.or(echo.as_ref()) {
+            let headers = memo.headers(&answer, &stored.headers);
+            if let Some(echo) = echo {
+                let _ = stored.not_modified.set(echo);
             }
+            return Ok(Revalidated {
+                status: stored.status,
+                headers,
+                write: WriteBack::Unchanged,
+            });
         }
     }
+    by_library(stored, req, not_modified, params, now)
+}
+
+/// [`merge_not_modified`] by the library's merge, which any 304 may take.
+fn by_library(
+    stored: &CacheEntryMeta,
+    req: &request::Parts,
+    not_modified: &response::Parts,
+    params: &CacheParams,
+    now: SystemTime,
+) -> Result<Revalidated, NotModifiedMismatch> {
     let canonical =
         canonical_request(req, &stored.key, &stored.vary, true).ok_or(NotModifiedMismatch)?;
     // A 304 need not repeat Last-Modified (RFC 9110 §15.4.5), and the library
@@ -252,6 +270,52 @@ impl NotModifiedMemo {
         })
     }
 
+    /// The memo the library's merge of `answer` (hop-by-hop fields
+    /// removed) would leave, when `answer` only repeats what is stored:
+    /// each of its lines but [`PER_ANSWER_FIELDS`] is a line the stored
+    /// response has, field by field in the same order. An entry read from
+    /// disk has no memo, and its first merge by the library is a tenth of
+    /// a re-crawl's CPU, for a result known beforehand in this case:
+    /// - the 304's validators are the stored ones, so it selects the
+    ///   stored response;
+    /// - the library keeps the stored field names (it drops its own
+    ///   hop-by-hop list, which a stored response has none of here, and
+    ///   adds Date and Age), and [`repair_merge`] fills each from the 304
+    ///   where it has the field, lines that are the stored ones but for
+    ///   per-answer fields;
+    /// - no cookie is stored, and no Warning is in play.
+    ///
+    /// So the merge is the stored response with the 304's per-answer
+    /// fields, nothing to write. `None`: the library's merge decides. A
+    /// test holds this to the library's merge.
+    fn echoing(answer: &HeaderMap, stored: &HeaderMap) -> Option<Self> {
+        let dropped_by_library = |name: &HeaderName| {
+            *name == header::WARNING
+                || *name == header::SET_COOKIE
+                || LIBRARY_HOP_BY_HOP.contains(name)
+        };
+        if answer.contains_key(header::WARNING) || stored.keys().any(dropped_by_library) {
+            return None;
+        }
+        let repeated = answer
+            .keys()
+            .filter(|name| !PER_ANSWER_FIELDS.contains(name))
+            .all(|name| answer.get_all(name).iter().eq(stored.get_all(name)));
+        if !repeated {
+            return None;
+        }
+        let mut merged = stored.clone();
+        for name in PER_ANSWER_FIELDS {
+            merged.remove(name);
+        }
+        Some(NotModifiedMemo {
+            answer: lasting_lines(answer)
+                .map(|(n, v)| (n.clone(), owned(v)))
+                .collect(),
+            merged,
+        })
+    }
+
     /// Whether `answer` (hop-by-hop fields removed) is the 304 this was
     /// made from, but for per-answer fields.
     fn answered(&self, answer: &HeaderMap) -> bool {
@@ -276,6 +340,20 @@ impl NotModifiedMemo {
         out
     }
 }
+
+/// Fields the library's merge leaves out of the stored response
+/// (http-cache-semantics 3, `HOP_BY_HOP_HEADERS` but `Date`, which it
+/// writes again).
+const LIBRARY_HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+];
 
 /// The library builds its merged map with `insert`, which keeps one line per
 /// field name and synthesises `Date`/`Age`. Keep its choice of field names,
@@ -310,4 +388,181 @@ fn repair_merge(library: &HeaderMap, stored: &HeaderMap, fresh: &HeaderMap) -> H
 
 fn weak_eq(a: &str, b: &str) -> bool {
     a.trim().trim_start_matches("W/") == b.trim().trim_start_matches("W/")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use super::*;
+    use crate::conditional::{storable, CacheKey};
+
+    const URL: &str = "https://example.com/page";
+
+    fn head(headers: &[(&str, &str)]) -> HeaderMap {
+        headers
+            .iter()
+            .map(|(n, v)| {
+                (
+                    HeaderName::from_bytes(n.as_bytes()).unwrap(),
+                    HeaderValue::from_str(v).unwrap(),
+                )
+            })
+            .fold(HeaderMap::new(), |mut m, (n, v)| {
+                m.append(n, v);
+                m
+            })
+    }
+
+    fn get(headers: &[(&str, &str)]) -> request::Parts {
+        let (mut parts, ()) = http::Request::get(URL).body(()).unwrap().into_parts();
+        parts.headers = head(headers);
+        parts
+    }
+
+    fn response(status: u16, headers: &[(&str, &str)]) -> response::Parts {
+        let (mut parts, ()) = http::Response::new(()).into_parts();
+        parts.status = StatusCode::from_u16(status).unwrap();
+        parts.headers = head(headers);
+        parts
+    }
+
+    fn t0() -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000)
+    }
+
+    const LM: (&str, &str) = ("last-modified", "Tue, 14 Nov 2023 22:00:00 GMT");
+    const DATE: (&str, &str) = ("date", "Tue, 14 Nov 2023 22:13:20 GMT");
+
+    /// Stored responses: validators of each kind, per-answer fields or
+    /// none, repeated lines, a Vary, body fields.
+    fn stored_heads() -> Vec<Vec<(&'static str, &'static str)>> {
+        vec![
+            vec![("etag", "\"v1\""), ("content-length", "5")],
+            vec![LM, ("server", "nginx")],
+            vec![
+                ("etag", "W/\"v1\""),
+                LM,
+                DATE,
+                ("content-type", "text/html"),
+            ],
+            vec![
+                ("etag", "\"v1\""),
+                LM,
+                DATE,
+                ("expires", "Tue, 14 Nov 2023 23:13:20 GMT"),
+                ("cache-control", "max-age=3600"),
+                ("link", "</a.css>; rel=preload"),
+                ("link", "</b.js>; rel=preload"),
+                ("age", "30"),
+            ],
+            vec![
+                ("etag", "\"v1\""),
+                ("vary", "accept-encoding"),
+                ("content-encoding", "gzip"),
+                ("cache-control", "Max-Age=60, Public"),
+            ],
+        ]
+    }
+
+    /// 304s: echoes of some stored lines with new per-answer fields, and
+    /// ones that change something, which the echo must leave to the library.
+    fn answers() -> Vec<Vec<(&'static str, &'static str)>> {
+        vec![
+            vec![],
+            vec![("etag", "\"v1\"")],
+            vec![
+                ("etag", "W/\"v1\""),
+                ("date", "Wed, 15 Nov 2023 08:00:00 GMT"),
+            ],
+            vec![LM, ("age", "5"), ("connection", "keep-alive")],
+            vec![
+                ("server", "nginx"),
+                ("expires", "Fri, 17 Nov 2023 08:00:00 GMT"),
+                ("keep-alive", "timeout=5"),
+            ],
+            vec![
+                ("link", "</a.css>; rel=preload"),
+                ("link", "</b.js>; rel=preload"),
+            ],
+            vec![("link", "</b.js>; rel=preload")],
+            vec![("etag", "\"v2\"")],
+            vec![("cache-control", "max-age=60")],
+            vec![("x-new", "1")],
+            vec![("set-cookie", "a=1")],
+            vec![("warning", "110 - \"stale\"")],
+            vec![("content-length", "7")],
+        ]
+    }
+
+    #[test]
+    fn an_echoed_304_merges_as_the_librarys_merge_would() {
+        let params = CacheParams::default();
+        let key = CacheKey::new(&http::Method::GET, URL).unwrap();
+        let req = get(&[("accept-encoding", "gzip")]);
+        let mut echoed = 0;
+        for stored_head in stored_heads() {
+            let stored = storable(&req, &key, &response(200, &stored_head), &params, t0())
+                .expect("storable");
+            for answer_head in answers() {
+                let nm = response(304, &answer_head);
+                let mut answer = nm.headers.clone();
+                crate::strip_hop_by_hop(&mut answer);
+                let Some(memo) = NotModifiedMemo::echoing(&answer, &stored.headers) else {
+                    continue;
+                };
+                echoed += 1;
+                // A day on, and a year on, where the library adds a Warning.
+                for later in [86_400, 400 * 86_400] {
+                    let now = t0() + Duration::from_secs(later);
+                    let library = by_library(&stored, &req, &nm, &params, now)
+                        .unwrap_or_else(|e| panic!("{stored_head:?} / {answer_head:?}: {e}"));
+                    assert!(
+                        matches!(library.write, WriteBack::Unchanged),
+                        "{stored_head:?} / {answer_head:?}"
+                    );
+                    assert_eq!(library.status, stored.status);
+                    assert_eq!(
+                        memo.headers(&answer, &stored.headers),
+                        library.headers,
+                        "{stored_head:?} / {answer_head:?}"
+                    );
+                    let merged = merge_not_modified(&stored, &req, &nm, &params, now).unwrap();
+                    assert_eq!(merged.headers, library.headers);
+                }
+            }
+        }
+        // Counted by hand: the empty 304 echoes all 5 stored heads, the
+        // strong ETag 3, the weak ETag 1, Last-Modified 3, Server 1, both
+        // Link lines 1, one of two Link lines none; the last 6 change a
+        // line and echo nothing.
+        assert_eq!(echoed, 14, "echoed pairs");
+    }
+
+    #[test]
+    fn a_304_that_adds_or_changes_a_line_is_left_to_the_library() {
+        let stored = head(&[("etag", "\"v1\""), LM, ("server", "nginx")]);
+        for changed in [
+            &[("etag", "\"v2\"")][..],
+            &[("server", "other")],
+            &[("x-new", "1")],
+            &[("set-cookie", "a=1")],
+            &[("warning", "110 - \"stale\"")],
+            &[("etag", "\"v1\""), ("etag", "\"v1\"")],
+        ] {
+            assert!(
+                NotModifiedMemo::echoing(&head(changed), &stored).is_none(),
+                "{changed:?}"
+            );
+        }
+        for kept_by_library_otherwise in ["proxy-authenticate", "warning", "set-cookie"] {
+            let mut with = stored.clone();
+            with.append(
+                HeaderName::from_static(kept_by_library_otherwise),
+                HeaderValue::from_static("x"),
+            );
+            assert!(NotModifiedMemo::echoing(&head(&[]), &with).is_none());
+        }
+        assert!(NotModifiedMemo::echoing(&head(&[("server", "nginx")]), &stored).is_some());
+    }
 }

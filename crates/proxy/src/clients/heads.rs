@@ -13,6 +13,7 @@
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
 use std::io;
+use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -314,17 +315,17 @@ impl<S: AsyncRead + Unpin> AsyncRead for Heads<S> {
                 State::Done { stand_in: false } => return Poll::Ready(Ok(())),
                 _ => {}
             }
-            let mut chunk = [0u8; 8192];
-            let mut rb = ReadBuf::new(&mut chunk);
+            // Left uninitialised: a zeroed one cost a memset of its whole
+            // size on every read, most of which find one short head or
+            // nothing at all.
+            let mut chunk = [const { MaybeUninit::<u8>::uninit() }; 8192];
+            let mut rb = ReadBuf::uninit(&mut chunk);
             match Pin::new(&mut this.inner).poll_read(cx, &mut rb) {
                 Poll::Ready(Ok(())) if rb.filled().is_empty() => {
                     // The client closed; a head it did not finish is dropped.
                     return Poll::Ready(Ok(()));
                 }
-                Poll::Ready(Ok(())) => {
-                    let filled = rb.filled().to_vec();
-                    this.feed(&filled);
-                }
+                Poll::Ready(Ok(())) => this.feed(rb.filled()),
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Pending => {
                     let expired = matches!(this.state, State::Head)

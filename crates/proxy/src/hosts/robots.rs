@@ -123,9 +123,6 @@ impl<F: SiteFile> RobotsCache<F> {
         on_fetch: impl FnOnce(&FetchReport),
     ) -> Result<Rules<F>, Unfetched> {
         let key = target.url(None);
-        let url = format!("{key}{}", F::PATH);
-        // robots.txt keeps the cluster key it always had, its origin.
-        let shared_key = if F::PATH == Robots::PATH { &key } else { &url };
         let slot = self.slot(&key);
         if let Some(rules) = self.cached(&slot) {
             return Ok(rules);
@@ -135,6 +132,9 @@ impl<F: SiteFile> RobotsCache<F> {
         if let Some(rules) = self.cached(&slot) {
             return Ok(rules);
         }
+        let url = format!("{key}{}", F::PATH);
+        // robots.txt keeps the cluster key it always had, its origin.
+        let shared_key = if F::PATH == Robots::PATH { &key } else { &url };
         // With shared state one proxy of the cluster fetches; the others
         // take its copy.
         let now = self.clock.now_std();
