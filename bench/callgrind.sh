@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# Instructions per request of mannerly builds, counted by callgrind: the
+# same count for the same build and requests whatever else the machine is
+# doing, so two builds can be compared on a shared machine where req/s and
+# CPU time move by 20% between runs.
+#
+#   bench/callgrind.sh [BINARY ...]     (default: target/release/mannerly)
+#
+# For each binary and path, mannerly runs under `valgrind --tool=callgrind`
+# in front of an nginx origin on loopback, and curl asks for
+# BENCH_CG_REQUESTS pages (default 1500, 8 at a time):
+#   plain    /plain, no validators: forwarded every time
+#   reval    one page with an ETag, again and again: a 304 each time
+#   fresh    BENCH_CG_REQUESTS new pages with an ETag, each stored
+#   recrawl  BENCH_CG_REQUESTS new pages stored by a first crawl through the
+#            same binary run natively, then asked again from a proxy
+#            started afresh, so that every page is read from disk and
+#            revalidated
+# Counting starts after the proxy answered its first request. BENCH_CG_PATHS
+# picks paths (default "plain reval fresh recrawl"); BENCH_CG_TOP lists that many
+# of the proxy's functions by inclusive count (default 0); BENCH_KEEP=1
+# keeps the work directory and its callgrind files.
+#
+# Two of valgrind's limits inflate some counts, the same way for every
+# build: it does not offer the CPU's SHA extensions, so SHA-256 runs its
+# portable code (about ten times the instructions), and `rep stosb` counts
+# an instruction per byte, so a memset weighs more than it costs.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+die() { echo "callgrind.sh: $*" >&2; exit 1; }
+for t in valgrind callgrind_control callgrind_annotate nginx curl python3; do
+  command -v "$t" >/dev/null || [[ -x /usr/sbin/$t ]] || die "$t not found (apt-get install -y valgrind nginx-light curl)"
+done
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+BINARIES=("$@")
+if [[ ${#BINARIES[@]} == 0 ]]; then
+  (cd "$ROOT" && cargo build --release --bin mannerly >/dev/null)
+  BINARIES=("$ROOT/target/release/mannerly")
+fi
+for b in "${BINARIES[@]}"; do [[ -x $b ]] || die "$b is not an executable"; done
+N=${BENCH_CG_REQUESTS:-1500}
+PATHS=${BENCH_CG_PATHS:-plain reval fresh recrawl}
+WORK=$(mktemp -d /tmp/mannerly-callgrind.XXXXXX)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  [[ -n ${BENCH_KEEP:-} ]] && echo "kept $WORK" || rm -rf "$WORK"
+}
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+ORIGIN_PORT=$(free_port)
+mkdir -p "$WORK/www/etag"
+head -c 1024 /dev/zero | tr '\0' 'x' >"$WORK/www/etag/page.html"
+BODY=$(head -c 1024 /dev/zero | tr '\0' 'y')
+cat >"$WORK/nginx.conf" <<CONF
+daemon off; master_process off; worker_processes 1;
+pid $WORK/nginx.pid; error_log $WORK/nginx-error.log crit;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  client_body_temp_path $WORK/b; proxy_temp_path $WORK/p;
+  fastcgi_temp_path $WORK/f; uwsgi_temp_path $WORK/u; scgi_temp_path $WORK/s;
+  server {
+    listen 127.0.0.1:$ORIGIN_PORT;
+    location = /robots.txt { return 404; }
+    location = /plain { default_type text/plain; return 200 "$BODY"; }
+    location /etag/ { root $WORK/www; }
+  }
+}
+CONF
+"$NGINX" -c "$WORK/nginx.conf" -p "$WORK" 2>/dev/null &
+PIDS+=($!)
+ORIGIN=http://127.0.0.1:$ORIGIN_PORT
+
+# curl's list of URLs: $1 file, $2 path, $3 unique (1: one page each).
+urls() {
+  local i
+  for ((i = 1; i <= N; i++)); do
+    if [[ $3 == 1 ]]; then printf 'url = "%s%s?p=%d"\n' "$ORIGIN" "$2" "$i"; else printf 'url = "%s%s"\n' "$ORIGIN" "$2"; fi
+    printf 'output = "/dev/null"\n'
+  done >"$1"
+}
+# Asks for every URL of list $2 through the proxy on port $1; prints how
+# many answers were not 200.
+crawl() {
+  curl -s --parallel --parallel-max 8 -x "http://127.0.0.1:$1" -K "$2" -w "%{http_code}\n" 2>/dev/null \
+    | awk '$1 != 200 {b++} END {print b + 0}'
+}
+# Waits until the proxy on port $1 answers.
+up() {
+  local i
+  for ((i = 0; i < 300; i++)); do
+    curl -s -o /dev/null -x "http://127.0.0.1:$1" "$ORIGIN/plain" && return 0
+    sleep 0.2
+  done
+  die "the proxy on port $1 did not answer"
+}
+# Runs mannerly ($1) with data dir $2 on port $3, under valgrind when
+# $4 is a callgrind output file; prints its pid.
+start() {
+  local bin=$1 data=$2 port=$3 out=${4:-}
+  local env=(MANNERLY_DATA_DIR="$data" MANNERLY_PROXY__LISTEN=127.0.0.1:$port MANNERLY_ADMIN__LISTEN=
+    MANNERLY_UPSTREAM__ALLOW_PRIVATE=true MANNERLY_POLICY__ENFORCE=false)
+  if [[ -n $out ]]; then
+    env "${env[@]}" valgrind --tool=callgrind --callgrind-out-file="$out" --dump-instr=no "$bin" run \
+      >"$data.out" 2>"$data.log" &
+  else
+    env "${env[@]}" "$bin" run >"$data.out" 2>"$data.log" &
+  fi
+  echo $!
+}
+
+# Stops pid $1 with signal $2 and waits until it is gone (it is not this
+# shell's child: `start` ran in a subshell).
+stop() {
+  kill "-$2" "$1" 2>/dev/null || true
+  while kill -0 "$1" 2>/dev/null; do sleep 0.1; done
+}
+
+printf '%-8s %-40s %14s %8s\n' path binary instr/request failed
+for path in $PATHS; do
+  case $path in
+    plain) url=/plain unique=0 ;;
+    reval) url=/etag/page.html unique=0 ;;
+    fresh) url=/etag/page.html unique=1 ;;
+    recrawl) url=/etag/page.html unique=1 ;;
+    *) die "unknown path $path (plain, reval, fresh, recrawl)" ;;
+  esac
+  for bin in "${BINARIES[@]}"; do
+    tag=$path-$(echo "$bin" | tr '/' '_')
+    data=$WORK/data-$tag
+    mkdir -m 700 "$data"
+    urls "$WORK/urls-$tag" "$url" "$unique"
+    port=$(free_port)
+    if [[ $path == recrawl ]]; then
+      pid=$(start "$bin" "$data" "$port")
+      up "$port"
+      fill_bad=$(crawl "$port" "$WORK/urls-$tag")
+      [[ $fill_bad == 0 ]] || die "$fill_bad pages of the fill were not 200"
+      stop "$pid" TERM
+      port=$(free_port)
+    fi
+    out=$WORK/cg-$tag.out
+    pid=$(start "$bin" "$data" "$port" "$out")
+    PIDS+=("$pid")
+    up "$port"
+    callgrind_control -z "$pid" >/dev/null 2>&1
+    bad=$(crawl "$port" "$WORK/urls-$tag")
+    callgrind_control -d "$pid" >/dev/null 2>&1
+    stop "$pid" INT
+    # The dump made after the crawl: the counts of the crawl alone.
+    total=$(callgrind_annotate "$out.1" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
+    printf '%-8s %-40s %14s %8s\n' "$path" "$bin" "$(awk -v t="$total" -v n="$N" 'BEGIN{printf "%.0f", t / n}')" "$bad"
+    if [[ ${BENCH_CG_TOP:-0} -gt 0 ]]; then
+      # The proxy's own steps and the libraries it calls for them, not
+      # the runtime's and hyper's frames that hold them.
+      { callgrind_annotate --inclusive=yes "$out.1" 2>/dev/null | grep -E '^ *[0-9,]+ \(' \
+        | grep -E 'mannerly_(policy|state)|mannerly_proxy::(pipeline|audit|cache|clients)|http_cache_semantics|redb::|postcard|sha2::' \
+        | grep -vE 'drop_in_place|\{\{closure\}\}$' \
+        | sed -E 's/ \[[^]]*\]$//; s#^( *[0-9,]+ \( *[0-9.]+%\)) +[^:]*:#\1  #' | head -"$BENCH_CG_TOP"; } || true
+    fi
+    if [[ $path == recrawl ]]; then
+      revalidated=$(grep -c '"outcome":"revalidated"' "$data"/audit*.jsonl || true)
+      [[ $revalidated -ge $N ]] || echo "recrawl: only $revalidated of $N pages revalidated from the store" >&2
+    fi
+  done
+done
