@@ -43,10 +43,16 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     if listed {
         for h in [CONNECTION.as_str(), "proxy-connection"] {
             let values = headers.get_all(h).iter().filter_map(|v| v.to_str().ok());
+            // Only names present are made HeaderNames: almost every
+            // option named is `keep-alive` or `close`, and making one
+            // (lower-cased, allocated) and removing it by hash cost more
+            // than the rest of the strip.
             doomed.extend(
                 values
                     .flat_map(|v| v.split(','))
-                    .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok()),
+                    .map(str::trim)
+                    .filter(|n| headers.contains_key(*n))
+                    .filter_map(|n| HeaderName::from_bytes(n.as_bytes()).ok()),
             );
         }
     }

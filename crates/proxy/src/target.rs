@@ -38,6 +38,9 @@ pub(crate) struct Target {
     pub(crate) host: String,
     /// Port (explicit or the scheme's default).
     pub(crate) port: u16,
+    /// `scheme://authority/`, made once: the robots.txt cache and the
+    /// request's URL ask for it on every request.
+    root: String,
 }
 
 impl Target {
@@ -62,11 +65,32 @@ impl Target {
         if host.is_empty() {
             return Err("request URI has an empty host".into());
         }
-        Ok(Target {
+        Ok(Target::new(
             scheme,
-            port: authority.port_u16().unwrap_or(scheme.default_port()),
             host,
-        })
+            authority.port_u16().unwrap_or(scheme.default_port()),
+        ))
+    }
+
+    pub(crate) fn new(scheme: Scheme, host: String, port: u16) -> Target {
+        let mut target = Target {
+            scheme,
+            host,
+            port,
+            root: String::new(),
+        };
+        target.root = format!("{}://{}/", scheme.as_str(), target.authority());
+        target
+    }
+
+    /// The same host and port under another scheme.
+    pub(crate) fn with_scheme(self, scheme: Scheme) -> Target {
+        Target::new(scheme, self.host, self.port)
+    }
+
+    /// `scheme://authority/`: the robots.txt scope.
+    pub(crate) fn root(&self) -> &str {
+        &self.root
     }
 
     /// `host[:port]`, the port only when it is not the scheme's default.
@@ -80,11 +104,13 @@ impl Target {
 
     /// The absolute URL of `path` on this target.
     pub(crate) fn url(&self, path: Option<&PathAndQuery>) -> String {
-        format!(
-            "{}://{}{}",
-            self.scheme.as_str(),
-            self.authority(),
-            path.map(PathAndQuery::as_str).unwrap_or("/")
-        )
+        let Some(path) = path.map(PathAndQuery::as_str) else {
+            return self.root.clone();
+        };
+        let origin = &self.root[..self.root.len() - 1];
+        let mut url = String::with_capacity(origin.len() + path.len());
+        url.push_str(origin);
+        url.push_str(path);
+        url
     }
 }

@@ -122,8 +122,8 @@ impl<F: SiteFile> RobotsCache<F> {
         user_agent: Option<&HeaderValue>,
         on_fetch: impl FnOnce(&FetchReport),
     ) -> Result<Rules<F>, Unfetched> {
-        let key = target.url(None);
-        let slot = self.slot(&key);
+        let key = target.root();
+        let slot = self.slot(key);
         if let Some(rules) = self.cached(&slot) {
             return Ok(rules);
         }
@@ -134,13 +134,13 @@ impl<F: SiteFile> RobotsCache<F> {
         }
         let url = format!("{key}{}", F::PATH);
         // robots.txt keeps the cluster key it always had, its origin.
-        let shared_key = if F::PATH == Robots::PATH { &key } else { &url };
+        let shared_key = if F::PATH == Robots::PATH { key } else { &url };
         // With shared state one proxy of the cluster fetches; the others
         // take its copy.
         let now = self.clock.now_std();
         let claim = match cluster::claim(budgets, shared_key, &self.params, deadline, now).await {
             cluster::Next::Use(result, fetched_at) => {
-                return Ok(self.install(&key, &slot, &result, fetched_at));
+                return Ok(self.install(key, &slot, &result, fetched_at));
             }
             cluster::Next::Fetch(claim) => claim,
         };
@@ -203,7 +203,7 @@ impl<F: SiteFile> RobotsCache<F> {
         }
         let wall = self.clock.wall();
         cluster::publish(claim, shared_key, &report.result, &self.params, wall).await;
-        let rules = self.install(&key, &slot, &report.result, self.clock.now_std());
+        let rules = self.install(key, &slot, &report.result, self.clock.now_std());
         match report.stop {
             Some(stop) => Err(Unfetched::Stopped(stop)),
             None => Ok(rules),

@@ -58,11 +58,7 @@ pub(crate) async fn connect(
         Ok(a) => a,
         Err(e) => return shared.stop(rec, failure::connect(&e)),
     };
-    let target = Target {
-        scheme: Scheme::Https,
-        host,
-        port,
-    };
+    let target = Target::new(Scheme::Https, host, port);
     let intercept = shared.cfg.proxy.intercept;
     let track = shared.tracker.track();
     let task_shared = shared.clone();
@@ -119,10 +115,7 @@ async fn inside(
     if first[0] == TLS_HANDSHAKE {
         intercept_tls(shared, Prefixed::new(first, io), target, peer).await;
     } else {
-        let target = Target {
-            scheme: Scheme::Http,
-            ..target
-        };
+        let target = target.with_scheme(Scheme::Http);
         serve_h1(shared, io, first, target, peer, Writes::Vectored).await;
     }
 }
