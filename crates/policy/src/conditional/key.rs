@@ -32,9 +32,12 @@ impl CacheKey {
     /// escapes of unreserved characters decoded. Dot segments and query order
     /// are left alone: origins may treat them as different resources.
     pub fn new(method: &Method, absolute_url: &str) -> Result<Self, KeyError> {
-        let url = normalise_url(absolute_url)
+        let mut key = String::with_capacity(method.as_str().len() + 1 + absolute_url.len());
+        key.push_str(method.as_str());
+        key.push(' ');
+        normalise_url(absolute_url, &mut key)
             .ok_or_else(|| KeyError::NotAbsolute(truncate(absolute_url)))?;
-        Ok(CacheKey(format!("{} {url}", method.as_str())))
+        Ok(CacheKey(key))
     }
 
     /// The key as stored: `"<METHOD> <normalised URL>"`. Never contains `\n`.
@@ -131,25 +134,36 @@ pub fn variant_prefix(key: &CacheKey) -> String {
     format!("{}\n", key.as_str())
 }
 
-fn normalise_url(input: &str) -> Option<String> {
+/// Appends the normalised form of `input` to `out`; `None` when it is not
+/// an absolute http(s) URL with a host.
+fn normalise_url(input: &str, out: &mut String) -> Option<()> {
     let input = input.split('#').next().unwrap_or("");
     let (scheme, rest) = input.split_once("://")?;
-    let scheme = scheme.to_ascii_lowercase();
-    let default_port = match scheme.as_str() {
-        "http" => 80,
-        "https" => 443,
-        _ => return None,
+    let (scheme, default_port) = if scheme.eq_ignore_ascii_case("http") {
+        ("http", 80)
+    } else if scheme.eq_ignore_ascii_case("https") {
+        ("https", 443)
+    } else {
+        return None;
     };
-    let uri = Uri::try_from(format!("{scheme}://{rest}")).ok()?;
+    // Parsed as written when the scheme is already lower-case, as it
+    // almost always is: no copy made only to be parsed.
+    let uri = if input.starts_with(scheme) {
+        Uri::try_from(input)
+    } else {
+        Uri::try_from(format!("{scheme}://{rest}"))
+    }
+    .ok()?;
     let authority = uri.authority()?;
-    let host = authority.host().to_ascii_lowercase();
+    let host = authority.host();
     if host.is_empty() {
         return None;
     }
-    let mut out = String::with_capacity(input.len());
-    out.push_str(&scheme);
+    out.push_str(scheme);
     out.push_str("://");
-    out.push_str(&host);
+    for c in host.chars() {
+        out.push(c.to_ascii_lowercase());
+    }
     match authority.port_u16() {
         Some(port) if port != default_port => {
             out.push(':');
@@ -161,16 +175,24 @@ fn normalise_url(input: &str) -> Option<String> {
     if path.is_empty() {
         out.push('/');
     } else {
-        normalise_escapes(path, &mut out);
+        normalise_escapes(path, out);
     }
     if let Some(query) = uri.query() {
         out.push('?');
-        normalise_escapes(query, &mut out);
+        normalise_escapes(query, out);
     }
-    Some(out)
+    Some(())
 }
 
-fn normalise_escapes(input: &str, out: &mut String) {
+fn normalise_escapes(mut input: &str, out: &mut String) {
+    // What comes before the first escape is copied as it is.
+    match input.find('%') {
+        Some(at) => {
+            out.push_str(&input[..at]);
+            input = &input[at..];
+        }
+        None => return out.push_str(input),
+    }
     let bytes = input.as_bytes();
     let mut i = 0;
     while i < bytes.len() {
@@ -234,6 +256,13 @@ mod tests {
             "GET https://example.com:8443/x"
         );
         assert_eq!(key("http://[::1]:8080/"), "GET http://[::1]:8080/");
+        // A lower-case scheme is parsed as written; the rest is still
+        // normalised after the first escape and before it.
+        assert_eq!(
+            key("http://Example.COM/a/b%2fc%41?x=1%7e#f"),
+            "GET http://example.com/a/b%2FcA?x=1~"
+        );
+        assert_eq!(key("https://e.com/plain?q"), "GET https://e.com/plain?q");
     }
 
     #[test]
