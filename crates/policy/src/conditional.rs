@@ -46,6 +46,8 @@ mod not_modified;
 mod params;
 mod planning;
 mod storage;
+#[cfg(test)]
+mod test_heads;
 
 use serde::{Deserialize, Serialize};
 

@@ -395,37 +395,8 @@ mod tests {
     use std::time::{Duration, SystemTime};
 
     use super::*;
+    use crate::conditional::test_heads::{get, head, response, URL};
     use crate::conditional::{storable, CacheKey};
-
-    const URL: &str = "https://example.com/page";
-
-    fn head(headers: &[(&str, &str)]) -> HeaderMap {
-        headers
-            .iter()
-            .map(|(n, v)| {
-                (
-                    HeaderName::from_bytes(n.as_bytes()).unwrap(),
-                    HeaderValue::from_str(v).unwrap(),
-                )
-            })
-            .fold(HeaderMap::new(), |mut m, (n, v)| {
-                m.append(n, v);
-                m
-            })
-    }
-
-    fn get(headers: &[(&str, &str)]) -> request::Parts {
-        let (mut parts, ()) = http::Request::get(URL).body(()).unwrap().into_parts();
-        parts.headers = head(headers);
-        parts
-    }
-
-    fn response(status: u16, headers: &[(&str, &str)]) -> response::Parts {
-        let (mut parts, ()) = http::Response::new(()).into_parts();
-        parts.status = StatusCode::from_u16(status).unwrap();
-        parts.headers = head(headers);
-        parts
-    }
 
     fn t0() -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000)

@@ -172,26 +172,8 @@ mod tests {
     use std::time::{Duration, SystemTime};
 
     use super::*;
+    use crate::conditional::test_heads::{get, response, URL};
     use crate::conditional::{admit, storable, Admission};
-
-    const URL: &str = "https://example.com/page";
-
-    fn head(headers: &[(&str, &str)]) -> HeaderMap {
-        let mut m = HeaderMap::new();
-        for (n, v) in headers {
-            m.append(
-                HeaderName::from_bytes(n.as_bytes()).unwrap(),
-                HeaderValue::from_str(v).unwrap(),
-            );
-        }
-        m
-    }
-
-    fn get(headers: &[(&str, &str)]) -> request::Parts {
-        let (mut parts, ()) = http::Request::get(URL).body(()).unwrap().into_parts();
-        parts.headers = head(headers);
-        parts
-    }
 
     #[test]
     fn the_stored_validators_are_the_librarys_plan() {
@@ -219,8 +201,7 @@ mod tests {
         ];
         let mut compared = 0;
         for stored_head in stored_heads {
-            let (mut resp, ()) = http::Response::new(()).into_parts();
-            resp.headers = head(stored_head);
+            let resp = response(200, stored_head);
             let storing = get(&[("accept-encoding", "gzip")]);
             let Admission::Lookup(key) = admit(&storing, URL, &params) else {
                 panic!("a plain GET looks up");
