@@ -17,6 +17,9 @@ const HOP_BY_HOP: &[&str] = &[
     "upgrade",
 ];
 
+/// Made at compile time, so looking it up parses nothing.
+const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+
 /// Framing fields spelt with an underscore for the hyphen.
 const FRAMING_LOOKALIKES: &[&str] = &["transfer_encoding", "content_length"];
 
@@ -41,7 +44,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
         }
     }
     if listed {
-        for h in [CONNECTION.as_str(), "proxy-connection"] {
+        for h in [CONNECTION, PROXY_CONNECTION] {
             let values = headers.get_all(h).iter().filter_map(|v| v.to_str().ok());
             // Only names present are made HeaderNames: almost every
             // option named is `keep-alive` or `close`, and making one

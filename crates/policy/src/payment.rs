@@ -13,7 +13,7 @@
 use std::fmt;
 
 use base64::Engine as _;
-use http::HeaderMap;
+use http::{HeaderMap, HeaderName};
 
 mod ledger;
 mod limits;
@@ -189,7 +189,9 @@ pub fn charged(headers: &HeaderMap) -> Option<Result<Money, String>> {
 
 /// The Pay Per Crawl error code of an answer (`crawler-error`), if any.
 pub fn crawler_error(headers: &HeaderMap) -> Option<String> {
-    let v = headers.get(CRAWLER_ERROR)?;
+    // A name made at compile time: by `&str` it was parsed on every response.
+    const NAME: HeaderName = HeaderName::from_static(CRAWLER_ERROR);
+    let v = headers.get(NAME)?;
     let code = String::from_utf8_lossy(v.as_bytes()).trim().to_string();
     // A code is one token; anything else is quoted back as the site sent it.
     Some(code.chars().filter(|c| !c.is_control()).take(200).collect())

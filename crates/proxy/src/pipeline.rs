@@ -403,8 +403,8 @@ impl Exchange {
         cache: &CacheStep,
     ) -> Step<Request<ProxyBody>> {
         let via = self.shared.via.value();
-        let mut r = request::upstream_request(parts, body, &self.target, &self.url, via)
-            .map_err(failure::bad_request)?;
+        let mut r =
+            request::upstream_request(parts, body, &self.url, via).map_err(failure::bad_request)?;
         if let Some(validators) = &cache.validators {
             r.headers_mut().extend(validators.clone());
         }
@@ -435,12 +435,12 @@ impl Exchange {
                 None => self.asked.clone(),
             };
             let keyid = match &asked {
-                None => signer.sign_headers(out.headers_mut(), &authority, now),
+                None => signer.sign_headers(out.headers_mut(), authority, now),
                 Some(asked) => {
                     let (method, uri) = (out.method().to_string(), out.uri().clone());
                     let headers = out.headers_mut();
                     let id = signer.identity();
-                    id.sign_as_asked(headers, &method, &uri, &authority, asked, now)
+                    id.sign_as_asked(headers, &method, &uri, authority, asked, now)
                 }
             };
             self.rec.signed = keyid.is_some();

@@ -17,9 +17,16 @@ pub(crate) fn empty_root() -> Hash {
 
 /// The hash of one leaf entry.
 pub(crate) fn leaf_hash(entry: &[u8]) -> Hash {
+    leaf_hash_of(&[entry])
+}
+
+/// The hash of the leaf entry that is `parts` one after the other.
+pub(crate) fn leaf_hash_of(parts: &[&[u8]]) -> Hash {
     let mut h = Sha256::new();
     h.update([0u8]);
-    h.update(entry);
+    for part in parts {
+        h.update(part);
+    }
     h.finalize().into()
 }
 

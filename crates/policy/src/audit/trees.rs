@@ -12,7 +12,7 @@ use std::collections::HashMap;
 
 use serde::Deserialize;
 
-use super::merkle::{leaf_hash, Frontier, Hash, Tree};
+use super::merkle::{leaf_hash, leaf_hash_of, Frontier, Hash, Tree};
 
 /// A host's entry in the host tree.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,26 +28,25 @@ pub struct HostEntry {
 /// The leaf of a host: its name, line count, last line and that line's chain.
 pub(crate) fn host_leaf(host: &str, seq: u64, last_index: u64, last_chain: &str) -> Hash {
     // The name is length-prefixed, so no host name can pose as another's
-    // fields whatever bytes it holds. Formatted on the stack: this runs
-    // for every line the proxy writes.
-    use std::io::Write;
-    let write = |out: &mut dyn Write| {
-        write!(
-            out,
-            "{}:{host}\n{seq}\n{last_index}\n{last_chain}",
-            host.len()
-        )
-    };
-    let mut entry = [0u8; 512];
-    let mut at = std::io::Cursor::new(&mut entry[..]);
-    if write(&mut at).is_err() {
-        // A name too long for the stack: the same bytes on the heap.
-        let mut long = Vec::new();
-        let _ = write(&mut long);
-        return leaf_hash(&long);
-    }
-    let used = usize::try_from(at.position()).unwrap_or(entry.len());
-    leaf_hash(&entry[..used])
+    // fields whatever bytes it holds. The entry's parts are hashed as they
+    // are made, numbers by `itoa`: this runs for every line the proxy
+    // writes, and `write!` into a buffer cost half a hash.
+    let (mut len, mut seq_text, mut index) = (
+        itoa::Buffer::new(),
+        itoa::Buffer::new(),
+        itoa::Buffer::new(),
+    );
+    leaf_hash_of(&[
+        len.format(host.len()).as_bytes(),
+        b":",
+        host.as_bytes(),
+        b"\n",
+        seq_text.format(seq).as_bytes(),
+        b"\n",
+        index.format(last_index).as_bytes(),
+        b"\n",
+        last_chain.as_bytes(),
+    ])
 }
 
 /// Whether a line's content is a checkpoint's (a record's strings have
@@ -161,14 +160,17 @@ mod tests {
     use super::*;
     use crate::audit::merkle::verify_inclusion;
 
-    /// The leaf is formatted on the stack, and on the heap for a name too
-    /// long for it: both give the bytes the format names.
+    /// The leaf is hashed part by part: for short and long names, small
+    /// and large numbers, it is the hash of the bytes the format names.
     #[test]
     fn a_host_leaf_hashes_the_same_entry_whatever_the_names_length() {
         for host in ["a.test".to_string(), "h".repeat(600)] {
-            let entry = format!("{}:{host}\n7\n41\n{}", host.len(), "c".repeat(64));
-            let leaf = host_leaf(&host, 7, 41, &"c".repeat(64));
-            assert_eq!(leaf, leaf_hash(entry.as_bytes()), "{}", host.len());
+            for (seq, index) in [(7, 41), (0, 0), (u64::MAX, 1_000_000_007)] {
+                let chain = "c".repeat(64);
+                let entry = format!("{}:{host}\n{seq}\n{index}\n{chain}", host.len());
+                let leaf = host_leaf(&host, seq, index, &chain);
+                assert_eq!(leaf, leaf_hash(entry.as_bytes()), "{} {seq}", host.len());
+            }
         }
     }
 

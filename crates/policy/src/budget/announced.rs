@@ -96,6 +96,16 @@ impl Announced {
     /// fields win over `X-RateLimit-*` when both are sent. `wall` turns a
     /// Unix-time reset into seconds from now.
     pub fn from_headers(headers: &HeaderMap, wall: SystemTime) -> Option<Announced> {
+        // Every field read is named `ratelimit…` or `x-ratelimit…`. One
+        // pass over the names a response has is cheaper than the eight
+        // hashed lookups below, and most responses announce nothing.
+        let announces = headers.keys().any(|name| {
+            let name = name.as_str();
+            name.starts_with("ratelimit") || name.starts_with("x-ratelimit")
+        });
+        if !announces {
+            return None;
+        }
         Self::structured(headers).or_else(|| Self::legacy(headers, wall))
     }
 

@@ -95,7 +95,10 @@ pub fn vary_names(response_headers: &HeaderMap) -> Option<Vec<String>> {
 /// `gzip,br` share a variant.
 pub fn variant_key(key: &CacheKey, vary: &[String], request_headers: &HeaderMap) -> String {
     if vary.is_empty() {
-        return format!("{}\n", key.as_str());
+        let mut variant = String::with_capacity(key.as_str().len() + 1);
+        variant.push_str(key.as_str());
+        variant.push('\n');
+        return variant;
     }
     let mut hasher = Sha256::new();
     for name in vary {

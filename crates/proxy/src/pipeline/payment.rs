@@ -29,11 +29,11 @@ const PRICE_BODY_MAX: usize = 64 * 1024;
 
 /// Fields a client may not send: a price or payment the proxy did not hold
 /// in its ledger would be spent without being counted.
-const PAYING_FIELDS: [&str; 4] = [
-    payment::CRAWLER_MAX_PRICE,
-    payment::CRAWLER_EXACT_PRICE,
-    payment::PAYMENT_SIGNATURE,
-    payment::X_PAYMENT,
+const PAYING_FIELDS: [HeaderName; 4] = [
+    HeaderName::from_static(payment::CRAWLER_MAX_PRICE),
+    HeaderName::from_static(payment::CRAWLER_EXACT_PRICE),
+    HeaderName::from_static(payment::PAYMENT_SIGNATURE),
+    HeaderName::from_static(payment::X_PAYMENT),
 ];
 
 /// A request on its way to be paid for.

@@ -6,7 +6,7 @@
 //! (`mannerly_policy::prefs`); this module only turns them into stops and
 //! audit fields.
 
-use http::{HeaderMap, HeaderValue, Request};
+use http::{HeaderMap, HeaderName, HeaderValue, Request};
 use mannerly_policy::prefs::{
     judge_response, judge_tdm, PrefsRecord, PrefsRefusal, ResponsePreferences, TdmFile,
     TDMREP_PATH, TDM_PURPOSES,
@@ -70,15 +70,21 @@ pub(crate) enum OnResponse {
 /// headers, records them on the audit line (combined with robots.txt's),
 /// and says what the client gets.
 pub(crate) fn judge(cfg: &Config, headers: &HeaderMap, rec: &mut AuditRecord) -> OnResponse {
-    let values = |name: &str| -> Vec<&str> {
+    // Made at compile time: looked up by `&str`, each name was parsed
+    // again on every response.
+    const CONTENT_USAGE: HeaderName = HeaderName::from_static("content-usage");
+    const CONTENT_SIGNAL: HeaderName = HeaderName::from_static("content-signal");
+    const TDM_RESERVATION: HeaderName = HeaderName::from_static("tdm-reservation");
+    const TDM_POLICY: HeaderName = HeaderName::from_static("tdm-policy");
+    let values = |name: HeaderName| -> Vec<&str> {
         headers
             .get_all(name)
             .iter()
             .filter_map(|v| v.to_str().ok())
             .collect()
     };
-    let (usage, signal) = (values("content-usage"), values("content-signal"));
-    let (tdm, tdm_policy) = (values("tdm-reservation"), values("tdm-policy"));
+    let (usage, signal) = (values(CONTENT_USAGE), values(CONTENT_SIGNAL));
+    let (tdm, tdm_policy) = (values(TDM_RESERVATION), values(TDM_POLICY));
     if usage.is_empty() && signal.is_empty() && tdm.is_empty() {
         return OnResponse::Pass;
     }

@@ -4,7 +4,6 @@
 
 use http::header::{HOST, USER_AGENT};
 use http::request::Parts;
-use http::uri::Authority;
 use http::{HeaderMap, HeaderValue, Request, Uri, Version};
 use mannerly_policy::robots_cache::Rules;
 use mannerly_policy::{strip_hop_by_hop, AuditRecord, Outcome};
@@ -14,7 +13,6 @@ use crate::body::ProxyBody;
 use crate::error::Source;
 use crate::pipeline::prefs;
 use crate::shared::Shared;
-use crate::target::Target;
 
 /// What robots.txt says about this request: `None` to go on, or the refusal.
 pub(super) fn robots_verdict(
@@ -77,16 +75,15 @@ pub(super) fn agent(shared: &Shared, headers: &HeaderMap) -> String {
 pub(super) fn upstream_request(
     parts: &Parts,
     body: ProxyBody,
-    target: &Target,
     url: &str,
     via: HeaderValue,
 ) -> Result<Request<ProxyBody>, String> {
     let mut parts = parts.clone();
+    // The URL is the target's root and the path: parsing it checks the
+    // authority too.
     parts.uri = url
         .parse::<Uri>()
         .map_err(|e| format!("cannot forward {url}: {e}"))?;
-    Authority::try_from(target.authority())
-        .map_err(|e| format!("bad host {}: {e}", target.host))?;
     parts.version = Version::HTTP_11;
     strip_hop_by_hop(&mut parts.headers);
     parts.headers.append(http::header::VIA, via);
