@@ -1,27 +1,35 @@
 //! Header rules shared by every step: which fields belong to one connection.
 
-use http::header::{HeaderName, CONNECTION};
+use http::header::{
+    HeaderName, CONNECTION, CONTENT_LENGTH, PROXY_AUTHENTICATE, PROXY_AUTHORIZATION, TE, TRAILER,
+    TRANSFER_ENCODING, UPGRADE,
+};
 use http::HeaderMap;
-
-/// Fields that belong to one connection and never cross a proxy or enter a
-/// stored response (RFC 9110 §7.6.1, plus the old `Proxy-Connection`).
-const HOP_BY_HOP: &[&str] = &[
-    "connection",
-    "proxy-connection",
-    "keep-alive",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-];
 
 /// Made at compile time, so looking it up parses nothing.
 const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
+/// Fields that belong to one connection and never cross a proxy or enter a
+/// stored response (RFC 9110 §7.6.1, plus the old `Proxy-Connection`).
+/// As `HeaderName`s: a standard name compares as a number, so a field is
+/// matched against these without comparing its text.
+static HOP_BY_HOP: [HeaderName; 9] = [
+    CONNECTION,
+    PROXY_CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    PROXY_AUTHENTICATE,
+    PROXY_AUTHORIZATION,
+    TE,
+    TRAILER,
+    TRANSFER_ENCODING,
+    UPGRADE,
+];
+
 /// Framing fields spelt with an underscore for the hyphen.
-const FRAMING_LOOKALIKES: &[&str] = &["transfer_encoding", "content_length"];
+static FRAMING_LOOKALIKES: [HeaderName; 2] = [
+    HeaderName::from_static("transfer_encoding"),
+    HeaderName::from_static("content_length"),
+];
 
 /// Removes hop-by-hop fields and every field named in `Connection` or
 /// `Proxy-Connection`.
@@ -36,10 +44,10 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
         // A framing field spelt with an underscore: a server that reads `_`
         // as `-` would frame by it, beside the real framing. (HTTP/1 heads
         // with one are refused at intake; this covers h2 and responses.)
-        if FRAMING_LOOKALIKES.contains(&name.as_str()) {
+        if FRAMING_LOOKALIKES.contains(name) {
             doomed.push(name.clone());
-        } else if HOP_BY_HOP.contains(&name.as_str()) {
-            listed |= name == CONNECTION || name.as_str() == "proxy-connection";
+        } else if HOP_BY_HOP.contains(name) {
+            listed |= name == CONNECTION || name == PROXY_CONNECTION;
             doomed.push(name.clone());
         }
     }
@@ -49,12 +57,14 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
             // Only names present are made HeaderNames: almost every
             // option named is `keep-alive` or `close`, and making one
             // (lower-cased, allocated) and removing it by hash cost more
-            // than the rest of the strip.
+            // than the rest of the strip. `keep-alive`, like any other
+            // hop-by-hop name, needs no lookup: if present it is doomed
+            // above.
             doomed.extend(
                 values
                     .flat_map(|v| v.split(','))
                     .map(str::trim)
-                    .filter(|n| headers.contains_key(*n))
+                    .filter(|n| !needs_no_lookup(n) && headers.contains_key(*n))
                     .filter_map(|n| HeaderName::from_bytes(n.as_bytes()).ok()),
             );
         }
@@ -63,12 +73,20 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     // intermediary removes the Content-Length before passing it on (the
     // message is re-framed on the next hop; a forwarded length would cut
     // it short there).
-    if headers.contains_key(http::header::TRANSFER_ENCODING) {
-        doomed.push(http::header::CONTENT_LENGTH);
+    if headers.contains_key(TRANSFER_ENCODING) {
+        doomed.push(CONTENT_LENGTH);
     }
     for n in doomed {
         headers.remove(n);
     }
+}
+
+/// A `Connection` option that is a hop-by-hop name, in any case: the
+/// field it names, if present, is doomed already.
+fn needs_no_lookup(option: &str) -> bool {
+    HOP_BY_HOP
+        .iter()
+        .any(|h| option.eq_ignore_ascii_case(h.as_str()))
 }
 
 #[cfg(test)]
@@ -94,6 +112,32 @@ mod tests {
         h.insert("x-keep", HeaderValue::from_static("1"));
         h.insert("transfer_encoding", HeaderValue::from_static("chunked"));
         h.insert("content_length", HeaderValue::from_static("3"));
+        strip_hop_by_hop(&mut h);
+        let left: Vec<_> = h.keys().map(|k| k.as_str()).collect();
+        assert_eq!(left, vec!["x-keep"]);
+    }
+
+    #[test]
+    fn options_are_matched_in_any_case_hop_by_hop_or_not() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "connection",
+            HeaderValue::from_static("Keep-Alive, UPGRADE, Cache-Control, close, x-Gone"),
+        );
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert("upgrade", HeaderValue::from_static("h2c"));
+        h.insert("cache-control", HeaderValue::from_static("max-age=1"));
+        h.insert("close", HeaderValue::from_static("1"));
+        h.insert("x-gone", HeaderValue::from_static("1"));
+        h.insert("x-keep", HeaderValue::from_static("1"));
+        strip_hop_by_hop(&mut h);
+        let left: Vec<_> = h.keys().map(|k| k.as_str()).collect();
+        assert_eq!(left, vec!["x-keep"]);
+        // Named by no option: a hop-by-hop field goes all the same.
+        let mut h = HeaderMap::new();
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert("trailer", HeaderValue::from_static("x-sum"));
+        h.insert("x-keep", HeaderValue::from_static("1"));
         strip_hop_by_hop(&mut h);
         let left: Vec<_> = h.keys().map(|k| k.as_str()).collect();
         assert_eq!(left, vec!["x-keep"]);
