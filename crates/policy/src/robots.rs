@@ -103,7 +103,10 @@ impl fmt::Display for Verdict<'_> {
             }
             (Some(rule), None) => write!(f, "{word} by {rule} (line {})", rule.line),
             (None, Some(group)) => write!(f, "{word}: no rule matched (group {group})"),
-            (None, None) => write!(f, "{word}: no rule applies"),
+            // Written whole: the verdict of every request to a host
+            // without rules, where `write!` cost a tenth of the robots step.
+            (None, None) if self.allowed => f.write_str("allowed: no rule applies"),
+            (None, None) => f.write_str("disallowed: no rule applies"),
         }
     }
 }

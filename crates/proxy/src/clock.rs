@@ -58,14 +58,59 @@ impl Clock {
 }
 
 /// `t` as the audit log writes times: RFC 3339, ms, UTC.
+///
+/// Every request takes two, so the date and time of day are formatted once
+/// per second and thread, and only the milliseconds for each stamp.
 pub(crate) fn stamp(t: SystemTime) -> String {
-    humantime::format_rfc3339_millis(t).to_string()
+    thread_local! {
+        /// The second last stamped, and its text up to the seconds.
+        static SECOND: std::cell::RefCell<(u64, String)> =
+            const { std::cell::RefCell::new((u64::MAX, String::new())) };
+    }
+    let Ok(since) = t.duration_since(std::time::UNIX_EPOCH) else {
+        return humantime::format_rfc3339_millis(t).to_string();
+    };
+    let (secs, millis) = (since.as_secs(), since.subsec_millis());
+    SECOND.with_borrow_mut(|(second, text)| {
+        if *second != secs {
+            let whole = std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs);
+            let full = humantime::format_rfc3339_seconds(whole).to_string();
+            // "YYYY-MM-DDTHH:MM:SSZ" without its "Z".
+            *text = full.trim_end_matches('Z').to_string();
+            *second = secs;
+        }
+        let mut out = String::with_capacity(text.len() + 5);
+        out.push_str(text);
+        out.push('.');
+        let digits = [millis / 100, millis / 10 % 10, millis % 10];
+        out.extend(digits.map(|d| char::from(b'0' + d as u8)));
+        out.push('Z');
+        out
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn stamps_are_what_humantime_writes() {
+        let start = SystemTime::UNIX_EPOCH + Duration::from_millis(1_764_633_599_990);
+        // Across second, minute, day and year boundaries, in and out of
+        // order (the cache is per second, not per run of stamps).
+        let mut times: Vec<SystemTime> = (0..40)
+            .map(|i| start + Duration::from_millis(i * 7))
+            .collect();
+        times.push(SystemTime::UNIX_EPOCH + Duration::from_millis(1_767_225_599_999));
+        times.push(SystemTime::UNIX_EPOCH + Duration::from_millis(1_767_225_600_000));
+        times.push(start);
+        times.push(SystemTime::UNIX_EPOCH);
+        times.push(SystemTime::UNIX_EPOCH + Duration::from_nanos(999_999));
+        for t in times {
+            assert_eq!(stamp(t), humantime::format_rfc3339_millis(t).to_string());
+        }
+    }
 
     #[tokio::test(start_paused = true)]
     async fn wall_time_follows_paused_monotonic_time() {

@@ -36,11 +36,17 @@ impl Robots {
     /// (scoped like [`Robots::check`]; `/robots.txt` itself has none).
     pub fn preferences(&self, agent: &str, url: &str) -> Preferences<'_> {
         let mut prefs = Preferences::default();
+        let mut statements = self.statements(agent).peekable();
+        // Most files state no preference: then the path, asked for on
+        // every request, need not be normalised.
+        if statements.peek().is_none() {
+            return prefs;
+        }
         let path = normalise_path(url);
         if is_robots_txt(&path) {
             return prefs;
         }
-        for statement in self.statements(agent) {
+        for statement in statements {
             let (vocabulary, line, text, len) = match statement {
                 Statement::Signal(s) => (
                     Vocabulary::ContentSignal,

@@ -51,6 +51,21 @@ fn verdict_names_rule_line_and_group() {
 }
 
 #[test]
+fn a_verdict_without_a_rule_says_so() {
+    for body in ["", "User-agent: OtherBot\nDisallow: /\n"] {
+        assert_eq!(
+            robots(body).check("MyBot", "/x").to_string(),
+            "allowed: no rule applies",
+            "{body:?}"
+        );
+    }
+    assert_eq!(
+        Robots::allow_all().check("MyBot", "/x").to_string(),
+        "allowed: no rule applies"
+    );
+}
+
+#[test]
 fn no_group_for_agent_and_no_star_allows_everything() {
     let r = robots("User-agent: OtherBot\nDisallow: /\n");
     assert_eq!(decide(&r, "MyBot", "/x"), (true, None, None, None));
