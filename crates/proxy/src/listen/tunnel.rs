@@ -186,8 +186,11 @@ fn service(
                 answered();
                 return Ok(resp);
             }
-            let mut resp =
-                pipeline::handle(shared.clone(), req, target, peer.addr, peer.user.clone()).await;
+            // Boxed, as on the proxy port: unboxed, the pipeline's future
+            // is copied whole into this one and again into hyper's.
+            let handling =
+                pipeline::handle(shared.clone(), req, target, peer.addr, peer.user.clone());
+            let mut resp = Box::pin(handling).await;
             if shared.tracker.is_stopping() {
                 resp.headers_mut().insert(
                     http::header::CONNECTION,
