@@ -122,11 +122,33 @@ impl<F: SiteFile> RobotsCache<F> {
         user_agent: Option<&HeaderValue>,
         on_fetch: impl FnOnce(&FetchReport),
     ) -> Result<Rules<F>, Unfetched> {
-        let key = target.root();
-        let slot = self.slot(key);
+        let slot = self.slot(target.root());
         if let Some(rules) = self.cached(&slot) {
             return Ok(rules);
         }
+        // Boxed: the fetch's future is most of this one's size, and every
+        // request's future of this step is moved whole into the next, so
+        // unboxed it cost each cached answer a copy of the fetch's.
+        let fetching = self.fetch_rules(
+            slot, client, budgets, target, deadline, user_agent, on_fetch,
+        );
+        Box::pin(fetching).await
+    }
+
+    /// [`rules`](Self::rules) once the cache had no answer: one fetch per
+    /// slot at a time, its result installed.
+    #[allow(clippy::too_many_arguments)]
+    async fn fetch_rules(
+        &self,
+        slot: Arc<Slot<F>>,
+        client: &UpstreamClient,
+        budgets: &Arc<Budgets>,
+        target: &Target,
+        deadline: Instant,
+        user_agent: Option<&HeaderValue>,
+        on_fetch: impl FnOnce(&FetchReport),
+    ) -> Result<Rules<F>, Unfetched> {
+        let key = target.root();
         let _fetching = slot.fetching.lock().await;
         // Another request may have fetched while this one waited.
         if let Some(rules) = self.cached(&slot) {

@@ -55,7 +55,9 @@ impl Exchange {
         if resp.status() == StatusCode::PAYMENT_REQUIRED {
             self.rec.cache(cache.outcome);
             let may_pay = resendable && !self.paid_again;
-            return self.payment_required(resp, may_pay).await;
+            // Boxed: the rare 402's future would otherwise size (and be
+            // copied with) every response's step.
+            return Box::pin(self.payment_required(resp, may_pay)).await;
         }
         match reaction {
             Some(Reaction::Throttled(t)) => {

@@ -86,7 +86,9 @@ impl Exchange {
         if self.path == "/robots.txt" {
             return Ok(());
         }
-        match payments.hold(&self.target.host, &max).await {
+        // Boxed: only a host priced by a standing offer gets here, and the
+        // hold's future would otherwise size every request's step.
+        match Box::pin(payments.hold(&self.target.host, &max)).await {
             Ok(held) => {
                 self.rec.offered = Some(max.to_string());
                 self.paying = Some(Paying {
