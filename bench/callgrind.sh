@@ -16,6 +16,10 @@
 #            same binary run natively, then asked again from a proxy
 #            started afresh, so that every page is read from disk and
 #            revalidated
+#   https    reval's page over TLS: curl through CONNECT and mannerly's
+#            interception (its CA trusted by curl, the origin's throwaway
+#            CA by mannerly), 8 tunnels kept alive; not in the default
+#            list (needs openssl)
 # Counting starts after the proxy answered its first request. BENCH_CG_PATHS
 # picks paths (default "plain reval fresh recrawl"); BENCH_CG_TOP lists that many
 # of the proxy's functions by inclusive count (default 0); BENCH_KEEP=1
@@ -31,6 +35,7 @@ die() { echo "callgrind.sh: $*" >&2; exit 1; }
 for t in valgrind callgrind_control callgrind_annotate nginx curl python3; do
   command -v "$t" >/dev/null || [[ -x /usr/sbin/$t ]] || die "$t not found (apt-get install -y valgrind nginx-light curl)"
 done
+[[ " ${BENCH_CG_PATHS:-} " != *" https "* ]] || command -v openssl >/dev/null || die "openssl not found (apt-get install -y openssl)"
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 BINARIES=("$@")
 if [[ ${#BINARIES[@]} == 0 ]]; then
@@ -51,7 +56,25 @@ trap cleanup EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 ORIGIN_PORT=$(free_port)
+TLS_PORT=$(free_port)
 mkdir -p "$WORK/www/etag"
+# The TLS origin's certificate, from a throwaway CA mannerly is told to trust.
+if [[ " $PATHS " == *" https "* ]]; then
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+    -subj /CN=callgrind-origin-ca -keyout "$WORK/origin-ca.key" -out "$WORK/origin-ca.pem" 2>/dev/null
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=localhost \
+    -keyout "$WORK/origin.key" -out "$WORK/origin.csr" 2>/dev/null
+  printf 'subjectAltName=DNS:localhost\n' >"$WORK/origin.ext"
+  openssl x509 -req -in "$WORK/origin.csr" -CA "$WORK/origin-ca.pem" -CAkey "$WORK/origin-ca.key" \
+    -CAcreateserial -days 2 -extfile "$WORK/origin.ext" -out "$WORK/origin.pem" 2>/dev/null
+  TLS_SERVER="server {
+    listen 127.0.0.1:$TLS_PORT ssl;
+    ssl_certificate $WORK/origin.pem; ssl_certificate_key $WORK/origin.key;
+    keepalive_requests 100000;
+    location = /robots.txt { return 404; }
+    location /etag/ { root $WORK/www; }
+  }"
+fi
 head -c 1024 /dev/zero | tr '\0' 'x' >"$WORK/www/etag/page.html"
 BODY=$(head -c 1024 /dev/zero | tr '\0' 'y')
 cat >"$WORK/nginx.conf" <<CONF
@@ -68,24 +91,28 @@ http {
     location = /plain { default_type text/plain; return 200 "$BODY"; }
     location /etag/ { root $WORK/www; }
   }
+  ${TLS_SERVER:-}
 }
 CONF
 "$NGINX" -c "$WORK/nginx.conf" -p "$WORK" 2>/dev/null &
 PIDS+=($!)
 ORIGIN=http://127.0.0.1:$ORIGIN_PORT
 
-# curl's list of URLs: $1 file, $2 path, $3 unique (1: one page each).
+# curl's list of URLs: $1 file, $2 path, $3 unique (1: one page each),
+# $4 origin (default: the plain one).
 urls() {
-  local i
+  local i origin=${4:-$ORIGIN}
   for ((i = 1; i <= N; i++)); do
-    if [[ $3 == 1 ]]; then printf 'url = "%s%s?p=%d"\n' "$ORIGIN" "$2" "$i"; else printf 'url = "%s%s"\n' "$ORIGIN" "$2"; fi
+    if [[ $3 == 1 ]]; then printf 'url = "%s%s?p=%d"\n' "$origin" "$2" "$i"; else printf 'url = "%s%s"\n' "$origin" "$2"; fi
     printf 'output = "/dev/null"\n'
   done >"$1"
 }
-# Asks for every URL of list $2 through the proxy on port $1; prints how
-# many answers were not 200.
+# Asks for every URL of list $2 through the proxy on port $1 (HTTPS ones
+# trusting the CA file $3); prints how many answers were not 200.
 crawl() {
-  curl -s --parallel --parallel-max 8 -x "http://127.0.0.1:$1" -K "$2" -w "%{http_code}\n" 2>/dev/null \
+  local trust=()
+  [[ -n ${3:-} ]] && trust=(--cacert "$3")
+  curl -s --parallel --parallel-max 8 -x "http://127.0.0.1:$1" "${trust[@]}" -K "$2" -w "%{http_code}\n" 2>/dev/null \
     | awk '$1 != 200 {b++} END {print b + 0}'
 }
 # Waits until the proxy on port $1 answers.
@@ -103,6 +130,8 @@ start() {
   local bin=$1 data=$2 port=$3 out=${4:-}
   local env=(MANNERLY_DATA_DIR="$data" MANNERLY_PROXY__LISTEN=127.0.0.1:$port MANNERLY_ADMIN__LISTEN=
     MANNERLY_UPSTREAM__ALLOW_PRIVATE=true MANNERLY_POLICY__ENFORCE=false)
+  [[ -f $WORK/origin-ca.pem ]] && env+=(MANNERLY_UPSTREAM__EXTRA_ROOTS="$WORK/origin-ca.pem"
+    MANNERLY_PROXY__CONNECT_PORTS=$TLS_PORT)
   if [[ -n $out ]]; then
     env "${env[@]}" valgrind --tool=callgrind --callgrind-out-file="$out" --dump-instr=no "$bin" run \
       >"$data.out" 2>"$data.log" &
@@ -126,13 +155,16 @@ for path in $PATHS; do
     reval) url=/etag/page.html unique=0 ;;
     fresh) url=/etag/page.html unique=1 ;;
     recrawl) url=/etag/page.html unique=1 ;;
-    *) die "unknown path $path (plain, reval, fresh, recrawl)" ;;
+    https) url=/etag/page.html unique=0 ;;
+    *) die "unknown path $path (plain, reval, fresh, recrawl, https)" ;;
   esac
+  origin= trust=
+  [[ $path == https ]] && origin=https://localhost:$TLS_PORT
   for bin in "${BINARIES[@]}"; do
     tag=$path-$(echo "$bin" | tr '/' '_')
     data=$WORK/data-$tag
     mkdir -m 700 "$data"
-    urls "$WORK/urls-$tag" "$url" "$unique"
+    urls "$WORK/urls-$tag" "$url" "$unique" "$origin"
     port=$(free_port)
     if [[ $path == recrawl ]]; then
       pid=$(start "$bin" "$data" "$port")
@@ -146,8 +178,16 @@ for path in $PATHS; do
     pid=$(start "$bin" "$data" "$port" "$out")
     PIDS+=("$pid")
     up "$port"
+    if [[ $path == https ]]; then
+      # mannerly's CA, written at its first start, for curl to trust; one
+      # request first, so that the leaf for the origin's name is made
+      # before counting. The 8 tunnels' handshakes are counted.
+      trust=$data/ca.pem
+      curl -s -o /dev/null -x "http://127.0.0.1:$port" --cacert "$trust" "$origin$url" \
+        || die "no HTTPS answer through the proxy on port $port"
+    fi
     callgrind_control -z "$pid" >/dev/null 2>&1
-    bad=$(crawl "$port" "$WORK/urls-$tag")
+    bad=$(crawl "$port" "$WORK/urls-$tag" "$trust")
     callgrind_control -d "$pid" >/dev/null 2>&1
     stop "$pid" INT
     # The dump made after the crawl: the counts of the crawl alone.
