@@ -60,13 +60,8 @@ TLS_PORT=$(free_port)
 mkdir -p "$WORK/www/etag"
 # The TLS origin's certificate, from a throwaway CA mannerly is told to trust.
 if [[ " $PATHS " == *" https "* ]]; then
-  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
-    -subj /CN=callgrind-origin-ca -keyout "$WORK/origin-ca.key" -out "$WORK/origin-ca.pem" 2>/dev/null
-  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=localhost \
-    -keyout "$WORK/origin.key" -out "$WORK/origin.csr" 2>/dev/null
-  printf 'subjectAltName=DNS:localhost\n' >"$WORK/origin.ext"
-  openssl x509 -req -in "$WORK/origin.csr" -CA "$WORK/origin-ca.pem" -CAkey "$WORK/origin-ca.key" \
-    -CAcreateserial -days 2 -extfile "$WORK/origin.ext" -out "$WORK/origin.pem" 2>/dev/null
+  source "$ROOT/bench/origin_cert.sh"
+  origin_cert "$WORK" callgrind-origin-ca
   # TLS 1.3, as current sites speak it (nginx before 1.23.4 offers 1.2 at most).
   TLS_SERVER="server {
     listen 127.0.0.1:$TLS_PORT ssl; ssl_protocols TLSv1.2 TLSv1.3;

@@ -113,13 +113,8 @@ wait_port() { local i; for i in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1")
 mkdir -p "$WORK/www/etag"
 # The origin's TLS certificate, from a throwaway CA that mannerly and
 # mitmproxy are told to trust.
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
-  -subj /CN=peers-origin-ca -keyout "$WORK/origin-ca.key" -out "$WORK/origin-ca.pem" 2>/dev/null
-openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=localhost \
-  -keyout "$WORK/origin.key" -out "$WORK/origin.csr" 2>/dev/null
-printf 'subjectAltName=DNS:localhost\n' > "$WORK/origin.ext"
-openssl x509 -req -in "$WORK/origin.csr" -CA "$WORK/origin-ca.pem" -CAkey "$WORK/origin-ca.key" \
-  -CAcreateserial -days 2 -extfile "$WORK/origin.ext" -out "$WORK/origin.pem" 2>/dev/null
+source "$ROOT/bench/origin_cert.sh"
+origin_cert "$WORK" peers-origin-ca
 head -c 1024 /dev/zero | tr '\0' 'x' > "$WORK/www/etag/page.html"
 BODY=$(head -c 1024 /dev/zero | tr '\0' 'y')
 # The top of an nginx config: name, worker processes; no logs, temp
