@@ -173,27 +173,29 @@ pub(crate) struct AuditStats {
 impl AuditSink {
     /// Queues a record that no answer waits for (robots.txt fetches, retries,
     /// tunnels that already ended).
-    pub fn send(&self, rec: AuditRecord) {
+    pub fn send(&self, rec: impl Into<Box<AuditRecord>>) {
+        let rec = rec.into();
         self.observe(&rec);
-        self.log.submit(Box::new(rec), None, false);
+        self.log.submit(rec, None, false);
     }
 
     /// Queues a record and returns what resolves once its line has been
     /// written to the file (handed to the OS with `write`).
-    pub fn commit(&self, rec: AuditRecord) -> Written {
+    pub fn commit(&self, rec: impl Into<Box<AuditRecord>>) -> Written {
         self.commit_with(rec, false)
     }
 
     /// [`AuditSink::commit`] for an answer that waits for the line before
     /// hyper sees it: written with the others of this turn (`soon.rs`).
-    pub(crate) fn commit_soon(&self, rec: AuditRecord) -> Written {
+    pub(crate) fn commit_soon(&self, rec: impl Into<Box<AuditRecord>>) -> Written {
         self.commit_with(rec, true)
     }
 
-    fn commit_with(&self, rec: AuditRecord, soon: bool) -> Written {
+    fn commit_with(&self, rec: impl Into<Box<AuditRecord>>, soon: bool) -> Written {
+        let rec = rec.into();
         self.observe(&rec);
         let (tx, rx) = oneshot::channel();
-        self.log.submit(Box::new(rec), Some(tx), soon);
+        self.log.submit(rec, Some(tx), soon);
         Written(rx)
     }
 
@@ -250,11 +252,10 @@ pub(crate) struct Committer {
 
 impl Committer {
     /// Queues the record; the waiting answer is released once it is written.
-    pub(crate) fn send(self, rec: AuditRecord) {
+    pub(crate) fn send(self, rec: impl Into<Box<AuditRecord>>) {
+        let rec = rec.into();
         self.sink.observe(&rec);
-        self.sink
-            .log
-            .submit(Box::new(rec), Some(self.ack), self.soon);
+        self.sink.log.submit(rec, Some(self.ack), self.soon);
     }
 }
 

@@ -280,7 +280,7 @@ impl Cache {
         copy: oneshot::Receiver<Vec<Bytes>>,
     ) -> FinishHook {
         let this = self.clone();
-        Box::new(move |mut rec: AuditRecord, sink: Committer| {
+        Box::new(move |mut rec: Box<AuditRecord>, sink: Committer| {
             let mut copy = copy;
             let Ok(chunks) = copy.try_recv() else {
                 // Cut short, failed, or above max_body: nothing to store.

@@ -98,7 +98,7 @@ struct Exchange {
     client: SocketAddr,
     url: String,
     path: String,
-    rec: AuditRecord,
+    rec: Box<AuditRecord>,
     enforce: bool,
     /// The longest the request may be held, robots.txt fetch included.
     deadline: Instant,

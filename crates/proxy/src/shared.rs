@@ -218,8 +218,10 @@ impl Shared {
         url: &str,
         host: &str,
         client: SocketAddr,
-    ) -> AuditRecord {
-        AuditRecord {
+    ) -> Box<AuditRecord> {
+        // Boxed from the start: a record is some 950 bytes, and it moves
+        // from the exchange to the answer's body and on to the writer.
+        Box::new(AuditRecord {
             ts: self.clock.stamp(),
             id: self.next_id(),
             client: Some(client_text(client)),
@@ -227,13 +229,14 @@ impl Shared {
             url: url.to_string(),
             host: host.to_string(),
             ..AuditRecord::default()
-        }
+        })
     }
 
     /// The one funnel of a [`Stop`]: its audit fields into `rec`, the
     /// client's answer out. The head waits until the line is written (see
     /// `audit::line_written`).
-    pub(crate) fn stop(&self, mut rec: AuditRecord, stop: Stop) -> Response<ProxyBody> {
+    pub(crate) fn stop(&self, rec: impl Into<Box<AuditRecord>>, stop: Stop) -> Response<ProxyBody> {
+        let mut rec = rec.into();
         stop.record(&mut rec);
         let mut resp = stop.into_response(&rec.id);
         crate::audit::gate(&mut resp, self.audit.commit_soon(rec));

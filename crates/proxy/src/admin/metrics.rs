@@ -481,12 +481,12 @@ mod tests {
             (Some(503), FetchResult::Status(503)),
         ] {
             let report = report("http://a.test/robots.txt", status, result);
-            m.observe(&fetch_record::<Robots>(AuditRecord::default(), &report));
+            m.observe(&fetch_record::<Robots>(Box::default(), &report));
         }
         // A tdmrep.json fetch is a decision of its own, not a robots.txt fetch.
         let url = "http://a.test/.well-known/tdmrep.json";
         let tdm = report(url, Some(503), FetchResult::Status(503));
-        m.observe(&fetch_record::<TdmFile>(AuditRecord::default(), &tdm));
+        m.observe(&fetch_record::<TdmFile>(Box::default(), &tdm));
         let text = m.render(&Gauges::default());
         assert!(
             text.contains(r#"mannerly_decisions_total{outcome="tdmrep_fetched"} 1"#),

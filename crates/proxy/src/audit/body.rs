@@ -32,7 +32,7 @@ struct IdleTimeout(Duration);
 /// the audit record when the body is done, failed or dropped.
 pub(crate) struct AuditedBody {
     inner: ProxyBody,
-    record: Option<AuditRecord>,
+    record: Option<Box<AuditRecord>>,
     sink: AuditSink,
     bytes: u64,
     idle: Option<Duration>,
@@ -60,7 +60,7 @@ struct AheadState {
 /// Takes over sending the audit record when the body is done, for a line
 /// that can only be completed later (whether a stored copy was written).
 /// The end of the body waits until the committer has sent it.
-pub(crate) type FinishHook = Box<dyn FnOnce(AuditRecord, Committer) + Send + Sync>;
+pub(crate) type FinishHook = Box<dyn FnOnce(Box<AuditRecord>, Committer) + Send + Sync>;
 
 #[derive(Debug, thiserror::Error)]
 #[error("the audit log cannot be written, so the answer is not completed")]
@@ -70,13 +70,13 @@ impl AuditedBody {
     /// `idle`: the longest silence allowed between two frames.
     pub(crate) fn new(
         inner: ProxyBody,
-        record: AuditRecord,
+        record: impl Into<Box<AuditRecord>>,
         sink: AuditSink,
         idle: Option<Duration>,
     ) -> Self {
         AuditedBody {
             inner,
-            record: Some(record),
+            record: Some(record.into()),
             sink,
             bytes: 0,
             idle,
@@ -122,7 +122,7 @@ impl AuditedBody {
         Some(written)
     }
 
-    fn complete(&mut self, failure: Option<String>) -> Option<AuditRecord> {
+    fn complete(&mut self, failure: Option<String>) -> Option<Box<AuditRecord>> {
         let mut rec = self.record.take()?;
         rec.bytes = Some(self.bytes);
         if let Some(why) = failure {

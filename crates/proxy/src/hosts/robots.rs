@@ -647,7 +647,10 @@ fn resolve_location(base: &Uri, location: &str) -> Option<String> {
 
 /// Fills the audit record of a fetch of `F` (`robots_fetched`,
 /// `tdmrep_fetched`).
-pub(crate) fn fetch_record<F: SiteFile>(mut rec: AuditRecord, r: &FetchReport) -> AuditRecord {
+pub(crate) fn fetch_record<F: SiteFile>(
+    mut rec: Box<AuditRecord>,
+    r: &FetchReport,
+) -> Box<AuditRecord> {
     rec.outcome = Some(F::FETCHED);
     rec.sent = r.sent.map(crate::clock::stamp);
     rec.status = r.status;

@@ -294,7 +294,7 @@ async fn pass_through(
     upgraded: hyper::upgrade::Upgraded,
     target: Target,
     addrs: Vec<SocketAddr>,
-    mut rec: mannerly_policy::AuditRecord,
+    mut rec: Box<mannerly_policy::AuditRecord>,
 ) {
     let mut client = TokioIo::new(upgraded);
     rec.outcome = Some(Outcome::Tunneled);

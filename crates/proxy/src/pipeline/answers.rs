@@ -17,7 +17,7 @@ use crate::upstream::conns::{ConnHandle, ReleaseOnEnd};
 
 impl Exchange {
     /// The audit record, taken for the one answer of this request.
-    fn take_record(&mut self) -> AuditRecord {
+    fn take_record(&mut self) -> Box<AuditRecord> {
         self.at = Stage::Answered;
         std::mem::take(&mut self.rec)
     }
@@ -145,11 +145,11 @@ impl<B> Forwardable for B where
 /// The head of an origin's response as the client gets it; its body marks
 /// the upstream connection idle once read to the end.
 fn forwarded_head<B: Forwardable>(
-    mut rec: AuditRecord,
+    mut rec: Box<AuditRecord>,
     resp: Response<B>,
     outcome: Outcome,
     details: &[(&str, String)],
-) -> (http::response::Parts, ProxyBody, AuditRecord) {
+) -> (http::response::Parts, ProxyBody, Box<AuditRecord>) {
     let waited_ms = rec.waited_ms.unwrap_or(0);
     let conn = ConnHandle::of(&resp);
     let (mut parts, body) = resp.into_parts();
