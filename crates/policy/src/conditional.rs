@@ -55,7 +55,7 @@ use serde::{Deserialize, Serialize};
 /// tests) name the very same `HeaderMap` and `Parts` types.
 pub use http;
 
-pub use admission::{admit, Admission, BypassReason};
+pub use admission::{admit, admit_under, Admission, BypassReason};
 pub use entry::CacheEntryMeta;
 pub use invalidation::invalidated_by;
 pub use key::{primary_key, variant_key, variant_prefix, vary_names, CacheKey, KeyError};

@@ -311,7 +311,7 @@ impl Exchange {
     async fn conditional(&mut self, parts: &Parts) -> Step<Lookup> {
         let cache = &self.shared.cache;
         let ask = |key, outcome| Ok(Lookup::Ask(CacheStep::new(key, outcome)));
-        let key = match conditional::admit(parts, &self.url, cache.params()) {
+        let key = match conditional::admit_under(parts, self.target.root(), cache.params()) {
             Admission::Bypass(_) => return ask(None, CacheOutcome::Bypass),
             Admission::PassThrough(key) => return ask(Some(key), CacheOutcome::Bypass),
             Admission::Lookup(key) => key,

@@ -179,4 +179,27 @@ mod tests {
             ("h.test", "https://h.test/")
         );
     }
+
+    /// The pipeline keys the store under the target's root
+    /// (`CacheKey::under_root`), which holds only if the root is written as
+    /// the key normalises a URL.
+    #[test]
+    fn the_root_is_the_origin_a_cache_key_is_normalised_to() {
+        use http::Method;
+        use mannerly_policy::conditional::CacheKey;
+        for url in [
+            "http://Example.TEST/a%7e?b=%2f",
+            "http://example.test:80",
+            "https://EXAMPLE.test:443/x?",
+            "https://example.test:8443/x",
+            "http://[::1]:8080/a?b",
+            "http://[::1]:80/",
+            "http://127.0.0.1:3128/plain?q",
+        ] {
+            let uri: Uri = url.parse().unwrap();
+            let t = Target::from_absolute(&uri).unwrap();
+            let under = CacheKey::under_root(&Method::GET, t.root(), uri.path(), uri.query());
+            assert_eq!(Ok(under), CacheKey::new(&Method::GET, url), "{url}");
+        }
+    }
 }

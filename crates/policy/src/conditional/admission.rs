@@ -59,6 +59,21 @@ pub fn admit(req: &request::Parts, absolute_url: &str, params: &CacheParams) -> 
         Ok(key) => key,
         Err(_) => return Admission::Bypass(BypassReason::InvalidUrl),
     };
+    admitted(req, key)
+}
+
+/// [`admit`] for a request whose origin is known in normalised form: the
+/// key is [`CacheKey::under_root`] of `root` and the request URI's path and
+/// query, the one [`admit`] would make of the whole URL.
+pub fn admit_under(req: &request::Parts, root: &str, params: &CacheParams) -> Admission {
+    if let Some(reason) = bypass_reason(req, params) {
+        return Admission::Bypass(reason);
+    }
+    let key = CacheKey::under_root(&req.method, root, req.uri.path(), req.uri.query());
+    admitted(req, key)
+}
+
+fn admitted(req: &request::Parts, key: CacheKey) -> Admission {
     if CLIENT_VALIDATORS
         .iter()
         .any(|name| req.headers.contains_key(name))

@@ -40,6 +40,32 @@ impl CacheKey {
         Ok(CacheKey(key))
     }
 
+    /// The key of a request whose origin is known in normalised form
+    /// already: `root` is `scheme://host[:port]/` as [`CacheKey::new`]
+    /// writes it (scheme and host lower-case, no default port, no user
+    /// info), and `path` and `query` are those of a parsed request URI.
+    /// Gives what [`CacheKey::new`] gives for the whole URL, without
+    /// parsing it again.
+    pub fn under_root(method: &Method, root: &str, path: &str, query: Option<&str>) -> Self {
+        let origin = root.strip_suffix('/').unwrap_or(root);
+        let mut key = String::with_capacity(
+            method.as_str().len() + 2 + origin.len() + path.len() + query.map_or(0, str::len),
+        );
+        key.push_str(method.as_str());
+        key.push(' ');
+        key.push_str(origin);
+        if path.is_empty() {
+            key.push('/');
+        } else {
+            normalise_escapes(path, &mut key);
+        }
+        if let Some(query) = query {
+            key.push('?');
+            normalise_escapes(query, &mut key);
+        }
+        CacheKey(key)
+    }
+
     /// The key as stored: `"<METHOD> <normalised URL>"`. Never contains `\n`.
     pub fn as_str(&self) -> &str {
         &self.0
@@ -266,6 +292,36 @@ mod tests {
             "GET http://example.com/a/b%2FcA?x=1~"
         );
         assert_eq!(key("https://e.com/plain?q"), "GET https://e.com/plain?q");
+    }
+
+    #[test]
+    fn a_key_under_a_normalised_root_is_the_key_of_the_whole_url() {
+        // (root as a target writes it, the URL as a client may spell it)
+        let cases = [
+            (
+                "http://example.com/",
+                "HTTP://Example.COM:80/%7euser/a%2fb?q=%c3%a9",
+            ),
+            ("http://example.com/", "http://example.com"),
+            ("http://example.com/", "http://example.com?q=1"),
+            ("http://example.com/", "http://example.com/?"),
+            ("https://example.com/", "https://example.com:443/x?y#f"),
+            (
+                "https://example.com:8443/",
+                "https://EXAMPLE.com:8443/x%2f%41?%7e=%zz",
+            ),
+            ("http://[::1]:8080/", "http://[::1]:8080/a?b"),
+            ("http://127.0.0.1:3128/", "http://127.0.0.1:3128/plain"),
+            ("http://e.test/", "http://e.test/%"),
+            ("http://e.test/", "http://e.test/a%4"),
+        ];
+        for method in [Method::GET, Method::HEAD] {
+            for (root, url) in cases {
+                let uri: Uri = url.parse().expect(url);
+                let under = CacheKey::under_root(&method, root, uri.path(), uri.query());
+                assert_eq!(Ok(under), CacheKey::new(&method, url), "{url}");
+            }
+        }
     }
 
     #[test]

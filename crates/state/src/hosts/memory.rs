@@ -140,10 +140,14 @@ impl HostStore for MemoryHosts {
 
     fn set_crawl_delay(&self, host: &str, now: Instant, delay_secs: Option<f64>) {
         let key = host_key(host);
-        if delay_secs.is_none() && !self.hosts.contains_key(key.as_ref()) {
-            return;
+        if delay_secs.is_some() {
+            return self.with(&key, now, |b, p| b.set_crawl_delay(p, now, delay_secs));
         }
-        self.with(&key, now, |b, p| b.set_crawl_delay(p, now, delay_secs));
+        // No delay, as on nearly every request: a host not known yet has
+        // none to clear, and a known one is found with one lookup.
+        if let Some(mut b) = self.hosts.get_mut(key.as_ref()) {
+            b.set_crawl_delay(&self.table().for_host(&key), now, None);
+        }
     }
 
     fn view(&self, host: &str, now: Instant) -> Option<HostView> {
