@@ -39,7 +39,7 @@ static FRAMING_LOOKALIKES: [HeaderName; 2] = [
 /// parsed and hashed nine names each time (~2% of a proxied request).
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     let mut doomed: Vec<HeaderName> = Vec::new();
-    let mut listed = false;
+    let (mut connection, mut proxy_connection) = (false, false);
     for name in headers.keys() {
         // A framing field spelt with an underscore: a server that reads `_`
         // as `-` would frame by it, beside the real framing. (HTTP/1 heads
@@ -47,13 +47,23 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
         if FRAMING_LOOKALIKES.contains(name) {
             doomed.push(name.clone());
         } else if HOP_BY_HOP.contains(name) {
-            listed |= name == CONNECTION || name == PROXY_CONNECTION;
+            connection |= name == CONNECTION;
+            proxy_connection |= name == PROXY_CONNECTION;
             doomed.push(name.clone());
         }
     }
-    if listed {
-        for h in [CONNECTION, PROXY_CONNECTION] {
-            let values = headers.get_all(h).iter().filter_map(|v| v.to_str().ok());
+    for (h, present) in [
+        (CONNECTION, connection),
+        (PROXY_CONNECTION, proxy_connection),
+    ] {
+        if present {
+            let values = headers
+                .get_all(h)
+                .iter()
+                // The usual value, needing no split to see it names no
+                // field but one already doomed.
+                .filter(|v| !v.as_bytes().eq_ignore_ascii_case(b"keep-alive"))
+                .filter_map(|v| v.to_str().ok());
             // Only names present are made HeaderNames: almost every
             // option named is `keep-alive` or `close`, and making one
             // (lower-cased, allocated) and removing it by hash cost more
@@ -155,5 +165,39 @@ mod tests {
         h.insert("content-length", HeaderValue::from_static("3"));
         strip_hop_by_hop(&mut h);
         assert_eq!(h["content-length"], "3");
+    }
+
+    #[test]
+    fn a_whole_value_of_one_option_is_read_as_a_list_is() {
+        for connection in ["keep-alive", "Keep-Alive", "close", "CLOSE"] {
+            let mut left = left_after(&[
+                ("connection", connection),
+                ("keep-alive", "timeout=5"),
+                ("close", "1"),
+                ("x-keep", "1"),
+            ]);
+            // A removal may move the last field into its place.
+            left.sort();
+            let want: &[&str] = if connection.eq_ignore_ascii_case("close") {
+                &["x-keep"]
+            } else {
+                // `close` was not named, so it is an ordinary field.
+                &["close", "x-keep"]
+            };
+            assert_eq!(left, want, "Connection: {connection}");
+        }
+        // Only Proxy-Connection names an option.
+        let left = left_after(&[
+            ("proxy-connection", "x-gone"),
+            ("x-gone", "1"),
+            ("x-keep", "1"),
+        ]);
+        assert_eq!(left, vec!["x-keep"]);
+        let left = left_after(&[
+            ("host", "e.test"),
+            ("x-connection", "x-keep"),
+            ("x-keep", "1"),
+        ]);
+        assert_eq!(left, vec!["host", "x-connection", "x-keep"]);
     }
 }
