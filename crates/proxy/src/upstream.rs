@@ -155,9 +155,13 @@ impl Guard {
 }
 
 /// A connector that resolves through the [`Guard`] and connects only to the
-/// addresses it checked.
+/// addresses it checked. One `Arc`: hyper-util's client clones its
+/// connector on every request (twice, once for the connection it may have
+/// to open), and each `Arc` inside is an atomic add and subtract there.
 #[derive(Clone)]
-pub(crate) struct GuardedConnector {
+pub(crate) struct GuardedConnector(Arc<Connecting>);
+
+struct Connecting {
     guard: Guard,
     connect_timeout: Duration,
     conns: Arc<Conns>,
@@ -176,11 +180,15 @@ impl tower_service::Service<Uri> for GuardedConnector {
     }
 
     fn call(&mut self, uri: Uri) -> Self::Future {
-        let guard = self.guard.clone();
-        let timeout = self.connect_timeout;
-        let conns = self.conns.clone();
-        let parent = self.parent.clone();
+        let this = self.0.clone();
         Box::pin(async move {
+            let Connecting {
+                guard,
+                connect_timeout: timeout,
+                conns,
+                parent,
+            } = &*this;
+            let timeout = *timeout;
             let host = uri
                 .host()
                 .ok_or_else(|| ConnectError::NoHost(uri.to_string()))?
@@ -198,10 +206,10 @@ impl tower_service::Service<Uri> for GuardedConnector {
                 }
                 .into());
             };
-            if let Some(parent) = parent.filter(|p| p.serves(&host, port)) {
+            if let Some(parent) = parent.as_ref().filter(|p| p.serves(&host, port)) {
                 let tunnel = uri.scheme_str() == Some("https");
                 let link = parent
-                    .open(&guard, &conns, &host, port, tunnel, timeout)
+                    .open(guard, conns, &host, port, tunnel, timeout)
                     .await?;
                 return Ok(TokioIo::new(link));
             }
@@ -374,12 +382,12 @@ pub(crate) fn client(
         .https_or_http()
         .enable_http1()
         .enable_http2()
-        .wrap_connector(GuardedConnector {
+        .wrap_connector(GuardedConnector(Arc::new(Connecting {
             guard: guard.clone(),
             connect_timeout: cfg.connect_timeout,
             conns: conns.clone(),
             parent: parent.clone(),
-        });
+        })));
     let pools = (0..=threads)
         .map(|_| {
             Client::builder(TokioExecutor::new())
