@@ -30,6 +30,7 @@ use crate::answer::{failure, Stop};
 use crate::body::ProxyBody;
 use crate::clients::body::{ClientBody, Pace, Received};
 use crate::clients::interim::Lane;
+use crate::config::Config;
 use crate::error::ConnectError;
 use crate::hosts::budget::Permit;
 use crate::hosts::robots::{self, RobotsCache, Unfetched};
@@ -99,6 +100,9 @@ struct Exchange {
     url: String,
     path: String,
     rec: Box<AuditRecord>,
+    /// The reloadable configuration as the request found it: one snapshot
+    /// for the whole walk, taken once (each look takes a lock and a count).
+    live: Arc<Config>,
     enforce: bool,
     /// The longest the request may be held, robots.txt fetch included.
     deadline: Instant,
@@ -214,11 +218,13 @@ impl Exchange {
     ) -> Exchange {
         let url = target.url(req.uri().path_and_query());
         let mut rec = shared.record(req.method().as_str(), &url, &target.host, client);
+        let live = shared.live();
         rec.user = user;
-        rec.agent = Some(request::agent(&shared, req.headers()));
+        rec.agent = Some(request::agent(&live, req.headers()));
         let deadline = shared.clock.now() + shared.budgets.max_hold(&target.host);
         Exchange {
-            enforce: shared.live().policy.enforce,
+            enforce: live.policy.enforce,
+            live,
             path: req
                 .uri()
                 .path_and_query()
@@ -269,7 +275,10 @@ impl Exchange {
         let fetched = self.site_file(|s| &s.robots, req).await;
         let (shared, host) = (&self.shared, &self.target.host);
         let refusal = match fetched {
-            Ok(rules) => request::robots_verdict(shared, &rules, host, &self.path, &mut self.rec),
+            Ok(rules) => {
+                let rec = &mut self.rec;
+                request::robots_verdict(shared, &self.live, &rules, host, &self.path, rec)
+            }
             Err(Unfetched::Budget(r)) => {
                 let by = shared.throttled_by.get(host);
                 let why = "robots.txt cannot be fetched: ";

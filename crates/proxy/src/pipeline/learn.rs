@@ -294,7 +294,7 @@ impl Exchange {
     /// config; in observe mode it passes and the line says `would`. What
     /// `tdmrep.json` refused under `annotate` is said here too.
     pub(super) fn preferences(&mut self, mut resp: Response<Incoming>) -> Step<Response<Incoming>> {
-        let judged = prefs::judge(&self.shared.live(), resp.headers(), &mut self.rec);
+        let judged = prefs::judge(&self.live, resp.headers(), &mut self.rec);
         let ours = match judged {
             OnResponse::Pass => None,
             OnResponse::Annotate(value) => Some(value),

@@ -175,7 +175,7 @@ impl Exchange {
     /// with `Mannerly-Preferences` with `annotate`, recorded as `would` in
     /// observe mode.
     pub(super) async fn tdmrep<B>(&mut self, req: &Request<B>) -> Step<()> {
-        let live = self.shared.live();
+        let live = self.live.clone();
         let declared = live
             .crawler
             .purposes

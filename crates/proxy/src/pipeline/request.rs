@@ -10,6 +10,7 @@ use mannerly_policy::{strip_hop_by_hop, AuditRecord, Outcome};
 
 use crate::answer::{failure, Stop};
 use crate::body::ProxyBody;
+use crate::config::Config;
 use crate::error::Source;
 use crate::pipeline::prefs;
 use crate::shared::Shared;
@@ -17,6 +18,7 @@ use crate::shared::Shared;
 /// What robots.txt says about this request: `None` to go on, or the refusal.
 pub(super) fn robots_verdict(
     shared: &Shared,
+    live: &Config,
     rules: &Rules,
     host: &str,
     path: &str,
@@ -51,13 +53,12 @@ pub(super) fn robots_verdict(
         }
         return Some(r);
     }
-    prefs::robots_refusal(&shared.live(), robots, agent, path, rec)
+    prefs::robots_refusal(live, robots, agent, path, rec)
 }
 
 /// The product token decisions are made for: configured, else the first
 /// token of the client's User-Agent.
-pub(super) fn agent(shared: &Shared, headers: &HeaderMap) -> String {
-    let live = shared.live();
+pub(super) fn agent(live: &Config, headers: &HeaderMap) -> String {
     if !live.crawler.agent.is_empty() {
         return live.crawler.agent.clone();
     }
