@@ -152,9 +152,12 @@ impl Log {
 /// Sees every record as it is handed to the writer (the dashboard's live feed).
 pub(crate) type Observer = Arc<dyn Fn(&AuditRecord) + Send + Sync>;
 
-/// Hands records to the writer. Cheap to clone; never blocks.
+/// Hands records to the writer. Cheap to clone (one `Arc`: a forwarded
+/// request clones it for its body and its committer); never blocks.
 #[derive(Clone)]
-pub struct AuditSink {
+pub struct AuditSink(Arc<Sink>);
+
+struct Sink {
     log: Arc<Log>,
     ctl: mpsc::Sender<Msg>,
     stats: Arc<AuditStats>,
@@ -176,7 +179,7 @@ impl AuditSink {
     pub fn send(&self, rec: impl Into<Box<AuditRecord>>) {
         let rec = rec.into();
         self.observe(&rec);
-        self.log.submit(rec, None, false);
+        self.0.log.submit(rec, None, false);
     }
 
     /// Queues a record and returns what resolves once its line has been
@@ -195,25 +198,29 @@ impl AuditSink {
         let rec = rec.into();
         self.observe(&rec);
         let (tx, rx) = oneshot::channel();
-        self.log.submit(rec, Some(tx), soon);
+        self.0.log.submit(rec, Some(tx), soon);
         Written(rx)
     }
 
     fn observe(&self, rec: &AuditRecord) {
-        if let Some(observe) = &self.observer {
+        if let Some(observe) = &self.0.observer {
             observe(rec);
         }
     }
 
     /// The same sink, also showing every record to `observer`.
-    pub(crate) fn observed(mut self, observer: Observer) -> AuditSink {
-        self.observer = Some(observer);
-        self
+    pub(crate) fn observed(self, observer: Observer) -> AuditSink {
+        AuditSink(Arc::new(Sink {
+            log: self.0.log.clone(),
+            ctl: self.0.ctl.clone(),
+            stats: self.0.stats.clone(),
+            observer: Some(observer),
+        }))
     }
 
     /// The writer's counters.
     pub(crate) fn stats(&self) -> &Arc<AuditStats> {
-        &self.stats
+        &self.0.stats
     }
 
     /// A committer for code that completes a record later.
@@ -223,7 +230,7 @@ impl AuditSink {
         if soon {
             // The record may be completed off the runtime (the store's
             // writer thread): its flush needs a runtime to go to.
-            self.log.note_runtime();
+            self.0.log.note_runtime();
         }
         let (tx, rx) = oneshot::channel();
         (
@@ -239,7 +246,7 @@ impl AuditSink {
     /// Seals the current file and opens the configured path again (for
     /// logrotate's `create` mode: it moved the file, we start a new one).
     pub fn reopen(&self) {
-        let _ = self.ctl.send(Msg::Reopen);
+        let _ = self.0.ctl.send(Msg::Reopen);
     }
 }
 
@@ -255,7 +262,7 @@ impl Committer {
     pub(crate) fn send(self, rec: impl Into<Box<AuditRecord>>) {
         let rec = rec.into();
         self.sink.observe(&rec);
-        self.sink.log.submit(rec, Some(self.ack), self.soon);
+        self.sink.0.log.submit(rec, Some(self.ack), self.soon);
     }
 }
 
@@ -404,12 +411,12 @@ pub fn open(cfg: &Config) -> Result<(AuditSink, AuditWriter), AuditError> {
         .spawn(move || run_timers(&timers, &rx))
         .map_err(AuditError::Thread)?;
     Ok((
-        AuditSink {
+        AuditSink(Arc::new(Sink {
             log,
             ctl: ctl.clone(),
             stats,
             observer: None,
-        },
+        })),
         AuditWriter {
             tx: ctl,
             thread: Some(thread),
@@ -494,9 +501,9 @@ mod tests {
     async fn a_committer_made_on_the_runtime_lets_its_line_be_flushed_there() {
         let (dir, cfg) = fresh("soon-remote");
         let (sink, writer) = open(&cfg).expect("open");
-        assert!(sink.log.soon.runtime.get().is_none());
+        assert!(sink.0.log.soon.runtime.get().is_none());
         let (committer, written) = sink.committer(true);
-        assert!(sink.log.soon.runtime.get().is_some());
+        assert!(sink.0.log.soon.runtime.get().is_some());
         std::thread::spawn(move || committer.send(AuditRecord::default()))
             .join()
             .expect("sent off the runtime");
