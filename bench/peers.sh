@@ -45,7 +45,8 @@
 # the ratios' bases), BENCH_SQUID_STORE (squiddisk's cache_dir type: aufs,
 # the default, ufs or rock), BENCH_SQUID_LOG=1 (squiddisk writes an access
 # log, to check its result codes; off for figures), BENCH_PIN=1 (the proxy under test on CPU 0,
-# wrk, curl and the origin on CPU 1, with taskset), BENCH_PERF=1
+# wrk, curl and the origin on CPU 1, with taskset; each row also says how
+# idle CPU 1 was during its run), BENCH_PERF=1
 # (perf record on mannerly during its first round, or round BENCH_PERF_ROUND;
 # prints each path's top symbols;
 # needs perf: apt-get install -y linux-perf), BENCH_SYSCALLS=1 (perf stat
@@ -315,6 +316,17 @@ ticks() { # pid, [user]
   echo "$total"
 }
 declare -A PEER_PID
+# Pinned mode: how idle the load CPU (CPU 1: wrk, curl and the origin) was
+# during a run. A write on CPU 0 that wakes a reader on an idle CPU 1 makes
+# the writer send an interprocessor interrupt, which a virtual machine
+# makes dear: a slower peer pays more kernel time per request for the same
+# work (bench/README, "Why the relay's wake-ups cost less").
+load_idle() { awk '$1 == "cpu1" {print $5 + $6, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9}' /proc/stat; }
+idle_pct() { # "idle total" before, after
+  local i0 t0 i1 t1
+  read -r i0 t0 <<<"$1"; read -r i1 t1 <<<"$2"
+  awk -v i=$((i1 - i0)) -v t=$((t1 - t0)) 'BEGIN{ if (t > 0) printf "%.0f", 100 * i / t; else print "-" }'
+}
 cpu_us() { # name, ticks used
   local n
   n=$(awk '/ requests in / {print $1}' "$WORK/wrk-$1.txt")
@@ -327,7 +339,7 @@ declare -A URL=([plain]=$ORIGIN/plain [reval]=$ORIGIN/etag/page.html [fresh]=$OR
   [recrawl]=$ORIGIN/etag/page.html)
 declare -A UNIQ=([plain]=0 [reval]=0 [fresh]=1 [recrawl]=1)
 PEER_PID=([relay]=$RELAY_PID [squid]=$SQUID_PID [squiddisk]=$SQUIDDISK_PID [tinyproxy]=$TINY_PID [mannerly]=$MANNERLY_PID)
-declare -A USED UUSED SYSCALLS RECRAWL SQUID_DID
+declare -A USED UUSED SYSCALLS RECRAWL SQUID_DID IDLE
 # squiddisk's own count of what it did, from its cache manager: requests,
 # answers from its store (a hit, or a 304 from the origin and the stored
 # body: TCP_REFRESH_UNMODIFIED counts as a hit), requests sent to the origin.
@@ -393,7 +405,9 @@ for path in $PATHS; do
       if [[ ${BENCH_SYSCALLS:-0} == 1 && -n $pid ]]; then
         perf stat -x, -e raw_syscalls:sys_enter -p "$(pgrep -P "$pid" | paste -sd, | sed 's/.$/&,/')${pid}" -o "$WORK/sys-$path-$peer-$round.txt" >/dev/null 2>&1 & stat_pid=$!
       fi
+      idle0=$(load_idle)
       run "$path-$peer-$round" "$port" "$url" "${UNIQ[$path]}" "$tag"
+      [[ ${BENCH_PIN:-0} == 1 ]] && IDLE[$path-$peer-$round]=$(idle_pct "$idle0" "$(load_idle)")
       if [[ -n $stat_pid ]]; then
         kill -INT "$stat_pid"; wait "$stat_pid" || true
         SYSCALLS[$path-$peer-$round]=$(awk -F, '/raw_syscalls/ {print $1}' "$WORK/sys-$path-$peer-$round.txt")
@@ -415,7 +429,8 @@ for path in $PATHS; do
     r=$(rps "$m")
     cpu=-; [[ -n ${PEER_PID[$peer]:-} ]] && cpu="$(cpu_us "$m" "${USED[$m]}") ($(cpu_us "$m" "${UUSED[$m]}") user$(
       [[ -n ${SYSCALLS[$m]:-} ]] && awk -v c="${SYSCALLS[$m]}" -v n="$(awk '/ requests in / {print $1}' "$WORK/wrk-$m.txt")" \
-        'BEGIN{ printf ", %.2f syscalls", c / n }' || true))"
+        'BEGIN{ printf ", %.2f syscalls", c / n }' || true)$(
+      [[ -n ${IDLE[$m]:-} ]] && echo ", CPU 1 idle ${IDLE[$m]}%"))"
     all=$(for ((round = 1; round <= ROUNDS; round++)); do rps "$path-$peer-$round"; echo; done | paste -sd/)
     printf '%-7s %-9s %9s %9s %9s %8s %9s %9s %11s %s\n' "$path" "$peer" "$r" "$(ms "$m" 50%)" \
       "$(ms "$m" 99%)" "$(bad "$m")" "$(ratio "$r" "$s")" "$(ratio "$r" "$sd")" "$cpu" "$all"
@@ -437,7 +452,8 @@ https_run() { # name, requests, port, CA file, [proxy host:port] (HTTPS_PID: the
   local pid=${HTTPS_PID:-} before=0 used=0
   [[ -n $pid ]] && before=$(ticks "$pid")
   local url=https://localhost:$port/etag/page.html
-  local secs got bad p50 p99 cpu=-
+  local secs got bad p50 p99 cpu=- idle0 idle=
+  idle0=$(load_idle)
   if [[ $HTTPS_CLIENT == load ]]; then
     # One line: requests seconds p50_ms p99_ms failed.
     "${ON_LOAD_CPU[@]}" "$HTTPS_LOAD" --url "$url" --connect "127.0.0.1:$port" --cacert "$ca" \
@@ -462,9 +478,10 @@ https_run() { # name, requests, port, CA file, [proxy host:port] (HTTPS_PID: the
     p50=$(sed -n "$(( (got + 1) / 2 ))p" "$WORK/https-$name.sorted")
     p99=$(sed -n "$(( (got * 99 + 99) / 100 ))p" "$WORK/https-$name.sorted")
   fi
+  [[ ${BENCH_PIN:-0} == 1 ]] && idle=$(idle_pct "$idle0" "$(load_idle)")
   [[ -n $pid ]] && cpu=$(awk -v t="$used" -v n="$got" -v hz="$(getconf CLK_TCK)" 'BEGIN{ if (n > 0) printf "%.1f", t * 1e6 / hz / n; else print "-" }')
-  printf '%s %.0f %.2f %.2f %d %s\n' "$name" "$(awk -v g="$got" -v s="$secs" 'BEGIN{print g/s}')" \
-    "${p50:-0}" "${p99:-0}" "$bad" "$cpu" >"$WORK/https-$name.sum"
+  printf '%s %.0f %.2f %.2f %d %s %s\n' "$name" "$(awk -v g="$got" -v s="$secs" 'BEGIN{print g/s}')" \
+    "${p50:-0}" "${p99:-0}" "$bad" "$cpu" "${idle:--}" >"$WORK/https-$name.sum"
 }
 if [[ " $PATHS " == *" https "* ]]; then
   N=${BENCH_HTTPS_REQUESTS:-20000}
@@ -491,7 +508,8 @@ if [[ " $PATHS " == *" https "* ]]; then
   m=$(https_median mitmproxy | awk '{print $2}'); m=${m:-0}
   for peer in direct relay mannerly mitmproxy; do
     line=$(https_median "$peer"); [[ -n $line ]] || continue
-    read -r _ r p50 p99 bad cpu <<<"$line"
+    read -r _ r p50 p99 bad cpu idle <<<"$line"
+    [[ $idle != - && -n $idle ]] && cpu="$cpu (CPU 1 idle $idle%)"
     all=$(for ((round = 1; round <= ROUNDS; round++)); do awk '{print $2}' "$WORK/https-$peer-$round.sum"; done | paste -sd/)
     printf '%-6s %-9s %9s %9s %9s %8s %9s %9s %12s %11s %s\n' https "$peer" "$r" "$p50" "$p99" "$bad" \
       "$(ratio "$r" "$d")" "$(ratio "$r" "${rl:-0}")" "$(ratio "$r" "$m")" "$cpu" "$all"
