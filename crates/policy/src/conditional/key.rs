@@ -54,15 +54,7 @@ impl CacheKey {
         key.push_str(method.as_str());
         key.push(' ');
         key.push_str(origin);
-        if path.is_empty() {
-            key.push('/');
-        } else {
-            normalise_escapes(path, &mut key);
-        }
-        if let Some(query) = query {
-            key.push('?');
-            normalise_escapes(query, &mut key);
-        }
+        push_path_and_query(path, query, &mut key);
         CacheKey(key)
     }
 
@@ -200,17 +192,22 @@ fn normalise_url(input: &str, out: &mut String) -> Option<()> {
         }
         _ => {}
     }
-    let path = uri.path();
+    push_path_and_query(uri.path(), uri.query(), out);
+    Some(())
+}
+
+/// The path (`/` when empty) and the query of a key, escapes normalised:
+/// the part [`CacheKey::new`] and [`CacheKey::under_root`] share.
+fn push_path_and_query(path: &str, query: Option<&str>, out: &mut String) {
     if path.is_empty() {
         out.push('/');
     } else {
         normalise_escapes(path, out);
     }
-    if let Some(query) = uri.query() {
+    if let Some(query) = query {
         out.push('?');
         normalise_escapes(query, out);
     }
-    Some(())
 }
 
 fn normalise_escapes(mut input: &str, out: &mut String) {
