@@ -125,8 +125,7 @@ async fn a_master_dies_mid_crawl_and_the_cluster_fails_over_without_a_failed_req
     let dead = cluster.master_of(key);
     cluster.kill(dead);
     crawl("failover".into(), 8).await;
-    cluster.wait_ok();
-    let promoted = cluster.master_of(key);
+    let promoted = cluster.wait_taken_over(key, dead);
     assert_ne!(promoted, dead, "a replica took over the host's slot");
 
     // Shared again: a probe gets through to the promoted replica.

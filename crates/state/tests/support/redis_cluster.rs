@@ -146,33 +146,41 @@ impl RedisCluster {
     /// The port of the master that serves `key` now.
     pub fn master_of(&self, key: &str) -> u16 {
         let live = self.live_port();
-        let slot: u16 = cli(live, &["CLUSTER", "KEYSLOT", key])
+        let slot = self.slot_of(key);
+        let nodes = cli(live, &["CLUSTER", "NODES"]);
+        owner(&nodes, slot).unwrap_or_else(|| panic!("no master serves slot {slot}:\n{nodes}"))
+    }
+
+    /// Waits until every live node agrees that a master other than `dead`
+    /// serves `key`, and returns its port. `cluster_state:ok` alone is not
+    /// that: a node that only suspects the dead master (`fail?`) still
+    /// reports ok, before any replica has been promoted.
+    pub fn wait_taken_over(&self, key: &str, dead: u16) -> u16 {
+        let slot = self.slot_of(key);
+        let views = || -> Vec<Option<u16>> {
+            self.nodes
+                .iter()
+                .filter(|n| n.child.is_some())
+                .map(|n| owner(&cli(n.port, &["CLUSTER", "NODES"]), slot))
+                .collect()
+        };
+        wait_for(
+            || {
+                let seen = views();
+                seen.iter()
+                    .all(|o| o.is_some_and(|p| p != dead) && *o == seen[0])
+            },
+            &format!("every live node sees a master other than {dead} serve slot {slot}"),
+        );
+        self.wait_ok();
+        self.master_of(key)
+    }
+
+    fn slot_of(&self, key: &str) -> u16 {
+        cli(self.live_port(), &["CLUSTER", "KEYSLOT", key])
             .trim()
             .parse()
-            .expect("CLUSTER KEYSLOT answers a number");
-        let nodes = cli(live, &["CLUSTER", "NODES"]);
-        for line in nodes.lines() {
-            let f: Vec<&str> = line.split(' ').collect();
-            if f.len() < 9 || !f[2].contains("master") || f[2].contains("fail") {
-                continue;
-            }
-            let owns = f[8..].iter().any(|range| match range.split_once('-') {
-                Some((a, b)) => {
-                    a.parse::<u16>().is_ok_and(|a| a <= slot)
-                        && b.parse::<u16>().is_ok_and(|b| slot <= b)
-                }
-                None => range.parse::<u16>().is_ok_and(|s| s == slot),
-            });
-            if owns {
-                let addr = f[1].split('@').next().unwrap_or_default();
-                return addr
-                    .rsplit(':')
-                    .next()
-                    .and_then(|p| p.parse().ok())
-                    .expect("a node address with a port");
-            }
-        }
-        panic!("no master serves slot {slot}:\n{nodes}");
+            .expect("CLUSTER KEYSLOT answers a number")
     }
 
     /// Kills (SIGKILL) the node at `port`, as a crashed machine.
@@ -227,6 +235,29 @@ impl Drop for RedisCluster {
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// The port of the master that `nodes` (a `CLUSTER NODES` answer) says
+/// serves `slot`, leaving out any master flagged as failing.
+fn owner(nodes: &str, slot: u16) -> Option<u16> {
+    for line in nodes.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        if f.len() < 9 || !f[2].contains("master") || f[2].contains("fail") {
+            continue;
+        }
+        let owns = f[8..].iter().any(|range| match range.split_once('-') {
+            Some((a, b)) => {
+                a.parse::<u16>().is_ok_and(|a| a <= slot)
+                    && b.parse::<u16>().is_ok_and(|b| slot <= b)
+            }
+            None => range.parse::<u16>().is_ok_and(|s| s == slot),
+        });
+        if owns {
+            let addr = f[1].split('@').next().unwrap_or_default();
+            return addr.rsplit(':').next().and_then(|p| p.parse().ok());
+        }
+    }
+    None
 }
 
 /// The summed `calls=` of `commands` in an `INFO commandstats` answer.
