@@ -97,6 +97,9 @@ fi
 MANNERLY=${BENCH_MANNERLY:-$TARGET_DIR/$PROFILE/mannerly}
 [[ -x $MANNERLY ]] || die "$MANNERLY missing"
 HTTPS_LOAD=$TARGET_DIR/release/examples/https_load
+if [[ $HTTPS_CLIENT == load && " ${BENCH_PATHS:-https} " == *" https "* ]]; then
+  [[ -x $HTTPS_LOAD ]] || die "$HTTPS_LOAD missing (cargo build --release --example https_load)"
+fi
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/mannerly-peers.XXXXXX")
 PIDS=()

@@ -205,11 +205,18 @@ fn path_and_query(url: &str) -> &str {
 /// `scheme` and what follows `scheme://`, if `input` starts that way
 /// (scheme = ALPHA *( ALPHA / DIGIT / "+" / "-" / "." ), RFC 3986 sec. 3.1).
 pub(crate) fn scheme_and_rest(input: &str) -> Option<(&str, &str)> {
-    let (scheme, rest) = input.split_once("://")?;
-    let mut chars = scheme.chars();
-    let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic());
-    let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
-    (first_ok && rest_ok).then_some((scheme, rest))
+    // A scan of the scheme's characters, not a search for "://": `:` is not
+    // one of them, so the first "://" can only be where the scan stops, and
+    // the search's setup was a share of every robots check.
+    let bytes = input.as_bytes();
+    if !bytes.first()?.is_ascii_alphabetic() {
+        return None;
+    }
+    let end = bytes
+        .iter()
+        .position(|&b| !(b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.')))?;
+    let rest = input[end..].strip_prefix("://")?;
+    Some((&input[..end], rest))
 }
 
 #[cfg(test)]
@@ -218,6 +225,44 @@ mod tests {
 
     fn norm(url: &str) -> String {
         String::from_utf8_lossy(&normalise_path(url)).into_owned()
+    }
+
+    #[test]
+    fn the_scheme_scan_splits_where_the_first_separator_is() {
+        // The definition the scan replaced: split at the first "://", then
+        // judge what is before it.
+        fn by_search(input: &str) -> Option<(&str, &str)> {
+            let (scheme, rest) = input.split_once("://")?;
+            let mut chars = scheme.chars();
+            let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic());
+            let rest_ok =
+                chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+            (first_ok && rest_ok).then_some((scheme, rest))
+        }
+        let inputs = [
+            "http://example.com/a",
+            "HTTPS://Example.com",
+            "svn+ssh://h/x",
+            "a.b-c://h",
+            "1http://h",
+            "://h",
+            "",
+            "http",
+            "http:",
+            "http:/",
+            "http:/x://y",
+            "/x?u=http://y/z",
+            "ht tp://h",
+            "http://a://b",
+            "é://h",
+            "hé://h",
+            "h://",
+        ];
+        for input in inputs {
+            assert_eq!(scheme_and_rest(input), by_search(input), "{input:?}");
+        }
+        assert_eq!(scheme_and_rest("http://a://b"), Some(("http", "a://b")));
+        assert_eq!(scheme_and_rest("/x?u=http://y/z"), None);
     }
 
     #[test]
