@@ -298,11 +298,13 @@ impl UpstreamClient {
 
     /// The parent that carries requests to `uri`, if any.
     pub(crate) fn parent_for(&self, uri: &Uri) -> Option<&Parent> {
+        // Without a parent the URI's port is not parsed (every request asks).
+        let parent = self.parent.as_deref()?;
         let port = uri.port_u16().unwrap_or(match uri.scheme_str() {
             Some("https") => 443,
             _ => 80,
         });
-        self.parent_serving(uri.host()?, port)
+        parent.serves(uri.host()?, port).then_some(parent)
     }
 
     /// The parent that carries requests to `host:port`, if any.
