@@ -107,6 +107,43 @@ async fn held_requests_are_spaced_at_the_rate_and_all_delivered() {
 }
 
 #[tokio::test]
+async fn a_burst_of_three_lets_robots_txt_and_two_pages_go_at_once() {
+    let (rec, h) = recorder(0, 0, "1");
+    let origin = Origin::http(h).await;
+    // One slot each 2 s, three at once: robots.txt takes the first, so two
+    // pages go without waiting and the third waits for a slot. Each page's
+    // robots check (which lifts a Crawl-delay the site does not set) used
+    // to take one of the three.
+    let mut proxy = TestProxy::start(|c| {
+        c.budget.start_rate = 0.5;
+        c.budget.max_rate = 0.5;
+        c.budget.burst = 3;
+    })
+    .await;
+    let c = proxy.client();
+    for i in 0..3 {
+        let url = format!("http://127.0.0.1:{}/b{i}", origin.port());
+        assert_eq!(c.get(url).send().await.unwrap().status(), 200);
+    }
+    assert_eq!(
+        rec.arrivals.lock().unwrap().len(),
+        4,
+        "robots.txt and 3 pages"
+    );
+    let lines = proxy.stop().await;
+    let waited: Vec<u64> = with_outcome(&lines, "fetched")
+        .iter()
+        .map(|l| l["waited_ms"].as_u64().unwrap())
+        .collect();
+    assert_eq!(waited.len(), 3);
+    assert!(waited[0] < 1000 && waited[1] < 1000, "{waited:?}");
+    assert!(
+        waited[2] >= 1000,
+        "the third page waits for a slot: {waited:?}"
+    );
+}
+
+#[tokio::test]
 async fn the_concurrency_limit_holds() {
     let (rec, h) = recorder(300, 0, "1");
     let origin = Origin::http(h).await;

@@ -235,8 +235,7 @@ mod tests {
             let (scheme, rest) = input.split_once("://")?;
             let mut chars = scheme.chars();
             let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic());
-            let rest_ok =
-                chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+            let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
             (first_ok && rest_ok).then_some((scheme, rest))
         }
         let inputs = [

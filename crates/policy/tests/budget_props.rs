@@ -111,4 +111,53 @@ proptest! {
             prop_assert!(v.concurrency >= 1 && v.concurrency <= p.concurrency);
         }
     }
+
+    /// What lets a caller skip `set_crawl_delay(None)` on a budget without a
+    /// delay: the budget that gets those calls before every event answers
+    /// every event as the one that never gets them.
+    #[test]
+    fn lifting_no_delay_changes_nothing(
+        p in params(),
+        events in prop::collection::vec(event(), 1..200),
+    ) {
+        let t0 = Instant::now();
+        let wall0 = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let mut plain = HostBudget::new(&p, t0);
+        let mut lifted = HostBudget::new(&p, t0);
+        let mut now = t0;
+        let mut skipped = 0;
+        for e in events {
+            if !lifted.has_crawl_delay() {
+                lifted.set_crawl_delay(&p, now, None);
+                skipped += 1;
+            }
+            let wall: SystemTime = wall0 + (now - t0);
+            let answers: Vec<String> = [&mut plain, &mut lifted]
+                .into_iter()
+                .map(|b| match &e {
+                    Event::Advance(_) => String::new(),
+                    Event::Admit => format!("{:?}", b.admit(&p, now)),
+                    Event::TryStart => format!("{:?}", b.try_start(&p, now, p.max_hold())),
+                    Event::Finish => format!("{:?}", b.finish(&p, now)),
+                    Event::Response(status, ra, jitter) => {
+                        format!("{:?}", b.on_response(&p, now, wall, *status, *ra, *jitter))
+                    }
+                    Event::CrawlDelay(d) => {
+                        b.set_crawl_delay(&p, now, *d);
+                        String::new()
+                    }
+                })
+                .collect();
+            prop_assert_eq!(&answers[0], &answers[1], "after {:?}", e);
+            prop_assert_eq!(
+                format!("{:?}", plain.view(&p, now)),
+                format!("{:?}", lifted.view(&p, now))
+            );
+            prop_assert_eq!(plain.has_crawl_delay(), lifted.has_crawl_delay());
+            if let Event::Advance(ms) = e {
+                now += Duration::from_millis(ms);
+            }
+        }
+        prop_assert!(skipped > 0);
+    }
 }

@@ -311,6 +311,14 @@ impl HostBudget {
         }
     }
 
+    /// Whether a Crawl-delay is in force. Without one,
+    /// [`HostBudget::set_crawl_delay`] with `None` changes nothing that can
+    /// be seen, so a caller may skip it and the parameters it needs (nearly
+    /// every request asks, and nearly every site has no delay).
+    pub fn has_crawl_delay(&self) -> bool {
+        self.crawl_delay_ms > 0
+    }
+
     /// Applies a robots.txt Crawl-delay (seconds): the rate is capped at
     /// 1/delay. `None`, zero, negative or non-finite lift the cap; a delay
     /// above a day counts as a day. Cheap and idempotent, so the proxy may
@@ -524,10 +532,15 @@ impl HostBudget {
     /// After a rate drop the burst allowance is longer in time; moving `tat`
     /// with it keeps the next slot where it was, so that no reservation
     /// lands before one already given.
+    ///
+    /// `tat` moves by the change in the allowance, and not at all when it
+    /// did not change. Taking the allowance off first (floored at 0) moved
+    /// a `tat` below it up: within the first `tau` ms of a budget every
+    /// robots lookup's `set_crawl_delay(None)` took a slot of the burst.
     pub(super) fn keep_next_slot(&mut self, p: &HostParams, n: u64, tau_before: u64) {
-        if let Some(tat) = get(self.tat) {
-            let next = tat.saturating_sub(tau_before);
-            self.tat = put(next + self.tau_ms(p, n));
+        let tau = self.tau_ms(p, n);
+        if let Some(tat) = get(self.tat).filter(|_| tau != tau_before) {
+            self.tat = put((tat + tau).saturating_sub(tau_before));
         }
     }
 
@@ -589,6 +602,32 @@ fn scale_count(n: u16, factor: f64) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_robots_lookup_between_requests_leaves_the_burst_whole() {
+        let p = crate::budget::BudgetParams {
+            burst: 3,
+            start_rate: 1.0,
+            max_rate: 1.0,
+            queue_limit: 0,
+            ..Default::default()
+        }
+        .validate()
+        .unwrap()
+        .for_host("example.com");
+        // The test's clock starts from one real instant and is moved by hand.
+        #[allow(clippy::disallowed_methods)]
+        let now = Instant::now();
+        let mut b = HostBudget::new(&p, now);
+        for i in 0..3 {
+            b.set_crawl_delay(&p, now, None);
+            assert!(matches!(b.admit(&p, now), Reservation::Go), "request {i}");
+        }
+        assert!(
+            !matches!(b.admit(&p, now), Reservation::Go),
+            "the fourth waits"
+        );
+    }
 
     #[test]
     fn a_host_is_88_bytes() {

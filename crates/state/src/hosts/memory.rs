@@ -146,7 +146,9 @@ impl HostStore for MemoryHosts {
         // No delay, as on nearly every request: a host not known yet has
         // none to clear, and a known one is found with one lookup.
         if let Some(mut b) = self.hosts.get_mut(key.as_ref()) {
-            b.set_crawl_delay(&self.table().for_host(&key), now, None);
+            if b.has_crawl_delay() {
+                b.set_crawl_delay(&self.table().for_host(&key), now, None);
+            }
         }
     }
 
