@@ -24,8 +24,31 @@ pub(super) fn robots_verdict(
     path: &str,
     rec: &mut AuditRecord,
 ) -> Option<Stop> {
-    let agent = rec.agent.clone().unwrap_or_default();
-    let agent = agent.as_str();
+    // Lent out of the record, not copied: the record's other fields are
+    // written while the agent is read.
+    let agent = rec.agent.take();
+    let stop = judge(
+        shared,
+        live,
+        rules,
+        host,
+        path,
+        agent.as_deref().unwrap_or(""),
+        rec,
+    );
+    rec.agent = agent;
+    stop
+}
+
+fn judge(
+    shared: &Shared,
+    live: &Config,
+    rules: &Rules,
+    host: &str,
+    path: &str,
+    agent: &str,
+    rec: &mut AuditRecord,
+) -> Option<Stop> {
     let robots = match rules {
         Rules::Known(r) => r,
         Rules::Unavailable { reason, retry_in } => {
