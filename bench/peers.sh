@@ -243,7 +243,10 @@ pid_filename $WORK/squiddisk.pid
 coredump_dir $WORK
 shutdown_lifetime 0 seconds
 CONF
-"$SQUID" -N -z -f "$WORK/squiddisk.conf" >"$WORK/squiddisk-z.err" 2>&1 || die "squid -z failed (see $WORK/squiddisk-z.err)"
+# A squid killed by an earlier run leaves its shared memory behind
+# (/dev/shm/squid-*); -z failed then, and passed once they were removed.
+"$SQUID" -N -z -f "$WORK/squiddisk.conf" >"$WORK/squiddisk-z.err" 2>&1 ||
+  die "squid -z failed: $(tail -n 3 "$WORK/squiddisk-z.err") (after a squid was killed, removing its /dev/shm/squid-* let -z run again)"
 "${ON_PROXY_CPU[@]}" "$SQUID" -N -f "$WORK/squiddisk.conf" 2>"$WORK/squiddisk.err" & PIDS+=($!)
 SQUIDDISK_PID=$!
 
