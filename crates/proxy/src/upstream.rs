@@ -299,12 +299,12 @@ impl UpstreamClient {
     /// The parent that carries requests to `uri`, if any.
     pub(crate) fn parent_for(&self, uri: &Uri) -> Option<&Parent> {
         // Without a parent the URI's port is not parsed (every request asks).
-        let parent = self.parent.as_deref()?;
+        self.parent.as_ref()?;
         let port = uri.port_u16().unwrap_or(match uri.scheme_str() {
             Some("https") => 443,
             _ => 80,
         });
-        parent.serves(uri.host()?, port).then_some(parent)
+        self.parent_serving(uri.host()?, port)
     }
 
     /// The parent that carries requests to `host:port`, if any.
