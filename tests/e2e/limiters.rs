@@ -57,6 +57,48 @@ async fn nginx_limit_req_with_a_burst_is_probed_past_at_most_twice() {
     crawl_nginx(Limit::Burst5).await;
 }
 
+/// The operator's burst against the site's own: nginx `limit_req 2r/s
+/// burst=5 nodelay` lets six requests in at once. A budget of 2/s with a
+/// burst of 5 sends robots.txt and four pages at once, nginx refuses none,
+/// and only the pages past the burst wait for a slot. (Each page's robots
+/// check used to take a slot of the burst: the second page waited.)
+#[tokio::test]
+async fn a_burst_below_nginx_limit_req_burst_goes_at_once_and_draws_no_429() {
+    if !have_tool("nginx", "nginx-light") {
+        return;
+    }
+    let limiter = Limiter::start(Limit::Burst5).expect("nginx starts");
+    let mut proxy = TestProxy::start(|c| {
+        c.budget = Default::default();
+        c.budget.start_rate = 2.0;
+        c.budget.max_rate = 2.0;
+        c.budget.burst = 5;
+    })
+    .await;
+    let c = proxy.client();
+    for i in 0..6 {
+        let url = format!("http://127.0.0.1:{}/page/{i}", limiter.port);
+        let r = c.get(url).send().await.unwrap();
+        assert_eq!(r.status(), 200, "{}", decision(&r));
+    }
+    let lines = proxy.stop().await;
+    let served = limiter.served();
+    assert_eq!(
+        (served.robots, served.pages, served.throttled),
+        (1, 6, 0),
+        "{served:?}"
+    );
+    let waited: Vec<u64> = with_outcome(&lines, "fetched")
+        .iter()
+        .map(|l| l["waited_ms"].as_u64().unwrap())
+        .collect();
+    assert_eq!(waited.len(), 6);
+    // A slot each 500 ms: the four pages in the burst do not wait for one,
+    // the fifth does.
+    assert!(waited[..4].iter().all(|&w| w < 250), "{waited:?}");
+    assert!(waited[4] >= 250, "{waited:?}");
+}
+
 /// Answers 429 to any request less than 500 ms after the last one it let
 /// in (what `limit_req rate=2r/s` without a burst does); robots.txt is a
 /// redirect to /robots-real.txt.
