@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::redis_server::RedisServer;
 use super::support::stdout_lines;
 
 fn repo() -> PathBuf {
@@ -660,58 +661,6 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// A redis-server of our own on a free loopback port.
-struct Redis {
-    child: std::process::Child,
-    port: u16,
-}
-
-impl Redis {
-    fn start() -> Option<Redis> {
-        let present = Command::new("redis-server")
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if !need(
-            present,
-            "redis-server is not installed (apt-get install redis-server)",
-        ) {
-            return None;
-        }
-        let port = free_port();
-        let mut child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
-        for _ in 0..200 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Some(Redis { child, port });
-            }
-            std::thread::sleep(Duration::from_millis(25));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("redis-server did not listen on {port}");
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// What changes between a container and this machine, and nothing else:
 /// paths move into a temp dir, ports to free ones, 0.0.0.0 to loopback
 /// (tests only talk to 127.0.0.0/8), the redis host to our redis-server.
@@ -899,7 +848,9 @@ fn the_compose_commands_start_and_answer_readyz() {
         return;
     }
     let Some(c) = compose() else { return };
-    let Some(redis) = Redis::start() else { return };
+    let Some(redis) = RedisServer::start("the_compose_commands_start_and_answer_readyz") else {
+        return;
+    };
     let place = Place::new(redis.port);
     let d = dockerfile();
     for dir in ["/data", "/ca"] {
@@ -963,7 +914,9 @@ fn the_compose_commands_start_and_answer_readyz() {
 #[test]
 fn the_kubernetes_sidecar_starts_and_answers_readyz() {
     let Some(docs) = k8s_docs() else { return };
-    let Some(redis) = Redis::start() else { return };
+    let Some(redis) = RedisServer::start("the_kubernetes_sidecar_starts_and_answers_readyz") else {
+        return;
+    };
     let place = Place::new(redis.port);
     let d = dockerfile();
     let spec = &find(&docs, "Deployment", "crawler")["spec"]["template"]["spec"];

@@ -17,6 +17,7 @@ pub struct Node {
     child: Option<Child>,
     /// Its client port on 127.0.0.1.
     pub port: u16,
+    bus: u16,
 }
 
 /// A running cluster, stopped on drop.
@@ -52,6 +53,65 @@ fn tools_present(test: &str) -> bool {
     false
 }
 
+impl Node {
+    /// Starts one cluster node in its own directory under `dir` and waits
+    /// until it answers. A free port can be taken by another process
+    /// (an outgoing connection of a test running beside this one) between
+    /// our probe and redis-server's bind; a node that exits on start is
+    /// tried again on other ports, and one that never answers fails the
+    /// test with the end of its log.
+    fn spawn(dir: &std::path::Path, taken: &[u16]) -> Node {
+        let mut last_log = String::new();
+        for _ in 0..5 {
+            let (port, bus) = two_free_ports(taken);
+            let node_dir = dir.join(port.to_string());
+            std::fs::create_dir_all(&node_dir).expect("node directory");
+            let log = node_dir.join("redis.log");
+            let mut child = Command::new("redis-server")
+                .args(["--port", &port.to_string()])
+                .args(["--cluster-port", &bus.to_string()])
+                .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+                .args(["--cluster-enabled", "yes"])
+                .args(["--cluster-config-file", "nodes.conf"])
+                .args(["--cluster-node-timeout", &NODE_TIMEOUT_MS.to_string()])
+                .args(["--repl-diskless-sync-delay", "0"])
+                .arg("--logfile")
+                .arg(&log)
+                .arg("--dir")
+                .arg(&node_dir)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server starts");
+            for _ in 0..1200 {
+                // Another test's redis-server on a stolen port would answer
+                // PING too; only our own process counts.
+                let pid = format!("process_id:{}", child.id());
+                if cli(port, &["INFO", "server"]).contains(&pid) {
+                    return Node {
+                        child: Some(child),
+                        port,
+                        bus,
+                    };
+                }
+                if child.try_wait().ok().flatten().is_some() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            last_log = std::fs::read_to_string(&log).unwrap_or_default();
+        }
+        let tail: Vec<&str> = last_log.lines().rev().take(20).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        panic!(
+            "a redis cluster node did not start in five tries; its log ends:\n{}",
+            tail.join("\n")
+        );
+    }
+}
+
 impl RedisCluster {
     /// Starts six nodes and joins them as three masters with a replica
     /// each; returns once every node reports `cluster_state:ok`. `None`
@@ -65,37 +125,12 @@ impl RedisCluster {
             std::process::id(),
             free_port()
         ));
-        let mut nodes = Vec::new();
+        let mut nodes: Vec<Node> = Vec::new();
         for _ in 0..6 {
-            let (port, bus) = (free_port(), free_port());
-            let node_dir = dir.join(port.to_string());
-            std::fs::create_dir_all(&node_dir).expect("node directory");
-            let child = Command::new("redis-server")
-                .args(["--port", &port.to_string()])
-                .args(["--cluster-port", &bus.to_string()])
-                .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-                .args(["--cluster-enabled", "yes"])
-                .args(["--cluster-config-file", "nodes.conf"])
-                .args(["--cluster-node-timeout", &NODE_TIMEOUT_MS.to_string()])
-                .args(["--repl-diskless-sync-delay", "0"])
-                .arg("--dir")
-                .arg(&node_dir)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("redis-server starts");
-            nodes.push(Node {
-                child: Some(child),
-                port,
-            });
+            let taken: Vec<u16> = nodes.iter().flat_map(|n| [n.port, n.bus]).collect();
+            nodes.push(Node::spawn(&dir, &taken));
         }
         let cluster = RedisCluster { nodes, dir };
-        for n in &cluster.nodes {
-            wait_for(
-                || cli(n.port, &["PING"]).trim() == "PONG",
-                "a node answers PING",
-            );
-        }
         let addrs: Vec<String> = cluster
             .nodes
             .iter()
@@ -302,4 +337,18 @@ fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("a free loopback port")
+}
+
+/// Two distinct free ports, neither in `taken`: both listeners are held
+/// until both are chosen, so the kernel cannot hand out one port twice.
+fn two_free_ports(taken: &[u16]) -> (u16, u16) {
+    let mut held = Vec::new();
+    while held.len() < 2 {
+        let l = TcpListener::bind("127.0.0.1:0").expect("a free loopback port");
+        let port = l.local_addr().expect("a bound address").port();
+        if !taken.contains(&port) {
+            held.push((l, port));
+        }
+    }
+    (held[0].1, held[1].1)
 }

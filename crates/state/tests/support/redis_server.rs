@@ -39,17 +39,24 @@ impl RedisServer {
     /// [`redis_server_binary`]).
     pub fn start(test: &str) -> Option<RedisServer> {
         let bin = redis_server_binary(test)?;
-        let port = free_port();
-        let dir =
-            std::env::temp_dir().join(format!("mannerly-redis-{}-{port}", std::process::id()));
-        let _ = std::fs::create_dir_all(&dir);
-        let mut s = RedisServer {
-            child: None,
-            port,
-            dir,
-        };
-        s.spawn(&bin);
-        Some(s)
+        // A free port can be taken by another process (an outgoing
+        // connection of a test running beside this one) between our probe
+        // and redis-server's bind; then it exits, and another port is tried.
+        for _ in 0..5 {
+            let port = free_port();
+            let dir =
+                std::env::temp_dir().join(format!("mannerly-redis-{}-{port}", std::process::id()));
+            let _ = std::fs::create_dir_all(&dir);
+            let mut s = RedisServer {
+                child: None,
+                port,
+                dir,
+            };
+            if s.spawn(&bin) {
+                return Some(s);
+            }
+        }
+        panic!("redis-server did not start on a free port in five tries");
     }
 
     /// `redis://127.0.0.1:PORT/0`.
@@ -69,7 +76,11 @@ impl RedisServer {
     pub fn restart(&mut self) {
         self.kill();
         if let Some(bin) = redis_server_binary("restart") {
-            self.spawn(&bin);
+            assert!(
+                self.spawn(&bin),
+                "redis-server did not start again on port {}",
+                self.port
+            );
         }
     }
 
@@ -85,8 +96,10 @@ impl RedisServer {
         }
     }
 
-    fn spawn(&mut self, bin: &PathBuf) {
-        let child = Command::new(bin)
+    /// Starts the server on `self.port`; `false` when it exited (its port
+    /// was taken).
+    fn spawn(&mut self, bin: &PathBuf) -> bool {
+        let mut child = Command::new(bin)
             .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .arg("--dir")
@@ -95,15 +108,22 @@ impl RedisServer {
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server starts");
-        self.child = Some(child);
-        // Ready when it accepts a connection and answers PING.
-        for _ in 0..200 {
-            if self.cli(&["PING"]).trim() == "PONG" {
-                return;
+        // Ready when it answers as itself: another test's server on a
+        // taken port would answer PING too.
+        let pid = format!("process_id:{}", child.id());
+        for _ in 0..400 {
+            if self.cli(&["INFO", "server"]).contains(&pid) {
+                self.child = Some(child);
+                return true;
+            }
+            if child.try_wait().ok().flatten().is_some() {
+                return false;
             }
             std::thread::sleep(Duration::from_millis(25));
         }
-        panic!("redis-server on port {} did not answer PING", self.port);
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("redis-server on port {} did not answer in 10 s", self.port);
     }
 }
 
