@@ -2,9 +2,12 @@
 # Peers benchmark: mannerly beside squid and tinyproxy (caching and logging
 # off), squid storing every response in a disk cache ("squiddisk": the same
 # work as mannerly's store on the fresh and recrawl paths), straight to the
-# origin, and through "relay" (nginx as a reverse
-# proxy: forwarding alone, no policy, a floor measurement for any proxy on
-# this machine), in one run, on the paths crawls take:
+# origin, through "relay" (nginx as a reverse proxy: forwarding alone, no
+# policy, a floor measurement for any proxy on this machine) and through
+# "stack" (examples/stack_relay: the same relay built from mannerly's own
+# parts, hyper, hyper-util's client, rustls and tokio, with no policy: what
+# forwarding costs on the stack mannerly is made of), in one run, on the
+# paths crawls take:
 #
 #   plain    the origin sends no validators (nothing to store or revalidate)
 #   reval    the origin sends ETag/Last-Modified and the same page is asked
@@ -17,8 +20,9 @@
 #            200); the other peers forward it as they do fresh URLs
 #   https    HTTPS through interception, keep-alive, the same page again
 #            (origin: nginx with TLS; validators on, so mannerly revalidates):
-#            direct, mannerly and mitmproxy, with curl --parallel (16
-#            connections, HTTP/1.1) as the client, since wrk cannot tunnel
+#            direct, relay, stack, mannerly and mitmproxy, with
+#            examples/https_load (16 connections, HTTP/1.1) as the client,
+#            since wrk cannot tunnel
 #
 #   bench/peers.sh
 #
@@ -40,8 +44,8 @@
 # keep-alive connections; curl: curl --parallel, the client before),
 # BENCH_MANNERLY_ENV="MANNERLY_CACHE__SYNC=none ..." (extra settings). BENCH_DURATION
 # (default 6 s per run), BENCH_SKIP_BUILD=1, BENCH_KEEP=1,
-# BENCH_PATHS="plain reval fresh https" and BENCH_PEERS="direct relay squid
-# squiddisk tinyproxy mannerly" (subsets run fewer; squid and squiddisk are
+# BENCH_PATHS="plain reval fresh https" and BENCH_PEERS="direct relay stack
+# squid squiddisk tinyproxy mannerly" (subsets run fewer; squid and squiddisk are
 # the ratios' bases), BENCH_SQUID_STORE (squiddisk's cache_dir type: aufs,
 # the default, ufs or rock), BENCH_SQUID_LOG=1 (squiddisk writes an access
 # log, to check its result codes; off for figures), BENCH_PIN=1 (the proxy under test on CPU 0,
@@ -81,7 +85,7 @@ fi
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 ORIGIN_PORT=$(free_port); SQUID_PORT=$(free_port); TINY_PORT=$(free_port); MANNERLY_PORT=$(free_port)
 TLS_PORT=$(free_port); MITM_PORT=$(free_port); RELAY_PORT=$(free_port); RELAY_TLS_PORT=$(free_port)
-SQUIDDISK_PORT=$(free_port)
+SQUIDDISK_PORT=$(free_port); STACK_PORT=$(free_port); STACK_TLS_PORT=$(free_port)
 MITMDUMP=${MITMDUMP:-$(command -v mitmdump || true)}
 
 # Profiles want line tables: the profiling build has them, release not.
@@ -93,6 +97,7 @@ if [[ ${BENCH_SKIP_BUILD:-0} != 1 ]]; then
   if [[ $HTTPS_CLIENT == load && " ${BENCH_PATHS:-https} " == *" https "* ]]; then
     (cd "$ROOT" && cargo build --release --example https_load)
   fi
+  (cd "$ROOT" && cargo build --release --example stack_relay)
 fi
 MANNERLY=${BENCH_MANNERLY:-$TARGET_DIR/$PROFILE/mannerly}
 [[ -x $MANNERLY ]] || die "$MANNERLY missing"
@@ -100,6 +105,8 @@ HTTPS_LOAD=$TARGET_DIR/release/examples/https_load
 if [[ $HTTPS_CLIENT == load && " ${BENCH_PATHS:-https} " == *" https "* ]]; then
   [[ -x $HTTPS_LOAD ]] || die "$HTTPS_LOAD missing (cargo build --release --example https_load)"
 fi
+STACK_RELAY=$TARGET_DIR/release/examples/stack_relay
+[[ -x $STACK_RELAY ]] || die "$STACK_RELAY missing (cargo build --release --example stack_relay)"
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/mannerly-peers.XXXXXX")
 PIDS=()
@@ -187,6 +194,12 @@ CONF
 } > "$WORK/relay.conf"
 "${ON_PROXY_CPU[@]}" "$NGINX" -c "$WORK/relay.conf" -p "$WORK" 2>/dev/null & PIDS+=($!)
 RELAY_PID=$!
+
+# --- stack: the relay above, made of mannerly's parts ------------------------
+"${ON_PROXY_CPU[@]}" "$STACK_RELAY" --listen "127.0.0.1:$STACK_PORT" --origin "http://127.0.0.1:$ORIGIN_PORT" \
+  --tls-listen "127.0.0.1:$STACK_TLS_PORT" --cert "$WORK/origin.pem" --key "$WORK/origin.key" \
+  --tls-origin "https://localhost:$TLS_PORT" --cacert "$WORK/origin-ca.pem" 2>"$WORK/stack.err" & PIDS+=($!)
+STACK_PID=$!
 
 # --- squid: no cache, no logs ----------------------------------------------
 cat > "$WORK/squid.conf" <<CONF
@@ -280,6 +293,7 @@ if [[ -n $MITMDUMP ]]; then
 fi
 
 wait_port "$SQUID_PORT"; wait_port "$SQUIDDISK_PORT"; wait_port "$TINY_PORT"; wait_port "$MANNERLY_PORT"; wait_port "$RELAY_PORT"
+wait_port "$STACK_PORT"; wait_port "$STACK_TLS_PORT"
 ORIGIN=http://127.0.0.1:$ORIGIN_PORT
 for p in "$SQUID_PORT" "$SQUIDDISK_PORT" "$TINY_PORT" "$MANNERLY_PORT"; do
   code=$(curl -sS -x "http://127.0.0.1:$p" -o /dev/null -w '%{http_code}' "$ORIGIN/etag/page.html") || die "proxy on $p failed"
@@ -344,7 +358,7 @@ bad() { awk -F: '/Non-2xx or 3xx/ {gsub(/ /,"",$2); print $2}' "$WORK/wrk-$1.txt
 declare -A URL=([plain]=$ORIGIN/plain [reval]=$ORIGIN/etag/page.html [fresh]=$ORIGIN/etag/page.html
   [recrawl]=$ORIGIN/etag/page.html)
 declare -A UNIQ=([plain]=0 [reval]=0 [fresh]=1 [recrawl]=1)
-PEER_PID=([relay]=$RELAY_PID [squid]=$SQUID_PID [squiddisk]=$SQUIDDISK_PID [tinyproxy]=$TINY_PID [mannerly]=$MANNERLY_PID)
+PEER_PID=([relay]=$RELAY_PID [stack]=$STACK_PID [squid]=$SQUID_PID [squiddisk]=$SQUIDDISK_PID [tinyproxy]=$TINY_PID [mannerly]=$MANNERLY_PID)
 declare -A USED UUSED SYSCALLS RECRAWL SQUID_DID IDLE
 # squiddisk's own count of what it did, from its cache manager: requests,
 # answers from its store (a hit, or a 304 from the origin and the stored
@@ -364,7 +378,7 @@ squid_did() { # before, after
   echo "$((r1 - r0)) requests, $((h1 - h0)) answered from its store, $((s1 - s0)) sent to the origin"
 }
 ROUNDS=${BENCH_ROUNDS:-3}
-PEERS=${BENCH_PEERS:-direct relay squid squiddisk tinyproxy mannerly}
+PEERS=${BENCH_PEERS:-direct relay stack squid squiddisk tinyproxy mannerly}
 # The median of a peer's rounds: the run whose req/s is the middle one (its
 # p50 and p99 are reported with it).
 median_run() { # path, peer
@@ -380,11 +394,12 @@ for path in $PATHS; do
   for ((round = 1; round <= ROUNDS; round++)); do
     for peer in $PEERS; do
       case $peer in
-        direct) port=direct ;; relay) port=direct ;; squid) port=$SQUID_PORT ;; squiddisk) port=$SQUIDDISK_PORT ;;
+        direct | relay | stack) port=direct ;; squid) port=$SQUID_PORT ;; squiddisk) port=$SQUIDDISK_PORT ;;
         tinyproxy) port=$TINY_PORT ;; mannerly) port=$MANNERLY_PORT ;;
       esac
       url=${URL[$path]}
       [[ $peer == relay ]] && url=${url/:$ORIGIN_PORT/:$RELAY_PORT}
+      [[ $peer == stack ]] && url=${url/:$ORIGIN_PORT/:$STACK_PORT}
       tag=$path-$peer-$round
       if [[ $path == recrawl && $peer == mannerly ]]; then
         # The fill: new pages, stored and not read since, so none is in
@@ -452,7 +467,7 @@ for path in $PATHS; do
     done
   fi
 done
-# --- https: curl --parallel, 16 keep-alive connections ----------------------
+# --- https: examples/https_load (or curl --parallel), 16 keep-alive connections
 https_run() { # name, requests, port, CA file, [proxy host:port] (HTTPS_PID: the proxy, for its CPU)
   local name=$1 n=$2 port=$3 ca=$4 proxy=${5:-}
   local pid=${HTTPS_PID:-} before=0 used=0
@@ -495,6 +510,9 @@ if [[ " $PATHS " == *" https "* ]]; then
   for ((round = 1; round <= ROUNDS; round++)); do
     https_run "direct-$round" "$N" "$TLS_PORT" "$WORK/origin-ca.pem"
     HTTPS_PID=$RELAY_PID https_run "relay-$round" "$N" "$RELAY_TLS_PORT" "$WORK/origin-ca.pem"
+    if [[ " $PEERS " == *" stack "* ]]; then
+      HTTPS_PID=$STACK_PID https_run "stack-$round" "$N" "$STACK_TLS_PORT" "$WORK/origin-ca.pem"
+    fi
     perf_pid=
     if [[ $round == 1 && ${BENCH_PERF:-0} == 1 ]]; then
       perf record -F 499 ${BENCH_PERF_CALLGRAPH:--g} -o "$WORK/perf-https.data" -p "$MANNERLY_PID" >/dev/null 2>&1 & perf_pid=$!
@@ -512,7 +530,7 @@ if [[ " $PATHS " == *" https "* ]]; then
   d=$(https_median direct | awk '{print $2}')
   rl=$(https_median relay | awk '{print $2}')
   m=$(https_median mitmproxy | awk '{print $2}'); m=${m:-0}
-  for peer in direct relay mannerly mitmproxy; do
+  for peer in direct relay stack mannerly mitmproxy; do
     line=$(https_median "$peer"); [[ -n $line ]] || continue
     read -r _ r p50 p99 bad cpu idle <<<"$line"
     [[ $idle != - && -n $idle ]] && cpu="$cpu (CPU 1 idle $idle%)"
