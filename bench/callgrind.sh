@@ -23,7 +23,10 @@
 # Counting starts after the proxy answered its first request. BENCH_CG_PATHS
 # picks paths (default "plain reval fresh recrawl"); BENCH_CG_TOP lists that many
 # of the proxy's functions by inclusive count (default 0); BENCH_KEEP=1
-# keeps the work directory and its callgrind files.
+# keeps the work directory and its callgrind files. BENCH_CG_STACK=1 adds a
+# row per path (plain, reval, https) for examples/stack_relay, the relay
+# made of mannerly's own parts with no policy (bench/README, `stack`):
+# mannerly's count less the stack's is what mannerly's own work costs.
 #
 # Two of valgrind's limits inflate some counts, the same way for every
 # build: it does not offer the CPU's SHA extensions, so SHA-256 runs its
@@ -43,6 +46,11 @@ if [[ ${#BINARIES[@]} == 0 ]]; then
   BINARIES=("$ROOT/target/release/mannerly")
 fi
 for b in "${BINARIES[@]}"; do [[ -x $b ]] || die "$b is not an executable"; done
+STACK_RELAY=
+if [[ ${BENCH_CG_STACK:-0} == 1 ]]; then
+  (cd "$ROOT" && cargo build --release --example stack_relay >/dev/null)
+  STACK_RELAY=${CARGO_TARGET_DIR:-$ROOT/target}/release/examples/stack_relay
+fi
 N=${BENCH_CG_REQUESTS:-1500}
 PATHS=${BENCH_CG_PATHS:-plain reval fresh recrawl}
 WORK=$(mktemp -d /tmp/mannerly-callgrind.XXXXXX)
@@ -202,4 +210,34 @@ for path in $PATHS; do
       [[ $revalidated -ge $N ]] || echo "recrawl: only $revalidated of $N pages revalidated from the store" >&2
     fi
   done
+  if [[ -n $STACK_RELAY && $path =~ ^(plain|reval|https)$ ]]; then
+    # The stack relay is a reverse proxy: curl asks it for the page, it asks
+    # the origin. No robots.txt, no store: on reval it forwards each 200.
+    port=$(free_port) tag=$path-stack out=$WORK/cg-$path-stack.out
+    args=(--listen "127.0.0.1:$port" --origin "$ORIGIN")
+    front=http://127.0.0.1:$port trust=()
+    if [[ $path == https ]]; then
+      args=(--tls-listen "127.0.0.1:$port" --cert "$WORK/origin.pem" --key "$WORK/origin.key"
+        --tls-origin "$origin" --cacert "$WORK/origin-ca.pem")
+      front=https://localhost:$port trust=(--cacert "$WORK/origin-ca.pem")
+    fi
+    valgrind --tool=callgrind --callgrind-out-file="$out" --dump-instr=no "$STACK_RELAY" "${args[@]}" \
+      >"$WORK/$tag.log" 2>&1 &
+    pid=$!
+    PIDS+=("$pid")
+    for ((i = 0; i < 300; i++)); do
+      curl -s -o /dev/null "${trust[@]}" "$front$url" && break
+      sleep 0.2
+    done
+    urls "$WORK/urls-$tag" "$url" "$unique" "$front"
+    callgrind_control -z "$pid" >/dev/null 2>&1
+    bad=$(curl -s --parallel --parallel-max 8 "${trust[@]}" -K "$WORK/urls-$tag" -w "%{http_code}\n" 2>/dev/null \
+      | awk '$1 != 200 {b++} END {print b + 0}')
+    callgrind_control -d "$pid" >/dev/null 2>&1
+    # TERM: a background job of a script starts with SIGINT ignored, and
+    # the relay, unlike mannerly, does not set its own handler.
+    stop "$pid" TERM
+    total=$(callgrind_annotate "$out.1" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
+    printf '%-8s %-40s %14s %8s\n' "$path" "stack ($STACK_RELAY)" "$(awk -v t="$total" -v n="$N" 'BEGIN{printf "%.0f", t / n}')" "$bad"
+  fi
 done

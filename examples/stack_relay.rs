@@ -1,8 +1,10 @@
 //! A reverse relay made of mannerly's stack and nothing else: the `stack`
-//! peer of `bench/peers.sh`. hyper's HTTP/1.1 server on a current-thread
-//! tokio runtime, hyper-util's pooled client with hyper-rustls towards the
-//! origin, rustls on both sides, mimalloc: the parts mannerly's serving
-//! thread is built from, with no policy, no store and no audit line.
+//! peer of `bench/peers.sh` and `bench/callgrind.sh`. hyper-util's server
+//! (HTTP/1.1, and h2 by ALPN over TLS) on a current-thread tokio runtime,
+//! hyper-util's pooled client with hyper-rustls towards the origin, rustls
+//! on both sides, mimalloc: the parts mannerly's serving thread is built
+//! from, set up as mannerly sets them up, with no policy, no store and no
+//! audit line.
 //!
 //!     cargo build --release --example stack_relay
 //!     target/release/examples/stack_relay --listen 127.0.0.1:8080 \
@@ -133,6 +135,9 @@ async fn relay(
         ));
     };
     parts.uri = uri;
+    // The client's version is not the origin's: the pool speaks what ALPN
+    // chose (and refuses an h2 request on an HTTP/1.1 connection).
+    parts.version = hyper::Version::HTTP_11;
     parts.headers.remove(hyper::header::HOST);
     match client.request(Request::from_parts(parts, body)).await {
         Ok(resp) => Ok(resp.map(|b| b.boxed())),
@@ -149,8 +154,8 @@ fn plain(status: StatusCode, why: &str) -> Response<Body> {
     resp
 }
 
-/// Serves HTTP/1.1 on every connection `listener` accepts, through TLS when
-/// `tls` is given.
+/// Serves every connection `listener` accepts, through TLS when `tls` is
+/// given.
 async fn serve(
     listener: TcpListener,
     tls: Option<tokio_rustls::TlsAcceptor>,
@@ -166,13 +171,21 @@ async fn serve(
         tokio::spawn(async move {
             let service =
                 hyper::service::service_fn(move |req| relay(client.clone(), origin.clone(), req));
-            let mut http = hyper::server::conn::http1::Builder::new();
-            http.timer(TokioTimer::new());
+            let mut http = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            http.http1().timer(TokioTimer::new());
             let _ = match tls {
-                Some(tls) => match tls.accept(tcp).await {
-                    Ok(stream) => http.serve_connection(TokioIo::new(stream), service).await,
-                    Err(_) => return,
-                },
+                Some(tls) => {
+                    let Ok(stream) = tls.accept(tcp).await else {
+                        return;
+                    };
+                    // As mannerly's tunnels: rustls makes a record of each
+                    // buffer it is given, so head and body go as one.
+                    http.http1().writev(false);
+                    if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+                        http = http.http2_only();
+                    }
+                    http.serve_connection(TokioIo::new(stream), service).await
+                }
                 None => http.serve_connection(TokioIo::new(tcp), service).await,
             };
         });
@@ -196,12 +209,13 @@ fn main() -> Result<(), Error> {
                 return Err::<(), Error>("the TLS flags go together".into());
             };
             let chain = CertificateDer::pem_file_iter(cert)?.collect::<Result<Vec<_>, _>>()?;
-            let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
                 rustls::crypto::ring::default_provider(),
             ))
             .with_safe_default_protocol_versions()?
             .with_no_client_auth()
             .with_single_cert(chain, PrivateKeyDer::from_pem_file(key)?)?;
+            config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
             let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
             let listener = TcpListener::bind(listen).await?;
             let client = upstream(args.cacert.as_deref())?;
