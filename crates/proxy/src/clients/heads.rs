@@ -146,7 +146,10 @@ impl<S> Heads<S> {
                 State::Head => {
                     self.pending.extend_from_slice(bytes);
                     bytes = &[];
-                    self.arm();
+                    // The head's clock starts at its first byte: armed here
+                    // only if it is not whole (`next_head` arms it when it
+                    // stays partial), not made and dropped for every head
+                    // that came in one read.
                     self.next_head();
                     if !matches!(self.state, State::Head) {
                         // The rest of what was gathered belongs to the body.
@@ -176,7 +179,7 @@ impl<S> Heads<S> {
     fn next_head(&mut self) {
         let l = self.limits;
         match check(&self.pending, l.max_bytes, l.max_headers) {
-            Check::Partial => {}
+            Check::Partial => self.arm(),
             Check::Complete { len, framing } => {
                 let head = self.pending.split_to(len);
                 self.ready.extend_from_slice(&head);
@@ -188,11 +191,8 @@ impl<S> Heads<S> {
                     // hyper hands the raw stream on after a CONNECT.
                     Framing::Tunnel => State::Body(u64::MAX),
                 };
-                if matches!(self.state, State::Head) {
-                    self.arm();
-                    if !self.pending.is_empty() {
-                        self.next_head();
-                    }
+                if matches!(self.state, State::Head) && !self.pending.is_empty() {
+                    self.next_head();
                 }
             }
             Check::Bad(bad) => self.refuse(bad),

@@ -6,6 +6,7 @@
 //! head of a kept-alive connection.
 
 use std::io;
+use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -119,13 +120,27 @@ pub fn check_request_head(
 }
 
 /// Checks the head at the start of `buf`.
+/// Header slots kept on the stack when `max_headers` is at most this
+/// (the default is 100).
+const HEADERS_ON_STACK: usize = 128;
+
 pub(crate) fn check(buf: &[u8], max_bytes: usize, max_headers: usize) -> Check {
     if buf.is_empty() {
         return Check::Partial;
     }
-    let mut headers = vec![httparse::EMPTY_HEADER; max_headers];
-    let mut req = httparse::Request::new(&mut headers);
-    let parsed = req.parse(buf);
+    // The slots httparse fills, left uninitialised and on the stack for
+    // the usual limit: a zeroed `Vec` of `max_headers` was an allocation
+    // and a 3 KiB fill for every head, most of which have a dozen lines.
+    let mut on_stack = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; HEADERS_ON_STACK];
+    let mut on_heap = Vec::new();
+    let slots = if max_headers <= HEADERS_ON_STACK {
+        &mut on_stack[..max_headers]
+    } else {
+        on_heap.resize_with(max_headers, MaybeUninit::uninit);
+        &mut on_heap[..]
+    };
+    let mut req = httparse::Request::new(&mut []);
+    let parsed = req.parse_with_uninit_headers(buf, slots);
     match parsed {
         Ok(httparse::Status::Partial) => {
             if buf.len() > max_bytes {
@@ -404,6 +419,32 @@ mod tests {
         assert_eq!(status(&format!("GET / HTTP/1.1\r\n{many}\r\n")), Some(431));
         let long = "a".repeat(2000);
         assert_eq!(status(&format!("GET / HTTP/1.1\r\nX: {long}")), Some(431));
+    }
+
+    /// The header limit holds on both sides of the slots kept on the stack,
+    /// and the fields parsed on the heap are the ones framing reads.
+    #[test]
+    fn the_header_limit_holds_above_the_slots_on_the_stack() {
+        let head = |n: usize, last: &str| {
+            let many: String = (0..n).map(|i| format!("X-{i}: v\r\n")).collect();
+            format!("POST / HTTP/1.1\r\n{many}{last}\r\n")
+        };
+        let check_at = |head: &str, limit: usize| match check(head.as_bytes(), 1 << 20, limit) {
+            Check::Complete { framing, .. } => Ok(framing),
+            Check::Partial => Err(0),
+            Check::Bad(b) => Err(b.status),
+        };
+        for limit in [HEADERS_ON_STACK, HEADERS_ON_STACK + 1, 300] {
+            let fits = head(limit - 1, "Content-Length: 5\r\n");
+            assert!(
+                matches!(check_at(&fits, limit), Ok(Framing::Length(5))),
+                "{limit} lines within a limit of {limit}"
+            );
+            let over = head(limit, "Content-Length: 5\r\n");
+            assert_eq!(check_at(&over, limit).err(), Some(431), "over {limit}");
+        }
+        let smuggled = head(200, "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n");
+        assert_eq!(check_at(&smuggled, 300).err(), Some(400));
     }
 }
 
