@@ -164,6 +164,9 @@ async fn serve(
 ) {
     loop {
         let Ok((tcp, _)) = listener.accept().await else {
+            // Out of descriptors, say: spinning on accept would be CPU time
+            // counted against the relay.
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             continue;
         };
         let _ = tcp.set_nodelay(true);
