@@ -119,11 +119,11 @@ pub fn check_request_head(
     }
 }
 
-/// Checks the head at the start of `buf`.
 /// Header slots kept on the stack when `max_headers` is at most this
 /// (the default is 100).
 const HEADERS_ON_STACK: usize = 128;
 
+/// Checks the head at the start of `buf`.
 pub(crate) fn check(buf: &[u8], max_bytes: usize, max_headers: usize) -> Check {
     if buf.is_empty() {
         return Check::Partial;
