@@ -348,6 +348,9 @@ fn run(config: Option<PathBuf>, args: RunArgs, log_format: LogFormat) -> Result<
         local: args.local.map(Option::unwrap_or_default),
     };
     let cfg = settings::load_with(config.as_deref(), &flags)?.config;
+    // Before anything in the data dir is opened or any port tried: a second
+    // proxy on a dir in use must leave the first one's files alone.
+    let _held = mannerly_proxy::lock_data_dir(&cfg.data_dir)?;
     match nofile::raise() {
         Ok(n) if n.soft_before < n.soft => tracing::info!(
             "open files limit raised from {} to {} (hard limit {})",
@@ -367,9 +370,14 @@ fn run(config: Option<PathBuf>, args: RunArgs, log_format: LogFormat) -> Result<
         let ca = CertificateAuthority::load_or_create(&cfg.ca_dir(), cfg.proxy.leaf_cache)
             .context("interception CA")?;
         let target = cfg.audit_target();
-        let (sink, writer) = mannerly_proxy::open_audit(&cfg).context("audit log")?;
-        let hup_sink = sink.clone();
-        let proxy = Proxy::bind(cfg, Arc::new(ca), sink).await?;
+        let mut opened = None;
+        let proxy = Proxy::start(cfg, Arc::new(ca), |cfg| {
+            let (sink, writer) = mannerly_proxy::open_audit(cfg)?;
+            opened = Some((sink.clone(), writer));
+            Ok(sink)
+        })
+        .await?;
+        let (hup_sink, writer) = opened.context("the audit log was not opened")?;
         on_sighup(hup_sink, proxy.reloader(), config.clone(), flags.clone());
         let addr = proxy.local_addr()?;
         let admin = proxy.admin_addr();

@@ -43,6 +43,7 @@ mod e2e {
     mod seal;
     mod shared_cache;
     mod shared_pages;
+    mod startup;
     mod tdmrep;
     mod wake;
     mod witness;

@@ -34,6 +34,69 @@ pub(crate) fn prepare(dir: &Path) -> Result<(), DataDirError> {
     check_dir(dir)
 }
 
+/// The lock file's name in the data dir.
+const LOCK: &str = "mannerly.lock";
+
+/// The data dir held by this process: while it lives no other mannerly
+/// starts on the dir. The OS drops the lock when the process ends, however
+/// it ends, so a crash leaves no stale lock behind.
+#[derive(Debug)]
+pub struct DataDirLock {
+    _file: File,
+}
+
+/// Takes the data dir's lock before anything else in the dir is opened:
+/// a second proxy on a dir in use must leave the live audit log, the store
+/// and the keys untouched, and say so before it tries any port. The lock
+/// file names the holder's PID for that message.
+pub fn lock(dir: &Path) -> Result<DataDirLock, DataDirError> {
+    prepare(dir)?;
+    let path = dir.join(LOCK);
+    check_regular(&path)?;
+    let mut opts = OpenOptions::new();
+    opts.read(true).write(true).create(true).truncate(false);
+    private_options(&mut opts);
+    let mut file = opts.open(&path).map_err(|e| symlink_or_io(&path, e))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(fs::TryLockError::WouldBlock) => {
+            return Err(DataDirError::InUse {
+                dir: dir.to_path_buf(),
+                pid: read_pid(&mut file),
+            })
+        }
+        Err(fs::TryLockError::Error(e)) => return Err(io(&path)(e)),
+    }
+    file.set_len(0).map_err(io(&path))?;
+    file.write_all(format!("{}\n", std::process::id()).as_bytes())
+        .map_err(io(&path))?;
+    Ok(DataDirLock { _file: file })
+}
+
+/// The PID of the process that holds `dir`'s lock, `Some(None)` when one
+/// holds it without a readable PID, `None` when no process holds it.
+/// Looking takes a shared lock for an instant.
+pub fn holder(dir: &Path) -> Option<Option<u32>> {
+    let path = dir.join(LOCK);
+    if !check_regular(&path).unwrap_or(false) {
+        return None;
+    }
+    let mut file = File::open(&path).ok()?;
+    match file.try_lock_shared() {
+        Ok(()) => None,
+        Err(fs::TryLockError::WouldBlock) => Some(read_pid(&mut file)),
+        Err(fs::TryLockError::Error(_)) => None,
+    }
+}
+
+fn read_pid(file: &mut File) -> Option<u32> {
+    use std::io::{Read, Seek};
+    let mut text = String::new();
+    file.seek(io::SeekFrom::Start(0)).ok()?;
+    file.take(32).read_to_string(&mut text).ok()?;
+    text.trim().parse().ok()
+}
+
 #[cfg(unix)]
 fn check_dir(dir: &Path) -> Result<(), DataDirError> {
     use std::os::unix::fs::MetadataExt;
@@ -314,5 +377,26 @@ mod tests {
             read_key(&k),
             Err(DataDirError::KeyPermissions { .. })
         ));
+    }
+
+    #[test]
+    fn a_held_data_dir_is_refused_naming_the_holder_and_freed_with_its_lock() {
+        let d = tempfile::tempdir().unwrap();
+        assert_eq!(holder(d.path()), None);
+        let held = lock(d.path()).unwrap();
+        assert_eq!(holder(d.path()), Some(Some(std::process::id())));
+        let err = lock(d.path()).unwrap_err();
+        assert!(
+            matches!(err, DataDirError::InUse { pid: Some(p), .. } if p == std::process::id()),
+            "{err}"
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains(&format!("another mannerly (PID {})", std::process::id())),
+            "{text}"
+        );
+        drop(held);
+        assert_eq!(holder(d.path()), None);
+        lock(d.path()).unwrap();
     }
 }

@@ -132,6 +132,21 @@ pub enum DataDirError {
         /// The cause.
         source: std::io::Error,
     },
+    /// Another process holds the data dir's lock.
+    #[error("another mannerly ({}) runs on this data dir ({}): stop it, or give this one its own with --data-dir or MANNERLY_DATA_DIR", holder_text(*.pid), .dir.display())]
+    InUse {
+        /// The data dir.
+        dir: PathBuf,
+        /// The process that holds it, as its lock file says.
+        pid: Option<u32>,
+    },
+}
+
+fn holder_text(pid: Option<u32>) -> String {
+    match pid {
+        Some(p) => format!("PID {p}"),
+        None => "PID unknown".to_string(),
+    }
 }
 
 /// Opening the audit log or its signing key.
@@ -223,6 +238,9 @@ pub enum StartError {
         /// The cause.
         why: String,
     },
+    /// The audit log or its key could not be opened.
+    #[error("audit log: {0}")]
+    Audit(#[from] AuditError),
     /// The system's random source failed.
     #[error("the system's random source failed ({0}); mannerly needs it for its Via name (what tells it from other proxies in a chain) and for TLS")]
     Random(String),

@@ -36,6 +36,7 @@ pub use config::{
     AdminConfig, AuditConfig, AuditSync, AuditTarget, Config, CrawlerConfig, IdentityConfig,
     PolicyConfig, ProxyAuth, ProxyConfig, StateBackend, StateConfig, UpstreamConfig,
 };
+pub use datadir::{holder as data_dir_holder, lock as lock_data_dir, DataDirLock};
 pub use error::{
     AuditError, AuthError, CaError, ConfigError, DataDirError, KeyFileError, StartError,
 };

@@ -78,7 +78,7 @@ impl Shared {
         cfg: Config,
         clock: Clock,
         ca: Arc<CertificateAuthority>,
-        audit: AuditSink,
+        open_audit: impl FnOnce(&Config) -> Result<AuditSink, StartError>,
     ) -> Result<Shared, StartError> {
         let via = crate::clients::limits::Via::new()?;
         let auth = crate::clients::auth::Gate::new(&cfg)?;
@@ -123,6 +123,10 @@ impl Shared {
                 })
             }
         }
+        // Last: everything above can fail, and a start that fails must leave
+        // the audit log as it was (a seal written into another proxy's live
+        // log, or one that stops at once, would read as a cut).
+        let audit = open_audit(&cfg)?;
         Ok(Shared {
             live: std::sync::RwLock::new(Arc::new(cfg.clone())),
             cfg,

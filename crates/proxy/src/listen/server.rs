@@ -63,20 +63,36 @@ impl Proxy {
         ca: Arc<CertificateAuthority>,
         audit: AuditSink,
     ) -> Result<Proxy, StartError> {
+        Self::start(cfg, ca, move |_| Ok(audit)).await
+    }
+
+    /// [`Proxy::bind`], with the audit log opened by `open_audit` only once
+    /// the listeners are bound and everything else that can fail has
+    /// started: a start that fails writes nothing into the log.
+    pub async fn start(
+        cfg: Config,
+        ca: Arc<CertificateAuthority>,
+        open_audit: impl FnOnce(&Config) -> Result<AuditSink, StartError>,
+    ) -> Result<Proxy, StartError> {
         let cfg = cfg.validate()?;
         let clock = Clock::system();
         let observe = admin::Observe::new(&cfg.admin, clock.clone());
-        let audit = audit.observed({
-            let observe = observe.clone();
-            Arc::new(move |rec: &mannerly_policy::AuditRecord| observe.record(rec))
-        });
         let admin = admin::bind(&cfg.admin).await?;
         let listener = crate::clients::limits::listen(cfg.proxy.listen, cfg.proxy.backlog)
             .map_err(|source| StartError::Io {
                 what: format!("listen on {}", cfg.proxy.listen),
                 source,
             })?;
-        let shared = Shared::start(cfg, clock, ca, audit).await?;
+        let observer = observe.clone();
+        let shared = Shared::start(cfg, clock, ca, move |cfg| {
+            let audit = open_audit(cfg)?;
+            Ok(
+                audit.observed(Arc::new(move |rec: &mannerly_policy::AuditRecord| {
+                    observer.record(rec)
+                })),
+            )
+        })
+        .await?;
         Ok(Proxy {
             shared: Arc::new(shared),
             listener,

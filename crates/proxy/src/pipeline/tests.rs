@@ -70,7 +70,7 @@ impl Fixture {
         let ca = CertificateAuthority::load_or_create(dir.path(), 8).expect("CA");
         let (sink, writer) = open(&cfg).expect("audit");
         let clock = Clock::starting_at(UNIX_EPOCH + Duration::from_secs(WALL));
-        let shared = Shared::start(cfg, clock, Arc::new(ca), sink)
+        let shared = Shared::start(cfg, clock, Arc::new(ca), |_| Ok(sink))
             .await
             .expect("shared state");
         Fixture {
