@@ -45,6 +45,7 @@ mod e2e {
     mod shared_pages;
     mod startup;
     mod tdmrep;
+    mod tour;
     mod wake;
     mod witness;
 

@@ -32,6 +32,7 @@ use crate::upstream::resolve::Overrides;
 
 pub(crate) mod conns;
 pub(crate) mod parent;
+pub(crate) mod pinned;
 mod resolve;
 
 /// `EMFILE` / `ENFILE` (Linux numbering): the process or the system is out
@@ -347,6 +348,7 @@ pub(crate) fn client(
 ) -> Result<UpstreamClient, StartError> {
     let mut roots = RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    let mut named = Vec::new();
     for path in &cfg.extra_roots {
         let pem = std::fs::read(path)
             .map_err(|e| StartError::Roots(format!("{}: {e}", path.display())))?;
@@ -357,6 +359,7 @@ pub(crate) fn client(
             )
         {
             let cert = cert.map_err(|e| StartError::Roots(format!("{}: {e}", path.display())))?;
+            named.push(cert.clone());
             roots
                 .add(cert)
                 .map_err(|e| StartError::Roots(format!("{}: {e}", path.display())))?;
@@ -375,8 +378,12 @@ pub(crate) fn client(
     if let Some(p) = &parent {
         tracing::info!("origins are reached through the parent proxy {}", p.shown());
     }
+    let webpki = rustls::client::WebPkiServerVerifier::builder(Arc::new(roots))
+        .build()
+        .map_err(|e| StartError::Roots(e.to_string()))?;
     let tls = rustls::ClientConfig::builder()
-        .with_root_certificates(roots)
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(pinned::Pinned::new(webpki, named)))
         .with_no_client_auth();
     let conns = Conns::new(cfg.max_connecting, cfg.pool_max_idle_total);
     let connector = hyper_rustls::HttpsConnectorBuilder::new()

@@ -187,6 +187,9 @@ pub(crate) fn audit_unwritable() -> Stop {
 
 fn tls_words(e: &rustls::Error) -> String {
     use rustls::CertificateError as C;
+    if crate::upstream::pinned::ca_used_as_end_entity(e) {
+        return "the origin serves a CA certificate (basicConstraints CA:TRUE, as `openssl req -x509` makes by default) as its own, which TLS clients refuse: give the origin a certificate with CA:FALSE, or name this exact certificate in upstream.extra_roots (`mannerly run --local cert.pem`) to trust it as it is".into();
+    }
     let cert = match e {
         rustls::Error::InvalidCertificate(c) => c,
         rustls::Error::AlertReceived(a) => {
