@@ -91,7 +91,12 @@ fn order_key(f: &Path) -> (String, u8, String) {
 /// an unsealed tail, 0 otherwise. With a witness (its URL, or a file of
 /// the heads it holds), also 1 when the witness holds a newer checkpoint
 /// than the log: the log was cut after its last one.
-pub fn verify(pubkey: Option<&str>, paths: &[PathBuf], witness: Option<&str>) -> Result<ExitCode> {
+pub fn verify(
+    config: Option<&Path>,
+    pubkey: Option<&str>,
+    paths: &[PathBuf],
+    witness: Option<&str>,
+) -> Result<ExitCode> {
     let key = pubkey.map(read_pubkey).transpose()?;
     let files = log_files(paths)?;
     if files.is_empty() {
@@ -117,7 +122,8 @@ pub fn verify(pubkey: Option<&str>, paths: &[PathBuf], witness: Option<&str>) ->
             .map(|d| d.as_secs_f64())
     });
     print_files(&report);
-    let code = verdict(&report);
+    let live = files.last().and_then(|f| writer_running(config, f));
+    let code = verdict(&report, live.as_ref());
     match heads {
         Some(head) if !witnessed(&head, &seals) => Ok(ExitCode::from(1)),
         _ => Ok(code),
@@ -239,8 +245,26 @@ fn print_files(report: &Report) {
     }
 }
 
+/// A proxy that holds the lock of the data dir `file` is written from:
+/// the dir, and the holder's PID. The dir is the file's own, or the
+/// configured data dir when the configured log is this file.
+fn writer_running(config: Option<&Path>, file: &Path) -> Option<(PathBuf, Option<u32>)> {
+    let file = std::fs::canonicalize(file).ok()?;
+    let mut dirs: Vec<PathBuf> = file.parent().map(Path::to_path_buf).into_iter().collect();
+    if let Ok(cfg) = crate::settings::load(config) {
+        if let mannerly_proxy::AuditTarget::File(p) = cfg.audit_target() {
+            if std::fs::canonicalize(&p).ok().as_ref() == Some(&file) {
+                dirs.push(cfg.data_dir.clone());
+            }
+        }
+    }
+    dirs.into_iter()
+        .find_map(|d| mannerly_proxy::data_dir_holder(&d).map(|pid| (d, pid)))
+}
+
 /// The conclusion over the whole log, printed, and the exit code it gives.
-fn verdict(report: &Report) -> ExitCode {
+/// `live`: the proxy that still writes the last file, if one runs.
+fn verdict(report: &Report, live: Option<&(PathBuf, Option<u32>)>) -> ExitCode {
     if report.starts_mid_log {
         println!("note: the first file continues a log whose earlier files were not given; its first line is taken as it is");
     }
@@ -266,6 +290,20 @@ fn verdict(report: &Report) -> ExitCode {
         };
         println!("sealed: every line is covered by a checkpoint signed with the key (last: {why})");
         return ExitCode::SUCCESS;
+    }
+    if let Some((dir, pid)) = live {
+        let who = pid.map_or_else(
+            || "a mannerly".to_string(),
+            |p| format!("mannerly (PID {p})"),
+        );
+        println!(
+            "still being written: {who} runs on {} and writes {}; lines after its last checkpoint (line {}) are sealed at its next checkpoint or when it stops. Stop it and verify again, or read this as verified through line {}",
+            dir.display(),
+            last.name,
+            last.sealed_through,
+            last.sealed_through
+        );
+        return ExitCode::from(UNSEALED);
     }
     if unsealed == 0 {
         println!(

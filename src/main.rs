@@ -213,7 +213,12 @@ fn main() -> ExitCode {
                     witness,
                     files,
                 },
-        } => audit_cmd::verify(pubkey.as_deref(), &files, witness.as_deref()),
+        } => audit_cmd::verify(
+            cli.config.as_deref(),
+            pubkey.as_deref(),
+            &files,
+            witness.as_deref(),
+        ),
         Command::Audit {
             command: AuditCommand::Evidence { host, out, files },
         } => evidence_cmd::write(&host, &out, &files),

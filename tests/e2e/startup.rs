@@ -198,3 +198,34 @@ async fn a_start_that_fails_on_a_data_dir_at_rest_writes_nothing_into_it() {
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("chain intact"), "{out}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn verify_on_a_log_still_being_written_says_so_and_after_the_stop_it_is_sealed() {
+    let origin = Origin::http(ok_origin()).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let a = RunningBinary::start(dir, &[("MANNERLY_AUDIT__CHECKPOINT_SECS", "3600")]);
+    let audit = dir.join("audit.jsonl");
+    fetch(&a, &format!("http://127.0.0.1:{}/one", origin.port())).await;
+    wait_lines(&audit, 2).await;
+    let data = dir.display().to_string();
+    let (code, key) = mannerly(
+        &["audit", "pubkey"],
+        &[("MANNERLY_DATA_DIR", data.as_str())],
+    );
+    assert_eq!(code, 0, "{key}");
+    let key = key.trim().to_string();
+    let path = audit.to_str().unwrap();
+    let (code, out) = mannerly(&["audit", "verify", "--pubkey", &key, path], &[]);
+    assert_eq!(code, 3, "{out}");
+    let running = format!(
+        "still being written: mannerly (PID {}) runs on",
+        a.child.id()
+    );
+    assert!(out.contains(&running), "{out}");
+    assert!(!out.contains("did not stop cleanly"), "{out}");
+    stop(a);
+    let (code, out) = mannerly(&["audit", "verify", "--pubkey", &key, path], &[]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("clean shutdown"), "{out}");
+}
