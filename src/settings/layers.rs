@@ -270,7 +270,10 @@ impl Layers {
             Ok(cfg) => return Ok(cfg),
             Err(e) => e,
         };
-        // Find the value that breaks it: lay each given value alone over the defaults.
+        // Find the values that break it: lay each given value alone over
+        // the defaults. Every one is said, in the order of the file (then
+        // variables, then flags), so one run shows all there is to fix.
+        let mut found: Vec<(&Source, String)> = Vec::new();
         for (path, source) in &self.sources {
             if *source == Source::Default {
                 continue;
@@ -285,9 +288,15 @@ impl Layers {
             let Err(e) = Value::Table(alone).try_into::<Config>() else {
                 continue;
             };
-            return Err(anyhow!(self.explain(path, value, source, e.message())));
+            let why = plain_types(e.message());
+            found.push((source, self.explain(path, value, source, &why)));
         }
-        Err(anyhow!("configuration: {}", err.message()))
+        if found.is_empty() {
+            return Err(anyhow!("configuration: {}", plain_types(err.message())));
+        }
+        found.sort_by_key(|(source, _)| source_order(source));
+        let all: Vec<String> = found.into_iter().map(|(_, msg)| msg).collect();
+        Err(anyhow!(all.join("\n")))
     }
 
     fn explain(&self, path: &[String], value: &Value, source: &Source, why: &str) -> String {
@@ -303,10 +312,16 @@ impl Layers {
         if siblings.is_empty() {
             siblings = expected_fields(why);
         }
-        let hint = env_spelling(&self.schema, path, source)
-            .or_else(|| suggest::hint(&self.schema, path, at, &siblings))
-            .map(|s| format!("; did you mean {s}?"))
-            .unwrap_or_default();
+        let hint = match source {
+            Source::Env(name) => env_spelling(&self.schema, path, source)
+                .or_else(|| env_only_variable(name))
+                .or_else(|| {
+                    suggest::hint(&self.schema, path, at, &siblings).map(|k| variable_for(&k))
+                }),
+            _ => suggest::hint(&self.schema, path, at, &siblings),
+        }
+        .map(|s| format!("; did you mean {s}?"))
+        .unwrap_or_default();
         let what = if at + 1 < path.len() {
             format!("unknown table {}", dotted(&path[..=at]))
         } else {
@@ -499,4 +514,54 @@ fn env_spelling(schema: &Table, path: &[String], source: &Source) -> Option<Stri
             )
         })
     })
+}
+
+/// serde's type names (`f64`, `u64`) in the words a config file's reader
+/// uses.
+fn plain_types(why: &str) -> String {
+    let mut out = why.replace("expected f64", "expected a number");
+    out = out.replace(
+        "expected socket address",
+        "expected host:port, e.g. 127.0.0.1:3128",
+    );
+    out = out.replace("expected f32", "expected a number");
+    for t in ["u8", "u16", "u32", "u64", "usize"] {
+        out = out.replace(&format!("expected {t}"), "expected a whole number");
+    }
+    for t in ["i8", "i16", "i32", "i64", "isize"] {
+        out = out.replace(&format!("expected {t}"), "expected a whole number");
+    }
+    out
+}
+
+/// File lines first, in their order; then variables by name; then flags.
+fn source_order(source: &Source) -> (u8, usize, String) {
+    match source {
+        Source::Default => (0, 0, String::new()),
+        Source::File { line, .. } => (1, line.unwrap_or(usize::MAX), String::new()),
+        Source::Env(name) => (2, 0, name.clone()),
+        Source::Flag(flag) => (3, 0, flag.to_string()),
+    }
+}
+
+/// A misspelt variable that is not a key (`MANNERLY_CONFG` for
+/// `MANNERLY_CONFIG`).
+fn env_only_variable(name: &str) -> Option<String> {
+    let word = name.strip_prefix("MANNERLY_")?.to_ascii_lowercase();
+    let names: Vec<String> = super::NOT_KEYS
+        .iter()
+        .filter_map(|n| n.strip_prefix("MANNERLY_"))
+        .map(str::to_ascii_lowercase)
+        .collect();
+    suggest::nearest(&word, names.iter().map(String::as_str))
+        .map(|n| format!("MANNERLY_{}", n.to_ascii_uppercase()))
+}
+
+/// The variable that sets the dotted key `key`, and the key.
+fn variable_for(key: &str) -> String {
+    let var: Vec<String> = key
+        .split('.')
+        .map(|s| s.trim_matches('"').to_ascii_uppercase())
+        .collect();
+    format!("MANNERLY_{} ({key})", var.join("__"))
 }

@@ -119,7 +119,7 @@ fn unknown_keys_get_did_you_mean() {
     let err = err_of("", &[("MANNERLY_PROXY__LISTNE", "1")]);
     assert_eq!(
         err,
-        "unknown key proxy.listne (environment variable MANNERLY_PROXY__LISTNE); did you mean proxy.listen?"
+        "unknown key proxy.listne (environment variable MANNERLY_PROXY__LISTNE); did you mean MANNERLY_PROXY__LISTEN (proxy.listen)?"
     );
     let err = err_of("[proxy]\nallow_private = true\n", &[]);
     assert_eq!(
@@ -310,5 +310,35 @@ fn a_listen_port_out_of_range_says_so() {
     assert!(
         err.ends_with("port 99999 is out of range (0 to 65535)"),
         "{err}"
+    );
+}
+
+#[test]
+fn a_misspelt_variable_is_answered_with_the_variable_to_use() {
+    assert_eq!(
+        err_of("", &[("MANNERLY_CONFG", "my.toml")]),
+        "unknown key confg (environment variable MANNERLY_CONFG); did you mean MANNERLY_CONFIG?"
+    );
+    assert_eq!(
+        err_of("", &[("MANNERLY_DATADIR", "/tmp/x")]),
+        "unknown key datadir (environment variable MANNERLY_DATADIR); did you mean MANNERLY_DATA_DIR (data_dir)?"
+    );
+}
+
+#[test]
+fn every_error_of_a_file_is_said_at_once_in_file_order_in_plain_words() {
+    let err = err_of(
+        "[budget]\nstart_rate = \"x\"\nmax_rate = \"y\"\n[proxy]\nlisten = 5\n",
+        &[("MANNERLY_BUDGET__BURST", "many")],
+    );
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "budget.start_rate = \"x\" (my.toml line 2): invalid type: string \"x\", expected a number",
+            "budget.max_rate = \"y\" (my.toml line 3): invalid type: string \"y\", expected a number",
+            "proxy.listen = 5 (my.toml line 5): invalid type: integer `5`, expected host:port, e.g. 127.0.0.1:3128",
+            "budget.burst = \"many\" (environment variable MANNERLY_BUDGET__BURST): invalid type: string \"many\", expected a whole number",
+        ]
     );
 }

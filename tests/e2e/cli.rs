@@ -21,7 +21,7 @@ fn config_check_accepts_the_defaults_and_names_a_bad_variable() {
     assert_eq!(
         out.trim_end(),
         "mannerly: upstream.connect_timeout_secs = \"soon\" (environment variable \
-         MANNERLY_UPSTREAM__CONNECT_TIMEOUT_SECS): invalid type: string \"soon\", expected f64"
+         MANNERLY_UPSTREAM__CONNECT_TIMEOUT_SECS): invalid type: string \"soon\", expected a number"
     );
 }
 

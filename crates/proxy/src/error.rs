@@ -250,7 +250,7 @@ pub enum StartError {
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ConnectError {
     /// The target resolves to an address the configuration does not allow.
-    #[error("{host} resolves to {addr}, a {} address; set upstream.allow_private to allow it", class.as_str())]
+    #[error("{host} resolves to {addr}, a {} address; set upstream.allow_private to allow it (to try mannerly against an origin on this machine: `mannerly run --local`)", class.as_str())]
     Blocked {
         /// The host as requested.
         host: String,

@@ -13,7 +13,7 @@ async fn a_loopback_target_is_blocked_and_a_public_one_passes() {
     let f = Fixture::new(Config::default()).await;
     let mut x = f.exchange(Method::GET, "http://127.0.0.1:9/secret");
     let stop = stopped(x.guard().await, Outcome::Blocked, 403, Source::Policy);
-    let why = "127.0.0.1 resolves to 127.0.0.1, a loopback address; set upstream.allow_private to allow it";
+    let why = "127.0.0.1 resolves to 127.0.0.1, a loopback address; set upstream.allow_private to allow it (to try mannerly against an origin on this machine: `mannerly run --local`)";
     assert_eq!(stop.reason, why);
     assert_eq!(stop.details, vec![("reason", why.to_string())]);
     let mut public = f.exchange(Method::GET, "http://93.184.215.14/page");
@@ -32,7 +32,7 @@ async fn a_name_is_judged_by_the_address_it_resolves_to() {
     let stop = stopped(x.guard().await, Outcome::Blocked, 403, Source::Policy);
     assert_eq!(
         stop.reason,
-        "intranet.example resolves to 10.1.2.3, a private address; set upstream.allow_private to allow it"
+        "intranet.example resolves to 10.1.2.3, a private address; set upstream.allow_private to allow it (to try mannerly against an origin on this machine: `mannerly run --local`)"
     );
 }
 
