@@ -289,9 +289,22 @@ async fn fifty_concurrent_first_requests_share_one_fetch() {
         assert_eq!(t.await.unwrap(), 200);
     }
     assert_eq!(origin.seen.count("/robots.txt"), 1);
+    // Known now: the next request does not wait for it.
+    let later = format!("http://127.0.0.1:{}/later", origin.port());
+    assert_eq!(c.get(later).send().await.unwrap().status(), 200);
     let lines = proxy.stop().await;
     assert_eq!(with_outcome(&lines, "robots_fetched").len(), 1);
-    assert_eq!(with_outcome(&lines, "fetched").len(), 50);
+    let fetched = with_outcome(&lines, "fetched");
+    assert_eq!(fetched.len(), 51);
+    // Each line says how long its request waited behind the one fetch.
+    for l in &fetched {
+        let robots_ms = l["robots_ms"].as_u64();
+        if l["url"].as_str().unwrap().ends_with("/later") {
+            assert_eq!(robots_ms, None, "{l}");
+        } else {
+            assert!(robots_ms.is_some_and(|ms| ms >= 150), "{l}");
+        }
+    }
 }
 
 #[tokio::test]

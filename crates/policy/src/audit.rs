@@ -91,6 +91,11 @@ pub struct AuditRecord {
     pub source: Option<&'static str>,
     /// How long the request was held by the budget.
     pub waited_ms: Option<u64>,
+    /// How long it waited, before that, for its origin's robots.txt (and
+    /// tdmrep.json) to be known: its own fetch of them, or another
+    /// request's it joined. Absent when they were known already.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub robots_ms: Option<u64>,
     /// Time from sending the request upstream to the response head.
     pub upstream_ms: Option<u64>,
     /// The host's rate (requests/s) when the decision was made.

@@ -293,13 +293,33 @@ impl Exchange {
     /// tdmrep.json), from its cache: a cold origin's one fetch takes the
     /// host's turn and writes a line of its own.
     async fn site_file<F: SiteFile, B>(
-        &self,
+        &mut self,
         cache: impl Fn(&Shared) -> &RobotsCache<F>,
         req: &Request<B>,
     ) -> Result<Rules<F>, Unfetched> {
-        let shared = &self.shared;
+        let shared = self.shared.clone();
+        let since = shared.clock.now();
+        let rules = self.site_file_from(&shared, cache(&shared), req).await;
+        let took = shared
+            .clock
+            .now()
+            .saturating_duration_since(since)
+            .as_millis();
+        if took > 0 {
+            let before = self.rec.robots_ms.unwrap_or(0);
+            self.rec.robots_ms = Some(before + u64::try_from(took).unwrap_or(u64::MAX));
+        }
+        rules
+    }
+
+    async fn site_file_from<F: SiteFile, B>(
+        &self,
+        shared: &Shared,
+        cache: &RobotsCache<F>,
+        req: &Request<B>,
+    ) -> Result<Rules<F>, Unfetched> {
         let (host, client) = (&self.target.host, self.client);
-        cache(shared)
+        cache
             .rules(
                 &shared.client,
                 &shared.budgets,
