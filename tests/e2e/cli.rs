@@ -328,6 +328,7 @@ fn a_misspelt_log_level_and_a_second_instance_name_their_fix() {
     );
 
     let mut first = RunningBinary::start(dir.path(), &[]);
+    let pid = first.child.id();
     let (code, out) = super::support::mannerly(
         &["run", "--listen", "127.0.0.1:0"],
         &[("MANNERLY_DATA_DIR", &data), ("MANNERLY_ADMIN__LISTEN", "")],
@@ -336,7 +337,8 @@ fn a_misspelt_log_level_and_a_second_instance_name_their_fix() {
     let _ = first.child.wait();
     assert_ne!(code, 0, "{out}");
     assert!(
-        out.contains("another mannerly runs on this data dir (stop it, or give this one its own with --data-dir"),
+        out.contains(&format!("another mannerly (PID {pid}) runs on this data dir ("))
+            && out.contains("stop it, or give this one its own with --data-dir"),
         "{out}"
     );
 }
