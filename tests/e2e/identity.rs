@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use mannerly_policy::identity::{Identity, KeyId};
+use mannerly_policy::identity::{Form, Forms, Identity, KeyId};
 use mannerly_proxy::KeyStore;
 use serde_json::{json, Value};
 
@@ -102,6 +102,7 @@ fn origin_handler() -> Handler {
     })
 }
 
+/// Signing in the default form (directory-03, Cloudflare's).
 fn enable_identity(c: &mut mannerly_proxy::Config) -> KeyStore {
     c.identity.enabled = true;
     c.identity.signature_agent = AGENT.into();
@@ -110,8 +111,15 @@ fn enable_identity(c: &mut mannerly_proxy::Config) -> KeyStore {
     store
 }
 
+/// Signing in the -01 form, which the Python verifier reads.
+fn enable_identity_01(c: &mut mannerly_proxy::Config) -> KeyStore {
+    c.identity.form = Form::Draft01;
+    enable_identity(c)
+}
+
 #[tokio::test]
-async fn every_request_is_signed_and_verifies_in_python_http_https_robots_and_retries() {
+async fn in_the_01_form_every_request_is_signed_and_verifies_in_python_http_https_robots_and_retries(
+) {
     if !python_verifier() {
         return;
     }
@@ -123,7 +131,7 @@ async fn every_request_is_signed_and_verifies_in_python_http_https_robots_and_re
     let store = Arc::new(std::sync::Mutex::new(None));
     let store2 = store.clone();
     let mut proxy = TestProxy::start(move |c| {
-        *store2.lock().unwrap() = Some(enable_identity(c));
+        *store2.lock().unwrap() = Some(enable_identity_01(c));
         c.upstream.extra_roots = vec![roots];
         resolve_to_loopback(c, "secure.test:443", port);
     })
@@ -213,7 +221,14 @@ async fn expired_tampered_and_wrong_key_signatures_fail_verification() {
     store.init(false).unwrap();
     let other = KeyStore::at(dir.path().join("other.pem"));
     other.init(false).unwrap();
-    let id = Identity::new(store.load().unwrap(), AGENT, Duration::from_secs(300), &[]).unwrap();
+    let id = Identity::new(
+        store.load().unwrap(),
+        AGENT,
+        Duration::from_secs(300),
+        &[],
+        Forms::only(Form::Draft01),
+    )
+    .unwrap();
     let now = SystemTime::now();
     let request = |at: SystemTime, authority: &str| {
         let mut parts = hyper::Request::get("/").body(()).unwrap().into_parts().0;
@@ -266,7 +281,7 @@ async fn rotation_switches_the_running_proxy_and_old_signatures_verify_during_th
     let store = Arc::new(std::sync::Mutex::new(None));
     let store2 = store.clone();
     let mut proxy = TestProxy::start(move |c| {
-        *store2.lock().unwrap() = Some(enable_identity(c));
+        *store2.lock().unwrap() = Some(enable_identity_01(c));
     })
     .await;
     let store = store.lock().unwrap().clone().unwrap();
@@ -585,7 +600,7 @@ async fn a_403_with_accept_signature_is_answered_by_one_resend_signed_as_asked()
     });
     let origin = Origin::http(h).await;
     let mut proxy = TestProxy::start(|c| {
-        enable_identity(c);
+        enable_identity_01(c);
     })
     .await;
     let c = proxy.client();
@@ -620,4 +635,136 @@ async fn a_403_with_accept_signature_is_answered_by_one_resend_signed_as_asked()
         .unwrap();
     assert_eq!(asks["signature_asked"], "@method @path nonce", "{asks}");
     assert_eq!(asks["signed"], true);
+}
+
+const CLOUDFLARE_SCRIPT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/e2e/verify_cloudflare.cjs"
+);
+/// Cloudflare's verifier as published on npm, and the signature library it
+/// reads headers with (the version it depends on).
+const CLOUDFLARE_PACKAGES: [&str; 2] = ["web-bot-auth@0.1.3", "http-message-sig@0.2.0"];
+
+/// The `node_modules` holding Cloudflare's `web-bot-auth`, installed once
+/// into cargo's test temp dir (`.ci/run` installs it there first); `None`
+/// (skipped) without node or npm, or when the install fails outside CI.
+fn cloudflare_verifier() -> Option<std::path::PathBuf> {
+    if !have_tool("node", "nodejs") || !have_tool("npm", "npm") {
+        return None;
+    }
+    static INSTALL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("web-bot-auth");
+    let modules = dir.join("node_modules");
+    if modules.join("web-bot-auth/package.json").exists() {
+        return Some(modules);
+    }
+    npm_install(&dir, &CLOUDFLARE_PACKAGES).then_some(modules)
+}
+
+/// Runs Cloudflare's npm verifier over `requests`, with `directory` as the
+/// only source of keys and `agent` the Signature-Agent origin expected.
+fn verify_cloudflare(
+    modules: &std::path::Path,
+    directory: &str,
+    agent: &str,
+    requests: &[Value],
+) -> Vec<Value> {
+    use std::io::Write;
+    let directory: Value = serde_json::from_str(directory).unwrap();
+    let input = json!({"directory": directory, "agent": agent, "requests": requests});
+    let mut child = std::process::Command::new("node")
+        .arg(CLOUDFLARE_SCRIPT)
+        .env("NODE_PATH", modules)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input.to_string().as_bytes()).unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{CLOUDFLARE_SCRIPT} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[tokio::test]
+async fn by_default_every_request_verifies_with_cloudflares_npm_verifier() {
+    let Some(modules) = cloudflare_verifier() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new(dir.path());
+    let plain = Origin::http(origin_handler()).await;
+    let secure = Origin::https(origin_handler(), &ca, &["secure.test"]).await;
+    let (roots, port) = (ca.pem_path.clone(), secure.port());
+    let store = Arc::new(std::sync::Mutex::new(None));
+    let store2 = store.clone();
+    let mut proxy = TestProxy::start(move |c| {
+        *store2.lock().unwrap() = Some(enable_identity(c));
+        c.upstream.extra_roots = vec![roots];
+        resolve_to_loopback(c, "secure.test:443", port);
+    })
+    .await;
+    let store = store.lock().unwrap().clone().unwrap();
+    let keyid = KeyId::of(&store.load().unwrap().verifying_key()).to_string();
+    let c = proxy.client();
+    let plain_base = format!("http://127.0.0.1:{}", plain.port());
+    for url in [
+        format!("{plain_base}/page"),
+        format!("{plain_base}/throttle-once"),
+        "https://secure.test/page".to_string(),
+    ] {
+        let r = c.get(&url).send().await.unwrap();
+        assert_eq!(r.status(), 200, "{url}: {}", decision(&r));
+    }
+    let mut requests: Vec<Value> = plain
+        .seen
+        .all()
+        .iter()
+        .map(|r| captured(&plain_base, r))
+        .collect();
+    requests.extend(
+        secure
+            .seen
+            .all()
+            .iter()
+            .map(|r| captured("https://secure.test", r)),
+    );
+    let urls: Vec<&str> = requests
+        .iter()
+        .map(|r| r["url"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        urls.len(),
+        6,
+        "robots.txt twice, the page, the throttled read twice, the https page: {urls:?}"
+    );
+    let directory = store.directory(SystemTime::now()).unwrap();
+    let results = verify_cloudflare(&modules, &directory, AGENT, &requests);
+    assert_eq!(results.len(), 6);
+    for (res, url) in results.iter().zip(&urls) {
+        assert_eq!(res["ok"], true, "{res} for {url}");
+        assert_eq!(res["keyid"], keyid.as_str());
+        assert_eq!(res["params"]["tag"], "web-bot-auth");
+        assert_eq!(res["covers"], r#""@authority" "signature-agent""#);
+    }
+    // The package refuses what was not signed so: another authority, or
+    // another agent in the signed field.
+    let mut moved = requests[1].clone();
+    moved["url"] = json!(format!("http://127.0.0.2:{}/page", plain.port()));
+    let mut spoofed = requests[1].clone();
+    for h in spoofed["headers"].as_array_mut().unwrap() {
+        if h[0] == "signature-agent" {
+            h[1] = json!("\"https://spoof.example\"");
+        }
+    }
+    let refused = verify_cloudflare(&modules, &directory, AGENT, &[moved, spoofed]);
+    assert!(refused.iter().all(|r| r["ok"] == false), "{refused:?}");
+    proxy.stop().await;
 }

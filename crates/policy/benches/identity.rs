@@ -8,7 +8,7 @@ use std::hint::black_box;
 use std::time::{Duration, UNIX_EPOCH};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use mannerly_policy::identity::{key_from_pem, key_to_pem, Identity};
+use mannerly_policy::identity::{key_from_pem, key_to_pem, Forms, Identity};
 
 fn sign(c: &mut Criterion) {
     let key = key_from_pem(&key_to_pem(&[42u8; 32]).unwrap()).unwrap();
@@ -17,6 +17,7 @@ fn sign(c: &mut Criterion) {
         "https://crawler.example",
         Duration::from_secs(300),
         &[],
+        Forms::default(),
     )
     .unwrap();
     let mut headers = http::HeaderMap::new();

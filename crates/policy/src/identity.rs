@@ -5,9 +5,14 @@
 //! Pure computation: the signing key comes in as PEM text, the time as an
 //! argument. Reading key files and picking the clock is the proxy's job.
 //!
-//! What a signed request carries (§5.2 of the draft):
+//! What a signed request carries, in the directory-03 form (what
+//! Cloudflare verifies) and in the -01 form (§5.2 of the draft); [`Form`]
+//! says how they differ:
 //!
 //! ```text
+//! Signature-Agent: "https://crawler.example"
+//! Signature-Input: sig1=("@authority" "signature-agent");created=…;keyid="…";alg="ed25519";expires=…;tag="web-bot-auth"
+//!
 //! Signature-Agent: sig1="https://crawler.example/.well-known/http-message-signatures-directory"
 //! Signature-Input: sig1=("@authority" "signature-agent";key="sig1");created=…;keyid="…";alg="ed25519";expires=…;tag="web-bot-auth"
 //! Signature: sig1=:…:
@@ -30,6 +35,7 @@ use sha2::{Digest, Sha256};
 mod accept;
 mod card;
 mod directory;
+mod form;
 
 pub use accept::AskedSignature;
 pub use card::{card_json, CARD_PATH};
@@ -37,6 +43,7 @@ pub use directory::{
     directory_json, signed_directory, DirectoryKey, SignedDirectory, DIRECTORY_LABEL,
     DIRECTORY_MEDIA_TYPE, DIRECTORY_PATH, DIRECTORY_SIGNATURE_VALIDITY, DIRECTORY_TAG,
 };
+pub use form::{Form, Forms};
 
 /// `Signature-Agent`.
 pub const SIGNATURE_AGENT: HeaderName = HeaderName::from_static("signature-agent");
@@ -173,6 +180,26 @@ pub fn jwks_url(url: &str) -> Result<String, IdentityError> {
     })
 }
 
+/// The `Signature-Agent` value of the directory-03 form for a key
+/// directory URL ([`jwks_url`]): its origin, which directory-03 verifiers
+/// add the well-known path to. A directory anywhere else cannot be named
+/// in that form.
+pub fn directory_origin(jwks: &str) -> Result<String, IdentityError> {
+    let bad = |why| IdentityError::Agent {
+        value: jwks.to_string(),
+        why,
+    };
+    let uri: http::Uri = jwks.parse().map_err(|_| bad("not a URL"))?;
+    let authority = uri.authority().ok_or(bad("needs a host"))?;
+    if uri.path() != DIRECTORY_PATH {
+        return Err(bad(
+            "directory-03 verifiers (Cloudflare) fetch /.well-known/http-message-signatures-directory \
+             of the origin named; a key directory elsewhere can only be sent in form \"01\"",
+        ));
+    }
+    Ok(format!("https://{authority}"))
+}
+
 /// The three header values of one signature.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SignatureHeaders {
@@ -190,6 +217,10 @@ pub struct Identity {
     key: SigningKey,
     keyid: KeyId,
     agent_url: String,
+    /// The directory-03 `Signature-Agent` (an origin), when a host is
+    /// signed in that form.
+    agent_origin: Option<String>,
+    forms: Forms,
     validity: Duration,
     skip_hosts: Vec<String>,
 }
@@ -200,6 +231,7 @@ impl fmt::Debug for Identity {
         f.debug_struct("Identity")
             .field("keyid", &self.keyid)
             .field("agent_url", &self.agent_url)
+            .field("forms", &self.forms)
             .field("validity", &self.validity)
             .field("skip_hosts", &self.skip_hosts)
             .finish()
@@ -209,15 +241,22 @@ impl fmt::Debug for Identity {
 impl Identity {
     /// An identity from a key, the `Signature-Agent` URL ([`jwks_url`]
     /// says how an origin alone is expanded), the validity of
-    /// each signature and the hosts never signed for (`example.org` is that
-    /// host only, `*.example.org` its subdomains).
+    /// each signature, the hosts never signed for (`example.org` is that
+    /// host only, `*.example.org` its subdomains) and the form each host
+    /// gets. The directory-03 form needs the key directory at the
+    /// well-known path ([`directory_origin`]).
     pub fn new(
         key: SigningKey,
         agent_url: &str,
         validity: Duration,
         skip_hosts: &[String],
+        forms: Forms,
     ) -> Result<Identity, IdentityError> {
         let agent_url = jwks_url(agent_url)?;
+        let agent_origin = match forms.uses(Form::Directory03) {
+            true => Some(directory_origin(&agent_url)?),
+            false => None,
+        };
         if validity < Duration::from_secs(1) || validity > MAX_VALIDITY {
             return Err(IdentityError::Validity(validity));
         }
@@ -226,6 +265,8 @@ impl Identity {
             key,
             keyid,
             agent_url,
+            agent_origin,
+            forms,
             validity,
             skip_hosts: skip_hosts
                 .iter()
@@ -270,12 +311,12 @@ impl Identity {
         let host = host.trim_end_matches('.').to_ascii_lowercase();
         self.skip_hosts
             .iter()
-            .any(|pattern| match pattern.strip_prefix("*.") {
-                Some(parent) => host
-                    .strip_suffix(parent)
-                    .is_some_and(|sub| sub.len() > 1 && sub.ends_with('.')),
-                None => *pattern == host,
-            })
+            .any(|pattern| form::host_matches(pattern, &host))
+    }
+
+    /// The form requests to `host` (no port) are signed in.
+    pub fn form_for(&self, host: &str) -> Form {
+        self.forms.for_host(host)
     }
 
     /// Signs a request about to be sent to `authority` (`host[:port]` as in
@@ -386,11 +427,20 @@ impl Identity {
             keyid: self.keyid.as_str(),
             nonce,
         };
-        let agent_value = sf_string(&self.agent_url);
-        let (base, input) = signature_base(authority, LABEL, &agent_value, extra, &params);
+        let form = self.form_for(&crate::budget::host_key(authority));
+        // (field, dictionary key, what is covered)
+        let (agent, key, covered) = match (form, &self.agent_origin) {
+            (Form::Directory03, Some(origin)) => (sf_string(origin), None, sf_string(origin)),
+            // Built without an origin only when no host uses directory-03.
+            _ => {
+                let member = sf_string(&self.agent_url);
+                (format!("{LABEL}={member}"), Some(LABEL), member)
+            }
+        };
+        let (base, input) = signature_base(authority, key, &covered, extra, &params);
         let signature = self.key.sign(base.as_bytes());
         SignatureHeaders {
-            agent: format!("{LABEL}={agent_value}"),
+            agent,
             input: format!("{LABEL}={input}"),
             signature: format!("{LABEL}=:{}:", STANDARD.encode(signature.to_bytes())),
         }
@@ -410,18 +460,24 @@ pub(crate) struct Params<'a> {
 /// The RFC 9421 §2.5 signature base for our two covered components and
 /// any `extra` ones (identifier without quotes, value), and the
 /// `@signature-params` value (which is also the `Signature-Input` member's
-/// value). `agent_value` is the serialised dictionary member (a Structured
-/// Field string, quotes included).
+/// value). `agent_value` is what is covered of `Signature-Agent`: with an
+/// `agent_key` (the -01 form) that dictionary member's value, without one
+/// (directory-03) the whole field; a Structured Field string either way,
+/// quotes included.
 pub(crate) fn signature_base(
     authority: &str,
-    agent_key: &str,
+    agent_key: Option<&str>,
     agent_value: &str,
     extra: &[(&str, String)],
     p: &Params<'_>,
 ) -> (String, String) {
-    let mut ids = format!(r#""@authority" "signature-agent";key="{agent_key}""#);
+    let agent_id = match agent_key {
+        Some(key) => format!(r#""signature-agent";key="{key}""#),
+        None => r#""signature-agent""#.to_string(),
+    };
+    let mut ids = format!(r#""@authority" {agent_id}"#);
     let mut base = format!(
-        "\"@authority\": {}\n\"signature-agent\";key=\"{agent_key}\": {agent_value}\n",
+        "\"@authority\": {}\n{agent_id}: {agent_value}\n",
         authority.to_ascii_lowercase()
     );
     for (name, value) in extra {
@@ -447,6 +503,5 @@ fn sf_string(s: &str) -> String {
     format!("\"{s}\"")
 }
 
-/// The host of an authority, without port; IPv6 literals keep brackets.
 #[cfg(test)]
 mod tests;

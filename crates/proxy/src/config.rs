@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use mannerly_policy::budget::BudgetParams;
 use mannerly_policy::conditional::CacheParams;
+use mannerly_policy::identity::{Form, Forms};
 use mannerly_policy::payment::PaymentParams;
 use mannerly_policy::prefs::{DeclaredUse, ResponsePreferences};
 use mannerly_policy::robots::Purpose;
@@ -436,7 +437,8 @@ pub struct CrawlerConfig {
     pub usage: DeclaredUse,
 }
 
-/// `[identity]`: Web Bot Auth (draft-ietf-webbotauth-httpsig-protocol-00).
+/// `[identity]`: Web Bot Auth, in the directory-03 form Cloudflare verifies
+/// or the -01 form (draft-ietf-webbotauth-httpsig-protocol-01), per host.
 /// When enabled, every request sent to an origin (robots.txt fetches and
 /// retries included) carries `Signature-Agent`, `Signature-Input` and
 /// `Signature`, made with the key in `key_file`.
@@ -455,6 +457,22 @@ pub struct IdentityConfig {
     pub validity_secs: u64,
     /// Hosts never signed for: `example.org` (that host) or `*.example.org` (its subdomains).
     pub skip_hosts: Vec<String>,
+    /// The form of every signature: `directory-03` (Signature-Agent the
+    /// origin, the whole field signed: what Cloudflare verifies) or `01`.
+    pub form: Form,
+    /// Hosts signed in another form than `form`: `{ "example.org" = "01" }`;
+    /// a host of its own wins over `*.` patterns, the longest of those next.
+    pub host_forms: BTreeMap<String, Form>,
+}
+
+impl IdentityConfig {
+    /// The forms as the signer takes them.
+    pub fn forms(&self) -> Forms {
+        Forms::new(
+            self.form,
+            self.host_forms.iter().map(|(h, f)| (h.clone(), *f)),
+        )
+    }
 }
 
 impl Default for IdentityConfig {
@@ -465,6 +483,8 @@ impl Default for IdentityConfig {
             signature_agent: String::new(),
             validity_secs: 300,
             skip_hosts: Vec::new(),
+            form: Form::default(),
+            host_forms: BTreeMap::new(),
         }
     }
 }

@@ -21,7 +21,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ed25519_dalek::{SigningKey, VerifyingKey};
 use mannerly_policy::identity::{
-    directory_json, jwk_x, key_from_pem, key_to_pem, DirectoryKey, Identity, KeyId, SignedDirectory,
+    directory_json, jwk_x, key_from_pem, key_to_pem, DirectoryKey, Forms, Identity, KeyId,
+    SignedDirectory,
 };
 use serde::{Deserialize, Serialize};
 
@@ -361,6 +362,7 @@ pub struct Signer {
     agent_url: String,
     validity: Duration,
     skip_hosts: Vec<String>,
+    forms: Forms,
 }
 
 impl std::fmt::Debug for Signer {
@@ -387,12 +389,14 @@ impl Signer {
                 &id.signature_agent,
                 Duration::from_secs(id.validity_secs),
                 &id.skip_hosts,
+                &id.forms(),
             )?)),
             store,
             pem: Mutex::new(pem),
             agent_url: id.signature_agent.clone(),
             validity: Duration::from_secs(id.validity_secs),
             skip_hosts: id.skip_hosts.clone(),
+            forms: id.forms(),
         };
         Ok(Some(Arc::new(signer)))
     }
@@ -403,12 +407,13 @@ impl Signer {
         agent: &str,
         validity: Duration,
         skip: &[String],
+        forms: &Forms,
     ) -> Result<Identity, KeyFileError> {
         let key = key_from_pem(pem).map_err(|e| KeyFileError::Key {
             path: store.key_path.clone(),
             why: e.to_string(),
         })?;
-        Identity::new(key, agent, validity, skip).map_err(|e| KeyFileError::Key {
+        Identity::new(key, agent, validity, skip, forms.clone()).map_err(|e| KeyFileError::Key {
             path: store.key_path.clone(),
             why: e.to_string(),
         })
@@ -469,6 +474,7 @@ impl Signer {
             &self.agent_url,
             self.validity,
             &self.skip_hosts,
+            &self.forms,
         )?;
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(id);
         *last = pem;

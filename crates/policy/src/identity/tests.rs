@@ -22,13 +22,19 @@ fn at(secs: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(secs)
 }
 
+/// An identity signing in the -01 form, unless `forms` says otherwise.
 fn identity(skip: &[&str]) -> Identity {
+    identity_in(skip, Forms::only(Form::Draft01))
+}
+
+fn identity_in(skip: &[&str], forms: Forms) -> Identity {
     let skip: Vec<String> = skip.iter().map(|s| s.to_string()).collect();
     Identity::new(
         key_from_pem(RFC9421_KEY).unwrap(),
         "https://crawler.example",
         Duration::from_secs(300),
         &skip,
+        forms,
     )
     .unwrap()
 }
@@ -65,7 +71,7 @@ fn reproduces_the_drafts_ed25519_test_vector() {
     };
     let (base, input) = signature_base(
         "example.com",
-        "agent2",
+        Some("agent2"),
         "\"https://signature-agent.test\"",
         &[],
         &p,
@@ -179,7 +185,13 @@ fn signature_agent_is_the_jwks_url_and_an_origin_alone_gets_the_well_known_path(
         "sig1=\"https://crawler.example/.well-known/http-message-signatures-directory\""
     );
     let key = key_from_pem(RFC9421_KEY).unwrap();
-    let long = Identity::new(key, "https://a.example", Duration::from_secs(90_000), &[]);
+    let long = Identity::new(
+        key,
+        "https://a.example",
+        Duration::from_secs(90_000),
+        &[],
+        Forms::default(),
+    );
     assert_eq!(
         long.err(),
         Some(IdentityError::Validity(Duration::from_secs(90_000)))
@@ -454,4 +466,88 @@ fn a_directory_is_signed_once_by_each_listed_key_and_never_by_an_unlisted_one() 
             .verify_strict(base.as_bytes(), &sig)
             .unwrap_or_else(|e| panic!("{label}: {e}"));
     }
+}
+
+#[test]
+fn reproduces_cloudflares_directory_03_ed25519_test_vector() {
+    // cloudflare/web-bot-auth, web_bot_auth_architecture_v1.json, the
+    // Ed25519 entry with `signature_agent`: what its verifier reads.
+    let p = Params {
+        created: 1735689600,
+        expires: 1735693200,
+        keyid: RFC9421_KEYID,
+        nonce: Some(
+            "e8N7S2MFd/qrd6T2R3tdfAuuANngKI7LFtKYI/vowzk4lAZYadIX6wW25MwG7DCT9RUKAJ0qVkU0mEeLElW1qg==",
+        ),
+    };
+    let (base, input) = signature_base(
+        "example.com",
+        None,
+        "\"https://signature-agent.test\"",
+        &[],
+        &p,
+    );
+    assert_eq!(
+        input,
+        "(\"@authority\" \"signature-agent\");created=1735689600;keyid=\"poqkLGiymh_W0uP6PZFw-dvez3QJT5SolqXBCW38r0U\";alg=\"ed25519\";expires=1735693200;nonce=\"e8N7S2MFd/qrd6T2R3tdfAuuANngKI7LFtKYI/vowzk4lAZYadIX6wW25MwG7DCT9RUKAJ0qVkU0mEeLElW1qg==\";tag=\"web-bot-auth\""
+    );
+    let key = key_from_pem(RFC9421_KEY).unwrap();
+    let sig = STANDARD.encode(key.sign(base.as_bytes()).to_bytes());
+    assert_eq!(
+        sig,
+        "jdq0SqOwHdyHr9+r5jw3iYZH6aNGKijYp/EstF4RQTQdi5N5YYKrD+mCT1HA1nZDsi6nJKuHxUi/5Syp3rLWBA=="
+    );
+}
+
+#[test]
+fn directory_03_sends_the_origin_as_one_string_and_covers_the_whole_field() {
+    let forms = Forms::new(
+        Form::Directory03,
+        [("*.legacy.example".to_string(), Form::Draft01)],
+    );
+    let id = identity_in(&[], forms);
+    let mut p = parts();
+    id.sign(&mut p, "example.com", at(1_700_000_000)).unwrap();
+    assert_eq!(p.headers[SIGNATURE_AGENT], "\"https://crawler.example\"");
+    assert_eq!(
+        p.headers[SIGNATURE_INPUT],
+        "sig1=(\"@authority\" \"signature-agent\");created=1700000000;keyid=\"poqkLGiymh_W0uP6PZFw-dvez3QJT5SolqXBCW38r0U\";alg=\"ed25519\";expires=1700000300;tag=\"web-bot-auth\""
+    );
+    // The base Cloudflare's package builds: the field as sent.
+    let base = "\"@authority\": example.com\n\"signature-agent\": \"https://crawler.example\"\n\"@signature-params\": (\"@authority\" \"signature-agent\");created=1700000000;keyid=\"poqkLGiymh_W0uP6PZFw-dvez3QJT5SolqXBCW38r0U\";alg=\"ed25519\";expires=1700000300;tag=\"web-bot-auth\"";
+    let sig = p.headers[SIGNATURE].to_str().unwrap();
+    let bytes = STANDARD.decode(&sig[6..sig.len() - 1]).unwrap();
+    let sig = ed25519_dalek::Signature::from_slice(&bytes).unwrap();
+    assert!(id.public_key().verify_strict(base.as_bytes(), &sig).is_ok());
+    // A host given the -01 form gets it.
+    let mut p = parts();
+    id.sign(&mut p, "www.legacy.example:8443", at(1)).unwrap();
+    assert!(p.headers[SIGNATURE_AGENT]
+        .to_str()
+        .unwrap()
+        .starts_with("sig1=\"https://crawler.example/.well-known/"));
+    assert_eq!(id.form_for("www.legacy.example"), Form::Draft01);
+}
+
+#[test]
+fn directory_03_needs_the_directory_at_the_well_known_path() {
+    let key = || key_from_pem(RFC9421_KEY).unwrap();
+    let new = |agent: &str, forms: Forms| {
+        Identity::new(key(), agent, Duration::from_secs(300), &[], forms).map(|_| ())
+    };
+    let elsewhere = "https://crawler.example/keys/jwks.json";
+    assert!(matches!(
+        new(elsewhere, Forms::default()),
+        Err(IdentityError::Agent { .. })
+    ));
+    let one_host = Forms::new(Form::Draft01, [("a.test".to_string(), Form::Directory03)]);
+    assert!(new(elsewhere, one_host).is_err());
+    assert_eq!(new(elsewhere, Forms::only(Form::Draft01)), Ok(()));
+    assert_eq!(
+        directory_origin(
+            "https://crawler.example:8443/.well-known/http-message-signatures-directory"
+        )
+        .as_deref(),
+        Ok("https://crawler.example:8443")
+    );
 }

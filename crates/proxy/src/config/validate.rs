@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use http::{HeaderName, HeaderValue};
-use mannerly_policy::identity::jwks_url;
+use mannerly_policy::identity::{directory_origin, jwks_url, Form};
 use mannerly_policy::parent::{NoProxy, ParentUrl};
 use rustls_pki_types::ServerName;
 
@@ -187,10 +187,18 @@ fn check_identity(id: &IdentityConfig) -> Result<(), ConfigError> {
         ));
     }
     if id.enabled || !id.signature_agent.is_empty() {
-        jwks_url(&id.signature_agent)
-            .map(drop)
+        let url = jwks_url(&id.signature_agent)
             .map_err(|e| invalid("identity.signature_agent", e.to_string()))?;
+        if id.forms().uses(Form::Directory03) {
+            directory_origin(&url)
+                .map_err(|e| invalid("identity.signature_agent", e.to_string()))?;
+        }
     }
+    require(
+        !id.host_forms.keys().any(|h| h.trim().is_empty()),
+        "identity.host_forms",
+        "a host is empty",
+    )?;
     require(
         !id.skip_hosts.iter().any(|h| h.trim().is_empty()),
         "identity.skip_hosts",

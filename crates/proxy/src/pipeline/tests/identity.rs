@@ -4,7 +4,7 @@
 
 use base64::Engine as _;
 use ed25519_dalek::{Signature, Verifier};
-use mannerly_policy::identity::KeyId;
+use mannerly_policy::identity::{Form, KeyId};
 
 use super::{Fixture, WALL};
 use crate::config::{Config, IdentityConfig};
@@ -18,6 +18,7 @@ fn signing(skip_hosts: &[&str]) -> Config {
             enabled: true,
             signature_agent: AGENT.into(),
             skip_hosts: skip_hosts.iter().map(|h| h.to_string()).collect(),
+            host_forms: [("example.org".to_string(), Form::Draft01)].into(),
             ..IdentityConfig::default()
         },
         ..Config::default()
@@ -42,7 +43,7 @@ async fn a_configured_key_signs_the_request_and_the_record_names_it() {
     assert!(x.rec.signed);
     assert_eq!(x.rec.keyid.as_deref(), Some(keyid.as_str()));
 
-    // -01: the member is the key directory's URL, an origin expanded to it.
+    // -01 (this host's form): the member is the key directory's URL, an origin expanded to it.
     let directory = format!("{AGENT}/.well-known/http-message-signatures-directory");
     assert_eq!(h["signature-agent"], format!("sig1=\"{directory}\""));
     let params = format!(
@@ -51,6 +52,32 @@ async fn a_configured_key_signs_the_request_and_the_record_names_it() {
     );
     assert_eq!(h["signature-input"], format!("sig1={params}"));
     assert_eq!(h.get_all("signature").iter().count(), 1, "ours alone");
+    let sig = signature_of(&h);
+    let base = format!(
+        "\"@authority\": example.org:8080\n\"signature-agent\";key=\"sig1\": \"{directory}\"\n\"@signature-params\": {params}"
+    );
+    key.verifying_key()
+        .verify(base.as_bytes(), &sig)
+        .expect("the origin can verify it with the published key");
+
+    // Any other host: directory-03, the origin as the field, all of it signed.
+    let (_, h) = signed(&f, "https://example.com/page", &[]).await;
+    assert_eq!(h["signature-agent"], format!("\"{AGENT}\""));
+    let params = format!(
+        "(\"@authority\" \"signature-agent\");created={WALL};keyid=\"{keyid}\";alg=\"ed25519\";expires={};tag=\"web-bot-auth\"",
+        WALL + 300
+    );
+    assert_eq!(h["signature-input"], format!("sig1={params}"));
+    let base = format!(
+        "\"@authority\": example.com\n\"signature-agent\": \"{AGENT}\"\n\"@signature-params\": {params}"
+    );
+    key.verifying_key()
+        .verify(base.as_bytes(), &signature_of(&h))
+        .expect("directory-03 verifies over the whole field");
+}
+
+/// The one `sig1` signature of a request's headers.
+fn signature_of(h: &http::HeaderMap) -> Signature {
     let sig = h["signature"].to_str().expect("text");
     let sig = sig
         .strip_prefix("sig1=:")
@@ -59,13 +86,7 @@ async fn a_configured_key_signs_the_request_and_the_record_names_it() {
     let sig = base64::engine::general_purpose::STANDARD
         .decode(sig)
         .expect("base64");
-    let sig = Signature::from_slice(&sig).expect("64 bytes");
-    let base = format!(
-        "\"@authority\": example.org:8080\n\"signature-agent\";key=\"sig1\": \"{directory}\"\n\"@signature-params\": {params}"
-    );
-    key.verifying_key()
-        .verify(base.as_bytes(), &sig)
-        .expect("the origin can verify it with the published key");
+    Signature::from_slice(&sig).expect("64 bytes")
 }
 
 #[tokio::test(start_paused = true)]
