@@ -768,3 +768,156 @@ async fn by_default_every_request_verifies_with_cloudflares_npm_verifier() {
     assert!(refused.iter().all(|r| r["ok"] == false), "{refused:?}");
     proxy.stop().await;
 }
+
+/// An origin that challenges with `Accept-Signature`: `/{401,403,429}`
+/// until the signature carries the nonce it asked for, `/again-{status}`
+/// every time, `/malformed` with a field that is no Dictionary.
+fn challenging_origin() -> Handler {
+    handler(|req| async move {
+        let input = req
+            .headers()
+            .get("signature-input")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        let path = req.uri().path().to_string();
+        let challenge = |status: u16, field: &str| {
+            let mut r = text(status, "sign again");
+            r.headers_mut()
+                .insert("accept-signature", field.parse().unwrap());
+            if status == 429 {
+                r.headers_mut().insert("retry-after", "1".parse().unwrap());
+            }
+            r
+        };
+        let status = |p: &str| {
+            p.rsplit(['/', '-'])
+                .next()
+                .and_then(|s| s.parse::<u16>().ok())
+        };
+        let nonce = |s: u16| format!("n-{s}");
+        match (path.as_str(), status(&path)) {
+            ("/robots.txt", _) => text(200, "User-agent: *\nAllow: /\n"),
+            ("/malformed", _) => challenge(403, "((("),
+            (p, Some(s)) if p.starts_with("/again-") => challenge(
+                s,
+                &format!(
+                    r#"sig1=("@method" "@path");nonce="{}";tag="web-bot-auth""#,
+                    nonce(s)
+                ),
+            ),
+            (_, Some(s)) if !input.contains(&format!("nonce=\"{}\"", nonce(s))) => challenge(
+                s,
+                &format!(
+                    r#"sig1=("@method" "@path" "@authority");nonce="{}";tag="web-bot-auth""#,
+                    nonce(s)
+                ),
+            ),
+            _ => text(200, "page"),
+        }
+    })
+}
+
+#[tokio::test]
+async fn a_401_403_or_429_asking_for_a_signature_gets_exactly_one_signed_resend() {
+    let cloudflare = cloudflare_verifier();
+    let origin = Origin::http(challenging_origin()).await;
+    let store = Arc::new(std::sync::Mutex::new(None));
+    let store2 = store.clone();
+    let mut proxy = TestProxy::start(move |c| {
+        *store2.lock().unwrap() = Some(enable_identity(c));
+    })
+    .await;
+    let store = store.lock().unwrap().clone().unwrap();
+    let c = proxy.client();
+    let base = format!("http://127.0.0.1:{}", origin.port());
+
+    for (path, status, sends) in [
+        ("/401", 200, 2),
+        ("/403", 200, 2),
+        ("/again-401", 401, 2),
+        ("/again-403", 403, 2),
+        ("/malformed", 403, 1),
+    ] {
+        let r = c.get(format!("{base}{path}")).send().await.unwrap();
+        assert_eq!(r.status(), status, "{path}: {}", decision(&r));
+        assert_eq!(origin.seen.count(path), sends, "{path}");
+    }
+    // An unsafe method whose body was kept: sent again too.
+    let r = c
+        .post(format!("{base}/post/403"))
+        .body("q=1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", decision(&r));
+    assert_eq!(origin.seen.count("/post/403"), 2);
+    // Last, as the host is paused after each: a 429 is a throttle too.
+    for (path, status) in [("/429", 200), ("/again-429", 429)] {
+        let r = c.get(format!("{base}{path}")).send().await.unwrap();
+        assert_eq!(r.status(), status, "{path}: {}", decision(&r));
+        assert_eq!(origin.seen.count(path), 2, "{path}");
+    }
+
+    let seen = origin.seen.all();
+    let resends: Vec<&SeenRequest> = ["/401", "/403", "/429"]
+        .iter()
+        .map(|p| seen.iter().filter(|r| r.path == *p).nth(1).unwrap())
+        .collect();
+    for (r, s) in resends.iter().zip([401, 403, 429]) {
+        let input = r.headers["signature-input"].to_str().unwrap();
+        assert!(
+            input.starts_with(r#"sig1=("@authority" "signature-agent" "@method" "@path")"#),
+            "{input}"
+        );
+        assert!(input.contains(&format!("nonce=\"n-{s}\"")), "{input}");
+    }
+    if let Some(modules) = cloudflare {
+        let directory = store.directory(SystemTime::now()).unwrap();
+        let requests: Vec<Value> = resends.iter().map(|r| captured(&base, r)).collect();
+        let results = verify_cloudflare(&modules, &directory, AGENT, &requests);
+        for (res, s) in results.iter().zip([401, 403, 429]) {
+            assert_eq!(res["ok"], true, "{s}: {res}");
+            assert_eq!(res["params"]["nonce"], format!("n-{s}"));
+        }
+    }
+
+    let lines = proxy.stop().await;
+    let line = |path: &str, outcome: &str| -> Value {
+        lines
+            .iter()
+            .rev()
+            .find(|l| {
+                l["outcome"] == outcome && l["url"].as_str().is_some_and(|u| u.ends_with(path))
+            })
+            .unwrap_or_else(|| panic!("no {outcome} line for {path}: {lines:#?}"))
+            .clone()
+    };
+    for path in ["/401", "/403", "/429", "/post/403"] {
+        let l = line(path, "fetched");
+        assert_eq!(l["status"], 200, "{l}");
+        assert_eq!(l["signature_asked"], "@method @path nonce", "{l}");
+        assert_eq!(l["signed"], true, "{l}");
+    }
+    for (path, outcome) in [
+        ("/again-401", "fetched"),
+        ("/again-403", "fetched"),
+        ("/again-429", "throttled"),
+    ] {
+        let l = line(path, outcome);
+        assert!(
+            l["signature_not_resent"]
+                .as_str()
+                .is_some_and(|w| w.contains("asked again after its one signed resend")),
+            "{l}"
+        );
+    }
+    let l = line("/malformed", "fetched");
+    assert!(
+        l["signature_not_resent"]
+            .as_str()
+            .is_some_and(|w| w.starts_with("malformed Accept-Signature ignored")),
+        "{l}"
+    );
+    assert!(l.get("signature_asked").is_none(), "{l}");
+}

@@ -169,11 +169,17 @@ pub struct AuditRecord {
     /// added, when it signed the request.
     pub keyid: Option<String>,
     /// What the origin asked the signature to cover in `Accept-Signature`
-    /// (with a 403), when the request was signed again as asked: the extra
+    /// (with a 401, 403 or 429), when the request was signed again as asked: the extra
     /// components, and `nonce` when one was asked. Absent otherwise, so
     /// older lines keep their bytes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub signature_asked: Option<String>,
+    /// Why an origin's `Accept-Signature` (with a 401, 403 or 429) got no
+    /// signed resend: malformed, asking what we cannot sign, asked again
+    /// after the one resend, a body that cannot be sent again. Absent
+    /// otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signature_not_resent: Option<String>,
     /// This line's number among the lines of its host in its file (1 for
     /// the first), set by the writer; with the count a checkpoint commits
     /// to, it shows a site that none of its lines was left out. Absent on

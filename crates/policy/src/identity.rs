@@ -37,7 +37,7 @@ mod card;
 mod directory;
 mod form;
 
-pub use accept::AskedSignature;
+pub use accept::{challenge, AskedSignature, Challenge, Unmet, CHALLENGE_STATUSES};
 pub use card::{card_json, CARD_PATH};
 pub use directory::{
     directory_json, signed_directory, DirectoryKey, SignedDirectory, DIRECTORY_LABEL,

@@ -1,6 +1,7 @@
 //! An origin's `Accept-Signature` (RFC 9421 §5.1), which Web Bot Auth -01
-//! ("Requesting a Message Signature") lets it send, with 403, to ask for a
-//! signature with more components or a `nonce`. The answer must still
+//! ("Requesting a Message Signature") lets it send to ask for a signature
+//! with more components or a `nonce`; mnot/redbot#415 reads it on a 401,
+//! a 403 or a 429, and so does [`challenge`]. The answer must still
 //! satisfy the profile, so it always covers `@authority` and our
 //! `Signature-Agent` member, carries `tag="web-bot-auth"`, our `keyid` and
 //! `created`/`expires`.
@@ -41,11 +42,85 @@ pub(crate) fn plain(s: &str) -> bool {
         .all(|b| (0x20..=0x7e).contains(&b) && b != b'"' && b != b'\\')
 }
 
+/// Why an `Accept-Signature` is not answered.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Unmet {
+    /// Not a Structured Field Dictionary of inner lists.
+    #[error("malformed Accept-Signature ignored: {0}")]
+    Malformed(String),
+    /// Well formed, but every member asks for what we cannot sign.
+    #[error("Accept-Signature asks for what we cannot sign (another tag, a component parameter, a response component)")]
+    Cannot,
+}
+
+/// The statuses whose `Accept-Signature` gets a signed resend.
+pub const CHALLENGE_STATUSES: [u16; 3] = [401, 403, 429];
+
+/// What an origin's answer asks of our signature.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Challenge {
+    /// Send the request once more, signed as asked.
+    Resend(AskedSignature),
+    /// Asked again after the one signed resend: the answer goes to the
+    /// client as it came.
+    AskedAgain,
+    /// Not answered, and why (for the audit line); a 429 is still a
+    /// throttle.
+    PassOn(String),
+}
+
+/// What an answer with `status` and `Accept-Signature: field` asks of a
+/// request that was already `asked` once or not, whose body can be sent
+/// again or not: `None` when it asks nothing (no field, or a status not in
+/// [`CHALLENGE_STATUSES`]). At most one signed resend per request, and none
+/// when the body is gone (so never for an unsafe method whose body could
+/// not be kept).
+pub fn challenge(
+    status: u16,
+    field: Option<&[u8]>,
+    replayable: bool,
+    asked: bool,
+) -> Option<Challenge> {
+    if !CHALLENGE_STATUSES.contains(&status) {
+        return None;
+    }
+    let field = field?;
+    Some(if asked {
+        Challenge::AskedAgain
+    } else if !replayable {
+        Challenge::PassOn(
+            "Accept-Signature not answered: the request's body cannot be sent again".into(),
+        )
+    } else {
+        match AskedSignature::read(field) {
+            Ok(asked) => Challenge::Resend(asked),
+            Err(why) => Challenge::PassOn(why.to_string()),
+        }
+    })
+}
+
 impl AskedSignature {
     /// The request in an `Accept-Signature` value, if one can be honoured.
     pub fn parse(value: &str) -> Option<AskedSignature> {
-        let dict = Parser::new(value).parse::<Dictionary>().ok()?;
-        dict.values().find_map(|entry| {
+        AskedSignature::read(value.as_bytes()).ok()
+    }
+
+    /// The first member of an `Accept-Signature` value that can be
+    /// honoured, or why none is.
+    pub fn read(value: &[u8]) -> Result<AskedSignature, Unmet> {
+        let text = std::str::from_utf8(value).map_err(|_| Unmet::Malformed("not ASCII".into()))?;
+        let dict = Parser::new(text)
+            .parse::<Dictionary>()
+            .map_err(|e| Unmet::Malformed(e.to_string()))?;
+        if dict.is_empty() {
+            return Err(Unmet::Malformed("empty".into()));
+        }
+        if !dict.values().all(|e| matches!(e, ListEntry::InnerList(_))) {
+            return Err(Unmet::Malformed(
+                "a member is not an inner list of components".into(),
+            ));
+        }
+        let found = dict.values().find_map(|entry| {
             let ListEntry::InnerList(list) = entry else {
                 return None;
             };
@@ -79,7 +154,8 @@ impl AskedSignature {
                 }
             }
             Some(asked)
-        })
+        });
+        found.ok_or(Unmet::Cannot)
     }
 }
 
@@ -140,6 +216,45 @@ mod tests {
         assert_eq!(AskedSignature::parse(r#"x=("@status")"#), None);
         assert_eq!(AskedSignature::parse(r#"x=("@method");nonce=:AAAA:"#), None);
         assert_eq!(AskedSignature::parse("not a dictionary ((("), None);
+    }
+
+    #[test]
+    fn a_401_403_or_429_asks_once_and_a_malformed_field_is_ignored_with_its_reason() {
+        let ask = Some(br#"sig1=("@method");nonce="n1""#.as_slice());
+        for status in [401, 403, 429] {
+            let Some(Challenge::Resend(a)) = challenge(status, ask, true, false) else {
+                panic!("{status}: one signed resend");
+            };
+            assert_eq!(a.components, ["@method"]);
+            assert_eq!(
+                challenge(status, ask, true, true),
+                Some(Challenge::AskedAgain)
+            );
+        }
+        assert_eq!(challenge(404, ask, true, false), None);
+        assert_eq!(challenge(200, ask, true, false), None);
+        assert_eq!(challenge(403, None, true, false), None);
+        let Some(Challenge::PassOn(why)) = challenge(403, ask, false, false) else {
+            panic!("a body that is gone is not sent again");
+        };
+        assert!(why.contains("body cannot be sent again"), "{why}");
+        for (field, says) in [
+            (b"(((".as_slice(), "malformed Accept-Signature ignored"),
+            (
+                b"sig1=1",
+                "malformed Accept-Signature ignored: a member is not an inner list",
+            ),
+            (b"", "malformed Accept-Signature ignored: empty"),
+            (
+                b"sig1=(\"@status\")",
+                "Accept-Signature asks for what we cannot sign",
+            ),
+        ] {
+            let Some(Challenge::PassOn(why)) = challenge(401, Some(field), true, false) else {
+                panic!("{field:?}");
+            };
+            assert!(why.starts_with(says), "{why}");
+        }
     }
 
     #[test]

@@ -8,7 +8,7 @@ use http::{HeaderValue, Response, StatusCode};
 use hyper::body::Incoming;
 use mannerly_policy::budget::{host_key, Announced, HostParams, Reaction, Refusal, Throttle};
 use mannerly_policy::conditional::{self, CacheOutcome, WriteBack};
-use mannerly_policy::identity::AskedSignature;
+use mannerly_policy::identity::{self, AskedSignature, Challenge};
 use mannerly_policy::Outcome;
 
 use super::{CacheStep, Exchange, Learned, Step, StoredPage};
@@ -59,12 +59,38 @@ impl Exchange {
             // copied with) every response's step.
             return Box::pin(self.payment_required(resp, may_pay)).await;
         }
+        let challenge = self.challenge(&resp, resendable);
         match reaction {
             Some(Reaction::Throttled(t)) => {
-                Ok(self.throttled(parts, resp, &t, cache.outcome, resendable))
+                let veto = match challenge {
+                    Some(Challenge::AskedAgain) => Some(ASKED_AGAIN),
+                    _ if !resendable => Some("the request's body cannot be sent again"),
+                    _ => None,
+                };
+                Ok(self.throttled(parts, resp, &t, cache.outcome, veto))
             }
+            _ if matches!(challenge, Some(Challenge::Resend(_))) => Ok(Learned::SignAsAsked),
             _ => self.learn_page(parts, cache, resp, resendable),
         }
+    }
+
+    /// An origin's `Accept-Signature` with a 401, 403 or 429, when we sign:
+    /// the line says what it asked and whether it is answered; a request
+    /// answered so is signed as asked from its next send on.
+    fn challenge(&mut self, resp: &Response<Incoming>, replayable: bool) -> Option<Challenge> {
+        self.shared.identity.as_ref()?;
+        let field = resp.headers().get("accept-signature").map(|v| v.as_bytes());
+        let status = resp.status().as_u16();
+        let found = identity::challenge(status, field, replayable, self.asked.is_some())?;
+        match &found {
+            Challenge::Resend(asked) => {
+                self.rec.signature_asked = Some(asked_text(asked));
+                self.asked = Some(asked.clone());
+            }
+            Challenge::AskedAgain => self.rec.signature_not_resent = Some(ASKED_AGAIN.into()),
+            Challenge::PassOn(why) => self.rec.signature_not_resent = Some(why.clone()),
+        }
+        Some(found)
     }
 
     /// An unsafe method's success makes stale what is stored for its target
@@ -95,7 +121,7 @@ impl Exchange {
         resp: Response<Incoming>,
         t: &Throttle,
         cache: CacheOutcome,
-        resendable: bool,
+        veto: Option<&'static str>,
     ) -> Learned {
         self.rec.cache(cache);
         self.rec.source = Some(Source::Upstream.as_str());
@@ -108,11 +134,14 @@ impl Exchange {
             .saturating_duration_since(self.shared.clock.now());
         let params = self.shared.budgets.params(&host_key(&self.target.host));
         let pause = t.pause.as_secs_f64();
-        let not_again = match resendable {
-            false => Some("the request's body cannot be sent again"),
-            true => params.no_retry(&parts.method, self.retries, t.pause, hold_left),
-        };
+        let not_again =
+            veto.or_else(|| params.no_retry(&parts.method, self.retries, t.pause, hold_left));
         if let Some(why) = not_again {
+            if self.rec.signature_asked.is_some() && self.rec.signature_not_resent.is_none() {
+                // Asked with this throttle, but it is not sent again.
+                self.rec.signature_not_resent =
+                    Some(format!("Accept-Signature not answered: {why}"));
+            }
             return Learned::Answer(if t.breaker_opened {
                 self.breaker_opened(resp, t, &params)
             } else {
@@ -183,13 +212,6 @@ impl Exchange {
         }
         if resp.status() == StatusCode::NOT_MODIFIED && cache.validators.is_some() {
             return self.not_modified(parts, cache, resp, resendable);
-        }
-        if resp.status() == StatusCode::FORBIDDEN && resendable && parts.method.is_safe() {
-            if let Some(asked) = self.signature_asked(&resp) {
-                self.rec.signature_asked = Some(asked_text(&asked));
-                self.asked = Some(asked);
-                return Ok(Learned::SignAsAsked);
-            }
         }
         let resp = self.preferences(resp)?;
         self.rec.cache(cache.outcome);
@@ -278,17 +300,6 @@ impl Exchange {
         }
     }
 
-    /// What a 403 asks our signature to cover (`Accept-Signature`, Web Bot
-    /// Auth -01), when we sign, have not been asked already, and can give it.
-    fn signature_asked(&self, resp: &Response<Incoming>) -> Option<AskedSignature> {
-        self.shared.identity.as_ref()?;
-        if self.asked.is_some() {
-            return None;
-        }
-        let value = resp.headers().get("accept-signature")?.to_str().ok()?;
-        AskedSignature::parse(value)
-    }
-
     /// Usage preferences: a response whose headers refuse a declared
     /// purpose is withheld (neither delivered nor stored) or annotated, by
     /// config; in observe mode it passes and the line says `would`. What
@@ -315,6 +326,9 @@ impl Exchange {
         Ok(resp)
     }
 }
+
+/// Why a second `Accept-Signature` is passed on.
+const ASKED_AGAIN: &str = "Accept-Signature asked again after its one signed resend: passed on";
 
 /// The audit line's `signature_asked`: the components asked, and `nonce`.
 fn asked_text(asked: &AskedSignature) -> String {
