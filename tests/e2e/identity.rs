@@ -10,6 +10,7 @@ use mannerly_policy::identity::{Form, Forms, Identity, KeyId};
 use mannerly_proxy::KeyStore;
 use serde_json::{json, Value};
 
+use super::browser::Browser;
 use super::support::*;
 
 const AGENT: &str = "https://crawler.example";
@@ -920,4 +921,275 @@ async fn a_401_403_or_429_asking_for_a_signature_gets_exactly_one_signed_resend(
         "{l}"
     );
     assert!(l.get("signature_asked").is_none(), "{l}");
+}
+
+const BOT: &str = "ExampleBot/1.0 (+https://crawler.example/bot)";
+
+/// An origin that answers each page with the User-Agent it received.
+fn echo_agent() -> Handler {
+    handler(|req| async move {
+        let ua = req
+            .headers()
+            .get("user-agent")
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).to_string())
+            .unwrap_or_default();
+        match req.uri().path() {
+            "/robots.txt" => text(200, "User-agent: ExampleBot\nDisallow: /private\n"),
+            _ => text(200, ua),
+        }
+    })
+}
+
+#[tokio::test]
+async fn the_crawlers_user_agent_is_appended_a_browser_claim_rewritten_and_both_refused_when_asked()
+{
+    let origin = Origin::http(echo_agent()).await;
+    let base = format!("http://127.0.0.1:{}", origin.port());
+    let chrome = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0 Safari/537.36";
+    let mut proxy = TestProxy::start(|c| c.crawler.user_agent = BOT.into()).await;
+    let c = proxy.client();
+    // curl as it comes: its own User-Agent, the crawler's product after it.
+    if have_tool("curl", "curl") {
+        let args = [
+            "-s".to_string(),
+            "-x".into(),
+            proxy.url(),
+            format!("{base}/curl"),
+        ];
+        // Off the runtime: the proxy serving curl runs on it.
+        let out = tokio::task::spawn_blocking(move || {
+            std::process::Command::new("curl").args(args).output()
+        })
+        .await
+        .unwrap()
+        .unwrap();
+        let body = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            body.starts_with("curl/") && body.ends_with(&format!(" {BOT}")),
+            "{body}"
+        );
+    }
+    let r = c.get(format!("{base}/none")).send().await.unwrap();
+    assert_eq!(
+        r.text().await.unwrap(),
+        BOT,
+        "no User-Agent: the product alone"
+    );
+    let r = c
+        .get(format!("{base}/chrome"))
+        .header("user-agent", chrome)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.text().await.unwrap(), BOT, "a browser claim is rewritten");
+    let own = "ExampleBot/1.1 (+https://crawler.example/bot)";
+    let r = c
+        .get(format!("{base}/own"))
+        .header("user-agent", own)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        r.text().await.unwrap(),
+        own,
+        "the product already there: kept"
+    );
+    // robots.txt is read, and fetched, as the crawler: its group applies.
+    let r = c
+        .get(format!("{base}/private"))
+        .header("user-agent", chrome)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403, "{}", decision(&r));
+    let robots = origin
+        .seen
+        .all()
+        .into_iter()
+        .find(|r| r.path == "/robots.txt")
+        .unwrap();
+    assert!(robots.headers["user-agent"].to_str().unwrap().contains(BOT));
+    let lines = proxy.stop().await;
+    let line = |path: &str| {
+        lines
+            .iter()
+            .find(|l| l["url"].as_str().is_some_and(|u| u.ends_with(path)))
+            .unwrap_or_else(|| panic!("{path}: {lines:#?}"))
+    };
+    assert_eq!(line("/none")["user_agent"], "appended");
+    assert_eq!(line("/none")["agent"], "ExampleBot");
+    assert_eq!(
+        line("/chrome")["user_agent"],
+        format!("rewritten: the client's User-Agent claimed a browser ({chrome})")
+    );
+    assert!(line("/own").get("user_agent").is_none());
+
+    // Require the product, refuse browsers: nothing reaches the origin.
+    let mut proxy = TestProxy::start(|c| {
+        c.crawler.user_agent = BOT.into();
+        c.crawler.user_agent_mode = mannerly_policy::identity::UaMode::Require;
+        c.crawler.browser_user_agent = mannerly_policy::identity::BrowserUa::Refuse;
+    })
+    .await;
+    let c = proxy.client();
+    let before = origin.seen.all().len();
+    for (path, ua, says) in [
+        (
+            "/plain",
+            "python-requests/2.32",
+            "lacks the product token ExampleBot",
+        ),
+        ("/browser", chrome, "claims a browser"),
+    ] {
+        let r = c
+            .get(format!("{base}{path}"))
+            .header("user-agent", ua)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 403);
+        let said = decision(&r);
+        assert!(
+            said.starts_with("blocked; reason=") && said.contains(says),
+            "{said}"
+        );
+        let body = r.text().await.unwrap();
+        assert!(body.contains(says), "{body}");
+    }
+    assert_eq!(
+        origin.seen.all().len(),
+        before,
+        "refused before robots.txt or the page"
+    );
+    let r = c
+        .get(format!("{base}/ok"))
+        .header("user-agent", BOT)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let lines = proxy.stop().await;
+    let blocked = with_outcome(&lines, "blocked");
+    assert_eq!(blocked.len(), 2, "{lines:#?}");
+}
+
+#[test]
+fn the_page_about_the_crawler_and_its_jafar_ranges_read_in_chromium() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let data_s = data.to_str().unwrap().to_string();
+    let (code, out) = mannerly(&["identity", "init"], &[("MANNERLY_DATA_DIR", &data_s)]);
+    assert_eq!(code, 0, "{out}");
+    let config = dir.path().join("mannerly.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[crawler]\nuser_agent = \"{BOT}\"\nabout = \"Indexes <b>recipes</b> for a search engine.\"\n\
+             purposes = [\"search\"]\negress_ranges = [\"198.51.100.0/24\", \"2001:db8:42::/48\"]\n\
+             [identity]\nenabled = true\nsignature_agent = \"{AGENT}\"\n"
+        ),
+    )
+    .unwrap();
+    let proxy = RunningBinary::start(&data, &[("MANNERLY_CONFIG", config.to_str().unwrap())]);
+    let admin = proxy.admin.trim_end_matches('/').to_string();
+    let page = format!("http://{admin}/bot");
+    // The Link field, for machines that read headers only.
+    let out = std::process::Command::new("curl")
+        .args(["-s", "-D", "-", "-o", "/dev/null", &page])
+        .output();
+    if let Some(out) = out.ok().filter(|o| o.status.success()) {
+        let head = String::from_utf8_lossy(&out.stdout).to_ascii_lowercase();
+        assert!(
+            head.contains("link: </bot/ranges.json>; rel=\"client-ranges\""),
+            "{head}"
+        );
+    }
+    let Some(mut browser) = Browser::start() else {
+        return;
+    };
+    browser.open(&page);
+    browser.wait_for("document.readyState === 'complete' && document.querySelector('h1') !== null");
+    let read = |b: &mut Browser, sel: &str| {
+        b.eval(&format!("document.querySelector('{sel}').textContent"))
+    };
+    assert_eq!(read(&mut browser, "h1"), "ExampleBot");
+    assert_eq!(read(&mut browser, "#user-agent"), BOT);
+    assert_eq!(
+        read(&mut browser, "#purpose"),
+        "Indexes <b>recipes</b> for a search engine. Declared purposes: search."
+    );
+    assert_eq!(
+        read(&mut browser, "#robots"),
+        "User-agent: ExampleBot\nDisallow: /"
+    );
+    assert_eq!(
+        browser.eval("document.querySelector('#contact').href"),
+        "https://crawler.example/bot"
+    );
+    assert_eq!(
+        browser.eval("document.querySelector('#directory').href"),
+        AGENT_JWKS
+    );
+    assert_eq!(
+        browser.eval("[...document.querySelectorAll('#range-list code')].map(c => c.textContent)"),
+        json!(["198.51.100.0/24", "2001:db8:42::/48"])
+    );
+    // The ranges, where the page's rel="client-ranges" link leads.
+    let ranges = browser.eval("document.querySelector('link[rel=\"client-ranges\"]').href");
+    let ranges = ranges.as_str().unwrap().to_string();
+    assert_eq!(ranges, format!("http://{admin}/bot/ranges.json"));
+    if let Some(shots) = std::env::var_os("MANNERLY_SCREENSHOTS") {
+        browser.screenshot(&std::path::Path::new(&shots).join("bot-page.png"));
+    }
+    browser.open(&ranges);
+    browser.wait_for("document.readyState === 'complete' && document.body.innerText.length > 0");
+    let doc = browser.eval("JSON.parse(document.body.innerText)");
+    assert_eq!(doc["formatVersion"], "1.0");
+    assert!(
+        doc["synctoken"].as_str().is_some_and(|s| !s.is_empty()),
+        "{doc}"
+    );
+    assert!(
+        doc["creationTime"]
+            .as_str()
+            .is_some_and(|s| s.ends_with('Z')),
+        "{doc}"
+    );
+    assert_eq!(
+        doc["prefixes"],
+        json!([
+            {"ipv4Prefix": "198.51.100.0/24", "service": "ExampleBot"},
+            {"ipv6Prefix": "2001:db8:42::/48", "service": "ExampleBot"},
+        ])
+    );
+}
+
+#[test]
+fn a_user_agent_or_range_that_would_not_parse_is_refused_at_start() {
+    for (var, value, says) in [
+        (
+            "MANNERLY_CRAWLER__USER_AGENT",
+            "Example Bot",
+            "crawler.user_agent",
+        ),
+        (
+            "MANNERLY_CRAWLER__USER_AGENT",
+            "ExampleBot/1.0 (write to us)",
+            "no http(s) contact URL",
+        ),
+        (
+            "MANNERLY_CRAWLER__USER_AGENT",
+            "ExampleBot/1.0 (+https://)",
+            "contact URL does not parse",
+        ),
+        (
+            "MANNERLY_CRAWLER__ABOUT",
+            "a crawler",
+            "needed by crawler.about",
+        ),
+    ] {
+        let (code, out) = mannerly(&["config", "check"], &[(var, value)]);
+        assert_eq!(code, 2, "{value}: {out}");
+        assert!(out.contains(says), "{value}: {out}");
+    }
 }

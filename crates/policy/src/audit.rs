@@ -180,6 +180,10 @@ pub struct AuditRecord {
     /// otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub signature_not_resent: Option<String>,
+    /// What the crawler's User-Agent policy did to the client's
+    /// (`appended`, `rewritten: …`); absent when it was sent as it came.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user_agent: Option<String>,
     /// This line's number among the lines of its host in its file (1 for
     /// the first), set by the writer; with the count a checkpoint commits
     /// to, it shows a site that none of its lines was left out. Absent on

@@ -32,11 +32,16 @@ use ed25519_dalek::{Signer as _, SigningKey, VerifyingKey};
 use http::header::{HeaderName, HeaderValue};
 use sha2::{Digest, Sha256};
 
+mod about;
 mod accept;
 mod card;
 mod directory;
 mod form;
+mod user_agent;
 
+pub use about::{
+    about_html, jafar_json, AboutCrawler, Prefix, ABOUT_PATH, RANGES_PATH, RANGES_REL,
+};
 pub use accept::{challenge, AskedSignature, Challenge, Unmet, CHALLENGE_STATUSES};
 pub use card::{card_json, CARD_PATH};
 pub use directory::{
@@ -44,6 +49,7 @@ pub use directory::{
     DIRECTORY_MEDIA_TYPE, DIRECTORY_PATH, DIRECTORY_SIGNATURE_VALIDITY, DIRECTORY_TAG,
 };
 pub use form::{Form, Forms};
+pub use user_agent::{claims_browser, BrowserUa, UaError, UaMode, UaPolicy, UaVerdict};
 
 /// `Signature-Agent`.
 pub const SIGNATURE_AGENT: HeaderName = HeaderName::from_static("signature-agent");

@@ -27,7 +27,7 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use mannerly_policy::budget::{host_key, HostParams, HostView, ResetReport};
-use mannerly_policy::identity::{CARD_PATH, DIRECTORY_PATH};
+use mannerly_policy::identity::{ABOUT_PATH, CARD_PATH, DIRECTORY_PATH, RANGES_PATH};
 use mannerly_policy::{AuditRecord, Outcome};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -207,6 +207,9 @@ async fn route(
             return wellknown::directory(shared, &req).await
         }
         (&Method::GET | &Method::HEAD, CARD_PATH) => return wellknown::card(shared),
+        // Site operators read these: public too.
+        (&Method::GET | &Method::HEAD, ABOUT_PATH) => return wellknown::about(shared),
+        (&Method::GET | &Method::HEAD, RANGES_PATH) => return wellknown::ranges(shared),
         (&Method::GET, "/") => {
             let mut r = answer(StatusCode::OK, "text/html; charset=utf-8", DASHBOARD);
             r.headers_mut().insert(

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use mannerly_policy::budget::BudgetParams;
 use mannerly_policy::conditional::CacheParams;
-use mannerly_policy::identity::{Form, Forms};
+use mannerly_policy::identity::{BrowserUa, Form, Forms, Prefix, UaMode, UaPolicy};
 use mannerly_policy::payment::PaymentParams;
 use mannerly_policy::prefs::{DeclaredUse, ResponsePreferences};
 use mannerly_policy::robots::Purpose;
@@ -435,6 +435,44 @@ pub struct CrawlerConfig {
     /// for not declared), checked against a site's Content-Signal `use`.
     #[serde(rename = "use")]
     pub usage: DeclaredUse,
+    /// The crawler's User-Agent: a product token and a comment with a
+    /// contact URL (`ExampleBot/1.0 (+https://crawler.example.org/bot)`).
+    /// Empty: clients' User-Agents go as sent, and no page is served.
+    pub user_agent: String,
+    /// A client User-Agent without the product: `append` it, or `require`
+    /// it (refused, 403 `blocked`).
+    pub user_agent_mode: UaMode,
+    /// A client User-Agent claiming a browser (`Mozilla/…`): `rewrite`
+    /// (sent as `user_agent` alone) or `refuse`.
+    pub browser_user_agent: BrowserUa,
+    /// What the crawl is for, in words: the public page's first line.
+    pub about: String,
+    /// The egress IP ranges (CIDR) the crawl comes from, published in the
+    /// JAFAR format beside the page.
+    pub egress_ranges: Vec<String>,
+}
+
+impl CrawlerConfig {
+    /// The User-Agent policy, when `user_agent` is set (checked at start).
+    pub fn ua_policy(&self) -> Option<UaPolicy> {
+        match self.user_agent.is_empty() {
+            true => None,
+            false => UaPolicy::new(
+                &self.user_agent,
+                self.user_agent_mode,
+                self.browser_user_agent,
+            )
+            .ok(),
+        }
+    }
+
+    /// The egress ranges (checked at start; any that would not parse is left out).
+    pub fn ranges(&self) -> Vec<Prefix> {
+        self.egress_ranges
+            .iter()
+            .filter_map(|r| Prefix::parse(r).ok())
+            .collect()
+    }
 }
 
 /// `[identity]`: Web Bot Auth, in the directory-03 form Cloudflare verifies

@@ -38,6 +38,7 @@ use crate::shared::Shared;
 use crate::target::Target;
 use crate::upstream::conns::{ConnHandle, Conns};
 
+mod agent;
 mod answers;
 mod chained;
 mod learn;
@@ -53,7 +54,7 @@ type Step<T> = Result<T, Stop>;
 /// Carries one request through the pipeline and answers it.
 pub(crate) async fn handle(
     shared: Arc<Shared>,
-    req: Request<Incoming>,
+    mut req: Request<Incoming>,
     target: Target,
     client: SocketAddr,
     user: Option<String>,
@@ -61,6 +62,7 @@ pub(crate) async fn handle(
     let mut x = Exchange::begin(shared, &req, target, client, user);
     let walked: Step<Response<ProxyBody>> = async {
         x.guard().await?; // 0. a target the proxy may reach
+        x.user_agent(req.headers_mut())?; // 0b. the crawler's User-Agent
         x.robots(&req).await?; // 1. robots.txt: allowed, signals, Crawl-delay
         x.tdmrep(&req).await?; // 1b. tdmrep.json, for a crawl declaring a TDM purpose
         let (parts, body) = req.into_parts();

@@ -3,12 +3,18 @@
 //! `/.well-known/http-message-signatures-directory`, signed (Web Bot Auth
 //! -01, Appendix B), and the Signature Agent Card beside it. Put behind the
 //! `Signature-Agent` host by a reverse proxy (README, "Signing requests").
+//! And for site operators: the page about the crawler (`/bot`) and its
+//! egress ranges in the JAFAR format (`/bot/ranges.json`), linked from the
+//! page and its `Link` field with `rel="client-ranges"`.
 
 use std::sync::Arc;
 
 use http::{header, HeaderValue, Request, StatusCode};
 use hyper::body::Incoming;
-use mannerly_policy::identity::{card_json, DIRECTORY_MEDIA_TYPE};
+use mannerly_policy::identity::{
+    about_html, card_json, jafar_json, jwks_url, AboutCrawler, DIRECTORY_MEDIA_TYPE, RANGES_PATH,
+    RANGES_REL,
+};
 
 use super::{answer, error, Answer};
 use crate::shared::Shared;
@@ -79,6 +85,73 @@ pub(super) fn card(shared: &Shared) -> Answer {
     r.headers_mut().insert(
         header::CACHE_CONTROL,
         HeaderValue::from_static(DIRECTORY_MAX_AGE),
+    );
+    r
+}
+
+fn no_page() -> Answer {
+    error(
+        StatusCode::NOT_FOUND,
+        "no page about the crawler: crawler.user_agent is not set",
+    )
+}
+
+/// `GET /bot`: who the crawler is, what it is for, how to block it, whom
+/// to contact, its keys and its ranges.
+pub(super) fn about(shared: &Shared) -> Answer {
+    let live = shared.live();
+    let Some(ua) = live.crawler.ua_policy() else {
+        return no_page();
+    };
+    let directory = match shared.identity.is_some() {
+        true => jwks_url(&shared.cfg.identity.signature_agent).ok(),
+        false => None,
+    };
+    let ranges = live.crawler.ranges();
+    let purposes: Vec<&str> = live.crawler.purposes.iter().map(|p| p.as_str()).collect();
+    let html = about_html(&AboutCrawler {
+        product: ua.product(),
+        token: ua.token(),
+        contact: ua.contact(),
+        purpose: &live.crawler.about,
+        purposes,
+        directory: directory.as_deref(),
+        ranges: &ranges,
+    });
+    let mut r = answer(StatusCode::OK, "text/html; charset=utf-8", html);
+    let h = r.headers_mut();
+    let link = format!("<{RANGES_PATH}>; rel=\"{RANGES_REL}\"; type=\"application/json\"");
+    if let Ok(v) = HeaderValue::from_str(&link) {
+        h.insert(header::LINK, v);
+    }
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("default-src 'none'; style-src 'unsafe-inline'"),
+    );
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static(DIRECTORY_MAX_AGE),
+    );
+    r
+}
+
+/// `GET /bot/ranges.json`: the egress ranges, JAFAR
+/// (draft-illyes-webbotauth-jafar-00).
+pub(super) fn ranges(shared: &Shared) -> Answer {
+    let live = shared.live();
+    let Some(ua) = live.crawler.ua_policy() else {
+        return no_page();
+    };
+    let body = jafar_json(&live.crawler.ranges(), ua.token(), shared.clock.wall());
+    let mut r = answer(StatusCode::OK, "application/json", body);
+    let h = r.headers_mut();
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static(DIRECTORY_MAX_AGE),
+    );
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        HeaderValue::from_static("*"),
     );
     r
 }

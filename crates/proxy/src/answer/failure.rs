@@ -105,6 +105,14 @@ pub(crate) fn client_body(e: &ClientBodyError) -> Stop {
         .close()
 }
 
+/// The client's User-Agent is refused by the crawler's policy
+/// (`crawler.user_agent_mode = "require"`, `browser_user_agent = "refuse"`).
+pub(crate) fn user_agent_refused(why: String) -> Stop {
+    Stop::new(Outcome::Blocked, Source::Policy, why.clone())
+        .status(403)
+        .detail("reason", why)
+}
+
 /// The client's request cannot be made into the origin's.
 pub(crate) fn bad_request(why: impl Into<String>) -> Stop {
     Stop::new(Outcome::Error, Source::Client, why).status(400)

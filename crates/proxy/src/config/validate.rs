@@ -7,13 +7,13 @@
 use std::time::Duration;
 
 use http::{HeaderName, HeaderValue};
-use mannerly_policy::identity::{directory_origin, jwks_url, Form};
+use mannerly_policy::identity::{directory_origin, jwks_url, Form, Prefix, UaPolicy};
 use mannerly_policy::parent::{NoProxy, ParentUrl};
 use rustls_pki_types::ServerName;
 
 use super::{
-    AdminConfig, AuditConfig, Config, IdentityConfig, ProxyConfig, StateBackend, StateConfig,
-    UpstreamConfig,
+    AdminConfig, AuditConfig, Config, CrawlerConfig, IdentityConfig, ProxyConfig, StateBackend,
+    StateConfig, UpstreamConfig,
 };
 use crate::error::ConfigError;
 
@@ -41,6 +41,7 @@ impl Config {
         check_state(&self.state)?;
         check_audit(&self.audit)?;
         check_identity(&self.identity)?;
+        check_crawler(&self.crawler)?;
         check_admin(&self.admin)?;
         let mut cfg = self;
         cfg.robots = cfg.robots.validate()?;
@@ -174,6 +175,23 @@ fn check_audit(a: &AuditConfig) -> Result<(), ConfigError> {
             ),
         )),
     }
+}
+
+/// The User-Agent, the page and the ranges: a value that would not parse
+/// is refused at start rather than sent or published wrong.
+fn check_crawler(c: &CrawlerConfig) -> Result<(), ConfigError> {
+    if !c.user_agent.is_empty() {
+        UaPolicy::new(&c.user_agent, c.user_agent_mode, c.browser_user_agent)
+            .map_err(|e| invalid("crawler.user_agent", e.to_string()))?;
+    }
+    for r in &c.egress_ranges {
+        Prefix::parse(r).map_err(|e| invalid("crawler.egress_ranges", e))?;
+    }
+    require(
+        !c.user_agent.is_empty() || (c.about.is_empty() && c.egress_ranges.is_empty()),
+        "crawler.user_agent",
+        "needed by crawler.about and crawler.egress_ranges (the page names the crawler by it)",
+    )
 }
 
 fn check_identity(id: &IdentityConfig) -> Result<(), ConfigError> {

@@ -79,11 +79,15 @@ fn judge(
     prefs::robots_refusal(live, robots, agent, path, rec)
 }
 
-/// The product token decisions are made for: configured, else the first
-/// token of the client's User-Agent.
+/// The product token decisions are made for: configured, else the
+/// crawler's User-Agent's (`crawler.user_agent`), else the first token of
+/// the client's User-Agent.
 pub(super) fn agent(live: &Config, headers: &HeaderMap) -> String {
     if !live.crawler.agent.is_empty() {
         return live.crawler.agent.clone();
+    }
+    if let Some(ua) = live.crawler.ua_policy() {
+        return ua.token().to_string();
     }
     let ua = headers
         .get(USER_AGENT)
