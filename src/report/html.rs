@@ -19,18 +19,7 @@ const PAD_T: f64 = 12.0;
 const MARK_W: f64 = 8.0;
 
 fn esc(s: &str) -> String {
-    let mut o = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => o.push_str("&amp;"),
-            '<' => o.push_str("&lt;"),
-            '>' => o.push_str("&gt;"),
-            '"' => o.push_str("&quot;"),
-            '\'' => o.push_str("&#39;"),
-            c => o.push(c),
-        }
-    }
-    o
+    mannerly_policy::identity::html_escape(s)
 }
 
 fn opt(v: Option<f64>, unit: &str, digits: usize) -> String {

@@ -53,11 +53,26 @@ fn captured(scheme_authority: &str, r: &SeenRequest) -> Value {
     json!({"method": "GET", "url": format!("{scheme_authority}{}", r.path), "headers": headers})
 }
 
+/// What the http origin at `plain_base` and the https one received.
+fn captured_both(plain_base: &str, plain: &[SeenRequest], secure: &[SeenRequest]) -> Vec<Value> {
+    let plain = plain.iter().map(|r| captured(plain_base, r));
+    let secure = secure.iter().map(|r| captured("https://secure.test", r));
+    plain.chain(secure).collect()
+}
+
 /// Runs a Python checker `script` with `input` on stdin; its JSON answer.
 fn run_python(script: &str, input: &Value) -> Value {
+    run_checker(
+        std::process::Command::new("python3").arg(script),
+        script,
+        input,
+    )
+}
+
+/// Runs a checker with `input` on stdin; its JSON answer.
+fn run_checker(cmd: &mut std::process::Command, script: &str, input: &Value) -> Value {
     use std::io::Write;
-    let mut child = std::process::Command::new("python3")
-        .arg(script)
+    let mut child = cmd
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -103,7 +118,7 @@ fn origin_handler() -> Handler {
     })
 }
 
-/// Signing in the default form (directory-03, Cloudflare's).
+/// Signing, in the default form unless the caller set one.
 fn enable_identity(c: &mut mannerly_proxy::Config) -> KeyStore {
     c.identity.enabled = true;
     c.identity.signature_agent = AGENT.into();
@@ -112,10 +127,49 @@ fn enable_identity(c: &mut mannerly_proxy::Config) -> KeyStore {
     store
 }
 
-/// Signing in the -01 form, which the Python verifier reads.
-fn enable_identity_01(c: &mut mannerly_proxy::Config) -> KeyStore {
-    c.identity.form = Form::Draft01;
-    enable_identity(c)
+/// A proxy signing in `form`, configured further by `edit`, and its keys.
+async fn signing_proxy(
+    form: Form,
+    edit: impl FnOnce(&mut mannerly_proxy::Config),
+) -> (TestProxy, KeyStore) {
+    let mut store = None;
+    let proxy = TestProxy::start(|c| {
+        c.identity.form = form;
+        store = Some(enable_identity(c));
+        edit(c);
+    })
+    .await;
+    (proxy, store.unwrap())
+}
+
+/// A proxy signing in `form`, an http origin and an https one
+/// (`secure.test`), both with `origin_handler`.
+struct Signing {
+    proxy: TestProxy,
+    store: KeyStore,
+    plain: Origin,
+    secure: Origin,
+    _dir: tempfile::TempDir,
+}
+
+async fn signing(form: Form) -> Signing {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new(dir.path());
+    let plain = Origin::http(origin_handler()).await;
+    let secure = Origin::https(origin_handler(), &ca, &["secure.test"]).await;
+    let (roots, port) = (ca.pem_path.clone(), secure.port());
+    let (proxy, store) = signing_proxy(form, move |c| {
+        c.upstream.extra_roots = vec![roots];
+        resolve_to_loopback(c, "secure.test:443", port);
+    })
+    .await;
+    Signing {
+        proxy,
+        store,
+        plain,
+        secure,
+        _dir: dir,
+    }
 }
 
 #[tokio::test]
@@ -124,20 +178,13 @@ async fn in_the_01_form_every_request_is_signed_and_verifies_in_python_http_http
     if !python_verifier() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let ca = TestCa::new(dir.path());
-    let plain = Origin::http(origin_handler()).await;
-    let secure = Origin::https(origin_handler(), &ca, &["secure.test"]).await;
-    let (roots, port) = (ca.pem_path.clone(), secure.port());
-    let store = Arc::new(std::sync::Mutex::new(None));
-    let store2 = store.clone();
-    let mut proxy = TestProxy::start(move |c| {
-        *store2.lock().unwrap() = Some(enable_identity_01(c));
-        c.upstream.extra_roots = vec![roots];
-        resolve_to_loopback(c, "secure.test:443", port);
-    })
-    .await;
-    let store = store.lock().unwrap().clone().unwrap();
+    let Signing {
+        mut proxy,
+        store,
+        plain,
+        secure,
+        _dir,
+    } = signing(Form::Draft01).await;
     let keyid = Some(KeyId::of(&store.load().unwrap().verifying_key()).to_string());
     let c = proxy.client();
     let plain_base = format!("http://127.0.0.1:{}", plain.port());
@@ -180,15 +227,7 @@ async fn in_the_01_form_every_request_is_signed_and_verifies_in_python_http_http
         );
     }
 
-    let mut requests: Vec<Value> = plain_seen
-        .iter()
-        .map(|r| captured(&plain_base, r))
-        .collect();
-    requests.extend(
-        secure_seen
-            .iter()
-            .map(|r| captured("https://secure.test", r)),
-    );
+    let requests = captured_both(&plain_base, &plain_seen, &secure_seen);
     let directory = store.directory(SystemTime::now()).unwrap();
     let results = verify(&directory, &requests);
     assert_eq!(results.len(), 6);
@@ -279,13 +318,7 @@ async fn rotation_switches_the_running_proxy_and_old_signatures_verify_during_th
         return;
     }
     let origin = Origin::http(origin_handler()).await;
-    let store = Arc::new(std::sync::Mutex::new(None));
-    let store2 = store.clone();
-    let mut proxy = TestProxy::start(move |c| {
-        *store2.lock().unwrap() = Some(enable_identity_01(c));
-    })
-    .await;
-    let store = store.lock().unwrap().clone().unwrap();
+    let (mut proxy, store) = signing_proxy(Form::Draft01, |_| {}).await;
     let c = proxy.client();
     let base = format!("http://127.0.0.1:{}", origin.port());
     let keyid_of = |r: &SeenRequest| -> String {
@@ -462,10 +495,7 @@ async fn the_admin_listener_serves_a_signed_directory_and_card_without_its_token
     if !python_verifier() {
         return;
     }
-    let store = Arc::new(std::sync::Mutex::new(None));
-    let store2 = store.clone();
-    let mut proxy = TestProxy::start(move |c| {
-        *store2.lock().unwrap() = Some(enable_identity(c));
+    let (mut proxy, store) = signing_proxy(Form::Directory03, |c| {
         c.admin.listen = "127.0.0.1:0".into();
         c.admin.token = "not-for-verifiers".into();
         c.crawler.agent = "MyBot".into();
@@ -475,7 +505,6 @@ async fn the_admin_listener_serves_a_signed_directory_and_card_without_its_token
         c.budget.concurrency = 2;
     })
     .await;
-    let store = store.lock().unwrap().clone().unwrap();
     let admin = format!("http://{}", proxy.admin.expect("admin listener"));
     let first = KeyId::of(&store.load().unwrap().verifying_key()).to_string();
 
@@ -600,10 +629,7 @@ async fn a_403_with_accept_signature_is_answered_by_one_resend_signed_as_asked()
         }
     });
     let origin = Origin::http(h).await;
-    let mut proxy = TestProxy::start(|c| {
-        enable_identity_01(c);
-    })
-    .await;
+    let (mut proxy, _) = signing_proxy(Form::Draft01, |_| {}).await;
     let c = proxy.client();
     let base = format!("http://127.0.0.1:{}", origin.port());
 
@@ -671,27 +697,11 @@ fn verify_cloudflare(
     agent: &str,
     requests: &[Value],
 ) -> Vec<Value> {
-    use std::io::Write;
     let directory: Value = serde_json::from_str(directory).unwrap();
     let input = json!({"directory": directory, "agent": agent, "requests": requests});
-    let mut child = std::process::Command::new("node")
-        .arg(CLOUDFLARE_SCRIPT)
-        .env("NODE_PATH", modules)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(input.to_string().as_bytes()).unwrap();
-    drop(stdin);
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{CLOUDFLARE_SCRIPT} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    let mut node = std::process::Command::new("node");
+    node.arg(CLOUDFLARE_SCRIPT).env("NODE_PATH", modules);
+    serde_json::from_value(run_checker(&mut node, CLOUDFLARE_SCRIPT, &input)).unwrap()
 }
 
 #[tokio::test]
@@ -699,20 +709,13 @@ async fn by_default_every_request_verifies_with_cloudflares_npm_verifier() {
     let Some(modules) = cloudflare_verifier() else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let ca = TestCa::new(dir.path());
-    let plain = Origin::http(origin_handler()).await;
-    let secure = Origin::https(origin_handler(), &ca, &["secure.test"]).await;
-    let (roots, port) = (ca.pem_path.clone(), secure.port());
-    let store = Arc::new(std::sync::Mutex::new(None));
-    let store2 = store.clone();
-    let mut proxy = TestProxy::start(move |c| {
-        *store2.lock().unwrap() = Some(enable_identity(c));
-        c.upstream.extra_roots = vec![roots];
-        resolve_to_loopback(c, "secure.test:443", port);
-    })
-    .await;
-    let store = store.lock().unwrap().clone().unwrap();
+    let Signing {
+        mut proxy,
+        store,
+        plain,
+        secure,
+        _dir,
+    } = signing(Form::Directory03).await;
     let keyid = KeyId::of(&store.load().unwrap().verifying_key()).to_string();
     let c = proxy.client();
     let plain_base = format!("http://127.0.0.1:{}", plain.port());
@@ -724,19 +727,7 @@ async fn by_default_every_request_verifies_with_cloudflares_npm_verifier() {
         let r = c.get(&url).send().await.unwrap();
         assert_eq!(r.status(), 200, "{url}: {}", decision(&r));
     }
-    let mut requests: Vec<Value> = plain
-        .seen
-        .all()
-        .iter()
-        .map(|r| captured(&plain_base, r))
-        .collect();
-    requests.extend(
-        secure
-            .seen
-            .all()
-            .iter()
-            .map(|r| captured("https://secure.test", r)),
-    );
+    let requests = captured_both(&plain_base, &plain.seen.all(), &secure.seen.all());
     let urls: Vec<&str> = requests
         .iter()
         .map(|r| r["url"].as_str().unwrap())
@@ -823,13 +814,7 @@ fn challenging_origin() -> Handler {
 async fn a_401_403_or_429_asking_for_a_signature_gets_exactly_one_signed_resend() {
     let cloudflare = cloudflare_verifier();
     let origin = Origin::http(challenging_origin()).await;
-    let store = Arc::new(std::sync::Mutex::new(None));
-    let store2 = store.clone();
-    let mut proxy = TestProxy::start(move |c| {
-        *store2.lock().unwrap() = Some(enable_identity(c));
-    })
-    .await;
-    let store = store.lock().unwrap().clone().unwrap();
+    let (mut proxy, store) = signing_proxy(Form::Directory03, |_| {}).await;
     let c = proxy.client();
     let base = format!("http://127.0.0.1:{}", origin.port());
 
@@ -925,6 +910,11 @@ async fn a_401_403_or_429_asking_for_a_signature_gets_exactly_one_signed_resend(
 
 const BOT: &str = "ExampleBot/1.0 (+https://crawler.example/bot)";
 
+/// A GET through `c` sending `ua` as its User-Agent.
+async fn get_as(c: &reqwest::Client, url: String, ua: &str) -> reqwest::Response {
+    c.get(url).header("user-agent", ua).send().await.unwrap()
+}
+
 /// An origin that answers each page with the User-Agent it received.
 fn echo_agent() -> Handler {
     handler(|req| async move {
@@ -975,32 +965,17 @@ async fn the_crawlers_user_agent_is_appended_a_browser_claim_rewritten_and_both_
         BOT,
         "no User-Agent: the product alone"
     );
-    let r = c
-        .get(format!("{base}/chrome"))
-        .header("user-agent", chrome)
-        .send()
-        .await
-        .unwrap();
+    let r = get_as(&c, format!("{base}/chrome"), chrome).await;
     assert_eq!(r.text().await.unwrap(), BOT, "a browser claim is rewritten");
     let own = "ExampleBot/1.1 (+https://crawler.example/bot)";
-    let r = c
-        .get(format!("{base}/own"))
-        .header("user-agent", own)
-        .send()
-        .await
-        .unwrap();
+    let r = get_as(&c, format!("{base}/own"), own).await;
     assert_eq!(
         r.text().await.unwrap(),
         own,
         "the product already there: kept"
     );
     // robots.txt is read, and fetched, as the crawler: its group applies.
-    let r = c
-        .get(format!("{base}/private"))
-        .header("user-agent", chrome)
-        .send()
-        .await
-        .unwrap();
+    let r = get_as(&c, format!("{base}/private"), chrome).await;
     assert_eq!(r.status(), 403, "{}", decision(&r));
     let robots = origin
         .seen
@@ -1041,12 +1016,7 @@ async fn the_crawlers_user_agent_is_appended_a_browser_claim_rewritten_and_both_
         ),
         ("/browser", chrome, "claims a browser"),
     ] {
-        let r = c
-            .get(format!("{base}{path}"))
-            .header("user-agent", ua)
-            .send()
-            .await
-            .unwrap();
+        let r = get_as(&c, format!("{base}{path}"), ua).await;
         assert_eq!(r.status(), 403);
         let said = decision(&r);
         assert!(
@@ -1061,12 +1031,7 @@ async fn the_crawlers_user_agent_is_appended_a_browser_claim_rewritten_and_both_
         before,
         "refused before robots.txt or the page"
     );
-    let r = c
-        .get(format!("{base}/ok"))
-        .header("user-agent", BOT)
-        .send()
-        .await
-        .unwrap();
+    let r = get_as(&c, format!("{base}/ok"), BOT).await;
     assert_eq!(r.status(), 200);
     let lines = proxy.stop().await;
     let blocked = with_outcome(&lines, "blocked");

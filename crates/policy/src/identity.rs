@@ -40,7 +40,7 @@ mod form;
 mod user_agent;
 
 pub use about::{
-    about_html, jafar_json, AboutCrawler, Prefix, ABOUT_PATH, RANGES_PATH, RANGES_REL,
+    about_html, html_escape, jafar_json, AboutCrawler, Prefix, ABOUT_PATH, RANGES_PATH, RANGES_REL,
 };
 pub use accept::{challenge, AskedSignature, Challenge, Unmet, CHALLENGE_STATUSES};
 pub use card::{card_json, CARD_PATH};

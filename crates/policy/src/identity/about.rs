@@ -7,7 +7,6 @@
 
 use std::fmt::Write as _;
 use std::net::IpAddr;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use sha2::{Digest, Sha256};
 
@@ -61,8 +60,9 @@ impl std::fmt::Display for Prefix {
 }
 
 /// The JAFAR file for `prefixes`, each tagged with `service` (the product
-/// token), generated at `now`. `synctoken` changes with the prefixes only.
-pub fn jafar_json(prefixes: &[Prefix], service: &str, now: SystemTime) -> String {
+/// token), generated at `creation_time` (RFC 3339, UTC, `Z`). `synctoken`
+/// changes with the prefixes only.
+pub fn jafar_json(prefixes: &[Prefix], service: &str, creation_time: &str) -> String {
     let listed: Vec<serde_json::Value> = prefixes
         .iter()
         .map(|p| {
@@ -83,33 +83,11 @@ pub fn jafar_json(prefixes: &[Prefix], service: &str, now: SystemTime) -> String
     let doc = serde_json::json!({
         "formatVersion": "1.0",
         "synctoken": sync,
-        "creationTime": iso8601(now),
+        "creationTime": creation_time,
         "notes": format!("Egress IP ranges of {service}."),
         "prefixes": listed,
     });
     serde_json::to_string_pretty(&doc).unwrap_or_default()
-}
-
-/// `2026-12-06T00:00:00Z`.
-fn iso8601(t: SystemTime) -> String {
-    let secs = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Civil from days (H. Hinnant), for the proleptic Gregorian calendar.
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
 }
 
 /// What the page says.
@@ -131,7 +109,8 @@ pub struct AboutCrawler<'a> {
     pub ranges: &'a [Prefix],
 }
 
-fn esc(s: &str) -> String {
+/// Text made safe inside HTML elements and quoted attributes.
+pub fn html_escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
@@ -148,7 +127,7 @@ fn esc(s: &str) -> String {
 
 /// The page, HTML with no script and no outside resource.
 pub fn about_html(a: &AboutCrawler<'_>) -> String {
-    let (token, contact) = (esc(a.token), esc(a.contact));
+    let (token, contact) = (html_escape(a.token), html_escape(a.contact));
     let mut h = String::new();
     let _ = write!(
         h,
@@ -159,18 +138,21 @@ pub fn about_html(a: &AboutCrawler<'_>) -> String {
          pre{{background:#f4f4f4;padding:.6em}}</style></head><body>\n\
          <h1 id=\"name\">{token}</h1>\n<p>Requests from this crawler carry the User-Agent \
          <code id=\"user-agent\">{}</code>.</p>\n",
-        esc(a.product)
+        html_escape(a.product)
     );
     let purposes = match a.purposes.is_empty() {
         true => String::new(),
-        false => format!(" Declared purposes: {}.", esc(&a.purposes.join(", "))),
+        false => format!(
+            " Declared purposes: {}.",
+            html_escape(&a.purposes.join(", "))
+        ),
     };
     let _ = write!(
         h,
         "<h2>What it is for</h2>\n<p id=\"purpose\">{}{purposes}</p>\n\
          <p>It honours robots.txt (RFC 9309), paces itself per site, backs off on 429 and 503, \
          and asks again only for pages that changed.</p>\n",
-        esc(a.purpose)
+        html_escape(a.purpose)
     );
     let _ = write!(
         h,
@@ -182,7 +164,7 @@ pub fn about_html(a: &AboutCrawler<'_>) -> String {
         "<h2>Contact</h2>\n<p><a id=\"contact\" href=\"{contact}\">{contact}</a></p>\n"
     );
     if let Some(dir) = a.directory {
-        let dir = esc(dir);
+        let dir = html_escape(dir);
         let _ = write!(
             h,
             "<h2>Signed requests</h2>\n<p>Requests are signed (Web Bot Auth, HTTP Message \
@@ -207,7 +189,6 @@ pub fn about_html(a: &AboutCrawler<'_>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     #[test]
     fn prefixes_are_ranges_written_as_ranges() {
@@ -241,7 +222,7 @@ mod tests {
             Prefix::parse("198.51.100.0/24").unwrap(),
             Prefix::parse("2001:db8::/32").unwrap(),
         ];
-        let t = UNIX_EPOCH + Duration::from_secs(1_780_000_000);
+        let t = "2026-05-28T20:26:40Z";
         let doc: serde_json::Value =
             serde_json::from_str(&jafar_json(&p, "ExampleBot", t)).unwrap();
         assert_eq!(doc["formatVersion"], "1.0");
@@ -249,7 +230,7 @@ mod tests {
         assert_eq!(doc["prefixes"][0]["ipv4Prefix"], "198.51.100.0/24");
         assert_eq!(doc["prefixes"][1]["ipv6Prefix"], "2001:db8::/32");
         assert_eq!(doc["prefixes"][1]["service"], "ExampleBot");
-        let later = jafar_json(&p, "ExampleBot", t + Duration::from_secs(86_400));
+        let later = jafar_json(&p, "ExampleBot", "2026-05-29T20:26:40Z");
         let later: serde_json::Value = serde_json::from_str(&later).unwrap();
         assert_eq!(
             doc["synctoken"], later["synctoken"],

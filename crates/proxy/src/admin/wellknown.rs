@@ -46,15 +46,7 @@ pub(super) async fn directory(shared: &Arc<Shared>, req: &Request<Incoming>) -> 
     };
     let mut r = answer(StatusCode::OK, DIRECTORY_MEDIA_TYPE, signed.body);
     let h = r.headers_mut();
-    h.insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static(DIRECTORY_MAX_AGE),
-    );
-    // Public keys: a browser-based verifier may fetch them (draft, "CORS").
-    h.insert(
-        header::ACCESS_CONTROL_ALLOW_ORIGIN,
-        HeaderValue::from_static("*"),
-    );
+    public(h);
     for (name, value) in [
         ("content-digest", signed.content_digest),
         ("signature-input", signed.signature_input),
@@ -87,6 +79,19 @@ pub(super) fn card(shared: &Shared) -> Answer {
         HeaderValue::from_static(DIRECTORY_MAX_AGE),
     );
     r
+}
+
+/// Cached briefly, readable from any page: public keys and ranges that a
+/// browser-based verifier may fetch (the directory draft, "CORS").
+fn public(h: &mut http::HeaderMap) {
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static(DIRECTORY_MAX_AGE),
+    );
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        HeaderValue::from_static("*"),
+    );
 }
 
 fn no_page() -> Answer {
@@ -142,17 +147,10 @@ pub(super) fn ranges(shared: &Shared) -> Answer {
     let Some(ua) = live.crawler.ua_policy() else {
         return no_page();
     };
-    let body = jafar_json(&live.crawler.ranges(), ua.token(), shared.clock.wall());
+    let created = humantime::format_rfc3339_seconds(shared.clock.wall()).to_string();
+    let body = jafar_json(&live.crawler.ranges(), ua.token(), &created);
     let mut r = answer(StatusCode::OK, "application/json", body);
-    let h = r.headers_mut();
-    h.insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static(DIRECTORY_MAX_AGE),
-    );
-    h.insert(
-        header::ACCESS_CONTROL_ALLOW_ORIGIN,
-        HeaderValue::from_static("*"),
-    );
+    public(r.headers_mut());
     r
 }
 
