@@ -1158,3 +1158,148 @@ fn a_user_agent_or_range_that_would_not_parse_is_refused_at_start() {
         assert!(out.contains(says), "{value}: {out}");
     }
 }
+
+/// A Python origin on `port` that answers `page` in br when asked for br,
+/// else as is (the `brotli` module encodes).
+const BR_ORIGIN: &str = r#"
+import brotli, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+page = open(sys.argv[2], 'rb').read()
+class H(BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.path == '/robots.txt':
+            body, coding = b'User-agent: *\nAllow: /\n', None
+        elif 'br' in self.headers.get('Accept-Encoding', ''):
+            body, coding = brotli.compress(page), 'br'
+        else:
+            body, coding = page, None
+        self.send_response(200)
+        self.send_header('Content-Type', 'text/plain')
+        self.send_header('Vary', 'Accept-Encoding')
+        if coding:
+            self.send_header('Content-Encoding', coding)
+        self.send_header('Content-Length', str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        sys.stderr.write(self.headers.get('Accept-Encoding', '-') + '\n')
+HTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()
+"#;
+
+/// Kills the Python origin when the test ends, however it ends.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn a_client_without_accept_encoding_gets_the_plain_bytes_of_gzip_and_br_origins() {
+    if !have_tool("curl", "curl") || !python_module("brotli", "brotli") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new(dir.path());
+    let site = dir.path().join("site");
+    std::fs::create_dir_all(&site).unwrap();
+    let page = "A page of plain text, the same line again and again.\n".repeat(400);
+    std::fs::write(site.join("page.txt"), &page).unwrap();
+    std::fs::write(site.join("robots.txt"), "User-agent: *\nAllow: /\n").unwrap();
+    let locations = format!(
+        "gzip on; gzip_proxied any; gzip_types text/plain; gzip_min_length 1; gzip_vary on;\n\
+         location / {{ root {}; }}",
+        site.display()
+    );
+    let Some(nginx) = Nginx::start_tls(&ca, "origin.test", &locations) else {
+        return;
+    };
+    let br_port = free_port();
+    let page_path = site.join("page.txt");
+    let _br = Child(
+        std::process::Command::new("python3")
+            .args([
+                "-c",
+                BR_ORIGIN,
+                &br_port.to_string(),
+                page_path.to_str().unwrap(),
+            ])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    while tokio::net::TcpStream::connect(("127.0.0.1", br_port))
+        .await
+        .is_err()
+    {
+        tokio::task::yield_now().await;
+    }
+    let (port, roots) = (nginx.port, ca.pem_path.clone());
+    let mut proxy = TestProxy::start(|c| {
+        c.upstream.extra_roots = vec![roots];
+        resolve_to_loopback(c, &format!("origin.test:{port}"), port);
+        c.admin.listen = "127.0.0.1:0".into();
+    })
+    .await;
+    let proxy_ca = dir.path().join("proxy-ca.pem");
+    std::fs::write(&proxy_ca, &proxy.ca_pem).unwrap();
+    let curl = |url: String| {
+        let mut cmd = std::process::Command::new("curl");
+        cmd.args(["-sS", "--noproxy", "", "-x", &proxy.url(), "--cacert"])
+            .arg(&proxy_ca)
+            .arg(url);
+        cmd
+    };
+    let gz_url = format!("https://origin.test:{port}/page.txt");
+    let br_url = format!("http://127.0.0.1:{br_port}/page.txt");
+    // Twice each: the second from what the store kept (the coded body).
+    for url in [&gz_url, &gz_url, &br_url, &br_url] {
+        let got = tool_stdout(curl(url.clone())).await;
+        assert!(
+            got == page,
+            "{url}: {} bytes, not the page's {}",
+            got.len(),
+            page.len()
+        );
+    }
+    // nginx sent gzip: fewer body bytes than the page, for each page sent.
+    let log = nginx.access_log_with("/page.txt", 1);
+    let sizes: Vec<usize> = log
+        .lines()
+        .filter(|l| l.contains("GET /page.txt"))
+        .filter_map(|l| l.split("\" ").nth(1)?.split(' ').nth(1)?.parse().ok())
+        .collect();
+    assert!(
+        !sizes.is_empty() && sizes.iter().all(|s| *s < page.len() / 4),
+        "{log}"
+    );
+    let admin = proxy.admin.unwrap();
+    let metrics = reqwest::get(format!("http://{admin}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let saved: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("mannerly_compression_saved_bytes_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    // Four answers decoded, each several times smaller on the wire.
+    assert!(saved > 3 * page.len() as u64, "{saved}: {metrics}");
+    // A client asking for gzip itself gets gzip, as it asked.
+    let mut own = curl(gz_url.clone());
+    own.args([
+        "-H",
+        "Accept-Encoding: gzip",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{size_download}",
+    ]);
+    let size: usize = tool_stdout(own).await.trim().parse().unwrap();
+    assert!(size < page.len() / 4, "{size}");
+    proxy.stop().await;
+}

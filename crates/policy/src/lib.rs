@@ -7,6 +7,7 @@ mod address;
 mod audit;
 pub mod budget;
 pub mod conditional;
+pub mod encoding;
 mod headers;
 pub mod identity;
 mod outcome;

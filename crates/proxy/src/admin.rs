@@ -329,6 +329,7 @@ fn metrics(shared: &Shared, observe: &Observe) -> Answer {
     let stats = shared.audit.stats();
     g.audit_lines = stats.written.load(Ordering::Relaxed);
     g.audit_write_errors = stats.errors.load(Ordering::Relaxed);
+    g.compression_saved = shared.compression_saved.load(Ordering::Relaxed);
     answer(
         StatusCode::OK,
         "text/plain; version=0.0.4; charset=utf-8",

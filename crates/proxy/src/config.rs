@@ -422,7 +422,7 @@ pub enum AuditSync {
 }
 
 /// `[crawler]`: who the crawl is and what it is for.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CrawlerConfig {
     /// robots.txt product token; empty means the first product token of each
@@ -450,6 +450,25 @@ pub struct CrawlerConfig {
     /// The egress IP ranges (CIDR) the crawl comes from, published in the
     /// JAFAR format beside the page.
     pub egress_ranges: Vec<String>,
+    /// Ask for `gzip, br` on behalf of a client that sends no
+    /// `Accept-Encoding`, and decode for it.
+    pub compression: bool,
+}
+
+impl Default for CrawlerConfig {
+    fn default() -> Self {
+        CrawlerConfig {
+            agent: String::new(),
+            purposes: Vec::new(),
+            usage: DeclaredUse::default(),
+            user_agent: String::new(),
+            user_agent_mode: UaMode::default(),
+            browser_user_agent: BrowserUa::default(),
+            about: String::new(),
+            egress_ranges: Vec::new(),
+            compression: true,
+        }
+    }
 }
 
 impl CrawlerConfig {

@@ -12,6 +12,7 @@ mod clients;
 mod clock;
 mod config;
 mod datadir;
+mod decode;
 mod error;
 mod hosts;
 mod identity;

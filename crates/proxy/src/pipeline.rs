@@ -20,6 +20,7 @@ use http::{HeaderMap, Request, Response, StatusCode};
 use http_body::Body as _;
 use hyper::body::Incoming;
 use mannerly_policy::conditional::{self, Admission, CacheKey, CacheOutcome, Plan};
+use mannerly_policy::encoding;
 use mannerly_policy::identity::AskedSignature;
 use mannerly_policy::robots_cache::{Rules, SiteFile};
 use mannerly_policy::{parse_host_ip, AuditRecord};
@@ -129,6 +130,9 @@ struct Exchange {
     paying: Option<payment::Paying>,
     /// A 402 was answered with a payment once: never twice.
     paid_again: bool,
+    /// The client takes identity only and we ask for `gzip, br` for it:
+    /// what comes back coded is decoded for it (`crawler.compression`).
+    decode_for_client: bool,
 }
 
 /// How far a request got; a client that goes away mid-walk leaves a line
@@ -224,6 +228,7 @@ impl Exchange {
         rec.user = user;
         rec.agent = Some(request::agent(&live, req.headers()));
         let deadline = shared.clock.now() + shared.budgets.max_hold(&target.host);
+        let decode_for_client = live.crawler.compression && encoding::ask_for(req.headers());
         Exchange {
             enforce: live.policy.enforce,
             live,
@@ -247,6 +252,7 @@ impl Exchange {
             annotation: None,
             paying: None,
             paid_again: false,
+            decode_for_client,
         }
     }
 
@@ -438,6 +444,10 @@ impl Exchange {
             request::upstream_request(parts, body, &self.url, via).map_err(failure::bad_request)?;
         if let Some(validators) = &cache.validators {
             r.headers_mut().extend(validators.clone());
+        }
+        if self.decode_for_client {
+            let (name, value) = encoding::asked();
+            r.headers_mut().insert(name, value);
         }
         // 1xx interim answers go on to an HTTP/1.1 client (RFC 9110
         // §15.2); hyper's client hands them over (HTTP/1 origins only).

@@ -55,6 +55,9 @@ pub(crate) struct Shared {
     /// so a paused answer names it: the budget is the host name's, shared
     /// by all its ports.
     pub(crate) throttled_by: ThrottledBy,
+    /// Bytes the origins did not send because we asked for `gzip, br` on
+    /// behalf of clients that take identity only (decoded minus wire).
+    pub(crate) compression_saved: Arc<AtomicU64>,
     pub(crate) tracker: Tracker,
     /// Web Bot Auth signer (`[identity]`), when enabled.
     pub(crate) identity: Option<Arc<Signer>>,
@@ -141,6 +144,7 @@ impl Shared {
             cache,
             save_budgets: Notify::new(),
             throttled_by: ThrottledBy::default(),
+            compression_saved: Arc::default(),
             tracker: Tracker::new(),
             identity,
             payments: Arc::new(payments),

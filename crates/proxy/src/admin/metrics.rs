@@ -106,6 +106,8 @@ pub(crate) struct Gauges {
     pub store: mannerly_state::responses::StoreStats,
     pub audit_lines: u64,
     pub audit_write_errors: u64,
+    /// Bytes saved by asking for compression on identity-only clients' behalf.
+    pub compression_saved: u64,
     pub backend_degraded: bool,
     /// The Redis backend's counters, when budgets are shared.
     pub redis: Option<RedisCounts>,
@@ -212,6 +214,10 @@ const HELP: &[(&str, &str)] = &[
         "Pages evicted to stay under cache.max_size.",
     ),
     ("mannerly_audit_lines_total", "Audit lines written."),
+    (
+        "mannerly_compression_saved_bytes_total",
+        "Bytes the origins did not send because the proxy asked for gzip or br for clients that take identity only.",
+    ),
     (
         "mannerly_audit_write_errors_total",
         "Audit log write failures (after one, no more lines are written).",
@@ -420,6 +426,10 @@ impl Metrics {
         }
         total("mannerly_audit_lines_total", g.audit_lines);
         total("mannerly_audit_write_errors_total", g.audit_write_errors);
+        total(
+            "mannerly_compression_saved_bytes_total",
+            g.compression_saved,
+        );
         for (host, rate, ceiling, paused) in &g.labelled {
             let l = || vec![Label::new("host", host.clone())];
             gauge("mannerly_host_rate", l()).set(*rate);

@@ -3,8 +3,12 @@
 //! a stored page.
 
 use http::{Response, Version};
+use http_body::Body as _;
 use hyper::body::Incoming;
+use std::sync::atomic::Ordering;
+
 use mannerly_policy::conditional::{self, CacheOutcome};
+use mannerly_policy::encoding;
 use mannerly_policy::{strip_hop_by_hop, AuditRecord, Outcome};
 
 use super::{Exchange, Stage, StoredPage};
@@ -12,6 +16,7 @@ use crate::answer::{decision_value, header_text, Stop, DECISION, ID};
 use crate::audit::AuditedBody;
 use crate::body::{boxed, full, ProxyBody};
 use crate::cache::Tee;
+use crate::decode::{decode_all, decoded};
 use crate::error::Source;
 use crate::upstream::conns::{ConnHandle, ReleaseOnEnd};
 
@@ -68,7 +73,8 @@ impl Exchange {
     ) -> Response<ProxyBody> {
         let said = self.with_retries(details);
         let rec = self.take_record();
-        let (parts, body, rec) = forwarded_head(rec, resp, outcome, &said);
+        let (mut parts, body, rec) = forwarded_head(rec, resp, outcome, &said);
+        let body = self.decoded(&mut parts, body);
         let idle = Some(self.shared.cfg.upstream.idle_timeout);
         AuditedBody::new(body, rec, self.shared.audit.clone(), idle).respond(parts)
     }
@@ -84,11 +90,13 @@ impl Exchange {
     ) -> Response<ProxyBody> {
         let said = self.with_retries(&[]);
         let rec = self.take_record();
+        let (mut parts, body, rec) = forwarded_head(rec, resp, Outcome::Fetched, &said);
+        // The store keeps what the origin sent; the client may get it decoded.
+        let (tee, copy) = Tee::new(body, self.shared.cache.params().max_body);
+        let body = self.decoded(&mut parts, boxed(tee));
         let shared = &self.shared;
-        let (parts, body, rec) = forwarded_head(rec, resp, Outcome::Fetched, &said);
         let idle = Some(shared.cfg.upstream.idle_timeout);
-        let (tee, copy) = Tee::new(body, shared.cache.params().max_body);
-        AuditedBody::new(boxed(tee), rec, shared.audit.clone(), idle)
+        AuditedBody::new(body, rec, shared.audit.clone(), idle)
             .on_finish(shared.cache.store_when_done(meta, copy))
             .respond(parts)
     }
@@ -100,8 +108,20 @@ impl Exchange {
         let StoredPage {
             status,
             mut headers,
-            body,
+            mut body,
         } = page;
+        let coding = encoding::to_decode(status.as_u16(), &headers);
+        if let Some(coding) = coding.filter(|_| self.decode_for_client) {
+            // A stored body that does not decode goes as it was stored.
+            if let Ok(plain) = decode_all(coding, &body) {
+                let saved = plain.len().saturating_sub(body.len()) as u64;
+                self.shared
+                    .compression_saved
+                    .fetch_add(saved, Ordering::Relaxed);
+                encoding::decoded_head(&mut headers);
+                body = plain;
+            }
+        }
         let mut rec = self.take_record();
         let outcome = *rec.outcome.get_or_insert(Outcome::Fetched);
         let waited_ms = rec.waited_ms.unwrap_or(0);
@@ -120,6 +140,26 @@ impl Exchange {
         parts.status = status;
         parts.headers = headers;
         AuditedBody::new(full(body), rec, audit, None).respond(parts)
+    }
+}
+
+impl Exchange {
+    /// The client's body: decoded when we asked for compression on its
+    /// behalf and the origin used a coding we asked for.
+    fn decoded(&self, parts: &mut http::response::Parts, body: ProxyBody) -> ProxyBody {
+        let coding = encoding::to_decode(parts.status.as_u16(), &parts.headers);
+        match coding.filter(|_| self.decode_for_client) {
+            // A HEAD's answer: the head of what a GET would get, no body.
+            Some(_) if body.is_end_stream() => {
+                encoding::decoded_head(&mut parts.headers);
+                body
+            }
+            Some(coding) => {
+                encoding::decoded_head(&mut parts.headers);
+                decoded(body, coding, self.shared.compression_saved.clone())
+            }
+            None => body,
+        }
     }
 }
 
