@@ -142,15 +142,9 @@ async fn signing_proxy(
     (proxy, store.unwrap())
 }
 
-/// A proxy signing in `form`, an http origin and an https one
-/// (`secure.test`), both with `origin_handler`.
-struct Signing {
-    proxy: TestProxy,
-    store: KeyStore,
-    plain: Origin,
-    secure: Origin,
-    _dir: tempfile::TempDir,
-}
+/// A proxy signing in `form` and its keys, an http origin and an https
+/// one (`secure.test`), both with `origin_handler`, and the CA's dir.
+type Signing = (TestProxy, KeyStore, Origin, Origin, tempfile::TempDir);
 
 async fn signing(form: Form) -> Signing {
     let dir = tempfile::tempdir().unwrap();
@@ -163,13 +157,7 @@ async fn signing(form: Form) -> Signing {
         resolve_to_loopback(c, "secure.test:443", port);
     })
     .await;
-    Signing {
-        proxy,
-        store,
-        plain,
-        secure,
-        _dir: dir,
-    }
+    (proxy, store, plain, secure, dir)
 }
 
 #[tokio::test]
@@ -178,13 +166,7 @@ async fn in_the_01_form_every_request_is_signed_and_verifies_in_python_http_http
     if !python_verifier() {
         return;
     }
-    let Signing {
-        mut proxy,
-        store,
-        plain,
-        secure,
-        _dir,
-    } = signing(Form::Draft01).await;
+    let (mut proxy, store, plain, secure, _dir) = signing(Form::Draft01).await;
     let keyid = Some(KeyId::of(&store.load().unwrap().verifying_key()).to_string());
     let c = proxy.client();
     let plain_base = format!("http://127.0.0.1:{}", plain.port());
@@ -605,12 +587,7 @@ async fn a_403_with_accept_signature_is_answered_by_one_resend_signed_as_asked()
         return;
     }
     let h = handler(|req| async move {
-        let input = req
-            .headers()
-            .get("signature-input")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_string();
+        let input = signature_input(req.headers());
         let ask = |value: &'static str| {
             let mut r = text(403, "sign again");
             r.headers_mut()
@@ -709,13 +686,7 @@ async fn by_default_every_request_verifies_with_cloudflares_npm_verifier() {
     let Some(modules) = cloudflare_verifier() else {
         return;
     };
-    let Signing {
-        mut proxy,
-        store,
-        plain,
-        secure,
-        _dir,
-    } = signing(Form::Directory03).await;
+    let (mut proxy, store, plain, secure, _dir) = signing(Form::Directory03).await;
     let keyid = KeyId::of(&store.load().unwrap().verifying_key()).to_string();
     let c = proxy.client();
     let plain_base = format!("http://127.0.0.1:{}", plain.port());
@@ -761,17 +732,20 @@ async fn by_default_every_request_verifies_with_cloudflares_npm_verifier() {
     proxy.stop().await;
 }
 
+/// The `Signature-Input` an origin received, or "".
+fn signature_input(h: &hyper::HeaderMap) -> String {
+    h.get("signature-input")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string()
+}
+
 /// An origin that challenges with `Accept-Signature`: `/{401,403,429}`
 /// until the signature carries the nonce it asked for, `/again-{status}`
 /// every time, `/malformed` with a field that is no Dictionary.
 fn challenging_origin() -> Handler {
     handler(|req| async move {
-        let input = req
-            .headers()
-            .get("signature-input")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_string();
+        let input = signature_input(req.headers());
         let path = req.uri().path().to_string();
         let challenge = |status: u16, field: &str| {
             let mut r = text(status, "sign again");

@@ -17,14 +17,14 @@ use crate::body::{boxed, BoxError, ProxyBody};
 
 /// A decoder writing into a buffer that is emptied after every input.
 enum Decoder {
-    Gzip(flate2::write::MultiGzDecoder<Vec<u8>>),
+    Gzip(Box<flate2::write::MultiGzDecoder<Vec<u8>>>),
     Br(Box<brotli_decompressor::DecompressorWriter<Vec<u8>>>),
 }
 
 impl Decoder {
     fn new(coding: Coding) -> Decoder {
         match coding {
-            Coding::Gzip => Decoder::Gzip(flate2::write::MultiGzDecoder::new(Vec::new())),
+            Coding::Gzip => Decoder::Gzip(Box::new(flate2::write::MultiGzDecoder::new(Vec::new()))),
             Coding::Br => Decoder::Br(Box::new(brotli_decompressor::DecompressorWriter::new(
                 Vec::new(),
                 16 * 1024,
