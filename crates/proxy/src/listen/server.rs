@@ -133,7 +133,7 @@ impl Proxy {
         } = self;
         let admin = admin.map(|l| tokio::spawn(admin::serve(l, shared.clone(), observe.clone())));
         observe.set_ready(true);
-        let sweeper = sweep_hosts(&shared);
+        let sweeper = sweep_hosts(&shared, &observe);
         let saver = save_budgets_often(&shared);
         // cfg.proxy.threads was resolved when the pools were built.
         let shards = match Shards::start(shared.cfg.proxy.serving_threads()) {
@@ -170,13 +170,16 @@ impl Proxy {
 
 /// Hosts with nothing left to remember are dropped now and then, so memory
 /// follows the hosts in use, not every host ever seen.
-fn sweep_hosts(shared: &Arc<Shared>) -> tokio::task::JoinHandle<()> {
-    let budgets = shared.budgets.clone();
+fn sweep_hosts(shared: &Arc<Shared>, observe: &Arc<admin::Observe>) -> tokio::task::JoinHandle<()> {
+    let shared = shared.clone();
+    let observe = observe.clone();
     tokio::spawn(async move {
         let mut every = tokio::time::interval(Duration::from_secs(60));
         loop {
             every.tick().await;
-            budgets.sweep();
+            if shared.budgets.sweep() > 0 {
+                observe.swept(&shared);
+            }
         }
     })
 }
