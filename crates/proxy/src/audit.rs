@@ -391,6 +391,7 @@ pub fn open(cfg: &Config) -> Result<(AuditSink, AuditWriter), AuditError> {
         trees,
         file_start,
         witness,
+        unwitnessed: Vec::new(),
     };
     if w.lines == 0 && w.prev != GENESIS {
         // A new file continuing an earlier one starts by saying so.
@@ -552,6 +553,44 @@ mod tests {
         let lines = writer.close().expect("close");
         assert!(lines >= (THREADS * EACH) as u64, "{lines}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A checkpoint reaches the witness's queue only once its line is in
+    /// the file (and synced): sealing alone offers nothing, so a crash
+    /// between the two cannot leave the witness a head the log lacks.
+    #[test]
+    fn a_head_is_offered_to_the_witness_only_after_its_line_is_written() {
+        let (dir, mut cfg) = fresh("witness-after");
+        // Nothing listens there: heads stay queued, where the test sees them.
+        cfg.audit.witness = "http://127.0.0.1:9/heads".into();
+        let (sink, writer) = open(&cfg).expect("open");
+        let crate::config::AuditTarget::File(path) = cfg.audit_target() else {
+            panic!("a file target");
+        };
+        let queued = |sink: &super::AuditSink| {
+            sink.0
+                .log
+                .with_writer(|w| w.witness.as_ref().map(|w| w.queued()).unwrap_or_default())
+        };
+        sink.0.log.with_writer(|w| {
+            w.write_batch(vec![(Box::new(AuditRecord::default()), None)]);
+            w.seal(mannerly_policy::SealReason::Interval);
+        });
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(!text.contains("\"why\":\"interval\""), "{text}");
+        assert_eq!(
+            queued(&sink),
+            Vec::<String>::new(),
+            "offered before written"
+        );
+        sink.0.log.with_writer(super::Writer::flush);
+        let heads = queued(&sink);
+        assert_eq!(heads.len(), 1, "{heads:?}");
+        let text = std::fs::read_to_string(&path).expect("log");
+        assert!(text.lines().any(|l| l == heads[0]), "{text}");
+        drop(sink);
+        drop(writer);
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     /// A log written before format 3 (no `host_seq`, format-2 seals), then
