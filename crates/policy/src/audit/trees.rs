@@ -223,6 +223,11 @@ impl FileTrees {
         self.lines.size()
     }
 
+    /// Hosts with lines so far.
+    pub fn hosts(&self) -> usize {
+        self.entries.len()
+    }
+
     /// A host's entry.
     pub fn host(&self, host: &str) -> Option<&HostEntry> {
         self.names.get(host).map(|&p| &self.entries[p])
