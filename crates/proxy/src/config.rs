@@ -364,7 +364,7 @@ impl Default for UpstreamConfig {
 /// current file (about 300 bytes each), so an unrotated file lets a broad
 /// crawl, or a hostile client, grow it without bound. 16 MiB of lines
 /// hold at most ~60,000 hosts (lines are over 250 bytes).
-pub const DEFAULT_ROTATE_BYTES: u64 = 16 << 20;
+pub(crate) const DEFAULT_ROTATE_BYTES: u64 = 16 << 20;
 
 /// `[audit]`: where decisions are written, how durably, how sealed.
 #[derive(Clone, Debug, Deserialize)]
