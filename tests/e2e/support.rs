@@ -531,6 +531,21 @@ pub async fn wait_cache_lines(
     matching()
 }
 
+/// Waits (up to 10 s) until the audit log has a line `found` accepts, and
+/// returns it.
+pub async fn wait_audit_line(
+    path: &std::path::Path,
+    found: impl Fn(&serde_json::Value) -> bool,
+) -> Option<serde_json::Value> {
+    for _ in 0..500 {
+        if let Some(l) = audit_lines(path).into_iter().find(|l| found(l)) {
+            return Some(l);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    None
+}
+
 /// Runs the `mannerly` binary to completion: exit code, stdout + stderr.
 pub fn mannerly(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_mannerly"))

@@ -483,6 +483,9 @@ impl Exchange {
         let sending = self.shared.clock.now();
         self.rec.sent = Some(self.shared.clock.stamp());
         self.at = Stage::AtOrigin;
+        if let Some(p) = self.paying.as_mut() {
+            p.sent();
+        }
         let sent = tokio::time::timeout(first_byte, self.shared.client.request(out)).await;
         let took = self.shared.clock.now().saturating_duration_since(sending);
         self.rec.upstream_ms = Some(took.as_millis() as u64);
