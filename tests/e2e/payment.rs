@@ -685,7 +685,7 @@ async fn a_priced_request_abandoned_after_it_was_sent_keeps_its_hold() {
     };
     arrived.notified().await;
     slow.abort();
-    let gone = wait_audit_line(&proxy.audit_path, |l| {
+    let gone = line_where(&proxy.audit_path, |l| {
         l["url"].as_str().is_some_and(|u| u.ends_with("/slow/1")) && l["source"] == "client"
     })
     .await;

@@ -533,7 +533,7 @@ pub async fn wait_cache_lines(
 
 /// Waits (up to 10 s) until the audit log has a line `found` accepts, and
 /// returns it.
-pub async fn wait_audit_line(
+pub async fn line_where(
     path: &std::path::Path,
     found: impl Fn(&serde_json::Value) -> bool,
 ) -> Option<serde_json::Value> {
