@@ -604,7 +604,8 @@ mod tests {
     /// The figure in docs/audit.md: resident memory of a process writing
     /// 1,000,000 distinct hosts through the audit path, every 100,000, and
     /// the time to open the log again. `MANNERLY_ROTATE_BYTES=0` for the
-    /// unbounded writer. Run with:
+    /// unbounded writer; `MANNERLY_FIGURE_HOSTS` for another count (a
+    /// current file of the rotation size for the start time). Run with:
     /// `cargo test --release -p mannerly-proxy audit::tests::memory_figure -- --ignored --nocapture`
     #[test]
     #[ignore = "a measurement: 1,000,000 lines, seconds to minutes"]
@@ -630,7 +631,11 @@ mod tests {
         );
         let (sink, writer) = open(&cfg).expect("open");
         let started = std::time::Instant::now();
-        for from in (0..1_000_000).step_by(1000) {
+        let hosts: usize = std::env::var("MANNERLY_FIGURE_HOSTS")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(1_000_000);
+        for from in (0..hosts).step_by(1000) {
             let hosts = sink.0.log.with_writer(|w| {
                 w.write_batch(distinct_hosts(from, 1000));
                 w.trees.hosts()
