@@ -649,6 +649,13 @@ fn awkward_origin(
     })
 }
 
+/// [`awkward_origin`] whose `/slow/` pages nobody waits on.
+async fn unheld_awkward_origin(ledger_dir: &std::path::Path) -> Origin {
+    let n = || Arc::new(tokio::sync::Notify::new());
+    let billing = Arc::new(Billing::default());
+    Origin::http(awkward_origin(billing, n(), n(), ledger_dir.to_path_buf())).await
+}
+
 async fn priced(c: &reqwest::Client, port: u16, path: &str) -> (u16, String) {
     let r = c
         .get(format!("http://paid.test:{port}{path}"))
@@ -705,16 +712,8 @@ async fn a_priced_request_abandoned_after_it_was_sent_keeps_its_hold() {
 /// and the host is paid no more today.
 #[tokio::test]
 async fn a_charge_in_another_currency_is_recorded_and_refused() {
-    let billing = Arc::new(Billing::default());
     let data = tempfile::tempdir().unwrap();
-    let n = || Arc::new(tokio::sync::Notify::new());
-    let origin = Origin::http(awkward_origin(
-        billing.clone(),
-        n(),
-        n(),
-        data.path().to_path_buf(),
-    ))
-    .await;
+    let origin = unheld_awkward_origin(data.path()).await;
     let port = origin.port();
     let mut proxy = TestProxy::start(|c| paying(c, port, "USD 0.01", "USD 0.05")).await;
     let c = proxy.client();
@@ -754,16 +753,8 @@ async fn a_charge_in_another_currency_is_recorded_and_refused() {
 /// the request's line and on `/readyz`.
 #[tokio::test]
 async fn a_settlement_that_cannot_be_written_stops_paying() {
-    let billing = Arc::new(Billing::default());
-    let n = || Arc::new(tokio::sync::Notify::new());
     let data = tempfile::tempdir().unwrap();
-    let origin = Origin::http(awkward_origin(
-        billing.clone(),
-        n(),
-        n(),
-        data.path().to_path_buf(),
-    ))
-    .await;
+    let origin = unheld_awkward_origin(data.path()).await;
     let port = origin.port();
     let mut proxy = TestProxy::start(|c| {
         c.data_dir = data.path().to_path_buf();

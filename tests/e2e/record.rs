@@ -395,16 +395,10 @@ async fn inward_ipv6_ranges_are_blocked_before_connecting() {
     }
 }
 
-/// A large body (streamed while the request holds the host's turn) that
-/// trickles is cut once it falls behind `proxy.body_min_rate` after the
-/// grace: 408 `source: client` (before: held until the origin's first-byte
-/// timeout, then 504 blamed on the origin), and the host's next request
-/// is served.
-#[tokio::test]
-async fn a_trickling_large_body_is_the_client_s_408() {
+/// An origin that answers how many body bytes it got: `got N`.
+fn body_counting_origin() -> Handler {
     use http_body_util::BodyExt;
-    use std::io::{Read, Write};
-    let origin = Origin::http(handler(|req| async move {
+    handler(|req| async move {
         if req.uri().path() == "/robots.txt" {
             return text(404, "");
         }
@@ -414,8 +408,18 @@ async fn a_trickling_large_body_is_the_client_s_408() {
             .await
             .map_or(0, |b| b.to_bytes().len());
         text(200, format!("got {n}"))
-    }))
-    .await;
+    })
+}
+
+/// A large body (streamed while the request holds the host's turn) that
+/// trickles is cut once it falls behind `proxy.body_min_rate` after the
+/// grace: 408 `source: client` (before: held until the origin's first-byte
+/// timeout, then 504 blamed on the origin), and the host's next request
+/// is served.
+#[tokio::test]
+async fn a_trickling_large_body_is_the_client_s_408() {
+    use std::io::{Read, Write};
+    let origin = Origin::http(body_counting_origin()).await;
     let dir = tempfile::tempdir().unwrap();
     let env = [
         ("MANNERLY_PROXY__BODY_MIN_RATE", "500"),
@@ -490,20 +494,8 @@ async fn a_trickling_large_body_is_the_client_s_408() {
 /// at once; then the trickle ends and its body reaches the origin whole.
 #[tokio::test]
 async fn a_slow_body_does_not_hold_the_hosts_turn_from_another_client() {
-    use http_body_util::BodyExt;
     use std::io::{Read, Write};
-    let origin = Origin::http(handler(|req| async move {
-        if req.uri().path() == "/robots.txt" {
-            return text(404, "");
-        }
-        let n = req
-            .into_body()
-            .collect()
-            .await
-            .map_or(0, |b| b.to_bytes().len());
-        text(200, format!("got {n}"))
-    }))
-    .await;
+    let origin = Origin::http(body_counting_origin()).await;
     let proxy = TestProxy::start(|c| {
         c.budget.concurrency = 1;
         c.proxy.body_idle_timeout = Duration::from_secs(120);
