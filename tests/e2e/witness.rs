@@ -182,8 +182,11 @@ async fn a_witness_out_of_reach_holds_up_nothing_and_gets_the_heads_later() {
 /// killed (-9) the moment the witness receives its first head leaves a log
 /// that holds that head, so the honest log is not taken for a cut one.
 /// Checkpoints after every line and many lines at once make the writer
-/// seal in the middle of long batches, where a head sent at sealing time
-/// reaches the witness before its line reaches the file.
+/// seal in the middle of long batches. The race this guards against is
+/// narrow through the binary (the head sent at sealing time usually lost
+/// it to the write), so the order itself is pinned by the writer's unit
+/// test `a_head_is_offered_to_the_witness_only_after_its_line_is_written`;
+/// this checks the outcome a user relies on.
 #[tokio::test]
 async fn a_head_reaches_the_witness_only_once_its_line_is_in_the_file() {
     use std::io::{Read, Write};
