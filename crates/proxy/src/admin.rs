@@ -270,6 +270,12 @@ fn readyz(shared: &Shared, observe: &Observe) -> Answer {
         "store": true,
         "state_backend": if shared.budgets.shared().is_some() { "redis" } else { "memory" },
         "state": shared.budgets.state(),
+        // Paying fails closed without making the proxy unready: pages
+        // that cost nothing are still served.
+        "payments": match shared.payments.stopped() {
+            Some(why) => format!("stopped: {why}"),
+            None => "ok".to_string(),
+        },
     });
     let status = if ready {
         StatusCode::OK

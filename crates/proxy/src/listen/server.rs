@@ -184,7 +184,8 @@ fn sweep_hosts(shared: &Arc<Shared>, observe: &Arc<admin::Observe>) -> tokio::ta
     })
 }
 
-/// Budget state is saved every 5 s, and at once after a throttle.
+/// Budget state is saved every 5 s and after an operator's reset; a
+/// throttle saves before its answer (`Shared::save_budgets_now`).
 fn save_budgets_often(shared: &Arc<Shared>) -> tokio::task::JoinHandle<()> {
     let shared = shared.clone();
     tokio::spawn(async move {
@@ -324,12 +325,7 @@ impl AcceptBackoff {
 
 /// Writes the budget state that must survive a restart to the store.
 async fn save_budgets(shared: &Arc<Shared>) {
-    let (budgets, store) = (shared.budgets.clone(), shared.cache.store().clone());
-    match tokio::task::spawn_blocking(move || budgets.save(store.as_ref())).await {
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => shared.cache.failed("saving budget state", &e),
-        Err(e) => shared.cache.failed("saving budget state", &e),
-    }
+    shared.save_budgets_now().await;
 }
 
 async fn serve_client(shared: Arc<Shared>, mut stream: TcpStream, peer: SocketAddr) {
