@@ -139,7 +139,7 @@ struct Seals {
 
 /// The newest head the witness holds that `key` signed: its chain value
 /// and checkpoint. Heads come in the order the witness received them.
-fn witness_head(source: &str, key: &VerifyingKey) -> Result<(String, Checkpoint)> {
+pub(crate) fn witness_head(source: &str, key: &VerifyingKey) -> Result<(String, Checkpoint)> {
     let lines = if source.starts_with("http://") || source.starts_with("https://") {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()

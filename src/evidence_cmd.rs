@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
-use mannerly_policy::{Evidence, EvidenceBuilder};
+use mannerly_policy::{Evidence, EvidenceBuilder, SealReason};
 
-use crate::audit_cmd::{log_files, read_pubkey};
+use crate::audit_cmd::{log_files, read_pubkey, witness_head};
 
 /// Writes the evidence for `host` from the log `paths` (files in order, or
 /// directories) to `out`, and says what it holds.
@@ -54,50 +54,80 @@ pub fn write(host: &str, out: &Path, paths: &[PathBuf]) -> Result<ExitCode> {
 }
 
 /// Checks an evidence file against the key: exit 0 when every line is in
-/// the sealed log and none was left out, 1 naming the line otherwise.
-pub fn verify(pubkey: &str, file: &Path) -> Result<ExitCode> {
+/// the sealed log and none was left out, 1 naming the line otherwise, 3
+/// when every line holds but the evidence cannot show that it reaches the
+/// log's end or that a file without the site's lines had none.
+pub fn verify(pubkey: &str, file: &Path, witness: Option<&str>) -> Result<ExitCode> {
     let key = read_pubkey(pubkey)?;
+    let head = witness.map(|w| witness_head(w, &key)).transpose()?;
     let text = std::fs::read_to_string(file).with_context(|| format!("{}", file.display()))?;
     let evidence: Evidence = serde_json::from_str(&text)
         .with_context(|| format!("{}: not a mannerly evidence file", file.display()))?;
-    match evidence.verify(&key) {
+    let checked = evidence.verify(&key).and_then(|s| match &head {
+        Some((chain, cp)) => evidence.witnessed(chain, cp).map(|()| s),
+        None => Ok(s),
+    });
+    let s = match checked {
         Err(problem) => {
             println!("FAILED: {problem}");
-            Ok(ExitCode::from(1))
+            return Ok(ExitCode::from(1));
         }
-        Ok(s) => {
-            for (name, lines, ts, why) in &s.files {
-                let why = format!("{why:?}").to_lowercase();
-                println!(
-                    "{name}: {lines} lines of {}, sealed by the {why} checkpoint of {ts}",
-                    s.host
-                );
-            }
-            let start = if s.starts_log {
-                "from the start of the log"
-            } else {
-                "from the first file given (it continues an earlier one)"
-            };
-            println!(
-                "verified: {} lines of {}, {start} to the last checkpoint, each in the log sealed with the key, none left out",
-                s.lines, s.host
-            );
-            if !s.empty_files.is_empty() {
-                println!(
-                    "note: no line of {} in {}: the evidence shows none there, and cannot prove there is none",
-                    s.host,
-                    s.empty_files.join(", ")
-                );
-            }
-            if s.unsealed > 0 {
-                println!(
-                    "note: {} later lines follow the last checkpoint and are not covered",
-                    s.unsealed
-                );
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        Ok(s) => s,
+    };
+    for (name, lines, ts, why) in &s.files {
+        let why = format!("{why:?}").to_lowercase();
+        println!(
+            "{name}: {lines} lines of {}, sealed by the {why} checkpoint of {ts}",
+            s.host
+        );
     }
+    let start = if s.starts_log {
+        "from the start of the log"
+    } else {
+        "from the first file given (it continues an earlier one)"
+    };
+    let mut sure = true;
+    let end = match (&head, s.end) {
+        (Some(_), _) => "to the witness's newest checkpoint".to_string(),
+        (None, Some(SealReason::Shutdown | SealReason::Rotation)) => {
+            "to the last checkpoint (a clean stop or a rotation)".to_string()
+        }
+        (None, end) => {
+            sure = false;
+            let why = format!("{end:?}").to_lowercase();
+            format!("to a checkpoint ({why}) that is not where a log ends: the proxy was still running or stopped uncleanly, or later checkpoints were left out; --witness tells which")
+        }
+    };
+    println!(
+        "verified: {} lines of {}, {start} {end}, each in the log sealed with the key, none left out",
+        s.lines, s.host
+    );
+    if !s.absent_files.is_empty() {
+        println!(
+            "no line of {} in {}: proven by each file's host tree",
+            s.host,
+            s.absent_files.join(", ")
+        );
+    }
+    if !s.empty_files.is_empty() {
+        sure = false;
+        println!(
+            "cannot tell: no line of {} in {}, whose checkpoints (format 3) cannot prove there is none: lines there may have been removed",
+            s.host,
+            s.empty_files.join(", ")
+        );
+    }
+    if s.unsealed > 0 {
+        println!(
+            "note: the maker says {} later lines follow the last checkpoint and are not covered",
+            s.unsealed
+        );
+    }
+    Ok(if sure {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(3)
+    })
 }
 
 /// Calls `f` with each line of a file, without its newline; bytes that are

@@ -163,11 +163,19 @@ enum AuditCommand {
         files: Vec<PathBuf>,
     },
     /// Check an evidence file: exit 0 when every line is in the sealed log
-    /// and none was left out; 1 naming the line otherwise; 2: error.
+    /// and none was left out; 1 naming the line otherwise; 3: every line
+    /// holds, but the evidence cannot show where the log ends (it stops at
+    /// an interval checkpoint, or a file of a format that cannot prove a
+    /// site absent holds none of its lines); 2: error.
     VerifyEvidence {
         /// The audit public key (hex, or a file holding it).
         #[arg(long)]
         pubkey: String,
+        /// The log's witness (`audit.witness`): its URL or a file of the
+        /// heads it holds. The evidence must reach its newest head: exit 1
+        /// when the log goes on past the evidence.
+        #[arg(long)]
+        witness: Option<String>,
         /// The evidence file.
         file: PathBuf,
     },
@@ -223,8 +231,13 @@ fn main() -> ExitCode {
             command: AuditCommand::Evidence { host, out, files },
         } => evidence_cmd::write(&host, &out, &files),
         Command::Audit {
-            command: AuditCommand::VerifyEvidence { pubkey, file },
-        } => evidence_cmd::verify(&pubkey, &file),
+            command:
+                AuditCommand::VerifyEvidence {
+                    pubkey,
+                    witness,
+                    file,
+                },
+        } => evidence_cmd::verify(&pubkey, &file, witness.as_deref()),
         Command::Audit {
             command: AuditCommand::Pubkey,
         } => audit_cmd::pubkey(cli.config.as_deref()),

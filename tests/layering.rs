@@ -27,17 +27,72 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// A file's text before its `#[cfg(test)] mod tests`, or `None` for a
-/// file of tests.
+/// A file's text without its inline `#[cfg(test)] mod tests { … }`, or
+/// `None` for a file of tests. A `mod tests;` that only names a file cuts
+/// nothing: the code after it is the module's too.
 fn non_test_text(path: &Path) -> Option<String> {
     if path.file_name().is_some_and(|n| n == "tests.rs")
         || path.components().any(|c| c.as_os_str() == "tests")
     {
         return None;
     }
-    let text = fs::read_to_string(path).expect("read source");
-    let cut = text.find("#[cfg(test)]\nmod tests").unwrap_or(text.len());
-    Some(text[..cut].to_string())
+    let mut text = fs::read_to_string(path).expect("read source");
+    while let Some(at) = text.find("#[cfg(test)]\nmod tests {") {
+        let open = at + text[at..].find('{').unwrap_or(0);
+        let mut depth = 0usize;
+        let mut end = text.len();
+        for (i, c) in text[open..].char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = open + i + 1;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        text.replace_range(at..end, "");
+    }
+    Some(text)
+}
+
+/// Names the crate root re-exports (`pub use m::{A, B}` in lib.rs), by
+/// the top-level module they come from: `crate::A` is an import of `m`.
+fn root_exports(src: &Path, mods: &BTreeSet<String>) -> BTreeMap<String, String> {
+    let lib = fs::read_to_string(src.join("lib.rs")).unwrap_or_default();
+    let mut out = BTreeMap::new();
+    for stmt in lib.split(';') {
+        let Some(at) = stmt.find("use ") else {
+            continue;
+        };
+        let (before, path) = (&stmt[..at], stmt[at + 4..].trim());
+        if !before.trim_end().ends_with("pub") && !before.contains("pub(crate)") {
+            continue;
+        }
+        let path = path.strip_prefix("crate::").unwrap_or(path);
+        let module: String = path
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        if !mods.contains(&module) {
+            continue;
+        }
+        let names = match (path.find('{'), path.rfind('}')) {
+            (Some(o), Some(c)) => path[o + 1..c].to_string(),
+            _ => path.rsplit("::").next().unwrap_or("").to_string(),
+        };
+        for n in names.split(',') {
+            let n = n.rsplit("::").next().unwrap_or("").trim();
+            let n = n.rsplit(" as ").next().unwrap_or(n).trim();
+            if !n.is_empty() && n != "self" {
+                out.insert(n.to_string(), module.clone());
+            }
+        }
+    }
+    out
 }
 
 /// The top-level module a file of `src` belongs to (`None` for lib.rs).
@@ -53,8 +108,13 @@ fn top_module(src: &Path, file: &Path) -> Option<String> {
     (name != "lib" && name != "main").then_some(name)
 }
 
-/// `crate::X` names in `text` that are modules of `mods`.
-fn uses(text: &str, mods: &BTreeSet<String>) -> BTreeSet<String> {
+/// Top-level modules `text` imports: `crate::m…` for a module `m` of
+/// `mods`, or `crate::Name` for a name the root re-exports from one.
+fn uses(
+    text: &str,
+    mods: &BTreeSet<String>,
+    exports: &BTreeMap<String, String>,
+) -> BTreeSet<String> {
     let mut found = BTreeSet::new();
     let mut rest = text;
     while let Some(i) = rest.find("crate::") {
@@ -73,6 +133,8 @@ fn uses(text: &str, mods: &BTreeSet<String>) -> BTreeSet<String> {
                 .collect();
             if mods.contains(&ident) {
                 found.insert(ident);
+            } else if let Some(m) = exports.get(&ident) {
+                found.insert(m.clone());
             }
         }
     }
@@ -83,13 +145,14 @@ fn uses(text: &str, mods: &BTreeSet<String>) -> BTreeSet<String> {
 fn graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
     let files = rust_files(src);
     let mods: BTreeSet<String> = files.iter().filter_map(|f| top_module(src, f)).collect();
+    let exports = root_exports(src, &mods);
     let mut edges: BTreeMap<String, BTreeSet<String>> =
         mods.iter().map(|m| (m.clone(), BTreeSet::new())).collect();
     for f in &files {
         let (Some(m), Some(text)) = (top_module(src, f), non_test_text(f)) else {
             continue;
         };
-        let mut found = uses(&text, &mods);
+        let mut found = uses(&text, &mods, &exports);
         found.remove(&m);
         edges.entry(m).or_default().extend(found);
     }
@@ -148,9 +211,16 @@ fn no_import_circle_between_top_level_modules() {
 fn the_checker_finds_a_circle_it_is_shown() {
     let mods: BTreeSet<String> = ["a", "b", "c"].iter().map(|s| s.to_string()).collect();
     let mut edges = BTreeMap::new();
-    edges.insert("a".to_string(), uses("use crate::{b::X, other};", &mods));
-    edges.insert("b".to_string(), uses("fn f() { crate::c::g() }", &mods));
-    edges.insert("c".to_string(), uses("use crate::a;", &mods));
+    let none = BTreeMap::new();
+    edges.insert(
+        "a".to_string(),
+        uses("use crate::{b::X, other};", &mods, &none),
+    );
+    edges.insert(
+        "b".to_string(),
+        uses("fn f() { crate::c::g() }", &mods, &none),
+    );
+    edges.insert("c".to_string(), uses("use crate::a;", &mods, &none));
     assert_eq!(
         circle_from(&edges, "a"),
         Some(vec!["a".into(), "b".into(), "c".into(), "a".into()])
@@ -179,4 +249,33 @@ fn no_source_file_past_the_line_limit() {
         "over {MAX_LINES} lines:\n{}",
         long.join("\n")
     );
+}
+
+/// The graph is the real one: code after a `mod tests;` that names a file
+/// counts (an inline test module does not), and a name the crate root
+/// re-exports counts as an import of the module it comes from.
+#[test]
+fn the_checker_reads_past_a_tests_file_and_follows_root_re_exports() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path();
+    fs::write(
+        src.join("lib.rs"),
+        "mod a;\nmod b;\npub use a::{Thing, other::Other as O};\npub(crate) use b::Helper;\n",
+    )
+    .unwrap();
+    fs::write(
+        src.join("a.rs"),
+        "#[cfg(test)]\nmod tests;\n\nuse crate::Helper;\n#[cfg(test)]\nmod tests {\n    use crate::c;\n}\n",
+    )
+    .unwrap();
+    fs::write(
+        src.join("b.rs"),
+        "pub(crate) fn f() -> crate::Thing { todo!() }\n",
+    )
+    .unwrap();
+    fs::write(src.join("c.rs"), "").unwrap();
+    let edges = graph(src);
+    assert_eq!(edges["a"], BTreeSet::from(["b".to_string()]));
+    assert_eq!(edges["b"], BTreeSet::from(["a".to_string()]));
+    assert!(circle_from(&edges, "a").is_some());
 }

@@ -240,8 +240,16 @@ async fn a_stalled_stdout_reader_holds_answers_but_not_the_proxy() {
             status
         }));
     }
-    // 600 lines of ~500 bytes are several times what a pipe holds (64 KiB).
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // 600 lines of ~500 bytes are several times what a pipe holds (64 KiB):
+    // once the origin has answered every request, the answers still held
+    // are those whose lines wait for the pipe.
+    for _ in 0..1000 {
+        if origin.seen.total() >= N {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(origin.seen.total() >= N, "the origin saw every request");
     let answered = done.load(std::sync::atomic::Ordering::SeqCst);
     assert!(answered < N, "the pipe never filled: {answered} answered");
     let health = reqwest::Client::builder()

@@ -333,14 +333,16 @@ async fn never_stored_responses_are_fetched_every_time() {
         ("/vary-star", &[], "miss"),
         ("/partial", &[], "miss"),
     ];
-    for (path, headers, _) in &cases {
+    for (path, headers, cache) in &cases {
         for _ in 0..2 {
             let (status, d, _, _) = get(&c, &format!("{base}{path}"), headers).await;
             assert!(d.starts_with("fetched"), "{path}: {d}");
             assert!(status == 200 || status == 206, "{path}: {status}");
         }
-        // Give a wrongly started store write time to land before round two.
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // A store write, wrongly started, has landed once the lines say
+        // what the store did (a line waits for its write).
+        let done = wait_cache_lines(&proxy.audit_path, path, cache, 2).await;
+        assert_eq!(done.len(), 2, "{path}");
         let (_, d, _, _) = get(&c, &format!("{base}{path}"), headers).await;
         assert!(d.starts_with("fetched"), "{path}: {d}");
         assert!(
@@ -540,8 +542,7 @@ async fn a_pause_survives_kill_9_and_restart() {
     let r = proxy.client().get(&url).send().await.unwrap();
     assert_eq!(r.status(), 429);
     assert!(decision(&r).starts_with("throttled"), "{}", decision(&r));
-    // The throttle wakes the saver at once; give it a moment on a busy box.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // At once: the pause was on disk before the 429 was answered.
     proxy.kill9();
 
     let proxy = RunningBinary::start(dir.path(), &[]);
@@ -652,8 +653,22 @@ async fn a_full_disk_degrades_to_pass_through_and_is_audited_as_error() {
             assert_eq!(status, 200, "round {round} page {i}");
             assert_eq!(body, page_body(&format!("/crash{i}"), 0, 16 * 1024));
         }
-        // Let this round's store writes finish before the next.
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // This round's store writes have finished once every page's line
+        // is written (a line waits for its page's write).
+        let want = N * (round + 1);
+        let written = || {
+            audit_lines(&proxy.audit_path)
+                .iter()
+                .filter(|l| l["url"].as_str().is_some_and(|u| u.contains("/crash")))
+                .count()
+        };
+        for _ in 0..500 {
+            if written() >= want {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(written(), want, "round {round}");
     }
     let lines = proxy.stop().await;
     drop(disk);

@@ -144,3 +144,127 @@ async fn evidence_for_one_site_verifies_and_every_tampering_is_named() {
     assert_eq!(code, 1, "{said}");
     assert!(said.contains("signature does not verify"), "{said}");
 }
+
+fn verify_evidence(
+    key: &str,
+    file: &std::path::Path,
+    witness: Option<&std::path::Path>,
+) -> (i32, String) {
+    let mut args = vec!["audit", "verify-evidence", "--pubkey", key];
+    if let Some(w) = witness {
+        args.extend(["--witness", w.to_str().unwrap()]);
+    }
+    args.push(file.to_str().unwrap());
+    mannerly(&args, &[])
+}
+
+/// A file without a line of the site is proven so, and one whose lines
+/// were emptied (its leaf dropped) fails; evidence stopped at an earlier
+/// checkpoint of the last file, saying nothing is unsealed, does not
+/// pass for the log's end, and fails against the witness's heads.
+#[tokio::test]
+async fn a_site_left_out_of_a_file_or_cut_short_fails() {
+    let origin = Origin::http(ok_origin()).await;
+    let port = origin.port();
+    let mut proxy = TestProxy::start(|c| {
+        // Every batch of lines ends its file: files of one host each.
+        c.audit.rotate_bytes = 1;
+        resolve_to_loopback(c, &format!("a.test:{port}"), port);
+        resolve_to_loopback(c, &format!("b.test:{port}"), port);
+    })
+    .await;
+    let c = proxy.client();
+    get_ok(&c, &format!("http://a.test:{port}/first")).await;
+    for i in 0..3 {
+        get_ok(&c, &format!("http://b.test:{port}/b-private-{i}")).await;
+    }
+    get_ok(&c, &format!("http://a.test:{port}/last")).await;
+    let dir = proxy.audit_path.parent().unwrap().to_path_buf();
+    proxy.stop().await;
+    let key = pubkey(proxy.dir.path());
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("a.json");
+    let ev = evidence("a.test", &out, &dir);
+    let (code, said) = verify_evidence(&key, &out, None);
+    assert_eq!(code, 0, "{said}");
+    assert!(said.contains("verified: 3 lines of a.test"), "{said}");
+    assert!(said.contains("proven by each file's host tree"), "{said}");
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(!text.contains("b.test") && !text.contains("b-private"));
+
+    // The lines of a file that holds some emptied, the leaf dropped.
+    let files = ev["files"].as_array().unwrap();
+    let with = files
+        .iter()
+        .position(|f| !f["lines"].as_array().unwrap().is_empty())
+        .unwrap();
+    let mut cut = ev.clone();
+    cut["files"][with]["lines"] = serde_json::json!([]);
+    cut["files"][with]["host_leaf"] = serde_json::Value::Null;
+    let at = tmp.path().join("cut.json");
+    let (code, said) = check(&key, &cut, &at);
+    assert_eq!(code, 1, "{said}");
+    let name = files[with]["name"].as_str().unwrap();
+    assert!(
+        said.contains(&format!(
+            "FAILED: {name}: the evidence holds no line of a.test"
+        )),
+        "{said}"
+    );
+
+    // The evidence made from the log cut at the continuation checkpoint
+    // that starts the last file with lines of a.test, before those lines.
+    let last_with = files
+        .iter()
+        .rposition(|f| !f["lines"].as_array().unwrap().is_empty())
+        .unwrap();
+    let short_dir = tempfile::tempdir().unwrap();
+    for f in &files[..last_with] {
+        let n = f["name"].as_str().unwrap();
+        std::fs::copy(dir.join(n), short_dir.path().join(n)).unwrap();
+    }
+    let cut_file =
+        std::fs::read_to_string(dir.join(files[last_with]["name"].as_str().unwrap())).unwrap();
+    let first = format!("{}\n", cut_file.lines().next().unwrap());
+    assert!(first.contains("\"why\":\"continuation\""), "{first}");
+    std::fs::write(short_dir.path().join("audit.jsonl"), &first).unwrap();
+    let short = tmp.path().join("short.json");
+    let ev_short = evidence("a.test", &short, short_dir.path());
+    assert_eq!(
+        ev_short["files"].as_array().unwrap().last().unwrap()["unsealed"],
+        0
+    );
+    let (code, said) = verify_evidence(&key, &short, None);
+    assert_eq!(code, 3, "{said}");
+    assert!(said.contains("not where a log ends"), "{said}");
+    let current = proxy.audit_path.clone();
+    // What a witness holds: every checkpoint line, as written.
+    let heads: String = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .filter(|f| f.file_name().to_string_lossy().starts_with("audit.jsonl."))
+        .map(|f| f.path())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .chain([current])
+        .flat_map(|p| {
+            std::fs::read_to_string(p)
+                .unwrap()
+                .lines()
+                .filter(|l| l.contains("\"outcome\":\"checkpoint\""))
+                .map(|l| format!("{l}\n"))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let witness = tmp.path().join("heads.jsonl");
+    std::fs::write(&witness, heads).unwrap();
+    let (code, said) = verify_evidence(&key, &short, Some(&witness));
+    assert_eq!(code, 1, "{said}");
+    assert!(said.contains("the log goes on past the evidence"), "{said}");
+    let (code, said) = verify_evidence(&key, &out, Some(&witness));
+    assert_eq!(code, 0, "{said}");
+    assert!(
+        said.contains("to the witness's newest checkpoint"),
+        "{said}"
+    );
+}

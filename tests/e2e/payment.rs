@@ -612,3 +612,188 @@ async fn two_proxies_sharing_redis_share_one_days_limit() {
     let charged: Vec<_> = lines.iter().filter(|l| l["charged"].is_string()).collect();
     assert_eq!(sum_cents(&charged, "charged"), 10);
 }
+
+// === Money that may have been spent ===
+
+/// The Pay Per Crawl origin, with `/slow/N` held until `go` is notified
+/// (it says `arrived` first), `/eur/N` charged in euros, and `/break/N`
+/// making the proxy's ledger unwritable (a directory where its temporary
+/// file goes) before it answers.
+fn awkward_origin(
+    billing: Arc<Billing>,
+    arrived: Arc<tokio::sync::Notify>,
+    go: Arc<tokio::sync::Notify>,
+    ledger_dir: std::path::PathBuf,
+) -> Handler {
+    let inner = pay_per_crawl_origin(billing);
+    handler(move |req| {
+        let (inner, arrived, go) = (inner.clone(), arrived.clone(), go.clone());
+        let ledger_dir = ledger_dir.clone();
+        async move {
+            let path = req.uri().path().to_string();
+            if path.starts_with("/slow/") {
+                arrived.notify_one();
+                go.notified().await;
+            }
+            if path.starts_with("/break/") {
+                let tmp = ledger_dir.join("payments.json.tmp");
+                std::fs::create_dir_all(tmp.join("in-the-way")).unwrap();
+            }
+            let mut r = inner(req).await;
+            if path.starts_with("/eur/") && r.status() == 200 {
+                r.headers_mut()
+                    .insert("crawler-charged", "EUR 0.01".parse().unwrap());
+            }
+            r
+        }
+    })
+}
+
+/// [`awkward_origin`] whose `/slow/` pages nobody waits on.
+async fn unheld_awkward_origin(ledger_dir: &std::path::Path) -> Origin {
+    let n = || Arc::new(tokio::sync::Notify::new());
+    let billing = Arc::new(Billing::default());
+    Origin::http(awkward_origin(billing, n(), n(), ledger_dir.to_path_buf())).await
+}
+
+async fn priced(c: &reqwest::Client, port: u16, path: &str) -> (u16, String) {
+    let r = c
+        .get(format!("http://paid.test:{port}{path}"))
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), decision(&r))
+}
+
+/// A client that gives up on a priced request after it reached the site
+/// leaves the hold standing (the site may charge it): the day's limit of
+/// one page is spent, and the next page is refused unsent.
+#[tokio::test]
+async fn a_priced_request_abandoned_after_it_was_sent_keeps_its_hold() {
+    let billing = Arc::new(Billing::default());
+    let (arrived, go) = (
+        Arc::new(tokio::sync::Notify::new()),
+        Arc::new(tokio::sync::Notify::new()),
+    );
+    let data = tempfile::tempdir().unwrap();
+    let origin = Origin::http(awkward_origin(
+        billing.clone(),
+        arrived.clone(),
+        go.clone(),
+        data.path().to_path_buf(),
+    ))
+    .await;
+    let port = origin.port();
+    let mut proxy = TestProxy::start(|c| paying(c, port, "USD 0.01", "USD 0.01")).await;
+    let c = proxy.client();
+    let slow = {
+        let c = c.clone();
+        tokio::spawn(async move { priced(&c, port, "/slow/1").await })
+    };
+    arrived.notified().await;
+    slow.abort();
+    let gone = line_where(&proxy.audit_path, |l| {
+        l["url"].as_str().is_some_and(|u| u.ends_with("/slow/1")) && l["source"] == "client"
+    })
+    .await;
+    assert!(gone.is_some(), "the abandoned request's line");
+    let (status, said) = priced(&c, port, "/p/2").await;
+    assert_eq!(status, 402, "{said}");
+    assert!(
+        said.starts_with("payment_refused;") && said.contains("limit=per_day"),
+        "{said}"
+    );
+    go.notify_waiters();
+    proxy.stop().await;
+    assert_eq!(origin.seen.count("/p/2"), 0, "refused unsent");
+}
+
+/// A charge in another currency is on the line, counted as the price held,
+/// and the host is paid no more today.
+#[tokio::test]
+async fn a_charge_in_another_currency_is_recorded_and_refused() {
+    let data = tempfile::tempdir().unwrap();
+    let origin = unheld_awkward_origin(data.path()).await;
+    let port = origin.port();
+    let mut proxy = TestProxy::start(|c| paying(c, port, "USD 0.01", "USD 0.05")).await;
+    let c = proxy.client();
+    assert_eq!(priced(&c, port, "/eur/1").await.0, 200);
+    let (status, said) = priced(&c, port, "/p/2").await;
+    assert_eq!(status, 402, "{said}");
+    assert!(said.contains("limit=currency"), "{said}");
+    let lines = proxy.stop().await;
+    let eur = lines
+        .iter()
+        .find(|l| l["url"].as_str().is_some_and(|u| u.ends_with("/eur/1")))
+        .unwrap();
+    assert_eq!(eur["charged"], "EUR 0.01", "{eur}");
+    assert_eq!(eur["pay_limit"], "currency", "{eur}");
+    assert!(
+        eur["pay_error"]
+            .as_str()
+            .unwrap()
+            .contains("another currency"),
+        "{eur}"
+    );
+    let ledger: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(proxy.dir.path().join("payments.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        ledger["hosts"]["paid.test"]["spent"], "USD 0.01",
+        "{ledger}"
+    );
+    assert_eq!(
+        ledger["hosts"]["paid.test"]["foreign"], "EUR 0.01",
+        "{ledger}"
+    );
+    assert_eq!(origin.seen.count("/p/2"), 0, "refused unsent");
+}
+
+/// A settlement the ledger cannot take stops all further paying, said on
+/// the request's line and on `/readyz`.
+#[tokio::test]
+async fn a_settlement_that_cannot_be_written_stops_paying() {
+    let data = tempfile::tempdir().unwrap();
+    let origin = unheld_awkward_origin(data.path()).await;
+    let port = origin.port();
+    let mut proxy = TestProxy::start(|c| {
+        c.data_dir = data.path().to_path_buf();
+        c.audit.path = data.path().join("audit.jsonl").display().to_string();
+        c.admin.listen = "127.0.0.1:0".into();
+        paying(c, port, "USD 0.01", "USD 0.05");
+    })
+    .await;
+    let c = proxy.client();
+    assert_eq!(priced(&c, port, "/p/1").await.0, 200);
+    assert_eq!(priced(&c, port, "/break/2").await.0, 200);
+    let (status, said) = priced(&c, port, "/p/3").await;
+    assert_eq!(status, 402, "{said}");
+    assert!(said.contains("limit=ledger"), "{said}");
+    let ready = reqwest::get(format!("http://{}/readyz", proxy.admin.unwrap()))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let ready: serde_json::Value = serde_json::from_str(&ready).unwrap();
+    assert!(
+        ready["payments"]
+            .as_str()
+            .unwrap()
+            .starts_with("stopped: a settlement could not be written"),
+        "{ready}"
+    );
+    let lines = proxy.stop().await;
+    let broke = lines
+        .iter()
+        .find(|l| l["url"].as_str().is_some_and(|u| u.ends_with("/break/2")))
+        .unwrap();
+    assert!(
+        broke["pay_error"]
+            .as_str()
+            .unwrap()
+            .contains("paying is stopped"),
+        "{broke}"
+    );
+    assert_eq!(origin.seen.count("/p/3"), 0, "refused unsent");
+}

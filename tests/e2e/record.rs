@@ -8,20 +8,6 @@ use std::time::Duration;
 
 use super::support::*;
 
-/// Waits (bounded) until the audit log has a line matching `pred`.
-async fn line_where(
-    path: &std::path::Path,
-    pred: impl Fn(&serde_json::Value) -> bool,
-) -> Option<serde_json::Value> {
-    for _ in 0..300 {
-        if let Some(l) = audit_lines(path).into_iter().find(&pred) {
-            return Some(l);
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    None
-}
-
 /// Waits (bounded) until the origin has seen `path`.
 async fn origin_saw(origin: &Origin, path: &str) {
     for _ in 0..300 {
@@ -409,16 +395,10 @@ async fn inward_ipv6_ranges_are_blocked_before_connecting() {
     }
 }
 
-/// A large body (streamed while the request holds the host's turn) that
-/// trickles is cut once it falls behind `proxy.body_min_rate` after the
-/// grace: 408 `source: client` (before: held until the origin's first-byte
-/// timeout, then 504 blamed on the origin), and the host's next request
-/// is served.
-#[tokio::test]
-async fn a_trickling_large_body_is_the_client_s_408() {
+/// An origin that answers how many body bytes it got: `got N`.
+fn body_counting_origin() -> Handler {
     use http_body_util::BodyExt;
-    use std::io::{Read, Write};
-    let origin = Origin::http(handler(|req| async move {
+    handler(|req| async move {
         if req.uri().path() == "/robots.txt" {
             return text(404, "");
         }
@@ -428,8 +408,18 @@ async fn a_trickling_large_body_is_the_client_s_408() {
             .await
             .map_or(0, |b| b.to_bytes().len());
         text(200, format!("got {n}"))
-    }))
-    .await;
+    })
+}
+
+/// A large body (streamed while the request holds the host's turn) that
+/// trickles is cut once it falls behind `proxy.body_min_rate` after the
+/// grace: 408 `source: client` (before: held until the origin's first-byte
+/// timeout, then 504 blamed on the origin), and the host's next request
+/// is served.
+#[tokio::test]
+async fn a_trickling_large_body_is_the_client_s_408() {
+    use std::io::{Read, Write};
+    let origin = Origin::http(body_counting_origin()).await;
     let dir = tempfile::tempdir().unwrap();
     let env = [
         ("MANNERLY_PROXY__BODY_MIN_RATE", "500"),
@@ -496,4 +486,68 @@ async fn a_trickling_large_body_is_the_client_s_408() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
+}
+
+/// A client trickling a 2 MB body (1.2 MB at once, then nothing for as
+/// long as the test takes) holds nothing of the host's while it does: with
+/// one slot per host, another client's page to the same host is answered
+/// at once; then the trickle ends and its body reaches the origin whole.
+#[tokio::test]
+async fn a_slow_body_does_not_hold_the_hosts_turn_from_another_client() {
+    use std::io::{Read, Write};
+    let origin = Origin::http(body_counting_origin()).await;
+    let proxy = TestProxy::start(|c| {
+        c.budget.concurrency = 1;
+        c.proxy.body_idle_timeout = Duration::from_secs(120);
+    })
+    .await;
+    let url = format!("http://127.0.0.1:{}/upload", origin.port());
+    const LEN: usize = 2_000_000;
+    let mut conn = std::net::TcpStream::connect(proxy.addr).unwrap();
+    write!(
+        conn,
+        "POST {url} HTTP/1.1\r\nHost: x\r\nContent-Length: {LEN}\r\n\r\n"
+    )
+    .unwrap();
+    let first = vec![b'x'; 1_200_000];
+    let writer = std::thread::spawn(move || {
+        conn.write_all(&first).unwrap();
+        conn
+    });
+    // Written: the proxy has read most of it (socket buffers hold far
+    // less than 1.2 MB), so the upload is in its hands.
+    let mut conn = tokio::task::spawn_blocking(move || writer.join().unwrap())
+        .await
+        .unwrap();
+    let page = proxy
+        .client()
+        .get(format!("http://127.0.0.1:{}/page", origin.port()))
+        .timeout(Duration::from_secs(20))
+        .send()
+        .await
+        .expect("answered while the upload trickles");
+    assert_eq!(page.status(), 200, "{}", decision(&page));
+    assert_eq!(
+        origin.seen.count("/upload"),
+        0,
+        "the upload is not sent yet"
+    );
+    let answer = tokio::task::spawn_blocking(move || {
+        conn.write_all(&vec![b'y'; LEN - 1_200_000]).unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !String::from_utf8_lossy(&got).contains(&format!("got {LEN}")) {
+            match conn.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+        String::from_utf8_lossy(&got).to_string()
+    })
+    .await
+    .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains(&format!("got {LEN}")), "{answer}");
 }

@@ -402,6 +402,8 @@ pub struct RunningBinary {
     pub addr: String,
     /// The admin listener (`host:port`).
     pub admin: String,
+    /// Its log (stderr) so far, passed on to the test's stderr as it comes.
+    log: Arc<Mutex<Vec<String>>>,
 }
 
 impl RunningBinary {
@@ -418,11 +420,23 @@ impl RunningBinary {
             .env("MANNERLY_BUDGET__MAX_RATE", "1000")
             .env("MANNERLY_BUDGET__BURST", "1000")
             .env("MANNERLY_BUDGET__CONCURRENCY", "1000")
-            .stdout(std::process::Stdio::piped());
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
         for (k, v) in env {
             cmd.env(k, v);
         }
         let mut child = cmd.spawn().unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (stderr, kept) = (child.stderr.take().unwrap(), log.clone());
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                eprintln!("{line}");
+                kept.lock().unwrap().push(line);
+            }
+        });
         // The banner is on stdout; logs stay on stderr.
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
@@ -449,7 +463,24 @@ impl RunningBinary {
                 _ => addr = a,
             }
         }
-        RunningBinary { child, addr, admin }
+        RunningBinary {
+            child,
+            addr,
+            admin,
+            log,
+        }
+    }
+
+    /// Waits (up to 10 s) until a line of its log holds `needle`; whether
+    /// one did.
+    pub async fn logged(&self, needle: &str) -> bool {
+        for _ in 0..500 {
+            if self.log.lock().unwrap().iter().any(|l| l.contains(needle)) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        false
     }
 
     pub fn client(&self) -> reqwest::Client {
@@ -529,6 +560,21 @@ pub async fn wait_cache_lines(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     matching()
+}
+
+/// Waits (up to 10 s) until the audit log has a line `found` accepts, and
+/// returns it.
+pub async fn line_where(
+    path: &std::path::Path,
+    found: impl Fn(&serde_json::Value) -> bool,
+) -> Option<serde_json::Value> {
+    for _ in 0..500 {
+        if let Some(l) = audit_lines(path).into_iter().find(|l| found(l)) {
+            return Some(l);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    None
 }
 
 /// Runs the `mannerly` binary to completion: exit code, stdout + stderr.

@@ -34,6 +34,34 @@ fn recipe(heading: &str) -> Vec<String> {
     lines
 }
 
+/// The decision lines the README shows as output (`# mannerly-decision:
+/// …` comments) in the blocks after `heading`, with the annotation in
+/// parentheses that may follow one removed.
+fn shown_decisions(heading: &str) -> Vec<String> {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let from = readme.find(heading).expect("the README has the recipe");
+    let end = readme[from + heading.len()..]
+        .find("\n### ")
+        .map_or(readme.len(), |i| from + heading.len() + i);
+    readme[from..end]
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("# "))
+        .filter(|l| l.starts_with("mannerly-decision:"))
+        .map(|l| l.split("  ").next().unwrap_or(l).trim().to_string())
+        .collect()
+}
+
+/// The answer's decision line, as the README would show it.
+fn decision_line(answer: &str) -> String {
+    answer
+        .lines()
+        .find(|l| l.starts_with("mannerly-decision:"))
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
 fn sh(dir: &std::path::Path, line: &str) -> std::process::Output {
     Command::new("sh")
         .arg("-c")
@@ -140,7 +168,8 @@ fn the_readme_local_https_origin_answers_200_through_the_proxy() {
     let (_proxy, addr) = start_proxy(work.path(), data.path(), &lines[2]);
     let out = curl(data.path(), &addr);
     assert!(out.starts_with("HTTP/2 200"), "{out}");
-    assert!(out.contains("mannerly-decision: fetched"), "{out}");
+    let shown = shown_decisions("An HTTPS origin of your own");
+    assert_eq!(shown.last(), Some(&decision_line(&out)), "{out}");
     assert!(out.contains("hello over TLS"), "{out}");
 
     // Without it: a 503 that says what is wrong and how to fix it.
@@ -151,4 +180,53 @@ fn the_readme_local_https_origin_answers_200_through_the_proxy() {
     assert!(out.contains("robots_unavailable"), "{out}");
     assert!(out.contains("CA:TRUE"), "{out}");
     assert!(out.contains("--local cert.pem"), "{out}");
+}
+
+/// The README's first page on this machine, as it writes it: any local
+/// origin, `mannerly run --local`, and curl's answer with the decision
+/// line the README shows.
+#[test]
+fn the_readme_first_page_shows_the_decision_the_build_gives() {
+    if !(have_tool("python3", "python3") && have_tool("curl", "curl")) {
+        return;
+    }
+    let heading = "### Try it on this machine";
+    let lines = recipe(heading);
+    // The first block; the next is the HTTPS recipe.
+    assert_eq!(
+        lines[2],
+        "curl -x http://127.0.0.1:3128 -i http://127.0.0.1:8000/"
+    );
+    let work = tempfile::tempdir().unwrap();
+    let port = free_port().to_string();
+    let serve = lines[0].split(" #").next().unwrap_or_default();
+    let serve = serve
+        .trim()
+        .trim_end_matches('&')
+        .trim()
+        .replace("8000", &port);
+    let origin = Command::new("sh")
+        .arg("-c")
+        .arg(format!("exec {serve}"))
+        .current_dir(work.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _origin = Killed(origin);
+    wait_for_port(port.parse().unwrap());
+
+    let data = tempfile::tempdir().unwrap();
+    let (_proxy, addr) = start_proxy(work.path(), data.path(), &lines[1]);
+    let line = lines[2]
+        .replace("http://127.0.0.1:3128", &format!("http://{addr}"))
+        .replace("8000", &port);
+    let out = sh(work.path(), &format!("{line} -sS"));
+    let out = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    assert_eq!(
+        shown_decisions(heading).first(),
+        Some(&decision_line(&out)),
+        "{out}"
+    );
 }

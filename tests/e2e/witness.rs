@@ -177,3 +177,90 @@ async fn a_witness_out_of_reach_holds_up_nothing_and_gets_the_heads_later() {
     let (code, out) = verify(&pubkey(dir.path()), Some(&witness.url), &log);
     assert_eq!(code, 0, "{out}");
 }
+
+/// A head is POSTed only once its line is written and synced: the proxy
+/// killed (-9) the moment the witness receives its first head leaves a log
+/// that holds that head, so the honest log is not taken for a cut one.
+/// Checkpoints after every line and many lines at once make the writer
+/// seal in the middle of long batches. The race this guards against is
+/// narrow through the binary (the head sent at sealing time usually lost
+/// it to the write), so the order itself is pinned by the writer's unit
+/// test `a_head_is_offered_to_the_witness_only_after_its_line_is_written`;
+/// this checks the outcome a user relies on.
+#[tokio::test]
+async fn a_head_reaches_the_witness_only_once_its_line_is_in_the_file() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/heads", listener.local_addr().unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let origin = Origin::http(ok_origin()).await;
+    let proxy = RunningBinary::start(
+        dir.path(),
+        &[
+            ("MANNERLY_AUDIT__WITNESS", url.as_str()),
+            ("MANNERLY_AUDIT__CHECKPOINT_LINES", "1"),
+        ],
+    );
+    let pid = proxy.child.id() as libc::pid_t;
+    // The witness: takes the first head, kills the proxy before answering.
+    let witness = std::thread::spawn(move || {
+        let (mut conn, _) = listener.accept().unwrap();
+        let mut got = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            let n = conn.read(&mut chunk).unwrap();
+            assert!(n > 0, "the witness's connection closed early");
+            got.extend_from_slice(&chunk[..n]);
+            let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") else {
+                continue;
+            };
+            let head = String::from_utf8_lossy(&got[..end]).to_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|n| n.trim().parse().ok())
+                .unwrap_or(0);
+            if got.len() >= end + 4 + len {
+                // SAFETY-free: kill(2) on the child's own pid.
+                let killed = unsafe { libc::kill(pid, libc::SIGKILL) };
+                assert_eq!(killed, 0);
+                let _ = conn.write_all(b"HTTP/1.1 204 No Content\r\n\r\n");
+                return String::from_utf8_lossy(&got[end + 4..end + 4 + len]).to_string();
+            }
+        }
+    });
+    let c = proxy.client();
+    let pages: Vec<_> = (0..300)
+        .map(|i| {
+            let c = c.clone();
+            let url = format!("http://127.0.0.1:{}/p{i}", origin.port());
+            tokio::spawn(async move { c.get(url).send().await })
+        })
+        .collect();
+    for p in pages {
+        // Many are cut off by the kill; the lines written are what counts.
+        let _ = p.await;
+    }
+    let head = tokio::task::spawn_blocking(move || witness.join().unwrap())
+        .await
+        .unwrap();
+    let mut proxy = proxy;
+    let status = tokio::task::spawn_blocking(move || proxy.child.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(!status.success(), "{status}");
+    let log = dir.path().join("audit.jsonl");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.lines().any(|l| l == head.trim()),
+        "the witness holds a head the log does not: {head}"
+    );
+    let heads = dir.path().join("heads.jsonl");
+    std::fs::write(&heads, format!("{}\n", head.trim())).unwrap();
+    let (code, out) = verify(&pubkey(dir.path()), Some(heads.to_str().unwrap()), &log);
+    assert_ne!(code, 1, "{out}");
+    assert!(
+        out.contains("the log holds the witness's newest head"),
+        "{out}"
+    );
+}

@@ -23,8 +23,8 @@ mod verify;
 
 pub use checkpoint::{hex, parse_public_key, Checkpoint, Commits, SealReason, CHECKPOINT};
 pub use evidence::{
-    Evidence, EvidenceBuilder, EvidenceFile, EvidenceProblem, EvidenceSummary, HostProof,
-    IndexedLine, ProvenLine,
+    AbsentProof, Evidence, EvidenceBuilder, EvidenceFile, EvidenceProblem, EvidenceSummary,
+    HostProof, IndexedLine, ProvenLine,
 };
 pub use trees::{FileTrees, Heads, HostEntry};
 pub use verify::{FileReport, Problem, Report, Verifier};

@@ -23,9 +23,9 @@ mod whitespace;
 pub use address::{classify_ip, parse_host_ip, AddressClass};
 pub use audit::{
     chain_line, chain_onto, hex, last_chain, parse_public_key, split_line, verify_chain,
-    AuditRecord, ChainError, Checkpoint, Commits, Evidence, EvidenceBuilder, EvidenceFile,
-    EvidenceProblem, EvidenceSummary, FileReport, FileTrees, Heads, HostEntry, HostProof,
-    IndexedLine, Problem, ProvenLine, Report, SealReason, Verifier, CHECKPOINT, GENESIS,
+    AbsentProof, AuditRecord, ChainError, Checkpoint, Commits, Evidence, EvidenceBuilder,
+    EvidenceFile, EvidenceProblem, EvidenceSummary, FileReport, FileTrees, Heads, HostEntry,
+    HostProof, IndexedLine, Problem, ProvenLine, Report, SealReason, Verifier, CHECKPOINT, GENESIS,
 };
 pub use ed25519_dalek::{SigningKey, VerifyingKey};
 pub use headers::strip_hop_by_hop;

@@ -19,7 +19,7 @@ mod ledger;
 mod limits;
 mod money;
 
-pub use ledger::{Hold, HostSpend, Ledger};
+pub use ledger::{Hold, HostSpend, Ledger, Settled};
 pub use limits::{Offer, Over, PaymentParams, X402Asset};
 pub use money::{Money, MoneyError, SumError};
 

@@ -57,6 +57,12 @@ pub(crate) struct Observe {
 }
 
 impl Observe {
+    /// After the budgets' sweep: the hosts it dropped are marked forgotten.
+    pub(crate) fn swept(&self, shared: &Shared) {
+        self.activity
+            .mark_forgotten(self.clock.wall(), |h| host_view(shared, h).is_some());
+    }
+
     pub(crate) fn new(cfg: &AdminConfig, clock: Clock) -> Arc<Observe> {
         Arc::new(Observe {
             metrics: Metrics::new(&cfg.host_labels),
@@ -267,6 +273,12 @@ fn readyz(shared: &Shared, observe: &Observe) -> Answer {
         "store": true,
         "state_backend": if shared.budgets.shared().is_some() { "redis" } else { "memory" },
         "state": shared.budgets.state(),
+        // Paying fails closed without making the proxy unready: pages
+        // that cost nothing are still served.
+        "payments": match shared.payments.stopped() {
+            Some(why) => format!("stopped: {why}"),
+            None => "ok".to_string(),
+        },
     });
     let status = if ready {
         StatusCode::OK
@@ -502,12 +514,32 @@ fn host_entry(
 fn show(shared: &Shared, observe: &Observe, host: &str) -> Answer {
     let key = host_key(host).into_owned();
     let Some(v) = host_view(shared, &key) else {
-        return error(StatusCode::NOT_FOUND, &format!("{key} is not tracked"));
+        let said = match observe.activity.with(&key, |a| (a.forgotten_ms, a.last_ms)) {
+            Some((Some(at), last)) => forgotten_text(&key, at, last),
+            _ => format!("{key} is not tracked"),
+        };
+        return error(StatusCode::NOT_FOUND, &said);
     };
     let p = host_params(shared, &key);
     json(
         StatusCode::OK,
         &hosts::detail(key, &v, &p, &observe.activity, shared.clock.wall()),
+    )
+}
+
+/// A host dropped by the sweep had nothing learned to keep; saying so
+/// (and when) tells the operator its next request starts afresh, where
+/// "not tracked" reads as if the proxy had never seen it.
+fn forgotten_text(key: &str, at_ms: u64, last_ms: u64) -> String {
+    let time = |ms: u64| {
+        humantime::format_rfc3339_seconds(
+            std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms),
+        )
+    };
+    format!(
+        "{key} was forgotten at {} after it went idle (last request {}): its budget held nothing to keep (no pause, no lowered ceiling, its pace at the start rate), so its next request starts a fresh one",
+        time(at_ms),
+        time(last_ms),
     )
 }
 
@@ -592,7 +624,16 @@ fn pct_decode(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::pct_decode;
+    use super::{forgotten_text, pct_decode};
+
+    #[test]
+    fn a_forgotten_host_is_told_as_forgotten_with_both_times() {
+        let said = forgotten_text("example.org", 1_796_515_260_000, 1_796_515_200_000);
+        assert_eq!(
+            said,
+            "example.org was forgotten at 2026-12-06T00:01:00Z after it went idle (last request 2026-12-06T00:00:00Z): its budget held nothing to keep (no pause, no lowered ceiling, its pace at the start rate), so its next request starts a fresh one"
+        );
+    }
 
     #[test]
     fn percent_decoding_keeps_bad_escapes() {

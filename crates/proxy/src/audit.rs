@@ -391,6 +391,7 @@ pub fn open(cfg: &Config) -> Result<(AuditSink, AuditWriter), AuditError> {
         trees,
         file_start,
         witness,
+        unwitnessed: Vec::new(),
     };
     if w.lines == 0 && w.prev != GENESIS {
         // A new file continuing an earlier one starts by saying so.
@@ -552,6 +553,157 @@ mod tests {
         let lines = writer.close().expect("close");
         assert!(lines >= (THREADS * EACH) as u64, "{lines}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Records of `n` hosts never seen before, from `from` on, as a broad
+    /// crawl (or a client naming made-up hosts) sends them.
+    fn distinct_hosts(from: usize, n: usize) -> Vec<super::Queued> {
+        (from..from + n)
+            .map(|i| {
+                let host = format!("h{i}.example");
+                let rec = AuditRecord {
+                    ts: "2026-12-01T00:00:00.000Z".into(),
+                    id: format!("{i:016x}"),
+                    method: "GET".into(),
+                    url: format!("http://{host}/"),
+                    host,
+                    ..AuditRecord::default()
+                };
+                (Box::new(rec), None)
+            })
+            .collect()
+    }
+
+    /// The writer keeps an entry per host of the current file: with the
+    /// default configuration the file rotates by size, so a stream of new
+    /// host names cannot grow that state past what one file holds.
+    #[test]
+    fn new_hosts_without_end_do_not_grow_the_writer_past_one_files_worth() {
+        let (dir, cfg) = fresh("bounded-hosts");
+        let (sink, writer) = open(&cfg).expect("open");
+        let (mut most, mut rotations, mut before) = (0, 0, 0);
+        let total = 150_000;
+        for from in (0..total).step_by(1000) {
+            let hosts = sink.0.log.with_writer(|w| {
+                w.write_batch(distinct_hosts(from, 1000));
+                w.trees.hosts()
+            });
+            most = most.max(hosts);
+            if hosts < before {
+                rotations += 1;
+            }
+            before = hosts;
+        }
+        assert!(rotations >= 1, "{total} hosts and no rotation");
+        assert!(most < total / 2, "the writer held {most} hosts at once");
+        drop(sink);
+        writer.close().expect("close");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// The figure in docs/audit.md: resident memory of a process writing
+    /// 1,000,000 distinct hosts through the audit path, every 100,000, and
+    /// the time to open the log again. `MANNERLY_ROTATE_BYTES=0` for the
+    /// unbounded writer; `MANNERLY_FIGURE_HOSTS` for another count (a
+    /// current file of the rotation size for the start time). Run with:
+    /// `cargo test --release -p mannerly-proxy audit::tests::memory_figure -- --ignored --nocapture`
+    #[test]
+    #[ignore = "a measurement: 1,000,000 lines, seconds to minutes"]
+    // The figure is the machine's own time: no clock of the proxy to read.
+    #[allow(clippy::disallowed_methods)]
+    fn memory_figure() {
+        let rss = || {
+            std::fs::read_to_string("/proc/self/status")
+                .unwrap_or_default()
+                .lines()
+                .find_map(|l| l.strip_prefix("VmRSS:").map(|v| v.trim().to_string()))
+                .unwrap_or_default()
+        };
+        let (dir, mut cfg) = fresh("memory-figure");
+        if let Some(b) = std::env::var("MANNERLY_ROTATE_BYTES")
+            .ok()
+            .and_then(|b| b.parse().ok())
+        {
+            cfg.audit.rotate_bytes = b;
+        }
+        println!(
+            "rotate_bytes = {}; before: VmRSS {}",
+            cfg.audit.rotate_bytes,
+            rss()
+        );
+        let (sink, writer) = open(&cfg).expect("open");
+        let started = std::time::Instant::now();
+        let hosts: usize = std::env::var("MANNERLY_FIGURE_HOSTS")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(1_000_000);
+        for from in (0..hosts).step_by(1000) {
+            let hosts = sink.0.log.with_writer(|w| {
+                w.write_batch(distinct_hosts(from, 1000));
+                w.trees.hosts()
+            });
+            if (from + 1000) % 100_000 == 0 {
+                println!(
+                    "{:>9} hosts: VmRSS {}, {hosts} in the current file",
+                    from + 1000,
+                    rss()
+                );
+            }
+        }
+        println!("written in {:.1} s", started.elapsed().as_secs_f64());
+        drop(sink);
+        writer.close().expect("close");
+        let crate::config::AuditTarget::File(path) = cfg.audit_target() else {
+            panic!("a file target");
+        };
+        let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        let started = std::time::Instant::now();
+        let (sink, writer) = open(&cfg).expect("open again");
+        println!(
+            "start on a current file of {size} bytes: {:.3} s",
+            started.elapsed().as_secs_f64()
+        );
+        drop(sink);
+        writer.close().expect("close");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// A checkpoint reaches the witness's queue only once its line is in
+    /// the file (and synced): sealing alone offers nothing, so a crash
+    /// between the two cannot leave the witness a head the log lacks.
+    #[test]
+    fn a_head_is_offered_to_the_witness_only_after_its_line_is_written() {
+        let (dir, mut cfg) = fresh("witness-after");
+        // Nothing listens there: heads stay queued, where the test sees them.
+        cfg.audit.witness = "http://127.0.0.1:9/heads".into();
+        let (sink, writer) = open(&cfg).expect("open");
+        let crate::config::AuditTarget::File(path) = cfg.audit_target() else {
+            panic!("a file target");
+        };
+        let queued = |sink: &super::AuditSink| {
+            sink.0
+                .log
+                .with_writer(|w| w.witness.as_ref().map(|w| w.queued()).unwrap_or_default())
+        };
+        sink.0.log.with_writer(|w| {
+            w.write_batch(vec![(Box::new(AuditRecord::default()), None)]);
+            w.seal(mannerly_policy::SealReason::Interval);
+        });
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(!text.contains("\"why\":\"interval\""), "{text}");
+        assert_eq!(
+            queued(&sink),
+            Vec::<String>::new(),
+            "offered before written"
+        );
+        sink.0.log.with_writer(super::Writer::flush);
+        let heads = queued(&sink);
+        assert_eq!(heads.len(), 1, "{heads:?}");
+        let text = std::fs::read_to_string(&path).expect("log");
+        assert!(text.lines().any(|l| l == heads[0]), "{text}");
+        drop(sink);
+        drop(writer);
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     /// A log written before format 3 (no `host_seq`, format-2 seals), then

@@ -360,6 +360,13 @@ impl Default for UpstreamConfig {
     }
 }
 
+/// The size at which the audit file rotates by default: host names come
+/// from clients, and the writer's state grows with the hosts of the
+/// current file (about 300 bytes each), so an unrotated file lets a broad
+/// crawl, or a hostile client, grow it without bound. 16 MiB of lines
+/// hold at most ~60,000 hosts (lines are over 250 bytes).
+pub(crate) const DEFAULT_ROTATE_BYTES: u64 = 16 << 20;
+
 /// `[audit]`: where decisions are written, how durably, how sealed.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -373,7 +380,9 @@ pub struct AuditConfig {
     pub checkpoint_lines: u64,
     /// A signed checkpoint after this many seconds with unsealed lines.
     pub checkpoint_secs: u64,
-    /// Rotate the file when it reaches this many bytes; 0: never.
+    /// Rotate the file when it reaches this many bytes; 0: never. The
+    /// writer keeps an entry per host of the current file and reads the
+    /// whole file at start, so this bounds both.
     pub rotate_bytes: u64,
     /// Rotate the file when it is this old (`"1d"`, `"12h"`); empty: never.
     pub rotate_every: String,
@@ -390,7 +399,7 @@ impl Default for AuditConfig {
             sync: AuditSync::Batch,
             checkpoint_lines: 1000,
             checkpoint_secs: 10,
-            rotate_bytes: 0,
+            rotate_bytes: DEFAULT_ROTATE_BYTES,
             rotate_every: String::new(),
             witness: String::new(),
         }

@@ -321,6 +321,10 @@ pub(crate) enum ClientBodyError {
         /// Body bytes received by then.
         got: u64,
     },
+    /// The body could not be spooled to the data dir (ours, not the
+    /// client's: a full or unwritable disk).
+    #[error("the request body could not be spooled to the data dir: {0}")]
+    Spool(String),
 }
 
 impl ClientBodyError {
@@ -329,6 +333,15 @@ impl ClientBodyError {
         match self {
             ClientBodyError::Idle(_) | ClientBodyError::TooSlow { .. } => 408,
             ClientBodyError::Broken(_) => 400,
+            ClientBodyError::Spool(_) => 503,
+        }
+    }
+
+    /// Whose failure it is.
+    pub(crate) fn source(&self) -> Source {
+        match self {
+            ClientBodyError::Spool(_) => Source::Internal,
+            _ => Source::Client,
         }
     }
 }

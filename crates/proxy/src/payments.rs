@@ -6,10 +6,10 @@
 //! store and the signer process.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, UNIX_EPOCH};
 
-use mannerly_policy::payment::{Money, Over, PaymentParams};
+use mannerly_policy::payment::{Money, Over, PaymentParams, Settled};
 use mannerly_state::charges::ChargeStore;
 
 use crate::clock::Clock;
@@ -61,11 +61,17 @@ pub(crate) struct Payments {
     /// Hold ids: unique across the cluster by the process prefix.
     prefix: String,
     next: AtomicU64,
+    /// Why paying stopped: a settlement could not be written, so the
+    /// ledger may not count money a site took. Fail closed until restart.
+    stopped: Mutex<Option<String>>,
 }
 
 /// A price held for one request. Settled with what the site charged, or
-/// released; dropped unsettled (the request failed or was abandoned), it
-/// is released in the background.
+/// released; dropped unsettled before it was sent (the request failed or
+/// was abandoned), it is released in the background. Dropped after it was
+/// sent (the client went away before the answer), it stands: the site may
+/// have charged, so it counts until it expires, then counts as possibly
+/// charged (`payment.hold_secs`).
 pub(crate) struct Held {
     payments: Arc<Payments>,
     id: String,
@@ -73,6 +79,7 @@ pub(crate) struct Held {
     /// The most it may cost.
     pub(crate) amount: Money,
     done: bool,
+    sent: bool,
 }
 
 impl Payments {
@@ -106,7 +113,16 @@ impl Payments {
             clock,
             prefix,
             next: AtomicU64::new(0),
+            stopped: Mutex::new(None),
         })
+    }
+
+    /// Why paying stopped, if it did (for `/readyz`).
+    pub(crate) fn stopped(&self) -> Option<String> {
+        self.stopped
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     fn now_unix(&self) -> u64 {
@@ -122,6 +138,9 @@ impl Payments {
         host: &str,
         amount: &Money,
     ) -> Result<Held, Refused> {
+        if let Some(why) = self.stopped() {
+            return Err(Refused::Ledger(format!("paying is stopped: {why}")));
+        }
         let id = format!(
             "{}-{}",
             self.prefix,
@@ -145,38 +164,67 @@ impl Payments {
             host: host.to_string(),
             amount: amount.clone(),
             done: false,
+            sent: false,
         })
     }
 
-    async fn end(&self, id: String, host: String, charged: Option<Money>) {
+    /// Ends a hold with what was charged. A ledger that cannot be written
+    /// stops all further paying: the next limit would be judged on a count
+    /// that may lack money a site took.
+    async fn end(
+        &self,
+        id: String,
+        host: String,
+        charged: Option<Money>,
+    ) -> Result<Settled, String> {
         let now = self.now_unix();
         let ended = self
             .store
             .update(move |l| match &charged {
                 Some(_) => l.settle(&id, &host, charged.as_ref(), now),
-                None => l.release(&id, now),
+                None => {
+                    l.release(&id, now);
+                    Settled::Counted
+                }
             })
             .await;
-        if let Err(e) = ended {
-            // A charge that cannot be written is still on the audit line;
-            // the hold it replaces expires after payment.hold_secs.
-            tracing::warn!("payment ledger: {e}");
-        }
+        ended.map_err(|e| {
+            let why = format!("a settlement could not be written to the payment ledger ({e})");
+            tracing::error!(
+                "{why}: paying is stopped until the proxy restarts with a writable ledger"
+            );
+            *self.stopped.lock().unwrap_or_else(|p| p.into_inner()) = Some(why.clone());
+            why
+        })
     }
 }
 
 impl Held {
+    /// The request is going to the site: from here an abandoned request
+    /// keeps its hold.
+    pub(crate) fn sent(&mut self) {
+        self.sent = true;
+    }
+
     /// The request was charged `charged` (`None`: not charged).
-    pub(crate) async fn settle(mut self, charged: Option<Money>) {
+    pub(crate) async fn settle(mut self, charged: Option<Money>) -> Result<Settled, String> {
         self.done = true;
         let (id, host) = (std::mem::take(&mut self.id), std::mem::take(&mut self.host));
-        self.payments.end(id, host, charged).await;
+        self.payments.end(id, host, charged).await
     }
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
         if self.done {
+            return;
+        }
+        if self.sent {
+            tracing::info!(
+                "a priced request to {} was abandoned after it was sent: its hold of {} stands until it expires, then counts as possibly charged",
+                self.host,
+                self.amount
+            );
             return;
         }
         let payments = self.payments.clone();

@@ -389,8 +389,9 @@ impl Exchange {
         Ok(Lookup::Ask(step))
     }
 
-    /// The client's body: read whole when small, so that a slow client does
-    /// not hold the host's turn; a silence past the idle limit is a 408.
+    /// The client's body: read (in memory, or spooled to the data dir)
+    /// before the host's turn, so that a slow client does not hold it; a
+    /// silence past the idle limit is a 408.
     async fn client_body(&mut self, body: Incoming) -> Step<ClientBody> {
         let p = &self.shared.cfg.proxy;
         let pace = Pace {
@@ -399,7 +400,8 @@ impl Exchange {
             grace: p.body_rate_grace,
             start: self.shared.clock.now(),
         };
-        ClientBody::read(body, pace, self.received.clone())
+        let spool = self.shared.cfg.data_dir.join("spool");
+        ClientBody::read(body, pace, self.received.clone(), &spool)
             .await
             .map_err(|e| failure::client_body(&e))
     }
@@ -495,6 +497,9 @@ impl Exchange {
         let sending = self.shared.clock.now();
         self.rec.sent = Some(self.shared.clock.stamp());
         self.at = Stage::AtOrigin;
+        if let Some(p) = self.paying.as_mut() {
+            p.sent();
+        }
         let sent = tokio::time::timeout(first_byte, self.shared.client.request(out)).await;
         let took = self.shared.clock.now().saturating_duration_since(sending);
         self.rec.upstream_ms = Some(took.as_millis() as u64);

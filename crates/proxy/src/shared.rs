@@ -48,8 +48,8 @@ pub(crate) struct Shared {
     pub(crate) tdmrep: RobotsCache<TdmFile>,
     pub(crate) budgets: Arc<Budgets>,
     pub(crate) cache: Arc<Cache>,
-    /// Wakes the budget saver early (after a throttle) so that a pause
-    /// survives even a `kill -9` moments later.
+    /// Wakes the budget saver early (after an operator's reset); a
+    /// throttle saves at once instead ([`Shared::save_budgets_now`]).
     pub(crate) save_budgets: Notify,
     /// The origin (`scheme://host:port/`) whose answer last paused each host,
     /// so a paused answer names it: the budget is the host name's, shared
@@ -154,6 +154,18 @@ impl Shared {
             ids: AtomicU64::new(0),
             id_prefix: format!("{start:x}"),
         })
+    }
+
+    /// Writes the budget state that must survive a restart (pauses,
+    /// breakers, lowered ceilings) to the store, and returns once it is
+    /// there: the disk store forces host records to disk.
+    pub(crate) async fn save_budgets_now(&self) {
+        let (budgets, store) = (self.budgets.clone(), self.cache.store().clone());
+        match tokio::task::spawn_blocking(move || budgets.save(store.as_ref())).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => self.cache.failed("saving budget state", &e),
+            Err(e) => self.cache.failed("saving budget state", &e),
+        }
     }
 
     /// The configuration in force for the keys a reload may change.

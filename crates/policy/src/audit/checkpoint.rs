@@ -27,7 +27,7 @@ pub enum SealReason {
 }
 
 /// The checkpoint format this version writes (see [`Checkpoint::format`]).
-const FORMAT: u32 = 3;
+pub(crate) const FORMAT: u32 = 4;
 
 /// What a format-3 checkpoint commits to beyond the chain.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -65,8 +65,9 @@ pub struct Checkpoint {
     /// `shutdown` checkpoint, so a log ending on any other kind was not
     /// stopped cleanly, or was cut; 1 (checkpoints without the field)
     /// skipped that checkpoint when nothing followed an interval one; 3
-    /// (now) also signs the fields below, so that single lines can be
-    /// proven to be in the file.
+    /// also signs the fields below, so that single lines can be proven to
+    /// be in the file; 4 (now) links the host tree's leaves by key, so a
+    /// host's absence from a file can be proven too.
     #[serde(default = "format_one")]
     pub format: u32,
     /// Format 3: the chain value the file's first line continues.
@@ -81,7 +82,7 @@ pub struct Checkpoint {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hosts: Option<u64>,
     /// Format 3: the head of the tree with one leaf per host (its line
-    /// count and last line), hex.
+    /// count and last line; from format 4 also its key and the next), hex.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hosts_tree: Option<String>,
     /// The public key that signed, hex.

@@ -13,7 +13,9 @@ use serde::{Deserialize, Serialize};
 
 use super::checkpoint::{hex, unhex, Checkpoint, SealReason};
 use super::merkle::{leaf_hash, verify_inclusion, Hash, Tree};
-use super::trees::{host_leaf, is_checkpoint, FileTrees};
+use super::trees::{
+    encloses, host_key, host_leaf, is_checkpoint, linked_leaf, FileTrees, HostEntry,
+};
 use super::{digest, split_line, GENESIS};
 
 /// What the evidence file says it is.
@@ -45,6 +47,10 @@ pub struct EvidenceFile {
     /// The host's leaf in the checkpoint's host tree; absent when the host
     /// has no line in the file.
     pub host_leaf: Option<HostProof>,
+    /// When the host has no line in the file (checkpoint format 4): the
+    /// leaf whose key and next key enclose the host's, which proves it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub absent: Option<AbsentProof>,
     /// The host's lines after the checkpoint, which nothing seals yet.
     pub unsealed: u64,
 }
@@ -78,6 +84,27 @@ pub struct HostProof {
     pub seq: u64,
     /// Index of the host's last line before the checkpoint.
     pub last_index: u64,
+    /// The audit path, bottom up, hex.
+    pub proof: Vec<String>,
+    /// Checkpoint format 4: the next host key after the host's, hex.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+}
+
+/// Another host's leaf in the host tree, whose key and next key enclose
+/// the site's key: the file holds no line of the site. Only hashes: the
+/// keys are SHA-256 of the names (a guessed name can be tested against
+/// these two), the entry hides its name behind a chain value.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AbsentProof {
+    /// Position of the leaf.
+    pub position: u64,
+    /// Its key, hex.
+    pub key: String,
+    /// The next key, hex.
+    pub next: String,
+    /// Its entry's hash, hex.
+    pub entry: String,
     /// The audit path, bottom up, hex.
     pub proof: Vec<String>,
 }
@@ -158,6 +185,39 @@ pub enum EvidenceProblem {
         /// 1-based line number of the host's last line.
         line: u64,
     },
+    /// No line of the host and no proof that the file has none, where its
+    /// checkpoint allows one: the host's lines of that file were removed.
+    #[error("{file}: the evidence holds no line of {host} and no proof that the file has none, which its checkpoint (line {line}) would give: the host's lines of this file were left out")]
+    NotShownAbsent {
+        /// File name as in the evidence.
+        file: String,
+        /// 1-based line number of the checkpoint.
+        line: u64,
+        /// The host the evidence is for.
+        host: String,
+    },
+    /// The witness holds a later checkpoint than the evidence reaches.
+    #[error("the witness holds a {why} checkpoint of {ts} sealing {lines} lines of {file}, later than the checkpoint the evidence stops at (line {line}): the lines between were left out")]
+    EndsEarly {
+        /// File name as in the evidence.
+        file: String,
+        /// 1-based line number of the evidence's checkpoint.
+        line: u64,
+        /// Lines the witness's checkpoint seals.
+        lines: u64,
+        /// Its time.
+        ts: String,
+        /// Its kind, in words.
+        why: String,
+    },
+    /// The witness's newest checkpoint is of a file the evidence lacks.
+    #[error("the witness holds a {why} checkpoint of {ts} of a file the evidence does not hold: the log goes on past the evidence's last file")]
+    WitnessBeyond {
+        /// Its time.
+        ts: String,
+        /// Its kind, in words.
+        why: String,
+    },
     /// A file that does not continue the one before it.
     #[error("{file}: does not continue the file before it in the evidence (a file is missing between them, or they are out of order)")]
     NotContinued {
@@ -177,9 +237,17 @@ pub struct EvidenceSummary {
     pub files: Vec<(String, u64, String, SealReason)>,
     /// The first file starts the log (it continues no earlier file).
     pub starts_log: bool,
-    /// Files without a line of the host: there the evidence shows none,
-    /// and cannot prove that there is none.
+    /// Files without a line of the host whose checkpoint (format 3)
+    /// cannot prove that there is none: there the evidence shows none,
+    /// and cannot tell that from lines removed.
     pub empty_files: Vec<String>,
+    /// Files proven to hold no line of the host.
+    pub absent_files: Vec<String>,
+    /// The kind of the last file's checkpoint: only a shutdown or
+    /// rotation seal ends where the log did; after an interval one the
+    /// proxy was running or stopped uncleanly, or later checkpoints were
+    /// left out (a witness tells which: [`Evidence::witnessed`]).
+    pub end: Option<SealReason>,
     /// Lines after the last checkpoints, not proven.
     pub unsealed: u64,
 }
@@ -198,8 +266,9 @@ struct Building {
     trees: FileTrees,
     /// The host's lines: index and text.
     mine: Vec<(u64, String)>,
-    /// The last checkpoint seen: index, line, the host's leaf then.
-    last: Option<(IndexedLine, Option<HostProof>)>,
+    /// The last checkpoint seen: index, line, the host's leaf then (or
+    /// the proof that it has none).
+    last: Option<(IndexedLine, Option<HostProof>, Option<AbsentProof>)>,
 }
 
 impl EvidenceBuilder {
@@ -219,7 +288,7 @@ impl EvidenceBuilder {
         self.cur = Some(Building {
             name: name.to_string(),
             leaves: Vec::new(),
-            trees: FileTrees::default(),
+            trees: FileTrees::verifying(),
             mine: Vec::new(),
             last: None,
         });
@@ -247,28 +316,15 @@ impl EvidenceBuilder {
                     at(&b.name)
                 ));
             }
-            let proof = b.trees.host(&host).cloned().map(|e| HostProof {
-                position: e.position as u64,
-                seq: e.seq,
-                last_index: e.last_index,
-                proof: Vec::new(),
-            });
-            let proof = proof.map(|mut p| {
-                p.proof = b
-                    .trees
-                    .host_proof(p.position as usize)
-                    .iter()
-                    .map(|h| hex(h))
-                    .collect();
-                p
-            });
+            let (leaf, absent) = proofs(&mut b.trees, &host, cp.format);
             self.key = Some(cp.key.clone());
             b.last = Some((
                 IndexedLine {
                     index,
                     line: text.to_string(),
                 },
-                proof,
+                leaf,
+                absent,
             ));
             b.trees.checkpoint(text);
         } else if b.trees.line(text, &content, chain).as_deref() == Some(host.as_str()) {
@@ -282,7 +338,7 @@ impl EvidenceBuilder {
         let Some(b) = self.cur.take() else {
             return Ok(());
         };
-        let Some((checkpoint, host_leaf)) = b.last else {
+        let Some((checkpoint, host_leaf, absent)) = b.last else {
             return Err(format!(
                 "{}: no checkpoint: nothing in it is sealed",
                 b.name
@@ -315,6 +371,7 @@ impl EvidenceBuilder {
             checkpoint,
             lines,
             host_leaf,
+            absent,
             unsealed,
         });
         Ok(())
@@ -330,6 +387,41 @@ impl EvidenceBuilder {
             files: self.files,
         })
     }
+}
+
+/// The host's leaf and its audit path in the host tree of a checkpoint
+/// of `format`, or, from format 4, the leaf that proves it has none.
+fn proofs(
+    trees: &mut FileTrees,
+    host: &str,
+    format: u32,
+) -> (Option<HostProof>, Option<AbsentProof>) {
+    let path = |trees: &mut FileTrees, e: &HostEntry| -> Vec<String> {
+        let path = match format {
+            3 => trees.format3_proof(e.position),
+            _ => trees.host_proof(e.position),
+        };
+        path.iter().map(|h| hex(h)).collect()
+    };
+    if let Some(e) = trees.host(host).cloned() {
+        let leaf = HostProof {
+            position: e.position as u64,
+            seq: e.seq,
+            last_index: e.last_index,
+            proof: path(trees, &e),
+            next: (format >= 4).then(|| hex(&e.next)),
+        };
+        return (Some(leaf), None);
+    }
+    let absent = trees.enclosing(host).cloned().filter(|_| format >= 4);
+    let absent = absent.map(|e| AbsentProof {
+        position: e.position as u64,
+        key: hex(&e.key),
+        next: hex(&e.next),
+        entry: hex(&e.entry),
+        proof: path(trees, &e),
+    });
+    (None, absent)
 }
 
 fn hashes(list: &[String]) -> Option<Vec<Hash>> {
@@ -348,6 +440,8 @@ impl Evidence {
             files: Vec::new(),
             starts_log: false,
             empty_files: Vec::new(),
+            absent_files: Vec::new(),
+            end: None,
             unsealed: 0,
         };
         // The chain value of the previous file's last checkpoint, and
@@ -365,12 +459,15 @@ impl Evidence {
                     }
                 }
             }
-            self.file_lines(f, &cp)?;
+            let proven_absent = self.file_lines(f, &cp)?;
             summary.lines += f.lines.len() as u64;
             summary.unsealed += f.unsealed;
-            if f.lines.is_empty() {
+            if proven_absent {
+                summary.absent_files.push(f.name.clone());
+            } else if f.lines.is_empty() {
                 summary.empty_files.push(f.name.clone());
             }
+            summary.end = Some(cp.why);
             summary
                 .files
                 .push((f.name.clone(), f.lines.len() as u64, cp.ts.clone(), cp.why));
@@ -407,7 +504,9 @@ impl Evidence {
         Ok((cp, chain.to_string()))
     }
 
-    fn file_lines(&self, f: &EvidenceFile, cp: &Checkpoint) -> Result<(), EvidenceProblem> {
+    /// Checks the lines of one file and the host's leaf; true when the
+    /// file is proven to hold no line of the host.
+    fn file_lines(&self, f: &EvidenceFile, cp: &Checkpoint) -> Result<bool, EvidenceProblem> {
         let (Some(tree), Some(hosts_tree)) = (cp.tree_head(), cp.hosts_head()) else {
             return Err(EvidenceProblem::Malformed {
                 file: f.name.clone(),
@@ -466,15 +565,15 @@ impl Evidence {
         let given = f.lines.len() as u64;
         let cp_line = f.checkpoint.index + 1;
         let Some(leaf) = &f.host_leaf else {
-            return match given {
-                0 => Ok(()),
-                _ => Err(EvidenceProblem::Count {
+            if given > 0 {
+                return Err(EvidenceProblem::Count {
                     file: f.name.clone(),
                     line: cp_line,
                     committed: 0,
                     given,
-                }),
-            };
+                });
+            }
+            return self.absence(f, cp, &hosts_tree);
         };
         if leaf.seq != given {
             return Err(EvidenceProblem::Count {
@@ -487,8 +586,24 @@ impl Evidence {
         let fits = last.as_ref().is_some_and(|(index, chain)| {
             *index == leaf.last_index
                 && hashes(&leaf.proof).is_some_and(|path| {
-                    let h = host_leaf(&self.host, leaf.seq, leaf.last_index, chain);
-                    verify_inclusion(leaf.position, cp.hosts.unwrap_or(0), &h, &path, &hosts_tree)
+                    let entry = host_leaf(&self.host, leaf.seq, leaf.last_index, chain);
+                    let h = match cp.format {
+                        3 => Some(entry),
+                        _ => leaf
+                            .next
+                            .as_deref()
+                            .and_then(unhex::<32>)
+                            .map(|next| linked_leaf(&host_key(&self.host), &next, &entry)),
+                    };
+                    h.is_some_and(|h| {
+                        verify_inclusion(
+                            leaf.position,
+                            cp.hosts.unwrap_or(0),
+                            &h,
+                            &path,
+                            &hosts_tree,
+                        )
+                    })
                 })
         });
         if !fits {
@@ -497,9 +612,54 @@ impl Evidence {
                 line: leaf.last_index + 1,
             });
         }
-        Ok(())
+        Ok(false)
+    }
+
+    /// A file where the evidence holds no line of the host: from format 4
+    /// its checkpoint proves that (a leaf enclosing the host's key, or no
+    /// host at all), or the lines were removed; format 3 cannot tell.
+    fn absence(
+        &self,
+        f: &EvidenceFile,
+        cp: &Checkpoint,
+        hosts_tree: &Hash,
+    ) -> Result<bool, EvidenceProblem> {
+        if cp.format < 4 {
+            return Ok(false);
+        }
+        let hosts = cp.hosts.unwrap_or(0);
+        let own = host_key(&self.host);
+        let proven = hosts == 0
+            || f.absent.as_ref().is_some_and(|a| {
+                let (Some(key), Some(next), Some(entry), Some(path)) = (
+                    unhex::<32>(&a.key),
+                    unhex::<32>(&a.next),
+                    unhex::<32>(&a.entry),
+                    hashes(&a.proof),
+                ) else {
+                    return false;
+                };
+                encloses(&key, &next, &own)
+                    && verify_inclusion(
+                        a.position,
+                        hosts,
+                        &linked_leaf(&key, &next, &entry),
+                        &path,
+                        hosts_tree,
+                    )
+            });
+        if !proven {
+            return Err(EvidenceProblem::NotShownAbsent {
+                file: f.name.clone(),
+                line: f.checkpoint.index + 1,
+                host: self.host.clone(),
+            });
+        }
+        Ok(true)
     }
 }
+
+mod witnessed;
 
 #[cfg(test)]
 #[path = "evidence/tests.rs"]

@@ -1,16 +1,25 @@
-//! What a format-3 checkpoint commits to, kept per file by the writer and
+//! What a checkpoint commits to, kept per file by the writer and
 //! recomputed by every verifier: a Merkle tree over the file's lines (so one
 //! line can be shown to be in the sealed file without the others), and a
 //! tree with one leaf per host (its line count and last line, so a site
 //! can be shown that none of its lines was left out).
 //!
-//! A host's leaf also holds the chain value of its last line, which no one
-//! without that line knows: the leaves of other hosts, shown as hashes in a
+//! A host's entry also holds the chain value of its last line, which no one
+//! without that line knows: the entries of other hosts, shown as hashes in a
 //! site's proofs, cannot be matched against guessed host names.
+//!
+//! Since checkpoint format 4 each leaf also carries the host's key
+//! (SHA-256 of its name) and the next key in key order (the largest
+//! wraps round to the smallest), as DNSSEC's NSEC records do: one leaf
+//! whose key and next key enclose a site's key proves that the file holds
+//! no line of that site, so "none of my lines" and "my lines were left
+//! out" are told apart. Format 3's tree (entries alone, in order of first
+//! appearance) is still recomputed where old checkpoints are verified.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::Deserialize;
+use sha2::{Digest, Sha256};
 
 use super::merkle::{leaf_hash, leaf_hash_of, Frontier, Hash, Tree};
 
@@ -23,6 +32,12 @@ pub struct HostEntry {
     pub seq: u64,
     /// 0-based index (in the file) of the host's last line.
     pub last_index: u64,
+    /// The host's key: SHA-256 of its name.
+    pub key: Hash,
+    /// The next key among the file's hosts, in key order (wrapping).
+    pub next: Hash,
+    /// The format-3 leaf: name, count, last line and its chain, hashed.
+    pub entry: Hash,
 }
 
 /// The leaf of a host: its name, line count, last line and that line's chain.
@@ -49,6 +64,31 @@ pub(crate) fn host_leaf(host: &str, seq: u64, last_index: u64, last_chain: &str)
     ])
 }
 
+/// A host's key in the format-4 host tree.
+pub(crate) fn host_key(host: &str) -> Hash {
+    let mut h = Sha256::new();
+    h.update(b"mannerly host key\n");
+    h.update(host.as_bytes());
+    h.finalize().into()
+}
+
+/// The format-4 leaf of a host: its key, the next key, its entry.
+pub(crate) fn linked_leaf(key: &Hash, next: &Hash, entry: &Hash) -> Hash {
+    leaf_hash_of(&[b"host4\n", key, next, entry])
+}
+
+/// Whether a format-4 leaf with `key` and `next` leaves no room for a host
+/// whose key is `x`: `x` falls strictly between them, or, on the leaf that
+/// wraps from the largest key to the smallest, above the one or below the
+/// other.
+pub(crate) fn encloses(key: &Hash, next: &Hash, x: &Hash) -> bool {
+    if key < next {
+        key < x && x < next
+    } else {
+        x > key || x < next
+    }
+}
+
 /// Whether a line's content is a checkpoint's (a record's strings have
 /// their quotes escaped, so only a checkpoint has this field).
 pub(crate) fn is_checkpoint(content: &str) -> bool {
@@ -62,7 +102,7 @@ pub struct Heads {
     pub tree: Hash,
     /// Hosts with lines in the file.
     pub hosts: u64,
-    /// Head of the host tree.
+    /// Head of the host tree (format 4: linked by key).
     pub hosts_tree: Hash,
 }
 
@@ -70,8 +110,14 @@ pub struct Heads {
 #[derive(Clone, Debug, Default)]
 pub struct FileTrees {
     lines: Frontier,
-    hosts: HashMap<String, HostEntry>,
+    /// Position of each host's entry.
+    names: HashMap<String, usize>,
+    entries: Vec<HostEntry>,
+    /// Positions by key, to find a new host's neighbour.
+    order: BTreeMap<Hash, usize>,
     host_tree: Tree,
+    /// Format 3's host tree, kept only where old checkpoints are checked.
+    format3: Option<Tree>,
 }
 
 /// The fields of a record line the trees need.
@@ -82,9 +128,18 @@ struct HostOf<'a> {
 }
 
 impl FileTrees {
+    /// Trees that also keep format 3's host tree, for a verifier of logs
+    /// an older version sealed.
+    pub fn verifying() -> FileTrees {
+        FileTrees {
+            format3: Some(Tree::default()),
+            ..FileTrees::default()
+        }
+    }
+
     /// The `host_seq` the next line of `host` carries.
     pub fn next_seq(&self, host: &str) -> u64 {
-        self.hosts.get(host).map_or(1, |e| e.seq + 1)
+        self.host(host).map_or(1, |e| e.seq + 1)
     }
 
     /// Adds a record line of `host` (as written, with its chain value).
@@ -92,23 +147,56 @@ impl FileTrees {
         let index = self.lines.size();
         self.lines.push(leaf_hash(line.as_ref()));
         let seq = self.next_seq(host);
-        let leaf = host_leaf(host, seq, index, chain);
-        match self.hosts.get_mut(host) {
-            Some(e) => {
-                e.seq = seq;
-                e.last_index = index;
-                self.host_tree.set(e.position, leaf);
-            }
-            None => {
-                let position = self.host_tree.push(leaf);
-                let entry = HostEntry {
-                    position,
-                    seq,
-                    last_index: index,
-                };
-                self.hosts.insert(host.to_string(), entry);
-            }
+        let entry = host_leaf(host, seq, index, chain);
+        let position = match self.names.get(host) {
+            Some(&p) => p,
+            None => self.add_host(host),
+        };
+        let e = &mut self.entries[position];
+        (e.seq, e.last_index, e.entry) = (seq, index, entry);
+        self.host_tree
+            .set(position, linked_leaf(&e.key, &e.next, &entry));
+        if let Some(t) = self.format3.as_mut() {
+            t.set(position, entry);
         }
+    }
+
+    /// Gives a new host its place: after the host with the next smaller
+    /// key (or the largest, wrapping), whose next key becomes its own.
+    fn add_host(&mut self, host: &str) -> usize {
+        let key = host_key(host);
+        let position = self.entries.len();
+        let before = self
+            .order
+            .range(..key)
+            .next_back()
+            .or_else(|| self.order.iter().next_back())
+            .map(|(_, &p)| p);
+        let next = match before {
+            Some(p) => {
+                let b = &mut self.entries[p];
+                let next = std::mem::replace(&mut b.next, key);
+                self.host_tree
+                    .set(p, linked_leaf(&b.key, &b.next, &b.entry));
+                next
+            }
+            None => key,
+        };
+        self.entries.push(HostEntry {
+            position,
+            seq: 0,
+            last_index: 0,
+            key,
+            next,
+            entry: [0; 32],
+        });
+        self.host_tree.push([0; 32]);
+        if let Some(t) = self.format3.as_mut() {
+            t.push([0; 32]);
+        }
+        self.order.insert(key, position);
+        self.names.insert(host.to_string(), position);
+        position
     }
 
     /// Adds a checkpoint line (in the line tree only).
@@ -135,14 +223,48 @@ impl FileTrees {
         self.lines.size()
     }
 
+    /// Hosts with lines so far.
+    pub fn hosts(&self) -> usize {
+        self.entries.len()
+    }
+
     /// A host's entry.
     pub fn host(&self, host: &str) -> Option<&HostEntry> {
-        self.hosts.get(host)
+        self.names.get(host).map(|&p| &self.entries[p])
+    }
+
+    /// The entry of the host whose leaf encloses `host`'s key (format 4),
+    /// which proves `host` has no line in the file; `None` when it has.
+    pub fn enclosing(&self, host: &str) -> Option<&HostEntry> {
+        if self.names.contains_key(host) {
+            return None;
+        }
+        let key = host_key(host);
+        let p = self
+            .order
+            .range(..key)
+            .next_back()
+            .or_else(|| self.order.iter().next_back())?
+            .1;
+        Some(&self.entries[*p])
     }
 
     /// The audit path of a host's leaf in the host tree as it stands.
     pub fn host_proof(&mut self, position: usize) -> Vec<Hash> {
         self.host_tree.proof(position)
+    }
+
+    /// The audit path of a host's leaf in format 3's host tree, where it
+    /// is kept ([`FileTrees::verifying`]).
+    pub fn format3_proof(&mut self, position: usize) -> Vec<Hash> {
+        self.format3
+            .as_mut()
+            .map_or_else(Vec::new, |t| t.proof(position))
+    }
+
+    /// Head of format 3's host tree, where it is kept.
+    pub fn format3_head(&mut self) -> Option<Hash> {
+        self.format3.as_mut().map(Tree::root)
     }
 
     /// The heads over everything so far.
@@ -187,10 +309,70 @@ mod tests {
         let a = t.host("a.test").cloned().unwrap();
         assert_eq!((a.position, a.seq, a.last_index), (0, 2, 2));
         let path = t.host_proof(a.position);
-        let leaf = host_leaf("a.test", 2, 2, "c2");
-        assert!(verify_inclusion(0, 2, &leaf, &path, &heads.hosts_tree));
+        let linked = |seq, index, chain| {
+            linked_leaf(&a.key, &a.next, &host_leaf("a.test", seq, index, chain))
+        };
+        assert!(verify_inclusion(
+            0,
+            2,
+            &linked(2, 2, "c2"),
+            &path,
+            &heads.hosts_tree
+        ));
         // A count one short (a line left out) is not what was committed.
-        let short = host_leaf("a.test", 1, 0, "c0");
-        assert!(!verify_inclusion(0, 2, &short, &path, &heads.hosts_tree));
+        assert!(!verify_inclusion(
+            0,
+            2,
+            &linked(1, 0, "c0"),
+            &path,
+            &heads.hosts_tree
+        ));
+    }
+
+    /// Every absent name is enclosed by exactly one leaf, whose proof
+    /// holds; a present name by none; whatever order hosts came in.
+    #[test]
+    fn the_leaves_link_every_key_so_one_leaf_proves_a_host_absent() {
+        let names: Vec<String> = (0..40).map(|i| format!("h{i}.test")).collect();
+        let mut t = FileTrees::default();
+        assert!(
+            t.enclosing("x.test").is_none(),
+            "no hosts: nothing encloses"
+        );
+        for (i, n) in names.iter().enumerate() {
+            t.record(n, format!("l{i}"), &format!("c{i}"));
+            let heads = t.heads();
+            // The links form one ring over every key present.
+            let mut keys: Vec<Hash> = names[..=i].iter().map(|n| host_key(n)).collect();
+            keys.sort();
+            for (j, k) in keys.iter().enumerate() {
+                let e = t.entries[t.order[k]].clone();
+                assert_eq!(e.next, keys[(j + 1) % keys.len()], "after {i} hosts");
+            }
+            for absent in ["a.test", "zzz.test", "h99.test", "m.test"] {
+                let e = t.enclosing(absent).cloned().unwrap();
+                let x = host_key(absent);
+                assert!(encloses(&e.key, &e.next, &x), "{absent} after {i} hosts");
+                let leaf = linked_leaf(&e.key, &e.next, &e.entry);
+                let path = t.host_proof(e.position);
+                let size = heads.hosts;
+                assert!(verify_inclusion(
+                    e.position as u64,
+                    size,
+                    &leaf,
+                    &path,
+                    &heads.hosts_tree
+                ));
+                let others = keys.iter().filter(|k| **k != e.key);
+                assert!(others
+                    .clone()
+                    .all(|k| !encloses(k, &t.entries[t.order[k]].next, &x)));
+            }
+            assert!(t.enclosing(n).is_none());
+            let own = t.host(n).cloned().unwrap();
+            assert!(keys
+                .iter()
+                .all(|k| !encloses(k, &t.entries[t.order[k]].next, &own.key)));
+        }
     }
 }

@@ -35,6 +35,30 @@ pub struct HostSpend {
     pub spent: Money,
     /// How many pages were charged.
     pub bought: u64,
+    /// Holds that expired unsettled (a request sent and abandoned, or a
+    /// proxy killed mid-request): the site may have charged them, so their
+    /// amounts are counted in `spent`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub possibly: u64,
+    /// A charge in another currency than the limits: recorded here, its
+    /// hold's amount counted instead, and the host paid no more today.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub foreign: Option<Money>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// How a charge went into the ledger.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Settled {
+    /// Counted as charged (or nothing was charged).
+    Counted,
+    /// In another currency than the hold: the hold's amount is counted
+    /// (`None` when the hold had already expired, and was counted then),
+    /// the charge recorded, the host refused for the rest of the day.
+    Foreign(Option<Money>),
 }
 
 /// A price held for a request in flight.
@@ -50,15 +74,37 @@ pub struct Hold {
 
 impl Ledger {
     /// Starts the day of `now_unix` (the charges of a day before are
-    /// forgotten; holds stand until settled or expired), and drops expired
-    /// holds.
+    /// forgotten; holds stand until settled or expired), and counts
+    /// expired holds as possibly charged: nothing said the site did not
+    /// charge them, and money that may be spent is counted.
     fn refresh(&mut self, now_unix: u64) {
         let today = now_unix / DAY;
         if self.day != today {
             self.day = today;
             self.hosts.clear();
         }
-        self.holds.retain(|_, h| h.until > now_unix);
+        let (live, expired) = std::mem::take(&mut self.holds)
+            .into_iter()
+            .partition(|(_, h)| h.until > now_unix);
+        self.holds = live;
+        for (_, hold) in expired {
+            let entry = self.host_entry(&hold.host, &hold.amount);
+            if let Ok(sum) = entry.spent.checked_add(&hold.amount) {
+                entry.spent = sum;
+            }
+            entry.possibly += 1;
+        }
+    }
+
+    fn host_entry(&mut self, host: &str, like: &Money) -> &mut HostSpend {
+        self.hosts
+            .entry(host.to_string())
+            .or_insert_with(|| HostSpend {
+                spent: Money::zero(like.currency()),
+                bought: 0,
+                possibly: 0,
+                foreign: None,
+            })
     }
 
     /// Spent and held today for `host` and in all, in `currency`.
@@ -98,6 +144,12 @@ impl Ledger {
     ) -> Result<(), Over> {
         self.refresh(now_unix);
         let host = crate::budget::host_key(host).into_owned();
+        if let Some(price) = self.hosts.get(&host).and_then(|h| h.foreign.clone()) {
+            return Err(Over::Currency {
+                price,
+                limits: amount.currency().to_string(),
+            });
+        }
         let (host_spent, day_spent) = self.spent(&host, amount.currency());
         params.judge(&host, amount, &host_spent, &day_spent)?;
         self.holds.insert(
@@ -113,24 +165,39 @@ impl Ledger {
 
     /// The hold `id` ends with what the site charged (`None`: nothing).
     /// A charge is recorded even when its hold had expired, or when it is
-    /// more than was held: money spent is counted, always.
-    pub fn settle(&mut self, id: &str, host: &str, charged: Option<&Money>, now_unix: u64) {
+    /// more than was held: money spent is counted, always. A charge in
+    /// another currency cannot be added up: the hold's amount is counted
+    /// in its place, the charge kept in `foreign`, and the host refused
+    /// for the rest of the day.
+    pub fn settle(
+        &mut self,
+        id: &str,
+        host: &str,
+        charged: Option<&Money>,
+        now_unix: u64,
+    ) -> Settled {
         self.refresh(now_unix);
-        self.holds.remove(id);
+        let hold = self.holds.remove(id);
         let Some(charged) = charged else {
-            return;
+            return Settled::Counted;
         };
         let host = crate::budget::host_key(host).into_owned();
-        let entry = self.hosts.entry(host).or_insert_with(|| HostSpend {
-            spent: Money::zero(charged.currency()),
-            bought: 0,
-        });
-        // A charge in another currency than earlier ones of the day is
-        // still a page bought; its amount is in the audit line.
+        let like = hold.as_ref().map_or(charged, |h| &h.amount).clone();
+        let entry = self.host_entry(&host, &like);
+        entry.bought += 1;
         if let Ok(sum) = entry.spent.checked_add(charged) {
             entry.spent = sum;
+            return Settled::Counted;
         }
-        entry.bought += 1;
+        entry.foreign = Some(charged.clone());
+        let counted = hold.map(|h| h.amount);
+        if let Some(sum) = counted
+            .as_ref()
+            .and_then(|m| entry.spent.checked_add(m).ok())
+        {
+            entry.spent = sum;
+        }
+        Settled::Foreign(counted)
     }
 
     /// The hold `id` ends unused (the request failed or was not charged).

@@ -305,10 +305,15 @@ fn a_hold_expires_and_a_new_day_starts_from_nothing() {
     let m = usd("0.01");
     l.reserve(&p, "a.example", &m, "1", NOW).unwrap();
     assert!(l.reserve(&p, "a.example", &m, "2", NOW + 299).is_err());
-    // hold_secs (300) later the hold of a request that never came back is gone.
-    l.reserve(&p, "a.example", &m, "2", NOW + 300).unwrap();
-    l.settle("2", "a.example", Some(&m), NOW + 300);
-    assert!(l.reserve(&p, "a.example", &m, "3", NOW + 301).is_err());
+    // hold_secs (300) later the hold of a request that never came back is
+    // counted as possibly charged: the day's limit stays spent.
+    assert!(l.reserve(&p, "a.example", &m, "2", NOW + 300).is_err());
+    assert!(l.holds.is_empty());
+    assert_eq!(l.hosts["a.example"].spent, m);
+    assert_eq!(
+        (l.hosts["a.example"].possibly, l.hosts["a.example"].bought),
+        (1, 0)
+    );
     let tomorrow = (NOW / 86_400 + 1) * 86_400;
     l.reserve(&p, "a.example", &m, "3", tomorrow).unwrap();
     assert_eq!(l.day, NOW / 86_400 + 1);
@@ -316,6 +321,33 @@ fn a_hold_expires_and_a_new_day_starts_from_nothing() {
     // A charge whose hold expired is still counted.
     l.settle("gone", "a.example", Some(&m), tomorrow);
     assert_eq!(l.hosts["a.example"].spent, m);
+    let json = serde_json::to_string(&l).unwrap();
+    assert_eq!(serde_json::from_str::<Ledger>(&json).unwrap(), l);
+}
+
+#[test]
+fn a_charge_in_another_currency_is_recorded_counted_as_held_and_refused() {
+    let p = params(&["a.example"], "0.01", None, "0.05");
+    let mut l = Ledger::default();
+    let m = usd("0.01");
+    l.reserve(&p, "a.example", &m, "1", NOW).unwrap();
+    let eur = Money::parse("EUR 0.001").unwrap();
+    assert_eq!(
+        l.settle("1", "a.example", Some(&eur), NOW),
+        Settled::Foreign(Some(m.clone()))
+    );
+    let h = &l.hosts["a.example"];
+    assert_eq!(
+        (h.spent.clone(), h.bought, h.foreign.clone()),
+        (m.clone(), 1, Some(eur.clone()))
+    );
+    assert_eq!(
+        l.reserve(&p, "a.example", &m, "2", NOW),
+        Err(Over::Currency {
+            price: eur,
+            limits: "USD".into()
+        })
+    );
     let json = serde_json::to_string(&l).unwrap();
     assert_eq!(serde_json::from_str::<Ledger>(&json).unwrap(), l);
 }

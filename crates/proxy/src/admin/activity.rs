@@ -97,6 +97,9 @@ pub(crate) struct HostActivity {
     throttles: VecDeque<u64>,
     pub last_throttle: Option<ThrottleSeen>,
     pub robots: Option<RobotsSeen>,
+    /// When the sweep found the budget had dropped this host (unix ms);
+    /// cleared by its next decision.
+    pub forgotten_ms: Option<u64>,
 }
 
 impl HostActivity {
@@ -109,6 +112,7 @@ impl HostActivity {
     /// Takes in one decision `d` of this host, made at `now_ms`.
     fn take_in(&mut self, rec: &AuditRecord, outcome: Outcome, d: Arc<Decision>, now_ms: u64) {
         self.last_ms = now_ms;
+        self.forgotten_ms = None;
         self.decisions += 1;
         if self.last.len() == LAST_DECISIONS {
             self.last.pop_front();
@@ -273,10 +277,76 @@ impl Activity {
     }
 
     /// The latest decisions across hosts, newest first.
+    /// Newest arrival first. Decisions are kept in the order they were
+    /// made, and a request held by its budget is decided after others
+    /// that arrived later; the page shows arrival times, so it sorts by
+    /// them (`ts` is RFC 3339 UTC with milliseconds: text order is time
+    /// order).
     pub(super) fn latest(&self) -> Vec<Decision> {
-        self.latest
+        let mut out: Vec<Decision> = self
+            .latest
             .lock()
             .map(|l| l.iter().rev().map(|d| Decision::clone(d)).collect())
-            .unwrap_or_default()
+            .unwrap_or_default();
+        out.sort_by(|a, b| b.ts.cmp(&a.ts));
+        out
+    }
+
+    /// Marks the hosts the budget no longer tracks (`tracked` says which
+    /// it does) as forgotten at `now`, once each, so that `hosts show`
+    /// can say when a host went rather than that it never came.
+    pub(crate) fn mark_forgotten(&self, now: SystemTime, tracked: impl Fn(&str) -> bool) {
+        let now = unix_ms(now);
+        for mut e in self.hosts.iter_mut() {
+            if e.forgotten_ms.is_none() && !tracked(e.key()) {
+                e.forgotten_ms = Some(now);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(host: &str, ts: &str, id: &str) -> AuditRecord {
+        AuditRecord {
+            ts: ts.into(),
+            id: id.into(),
+            host: host.into(),
+            method: "GET".into(),
+            url: format!("http://{host}/"),
+            outcome: Some(Outcome::Fetched),
+            status: Some(200),
+            ..AuditRecord::default()
+        }
+    }
+
+    #[test]
+    fn latest_decisions_are_listed_by_arrival_not_by_when_they_were_decided() {
+        let a = Activity::new(10);
+        let now = UNIX_EPOCH + std::time::Duration::from_secs(100);
+        // The held request arrived first and was decided last.
+        a.observe(&rec("b.test", "2026-12-06T00:00:02.000Z", "2"), now);
+        a.observe(&rec("c.test", "2026-12-06T00:00:03.000Z", "3"), now);
+        a.observe(&rec("a.test", "2026-12-06T00:00:01.000Z", "1"), now);
+        let ids: Vec<String> = a.latest().into_iter().map(|d| d.id).collect();
+        assert_eq!(ids, ["3", "2", "1"]);
+    }
+
+    #[test]
+    fn a_host_the_budget_dropped_is_forgotten_until_it_is_seen_again() {
+        let a = Activity::new(10);
+        let t = |s| UNIX_EPOCH + std::time::Duration::from_secs(s);
+        a.observe(&rec("idle.test", "2026-12-06T00:00:01.000Z", "1"), t(100));
+        a.observe(&rec("busy.test", "2026-12-06T00:00:01.000Z", "2"), t(100));
+        a.mark_forgotten(t(160), |h| h == "busy.test");
+        assert_eq!(a.with("idle.test", |h| h.forgotten_ms), Some(Some(160_000)));
+        assert_eq!(a.with("busy.test", |h| h.forgotten_ms), Some(None));
+        // A later sweep keeps the first time it was found gone.
+        a.mark_forgotten(t(220), |h| h == "busy.test");
+        assert_eq!(a.with("idle.test", |h| h.forgotten_ms), Some(Some(160_000)));
+        a.observe(&rec("idle.test", "2026-12-06T00:05:00.000Z", "3"), t(300));
+        assert_eq!(a.with("idle.test", |h| h.forgotten_ms), Some(None));
     }
 }

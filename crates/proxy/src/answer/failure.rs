@@ -98,9 +98,9 @@ pub(crate) fn parent(why: &str) -> Stop {
 }
 
 /// The client's request body went silent or broke: its own error, and the
-/// connection closes.
+/// connection closes; or it could not be spooled: ours.
 pub(crate) fn client_body(e: &ClientBodyError) -> Stop {
-    Stop::new(Outcome::Error, Source::Client, e.to_string())
+    Stop::new(Outcome::Error, e.source(), e.to_string())
         .status(e.status())
         .close()
 }

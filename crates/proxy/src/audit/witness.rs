@@ -88,6 +88,12 @@ impl Witness {
         self.shared.wake.notify_one();
     }
 
+    /// The heads waiting to be delivered.
+    #[cfg(test)]
+    pub(crate) fn queued(&self) -> Vec<String> {
+        self.shared.queue().heads.iter().cloned().collect()
+    }
+
     /// Delivers what is queued within [`CLOSE_GRACE`], then stops.
     pub(crate) fn close(mut self) {
         self.shared.queue().closing = true;

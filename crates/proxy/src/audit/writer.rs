@@ -72,6 +72,10 @@ pub(super) struct Writer {
     /// The chain value the current file's first line continues.
     pub(super) file_start: String,
     pub(super) witness: Option<Witness>,
+    /// Checkpoint lines sealed but not yet written and synced: the witness
+    /// hears of them only after, or a crash in between would leave it
+    /// holding a head the log lacks, and an honest log would look cut.
+    pub(super) unwitnessed: Vec<String>,
 }
 
 // Past this, a batch is written even if more records are queued.
@@ -145,8 +149,8 @@ impl Writer {
         );
         let (line, chain) = chain_line(&self.prev, &cp.to_json());
         self.trees.checkpoint(&line);
-        if let Some(w) = &self.witness {
-            w.offer(&line);
+        if self.witness.is_some() {
+            self.unwitnessed.push(line.clone());
         }
         self.push(line, chain);
         self.written += 1;
@@ -162,7 +166,10 @@ impl Writer {
         let mut ok = self.out.write_all(&self.buf).is_ok();
         self.bytes += self.buf.len() as u64;
         self.buf.clear();
-        if ok && self.cfg.sync == AuditSync::Every {
+        let heads = std::mem::take(&mut self.unwitnessed);
+        // A head goes to the witness synced whatever `audit.sync` says:
+        // one fsync per checkpoint, not per line.
+        if ok && (self.cfg.sync == AuditSync::Every || !heads.is_empty()) {
             ok = self.out.sync().is_ok();
             self.last_sync = self.clock.now_std();
         } else {
@@ -171,6 +178,10 @@ impl Writer {
         if !ok {
             self.stats.errors.fetch_add(1, Ordering::Relaxed);
             tracing::error!("audit log write failed; answers waiting for their lines get 503");
+        } else if let Some(w) = &self.witness {
+            for head in &heads {
+                w.offer(head);
+            }
         }
         for a in self.acks.drain(..) {
             let _ = a.send(ok);

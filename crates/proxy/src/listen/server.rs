@@ -133,7 +133,7 @@ impl Proxy {
         } = self;
         let admin = admin.map(|l| tokio::spawn(admin::serve(l, shared.clone(), observe.clone())));
         observe.set_ready(true);
-        let sweeper = sweep_hosts(&shared);
+        let sweeper = sweep_hosts(&shared, &observe);
         let saver = save_budgets_often(&shared);
         // cfg.proxy.threads was resolved when the pools were built.
         let shards = match Shards::start(shared.cfg.proxy.serving_threads()) {
@@ -170,18 +170,22 @@ impl Proxy {
 
 /// Hosts with nothing left to remember are dropped now and then, so memory
 /// follows the hosts in use, not every host ever seen.
-fn sweep_hosts(shared: &Arc<Shared>) -> tokio::task::JoinHandle<()> {
-    let budgets = shared.budgets.clone();
+fn sweep_hosts(shared: &Arc<Shared>, observe: &Arc<admin::Observe>) -> tokio::task::JoinHandle<()> {
+    let shared = shared.clone();
+    let observe = observe.clone();
     tokio::spawn(async move {
         let mut every = tokio::time::interval(Duration::from_secs(60));
         loop {
             every.tick().await;
-            budgets.sweep();
+            if shared.budgets.sweep() > 0 {
+                observe.swept(&shared);
+            }
         }
     })
 }
 
-/// Budget state is saved every 5 s, and at once after a throttle.
+/// Budget state is saved every 5 s and after an operator's reset; a
+/// throttle saves before its answer (`Shared::save_budgets_now`).
 fn save_budgets_often(shared: &Arc<Shared>) -> tokio::task::JoinHandle<()> {
     let shared = shared.clone();
     tokio::spawn(async move {
@@ -321,12 +325,7 @@ impl AcceptBackoff {
 
 /// Writes the budget state that must survive a restart to the store.
 async fn save_budgets(shared: &Arc<Shared>) {
-    let (budgets, store) = (shared.budgets.clone(), shared.cache.store().clone());
-    match tokio::task::spawn_blocking(move || budgets.save(store.as_ref())).await {
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => shared.cache.failed("saving budget state", &e),
-        Err(e) => shared.cache.failed("saving budget state", &e),
-    }
+    shared.save_budgets_now().await;
 }
 
 async fn serve_client(shared: Arc<Shared>, mut stream: TcpStream, peer: SocketAddr) {

@@ -62,6 +62,10 @@ impl Exchange {
         let challenge = self.challenge(&resp, resendable);
         match reaction {
             Some(Reaction::Throttled(t)) => {
+                // The pause is on disk before it counts: before the 429 is
+                // answered or the request waits to be sent again, so a
+                // `kill -9` the moment after still finds the host paused.
+                self.shared.save_budgets_now().await;
                 let veto = match challenge {
                     Some(Challenge::AskedAgain) => Some(ASKED_AGAIN),
                     _ if !resendable => Some("the request's body cannot be sent again"),
@@ -125,7 +129,6 @@ impl Exchange {
     ) -> Learned {
         self.rec.cache(cache);
         self.rec.source = Some(Source::Upstream.as_str());
-        self.shared.save_budgets.notify_one();
         let origin = self.target.url(None);
         self.shared.throttled_by.note(&self.target.host, origin);
         self.retry_after = t.retry_after_raw.clone();

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Response};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
-use mannerly_policy::payment::{self, Asked, Money, Offer};
+use mannerly_policy::payment::{self, Asked, Money, Offer, Settled};
 use mannerly_policy::Outcome;
 
 use super::{CacheStep, Exchange, Learned, Step};
@@ -52,6 +52,12 @@ enum Scheme {
 }
 
 impl Paying {
+    /// The request is on its way to the site: its hold now outlives an
+    /// abandoning client.
+    pub(super) fn sent(&mut self) {
+        self.held.sent();
+    }
+
     /// The Pay Per Crawl price field, which the Web Bot Auth signature
     /// must cover.
     pub(super) fn signed_field(&self) -> Option<&str> {
@@ -135,7 +141,22 @@ impl Exchange {
             }
             None => None,
         };
-        p.held.settle(settled).await;
+        let held = p.held.amount.clone();
+        match p.held.settle(settled).await {
+            Ok(Settled::Counted) => {}
+            Ok(Settled::Foreign(counted)) => {
+                let counted = counted.map_or_else(
+                    || "its expired hold was counted".to_string(),
+                    |m| format!("{m} counted in its place"),
+                );
+                self.rec.pay_limit = Some("currency");
+                self.rec.pay_error = Some(format!(
+                    "charged in another currency than the limits ({}): {counted}; the host is paid no more today",
+                    held.currency()
+                ));
+            }
+            Err(why) => self.rec.pay_error = Some(format!("{why}; paying is stopped")),
+        }
         error
     }
 

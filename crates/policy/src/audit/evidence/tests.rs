@@ -245,3 +245,118 @@ fn lines_after_the_last_checkpoint_are_counted_not_proven() {
     assert_eq!(ev.files[0].unsealed, 1);
     assert_eq!(ev.verify(&key(&log)).unwrap().unsealed, 1);
 }
+
+/// a.test in the first and last files, absent from the middle one.
+fn with_a_file_without_a() -> Log {
+    let mut log = crawl();
+    log.rotate();
+    for i in 0..3 {
+        log.record("b.test", &format!("/secret-b-mid{i}"));
+        log.record("c.test", &format!("/c{i}"));
+    }
+    log.rotate();
+    log.record("a.test", "/a10");
+    log.seal(SealReason::Shutdown);
+    log
+}
+
+#[test]
+fn a_file_without_the_site_is_proven_so_and_its_lines_cannot_be_dropped() {
+    let log = with_a_file_without_a();
+    let ev = log.evidence("a.test", &[0, 1, 2, 3]);
+    let summary = ev.verify(&key(&log)).unwrap();
+    assert_eq!(summary.lines, 11);
+    assert_eq!(summary.absent_files, vec!["audit2.jsonl".to_string()]);
+    assert!(summary.empty_files.is_empty());
+    let text = serde_json::to_string(&ev).unwrap();
+    assert!(
+        !text.contains("b.test") && !text.contains("c.test"),
+        "{text}"
+    );
+
+    // The site's lines of the second file emptied and its leaf dropped:
+    // no proof of absence can be made for a host the file holds.
+    let mut cut = ev.clone();
+    cut.files[1].lines.clear();
+    cut.files[1].host_leaf = None;
+    let err = cut.verify(&key(&log)).unwrap_err();
+    assert_eq!(
+        err,
+        EvidenceProblem::NotShownAbsent {
+            file: "audit1.jsonl".into(),
+            line: cut.files[1].checkpoint.index + 1,
+            host: "a.test".into()
+        }
+    );
+    // Nor does another file's absence proof (genuine there) fit here.
+    cut.files[1].absent = ev.files[2].absent.clone();
+    assert!(matches!(
+        cut.verify(&key(&log)),
+        Err(EvidenceProblem::NotShownAbsent { .. })
+    ));
+    // An absence proof for another host's key does not enclose this one.
+    let mut other = ev.clone();
+    other.files[2].absent = log.evidence("d.test", &[2]).files[0].absent.clone();
+    let d_encloses_a = {
+        let a = other.files[2].absent.as_ref().unwrap();
+        let k = |h: &str| unhex::<32>(h).unwrap();
+        encloses(&k(&a.key), &k(&a.next), &host_key("a.test"))
+    };
+    if !d_encloses_a {
+        assert!(matches!(
+            other.verify(&key(&log)),
+            Err(EvidenceProblem::NotShownAbsent { .. })
+        ));
+    }
+}
+
+#[test]
+fn an_earlier_checkpoint_of_the_last_file_is_not_taken_for_the_end() {
+    let log = crawl();
+    // The evidence maker stops at the last file's interval checkpoint,
+    // leaving out a.test's line after it, and says nothing is unsealed.
+    let last = log.files[1].clone();
+    let at = last
+        .iter()
+        .position(|l| l.contains("\"why\":\"interval\""))
+        .unwrap();
+    let mut b = EvidenceBuilder::new("a.test");
+    b.start_file("audit0.jsonl").unwrap();
+    for l in &log.files[0] {
+        b.line(l).unwrap();
+    }
+    b.start_file("audit1.jsonl").unwrap();
+    for l in &last[..=at] {
+        b.line(l).unwrap();
+    }
+    let ev = b.finish().unwrap();
+    assert_eq!(ev.files[1].unsealed, 0);
+    let summary = ev.verify(&key(&log)).unwrap();
+    // Without a witness it does not pass for the end of the log.
+    assert_eq!(summary.end, Some(SealReason::Interval));
+    // The witness's newest head is the shutdown seal after it.
+    let head_line = last.last().unwrap();
+    let (content, chain) = split_line(head_line).unwrap();
+    let head: Checkpoint = serde_json::from_str(&content).unwrap();
+    let err = ev.witnessed(chain, &head).unwrap_err();
+    assert!(
+        matches!(&err, EvidenceProblem::EndsEarly { file, .. } if file == "audit1.jsonl"),
+        "{err}"
+    );
+    // The honest evidence reaches it.
+    let honest = log.evidence("a.test", &[0, 1]);
+    assert_eq!(
+        honest.verify(&key(&log)).unwrap().end,
+        Some(SealReason::Shutdown)
+    );
+    assert_eq!(honest.witnessed(chain, &head), Ok(()));
+    // A witness whose newest head is of a later file than the evidence holds.
+    let later = with_a_file_without_a();
+    let (content, chain) = split_line(later.files[3].last().unwrap()).unwrap();
+    let newer: Checkpoint = serde_json::from_str(&content).unwrap();
+    let short = later.evidence("a.test", &[0, 1, 2]);
+    assert!(matches!(
+        short.witnessed(chain, &newer),
+        Err(EvidenceProblem::WitnessBeyond { .. })
+    ));
+}

@@ -1,6 +1,7 @@
 //! The client's body: a small one read whole before the host's turn (and
-//! so sent again after a throttle), a large one streamed once, a silent
-//! one answered 408 after exactly the idle limit.
+//! so sent again after a throttle), a large one spooled to the data dir
+//! before the turn and sent once, a silent one answered 408 after exactly
+//! the idle limit.
 
 use std::time::Duration;
 
@@ -32,12 +33,24 @@ async fn a_small_body_is_read_ahead_and_can_be_sent_twice() {
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_body_over_64_kib_streams_and_cannot_be_sent_again() {
+/// Past what is kept in memory, the body is spooled to the data dir, all
+/// of it before the turn, and comes out whole; the spool file is gone
+/// from the directory at once.
+#[tokio::test]
+async fn a_body_over_a_mib_is_spooled_before_the_turn_and_sent_whole() {
     let f = Fixture::new(Config::default()).await;
     let mut x = f.exchange(Method::POST, "http://example.org/upload");
-    let read = x.client_body(body(64 * 1024 + 1, "").await).await;
-    assert!(!read.expect("streams").resendable());
+    let len = crate::clients::body::IN_MEMORY + 100_001;
+    let sent: String = (0..len)
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .collect();
+    let mut read = x.client_body(body(len, &sent).await).await.expect("read");
+    assert!(!read.resendable());
+    let spool = f.shared.cfg.data_dir.join("spool");
+    assert_eq!(std::fs::read_dir(&spool).expect("spool dir").count(), 0);
+    let out = read.take().collect().await.expect("body").to_bytes();
+    assert_eq!(out.len(), len);
+    assert!(out == sent.as_bytes(), "the body as the client sent it");
 }
 
 #[tokio::test(start_paused = true)]
