@@ -193,7 +193,10 @@ fn the_readme_first_page_shows_the_decision_the_build_gives() {
     let heading = "### Try it on this machine";
     let lines = recipe(heading);
     // The first block; the next is the HTTPS recipe.
-    assert_eq!(lines[2], "curl -x http://127.0.0.1:3128 -i http://127.0.0.1:8000/");
+    assert_eq!(
+        lines[2],
+        "curl -x http://127.0.0.1:3128 -i http://127.0.0.1:8000/"
+    );
     let work = tempfile::tempdir().unwrap();
     let port = free_port().to_string();
     let serve = lines[0].split(" #").next().unwrap_or_default();

@@ -174,7 +174,45 @@ pub enum FetchResult {
     TooManyRedirects,
     /// Timeout, refused connection, TLS failure, blocked address: the words why.
     Failed(String),
+    /// A 304 to a fetch that carried the held copy's [`Validators`]: the
+    /// copy still stands (RFC 9309 §2.4 allows RFC 9111 caching). A 304 to
+    /// a fetch without validators is a `Status(304)`, which says nothing.
+    NotModified,
 }
+
+/// The validators of a robots.txt copy (RFC 9110 §8.8), sent with the next
+/// fetch once the copy's age has run out.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Validators {
+    /// `ETag`, as the origin wrote it (sent as `If-None-Match`).
+    pub etag: Option<String>,
+    /// `Last-Modified`, as the origin wrote it (sent as `If-Modified-Since`).
+    pub last_modified: Option<String>,
+}
+
+impl Validators {
+    /// The validators of a 2xx head; a value longer than [`MAX_VALIDATOR`]
+    /// bytes is not kept (it would be sent back on every revalidation).
+    pub fn read(etag: Option<&str>, last_modified: Option<&str>) -> Validators {
+        let keep = |v: Option<&str>| {
+            v.map(str::trim)
+                .filter(|v| !v.is_empty() && v.len() <= MAX_VALIDATOR)
+                .map(str::to_string)
+        };
+        Validators {
+            etag: keep(etag),
+            last_modified: keep(last_modified),
+        }
+    }
+
+    /// Neither validator: a fetch is unconditional.
+    pub fn is_empty(&self) -> bool {
+        self.etag.is_none() && self.last_modified.is_none()
+    }
+}
+
+/// The longest validator kept.
+pub const MAX_VALIDATOR: usize = 1024;
 
 impl FetchResult {
     /// A 4xx other than 429: the site has no robots.txt, so there are no
@@ -186,7 +224,7 @@ impl FetchResult {
     /// A body or a 4xx that means no rules: what [`classify`] accepts,
     /// without parsing the body.
     pub fn is_usable(&self) -> bool {
-        matches!(self, FetchResult::Body(_)) || self.means_no_rules()
+        matches!(self, FetchResult::Body(_) | FetchResult::NotModified) || self.means_no_rules()
     }
 }
 
@@ -226,6 +264,8 @@ pub struct RobotsEntry<F = Robots> {
     failures: u32,
     retry_at: Instant,
     reason: String,
+    /// Of `good`, when the 2xx that gave it had any.
+    validators: Validators,
 }
 
 /// What the proxy should do for a request to an origin.
@@ -252,6 +292,7 @@ pub fn classify_as<F: SiteFile>(result: &FetchResult) -> Result<F, String> {
         FetchResult::Status(s) => Err(format!("{name} answered {s}")),
         FetchResult::TooManyRedirects => Err(format!("{name} redirected too many times")),
         FetchResult::Failed(why) => Err(format!("{name} unreachable: {why}")),
+        FetchResult::NotModified => Err(format!("{name} answered 304 but no copy is held")),
     }
 }
 
@@ -266,6 +307,8 @@ pub fn fetch_reason(result: &FetchResult) -> Option<String> {
 pub fn fetch_reason_of<F: SiteFile>(result: &FetchResult) -> Option<String> {
     match result {
         FetchResult::Body(body) => F::body_reason(body),
+        // The copy held stands; the line's `cache` says so.
+        FetchResult::NotModified => None,
         FetchResult::Status(s) if result.means_no_rules() => {
             Some(format!("status {s}: no rules, everything allowed"))
         }
@@ -290,6 +333,19 @@ impl<F: SiteFile> RobotsEntry<F> {
         params: &RobotsParams,
         now: Instant,
     ) -> RobotsEntry<F> {
+        let kept = previous.and_then(|p| Some((p.good.clone()?, p.validators.clone())));
+        if let (FetchResult::NotModified, Some((good, validators))) = (result, kept) {
+            // A 304 to our validators: the same rules, their age restarted.
+            return RobotsEntry {
+                rules: Some(good.clone()),
+                fetched_at: now,
+                good: Some(good),
+                failures: 0,
+                retry_at: now,
+                reason: String::new(),
+                validators,
+            };
+        }
         match classify_as::<F>(result) {
             Ok(robots) => {
                 let robots = Arc::new(robots);
@@ -300,6 +356,7 @@ impl<F: SiteFile> RobotsEntry<F> {
                     failures: 0,
                     retry_at: now,
                     reason: String::new(),
+                    validators: Validators::default(),
                 }
             }
             Err(reason) => {
@@ -307,6 +364,7 @@ impl<F: SiteFile> RobotsEntry<F> {
                 let backoff = params.retry_min_secs * 2f64.powi(failures.min(30) as i32 - 1);
                 let wait = Duration::from_secs_f64(backoff.min(params.retry_max_secs));
                 let good = previous.and_then(|p| p.good.clone());
+                let validators = previous.map(|p| p.validators.clone()).unwrap_or_default();
                 RobotsEntry {
                     rules: None,
                     fetched_at: now,
@@ -314,6 +372,7 @@ impl<F: SiteFile> RobotsEntry<F> {
                     failures,
                     retry_at: now + wait,
                     reason,
+                    validators,
                 }
             }
         }
@@ -346,6 +405,21 @@ impl<F: SiteFile> RobotsEntry<F> {
                 retry_in: self.retry_at.saturating_duration_since(now),
             },
         }
+    }
+
+    /// The entry with the validators of the 2xx it was made from: only a
+    /// copy read from a body keeps them.
+    pub fn with_validators(mut self, result: &FetchResult, validators: Validators) -> Self {
+        if matches!(result, FetchResult::Body(_)) {
+            self.validators = validators;
+        }
+        self
+    }
+
+    /// What the next fetch sends to ask whether the copy held still
+    /// stands: `None` without a copy, or when its 2xx had no validators.
+    pub fn validators(&self) -> Option<&Validators> {
+        (self.good.is_some() && !self.validators.is_empty()).then_some(&self.validators)
     }
 
     /// Consecutive failed fetches.
@@ -394,6 +468,65 @@ mod tests {
             e.lookup(&p, t0 + Duration::from_secs(86_400)),
             Lookup::Fetch
         ));
+    }
+
+    #[test]
+    fn an_expired_copy_is_revalidated_and_a_304_restarts_its_age() {
+        let t0 = Instant::now();
+        let p = RobotsParams {
+            max_age_secs: 600.0,
+            ..params()
+        };
+        let body = FetchResult::Body(b"User-agent: *\nDisallow: /x".to_vec());
+        let v = Validators::read(Some("\"r1\""), Some("Sat, 05 Dec 2026 10:00:00 GMT"));
+        let e = RobotsEntry::after_fetch(None, &body, &p, t0).with_validators(&body, v.clone());
+        assert_eq!(e.validators(), Some(&v));
+        let t1 = t0 + Duration::from_secs(600);
+        assert!(matches!(e.lookup(&p, t1), Lookup::Fetch));
+        let kept = RobotsEntry::after_fetch(Some(&e), &FetchResult::NotModified, &p, t1);
+        assert_eq!(kept.validators(), Some(&v));
+        assert_eq!(fetch_reason(&FetchResult::NotModified), None);
+        // Fresh again for a whole age from the 304, with the same rules.
+        match kept.lookup(&p, t1 + Duration::from_secs(599)) {
+            Lookup::Use(r) => assert_eq!(allowed(&r, "/x"), Some(false)),
+            Lookup::Fetch => panic!("the 304 restarted the age"),
+        }
+        assert!(matches!(
+            kept.lookup(&p, t1 + Duration::from_secs(600)),
+            Lookup::Fetch
+        ));
+        // A failure keeps the copy and its validators for the retry.
+        let failed = RobotsEntry::after_fetch(Some(&kept), &FetchResult::Status(503), &p, t1);
+        assert_eq!(failed.validators(), Some(&v));
+        // A new body replaces them with its own (here none).
+        let none = Validators::read(None, Some(""));
+        assert!(none.is_empty());
+        let fresh =
+            RobotsEntry::after_fetch(Some(&failed), &body, &p, t1).with_validators(&body, none);
+        assert_eq!(fresh.validators(), None);
+    }
+
+    #[test]
+    fn a_304_without_a_copy_held_says_nothing() {
+        let t0 = Instant::now();
+        let p = params();
+        let e = RobotsEntry::<Robots>::after_fetch(None, &FetchResult::NotModified, &p, t0);
+        match e.rules_now(t0) {
+            Rules::Unavailable { reason, .. } => {
+                assert_eq!(reason, "robots.txt answered 304 but no copy is held")
+            }
+            Rules::Known(_) => panic!("nothing to keep"),
+        }
+        // A 4xx's "no rules" has no validators to send.
+        let none = RobotsEntry::<Robots>::after_fetch(None, &FetchResult::Status(404), &p, t0)
+            .with_validators(
+                &FetchResult::Status(404),
+                Validators::read(Some("\"x\""), None),
+            );
+        assert_eq!(none.validators(), None);
+        // An over-long validator is not kept.
+        let long = "x".repeat(MAX_VALIDATOR + 1);
+        assert!(Validators::read(Some(&long), None).is_empty());
     }
 
     #[test]
@@ -504,6 +637,7 @@ mod tests {
             (Some(301), FetchResult::TooManyRedirects),
             (Some(200), FetchResult::Failed("body cut short".into())),
             (None, FetchResult::Failed("connection refused".into())),
+            (Some(304), FetchResult::Status(304)),
         ];
         for (status, result) in &cases {
             let reason = fetch_reason(result);

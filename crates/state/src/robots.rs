@@ -204,6 +204,9 @@ fn encode(r: &FetchResult) -> Vec<u8> {
         FetchResult::Status(s) => [&[b'S'][..], &s.to_le_bytes()].concat(),
         FetchResult::TooManyRedirects => vec![b'R'],
         FetchResult::Failed(why) => [&[b'F'][..], why.as_bytes()].concat(),
+        // A 304 answered one proxy's validators: to another proxy, whose
+        // copy may be another, it says nothing (lone proxies alone revalidate).
+        FetchResult::NotModified => [&[b'S'][..], &304u16.to_le_bytes()].concat(),
     }
 }
 

@@ -73,13 +73,11 @@ fn origin(url: &str) -> &str {
 }
 
 impl RobotsSignal {
-    /// A robots.txt fetch sent at `t`.
-    pub fn fetched(&mut self, t: f64, url: &str, status: Option<u16>, line: &LineRef) {
+    /// A robots.txt fetch sent at `t`; `usable` when it gave a copy (a
+    /// 2xx, a 4xx other than 429, a 304 to the validators of the copy held:
+    /// `robots_cache::fetch_failed` says), else the last good one stays in use.
+    pub fn fetched(&mut self, t: f64, url: &str, usable: bool, line: &LineRef) {
         self.fetches.add(line);
-        // What the proxy makes of the answer (DESIGN §3): a 2xx is the
-        // rules, a 4xx other than 429 is "all allowed"; anything else is
-        // no copy, and the last good one stays in use.
-        let usable = matches!(status, Some(s) if (200..300).contains(&s) || ((400..500).contains(&s) && s != 429));
         if !usable {
             self.failed_fetches += 1;
             return;
@@ -152,11 +150,11 @@ mod tests {
             id: format!("x-{n}"),
         };
         let mut r = RobotsSignal::default();
-        r.fetched(0.0, "http://a.example/robots.txt", Some(200), &l(1));
+        r.fetched(0.0, "http://a.example/robots.txt", true, &l(1));
         r.checked(10.0, "http://a.example/p", &l(2));
         r.checked(10.0, "https://a.example/p", &l(3));
         r.checked(MAX_AGE_S + 1.0, "http://a.example/q", &l(4));
-        r.fetched(MAX_AGE_S, "http://a.example/robots.txt", Some(503), &l(5));
+        r.fetched(MAX_AGE_S, "http://a.example/robots.txt", false, &l(5));
         r.checked(MAX_AGE_S + 2.0, "http://a.example/q", &l(6));
         assert_eq!((r.checked, r.fresh), (4, 1));
         assert_eq!(r.age_unknown.count, 1);

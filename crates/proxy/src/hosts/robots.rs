@@ -13,14 +13,17 @@ use mannerly_policy::identity::KeyId;
 
 use bytes::{Bytes, BytesMut};
 use dashmap::DashMap;
-use http::header::{HeaderValue, LOCATION, USER_AGENT};
+use http::header::{
+    HeaderValue, ETAG, IF_MODIFIED_SINCE, IF_NONE_MATCH, LAST_MODIFIED, LOCATION, USER_AGENT,
+};
 use http::{Method, Request, Uri};
 use http_body_util::BodyExt;
 use mannerly_policy::budget::{Announced, Refusal};
+use mannerly_policy::conditional::CacheOutcome;
 use mannerly_policy::robots::Robots;
 use mannerly_policy::robots::MAX_ROBOTS_BYTES;
 use mannerly_policy::robots_cache::{
-    fetch_reason_of, FetchResult, Lookup, RobotsEntry, RobotsParams, Rules, SiteFile,
+    fetch_reason_of, FetchResult, Lookup, RobotsEntry, RobotsParams, Rules, SiteFile, Validators,
 };
 use mannerly_policy::{AuditRecord, Outcome};
 use tokio::sync::Mutex;
@@ -162,9 +165,16 @@ impl<F: SiteFile> RobotsCache<F> {
         let now = self.clock.now_std();
         let claim = match cluster::claim(budgets, shared_key, &self.params, deadline, now).await {
             cluster::Next::Use(result, fetched_at) => {
-                return Ok(self.install(key, &slot, &result, fetched_at));
+                let none = Validators::default();
+                return Ok(self.install(key, &slot, &result, none, fetched_at));
             }
             cluster::Next::Fetch(claim) => claim,
+        };
+        // Revalidated only by a lone proxy: a cluster's copy is another
+        // proxy's fetch, and a 304 to our validators would say nothing of it.
+        let validators = match claim {
+            None => self.validators(&slot),
+            Some(_) => None,
         };
         let permit = budgets
             .acquire(&target.host, deadline)
@@ -187,6 +197,7 @@ impl<F: SiteFile> RobotsCache<F> {
                 self.params.max_redirects,
                 self.identity.as_deref().map(|s| (s, &self.clock)),
                 Some(&mut pacing),
+                validators.as_ref(),
             ),
         )
         .await
@@ -225,7 +236,12 @@ impl<F: SiteFile> RobotsCache<F> {
         }
         let wall = self.clock.wall();
         cluster::publish(claim, shared_key, &report.result, &self.params, wall).await;
-        let rules = self.install(key, &slot, &report.result, self.clock.now_std());
+        let validators = Validators::read(
+            header(&report.headers, ETAG),
+            header(&report.headers, LAST_MODIFIED),
+        );
+        let now = self.clock.now_std();
+        let rules = self.install(key, &slot, &report.result, validators, now);
         match report.stop {
             Some(stop) => Err(Unfetched::Stopped(stop)),
             None => Ok(rules),
@@ -240,6 +256,7 @@ impl<F: SiteFile> RobotsCache<F> {
         key: &str,
         slot: &Slot<F>,
         result: &FetchResult,
+        validators: Validators,
         fetched_at: std::time::Instant,
     ) -> Rules<F> {
         let new = match result {
@@ -264,10 +281,17 @@ impl<F: SiteFile> RobotsCache<F> {
         }
         let now = self.clock.now_std();
         let mut guard = slot.entry.write().unwrap_or_else(|p| p.into_inner());
-        let entry = RobotsEntry::after_fetch(guard.as_ref(), result, &self.params, fetched_at);
+        let entry = RobotsEntry::after_fetch(guard.as_ref(), result, &self.params, fetched_at)
+            .with_validators(result, validators);
         let rules = entry.rules_now(now);
         *guard = Some(entry);
         rules
+    }
+
+    /// What a fetch sends to revalidate the copy held in `slot`.
+    fn validators(&self, slot: &Slot<F>) -> Option<Validators> {
+        let guard = slot.entry.read().unwrap_or_else(|p| p.into_inner());
+        guard.as_ref()?.validators().cloned()
     }
 
     fn cached(&self, slot: &Slot<F>) -> Option<Rules<F>> {
@@ -402,12 +426,14 @@ pub(crate) async fn fetch(
     max_redirects: u32,
     identity: Option<(&Signer, &Clock)>,
     pacing: Option<&mut Pacing<'_>>,
+    validators: Option<&Validators>,
 ) -> FetchReport {
     let mut keyid = None;
     let hops = Hops {
         max_redirects,
         identity,
         pacing,
+        validators,
     };
     let mut report = fetch_hops(client, url, user_agent, hops, &mut keyid).await;
     report.keyid = keyid;
@@ -419,6 +445,9 @@ struct Hops<'a, 'p> {
     max_redirects: u32,
     identity: Option<(&'a Signer, &'a Clock)>,
     pacing: Option<&'a mut Pacing<'p>>,
+    /// Of the copy held: sent with every hop, so that the final one can
+    /// answer 304 (a redirect ignores them).
+    validators: Option<&'a Validators>,
 }
 
 async fn fetch_hops(
@@ -428,7 +457,7 @@ async fn fetch_hops(
     mut how: Hops<'_, '_>,
     keyid: &mut Option<KeyId>,
 ) -> FetchReport {
-    let (max_redirects, identity) = (how.max_redirects, how.identity);
+    let (max_redirects, identity, validators) = (how.max_redirects, how.identity, how.validators);
     let mut current = url.to_string();
     let mut hops = 0;
     loop {
@@ -439,7 +468,12 @@ async fn fetch_hops(
                 return report(url, None, FetchResult::Failed(why));
             }
         };
-        match fetch_hop(client, url, &uri, user_agent, identity, keyid).await {
+        let ask = Ask {
+            user_agent,
+            identity,
+            validators,
+        };
+        match fetch_hop(client, url, &uri, ask, keyid).await {
             Hop::Done(report) => return *report,
             Hop::Redirect { status, to } => match to {
                 Some(next) if hops < max_redirects => {
@@ -468,18 +502,34 @@ enum Hop {
     Redirect { status: u16, to: Option<String> },
 }
 
+/// What every request of a fetch carries.
+#[derive(Clone, Copy)]
+struct Ask<'a> {
+    user_agent: Option<&'a HeaderValue>,
+    identity: Option<(&'a Signer, &'a Clock)>,
+    validators: Option<&'a Validators>,
+}
+
 /// One request of a fetch: `uri` asked for, signed as the crawler's.
 async fn fetch_hop(
     client: &UpstreamClient,
     url: &str,
     uri: &Uri,
-    user_agent: Option<&HeaderValue>,
-    identity: Option<(&Signer, &Clock)>,
+    ask: Ask<'_>,
     keyid: &mut Option<KeyId>,
 ) -> Hop {
+    let Ask {
+        user_agent,
+        identity,
+        validators,
+    } = ask;
     let mut req = Request::builder().method(Method::GET).uri(uri.clone());
     if let Some(ua) = user_agent {
         req = req.header(USER_AGENT, ua.clone());
+    }
+    let conditional = validators.map(conditional_fields).unwrap_or_default();
+    for (name, value) in &conditional {
+        req = req.header(name, value.clone());
     }
     let mut req = match req.body(empty()) {
         Ok(r) => r,
@@ -523,6 +573,10 @@ async fn fetch_hop(
         Some(ParentVerdict::Target { status, .. }) => status,
         None => resp.status().as_u16(),
     };
+    if status == 304 && !conditional.is_empty() {
+        drain_small(resp).await;
+        return Hop::Done(Box::new(report(url, Some(304), FetchResult::NotModified)));
+    }
     if (300..400).contains(&status) {
         let to = resp
             .headers()
@@ -582,6 +636,23 @@ async fn read_body(
         stop: None,
         sent: None,
     }
+}
+
+/// `If-None-Match` / `If-Modified-Since` from a copy's validators; a value
+/// that is no header value (it came from a header, so only a stored copy
+/// gone wrong) is left out.
+fn conditional_fields(v: &Validators) -> Vec<(http::HeaderName, HeaderValue)> {
+    [
+        (IF_NONE_MATCH, v.etag.as_deref()),
+        (IF_MODIFIED_SINCE, v.last_modified.as_deref()),
+    ]
+    .into_iter()
+    .filter_map(|(name, value)| Some((name, HeaderValue::from_str(value?).ok()?)))
+    .collect()
+}
+
+fn header(headers: &http::HeaderMap, name: http::HeaderName) -> Option<&str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
 }
 
 /// Reads a short error body to its end, so that the connection goes back
@@ -660,6 +731,9 @@ pub(crate) fn fetch_record<F: SiteFile>(
     rec.keyid = r.keyid.as_ref().map(|k| k.to_string());
     rec.source = r.stop.as_ref().map(|s| s.source.as_str());
     rec.reason = fetch_reason_of::<F>(&r.result);
+    if r.result == FetchResult::NotModified {
+        rec.cache(CacheOutcome::Revalidated);
+    }
     rec
 }
 
@@ -686,7 +760,14 @@ mod tests {
         let slot = c.slot(origin);
         let mut body = format!("User-agent: *\nDisallow: /private\n# {origin}\n").into_bytes();
         body.resize(len, b'#');
-        c.install(origin, &slot, &FetchResult::Body(body), c.clock.now_std());
+        let none = Validators::default();
+        c.install(
+            origin,
+            &slot,
+            &FetchResult::Body(body),
+            none,
+            c.clock.now_std(),
+        );
     }
 
     fn held(c: &RobotsCache, origin: &str) -> bool {
@@ -767,7 +848,8 @@ mod tests {
         // Its answer still serves the requests that waited for it, but
         // counts against the cap only if it is in the cache.
         let x_body = FetchResult::Body(vec![b'#'; BODY]);
-        c.install("http://x.test/", &x, &x_body, c.clock.now_std());
+        let none = Validators::default();
+        c.install("http://x.test/", &x, &x_body, none, c.clock.now_std());
         let (counted, held_bytes) = counted_and_held(&c);
         assert_eq!(counted, held_bytes);
     }
