@@ -23,8 +23,12 @@
 //!   the group it stands in, i.e. to every agent of that group (Google's
 //!   parser reads it the same way);
 //! - the agent's groups apply, else the `*` groups; they never combine;
-//! - of several `Crawl-delay` lines for one crawler, the largest counts.
+//! - of several `Crawl-delay` lines for one crawler, the largest counts;
+//! - a namespaced selector (`User-agent: __ns_label`, draft-kelley-rep-
+//!   namespaces-00) opens or joins a group as any user-agent line does, but
+//!   is nobody's product token: no crawler's token matches it.
 
+pub mod agents;
 mod index;
 mod parse;
 mod preferences;
@@ -262,7 +266,13 @@ impl Robots {
 pub fn product_token(user_agent: &str) -> &str {
     let s = user_agent.trim_start();
     let end = s.find(|c: char| !is_token_char(c)).unwrap_or(s.len());
-    &s[..end]
+    let token = &s[..end];
+    // A namespaced selector names a class of crawlers; claimed as a token,
+    // it would take a group written for others.
+    if agents::is_namespaced(token) {
+        return "";
+    }
+    token
 }
 
 fn is_token_char(c: char) -> bool {

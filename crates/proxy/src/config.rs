@@ -10,6 +10,7 @@ use mannerly_policy::budget::BudgetParams;
 use mannerly_policy::conditional::CacheParams;
 use mannerly_policy::payment::PaymentParams;
 use mannerly_policy::prefs::{DeclaredUse, ResponsePreferences};
+use mannerly_policy::robots::agents::Agent;
 use mannerly_policy::robots::Purpose;
 use mannerly_policy::robots_cache::RobotsParams;
 use serde::Deserialize;
@@ -434,6 +435,9 @@ pub struct CrawlerConfig {
     /// for not declared), checked against a site's Content-Signal `use`.
     #[serde(rename = "use")]
     pub usage: DeclaredUse,
+    /// Several identities, each a product token with its purposes
+    /// (`[[crawler.agents]]`); replaces `agent` and `purposes`.
+    pub agents: Vec<Agent>,
 }
 
 /// `[identity]`: Web Bot Auth (draft-ietf-webbotauth-httpsig-protocol-00).

@@ -127,6 +127,10 @@ struct Exchange {
     paying: Option<payment::Paying>,
     /// A 402 was answered with a payment once: never twice.
     paid_again: bool,
+    /// What the walk found that the decision header of a forwarded answer
+    /// says too (the agent token that bound the robots verdict, page-level
+    /// directives).
+    said: Vec<(&'static str, String)>,
 }
 
 /// How far a request got; a client that goes away mid-walk leaves a line
@@ -245,6 +249,7 @@ impl Exchange {
             annotation: None,
             paying: None,
             paid_again: false,
+            said: Vec::new(),
         }
     }
 
@@ -276,8 +281,9 @@ impl Exchange {
         let (shared, host) = (&self.shared, &self.target.host);
         let refusal = match fetched {
             Ok(rules) => {
-                let rec = &mut self.rec;
-                request::robots_verdict(shared, &self.live, &rules, host, &self.path, rec)
+                let (rec, said) = (&mut self.rec, &mut self.said);
+                let at = (host.as_str(), self.path.as_str());
+                request::robots_verdict(shared, &self.live, &rules, at, rec, said)
             }
             Err(Unfetched::Budget(r)) => {
                 let by = shared.throttled_by.get(host);

@@ -226,13 +226,14 @@ impl Reader {
 
 /// The token a `User-agent` line names: `*`, or an identifier with an
 /// optional `/version` (which a product token may carry and which says nothing
-/// about the crawler).
+/// about the crawler); a namespaced selector (`__ns_…`) names none.
 fn agent_token(value: &str) -> Option<&str> {
     if value == "*" {
         return Some("*");
     }
     let name = value.split_once('/').map_or(value, |(name, _)| name);
-    (!name.is_empty() && name.chars().all(is_token_char)).then_some(name)
+    let token = !name.is_empty() && name.chars().all(is_token_char);
+    (token && !super::agents::is_namespaced(name)).then_some(name)
 }
 
 /// Seconds, fractional allowed; negative, NaN, infinite and non-numeric values

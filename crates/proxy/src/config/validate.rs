@@ -42,6 +42,8 @@ impl Config {
         check_audit(&self.audit)?;
         check_identity(&self.identity)?;
         check_admin(&self.admin)?;
+        let c = &self.crawler;
+        mannerly_policy::robots::agents::validate(&c.agent, &c.purposes, &c.agents)?;
         let mut cfg = self;
         cfg.robots = cfg.robots.validate()?;
         cfg.budget = cfg.budget.validate()?;

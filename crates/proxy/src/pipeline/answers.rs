@@ -22,11 +22,13 @@ impl Exchange {
         std::mem::take(&mut self.rec)
     }
 
-    /// `details` for the decision header, then how often the request was
+    /// `details` for the decision header, then what the walk found
+    /// (`Exchange::said`), then how often the request was
     /// sent again after a throttle and the Retry-After that asked for it
     /// (`retries=2; retry_after=2`), unless `details` says otherwise.
     fn with_retries<'a>(&self, details: &[(&'a str, String)]) -> Vec<(&'a str, String)> {
         let mut said = details.to_vec();
+        said.extend(self.said.iter().cloned());
         if self.retries == 0 {
             return said;
         }

@@ -6,12 +6,14 @@
 //! (`mannerly_policy::prefs`); this module only turns them into stops and
 //! audit fields.
 
+use std::borrow::Cow;
+
 use http::{HeaderMap, HeaderName, HeaderValue, Request};
 use mannerly_policy::prefs::{
     judge_response, judge_tdm, PrefsRecord, PrefsRefusal, ResponsePreferences, TdmFile,
     TDMREP_PATH, TDM_PURPOSES,
 };
-use mannerly_policy::robots::Robots;
+use mannerly_policy::robots::{Purpose, Robots};
 use mannerly_policy::robots_cache::Rules;
 use mannerly_policy::{AuditRecord, Outcome};
 
@@ -20,6 +22,7 @@ use crate::answer::{failure, header_text, Stop};
 use crate::config::Config;
 use crate::error::Source;
 use crate::hosts::robots::Unfetched;
+use crate::pipeline::request::Identities;
 
 /// The header an annotated response carries.
 pub(crate) const PREFERENCES: &str = "mannerly-preferences";
@@ -29,16 +32,21 @@ pub(crate) const PREFERENCES: &str = "mannerly-preferences";
 pub(crate) fn robots_refusal(
     cfg: &Config,
     robots: &Robots,
-    agent: &str,
+    ids: Identities<'_>,
     path: &str,
     rec: &mut AuditRecord,
 ) -> Option<Stop> {
-    let prefs = robots.preferences(agent, path);
-    let record = prefs.record();
-    if !record.is_empty() {
-        rec.prefs = Some(record);
+    // Each identity is judged by the lines of its own group, for its own
+    // purposes; the first refusal binds.
+    let mut refused = None;
+    for (token, purposes) in ids.iter() {
+        let prefs = robots.preferences(token, path);
+        note(rec, &prefs.record());
+        if refused.is_none() {
+            refused = prefs.refusal(purposes, cfg.crawler.usage);
+        }
     }
-    let refusal = prefs.refusal(&cfg.crawler.purposes, cfg.crawler.usage)?;
+    let refusal = refused?;
     let said = refusal.said();
     rec.rule = Some(said.to_string());
     let mut answer = Stop::new(
@@ -88,9 +96,9 @@ pub(crate) fn judge(cfg: &Config, headers: &HeaderMap, rec: &mut AuditRecord) ->
     if usage.is_empty() && signal.is_empty() && tdm.is_empty() {
         return OnResponse::Pass;
     }
-    let purposes = &cfg.crawler.purposes;
-    let mut judged = judge_response(&usage, &signal, purposes, cfg.crawler.usage);
-    let reserved = judge_tdm(&tdm, &tdm_policy, purposes);
+    let purposes = request_purposes(cfg, rec);
+    let mut judged = judge_response(&usage, &signal, &purposes, cfg.crawler.usage);
+    let reserved = judge_tdm(&tdm, &tdm_policy, &purposes);
     judged.record.merge(&reserved.record);
     judged.refusal = judged.refusal.or(reserved.refusal);
     note(rec, &judged.record);
@@ -117,6 +125,12 @@ pub(crate) fn judge(cfg: &Config, headers: &HeaderMap, rec: &mut AuditRecord) ->
     }
 }
 
+/// The purposes of the identities the request speaks for (its line's
+/// `agent` selects them).
+fn request_purposes<'a>(cfg: &'a Config, rec: &'a AuditRecord) -> Cow<'a, [Purpose]> {
+    Identities::of(cfg, rec.agent.as_deref().unwrap_or("")).purposes()
+}
+
 /// Adds what a judgement read to the line's `prefs` (robots.txt's, the
 /// file's and the headers' combine: any no wins).
 fn note(rec: &mut AuditRecord, record: &PrefsRecord) {
@@ -137,7 +151,7 @@ fn tdm_file_refusal(
     path: &str,
     rec: &mut AuditRecord,
 ) -> Option<(Stop, String)> {
-    let purposes = &cfg.crawler.purposes;
+    let purposes = request_purposes(cfg, rec).into_owned();
     let file = match rules {
         Rules::Known(file) => file,
         Rules::Unavailable { reason, retry_in } => {
@@ -149,7 +163,7 @@ fn tdm_file_refusal(
             ));
         }
     };
-    let judged = file.judge(path, purposes);
+    let judged = file.judge(path, &purposes);
     note(rec, &judged.record);
     let refusal = judged.refusal?;
     rec.rule = Some(refusal.said().to_string());
@@ -176,9 +190,7 @@ impl Exchange {
     /// observe mode.
     pub(super) async fn tdmrep<B>(&mut self, req: &Request<B>) -> Step<()> {
         let live = self.live.clone();
-        let declared = live
-            .crawler
-            .purposes
+        let declared = request_purposes(&live, &self.rec)
             .iter()
             .any(|p| TDM_PURPOSES.contains(p));
         let own = matches!(req.uri().path(), "/robots.txt" | TDMREP_PATH);
