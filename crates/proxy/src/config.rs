@@ -484,13 +484,20 @@ pub struct PolicyConfig {
     /// declared purpose: `withhold` (403 `signal_refused`) or `annotate`
     /// (passed on with `Mannerly-Preferences`).
     pub response_preferences: ResponsePreferences,
+    /// Bytes of an HTML page's body read for its `<meta name="robots">`
+    /// before the answer goes on (0: not read).
+    pub meta_prefix_bytes: usize,
 }
+
+/// The largest `policy.meta_prefix_bytes`: a page's head, not the page.
+pub(crate) const MAX_META_PREFIX: usize = 1024 * 1024;
 
 impl Default for PolicyConfig {
     fn default() -> Self {
         PolicyConfig {
             enforce: true,
             response_preferences: ResponsePreferences::Withhold,
+            meta_prefix_bytes: 16 * 1024,
         }
     }
 }

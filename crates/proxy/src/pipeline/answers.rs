@@ -3,7 +3,6 @@
 //! a stored page.
 
 use http::{Response, Version};
-use hyper::body::Incoming;
 use mannerly_policy::conditional::{self, CacheOutcome};
 use mannerly_policy::{strip_hop_by_hop, AuditRecord, Outcome};
 
@@ -52,9 +51,9 @@ impl Exchange {
 
     /// Passes an origin response on, with the decision header and the audit
     /// line attached to the end of its body.
-    pub(super) fn forward(
+    pub(super) fn forward<B: Forwardable>(
         &mut self,
-        resp: Response<Incoming>,
+        resp: Response<B>,
         outcome: Outcome,
     ) -> Response<ProxyBody> {
         self.forward_with(resp, outcome, &[])
@@ -79,9 +78,9 @@ impl Exchange {
     /// store. The copy is written once the client has had the whole body,
     /// and the audit line waits for that write to say whether it was
     /// `stored`.
-    pub(super) fn forward_and_store(
+    pub(super) fn forward_and_store<B: Forwardable>(
         &mut self,
-        resp: Response<Incoming>,
+        resp: Response<B>,
         meta: conditional::CacheEntryMeta,
     ) -> Response<ProxyBody> {
         let said = self.with_retries(&[]);

@@ -8,7 +8,11 @@
 
 use std::borrow::Cow;
 
-use http::{HeaderMap, HeaderName, HeaderValue, Request};
+use http::{HeaderMap, HeaderName, HeaderValue, Request, Response};
+use hyper::body::Incoming;
+use mannerly_policy::prefs::page::{
+    judge_page, MetaScan, MetaTag, Origin, Statement, ROBOTS_FIELDS,
+};
 use mannerly_policy::prefs::{
     judge_response, judge_tdm, PrefsRecord, PrefsRefusal, ResponsePreferences, TdmFile,
     TDMREP_PATH, TDM_PURPOSES,
@@ -77,7 +81,12 @@ pub(crate) enum OnResponse {
 /// Learn step: judges a response's `Content-Usage` / `Content-Signal`
 /// headers, records them on the audit line (combined with robots.txt's),
 /// and says what the client gets.
-pub(crate) fn judge(cfg: &Config, headers: &HeaderMap, rec: &mut AuditRecord) -> OnResponse {
+pub(crate) fn judge(
+    cfg: &Config,
+    headers: &HeaderMap,
+    meta: Option<&MetaScan>,
+    rec: &mut AuditRecord,
+) -> OnResponse {
     // Made at compile time: looked up by `&str`, each name was parsed
     // again on every response.
     const CONTENT_USAGE: HeaderName = HeaderName::from_static("content-usage");
@@ -93,7 +102,15 @@ pub(crate) fn judge(cfg: &Config, headers: &HeaderMap, rec: &mut AuditRecord) ->
     };
     let (usage, signal) = (values(CONTENT_USAGE), values(CONTENT_SIGNAL));
     let (tdm, tdm_policy) = (values(TDM_RESERVATION), values(TDM_POLICY));
-    if usage.is_empty() && signal.is_empty() && tdm.is_empty() {
+    let page = page_statements(headers, meta);
+    if usage.is_empty() && signal.is_empty() && tdm.is_empty() && page.is_empty() {
+        if let Some(scan) = meta.filter(|m| !m.ignored.is_empty()) {
+            let record = PrefsRecord {
+                ignored: scan.ignored.clone(),
+                ..PrefsRecord::default()
+            };
+            note(rec, &record);
+        }
         return OnResponse::Pass;
     }
     let purposes = request_purposes(cfg, rec);
@@ -101,6 +118,15 @@ pub(crate) fn judge(cfg: &Config, headers: &HeaderMap, rec: &mut AuditRecord) ->
     let reserved = judge_tdm(&tdm, &tdm_policy, &purposes);
     judged.record.merge(&reserved.record);
     judged.refusal = judged.refusal.or(reserved.refusal);
+    // Page-level directives, for each identity the request speaks for.
+    let ids = Identities::of(cfg, rec.agent.as_deref().unwrap_or(""));
+    let ids: Vec<(&str, &[Purpose])> = ids.iter().collect();
+    let mut directed = judge_page(&page, &ids, is_image(headers));
+    if let Some(scan) = meta {
+        directed.record.ignored.extend(scan.ignored.iter().cloned());
+    }
+    judged.record.merge(&directed.record);
+    judged.refusal = judged.refusal.or(directed.refusal);
     note(rec, &judged.record);
     let Some(refusal) = judged.refusal else {
         return OnResponse::Pass;
@@ -123,6 +149,36 @@ pub(crate) fn judge(cfg: &Config, headers: &HeaderMap, rec: &mut AuditRecord) ->
             OnResponse::Withhold(answer)
         }
     }
+}
+
+/// The page-level statements of a response: its robots-tag field lines,
+/// then the robots `<meta>` tags of its head.
+fn page_statements<'a>(headers: &'a HeaderMap, meta: Option<&'a MetaScan>) -> Vec<Statement<'a>> {
+    let mut out = Vec::new();
+    for name in ROBOTS_FIELDS {
+        for value in headers.get_all(name) {
+            // A value that is not text says nothing readable.
+            if let Ok(text) = value.to_str() {
+                out.push(Statement {
+                    origin: Origin::Field(name),
+                    name: None,
+                    text,
+                });
+            }
+        }
+    }
+    out.extend(
+        meta.into_iter()
+            .flat_map(|m| m.tags.iter().map(MetaTag::statement)),
+    );
+    out
+}
+
+fn is_image(headers: &HeaderMap) -> bool {
+    headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim_start().to_ascii_lowercase().starts_with("image/"))
 }
 
 /// The purposes of the identities the request speaks for (its line's
@@ -180,7 +236,50 @@ fn tdm_file_refusal(
     Some((answer, format!("refused; {refusal}")))
 }
 
+mod head;
+
+pub(super) use head::Prefixed;
+
 impl Exchange {
+    /// Usage preferences: a response whose headers, or the robots `<meta>`
+    /// of its head (read from the first `policy.meta_prefix_bytes` of an
+    /// HTML body), refuse a declared purpose is withheld (neither delivered
+    /// nor stored) or annotated, by config; in observe mode it passes and
+    /// the line says `would`. What `tdmrep.json` refused under `annotate` is
+    /// said here too; `noindex` / `nofollow` go in the decision header.
+    pub(super) async fn preferences(
+        &mut self,
+        resp: Response<Incoming>,
+    ) -> Step<Response<Prefixed>> {
+        let (limit, idle) = (
+            self.live.policy.meta_prefix_bytes,
+            self.shared.cfg.upstream.idle_timeout,
+        );
+        let (mut resp, meta) = head::read_meta(resp, limit, idle).await;
+        let judged = judge(&self.live, resp.headers(), meta.as_ref(), &mut self.rec);
+        if let Some(p) = self.rec.prefs.as_ref().filter(|p| !p.directives.is_empty()) {
+            self.said.push(("robots", p.directives.join(",")));
+        }
+        let ours = match judged {
+            OnResponse::Pass => None,
+            OnResponse::Annotate(value) => Some(value),
+            OnResponse::Withhold(stop) => {
+                self.enforced(Some(stop))?;
+                None
+            }
+        };
+        let notes = [self.annotation.clone(), ours];
+        if notes.iter().any(Option::is_some) {
+            // Only ours: an origin's field of that name would pass for one.
+            let headers = resp.headers_mut();
+            headers.remove(PREFERENCES);
+            for value in notes.into_iter().flatten() {
+                headers.append(PREFERENCES, value);
+            }
+        }
+        Ok(resp)
+    }
+
     /// Step 1b: TDMRep's `/.well-known/tdmrep.json`, fetched, cached and
     /// paced as robots.txt is, but only for a crawl that declares a purpose
     /// a reservation refuses (`ai-train`, `ai-input`): a plain crawl pays no
