@@ -91,3 +91,178 @@ async fn an_expired_robots_txt_is_revalidated_and_nginx_answers_304() {
         assert_eq!(f["reason"], serde_json::Value::Null, "{f}");
     }
 }
+
+const AGENTS_ROBOTS: &str = "User-agent: ExampleBot\nAllow: /\n\n\
+    User-agent: ExampleBot-AI\nUser-agent: __ns_ai\nDisallow: /members/\n\n\
+    User-agent: *\nAllow: /\n";
+
+const META_PAGE: &str = "<!doctype html><html><head><title>t</title>\n\
+    <meta name=\"robots\" content=\"noai\">\n</head><body>a page that says noai</body></html>\n";
+
+/// A crawl that searches as ExampleBot and trains as ExampleBot-AI.
+fn two_identities(c: &mut mannerly_proxy::Config) {
+    use mannerly_policy::robots::agents::Agent;
+    use mannerly_policy::robots::Purpose;
+    c.crawler.agents = vec![
+        Agent {
+            token: "ExampleBot".into(),
+            purposes: vec![Purpose::Search],
+        },
+        Agent {
+            token: "ExampleBot-AI".into(),
+            purposes: vec![Purpose::AiTrain],
+        },
+    ];
+}
+
+/// nginx's `add_header X-Robots-Tag` and a page's `<meta name="robots"
+/// content="noai">`, judged per purpose and per agent token: the training
+/// identity's pages are withheld, the search identity gets them with
+/// `noindex`/`nofollow` told in the decision header, robots.txt binds each
+/// token by its own group, and a client naming neither goes only where both
+/// may. Each decision is on the audit line.
+#[tokio::test]
+async fn page_directives_and_agent_tokens_against_nginx() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new(dir.path());
+    let long_head = format!(
+        "<html><head>{}<meta name=\"robots\" content=\"noai\"></head><body>late</body></html>",
+        "<!-- padding -->".repeat(1200)
+    );
+    let files = [
+        ("robots.txt", AGENTS_ROBOTS),
+        ("meta.html", META_PAGE),
+        ("long.html", long_head.as_str()),
+        ("tagged.html", "<html><body>tagged</body></html>"),
+        ("scoped.html", "<html><body>scoped</body></html>"),
+    ];
+    let www = dir.path().join("www");
+    std::fs::create_dir_all(www.join("members")).unwrap();
+    std::fs::write(www.join("members/x.html"), "members").unwrap();
+    let directives = r#"default_type text/html;
+      location = /tagged.html { add_header X-Robots-Tag "noai"; }
+      location = /scoped.html {
+        add_header X-Robots-Tag "examplebot: noindex, nofollow";
+        add_header X-Robots-Tag "examplebot-ai: noai";
+      }"#;
+    let Some(nginx) = static_files(&ca, dir.path(), &files, directives) else {
+        return;
+    };
+    let port = nginx.port;
+    let ca_path = ca.pem_path.clone();
+    let mut proxy = TestProxy::start(|c| {
+        to_origin_test(c, ca_path, port);
+        two_identities(c);
+    })
+    .await;
+    let client = proxy.client();
+    let base = format!("https://origin.test:{port}");
+    let get = |path: &str, ua: &str| {
+        client
+            .get(format!("{base}{path}"))
+            .header("user-agent", ua)
+            .send()
+    };
+    let (search, train) = (
+        "ExampleBot/1.0 (+https://example.test)",
+        "ExampleBot-AI/1.0",
+    );
+
+    // X-Robots-Tag: noai. Withheld from training, given to search.
+    let r = get("/tagged.html", train).await.unwrap();
+    assert_eq!(r.status(), 403, "{}", nginx.error_log());
+    let d = decision(&r);
+    assert!(
+        d.starts_with("signal_refused") && d.contains("purpose=ai-train"),
+        "{d}"
+    );
+    let body = r.text().await.unwrap();
+    assert!(body.contains("header x-robots-tag: noai"), "{body}");
+    let r = get("/tagged.html", search).await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(
+        decision(&r).contains("agent=ExampleBot;"),
+        "{}",
+        decision(&r)
+    );
+    assert_eq!(r.text().await.unwrap(), "<html><body>tagged</body></html>");
+
+    // <meta name="robots" content="noai"> in the head: the same, and the
+    // page read ahead reaches the search client whole.
+    let r = get("/meta.html", train).await.unwrap();
+    assert_eq!(r.status(), 403);
+    assert!(
+        decision(&r).starts_with("signal_refused"),
+        "{}",
+        decision(&r)
+    );
+    let r = get("/meta.html", search).await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.text().await.unwrap(), META_PAGE);
+
+    // Per-agent fields: noindex/nofollow told to ExampleBot, noai binds
+    // ExampleBot-AI only.
+    let r = get("/scoped.html", search).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let d = decision(&r);
+    assert!(d.contains("robots=\"noindex,nofollow\""), "{d}");
+    let r = get("/scoped.html", train).await.unwrap();
+    assert_eq!(r.status(), 403, "{}", decision(&r));
+
+    // A <meta> past the prefix read is not heard, and the line says why.
+    let r = get("/long.html", train).await.unwrap();
+    assert_eq!(r.status(), 200, "{}", decision(&r));
+    assert_eq!(r.text().await.unwrap(), long_head);
+
+    // robots.txt: each token by its own group; a client naming neither
+    // speaks for both, and the refusal names the token that bound it.
+    let r = get("/members/x.html", train).await.unwrap();
+    assert_eq!(r.status(), 403);
+    let d = decision(&r);
+    assert!(
+        d.starts_with("disallowed") && d.contains("agent=ExampleBot-AI"),
+        "{d}"
+    );
+    assert!(d.contains("group=ExampleBot-AI"), "{d}");
+    let r = get("/members/x.html", search).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let r = get("/members/x.html", "curl/8.0").await.unwrap();
+    assert_eq!(r.status(), 403);
+    assert!(
+        decision(&r).contains("agent=ExampleBot-AI"),
+        "{}",
+        decision(&r)
+    );
+
+    let log = nginx.access_log_with("GET /members/x.html", 1);
+    assert_eq!(log.matches("GET /members/x.html").count(), 1, "{log}");
+    let lines = proxy.stop().await;
+    let line = |path: &str, ua: &str| {
+        lines
+            .iter()
+            .find(|l| {
+                l["url"].as_str().is_some_and(|u| u.ends_with(path))
+                    && l["agent"] == ua.split('/').next().unwrap()
+            })
+            .unwrap_or_else(|| panic!("no line for {path} as {ua}"))
+            .clone()
+    };
+    let meta = line("/meta.html", train);
+    assert_eq!(meta["outcome"], "signal_refused", "{meta}");
+    let source = meta["prefs"]["sources"][0].as_str().unwrap();
+    assert!(
+        source.starts_with("<meta> at byte ") && source.ends_with(": noai"),
+        "{meta}"
+    );
+    assert_eq!(meta["prefs"]["ai-train"], "disallowed", "{meta}");
+    let scoped = line("/scoped.html", search);
+    assert_eq!(scoped["outcome"], "fetched", "{scoped}");
+    assert_eq!(
+        scoped["prefs"]["directives"],
+        serde_json::json!(["noindex", "nofollow"])
+    );
+    let long = line("/long.html", train);
+    assert_eq!(long["outcome"], "fetched", "{long}");
+    let why = long["prefs"]["ignored"][0].as_str().unwrap_or("");
+    assert!(why.contains("not read"), "{long}");
+}

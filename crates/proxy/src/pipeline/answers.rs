@@ -103,6 +103,9 @@ impl Exchange {
             mut headers,
             body,
         } = page;
+        if let Err(stop) = self.stored_preferences(status, &mut headers, &body) {
+            return self.stopped(stop);
+        }
         let mut rec = self.take_record();
         let outcome = *rec.outcome.get_or_insert(Outcome::Fetched);
         let waited_ms = rec.waited_ms.unwrap_or(0);

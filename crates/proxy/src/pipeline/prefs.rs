@@ -256,7 +256,28 @@ impl Exchange {
             self.shared.cfg.upstream.idle_timeout,
         );
         let (mut resp, meta) = head::read_meta(resp, limit, idle).await;
-        let judged = judge(&self.live, resp.headers(), meta.as_ref(), &mut self.rec);
+        self.decide_preferences(resp.headers_mut(), meta.as_ref())?;
+        Ok(resp)
+    }
+
+    /// [`Exchange::preferences`] of a stored page about to be served: the
+    /// store is shared by every identity of the crawl, and a page one may
+    /// have is not for that alone another's.
+    pub(super) fn stored_preferences(
+        &mut self,
+        status: http::StatusCode,
+        headers: &mut HeaderMap,
+        body: &bytes::Bytes,
+    ) -> Step<()> {
+        let limit = self.live.policy.meta_prefix_bytes;
+        let meta = head::stored_meta(status, headers, body, limit);
+        self.decide_preferences(headers, meta.as_ref())
+    }
+
+    /// Judges a response's head (and `<meta>`), and says so: the decision
+    /// header's `robots=`, `Mannerly-Preferences`, or the refusal.
+    fn decide_preferences(&mut self, headers: &mut HeaderMap, meta: Option<&MetaScan>) -> Step<()> {
+        let judged = judge(&self.live, headers, meta, &mut self.rec);
         if let Some(p) = self.rec.prefs.as_ref().filter(|p| !p.directives.is_empty()) {
             self.said.push(("robots", p.directives.join(",")));
         }
@@ -271,13 +292,12 @@ impl Exchange {
         let notes = [self.annotation.clone(), ours];
         if notes.iter().any(Option::is_some) {
             // Only ours: an origin's field of that name would pass for one.
-            let headers = resp.headers_mut();
             headers.remove(PREFERENCES);
             for value in notes.into_iter().flatten() {
                 headers.append(PREFERENCES, value);
             }
         }
-        Ok(resp)
+        Ok(())
     }
 
     /// Step 1b: TDMRep's `/.well-known/tdmrep.json`, fetched, cached and

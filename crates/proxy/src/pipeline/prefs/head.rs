@@ -80,28 +80,10 @@ pub(crate) async fn read_meta(
 ) -> (Response<Prefixed>, Option<MetaScan>) {
     let (head, rest) = resp.into_parts();
     let mut body = Prefixed::untouched(rest);
-    let html = head
-        .headers
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .map(|v| v.trim_start().to_ascii_lowercase())
-        .is_some_and(|v| v.starts_with("text/html") || v.starts_with("application/xhtml+xml"));
-    if limit == 0 || !html || !head.status.is_success() {
-        return (Response::from_parts(head, body), None);
-    }
-    let encoding = head
-        .headers
-        .get(CONTENT_ENCODING)
-        .and_then(|v| v.to_str().ok())
-        .filter(|v| !v.trim().eq_ignore_ascii_case("identity"));
-    if let Some(encoding) = encoding {
-        let scan = MetaScan {
-            tags: Vec::new(),
-            ignored: vec![format!(
-                "the page is {encoding}-encoded: its <meta> is not read"
-            )],
-        };
-        return (Response::from_parts(head, body), Some(scan));
+    match readable(head.status, &head.headers, limit) {
+        Readable::No => return (Response::from_parts(head, body), None),
+        Readable::Encoded(scan) => return (Response::from_parts(head, body), Some(scan)),
+        Readable::Yes => {}
     }
     let mut seen: Vec<u8> = Vec::new();
     let mut whole = false;
@@ -129,6 +111,56 @@ pub(crate) async fn read_meta(
     }
     let scan = scan_meta(&seen, whole);
     (Response::from_parts(head, body), Some(scan))
+}
+
+/// The `<meta>` tags of a stored page, read as [`read_meta`] reads a
+/// fetched one's.
+pub(crate) fn stored_meta(
+    status: http::StatusCode,
+    headers: &http::HeaderMap,
+    body: &Bytes,
+    limit: usize,
+) -> Option<MetaScan> {
+    match readable(status, headers, limit) {
+        Readable::No => None,
+        Readable::Encoded(scan) => Some(scan),
+        Readable::Yes => {
+            let seen = &body[..body.len().min(limit)];
+            Some(scan_meta(seen, seen.len() == body.len()))
+        }
+    }
+}
+
+enum Readable {
+    /// Not an HTML page's body, or reading is off.
+    No,
+    /// HTML, but compressed: what the line says instead.
+    Encoded(MetaScan),
+    Yes,
+}
+
+fn readable(status: http::StatusCode, headers: &http::HeaderMap, limit: usize) -> Readable {
+    let html = headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.trim_start().to_ascii_lowercase())
+        .is_some_and(|v| v.starts_with("text/html") || v.starts_with("application/xhtml+xml"));
+    if limit == 0 || !html || !status.is_success() {
+        return Readable::No;
+    }
+    let encoding = headers
+        .get(CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.trim().eq_ignore_ascii_case("identity"));
+    match encoding {
+        Some(encoding) => Readable::Encoded(MetaScan {
+            tags: Vec::new(),
+            ignored: vec![format!(
+                "the page is {encoding}-encoded: its <meta> is not read"
+            )],
+        }),
+        None => Readable::Yes,
+    }
 }
 
 /// Whether the head of the page has ended within `seen`.
