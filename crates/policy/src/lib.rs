@@ -17,6 +17,7 @@ pub mod payment;
 pub mod prefs;
 pub mod robots;
 pub mod robots_cache;
+pub mod visit;
 mod whitespace;
 
 pub use address::{classify_ip, parse_host_ip, AddressClass};

@@ -124,6 +124,10 @@ struct Group {
     crawl_delay: Option<f64>,
     /// Indices into `Robots::statements`, in file order (global lines included).
     statements: Vec<u32>,
+    /// `Visit-time` windows, with their lines.
+    visit: Vec<crate::visit::Stated>,
+    /// `Request-rate` as the least seconds between requests, with its line.
+    request_rate: Option<(f64, String)>,
 }
 
 /// A usage-preference line, in either vocabulary.
@@ -145,6 +149,8 @@ pub struct Robots {
     /// apply to everyone.
     global_statements: Vec<u32>,
     sitemaps: Vec<String>,
+    /// Lines read but not understood, and why (`Visit-time`, `Request-rate`).
+    ignored: Vec<String>,
 }
 
 // === impl Robots ===
@@ -206,6 +212,43 @@ impl Robots {
     /// `Crawl-delay` (seconds) of the group that applies to `agent`.
     pub fn crawl_delay(&self, agent: &str) -> Option<f64> {
         self.group(agent).and_then(|g| g.crawl_delay)
+    }
+
+    /// The `Visit-time` windows of the groups of `tokens`: each identity's
+    /// site hours bind it, so a request for several is sent only when
+    /// every one of them may visit.
+    pub fn visit_times<'t>(
+        &self,
+        tokens: impl IntoIterator<Item = &'t str>,
+    ) -> Vec<Vec<crate::visit::Stated>> {
+        tokens
+            .into_iter()
+            .filter_map(|t| self.group(t))
+            .filter(|g| !g.visit.is_empty())
+            .map(|g| g.visit.clone())
+            .collect()
+    }
+
+    /// The slowest `Request-rate` of the groups of `tokens`, as the least
+    /// seconds between requests, with its line: it paces a host as
+    /// `Crawl-delay` does.
+    pub fn request_interval<'t>(
+        &self,
+        tokens: impl IntoIterator<Item = &'t str>,
+    ) -> Option<(f64, &str)> {
+        tokens
+            .into_iter()
+            .filter_map(|t| self.group(t)?.request_rate.as_ref())
+            .fold(None, |acc: Option<(f64, &str)>, (i, src)| match acc {
+                Some(a) if a.0 >= *i => Some(a),
+                _ => Some((*i, src.as_str())),
+            })
+    }
+
+    /// Lines read but not understood (a `Visit-time` that is no window, a
+    /// `Request-rate` that is no rate), and why: they bind nothing.
+    pub fn ignored(&self) -> &[String] {
+        &self.ignored
     }
 
     /// Every `Sitemap` URL, in file order, wherever it stood.

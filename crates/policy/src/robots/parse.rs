@@ -7,6 +7,7 @@ use super::{
     is_token_char, ContentSignal, ContentUsage, Group, Robots, Rule, Statement, MAX_ROBOTS_BYTES,
 };
 use crate::pattern::Pattern;
+use crate::visit::{parse_request_rate, Stated, Window};
 use crate::whitespace::trim_ws;
 
 /// A group as it stands in the file, before groups of one token are merged.
@@ -18,6 +19,8 @@ struct RawGroup {
     rules: Vec<u32>,
     crawl_delay: Option<f64>,
     statements: Vec<u32>,
+    visit: Vec<Stated>,
+    request_rate: Option<(f64, String)>,
 }
 
 // === impl Robots ===
@@ -72,11 +75,25 @@ impl Robots {
                 .fold(None, |acc: Option<f64>, d| {
                     Some(acc.map_or(d, |a| a.max(d)))
                 });
+            let visit = members
+                .iter()
+                .flat_map(|&i| raw[i].visit.iter().cloned())
+                .collect();
+            // Of several rates, the slowest (as of several Crawl-delays).
+            let request_rate = members
+                .iter()
+                .filter_map(|&i| raw[i].request_rate.clone())
+                .fold(None, |acc: Option<(f64, String)>, r| match acc {
+                    Some(a) if a.0 >= r.0 => Some(a),
+                    _ => Some(r),
+                });
             let group = Group {
                 index: RuleIndex::build(&self.rules, &rules),
                 token,
                 crawl_delay,
                 statements,
+                visit,
+                request_rate,
             };
             if group.token == "*" {
                 self.star = Some(group);
@@ -156,6 +173,8 @@ impl Reader {
             self.rule(number, record.is("allow"), value);
         } else if record.is("crawl-delay") {
             self.crawl_delay(value);
+        } else if record.is("visit-time") || record.is("request-rate") {
+            self.visit_record(number, record);
         } else if record.is("content-signal") {
             let signal = ContentSignal::parse(number, record.text, value);
             self.statement(Statement::Signal(signal));
@@ -201,6 +220,42 @@ impl Reader {
         };
         if let Some(delay) = parse_delay(value) {
             group.crawl_delay = Some(group.crawl_delay.map_or(delay, |d| d.max(delay)));
+        }
+    }
+
+    /// `Visit-time` / `Request-rate` (non-standard, still written): of the
+    /// group they stand in; one that cannot be read is ignored, with why.
+    fn visit_record(&mut self, number: usize, record: &Record<'_>) {
+        let Some(group) = self.raw.last_mut() else {
+            let why = format!("line {number}: {} before any User-agent line", record.text);
+            self.robots.ignored.push(why);
+            return;
+        };
+        let source = format!("robots.txt line {number}: {}", record.text);
+        if record.is("visit-time") {
+            match Window::parse(record.value) {
+                Some(window) => group.visit.push(Stated { window, source }),
+                None => self
+                    .robots
+                    .ignored
+                    .push(format!("{source}: no HHMM-HHMM window")),
+            }
+            return;
+        }
+        match parse_request_rate(record.value) {
+            Some(interval) => {
+                let slower = group
+                    .request_rate
+                    .as_ref()
+                    .is_none_or(|(i, _)| interval > *i);
+                if slower {
+                    group.request_rate = Some((interval, source));
+                }
+            }
+            None => self
+                .robots
+                .ignored
+                .push(format!("{source}: no n/time rate")),
         }
     }
 
