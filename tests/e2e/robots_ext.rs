@@ -266,3 +266,115 @@ async fn page_directives_and_agent_tokens_against_nginx() {
     let why = long["prefs"]["ignored"][0].as_str().unwrap_or("");
     assert!(why.contains("not read"), "{long}");
 }
+
+/// `HHMM` of the UTC wall clock moved by `minutes`.
+fn hhmm(minutes: i64) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let m = (now / 60 + minutes).rem_euclid(24 * 60);
+    format!("{:02}{:02}", m / 60, m % 60)
+}
+
+/// An origin whose robots.txt is `robots`, its pages plain text.
+async fn origin_with_robots(robots: String) -> Origin {
+    Origin::http(handler(move |req| {
+        let robots = robots.clone();
+        async move {
+            match req.uri().path() {
+                "/robots.txt" => text(200, robots),
+                p => text(200, format!("page {p}")),
+            }
+        }
+    }))
+    .await
+}
+
+fn retry_after(r: &reqwest::Response) -> u64 {
+    r.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// robots.txt `Visit-time` (UTC) and `Request-rate`, and the operator's
+/// quiet hours: outside the window, a request is answered 503 `paced` with
+/// Retry-After to the window's start and never reaches the origin; inside,
+/// it goes, paced by the rate; every line names its source.
+#[tokio::test]
+async fn visit_time_request_rate_and_quiet_hours_decide_when_a_host_is_visited() {
+    // Closed: the window starts in two hours.
+    let closed = format!(
+        "User-agent: *\nVisit-time: {}-{}\nDisallow: /private/\n",
+        hhmm(120),
+        hhmm(180)
+    );
+    let origin = origin_with_robots(closed).await;
+    let mut proxy = TestProxy::start(|_| {}).await;
+    let c = proxy.client();
+    let url = format!("http://127.0.0.1:{}/page", origin.port());
+    let r = c.get(&url).send().await.unwrap();
+    assert_eq!(r.status(), 503);
+    assert!(decision(&r).starts_with("paced"), "{}", decision(&r));
+    let wait = retry_after(&r);
+    assert!((120 * 60 - 60..=120 * 60).contains(&wait), "{wait}");
+    let body = r.text().await.unwrap();
+    assert!(body.contains("robots.txt line 2: Visit-time:"), "{body}");
+    assert_eq!(origin.seen.count("/page"), 0);
+    let lines = proxy.stop().await;
+    let refused = with_outcome(&lines, "paced");
+    assert_eq!(refused.len(), 1, "{lines:?}");
+    assert!(refused[0]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("Visit-time"));
+
+    // Open: the window holds now; Request-rate paces the host.
+    let open = format!(
+        "User-agent: *\nVisit-time: {}-{}\nRequest-rate: 1/2\nDisallow: /private/\n",
+        hhmm(-60),
+        hhmm(60)
+    );
+    let origin = origin_with_robots(open).await;
+    let mut proxy = TestProxy::start(|_| {}).await;
+    let c = proxy.client();
+    let url = format!("http://127.0.0.1:{}/page", origin.port());
+    let r = c.get(&url).send().await.unwrap();
+    assert_eq!(r.status(), 200, "{}", decision(&r));
+    assert_eq!(origin.seen.count("/page"), 1);
+    let lines = proxy.stop().await;
+    let fetched = with_outcome(&lines, "fetched");
+    let rule = fetched[0]["rule"].as_str().unwrap();
+    assert!(
+        rule.ends_with("paced by robots.txt line 3: Request-rate: 1/2"),
+        "{rule}"
+    );
+
+    // Quiet hours for this host, now: the same answer, naming the key.
+    let origin = origin_with_robots("User-agent: *\nDisallow:\n".into()).await;
+    let from = hhmm(-60);
+    let to = hhmm(60);
+    let mut proxy = TestProxy::start(|c| {
+        c.budget.quiet_hours = vec![mannerly_policy::visit::QuietHours {
+            hosts: vec!["127.0.0.1".into()],
+            from: format!("{}:{}", &from[..2], &from[2..]),
+            to: format!("{}:{}", &to[..2], &to[2..]),
+        }];
+    })
+    .await;
+    let c = proxy.client();
+    let url = format!("http://127.0.0.1:{}/page", origin.port());
+    let r = c.get(&url).send().await.unwrap();
+    assert_eq!(r.status(), 503);
+    let wait = retry_after(&r);
+    assert!((60 * 60 - 60..=60 * 60).contains(&wait), "{wait}");
+    let body = r.text().await.unwrap();
+    assert!(
+        body.contains("quiet hours of budget.quiet_hours[0]"),
+        "{body}"
+    );
+    assert_eq!(origin.seen.count("/page"), 0);
+    proxy.stop().await;
+}

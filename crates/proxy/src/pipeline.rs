@@ -46,6 +46,7 @@ pub(crate) mod prefs;
 mod request;
 #[cfg(test)]
 mod tests;
+mod visit;
 
 /// What a step gives the next one, or the decision that ends the walk.
 type Step<T> = Result<T, Stop>;
@@ -283,7 +284,13 @@ impl Exchange {
             Ok(rules) => {
                 let (rec, said) = (&mut self.rec, &mut self.said);
                 let at = (host.as_str(), self.path.as_str());
-                request::robots_verdict(shared, &self.live, &rules, at, rec, said)
+                match (
+                    request::robots_verdict(shared, &self.live, &rules, at, rec, said),
+                    rules,
+                ) {
+                    (None, Rules::Known(robots)) => self.visit(&robots).await,
+                    (stop, _) => stop,
+                }
             }
             Err(Unfetched::Budget(r)) => {
                 let by = shared.throttled_by.get(host);

@@ -53,11 +53,17 @@ fn judge(
             return Some(failure::robots_unavailable(reason, *retry_in))
         }
     };
-    shared
-        .budgets
-        .set_crawl_delay(host, robots.crawl_delay_of(ids.tokens()));
+    // Request-rate paces as Crawl-delay does; the slower of the two binds.
+    let delay = robots.crawl_delay_of(ids.tokens());
+    let rate = robots.request_interval(ids.tokens());
+    let paced_by = rate.filter(|(i, _)| delay.is_none_or(|d| *i > d));
+    let delay = paced_by.map(|(i, _)| i).or(delay);
+    shared.budgets.set_crawl_delay(host, delay);
     let (token, verdict) = robots.check_each(ids.tokens(), path)?;
-    rec.rule = Some(verdict.to_string());
+    rec.rule = Some(match paced_by {
+        Some((_, source)) => format!("{verdict}; paced by {source}"),
+        None => verdict.to_string(),
+    });
     if ids.named() {
         said.push(("agent", token.to_string()));
     }
