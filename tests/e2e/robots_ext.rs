@@ -104,14 +104,8 @@ fn two_identities(c: &mut mannerly_proxy::Config) {
     use mannerly_policy::robots::agents::Agent;
     use mannerly_policy::robots::Purpose;
     c.crawler.agents = vec![
-        Agent {
-            token: "ExampleBot".into(),
-            purposes: vec![Purpose::Search],
-        },
-        Agent {
-            token: "ExampleBot-AI".into(),
-            purposes: vec![Purpose::AiTrain],
-        },
+        Agent::new("ExampleBot", &[Purpose::Search]),
+        Agent::new("ExampleBot-AI", &[Purpose::AiTrain]),
     ];
 }
 
@@ -291,12 +285,40 @@ async fn origin_with_robots(robots: String) -> Origin {
     .await
 }
 
-fn retry_after(r: &reqwest::Response) -> u64 {
-    r.headers()["retry-after"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap()
+/// What the client got for one page, and what the origin and the log saw.
+struct Seen {
+    status: u16,
+    decision: String,
+    retry_after: Option<u64>,
+    body: String,
+    origin: Origin,
+    lines: Vec<serde_json::Value>,
+}
+
+/// One GET of `/page` through a proxy configured by `edit`, to an origin
+/// whose robots.txt is `robots`.
+async fn one_page(robots: String, edit: impl FnOnce(&mut mannerly_proxy::Config)) -> Seen {
+    let origin = origin_with_robots(robots).await;
+    let mut proxy = TestProxy::start(edit).await;
+    let url = format!("http://127.0.0.1:{}/page", origin.port());
+    let r = proxy.client().get(&url).send().await.unwrap();
+    let retry_after = r
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().parse().unwrap());
+    Seen {
+        status: r.status().as_u16(),
+        decision: decision(&r),
+        retry_after,
+        body: r.text().await.unwrap(),
+        lines: proxy.stop().await,
+        origin,
+    }
+}
+
+/// `HH:MM` of an `HHMM`.
+fn colon(hhmm: &str) -> String {
+    format!("{}:{}", &hhmm[..2], &hhmm[2..])
 }
 
 /// robots.txt `Visit-time` (UTC) and `Request-rate`, and the operator's
@@ -311,25 +333,21 @@ async fn visit_time_request_rate_and_quiet_hours_decide_when_a_host_is_visited()
         hhmm(120),
         hhmm(180)
     );
-    let origin = origin_with_robots(closed).await;
-    let mut proxy = TestProxy::start(|_| {}).await;
-    let c = proxy.client();
-    let url = format!("http://127.0.0.1:{}/page", origin.port());
-    let r = c.get(&url).send().await.unwrap();
-    assert_eq!(r.status(), 503);
-    assert!(decision(&r).starts_with("paced"), "{}", decision(&r));
-    let wait = retry_after(&r);
+    let seen = one_page(closed, |_| {}).await;
+    assert_eq!(seen.status, 503);
+    assert!(seen.decision.starts_with("paced"), "{}", seen.decision);
+    let wait = seen.retry_after.unwrap();
     assert!((120 * 60 - 60..=120 * 60).contains(&wait), "{wait}");
-    let body = r.text().await.unwrap();
-    assert!(body.contains("robots.txt line 2: Visit-time:"), "{body}");
-    assert_eq!(origin.seen.count("/page"), 0);
-    let lines = proxy.stop().await;
-    let refused = with_outcome(&lines, "paced");
-    assert_eq!(refused.len(), 1, "{lines:?}");
-    assert!(refused[0]["reason"]
-        .as_str()
-        .unwrap()
-        .contains("Visit-time"));
+    assert!(
+        seen.body.contains("robots.txt line 2: Visit-time:"),
+        "{}",
+        seen.body
+    );
+    assert_eq!(seen.origin.seen.count("/page"), 0);
+    let refused = with_outcome(&seen.lines, "paced");
+    assert_eq!(refused.len(), 1, "{:?}", seen.lines);
+    let reason = refused[0]["reason"].as_str().unwrap();
+    assert!(reason.contains("Visit-time"), "{reason}");
 
     // Open: the window holds now; Request-rate paces the host.
     let open = format!(
@@ -337,15 +355,10 @@ async fn visit_time_request_rate_and_quiet_hours_decide_when_a_host_is_visited()
         hhmm(-60),
         hhmm(60)
     );
-    let origin = origin_with_robots(open).await;
-    let mut proxy = TestProxy::start(|_| {}).await;
-    let c = proxy.client();
-    let url = format!("http://127.0.0.1:{}/page", origin.port());
-    let r = c.get(&url).send().await.unwrap();
-    assert_eq!(r.status(), 200, "{}", decision(&r));
-    assert_eq!(origin.seen.count("/page"), 1);
-    let lines = proxy.stop().await;
-    let fetched = with_outcome(&lines, "fetched");
+    let seen = one_page(open, |_| {}).await;
+    assert_eq!(seen.status, 200, "{}", seen.decision);
+    assert_eq!(seen.origin.seen.count("/page"), 1);
+    let fetched = with_outcome(&seen.lines, "fetched");
     let rule = fetched[0]["rule"].as_str().unwrap();
     assert!(
         rule.ends_with("paced by robots.txt line 3: Request-rate: 1/2"),
@@ -353,28 +366,19 @@ async fn visit_time_request_rate_and_quiet_hours_decide_when_a_host_is_visited()
     );
 
     // Quiet hours for this host, now: the same answer, naming the key.
-    let origin = origin_with_robots("User-agent: *\nDisallow:\n".into()).await;
-    let from = hhmm(-60);
-    let to = hhmm(60);
-    let mut proxy = TestProxy::start(|c| {
+    let (from, to) = (colon(&hhmm(-60)), colon(&hhmm(60)));
+    let seen = one_page("User-agent: *\nDisallow:\n".into(), |c| {
         c.budget.quiet_hours = vec![mannerly_policy::visit::QuietHours {
             hosts: vec!["127.0.0.1".into()],
-            from: format!("{}:{}", &from[..2], &from[2..]),
-            to: format!("{}:{}", &to[..2], &to[2..]),
+            from,
+            to,
         }];
     })
     .await;
-    let c = proxy.client();
-    let url = format!("http://127.0.0.1:{}/page", origin.port());
-    let r = c.get(&url).send().await.unwrap();
-    assert_eq!(r.status(), 503);
-    let wait = retry_after(&r);
+    assert_eq!(seen.status, 503);
+    let wait = seen.retry_after.unwrap();
     assert!((60 * 60 - 60..=60 * 60).contains(&wait), "{wait}");
-    let body = r.text().await.unwrap();
-    assert!(
-        body.contains("quiet hours of budget.quiet_hours[0]"),
-        "{body}"
-    );
-    assert_eq!(origin.seen.count("/page"), 0);
-    proxy.stop().await;
+    let key = "quiet hours of budget.quiet_hours[0]";
+    assert!(seen.body.contains(key), "{}", seen.body);
+    assert_eq!(seen.origin.seen.count("/page"), 0);
 }

@@ -24,6 +24,16 @@ pub struct Agent {
     pub purposes: Vec<Purpose>,
 }
 
+impl Agent {
+    /// An identity: `token` crawling for `purposes`.
+    pub fn new(token: &str, purposes: &[Purpose]) -> Agent {
+        Agent {
+            token: token.to_string(),
+            purposes: purposes.to_vec(),
+        }
+    }
+}
+
 /// The prefix of draft-kelley-rep-namespaces' namespaced selectors
 /// (`User-agent: __ns_label`): they name a class of crawlers, never a
 /// product token, so a crawler that does not read namespaces ignores them.
@@ -147,14 +157,8 @@ mod tests {
 
     fn agents() -> Vec<Agent> {
         vec![
-            Agent {
-                token: "ExampleBot".into(),
-                purposes: vec![Purpose::Search],
-            },
-            Agent {
-                token: "ExampleBot-AI".into(),
-                purposes: vec![Purpose::AiTrain],
-            },
+            Agent::new("ExampleBot", &[Purpose::Search]),
+            Agent::new("ExampleBot-AI", &[Purpose::AiTrain]),
         ]
     }
 
