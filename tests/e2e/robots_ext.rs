@@ -259,6 +259,29 @@ async fn page_directives_and_agent_tokens_against_nginx() {
     assert_eq!(long["outcome"], "fetched", "{long}");
     let why = long["prefs"]["ignored"][0].as_str().unwrap_or("");
     assert!(why.contains("not read"), "{long}");
+
+    // The conduct report counts the pages each directive marked.
+    let json = dir.path().join("report.json");
+    let log = proxy.audit_path.to_str().unwrap();
+    let (code, out) = mannerly(&["report", log, "--json", json.to_str().unwrap()], &[]);
+    assert_eq!(code, 0, "{out}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let host = report["hosts"]
+        .as_array()
+        .and_then(|h| h.iter().find(|h| h["host"] == "origin.test"))
+        .unwrap_or_else(|| panic!("{report}"));
+    let marked = |d: &str| {
+        host["robots"]["directives"]
+            .as_array()
+            .and_then(|a| a.iter().find(|b| b["directive"] == d))
+            .map_or(0, |b| b["count"].as_u64().unwrap())
+    };
+    // noai: tagged.html and meta.html for each token, scoped.html for
+    // ExampleBot-AI; noindex and nofollow: scoped.html for ExampleBot.
+    let counts = (marked("noai"), marked("noindex"), marked("nofollow"));
+    assert_eq!(counts, (5, 1, 1), "{host}");
+    assert_eq!(host["robots"]["directives_ignored"]["count"], 1, "{host}");
 }
 
 /// `HHMM` of the UTC wall clock moved by `minutes`.

@@ -152,6 +152,9 @@ impl HostStats {
         } else if l.rule.is_some() {
             self.robots.checked(t, &l.url, &at);
         }
+        if let Some(p) = &l.prefs {
+            self.robots.page(&p.directives, !p.ignored.is_empty(), &at);
+        }
         if sent.is_some() && matches!(l.would.as_deref(), Some("disallowed" | "signal_refused")) {
             self.robots.disallowed_fetched.add(&at);
         }

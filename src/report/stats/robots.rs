@@ -38,6 +38,14 @@ pub struct ByRule {
     pub refused: Cited,
 }
 
+/// Pages marked with one page-level directive.
+#[derive(Clone, Debug, Serialize)]
+pub struct ByDirective {
+    pub directive: String,
+    #[serde(flatten)]
+    pub pages: Cited,
+}
+
 #[derive(Debug, Default, Serialize)]
 pub struct RobotsSignal {
     /// Requests the robots.txt rules were checked for.
@@ -58,6 +66,11 @@ pub struct RobotsSignal {
     pub fetches: Cited,
     pub failed_fetches: u64,
     pub by_rule: Vec<ByRule>,
+    /// Pages whose page-level directives (X-Robots-Tag, `<meta
+    /// name="robots">`) said `noindex`, `nofollow`, `noai`, `noimageai`.
+    pub directives: Vec<ByDirective>,
+    /// Lines with a page-level directive that could not be read (ignored).
+    pub directives_ignored: Cited,
     /// Usable copies: origin and when its fetch was sent.
     #[serde(skip)]
     copies: Vec<(String, f64)>,
@@ -87,6 +100,33 @@ impl RobotsSignal {
             Some(i) => self.copies[i].1 = t,
             None if self.copies.len() < 64 => self.copies.push((o.to_string(), t)),
             None => {}
+        }
+    }
+
+    /// The page-level directives a line records.
+    pub fn page(
+        &mut self,
+        directives: &[std::borrow::Cow<'_, str>],
+        ignored: bool,
+        line: &LineRef,
+    ) {
+        for d in directives {
+            let known = self.directives.iter().position(|b| b.directive == *d);
+            match known {
+                Some(i) => self.directives[i].pages.add(line),
+                None if self.directives.len() < RULES => {
+                    let mut pages = Cited::default();
+                    pages.add(line);
+                    self.directives.push(ByDirective {
+                        directive: d.to_string(),
+                        pages,
+                    });
+                }
+                None => {}
+            }
+        }
+        if ignored {
+            self.directives_ignored.add(line);
         }
     }
 
