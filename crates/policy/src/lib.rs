@@ -17,6 +17,7 @@ pub mod payment;
 pub mod prefs;
 pub mod robots;
 pub mod robots_cache;
+mod token;
 pub mod visit;
 mod whitespace;
 

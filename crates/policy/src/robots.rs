@@ -39,6 +39,7 @@ mod usage;
 use std::fmt;
 
 use crate::pattern::{normalise_path, Pattern};
+use crate::token::is_token_char;
 use index::{IndexedRule, RuleIndex};
 
 pub use crate::prefs::{Purpose, SignalUse};
@@ -316,10 +317,6 @@ pub fn product_token(user_agent: &str) -> &str {
         return "";
     }
     token
-}
-
-fn is_token_char(c: char) -> bool {
-    c.is_ascii_alphabetic() || c == '_' || c == '-'
 }
 
 fn is_robots_txt(path: &[u8]) -> bool {

@@ -15,7 +15,7 @@
 //! prefix.
 
 use super::{Place, PrefsRecord, PrefsRefusal, Purpose, ResponsePrefs, Said, Stance, Vocabulary};
-use crate::robots::agents::is_namespaced;
+use crate::token::{is_namespaced, is_token};
 
 /// The response fields read, the draft's successor field first.
 pub const ROBOTS_FIELDS: [&str; 2] = ["robots-tag", "x-robots-tag"];
@@ -193,12 +193,6 @@ fn set(applies: bool, flag: &mut bool) -> bool {
         *flag = true;
     }
     true
-}
-
-fn is_token(s: &str) -> bool {
-    !s.is_empty()
-        && s.chars()
-            .all(|c| c.is_ascii_alphabetic() || c == '_' || c == '-')
 }
 
 fn where_(statement: &Statement<'_>) -> String {

@@ -10,8 +10,10 @@
 
 use serde::Deserialize;
 
-use super::{is_token_char, Robots, Verdict};
+use super::{Robots, Verdict};
 use crate::prefs::Purpose;
+use crate::token::is_token;
+pub use crate::token::{is_namespaced, NAMESPACE_PREFIX};
 use crate::ParamError;
 
 /// One identity of the crawl (`[[crawler.agents]]`).
@@ -32,18 +34,6 @@ impl Agent {
             purposes: purposes.to_vec(),
         }
     }
-}
-
-/// The prefix of draft-kelley-rep-namespaces' namespaced selectors
-/// (`User-agent: __ns_label`): they name a class of crawlers, never a
-/// product token, so a crawler that does not read namespaces ignores them.
-pub const NAMESPACE_PREFIX: &str = "__ns_";
-
-/// Whether a `User-agent` value or a token is a namespaced selector.
-pub fn is_namespaced(token: &str) -> bool {
-    token
-        .get(..NAMESPACE_PREFIX.len())
-        .is_some_and(|p| p.eq_ignore_ascii_case(NAMESPACE_PREFIX))
 }
 
 /// The identities a request speaks for: the one whose token `client` (the
@@ -101,7 +91,7 @@ pub fn validate(agent: &str, purposes: &[Purpose], agents: &[Agent]) -> Result<(
 /// A product token as RFC 9309 §2.2.1 has it (`[a-zA-Z_-]+`), and no
 /// namespaced selector.
 fn token_ok(token: &str) -> Result<(), String> {
-    if token.is_empty() || !token.chars().all(is_token_char) {
+    if !is_token(token) {
         return Err(format!(
             "{token:?} is no product token (letters, '-' and '_' only)"
         ));

@@ -3,10 +3,9 @@
 //! into one [`Group`] per product token.
 
 use super::index::RuleIndex;
-use super::{
-    is_token_char, ContentSignal, ContentUsage, Group, Robots, Rule, Statement, MAX_ROBOTS_BYTES,
-};
+use super::{ContentSignal, ContentUsage, Group, Robots, Rule, Statement, MAX_ROBOTS_BYTES};
 use crate::pattern::Pattern;
+use crate::token::{is_namespaced, is_token_char};
 use crate::visit::{parse_request_rate, Stated, Window};
 use crate::whitespace::trim_ws;
 
@@ -288,7 +287,7 @@ fn agent_token(value: &str) -> Option<&str> {
     }
     let name = value.split_once('/').map_or(value, |(name, _)| name);
     let token = !name.is_empty() && name.chars().all(is_token_char);
-    (token && !super::agents::is_namespaced(name)).then_some(name)
+    (token && !is_namespaced(name)).then_some(name)
 }
 
 /// Seconds, fractional allowed; negative, NaN, infinite and non-numeric values
