@@ -17,7 +17,6 @@ use http::Uri;
 use mannerly_policy::budget::{Announced, Refusal};
 use mannerly_policy::conditional::CacheOutcome;
 use mannerly_policy::robots::Robots;
-use mannerly_policy::robots::MAX_ROBOTS_BYTES;
 use mannerly_policy::robots_cache::{
     fetch_reason_of, FetchResult, Lookup, RobotsEntry, RobotsParams, Rules, SiteFile, Validators,
 };
@@ -35,8 +34,10 @@ use crate::upstream::UpstreamClient;
 mod cluster;
 mod fetch;
 
+pub(crate) use fetch::fetch;
 use fetch::header;
-pub(crate) use fetch::{fetch, report};
+#[cfg(test)]
+pub(crate) use fetch::report;
 
 struct Slot<F> {
     entry: std::sync::RwLock<Option<RobotsEntry<F>>>,

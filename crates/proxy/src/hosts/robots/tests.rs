@@ -1,5 +1,6 @@
 use super::fetch::resolve_location;
 use super::*;
+use mannerly_policy::robots::MAX_ROBOTS_BYTES;
 
 /// `robots.max_bytes` at its smallest: room for two 200 kB bodies.
 const CAP: u64 = MAX_ROBOTS_BYTES as u64;
