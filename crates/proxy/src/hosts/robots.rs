@@ -161,18 +161,10 @@ impl<F: SiteFile> RobotsCache<F> {
         // take its copy.
         let now = self.clock.now_std();
         let claim = match cluster::claim(budgets, shared_key, &self.params, deadline, now).await {
-            cluster::Next::Use(result, fetched_at) => {
-                let none = Validators::default();
-                return Ok(self.install(key, &slot, &result, none, fetched_at));
-            }
+            cluster::Next::Use(result, at) => return Ok(self.install(key, &slot, &result, at)),
             cluster::Next::Fetch(claim) => claim,
         };
-        // Revalidated only by a lone proxy: a cluster's copy is another
-        // proxy's fetch, and a 304 to our validators would say nothing of it.
-        let validators = match claim {
-            None => self.validators(&slot),
-            Some(_) => None,
-        };
+        let validators = self.validators(&slot, claim.is_none());
         let permit = budgets
             .acquire(&target.host, deadline)
             .await
@@ -233,12 +225,7 @@ impl<F: SiteFile> RobotsCache<F> {
         }
         let wall = self.clock.wall();
         cluster::publish(claim, shared_key, &report.result, &self.params, wall).await;
-        let validators = Validators::read(
-            header(&report.headers, ETAG),
-            header(&report.headers, LAST_MODIFIED),
-        );
-        let now = self.clock.now_std();
-        let rules = self.install(key, &slot, &report.result, validators, now);
+        let rules = self.install_fetched(key, &slot, &report);
         match report.stop {
             Some(stop) => Err(Unfetched::Stopped(stop)),
             None => Ok(rules),
@@ -249,6 +236,27 @@ impl<F: SiteFile> RobotsCache<F> {
     /// proxy of the cluster) into the slot of `key`, counting its body
     /// against `robots.max_bytes`.
     fn install(
+        &self,
+        key: &str,
+        slot: &Slot<F>,
+        result: &FetchResult,
+        fetched_at: std::time::Instant,
+    ) -> Rules<F> {
+        self.install_with(key, slot, result, Validators::default(), fetched_at)
+    }
+
+    /// [`install`](Self::install) of this proxy's own fetch, with the
+    /// validators of its answer for the next one.
+    fn install_fetched(&self, key: &str, slot: &Slot<F>, report: &FetchReport) -> Rules<F> {
+        let validators = Validators::read(
+            header(&report.headers, ETAG),
+            header(&report.headers, LAST_MODIFIED),
+        );
+        let now = self.clock.now_std();
+        self.install_with(key, slot, &report.result, validators, now)
+    }
+
+    fn install_with(
         &self,
         key: &str,
         slot: &Slot<F>,
@@ -285,8 +293,13 @@ impl<F: SiteFile> RobotsCache<F> {
         rules
     }
 
-    /// What a fetch sends to revalidate the copy held in `slot`.
-    fn validators(&self, slot: &Slot<F>) -> Option<Validators> {
+    /// What a fetch sends to revalidate the copy held in `slot`: only a
+    /// lone proxy's (`alone`) revalidates, since a cluster's copy is
+    /// another proxy's fetch and a 304 to our validators says nothing of it.
+    fn validators(&self, slot: &Slot<F>, alone: bool) -> Option<Validators> {
+        if !alone {
+            return None;
+        }
         let guard = slot.entry.read().unwrap_or_else(|p| p.into_inner());
         guard.as_ref()?.validators().cloned()
     }

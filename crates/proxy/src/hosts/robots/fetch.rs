@@ -15,7 +15,7 @@ use mannerly_policy::Outcome;
 
 use super::{FetchReport, Pacing};
 use crate::answer::failure;
-use crate::body::empty;
+use crate::body::{empty, ProxyBody};
 use crate::clock::Clock;
 use crate::error::Source;
 use crate::identity::Signer;
@@ -116,6 +116,27 @@ struct Ask<'a> {
     validators: Option<&'a Validators>,
 }
 
+impl Ask<'_> {
+    /// The request for `uri`: the crawler's User-Agent, the copy's
+    /// validators, signed as the crawler's (robots.txt fetches are its
+    /// requests too: signed, each hop).
+    fn request(&self, uri: &Uri, keyid: &mut Option<KeyId>) -> Result<Request<ProxyBody>, String> {
+        let mut req = Request::builder().method(Method::GET).uri(uri.clone());
+        if let Some(ua) = self.user_agent {
+            req = req.header(USER_AGENT, ua.clone());
+        }
+        for (name, value) in self.validators.map(conditional_fields).unwrap_or_default() {
+            req = req.header(name, value);
+        }
+        let mut req = req.body(empty()).map_err(|e| e.to_string())?;
+        if let (Some((signer, clock)), Some(authority)) = (self.identity, uri.authority()) {
+            let authority = normalized_authority(uri.scheme_str(), authority);
+            *keyid = signer.sign_headers(req.headers_mut(), &authority, clock.wall());
+        }
+        Ok(req)
+    }
+}
+
 /// One request of a fetch: `uri` asked for, signed as the crawler's.
 async fn fetch_hop(
     client: &UpstreamClient,
@@ -124,34 +145,11 @@ async fn fetch_hop(
     ask: Ask<'_>,
     keyid: &mut Option<KeyId>,
 ) -> Hop {
-    let Ask {
-        user_agent,
-        identity,
-        validators,
-    } = ask;
-    let mut req = Request::builder().method(Method::GET).uri(uri.clone());
-    if let Some(ua) = user_agent {
-        req = req.header(USER_AGENT, ua.clone());
-    }
-    let conditional = validators.map(conditional_fields).unwrap_or_default();
-    for (name, value) in &conditional {
-        req = req.header(name, value.clone());
-    }
-    let mut req = match req.body(empty()) {
+    let req = match ask.request(uri, keyid) {
         Ok(r) => r,
-        Err(e) => {
-            return Hop::Done(Box::new(report(
-                url,
-                None,
-                FetchResult::Failed(e.to_string()),
-            )))
-        }
+        Err(e) => return Hop::Done(Box::new(report(url, None, FetchResult::Failed(e)))),
     };
-    // robots.txt fetches are the crawler's requests too: signed, each hop.
-    if let (Some((signer, clock)), Some(authority)) = (identity, uri.authority()) {
-        let authority = normalized_authority(uri.scheme_str(), authority);
-        *keyid = signer.sign_headers(req.headers_mut(), &authority, clock.wall());
-    }
+    let conditional = ask.validators.is_some_and(|v| !v.is_empty());
     let resp = match client.request(req).await {
         Ok(r) => r,
         Err(e) => {
@@ -179,7 +177,7 @@ async fn fetch_hop(
         Some(ParentVerdict::Target { status, .. }) => status,
         None => resp.status().as_u16(),
     };
-    if status == 304 && !conditional.is_empty() {
+    if status == 304 && conditional {
         drain_small(resp).await;
         return Hop::Done(Box::new(report(url, Some(304), FetchResult::NotModified)));
     }

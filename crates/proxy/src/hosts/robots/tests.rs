@@ -21,14 +21,7 @@ fn fetched(c: &RobotsCache, origin: &str, len: usize) {
     let slot = c.slot(origin);
     let mut body = format!("User-agent: *\nDisallow: /private\n# {origin}\n").into_bytes();
     body.resize(len, b'#');
-    let none = Validators::default();
-    c.install(
-        origin,
-        &slot,
-        &FetchResult::Body(body),
-        none,
-        c.clock.now_std(),
-    );
+    c.install(origin, &slot, &FetchResult::Body(body), c.clock.now_std());
 }
 
 fn held(c: &RobotsCache, origin: &str) -> bool {
@@ -109,8 +102,7 @@ fn an_entry_evicted_while_its_fetch_ran_holds_no_bytes() {
     // Its answer still serves the requests that waited for it, but
     // counts against the cap only if it is in the cache.
     let x_body = FetchResult::Body(vec![b'#'; BODY]);
-    let none = Validators::default();
-    c.install("http://x.test/", &x, &x_body, none, c.clock.now_std());
+    c.install("http://x.test/", &x, &x_body, c.clock.now_std());
     let (counted, held_bytes) = counted_and_held(&c);
     assert_eq!(counted, held_bytes);
 }
