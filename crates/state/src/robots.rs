@@ -244,6 +244,12 @@ mod tests {
         ] {
             assert_eq!(decode(&encode(&r)), Some(r));
         }
+        // A 304 to one proxy's validators reaches the others as a plain
+        // 304, which says nothing of a copy they may hold.
+        assert_eq!(
+            decode(&encode(&FetchResult::NotModified)),
+            Some(FetchResult::Status(304))
+        );
         assert_eq!(decode(b""), None);
         assert_eq!(decode(b"S1"), None);
     }
