@@ -405,3 +405,39 @@ async fn visit_time_request_rate_and_quiet_hours_decide_when_a_host_is_visited()
     assert!(seen.body.contains(key), "{}", seen.body);
     assert_eq!(seen.origin.seen.count("/page"), 0);
 }
+
+/// `mannerly robots check` says what a group's Visit-time and Request-rate
+/// are, and which lines it could not read.
+#[test]
+fn robots_check_shows_visit_times_rates_and_what_it_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("robots.txt");
+    let body =
+        "User-agent: *\nVisit-time: 0600-0845\nRequest-rate: 1/10m\nVisit-time: 99\nDisallow: /x\n";
+    std::fs::write(&file, body).unwrap();
+    let args = [
+        "robots",
+        "check",
+        "--robots-file",
+        file.to_str().unwrap(),
+        "--agent",
+        "MyBot",
+        "/page",
+    ];
+    let (code, out) = mannerly(&args, &[]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains(
+            "request-rate: one request per 600 s (robots.txt line 3: Request-rate: 1/10m)"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("visit-time: 06:00-08:45 UTC (robots.txt line 2: Visit-time: 0600-0845)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("ignored: robots.txt line 4: Visit-time: 99: no HHMM-HHMM window"),
+        "{out}"
+    );
+}
