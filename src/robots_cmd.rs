@@ -78,6 +78,15 @@ pub fn check(config: Option<PathBuf>, args: CheckArgs) -> ExitCode {
     if let Some(delay) = robots.crawl_delay(&args.agent) {
         println!("crawl-delay: {delay} s");
     }
+    if let Some((interval, source)) = robots.request_interval([args.agent.as_str()]) {
+        println!("request-rate: one request per {interval} s ({source})");
+    }
+    for window in robots.visit_times([args.agent.as_str()]).iter().flatten() {
+        println!("visit-time: {} ({})", window.window, window.source);
+    }
+    for why in robots.ignored() {
+        println!("ignored: {why}");
+    }
 
     let prefs = robots.preferences(&args.agent, path);
     let record = prefs.record();

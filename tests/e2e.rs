@@ -40,6 +40,7 @@ mod e2e {
     mod reload;
     mod report;
     mod robots;
+    mod robots_ext;
     mod seal;
     mod shared_cache;
     mod shared_pages;

@@ -20,6 +20,16 @@ fuzz_target!(|data: &[u8]| {
     }
     assert!(robots.check(agent, "/robots.txt").allowed);
     let _ = robots.crawl_delay(agent);
+    // Several identities, as `crawler.agents` gives them.
+    let tokens = [agent, "ExampleBot-AI", "__ns_ai"];
+    if let Some((token, verdict)) = robots.check_each(tokens, probe.as_ref()) {
+        assert!(tokens.contains(&token));
+        assert!(verdict.allowed || verdict.rule.is_some());
+    }
+    let _ = robots.crawl_delay_of(tokens);
+    let _ = robots.visit_times(tokens);
+    let _ = robots.request_interval(tokens);
+    let _ = robots.ignored();
     let _ = robots.sitemaps();
     for signal in robots.content_signals(agent) {
         let _ = signal.to_string();

@@ -399,6 +399,21 @@ fn robots(out: &mut impl Write, h: &HostStats) -> io::Result<()> {
             cited(&b.refused)
         )?;
     }
+    for d in &r.directives {
+        writeln!(
+            out,
+            "<tr class=rule><td>pages marked {} (X-Robots-Tag, &lt;meta&gt;)</td><td>{}</td></tr>",
+            esc(&d.directive),
+            cited(&d.pages)
+        )?;
+    }
+    if r.directives_ignored.count > 0 {
+        let c = cited(&r.directives_ignored);
+        writeln!(
+            out,
+            "<tr><td>page directives ignored (unreadable)</td><td>{c}</td></tr>"
+        )?;
+    }
     writeln!(out, "</table>")
 }
 

@@ -73,6 +73,18 @@ pub struct Line<'a> {
     pub saved_bytes: Option<u64>,
     #[serde(default)]
     pub bytes: Option<u64>,
+    #[serde(borrow, default)]
+    pub prefs: Option<LinePrefs<'a>>,
+}
+
+/// What the report reads of a line's `prefs`: the page-level directives
+/// that bound the request, and whether any could not be read.
+#[derive(Deserialize)]
+pub struct LinePrefs<'a> {
+    #[serde(borrow, default)]
+    pub directives: Vec<Cow<'a, str>>,
+    #[serde(default)]
+    pub ignored: Vec<serde::de::IgnoredAny>,
 }
 
 impl Line<'_> {

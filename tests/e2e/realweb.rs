@@ -19,7 +19,11 @@ async fn proxy_to_origin_test(ca: &TestCa, port: u16) -> TestProxy {
 
 /// Trusts `ca_path` for origins and sends `origin.test:port` to the
 /// loopback `port`.
-fn to_origin_test(c: &mut mannerly_proxy::Config, ca_path: std::path::PathBuf, port: u16) {
+pub(super) fn to_origin_test(
+    c: &mut mannerly_proxy::Config,
+    ca_path: std::path::PathBuf,
+    port: u16,
+) {
     c.upstream.extra_roots = vec![ca_path];
     c.proxy.connect_ports.push(port);
     resolve_to_loopback(c, &format!("origin.test:{port}"), port);

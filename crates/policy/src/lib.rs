@@ -18,6 +18,8 @@ pub mod payment;
 pub mod prefs;
 pub mod robots;
 pub mod robots_cache;
+mod token;
+pub mod visit;
 mod whitespace;
 
 pub use address::{classify_ip, parse_host_ip, AddressClass};

@@ -24,6 +24,7 @@
 //! anywhere is heard.
 
 mod header;
+pub mod page;
 mod signal;
 mod tdmrep;
 mod usage;
@@ -126,6 +127,10 @@ pub enum Place {
     Header,
     /// A rule of `/.well-known/tdmrep.json` (1-based place in its array).
     TdmRepRule(usize),
+    /// A page-level directive field (`x-robots-tag`, `robots-tag`).
+    Field(&'static str),
+    /// A `<meta>` tag at this byte offset of the body.
+    Meta(usize),
 }
 
 /// One statement that counted, as the site wrote it.
@@ -148,6 +153,8 @@ impl fmt::Display for Said<'_> {
             Place::RobotsLine(line) => write!(f, "robots.txt line {line}: {}", self.text),
             Place::Header => write!(f, "header {}: {}", self.vocabulary, self.text),
             Place::TdmRepRule(n) => write!(f, "tdmrep.json rule {n}: {}", self.text),
+            Place::Field(name) => write!(f, "header {name}: {}", self.text),
+            Place::Meta(at) => write!(f, "<meta> at byte {at}: {}", self.text),
         }
     }
 }
@@ -177,6 +184,13 @@ pub struct PrefsRecord {
     /// The `tdm-policy` URL a TDMRep site names beside its reservation.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tdm_policy: Option<String>,
+    /// Page-level directives that bind the request (`noindex`, `nofollow`,
+    /// `noai`, `noimageai`), from `X-Robots-Tag` / `Robots-Tag` / `<meta>`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub directives: Vec<String>,
+    /// Page-level directives that could not be read, and why (ignored).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ignored: Vec<String>,
 }
 
 impl PrefsRecord {
@@ -212,7 +226,7 @@ impl PrefsRecord {
         }
         let value = match said.place {
             Place::RobotsLine(_) => said.text.split_once(':').map_or("", |(_, v)| v),
-            Place::Header | Place::TdmRepRule(_) => said.text,
+            _ => said.text,
         };
         for l in UsageStatement::parse(split_path(value).1).legacy() {
             let note = format!(
@@ -251,11 +265,17 @@ impl PrefsRecord {
         if self.tdm_policy.is_none() {
             self.tdm_policy.clone_from(&other.tdm_policy);
         }
+        for d in &other.directives {
+            push_once(&mut self.directives, d.clone());
+        }
+        for why in &other.ignored {
+            push_once(&mut self.ignored, why.clone());
+        }
     }
 
-    /// Whether the site stated anything at all.
+    /// Whether the site stated anything at all (or wrote what could not be read).
     pub fn is_empty(&self) -> bool {
-        self.sources.is_empty()
+        self.sources.is_empty() && self.ignored.is_empty()
     }
 }
 

@@ -23,8 +23,12 @@
 //!   the group it stands in, i.e. to every agent of that group (Google's
 //!   parser reads it the same way);
 //! - the agent's groups apply, else the `*` groups; they never combine;
-//! - of several `Crawl-delay` lines for one crawler, the largest counts.
+//! - of several `Crawl-delay` lines for one crawler, the largest counts;
+//! - a namespaced selector (`User-agent: __ns_label`, draft-kelley-rep-
+//!   namespaces-00) opens or joins a group as any user-agent line does, but
+//!   is nobody's product token: no crawler's token matches it.
 
+pub mod agents;
 mod index;
 mod parse;
 mod preferences;
@@ -35,6 +39,7 @@ mod usage;
 use std::fmt;
 
 use crate::pattern::{normalise_path, Pattern};
+use crate::token::is_token_char;
 use index::{IndexedRule, RuleIndex};
 
 pub use crate::prefs::{Purpose, SignalUse};
@@ -120,6 +125,10 @@ struct Group {
     crawl_delay: Option<f64>,
     /// Indices into `Robots::statements`, in file order (global lines included).
     statements: Vec<u32>,
+    /// `Visit-time` windows, with their lines.
+    visit: Vec<crate::visit::Stated>,
+    /// `Request-rate` as the least seconds between requests, with its line.
+    request_rate: Option<(f64, String)>,
 }
 
 /// A usage-preference line, in either vocabulary.
@@ -141,6 +150,8 @@ pub struct Robots {
     /// apply to everyone.
     global_statements: Vec<u32>,
     sitemaps: Vec<String>,
+    /// Lines read but not understood, and why (`Visit-time`, `Request-rate`).
+    ignored: Vec<String>,
 }
 
 // === impl Robots ===
@@ -204,6 +215,43 @@ impl Robots {
         self.group(agent).and_then(|g| g.crawl_delay)
     }
 
+    /// The `Visit-time` windows of the groups of `tokens`: each identity's
+    /// site hours bind it, so a request for several is sent only when
+    /// every one of them may visit.
+    pub fn visit_times<'t>(
+        &self,
+        tokens: impl IntoIterator<Item = &'t str>,
+    ) -> Vec<Vec<crate::visit::Stated>> {
+        tokens
+            .into_iter()
+            .filter_map(|t| self.group(t))
+            .filter(|g| !g.visit.is_empty())
+            .map(|g| g.visit.clone())
+            .collect()
+    }
+
+    /// The slowest `Request-rate` of the groups of `tokens`, as the least
+    /// seconds between requests, with its line: it paces a host as
+    /// `Crawl-delay` does.
+    pub fn request_interval<'t>(
+        &self,
+        tokens: impl IntoIterator<Item = &'t str>,
+    ) -> Option<(f64, &str)> {
+        tokens
+            .into_iter()
+            .filter_map(|t| self.group(t)?.request_rate.as_ref())
+            .fold(None, |acc: Option<(f64, &str)>, (i, src)| match acc {
+                Some(a) if a.0 >= *i => Some(a),
+                _ => Some((*i, src.as_str())),
+            })
+    }
+
+    /// Lines read but not understood (a `Visit-time` that is no window, a
+    /// `Request-rate` that is no rate), and why: they bind nothing.
+    pub fn ignored(&self) -> &[String] {
+        &self.ignored
+    }
+
     /// Every `Sitemap` URL, in file order, wherever it stood.
     pub fn sitemaps(&self) -> &[String] {
         &self.sitemaps
@@ -262,11 +310,13 @@ impl Robots {
 pub fn product_token(user_agent: &str) -> &str {
     let s = user_agent.trim_start();
     let end = s.find(|c: char| !is_token_char(c)).unwrap_or(s.len());
-    &s[..end]
-}
-
-fn is_token_char(c: char) -> bool {
-    c.is_ascii_alphabetic() || c == '_' || c == '-'
+    let token = &s[..end];
+    // A namespaced selector names a class of crawlers; claimed as a token,
+    // it would take a group written for others.
+    if agents::is_namespaced(token) {
+        return "";
+    }
+    token
 }
 
 fn is_robots_txt(path: &[u8]) -> bool {

@@ -174,7 +174,45 @@ pub enum FetchResult {
     TooManyRedirects,
     /// Timeout, refused connection, TLS failure, blocked address: the words why.
     Failed(String),
+    /// A 304 to a fetch that carried the held copy's [`Validators`]: the
+    /// copy still stands (RFC 9309 §2.4 allows RFC 9111 caching). A 304 to
+    /// a fetch without validators is a `Status(304)`, which says nothing.
+    NotModified,
 }
+
+/// The validators of a robots.txt copy (RFC 9110 §8.8), sent with the next
+/// fetch once the copy's age has run out.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Validators {
+    /// `ETag`, as the origin wrote it (sent as `If-None-Match`).
+    pub etag: Option<String>,
+    /// `Last-Modified`, as the origin wrote it (sent as `If-Modified-Since`).
+    pub last_modified: Option<String>,
+}
+
+impl Validators {
+    /// The validators of a 2xx head; a value longer than [`MAX_VALIDATOR`]
+    /// bytes is not kept (it would be sent back on every revalidation).
+    pub fn read(etag: Option<&str>, last_modified: Option<&str>) -> Validators {
+        let keep = |v: Option<&str>| {
+            v.map(str::trim)
+                .filter(|v| !v.is_empty() && v.len() <= MAX_VALIDATOR)
+                .map(str::to_string)
+        };
+        Validators {
+            etag: keep(etag),
+            last_modified: keep(last_modified),
+        }
+    }
+
+    /// Neither validator: a fetch is unconditional.
+    pub fn is_empty(&self) -> bool {
+        self.etag.is_none() && self.last_modified.is_none()
+    }
+}
+
+/// The longest validator kept.
+pub const MAX_VALIDATOR: usize = 1024;
 
 impl FetchResult {
     /// A 4xx other than 429: the site has no robots.txt, so there are no
@@ -186,7 +224,7 @@ impl FetchResult {
     /// A body or a 4xx that means no rules: what [`classify`] accepts,
     /// without parsing the body.
     pub fn is_usable(&self) -> bool {
-        matches!(self, FetchResult::Body(_)) || self.means_no_rules()
+        matches!(self, FetchResult::Body(_) | FetchResult::NotModified) || self.means_no_rules()
     }
 }
 
@@ -226,6 +264,8 @@ pub struct RobotsEntry<F = Robots> {
     failures: u32,
     retry_at: Instant,
     reason: String,
+    /// Of `good`, when the 2xx that gave it had any.
+    validators: Validators,
 }
 
 /// What the proxy should do for a request to an origin.
@@ -252,6 +292,7 @@ pub fn classify_as<F: SiteFile>(result: &FetchResult) -> Result<F, String> {
         FetchResult::Status(s) => Err(format!("{name} answered {s}")),
         FetchResult::TooManyRedirects => Err(format!("{name} redirected too many times")),
         FetchResult::Failed(why) => Err(format!("{name} unreachable: {why}")),
+        FetchResult::NotModified => Err(format!("{name} answered 304 but no copy is held")),
     }
 }
 
@@ -266,6 +307,8 @@ pub fn fetch_reason(result: &FetchResult) -> Option<String> {
 pub fn fetch_reason_of<F: SiteFile>(result: &FetchResult) -> Option<String> {
     match result {
         FetchResult::Body(body) => F::body_reason(body),
+        // The copy held stands; the line's `cache` says so.
+        FetchResult::NotModified => None,
         FetchResult::Status(s) if result.means_no_rules() => {
             Some(format!("status {s}: no rules, everything allowed"))
         }
@@ -290,6 +333,19 @@ impl<F: SiteFile> RobotsEntry<F> {
         params: &RobotsParams,
         now: Instant,
     ) -> RobotsEntry<F> {
+        let kept = previous.and_then(|p| Some((p.good.clone()?, p.validators.clone())));
+        if let (FetchResult::NotModified, Some((good, validators))) = (result, kept) {
+            // A 304 to our validators: the same rules, their age restarted.
+            return RobotsEntry {
+                rules: Some(good.clone()),
+                fetched_at: now,
+                good: Some(good),
+                failures: 0,
+                retry_at: now,
+                reason: String::new(),
+                validators,
+            };
+        }
         match classify_as::<F>(result) {
             Ok(robots) => {
                 let robots = Arc::new(robots);
@@ -300,6 +356,7 @@ impl<F: SiteFile> RobotsEntry<F> {
                     failures: 0,
                     retry_at: now,
                     reason: String::new(),
+                    validators: Validators::default(),
                 }
             }
             Err(reason) => {
@@ -307,6 +364,7 @@ impl<F: SiteFile> RobotsEntry<F> {
                 let backoff = params.retry_min_secs * 2f64.powi(failures.min(30) as i32 - 1);
                 let wait = Duration::from_secs_f64(backoff.min(params.retry_max_secs));
                 let good = previous.and_then(|p| p.good.clone());
+                let validators = previous.map(|p| p.validators.clone()).unwrap_or_default();
                 RobotsEntry {
                     rules: None,
                     fetched_at: now,
@@ -314,6 +372,7 @@ impl<F: SiteFile> RobotsEntry<F> {
                     failures,
                     retry_at: now + wait,
                     reason,
+                    validators,
                 }
             }
         }
@@ -348,6 +407,21 @@ impl<F: SiteFile> RobotsEntry<F> {
         }
     }
 
+    /// The entry with the validators of the 2xx it was made from: only a
+    /// copy read from a body keeps them.
+    pub fn with_validators(mut self, result: &FetchResult, validators: Validators) -> Self {
+        if matches!(result, FetchResult::Body(_)) {
+            self.validators = validators;
+        }
+        self
+    }
+
+    /// What the next fetch sends to ask whether the copy held still
+    /// stands: `None` without a copy, or when its 2xx had no validators.
+    pub fn validators(&self) -> Option<&Validators> {
+        (self.good.is_some() && !self.validators.is_empty()).then_some(&self.validators)
+    }
+
     /// Consecutive failed fetches.
     pub fn failures(&self) -> u32 {
         self.failures
@@ -362,222 +436,4 @@ impl<F: SiteFile> RobotsEntry<F> {
 #[cfg(test)]
 // Tests start their hand-moved clock from one real instant.
 #[allow(clippy::disallowed_methods)]
-mod tests {
-    use super::*;
-
-    fn params() -> RobotsParams {
-        RobotsParams::default()
-    }
-
-    fn allowed(rules: &Rules, path: &str) -> Option<bool> {
-        match rules {
-            Rules::Known(r) => Some(r.check("bot", path).allowed),
-            Rules::Unavailable { .. } => None,
-        }
-    }
-
-    #[test]
-    fn a_fetched_file_is_used_for_24_hours_then_fetched_again() {
-        let t0 = Instant::now();
-        let p = params();
-        let e = RobotsEntry::after_fetch(
-            None,
-            &FetchResult::Body(b"User-agent: *\nDisallow: /x".to_vec()),
-            &p,
-            t0,
-        );
-        match e.lookup(&p, t0 + Duration::from_secs(86_399)) {
-            Lookup::Use(r) => assert_eq!(allowed(&r, "/x"), Some(false)),
-            Lookup::Fetch => panic!("still fresh"),
-        }
-        assert!(matches!(
-            e.lookup(&p, t0 + Duration::from_secs(86_400)),
-            Lookup::Fetch
-        ));
-    }
-
-    #[test]
-    fn client_errors_mean_no_rules_but_429_and_5xx_mean_unavailable() {
-        let t0 = Instant::now();
-        let p = params();
-        for s in [400, 401, 403, 404, 410] {
-            let e = RobotsEntry::after_fetch(None, &FetchResult::Status(s), &p, t0);
-            assert_eq!(allowed(&e.rules_now(t0), "/anything"), Some(true), "{s}");
-        }
-        for r in [
-            FetchResult::Status(429),
-            FetchResult::Status(500),
-            FetchResult::Status(503),
-            FetchResult::Status(301),
-            FetchResult::TooManyRedirects,
-            FetchResult::Failed("connection refused".into()),
-        ] {
-            let e = RobotsEntry::<Robots>::after_fetch(None, &r, &p, t0);
-            assert!(
-                matches!(e.rules_now(t0), Rules::Unavailable { .. }),
-                "{r:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn tdmrep_json_is_read_retried_and_kept_as_robots_txt_is() {
-        let t0 = Instant::now();
-        let p = params();
-        let reserved = |rules: &Rules<TdmFile>, path: &str| match rules {
-            Rules::Known(f) => Some(f.rule_for(path).and_then(|r| r.reservation) == Some(true)),
-            Rules::Unavailable { .. } => None,
-        };
-        let body = br#"[{"location": "/a/", "tdm-reservation": 1}]"#.to_vec();
-        let good = RobotsEntry::<TdmFile>::after_fetch(None, &FetchResult::Body(body), &p, t0);
-        assert_eq!(reserved(&good.rules_now(t0), "/a/x"), Some(true));
-        assert_eq!(reserved(&good.rules_now(t0), "/b"), Some(false));
-        // 404 (the common answer: the site does not use the file): no rules.
-        let none = RobotsEntry::<TdmFile>::after_fetch(None, &FetchResult::Status(404), &p, t0);
-        assert_eq!(reserved(&none.rules_now(t0), "/a/x"), Some(false));
-        // 503: unknown for now, retried with the same backoff, the good copy
-        // used meanwhile; the reason names the file.
-        let failed = RobotsEntry::<TdmFile>::after_fetch(None, &FetchResult::Status(503), &p, t0);
-        match failed.rules_now(t0) {
-            Rules::Unavailable { reason, retry_in } => {
-                assert_eq!(reason, "tdmrep.json answered 503");
-                assert_eq!(retry_in, Duration::from_secs(5));
-            }
-            Rules::Known(_) => panic!("a 503 says nothing"),
-        }
-        let t1 = t0 + Duration::from_secs(86_400);
-        let kept =
-            RobotsEntry::<TdmFile>::after_fetch(Some(&good), &FetchResult::Status(503), &p, t1);
-        assert!(matches!(kept.lookup(&p, t1), Lookup::Use(_)));
-        assert_eq!(reserved(&kept.rules_now(t1), "/a/x"), Some(true));
-        assert_eq!(
-            fetch_reason_of::<TdmFile>(&FetchResult::Failed("refused".into())).as_deref(),
-            Some("tdmrep.json unreachable: refused")
-        );
-        let html = FetchResult::Body(b"<html>soft 404</html>".to_vec());
-        let why = fetch_reason_of::<TdmFile>(&html).unwrap();
-        assert!(why.starts_with("not JSON"), "{why}");
-        assert!(why.ends_with(": no reservation read"), "{why}");
-        assert_eq!(fetch_reason_of::<Robots>(&html), None);
-    }
-
-    #[test]
-    fn a_cluster_keeps_usable_answers_for_their_age_and_failures_until_the_first_retry() {
-        let p = RobotsParams {
-            max_age_secs: 3600.0,
-            retry_min_secs: 7.0,
-            fetch_timeout_secs: 20.0,
-            ..params()
-        };
-        let usable = [
-            FetchResult::Body(b"User-agent: *\nDisallow: /x\n".to_vec()),
-            FetchResult::Status(404),
-            FetchResult::Status(410),
-        ];
-        for r in &usable {
-            assert!(classify(r).is_ok(), "{r:?}");
-            assert_eq!(p.cluster_keep(r), Duration::from_secs(3600), "{r:?}");
-        }
-        let failed = [
-            FetchResult::Status(429),
-            FetchResult::Status(503),
-            FetchResult::TooManyRedirects,
-            FetchResult::Failed("connection refused".into()),
-        ];
-        for r in &failed {
-            assert!(classify(r).is_err(), "{r:?}");
-            assert_eq!(p.cluster_keep(r), Duration::from_secs(7), "{r:?}");
-        }
-        assert_eq!(p.cluster_lock(), Duration::from_secs(21));
-    }
-
-    #[test]
-    fn an_audit_line_tells_a_failed_fetch_as_classify_does() {
-        let cases = [
-            (Some(200), FetchResult::Body(b"User-agent: *\n".to_vec())),
-            (Some(200), FetchResult::Body(Vec::new())),
-            (Some(404), FetchResult::Status(404)),
-            (Some(401), FetchResult::Status(401)),
-            (Some(429), FetchResult::Status(429)),
-            (Some(503), FetchResult::Status(503)),
-            (Some(101), FetchResult::Status(101)),
-            (Some(301), FetchResult::TooManyRedirects),
-            (Some(200), FetchResult::Failed("body cut short".into())),
-            (None, FetchResult::Failed("connection refused".into())),
-        ];
-        for (status, result) in &cases {
-            let reason = fetch_reason(result);
-            assert_eq!(
-                fetch_failed(*status, reason.as_deref()),
-                classify(result).is_err(),
-                "{status:?} {result:?}: {reason:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn failures_back_off_exponentially_up_to_the_cap() {
-        let t0 = Instant::now();
-        let p = RobotsParams {
-            retry_min_secs: 5.0,
-            retry_max_secs: 30.0,
-            ..params()
-        };
-        let mut e = RobotsEntry::<Robots>::after_fetch(None, &FetchResult::Status(500), &p, t0);
-        let mut waits = vec![];
-        for _ in 0..5 {
-            match e.lookup(&p, t0) {
-                Lookup::Use(Rules::Unavailable { retry_in, .. }) => waits.push(retry_in.as_secs()),
-                other => panic!("{other:?}"),
-            }
-            e = RobotsEntry::after_fetch(Some(&e), &FetchResult::Status(500), &p, t0);
-        }
-        assert_eq!(waits, vec![5, 10, 20, 30, 30]);
-        assert!(matches!(
-            e.lookup(&p, t0 + Duration::from_secs(30)),
-            Lookup::Fetch
-        ));
-        let healed = RobotsEntry::after_fetch(Some(&e), &FetchResult::Status(404), &p, t0);
-        assert_eq!(healed.failures(), 0);
-    }
-
-    #[test]
-    fn a_good_copy_is_used_while_the_file_is_unavailable() {
-        let t0 = Instant::now();
-        let p = params();
-        let good = RobotsEntry::after_fetch(
-            None,
-            &FetchResult::Body(b"User-agent: *\nDisallow: /x".to_vec()),
-            &p,
-            t0,
-        );
-        let t1 = t0 + Duration::from_secs(86_400);
-        let failed = RobotsEntry::after_fetch(Some(&good), &FetchResult::Status(503), &p, t1);
-        match failed.lookup(&p, t1) {
-            Lookup::Use(r) => {
-                assert_eq!(allowed(&r, "/x"), Some(false));
-                assert_eq!(allowed(&r, "/y"), Some(true));
-            }
-            Lookup::Fetch => panic!("retry time not reached"),
-        }
-    }
-
-    #[test]
-    fn params_are_validated() {
-        assert!(RobotsParams::default().validate().is_ok());
-        let e = RobotsParams {
-            max_age_secs: 90_000.0,
-            ..params()
-        }
-        .validate()
-        .unwrap_err();
-        assert_eq!(e.key, "robots.max_age_secs");
-        let e = RobotsParams {
-            retry_min_secs: -1.0,
-            ..params()
-        }
-        .validate()
-        .unwrap_err();
-        assert_eq!(e.key, "robots.retry_min_secs");
-    }
-}
+mod tests;

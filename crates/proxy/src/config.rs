@@ -11,6 +11,7 @@ use mannerly_policy::conditional::CacheParams;
 use mannerly_policy::identity::{BrowserUa, Form, Forms, Prefix, UaMode, UaPolicy};
 use mannerly_policy::payment::PaymentParams;
 use mannerly_policy::prefs::{DeclaredUse, ResponsePreferences};
+use mannerly_policy::robots::agents::Agent;
 use mannerly_policy::robots::Purpose;
 use mannerly_policy::robots_cache::RobotsParams;
 use serde::Deserialize;
@@ -462,6 +463,9 @@ pub struct CrawlerConfig {
     /// Ask for `gzip, br` on behalf of a client that sends no
     /// `Accept-Encoding`, and decode for it.
     pub compression: bool,
+    /// Several identities, each a product token with its purposes
+    /// (`[[crawler.agents]]`); replaces `agent` and `purposes`.
+    pub agents: Vec<Agent>,
 }
 
 impl Default for CrawlerConfig {
@@ -476,6 +480,7 @@ impl Default for CrawlerConfig {
             about: String::new(),
             egress_ranges: Vec::new(),
             compression: true,
+            agents: Vec::new(),
         }
     }
 }
@@ -566,13 +571,20 @@ pub struct PolicyConfig {
     /// declared purpose: `withhold` (403 `signal_refused`) or `annotate`
     /// (passed on with `Mannerly-Preferences`).
     pub response_preferences: ResponsePreferences,
+    /// Bytes of an HTML page's body read for its `<meta name="robots">`
+    /// before the answer goes on (0: not read).
+    pub meta_prefix_bytes: usize,
 }
+
+/// The largest `policy.meta_prefix_bytes`: a page's head, not the page.
+pub(crate) const MAX_META_PREFIX: usize = 1024 * 1024;
 
 impl Default for PolicyConfig {
     fn default() -> Self {
         PolicyConfig {
             enforce: true,
             response_preferences: ResponsePreferences::Withhold,
+            meta_prefix_bytes: 16 * 1024,
         }
     }
 }

@@ -65,6 +65,7 @@ pub async fn fetch_robots_once(cfg: &Config, url: &str) -> Result<Option<Vec<u8>
         cfg.robots.max_redirects,
         signer.as_deref().map(|s| (s, &clock)),
         None,
+        None,
     )
     .await;
     match report.result {

@@ -48,6 +48,7 @@ pub(crate) mod prefs;
 mod request;
 #[cfg(test)]
 mod tests;
+mod visit;
 
 /// What a step gives the next one, or the decision that ends the walk.
 type Step<T> = Result<T, Stop>;
@@ -133,6 +134,10 @@ struct Exchange {
     /// The client takes identity only and we ask for `gzip, br` for it:
     /// what comes back coded is decoded for it (`crawler.compression`).
     decode_for_client: bool,
+    /// What the walk found that the decision header of a forwarded answer
+    /// says too (the agent token that bound the robots verdict, page-level
+    /// directives).
+    said: Vec<(&'static str, String)>,
 }
 
 /// How far a request got; a client that goes away mid-walk leaves a line
@@ -253,6 +258,7 @@ impl Exchange {
             paying: None,
             paid_again: false,
             decode_for_client,
+            said: Vec::new(),
         }
     }
 
@@ -284,8 +290,15 @@ impl Exchange {
         let (shared, host) = (&self.shared, &self.target.host);
         let refusal = match fetched {
             Ok(rules) => {
-                let rec = &mut self.rec;
-                request::robots_verdict(shared, &self.live, &rules, host, &self.path, rec)
+                let (rec, said) = (&mut self.rec, &mut self.said);
+                let at = (host.as_str(), self.path.as_str());
+                match (
+                    request::robots_verdict(shared, &self.live, &rules, at, rec, said),
+                    rules,
+                ) {
+                    (None, Rules::Known(robots)) => self.visit(&robots).await,
+                    (stop, _) => stop,
+                }
             }
             Err(Unfetched::Budget(r)) => {
                 let by = shared.throttled_by.get(host);

@@ -204,6 +204,9 @@ fn encode(r: &FetchResult) -> Vec<u8> {
         FetchResult::Status(s) => [&[b'S'][..], &s.to_le_bytes()].concat(),
         FetchResult::TooManyRedirects => vec![b'R'],
         FetchResult::Failed(why) => [&[b'F'][..], why.as_bytes()].concat(),
+        // A 304 answered one proxy's validators: to another proxy, whose
+        // copy may be another, it says nothing (lone proxies alone revalidate).
+        FetchResult::NotModified => [&[b'S'][..], &304u16.to_le_bytes()].concat(),
     }
 }
 
@@ -241,6 +244,12 @@ mod tests {
         ] {
             assert_eq!(decode(&encode(&r)), Some(r));
         }
+        // A 304 to one proxy's validators reaches the others as a plain
+        // 304, which says nothing of a copy they may hold.
+        assert_eq!(
+            decode(&encode(&FetchResult::NotModified)),
+            Some(FetchResult::Status(304))
+        );
         assert_eq!(decode(b""), None);
         assert_eq!(decode(b"S1"), None);
     }

@@ -3,6 +3,7 @@
 use super::feedback::{Feedback, Send};
 use super::robots::{Cited, RobotsSignal};
 use super::{Line, LineRef};
+use mannerly_policy::robots_cache::fetch_failed;
 
 /// Chart buckets per host; their width doubles as the log grows.
 pub const BUCKETS: usize = 120;
@@ -146,10 +147,13 @@ impl HostStats {
             self.sent_at(s, l, at.clone());
         }
         if robots_fetch {
-            self.robots
-                .fetched(sent.unwrap_or(t), &l.url, l.status, &at);
+            let usable = !fetch_failed(l.status, l.reason.as_deref());
+            self.robots.fetched(sent.unwrap_or(t), &l.url, usable, &at);
         } else if l.rule.is_some() {
             self.robots.checked(t, &l.url, &at);
+        }
+        if let Some(p) = &l.prefs {
+            self.robots.page(&p.directives, !p.ignored.is_empty(), &at);
         }
         if sent.is_some() && matches!(l.would.as_deref(), Some("disallowed" | "signal_refused")) {
             self.robots.disallowed_fetched.add(&at);

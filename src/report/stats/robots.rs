@@ -38,6 +38,14 @@ pub struct ByRule {
     pub refused: Cited,
 }
 
+/// Pages marked with one page-level directive.
+#[derive(Clone, Debug, Serialize)]
+pub struct ByDirective {
+    pub directive: String,
+    #[serde(flatten)]
+    pub pages: Cited,
+}
+
 #[derive(Debug, Default, Serialize)]
 pub struct RobotsSignal {
     /// Requests the robots.txt rules were checked for.
@@ -58,6 +66,11 @@ pub struct RobotsSignal {
     pub fetches: Cited,
     pub failed_fetches: u64,
     pub by_rule: Vec<ByRule>,
+    /// Pages whose page-level directives (X-Robots-Tag, `<meta
+    /// name="robots">`) said `noindex`, `nofollow`, `noai`, `noimageai`.
+    pub directives: Vec<ByDirective>,
+    /// Lines with a page-level directive that could not be read (ignored).
+    pub directives_ignored: Cited,
     /// Usable copies: origin and when its fetch was sent.
     #[serde(skip)]
     copies: Vec<(String, f64)>,
@@ -73,13 +86,11 @@ fn origin(url: &str) -> &str {
 }
 
 impl RobotsSignal {
-    /// A robots.txt fetch sent at `t`.
-    pub fn fetched(&mut self, t: f64, url: &str, status: Option<u16>, line: &LineRef) {
+    /// A robots.txt fetch sent at `t`; `usable` when it gave a copy (a
+    /// 2xx, a 4xx other than 429, a 304 to the validators of the copy held:
+    /// `robots_cache::fetch_failed` says), else the last good one stays in use.
+    pub fn fetched(&mut self, t: f64, url: &str, usable: bool, line: &LineRef) {
         self.fetches.add(line);
-        // What the proxy makes of the answer (DESIGN §3): a 2xx is the
-        // rules, a 4xx other than 429 is "all allowed"; anything else is
-        // no copy, and the last good one stays in use.
-        let usable = matches!(status, Some(s) if (200..300).contains(&s) || ((400..500).contains(&s) && s != 429));
         if !usable {
             self.failed_fetches += 1;
             return;
@@ -89,6 +100,33 @@ impl RobotsSignal {
             Some(i) => self.copies[i].1 = t,
             None if self.copies.len() < 64 => self.copies.push((o.to_string(), t)),
             None => {}
+        }
+    }
+
+    /// The page-level directives a line records.
+    pub fn page(
+        &mut self,
+        directives: &[std::borrow::Cow<'_, str>],
+        ignored: bool,
+        line: &LineRef,
+    ) {
+        for d in directives {
+            let known = self.directives.iter().position(|b| b.directive == *d);
+            match known {
+                Some(i) => self.directives[i].pages.add(line),
+                None if self.directives.len() < RULES => {
+                    let mut pages = Cited::default();
+                    pages.add(line);
+                    self.directives.push(ByDirective {
+                        directive: d.to_string(),
+                        pages,
+                    });
+                }
+                None => {}
+            }
+        }
+        if ignored {
+            self.directives_ignored.add(line);
         }
     }
 
@@ -152,11 +190,11 @@ mod tests {
             id: format!("x-{n}"),
         };
         let mut r = RobotsSignal::default();
-        r.fetched(0.0, "http://a.example/robots.txt", Some(200), &l(1));
+        r.fetched(0.0, "http://a.example/robots.txt", true, &l(1));
         r.checked(10.0, "http://a.example/p", &l(2));
         r.checked(10.0, "https://a.example/p", &l(3));
         r.checked(MAX_AGE_S + 1.0, "http://a.example/q", &l(4));
-        r.fetched(MAX_AGE_S, "http://a.example/robots.txt", Some(503), &l(5));
+        r.fetched(MAX_AGE_S, "http://a.example/robots.txt", false, &l(5));
         r.checked(MAX_AGE_S + 2.0, "http://a.example/q", &l(6));
         assert_eq!((r.checked, r.fresh), (4, 1));
         assert_eq!(r.age_unknown.count, 1);

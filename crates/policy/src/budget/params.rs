@@ -33,11 +33,13 @@ macro_rules! budget_params {
             /// Per-host overrides, keyed by host name (no port; matched
             /// case-insensitively, exact name — not subdomains).
             pub hosts: BTreeMap<String, HostOverride>,
+            /// Hours in which nothing is sent to some hosts (`visit`).
+            pub quiet_hours: Vec<crate::visit::QuietHours>,
         }
 
         impl Default for BudgetParams {
             fn default() -> Self {
-                BudgetParams { $( $name: $default, )* hosts: BTreeMap::new() }
+                BudgetParams { $( $name: $default, )* hosts: BTreeMap::new(), quiet_hours: Vec::new() }
             }
         }
 
@@ -151,6 +153,7 @@ impl BudgetParams {
     /// names of the overrides; the error names the offending key.
     pub fn validate(mut self) -> Result<Self, ParamError> {
         self.global().check("budget")?;
+        crate::visit::validate_quiet_hours(&self.quiet_hours)?;
         let mut hosts = BTreeMap::new();
         for (name, o) in std::mem::take(&mut self.hosts) {
             let key = super::host_key(&name).into_owned();

@@ -26,15 +26,19 @@ pub enum Vocabulary {
     ContentUsage,
     /// W3C TDMRep (`tdm-reservation`).
     TdmRep,
+    /// Page-level directives: `X-Robots-Tag`, `Robots-Tag`, `<meta name="robots">`.
+    RobotsTag,
 }
 
 impl Vocabulary {
-    /// The field name: `Content-Signal`, `Content-Usage` or `tdm-reservation`.
+    /// The field name: `Content-Signal`, `Content-Usage` or `tdm-reservation`;
+    /// `robots directive` for the page-level ones, whose place names the field.
     pub fn as_str(self) -> &'static str {
         match self {
             Vocabulary::ContentSignal => "Content-Signal",
             Vocabulary::ContentUsage => "Content-Usage",
             Vocabulary::TdmRep => "tdm-reservation",
+            Vocabulary::RobotsTag => "robots directive",
         }
     }
 }

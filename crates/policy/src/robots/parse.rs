@@ -3,10 +3,10 @@
 //! into one [`Group`] per product token.
 
 use super::index::RuleIndex;
-use super::{
-    is_token_char, ContentSignal, ContentUsage, Group, Robots, Rule, Statement, MAX_ROBOTS_BYTES,
-};
+use super::{ContentSignal, ContentUsage, Group, Robots, Rule, Statement, MAX_ROBOTS_BYTES};
 use crate::pattern::Pattern;
+use crate::token::{is_namespaced, is_token_char};
+use crate::visit::{parse_request_rate, Stated, Window};
 use crate::whitespace::trim_ws;
 
 /// A group as it stands in the file, before groups of one token are merged.
@@ -18,6 +18,8 @@ struct RawGroup {
     rules: Vec<u32>,
     crawl_delay: Option<f64>,
     statements: Vec<u32>,
+    visit: Vec<Stated>,
+    request_rate: Option<(f64, String)>,
 }
 
 // === impl Robots ===
@@ -72,11 +74,25 @@ impl Robots {
                 .fold(None, |acc: Option<f64>, d| {
                     Some(acc.map_or(d, |a| a.max(d)))
                 });
+            let visit = members
+                .iter()
+                .flat_map(|&i| raw[i].visit.iter().cloned())
+                .collect();
+            // Of several rates, the slowest (as of several Crawl-delays).
+            let request_rate = members
+                .iter()
+                .filter_map(|&i| raw[i].request_rate.clone())
+                .fold(None, |acc: Option<(f64, String)>, r| match acc {
+                    Some(a) if a.0 >= r.0 => Some(a),
+                    _ => Some(r),
+                });
             let group = Group {
                 index: RuleIndex::build(&self.rules, &rules),
                 token,
                 crawl_delay,
                 statements,
+                visit,
+                request_rate,
             };
             if group.token == "*" {
                 self.star = Some(group);
@@ -156,6 +172,8 @@ impl Reader {
             self.rule(number, record.is("allow"), value);
         } else if record.is("crawl-delay") {
             self.crawl_delay(value);
+        } else if record.is("visit-time") || record.is("request-rate") {
+            self.visit_record(number, record);
         } else if record.is("content-signal") {
             let signal = ContentSignal::parse(number, record.text, value);
             self.statement(Statement::Signal(signal));
@@ -204,6 +222,42 @@ impl Reader {
         }
     }
 
+    /// `Visit-time` / `Request-rate` (non-standard, still written): of the
+    /// group they stand in; one that cannot be read is ignored, with why.
+    fn visit_record(&mut self, number: usize, record: &Record<'_>) {
+        let Some(group) = self.raw.last_mut() else {
+            let why = format!("line {number}: {} before any User-agent line", record.text);
+            self.robots.ignored.push(why);
+            return;
+        };
+        let source = format!("robots.txt line {number}: {}", record.text);
+        if record.is("visit-time") {
+            match Window::parse(record.value) {
+                Some(window) => group.visit.push(Stated { window, source }),
+                None => self
+                    .robots
+                    .ignored
+                    .push(format!("{source}: no HHMM-HHMM window")),
+            }
+            return;
+        }
+        match parse_request_rate(record.value) {
+            Some(interval) => {
+                let slower = group
+                    .request_rate
+                    .as_ref()
+                    .is_none_or(|(i, _)| interval > *i);
+                if slower {
+                    group.request_rate = Some((interval, source));
+                }
+            }
+            None => self
+                .robots
+                .ignored
+                .push(format!("{source}: no n/time rate")),
+        }
+    }
+
     /// A usage-preference line belongs to the group it stands in, or to
     /// everyone before the first group.
     fn statement(&mut self, statement: Statement) {
@@ -226,13 +280,14 @@ impl Reader {
 
 /// The token a `User-agent` line names: `*`, or an identifier with an
 /// optional `/version` (which a product token may carry and which says nothing
-/// about the crawler).
+/// about the crawler); a namespaced selector (`__ns_…`) names none.
 fn agent_token(value: &str) -> Option<&str> {
     if value == "*" {
         return Some("*");
     }
     let name = value.split_once('/').map_or(value, |(name, _)| name);
-    (!name.is_empty() && name.chars().all(is_token_char)).then_some(name)
+    let token = !name.is_empty() && name.chars().all(is_token_char);
+    (token && !is_namespaced(name)).then_some(name)
 }
 
 /// Seconds, fractional allowed; negative, NaN, infinite and non-numeric values

@@ -140,7 +140,7 @@ impl<'a> Preferences<'a> {
                 .map(|(_, said)| said)
                 .min_by_key(|said| match said.place {
                     Place::RobotsLine(line) => line,
-                    Place::Header | Place::TdmRepRule(_) => usize::MAX,
+                    _ => usize::MAX,
                 })?;
             let Place::RobotsLine(line) = said.place else {
                 return None;

@@ -151,6 +151,19 @@ pub(crate) fn budget(r: &BudgetRefusal, prefix: &str, origin: Option<&str>) -> S
     }
 }
 
+/// The host is closed now (its robots.txt `Visit-time`, the operator's
+/// quiet hours) and opens later than the request may be held: `paced`,
+/// 503, with when it opens as Retry-After.
+pub(crate) fn outside_window(why: &str, opens_in: Duration) -> Stop {
+    let secs = opens_in.as_secs_f64().ceil().max(1.0) as u64;
+    Stop::new(
+        Outcome::Paced,
+        Source::Policy,
+        format!("the host is not visited now: {why}; it opens in {secs} s"),
+    )
+    .retry_after(secs)
+}
+
 /// The site's robots.txt cannot be known now: nothing is fetched.
 pub(crate) fn robots_unavailable(reason: &str, retry_in: Duration) -> Stop {
     let secs = retry_in.as_secs_f64().ceil().max(1.0) as u64;

@@ -43,6 +43,13 @@ impl Config {
         check_identity(&self.identity)?;
         check_crawler(&self.crawler)?;
         check_admin(&self.admin)?;
+        require(
+            self.policy.meta_prefix_bytes <= super::MAX_META_PREFIX,
+            "policy.meta_prefix_bytes",
+            "must be at most 1048576 (a page's head, not the page)",
+        )?;
+        let c = &self.crawler;
+        mannerly_policy::robots::agents::validate(&c.agent, &c.purposes, &c.agents)?;
         let mut cfg = self;
         cfg.robots = cfg.robots.validate()?;
         cfg.budget = cfg.budget.validate()?;

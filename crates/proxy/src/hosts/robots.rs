@@ -11,33 +11,33 @@ use std::time::Duration;
 
 use mannerly_policy::identity::KeyId;
 
-use bytes::{Bytes, BytesMut};
 use dashmap::DashMap;
-use http::header::{HeaderValue, LOCATION, USER_AGENT};
-use http::{Method, Request, Uri};
-use http_body_util::BodyExt;
+use http::header::{HeaderValue, ETAG, LAST_MODIFIED};
+use http::Uri;
 use mannerly_policy::budget::{Announced, Refusal};
+use mannerly_policy::conditional::CacheOutcome;
 use mannerly_policy::robots::Robots;
-use mannerly_policy::robots::MAX_ROBOTS_BYTES;
 use mannerly_policy::robots_cache::{
-    fetch_reason_of, FetchResult, Lookup, RobotsEntry, RobotsParams, Rules, SiteFile,
+    fetch_reason_of, FetchResult, Lookup, RobotsEntry, RobotsParams, Rules, SiteFile, Validators,
 };
-use mannerly_policy::{AuditRecord, Outcome};
+use mannerly_policy::AuditRecord;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use crate::answer::{failure, Stop};
-use crate::body::empty;
+use crate::answer::Stop;
 use crate::clock::Clock;
-use crate::error::Source;
 use crate::hosts::budget::{Budgets, Permit};
 use crate::identity::Signer;
 use crate::target::Target;
-use crate::upstream::conns::{ConnHandle, ReleaseOnEnd};
 use crate::upstream::UpstreamClient;
-use mannerly_policy::parent::ParentVerdict;
 
 mod cluster;
+mod fetch;
+
+pub(crate) use fetch::fetch;
+use fetch::header;
+#[cfg(test)]
+pub(crate) use fetch::report;
 
 struct Slot<F> {
     entry: std::sync::RwLock<Option<RobotsEntry<F>>>,
@@ -161,11 +161,10 @@ impl<F: SiteFile> RobotsCache<F> {
         // take its copy.
         let now = self.clock.now_std();
         let claim = match cluster::claim(budgets, shared_key, &self.params, deadline, now).await {
-            cluster::Next::Use(result, fetched_at) => {
-                return Ok(self.install(key, &slot, &result, fetched_at));
-            }
+            cluster::Next::Use(result, at) => return Ok(self.install(key, &slot, &result, at)),
             cluster::Next::Fetch(claim) => claim,
         };
+        let validators = self.validators(&slot, claim.is_none());
         let permit = budgets
             .acquire(&target.host, deadline)
             .await
@@ -187,6 +186,7 @@ impl<F: SiteFile> RobotsCache<F> {
                 self.params.max_redirects,
                 self.identity.as_deref().map(|s| (s, &self.clock)),
                 Some(&mut pacing),
+                validators.as_ref(),
             ),
         )
         .await
@@ -225,7 +225,7 @@ impl<F: SiteFile> RobotsCache<F> {
         }
         let wall = self.clock.wall();
         cluster::publish(claim, shared_key, &report.result, &self.params, wall).await;
-        let rules = self.install(key, &slot, &report.result, self.clock.now_std());
+        let rules = self.install_fetched(key, &slot, &report);
         match report.stop {
             Some(stop) => Err(Unfetched::Stopped(stop)),
             None => Ok(rules),
@@ -240,6 +240,28 @@ impl<F: SiteFile> RobotsCache<F> {
         key: &str,
         slot: &Slot<F>,
         result: &FetchResult,
+        fetched_at: std::time::Instant,
+    ) -> Rules<F> {
+        self.install_with(key, slot, result, Validators::default(), fetched_at)
+    }
+
+    /// [`install`](Self::install) of this proxy's own fetch, with the
+    /// validators of its answer for the next one.
+    fn install_fetched(&self, key: &str, slot: &Slot<F>, report: &FetchReport) -> Rules<F> {
+        let validators = Validators::read(
+            header(&report.headers, ETAG),
+            header(&report.headers, LAST_MODIFIED),
+        );
+        let now = self.clock.now_std();
+        self.install_with(key, slot, &report.result, validators, now)
+    }
+
+    fn install_with(
+        &self,
+        key: &str,
+        slot: &Slot<F>,
+        result: &FetchResult,
+        validators: Validators,
         fetched_at: std::time::Instant,
     ) -> Rules<F> {
         let new = match result {
@@ -264,10 +286,22 @@ impl<F: SiteFile> RobotsCache<F> {
         }
         let now = self.clock.now_std();
         let mut guard = slot.entry.write().unwrap_or_else(|p| p.into_inner());
-        let entry = RobotsEntry::after_fetch(guard.as_ref(), result, &self.params, fetched_at);
+        let entry = RobotsEntry::after_fetch(guard.as_ref(), result, &self.params, fetched_at)
+            .with_validators(result, validators);
         let rules = entry.rules_now(now);
         *guard = Some(entry);
         rules
+    }
+
+    /// What a fetch sends to revalidate the copy held in `slot`: only a
+    /// lone proxy's (`alone`) revalidates, since a cluster's copy is
+    /// another proxy's fetch and a 304 to our validators says nothing of it.
+    fn validators(&self, slot: &Slot<F>, alone: bool) -> Option<Validators> {
+        if !alone {
+            return None;
+        }
+        let guard = slot.entry.read().unwrap_or_else(|p| p.into_inner());
+        guard.as_ref()?.validators().cloned()
     }
 
     fn cached(&self, slot: &Slot<F>) -> Option<Rules<F>> {
@@ -392,259 +426,6 @@ impl Pacing<'_> {
     }
 }
 
-/// Fetches `url`, following redirects; the guard applies to every hop
-/// because every hop goes through the same connector. With `pacing`, each
-/// redirect waits for its host's turn.
-pub(crate) async fn fetch(
-    client: &UpstreamClient,
-    url: &str,
-    user_agent: Option<&HeaderValue>,
-    max_redirects: u32,
-    identity: Option<(&Signer, &Clock)>,
-    pacing: Option<&mut Pacing<'_>>,
-) -> FetchReport {
-    let mut keyid = None;
-    let hops = Hops {
-        max_redirects,
-        identity,
-        pacing,
-    };
-    let mut report = fetch_hops(client, url, user_agent, hops, &mut keyid).await;
-    report.keyid = keyid;
-    report
-}
-
-/// How a fetch follows its redirects.
-struct Hops<'a, 'p> {
-    max_redirects: u32,
-    identity: Option<(&'a Signer, &'a Clock)>,
-    pacing: Option<&'a mut Pacing<'p>>,
-}
-
-async fn fetch_hops(
-    client: &UpstreamClient,
-    url: &str,
-    user_agent: Option<&HeaderValue>,
-    mut how: Hops<'_, '_>,
-    keyid: &mut Option<KeyId>,
-) -> FetchReport {
-    let (max_redirects, identity) = (how.max_redirects, how.identity);
-    let mut current = url.to_string();
-    let mut hops = 0;
-    loop {
-        let uri: Uri = match current.parse() {
-            Ok(u) => u,
-            Err(e) => {
-                let why = format!("bad URL {current}: {e}");
-                return report(url, None, FetchResult::Failed(why));
-            }
-        };
-        match fetch_hop(client, url, &uri, user_agent, identity, keyid).await {
-            Hop::Done(report) => return *report,
-            Hop::Redirect { status, to } => match to {
-                Some(next) if hops < max_redirects => {
-                    hops += 1;
-                    if let (Some(pacing), Ok(next_uri)) = (how.pacing.as_mut(), next.parse()) {
-                        if !pacing.next_hop(status, &next_uri).await {
-                            let why =
-                                format!("the host's budget would not hold the redirect to {next}");
-                            return report(url, Some(status), FetchResult::Failed(why));
-                        }
-                    }
-                    current = next;
-                }
-                Some(_) => return report(url, Some(status), FetchResult::TooManyRedirects),
-                None => return report(url, Some(status), FetchResult::Status(status)),
-            },
-        }
-    }
-}
-
-/// What one request of a robots.txt fetch came to.
-enum Hop {
-    /// The fetch's report (`url` is the first URL asked for).
-    Done(Box<FetchReport>),
-    /// A 3xx, and where it points when it says.
-    Redirect { status: u16, to: Option<String> },
-}
-
-/// One request of a fetch: `uri` asked for, signed as the crawler's.
-async fn fetch_hop(
-    client: &UpstreamClient,
-    url: &str,
-    uri: &Uri,
-    user_agent: Option<&HeaderValue>,
-    identity: Option<(&Signer, &Clock)>,
-    keyid: &mut Option<KeyId>,
-) -> Hop {
-    let mut req = Request::builder().method(Method::GET).uri(uri.clone());
-    if let Some(ua) = user_agent {
-        req = req.header(USER_AGENT, ua.clone());
-    }
-    let mut req = match req.body(empty()) {
-        Ok(r) => r,
-        Err(e) => {
-            return Hop::Done(Box::new(report(
-                url,
-                None,
-                FetchResult::Failed(e.to_string()),
-            )))
-        }
-    };
-    // robots.txt fetches are the crawler's requests too: signed, each hop.
-    if let (Some((signer, clock)), Some(authority)) = (identity, uri.authority()) {
-        let authority = normalized_authority(uri.scheme_str(), authority);
-        *keyid = signer.sign_headers(req.headers_mut(), &authority, clock.wall());
-    }
-    let resp = match client.request(req).await {
-        Ok(r) => r,
-        Err(e) => {
-            let stop = failure::upstream(&e);
-            let mut r = report(url, None, FetchResult::Failed(stop.reason.clone()));
-            // Any other failure is the site's rules being unknown.
-            let own = stop.outcome == Outcome::Blocked || stop.source == Source::Parent;
-            r.stop = own.then_some(stop);
-            return Hop::Done(Box::new(r));
-        }
-    };
-    // Through a parent: its own refusal says nothing about the site's rules
-    // (a 407 is not a 4xx from the site), and a provider's 200 may carry the
-    // site's status in a header.
-    let verdict = client
-        .parent_for(uri)
-        .map(|p| p.judge(resp.status().as_u16(), resp.headers()));
-    let status = match verdict {
-        Some(ParentVerdict::Parent { why }) => {
-            drain_small(resp).await;
-            let mut r = report(url, None, FetchResult::Failed(why.clone()));
-            r.stop = Some(failure::parent(&why));
-            return Hop::Done(Box::new(r));
-        }
-        Some(ParentVerdict::Target { status, .. }) => status,
-        None => resp.status().as_u16(),
-    };
-    if (300..400).contains(&status) {
-        let to = resp
-            .headers()
-            .get(LOCATION)
-            .and_then(|l| l.to_str().ok())
-            .and_then(|l| resolve_location(uri, l));
-        return Hop::Redirect { status, to };
-    }
-    if !(200..300).contains(&status) {
-        let headers = resp.headers().clone();
-        drain_small(resp).await;
-        let mut r = report(url, Some(status), FetchResult::Status(status));
-        r.retry_after = headers
-            .get(http::header::RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
-        r.headers = headers;
-        return Hop::Done(Box::new(r));
-    }
-    Hop::Done(Box::new(read_body(url, status, resp).await))
-}
-
-/// A 2xx robots.txt's body: only the first 500 KiB are parsed, so only that
-/// much is read.
-async fn read_body(
-    url: &str,
-    status: u16,
-    resp: http::Response<hyper::body::Incoming>,
-) -> FetchReport {
-    let headers = resp.headers().clone();
-    let conn = ConnHandle::of(&resp);
-    let mut body = ReleaseOnEnd::new(resp.into_body(), conn);
-    let mut buf = BytesMut::new();
-    while buf.len() < MAX_ROBOTS_BYTES {
-        match body.frame().await {
-            Some(Ok(frame)) => {
-                if let Ok(data) = frame.into_data() {
-                    buf.extend_from_slice(&data);
-                }
-            }
-            Some(Err(e)) => {
-                return report(url, Some(status), FetchResult::Failed(format!("body: {e}")))
-            }
-            None => break,
-        }
-    }
-    buf.truncate(MAX_ROBOTS_BYTES);
-    let body: Bytes = buf.freeze();
-    FetchReport {
-        url: url.to_string(),
-        status: Some(status),
-        retry_after: None,
-        headers,
-        bytes: body.len() as u64,
-        keyid: None,
-        result: FetchResult::Body(body.to_vec()),
-        stop: None,
-        sent: None,
-    }
-}
-
-/// Reads a short error body to its end, so that the connection goes back
-/// to the pool for the page that asked for robots.txt (a 404 is the common
-/// answer); a long one is dropped, and its connection with it.
-async fn drain_small(resp: http::Response<hyper::body::Incoming>) {
-    const DRAIN_MAX: u64 = 16 * 1024;
-    let conn = ConnHandle::of(&resp);
-    let small = http_body::Body::size_hint(resp.body())
-        .upper()
-        .is_some_and(|n| n <= DRAIN_MAX);
-    if small {
-        let body = ReleaseOnEnd::new(resp.into_body(), conn);
-        let _ = body.collect().await;
-    }
-}
-
-/// `host[:port]` as the Host header carries it: the scheme's default port
-/// left out, as RFC 9421's `@authority` wants.
-fn normalized_authority(scheme: Option<&str>, a: &http::uri::Authority) -> String {
-    let default = match scheme {
-        Some("https") => Some(443),
-        Some("http") => Some(80),
-        _ => None,
-    };
-    match a.port_u16() {
-        Some(p) if Some(p) == default => a.host().to_ascii_lowercase(),
-        _ => a.as_str().to_ascii_lowercase(),
-    }
-}
-
-/// A fetch report with nothing but its URL, status and result.
-pub(crate) fn report(url: &str, status: Option<u16>, result: FetchResult) -> FetchReport {
-    FetchReport {
-        url: url.to_string(),
-        status,
-        retry_after: None,
-        headers: http::HeaderMap::new(),
-        bytes: 0,
-        keyid: None,
-        result,
-        stop: None,
-        sent: None,
-    }
-}
-
-fn resolve_location(base: &Uri, location: &str) -> Option<String> {
-    if location.starts_with("http://") || location.starts_with("https://") {
-        return Some(location.to_string());
-    }
-    let scheme = base.scheme_str()?;
-    let authority = base.authority()?;
-    if let Some(rest) = location.strip_prefix("//") {
-        return Some(format!("{scheme}://{rest}"));
-    }
-    if location.starts_with('/') {
-        return Some(format!("{scheme}://{authority}{location}"));
-    }
-    let path = base.path();
-    let dir = &path[..path.rfind('/').map_or(0, |i| i + 1)];
-    Some(format!("{scheme}://{authority}{dir}{location}"))
-}
-
 /// Fills the audit record of a fetch of `F` (`robots_fetched`,
 /// `tdmrep_fetched`).
 pub(crate) fn fetch_record<F: SiteFile>(
@@ -660,159 +441,11 @@ pub(crate) fn fetch_record<F: SiteFile>(
     rec.keyid = r.keyid.as_ref().map(|k| k.to_string());
     rec.source = r.stop.as_ref().map(|s| s.source.as_str());
     rec.reason = fetch_reason_of::<F>(&r.result);
+    if r.result == FetchResult::NotModified {
+        rec.cache(CacheOutcome::Revalidated);
+    }
     rec
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// `robots.max_bytes` at its smallest: room for two 200 kB bodies.
-    const CAP: u64 = MAX_ROBOTS_BYTES as u64;
-    const BODY: usize = 200_000;
-
-    fn cache() -> RobotsCache {
-        let params = RobotsParams {
-            max_bytes: CAP,
-            ..RobotsParams::default()
-        }
-        .validate()
-        .expect("valid");
-        RobotsCache::new(params, Clock::system(), None)
-    }
-
-    /// A robots.txt of `len` bytes fetched for `origin` and put in the cache.
-    fn fetched(c: &RobotsCache, origin: &str, len: usize) {
-        let slot = c.slot(origin);
-        let mut body = format!("User-agent: *\nDisallow: /private\n# {origin}\n").into_bytes();
-        body.resize(len, b'#');
-        c.install(origin, &slot, &FetchResult::Body(body), c.clock.now_std());
-    }
-
-    fn held(c: &RobotsCache, origin: &str) -> bool {
-        c.slots.get(origin).is_some_and(|s| c.cached(&s).is_some())
-    }
-
-    /// What the cache counts against the cap, and what its listed entries hold.
-    fn counted_and_held(c: &RobotsCache) -> (u64, u64) {
-        let held = c
-            .slots
-            .iter()
-            .map(|s| s.bytes.load(Ordering::Relaxed))
-            .sum();
-        (c.bytes.load(Ordering::Relaxed), held)
-    }
-
-    #[test]
-    fn the_byte_cap_evicts_older_entries_and_keeps_the_one_just_fetched() {
-        let c = cache();
-        fetched(&c, "http://a.test/", BODY);
-        fetched(&c, "http://b.test/", BODY);
-        assert!(held(&c, "http://a.test/") && held(&c, "http://b.test/"));
-        assert_eq!(counted_and_held(&c), (2 * BODY as u64, 2 * BODY as u64));
-
-        // A third body would pass the cap: the older ones make room.
-        fetched(&c, "http://c.test/", BODY);
-        assert!(held(&c, "http://c.test/"), "the newest entry is kept");
-        assert!(!held(&c, "http://a.test/") && !held(&c, "http://b.test/"));
-        let (counted, held_bytes) = counted_and_held(&c);
-        assert_eq!(counted, held_bytes);
-        assert!(counted <= CAP, "{counted} bytes held over a cap of {CAP}");
-    }
-
-    #[test]
-    fn the_byte_cap_holds_through_many_fetches_of_any_size() {
-        let c = cache();
-        for (i, len) in [
-            150_000, 300_000, 20_000, 500_000, 90_000, 260_000, 400_000, 10,
-        ]
-        .into_iter()
-        .cycle()
-        .take(40)
-        .enumerate()
-        {
-            let origin = format!("http://o{i}.test/");
-            fetched(&c, &origin, len);
-            assert!(held(&c, &origin), "{origin} is kept");
-            let (counted, held_bytes) = counted_and_held(&c);
-            assert_eq!(counted, held_bytes, "after {origin}");
-            assert!(counted <= CAP, "{counted} bytes over {CAP} after {origin}");
-        }
-    }
-
-    #[test]
-    fn the_byte_cap_holds_when_evicting_half_is_not_enough() {
-        let c = cache();
-        for i in 0..5 {
-            fetched(&c, &format!("http://o{i}.test/"), 100_000);
-        }
-        // 4 of the 5 go in the first pass, whichever they are; the one left
-        // and the new body still pass the cap, so it goes too.
-        fetched(&c, "http://big.test/", MAX_ROBOTS_BYTES);
-        assert!(held(&c, "http://big.test/"));
-        assert_eq!(c.slots.len(), 1);
-        assert_eq!(counted_and_held(&c), (CAP, CAP));
-    }
-
-    #[test]
-    fn an_entry_evicted_while_its_fetch_ran_holds_no_bytes() {
-        let c = cache();
-        // A fetch for x starts; while it runs, others fill the cache over
-        // the cap and x's empty slot is evicted.
-        let x = c.slot("http://x.test/");
-        fetched(&c, "http://a.test/", BODY);
-        fetched(&c, "http://b.test/", BODY);
-        fetched(&c, "http://c.test/", BODY);
-        assert!(c.slots.get("http://x.test/").is_none());
-        // Its answer still serves the requests that waited for it, but
-        // counts against the cap only if it is in the cache.
-        let x_body = FetchResult::Body(vec![b'#'; BODY]);
-        c.install("http://x.test/", &x, &x_body, c.clock.now_std());
-        let (counted, held_bytes) = counted_and_held(&c);
-        assert_eq!(counted, held_bytes);
-    }
-
-    #[test]
-    fn the_entry_cap_evicts_the_least_recently_used_half() {
-        let params = RobotsParams {
-            max_entries: 4,
-            ..RobotsParams::default()
-        }
-        .validate()
-        .expect("valid");
-        let c = RobotsCache::new(params, Clock::system(), None);
-        for o in ["a", "b", "c", "d"] {
-            fetched(&c, &format!("http://{o}.test/"), 100);
-        }
-        // a is used again after every other came in; d came in last.
-        c.slot("http://a.test/");
-        fetched(&c, "http://e.test/", 100);
-        for (o, kept) in [("a", true), ("b", false), ("c", false), ("d", false)] {
-            assert_eq!(held(&c, &format!("http://{o}.test/")), kept, "{o}");
-        }
-        assert!(held(&c, "http://e.test/"));
-        // b and c come back; e is used again after them, so a, b and c
-        // are the least recently used when f comes in.
-        fetched(&c, "http://b.test/", 100);
-        fetched(&c, "http://c.test/", 100);
-        c.slot("http://e.test/");
-        fetched(&c, "http://f.test/", 100);
-        assert!(held(&c, "http://e.test/") && held(&c, "http://f.test/"));
-        assert!(!held(&c, "http://a.test/") && !held(&c, "http://b.test/"));
-    }
-
-    #[test]
-    fn locations_resolve_against_the_request() {
-        let base: Uri = "http://a.test/robots.txt".parse().unwrap();
-        assert_eq!(resolve_location(&base, "/r2").unwrap(), "http://a.test/r2");
-        assert_eq!(resolve_location(&base, "r3").unwrap(), "http://a.test/r3");
-        assert_eq!(
-            resolve_location(&base, "//b.test/x").unwrap(),
-            "http://b.test/x"
-        );
-        assert_eq!(
-            resolve_location(&base, "https://c.test/y").unwrap(),
-            "https://c.test/y"
-        );
-    }
-}
+mod tests;

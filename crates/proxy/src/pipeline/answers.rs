@@ -27,11 +27,13 @@ impl Exchange {
         std::mem::take(&mut self.rec)
     }
 
-    /// `details` for the decision header, then how often the request was
+    /// `details` for the decision header, then what the walk found
+    /// (`Exchange::said`), then how often the request was
     /// sent again after a throttle and the Retry-After that asked for it
     /// (`retries=2; retry_after=2`), unless `details` says otherwise.
     fn with_retries<'a>(&self, details: &[(&'a str, String)]) -> Vec<(&'a str, String)> {
         let mut said = details.to_vec();
+        said.extend(self.said.iter().cloned());
         if self.retries == 0 {
             return said;
         }
@@ -55,9 +57,9 @@ impl Exchange {
 
     /// Passes an origin response on, with the decision header and the audit
     /// line attached to the end of its body.
-    pub(super) fn forward(
+    pub(super) fn forward<B: Forwardable>(
         &mut self,
-        resp: Response<Incoming>,
+        resp: Response<B>,
         outcome: Outcome,
     ) -> Response<ProxyBody> {
         self.forward_with(resp, outcome, &[])
@@ -83,9 +85,9 @@ impl Exchange {
     /// store. The copy is written once the client has had the whole body,
     /// and the audit line waits for that write to say whether it was
     /// `stored`.
-    pub(super) fn forward_and_store(
+    pub(super) fn forward_and_store<B: Forwardable>(
         &mut self,
-        resp: Response<Incoming>,
+        resp: Response<B>,
         meta: conditional::CacheEntryMeta,
     ) -> Response<ProxyBody> {
         let said = self.with_retries(&[]);
@@ -110,6 +112,9 @@ impl Exchange {
             mut headers,
             mut body,
         } = page;
+        if let Err(stop) = self.stored_preferences(status, &mut headers, &body) {
+            return self.stopped(stop);
+        }
         let coding = encoding::to_decode(status.as_u16(), &headers);
         if let Some(coding) = coding.filter(|_| self.decode_for_client) {
             // A stored body that does not decode goes as it was stored.

@@ -16,7 +16,6 @@ use crate::answer::failure;
 use crate::body::ProxyBody;
 use crate::error::Source;
 use crate::hosts::budget::Permit;
-use crate::pipeline::prefs::{self, OnResponse};
 
 impl Exchange {
     /// The budget learns from every answer; a throttle is waited out and
@@ -74,7 +73,7 @@ impl Exchange {
                 Ok(self.throttled(parts, resp, &t, cache.outcome, veto))
             }
             _ if matches!(challenge, Some(Challenge::Resend(_))) => Ok(Learned::SignAsAsked),
-            _ => self.learn_page(parts, cache, resp, resendable),
+            _ => self.learn_page(parts, cache, resp, resendable).await,
         }
     }
 
@@ -200,7 +199,7 @@ impl Exchange {
     }
 
     /// An answer that is not a throttle, and the response store.
-    fn learn_page(
+    async fn learn_page(
         &mut self,
         parts: &Parts,
         cache: &mut CacheStep,
@@ -216,7 +215,7 @@ impl Exchange {
         if resp.status() == StatusCode::NOT_MODIFIED && cache.validators.is_some() {
             return self.not_modified(parts, cache, resp, resendable);
         }
-        let resp = self.preferences(resp)?;
+        let resp = self.preferences(resp).await?;
         self.rec.cache(cache.outcome);
         if resp.status() == StatusCode::NOT_MODIFIED {
             // The client's own validators: its 304 goes back as is.
@@ -303,30 +302,6 @@ impl Exchange {
         }
     }
 
-    /// Usage preferences: a response whose headers refuse a declared
-    /// purpose is withheld (neither delivered nor stored) or annotated, by
-    /// config; in observe mode it passes and the line says `would`. What
-    /// `tdmrep.json` refused under `annotate` is said here too.
-    pub(super) fn preferences(&mut self, mut resp: Response<Incoming>) -> Step<Response<Incoming>> {
-        let judged = prefs::judge(&self.live, resp.headers(), &mut self.rec);
-        let ours = match judged {
-            OnResponse::Pass => None,
-            OnResponse::Annotate(value) => Some(value),
-            OnResponse::Withhold(stop) => {
-                self.enforced(Some(stop))?;
-                None
-            }
-        };
-        let notes = [self.annotation.clone(), ours];
-        if notes.iter().any(Option::is_some) {
-            // Only ours: an origin's field of that name would pass for one.
-            let headers = resp.headers_mut();
-            headers.remove(prefs::PREFERENCES);
-            for value in notes.into_iter().flatten() {
-                headers.append(prefs::PREFERENCES, value);
-            }
-        }
-        Ok(resp)
     }
 }
 

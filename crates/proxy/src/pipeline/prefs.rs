@@ -6,12 +6,18 @@
 //! (`mannerly_policy::prefs`); this module only turns them into stops and
 //! audit fields.
 
-use http::{HeaderMap, HeaderName, HeaderValue, Request};
+use std::borrow::Cow;
+
+use http::{HeaderMap, HeaderName, HeaderValue, Request, Response};
+use hyper::body::Incoming;
+use mannerly_policy::prefs::page::{
+    judge_page, MetaScan, MetaTag, Origin, Statement, ROBOTS_FIELDS,
+};
 use mannerly_policy::prefs::{
     judge_response, judge_tdm, PrefsRecord, PrefsRefusal, ResponsePreferences, TdmFile,
     TDMREP_PATH, TDM_PURPOSES,
 };
-use mannerly_policy::robots::Robots;
+use mannerly_policy::robots::{Purpose, Robots};
 use mannerly_policy::robots_cache::Rules;
 use mannerly_policy::{AuditRecord, Outcome};
 
@@ -20,6 +26,7 @@ use crate::answer::{failure, header_text, Stop};
 use crate::config::Config;
 use crate::error::Source;
 use crate::hosts::robots::Unfetched;
+use crate::pipeline::request::Identities;
 
 /// The header an annotated response carries.
 pub(crate) const PREFERENCES: &str = "mannerly-preferences";
@@ -29,16 +36,21 @@ pub(crate) const PREFERENCES: &str = "mannerly-preferences";
 pub(crate) fn robots_refusal(
     cfg: &Config,
     robots: &Robots,
-    agent: &str,
+    ids: Identities<'_>,
     path: &str,
     rec: &mut AuditRecord,
 ) -> Option<Stop> {
-    let prefs = robots.preferences(agent, path);
-    let record = prefs.record();
-    if !record.is_empty() {
-        rec.prefs = Some(record);
+    // Each identity is judged by the lines of its own group, for its own
+    // purposes; the first refusal binds.
+    let mut refused = None;
+    for (token, purposes) in ids.iter() {
+        let prefs = robots.preferences(token, path);
+        note(rec, &prefs.record());
+        if refused.is_none() {
+            refused = prefs.refusal(purposes, cfg.crawler.usage);
+        }
     }
-    let refusal = prefs.refusal(&cfg.crawler.purposes, cfg.crawler.usage)?;
+    let refusal = refused?;
     let said = refusal.said();
     rec.rule = Some(said.to_string());
     let mut answer = Stop::new(
@@ -69,7 +81,12 @@ pub(crate) enum OnResponse {
 /// Learn step: judges a response's `Content-Usage` / `Content-Signal`
 /// headers, records them on the audit line (combined with robots.txt's),
 /// and says what the client gets.
-pub(crate) fn judge(cfg: &Config, headers: &HeaderMap, rec: &mut AuditRecord) -> OnResponse {
+pub(crate) fn judge(
+    cfg: &Config,
+    headers: &HeaderMap,
+    meta: Option<&MetaScan>,
+    rec: &mut AuditRecord,
+) -> OnResponse {
     // Made at compile time: looked up by `&str`, each name was parsed
     // again on every response.
     const CONTENT_USAGE: HeaderName = HeaderName::from_static("content-usage");
@@ -85,14 +102,31 @@ pub(crate) fn judge(cfg: &Config, headers: &HeaderMap, rec: &mut AuditRecord) ->
     };
     let (usage, signal) = (values(CONTENT_USAGE), values(CONTENT_SIGNAL));
     let (tdm, tdm_policy) = (values(TDM_RESERVATION), values(TDM_POLICY));
-    if usage.is_empty() && signal.is_empty() && tdm.is_empty() {
+    let page = page_statements(headers, meta);
+    if usage.is_empty() && signal.is_empty() && tdm.is_empty() && page.is_empty() {
+        if let Some(scan) = meta.filter(|m| !m.ignored.is_empty()) {
+            let record = PrefsRecord {
+                ignored: scan.ignored.clone(),
+                ..PrefsRecord::default()
+            };
+            note(rec, &record);
+        }
         return OnResponse::Pass;
     }
-    let purposes = &cfg.crawler.purposes;
-    let mut judged = judge_response(&usage, &signal, purposes, cfg.crawler.usage);
-    let reserved = judge_tdm(&tdm, &tdm_policy, purposes);
+    let purposes = request_purposes(cfg, rec);
+    let mut judged = judge_response(&usage, &signal, &purposes, cfg.crawler.usage);
+    let reserved = judge_tdm(&tdm, &tdm_policy, &purposes);
     judged.record.merge(&reserved.record);
     judged.refusal = judged.refusal.or(reserved.refusal);
+    // Page-level directives, for each identity the request speaks for.
+    let ids = Identities::of(cfg, rec.agent.as_deref().unwrap_or(""));
+    let ids: Vec<(&str, &[Purpose])> = ids.iter().collect();
+    let mut directed = judge_page(&page, &ids, is_image(headers));
+    if let Some(scan) = meta {
+        directed.record.ignored.extend(scan.ignored.iter().cloned());
+    }
+    judged.record.merge(&directed.record);
+    judged.refusal = judged.refusal.or(directed.refusal);
     note(rec, &judged.record);
     let Some(refusal) = judged.refusal else {
         return OnResponse::Pass;
@@ -117,6 +151,42 @@ pub(crate) fn judge(cfg: &Config, headers: &HeaderMap, rec: &mut AuditRecord) ->
     }
 }
 
+/// The page-level statements of a response: its robots-tag field lines,
+/// then the robots `<meta>` tags of its head.
+fn page_statements<'a>(headers: &'a HeaderMap, meta: Option<&'a MetaScan>) -> Vec<Statement<'a>> {
+    let mut out = Vec::new();
+    for name in ROBOTS_FIELDS {
+        for value in headers.get_all(name) {
+            // A value that is not text says nothing readable.
+            if let Ok(text) = value.to_str() {
+                out.push(Statement {
+                    origin: Origin::Field(name),
+                    name: None,
+                    text,
+                });
+            }
+        }
+    }
+    out.extend(
+        meta.into_iter()
+            .flat_map(|m| m.tags.iter().map(MetaTag::statement)),
+    );
+    out
+}
+
+fn is_image(headers: &HeaderMap) -> bool {
+    headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim_start().to_ascii_lowercase().starts_with("image/"))
+}
+
+/// The purposes of the identities the request speaks for (its line's
+/// `agent` selects them).
+fn request_purposes<'a>(cfg: &'a Config, rec: &'a AuditRecord) -> Cow<'a, [Purpose]> {
+    Identities::of(cfg, rec.agent.as_deref().unwrap_or("")).purposes()
+}
+
 /// Adds what a judgement read to the line's `prefs` (robots.txt's, the
 /// file's and the headers' combine: any no wins).
 fn note(rec: &mut AuditRecord, record: &PrefsRecord) {
@@ -137,7 +207,7 @@ fn tdm_file_refusal(
     path: &str,
     rec: &mut AuditRecord,
 ) -> Option<(Stop, String)> {
-    let purposes = &cfg.crawler.purposes;
+    let purposes = request_purposes(cfg, rec).into_owned();
     let file = match rules {
         Rules::Known(file) => file,
         Rules::Unavailable { reason, retry_in } => {
@@ -149,7 +219,7 @@ fn tdm_file_refusal(
             ));
         }
     };
-    let judged = file.judge(path, purposes);
+    let judged = file.judge(path, &purposes);
     note(rec, &judged.record);
     let refusal = judged.refusal?;
     rec.rule = Some(refusal.said().to_string());
@@ -166,7 +236,70 @@ fn tdm_file_refusal(
     Some((answer, format!("refused; {refusal}")))
 }
 
+mod head;
+
+pub(super) use head::Prefixed;
+
 impl Exchange {
+    /// Usage preferences: a response whose headers, or the robots `<meta>`
+    /// of its head (read from the first `policy.meta_prefix_bytes` of an
+    /// HTML body), refuse a declared purpose is withheld (neither delivered
+    /// nor stored) or annotated, by config; in observe mode it passes and
+    /// the line says `would`. What `tdmrep.json` refused under `annotate` is
+    /// said here too; `noindex` / `nofollow` go in the decision header.
+    pub(super) async fn preferences(
+        &mut self,
+        resp: Response<Incoming>,
+    ) -> Step<Response<Prefixed>> {
+        let (limit, idle) = (
+            self.live.policy.meta_prefix_bytes,
+            self.shared.cfg.upstream.idle_timeout,
+        );
+        let (mut resp, meta) = head::read_meta(resp, limit, idle).await;
+        self.decide_preferences(resp.headers_mut(), meta.as_ref())?;
+        Ok(resp)
+    }
+
+    /// [`Exchange::preferences`] of a stored page about to be served: the
+    /// store is shared by every identity of the crawl, and a page one may
+    /// have is not for that alone another's.
+    pub(super) fn stored_preferences(
+        &mut self,
+        status: http::StatusCode,
+        headers: &mut HeaderMap,
+        body: &bytes::Bytes,
+    ) -> Step<()> {
+        let limit = self.live.policy.meta_prefix_bytes;
+        let meta = head::stored_meta(status, headers, body, limit);
+        self.decide_preferences(headers, meta.as_ref())
+    }
+
+    /// Judges a response's head (and `<meta>`), and says so: the decision
+    /// header's `robots=`, `Mannerly-Preferences`, or the refusal.
+    fn decide_preferences(&mut self, headers: &mut HeaderMap, meta: Option<&MetaScan>) -> Step<()> {
+        let judged = judge(&self.live, headers, meta, &mut self.rec);
+        if let Some(p) = self.rec.prefs.as_ref().filter(|p| !p.directives.is_empty()) {
+            self.said.push(("robots", p.directives.join(",")));
+        }
+        let ours = match judged {
+            OnResponse::Pass => None,
+            OnResponse::Annotate(value) => Some(value),
+            OnResponse::Withhold(stop) => {
+                self.enforced(Some(stop))?;
+                None
+            }
+        };
+        let notes = [self.annotation.clone(), ours];
+        if notes.iter().any(Option::is_some) {
+            // Only ours: an origin's field of that name would pass for one.
+            headers.remove(PREFERENCES);
+            for value in notes.into_iter().flatten() {
+                headers.append(PREFERENCES, value);
+            }
+        }
+        Ok(())
+    }
+
     /// Step 1b: TDMRep's `/.well-known/tdmrep.json`, fetched, cached and
     /// paced as robots.txt is, but only for a crawl that declares a purpose
     /// a reservation refuses (`ai-train`, `ai-input`): a plain crawl pays no
@@ -176,9 +309,7 @@ impl Exchange {
     /// observe mode.
     pub(super) async fn tdmrep<B>(&mut self, req: &Request<B>) -> Step<()> {
         let live = self.live.clone();
-        let declared = live
-            .crawler
-            .purposes
+        let declared = request_purposes(&live, &self.rec)
             .iter()
             .any(|p| TDM_PURPOSES.contains(p));
         let own = matches!(req.uri().path(), "/robots.txt" | TDMREP_PATH);

@@ -5,6 +5,10 @@
 use http::header::{HOST, USER_AGENT};
 use http::request::Parts;
 use http::{HeaderMap, HeaderValue, Request, Uri, Version};
+use std::borrow::Cow;
+
+use mannerly_policy::robots::agents::{speaking_for, Agent};
+use mannerly_policy::robots::Purpose;
 use mannerly_policy::robots_cache::Rules;
 use mannerly_policy::{strip_hop_by_hop, AuditRecord, Outcome};
 
@@ -15,27 +19,21 @@ use crate::error::Source;
 use crate::pipeline::prefs;
 use crate::shared::Shared;
 
-/// What robots.txt says about this request: `None` to go on, or the refusal.
+/// What robots.txt says about this request: `None` to go on, or the
+/// refusal. With `crawler.agents`, `said` gets the token that bound it.
 pub(super) fn robots_verdict(
     shared: &Shared,
     live: &Config,
     rules: &Rules,
-    host: &str,
-    path: &str,
+    at: (&str, &str),
     rec: &mut AuditRecord,
+    said: &mut Vec<(&'static str, String)>,
 ) -> Option<Stop> {
     // Lent out of the record, not copied: the record's other fields are
     // written while the agent is read.
     let agent = rec.agent.take();
-    let stop = judge(
-        shared,
-        live,
-        rules,
-        host,
-        path,
-        agent.as_deref().unwrap_or(""),
-        rec,
-    );
+    let ids = Identities::of(live, agent.as_deref().unwrap_or(""));
+    let stop = judge(shared, live, rules, at, ids, rec, said);
     rec.agent = agent;
     stop
 }
@@ -44,10 +42,10 @@ fn judge(
     shared: &Shared,
     live: &Config,
     rules: &Rules,
-    host: &str,
-    path: &str,
-    agent: &str,
+    (host, path): (&str, &str),
+    ids: Identities<'_>,
     rec: &mut AuditRecord,
+    said: &mut Vec<(&'static str, String)>,
 ) -> Option<Stop> {
     let robots = match rules {
         Rules::Known(r) => r,
@@ -55,11 +53,20 @@ fn judge(
             return Some(failure::robots_unavailable(reason, *retry_in))
         }
     };
-    shared
-        .budgets
-        .set_crawl_delay(host, robots.crawl_delay(agent));
-    let verdict = robots.check(agent, path);
-    rec.rule = Some(verdict.to_string());
+    // Request-rate paces as Crawl-delay does; the slower of the two binds.
+    let delay = robots.crawl_delay_of(ids.tokens());
+    let rate = robots.request_interval(ids.tokens());
+    let paced_by = rate.filter(|(i, _)| delay.is_none_or(|d| *i > d));
+    let delay = paced_by.map(|(i, _)| i).or(delay);
+    shared.budgets.set_crawl_delay(host, delay);
+    let (token, verdict) = robots.check_each(ids.tokens(), path)?;
+    rec.rule = Some(match paced_by {
+        Some((_, source)) => format!("{verdict}; paced by {source}"),
+        None => verdict.to_string(),
+    });
+    if ids.named() {
+        said.push(("agent", token.to_string()));
+    }
     if !verdict.allowed {
         let mut r = Stop::new(
             Outcome::Disallowed,
@@ -74,9 +81,72 @@ fn judge(
         if let Some(group) = verdict.group {
             r = r.detail("group", group);
         }
+        if ids.named() {
+            r = r.detail("agent", token);
+        }
         return Some(r);
     }
-    prefs::robots_refusal(live, robots, agent, path, rec)
+    prefs::robots_refusal(live, robots, ids, path, rec)
+}
+
+/// The identities a request speaks for: `crawler.agents` as the client's
+/// token selects them, else the one token decisions are made for with
+/// `crawler.purposes`.
+#[derive(Clone, Copy)]
+pub(crate) struct Identities<'a> {
+    one: Option<(&'a str, &'a [Purpose])>,
+    agents: &'a [Agent],
+}
+
+impl<'a> Identities<'a> {
+    /// For a request whose token (see [`agent`]) is `agent`.
+    pub(crate) fn of(live: &'a Config, agent: &'a str) -> Identities<'a> {
+        let c = &live.crawler;
+        if c.agents.is_empty() {
+            return Identities {
+                one: Some((agent, &c.purposes)),
+                agents: &[],
+            };
+        }
+        Identities {
+            one: None,
+            agents: speaking_for(&c.agents, agent),
+        }
+    }
+
+    /// Each token with its purposes.
+    pub(crate) fn iter(self) -> impl Iterator<Item = (&'a str, &'a [Purpose])> {
+        let agents = self.agents.iter();
+        let agents = agents.map(|a| (a.token.as_str(), a.purposes.as_slice()));
+        self.one.into_iter().chain(agents)
+    }
+
+    pub(crate) fn tokens(self) -> impl Iterator<Item = &'a str> {
+        self.iter().map(|(t, _)| t)
+    }
+
+    /// Every purpose the request is for, each once.
+    pub(crate) fn purposes(self) -> Cow<'a, [Purpose]> {
+        match (self.one, self.agents) {
+            (Some((_, p)), _) => Cow::Borrowed(p),
+            (None, [one]) => Cow::Borrowed(&one.purposes),
+            _ => {
+                let mut all: Vec<Purpose> = Vec::new();
+                for p in self.iter().flat_map(|(_, p)| p) {
+                    if !all.contains(p) {
+                        all.push(*p);
+                    }
+                }
+                Cow::Owned(all)
+            }
+        }
+    }
+
+    /// Whether the tokens are the operator's `crawler.agents`: then the
+    /// answer names the one that bound it.
+    pub(crate) fn named(self) -> bool {
+        self.one.is_none()
+    }
 }
 
 /// The product token decisions are made for: configured, else the

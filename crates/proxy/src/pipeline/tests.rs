@@ -42,6 +42,7 @@ mod outgoing;
 mod payment;
 mod robots;
 mod upstream;
+mod visit;
 
 /// The wall clock's reading when a fixture starts: signatures and stored
 /// pages carry it, so their values are exact.

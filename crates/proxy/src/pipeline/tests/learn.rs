@@ -252,6 +252,7 @@ async fn observe_mode_passes_a_refusing_page_and_records_what_would_be() {
     let mut x = f.exchange(Method::GET, URL);
     let resp = x
         .preferences(answer(&refusing_page()).await)
+        .await
         .expect("observe mode passes it");
     assert_eq!(resp.status(), 200);
     assert_eq!(x.rec.would, Some(Outcome::SignalRefused));

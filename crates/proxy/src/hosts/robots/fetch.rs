@@ -1,0 +1,321 @@
+//! One fetch of a site file: each hop a request of its own (signed,
+//! conditional on the copy held, paced through [`Pacing`]), redirects
+//! followed, a 2xx body read up to 500 KiB, a 304 to our validators the
+//! copy kept.
+
+use bytes::{Bytes, BytesMut};
+use http::header::{HeaderValue, IF_MODIFIED_SINCE, IF_NONE_MATCH, LOCATION, USER_AGENT};
+use http::{Method, Request, Uri};
+use http_body_util::BodyExt;
+use mannerly_policy::identity::KeyId;
+use mannerly_policy::parent::ParentVerdict;
+use mannerly_policy::robots::MAX_ROBOTS_BYTES;
+use mannerly_policy::robots_cache::{FetchResult, Validators};
+use mannerly_policy::Outcome;
+
+use super::{FetchReport, Pacing};
+use crate::answer::failure;
+use crate::body::{empty, ProxyBody};
+use crate::clock::Clock;
+use crate::error::Source;
+use crate::identity::Signer;
+use crate::upstream::conns::{ConnHandle, ReleaseOnEnd};
+use crate::upstream::UpstreamClient;
+
+/// Fetches `url`, following redirects; the guard applies to every hop
+/// because every hop goes through the same connector. With `pacing`, each
+/// redirect waits for its host's turn.
+pub(crate) async fn fetch(
+    client: &UpstreamClient,
+    url: &str,
+    user_agent: Option<&HeaderValue>,
+    max_redirects: u32,
+    identity: Option<(&Signer, &Clock)>,
+    pacing: Option<&mut Pacing<'_>>,
+    validators: Option<&Validators>,
+) -> FetchReport {
+    let mut keyid = None;
+    let hops = Hops {
+        max_redirects,
+        identity,
+        pacing,
+        validators,
+    };
+    let mut report = fetch_hops(client, url, user_agent, hops, &mut keyid).await;
+    report.keyid = keyid;
+    report
+}
+
+/// How a fetch follows its redirects.
+struct Hops<'a, 'p> {
+    max_redirects: u32,
+    identity: Option<(&'a Signer, &'a Clock)>,
+    pacing: Option<&'a mut Pacing<'p>>,
+    /// Of the copy held: sent with every hop, so that the final one can
+    /// answer 304 (a redirect ignores them).
+    validators: Option<&'a Validators>,
+}
+
+async fn fetch_hops(
+    client: &UpstreamClient,
+    url: &str,
+    user_agent: Option<&HeaderValue>,
+    mut how: Hops<'_, '_>,
+    keyid: &mut Option<KeyId>,
+) -> FetchReport {
+    let (max_redirects, identity, validators) = (how.max_redirects, how.identity, how.validators);
+    let mut current = url.to_string();
+    let mut hops = 0;
+    loop {
+        let uri: Uri = match current.parse() {
+            Ok(u) => u,
+            Err(e) => {
+                let why = format!("bad URL {current}: {e}");
+                return report(url, None, FetchResult::Failed(why));
+            }
+        };
+        let ask = Ask {
+            user_agent,
+            identity,
+            validators,
+        };
+        match fetch_hop(client, url, &uri, ask, keyid).await {
+            Hop::Done(report) => return *report,
+            Hop::Redirect { status, to } => match to {
+                Some(next) if hops < max_redirects => {
+                    hops += 1;
+                    if let (Some(pacing), Ok(next_uri)) = (how.pacing.as_mut(), next.parse()) {
+                        if !pacing.next_hop(status, &next_uri).await {
+                            let why =
+                                format!("the host's budget would not hold the redirect to {next}");
+                            return report(url, Some(status), FetchResult::Failed(why));
+                        }
+                    }
+                    current = next;
+                }
+                Some(_) => return report(url, Some(status), FetchResult::TooManyRedirects),
+                None => return report(url, Some(status), FetchResult::Status(status)),
+            },
+        }
+    }
+}
+
+/// What one request of a robots.txt fetch came to.
+enum Hop {
+    /// The fetch's report (`url` is the first URL asked for).
+    Done(Box<FetchReport>),
+    /// A 3xx, and where it points when it says.
+    Redirect { status: u16, to: Option<String> },
+}
+
+/// What every request of a fetch carries.
+#[derive(Clone, Copy)]
+struct Ask<'a> {
+    user_agent: Option<&'a HeaderValue>,
+    identity: Option<(&'a Signer, &'a Clock)>,
+    validators: Option<&'a Validators>,
+}
+
+impl Ask<'_> {
+    /// The request for `uri`: the crawler's User-Agent, the copy's
+    /// validators, signed as the crawler's (robots.txt fetches are its
+    /// requests too: signed, each hop).
+    fn request(&self, uri: &Uri, keyid: &mut Option<KeyId>) -> Result<Request<ProxyBody>, String> {
+        let mut req = Request::builder().method(Method::GET).uri(uri.clone());
+        if let Some(ua) = self.user_agent {
+            req = req.header(USER_AGENT, ua.clone());
+        }
+        for (name, value) in self.validators.map(conditional_fields).unwrap_or_default() {
+            req = req.header(name, value);
+        }
+        let mut req = req.body(empty()).map_err(|e| e.to_string())?;
+        if let (Some((signer, clock)), Some(authority)) = (self.identity, uri.authority()) {
+            let authority = normalized_authority(uri.scheme_str(), authority);
+            *keyid = signer.sign_headers(req.headers_mut(), &authority, clock.wall());
+        }
+        Ok(req)
+    }
+}
+
+/// One request of a fetch: `uri` asked for, signed as the crawler's.
+async fn fetch_hop(
+    client: &UpstreamClient,
+    url: &str,
+    uri: &Uri,
+    ask: Ask<'_>,
+    keyid: &mut Option<KeyId>,
+) -> Hop {
+    let req = match ask.request(uri, keyid) {
+        Ok(r) => r,
+        Err(e) => return Hop::Done(Box::new(report(url, None, FetchResult::Failed(e)))),
+    };
+    let conditional = ask.validators.is_some_and(|v| !v.is_empty());
+    let resp = match client.request(req).await {
+        Ok(r) => r,
+        Err(e) => {
+            let stop = failure::upstream(&e);
+            let mut r = report(url, None, FetchResult::Failed(stop.reason.clone()));
+            // Any other failure is the site's rules being unknown.
+            let own = stop.outcome == Outcome::Blocked || stop.source == Source::Parent;
+            r.stop = own.then_some(stop);
+            return Hop::Done(Box::new(r));
+        }
+    };
+    // Through a parent: its own refusal says nothing about the site's rules
+    // (a 407 is not a 4xx from the site), and a provider's 200 may carry the
+    // site's status in a header.
+    let verdict = client
+        .parent_for(uri)
+        .map(|p| p.judge(resp.status().as_u16(), resp.headers()));
+    let status = match verdict {
+        Some(ParentVerdict::Parent { why }) => {
+            drain_small(resp).await;
+            let mut r = report(url, None, FetchResult::Failed(why.clone()));
+            r.stop = Some(failure::parent(&why));
+            return Hop::Done(Box::new(r));
+        }
+        Some(ParentVerdict::Target { status, .. }) => status,
+        None => resp.status().as_u16(),
+    };
+    if status == 304 && conditional {
+        drain_small(resp).await;
+        return Hop::Done(Box::new(report(url, Some(304), FetchResult::NotModified)));
+    }
+    if (300..400).contains(&status) {
+        let to = resp
+            .headers()
+            .get(LOCATION)
+            .and_then(|l| l.to_str().ok())
+            .and_then(|l| resolve_location(uri, l));
+        return Hop::Redirect { status, to };
+    }
+    if !(200..300).contains(&status) {
+        let headers = resp.headers().clone();
+        drain_small(resp).await;
+        let mut r = report(url, Some(status), FetchResult::Status(status));
+        r.retry_after = headers
+            .get(http::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        r.headers = headers;
+        return Hop::Done(Box::new(r));
+    }
+    Hop::Done(Box::new(read_body(url, status, resp).await))
+}
+
+/// A 2xx robots.txt's body: only the first 500 KiB are parsed, so only that
+/// much is read.
+async fn read_body(
+    url: &str,
+    status: u16,
+    resp: http::Response<hyper::body::Incoming>,
+) -> FetchReport {
+    let headers = resp.headers().clone();
+    let conn = ConnHandle::of(&resp);
+    let mut body = ReleaseOnEnd::new(resp.into_body(), conn);
+    let mut buf = BytesMut::new();
+    while buf.len() < MAX_ROBOTS_BYTES {
+        match body.frame().await {
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data() {
+                    buf.extend_from_slice(&data);
+                }
+            }
+            Some(Err(e)) => {
+                return report(url, Some(status), FetchResult::Failed(format!("body: {e}")))
+            }
+            None => break,
+        }
+    }
+    buf.truncate(MAX_ROBOTS_BYTES);
+    let body: Bytes = buf.freeze();
+    FetchReport {
+        url: url.to_string(),
+        status: Some(status),
+        retry_after: None,
+        headers,
+        bytes: body.len() as u64,
+        keyid: None,
+        result: FetchResult::Body(body.to_vec()),
+        stop: None,
+        sent: None,
+    }
+}
+
+/// `If-None-Match` / `If-Modified-Since` from a copy's validators; a value
+/// that is no header value (it came from a header, so only a stored copy
+/// gone wrong) is left out.
+fn conditional_fields(v: &Validators) -> Vec<(http::HeaderName, HeaderValue)> {
+    [
+        (IF_NONE_MATCH, v.etag.as_deref()),
+        (IF_MODIFIED_SINCE, v.last_modified.as_deref()),
+    ]
+    .into_iter()
+    .filter_map(|(name, value)| Some((name, HeaderValue::from_str(value?).ok()?)))
+    .collect()
+}
+
+pub(super) fn header(headers: &http::HeaderMap, name: http::HeaderName) -> Option<&str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// Reads a short error body to its end, so that the connection goes back
+/// to the pool for the page that asked for robots.txt (a 404 is the common
+/// answer); a long one is dropped, and its connection with it.
+async fn drain_small(resp: http::Response<hyper::body::Incoming>) {
+    const DRAIN_MAX: u64 = 16 * 1024;
+    let conn = ConnHandle::of(&resp);
+    let small = http_body::Body::size_hint(resp.body())
+        .upper()
+        .is_some_and(|n| n <= DRAIN_MAX);
+    if small {
+        let body = ReleaseOnEnd::new(resp.into_body(), conn);
+        let _ = body.collect().await;
+    }
+}
+
+/// `host[:port]` as the Host header carries it: the scheme's default port
+/// left out, as RFC 9421's `@authority` wants.
+fn normalized_authority(scheme: Option<&str>, a: &http::uri::Authority) -> String {
+    let default = match scheme {
+        Some("https") => Some(443),
+        Some("http") => Some(80),
+        _ => None,
+    };
+    match a.port_u16() {
+        Some(p) if Some(p) == default => a.host().to_ascii_lowercase(),
+        _ => a.as_str().to_ascii_lowercase(),
+    }
+}
+
+/// A fetch report with nothing but its URL, status and result.
+pub(crate) fn report(url: &str, status: Option<u16>, result: FetchResult) -> FetchReport {
+    FetchReport {
+        url: url.to_string(),
+        status,
+        retry_after: None,
+        headers: http::HeaderMap::new(),
+        bytes: 0,
+        keyid: None,
+        result,
+        stop: None,
+        sent: None,
+    }
+}
+
+pub(super) fn resolve_location(base: &Uri, location: &str) -> Option<String> {
+    if location.starts_with("http://") || location.starts_with("https://") {
+        return Some(location.to_string());
+    }
+    let scheme = base.scheme_str()?;
+    let authority = base.authority()?;
+    if let Some(rest) = location.strip_prefix("//") {
+        return Some(format!("{scheme}://{rest}"));
+    }
+    if location.starts_with('/') {
+        return Some(format!("{scheme}://{authority}{location}"));
+    }
+    let path = base.path();
+    let dir = &path[..path.rfind('/').map_or(0, |i| i + 1)];
+    Some(format!("{scheme}://{authority}{dir}{location}"))
+}

@@ -1,0 +1,152 @@
+use super::fetch::resolve_location;
+use super::*;
+use mannerly_policy::robots::MAX_ROBOTS_BYTES;
+
+/// `robots.max_bytes` at its smallest: room for two 200 kB bodies.
+const CAP: u64 = MAX_ROBOTS_BYTES as u64;
+const BODY: usize = 200_000;
+
+fn cache() -> RobotsCache {
+    let params = RobotsParams {
+        max_bytes: CAP,
+        ..RobotsParams::default()
+    }
+    .validate()
+    .expect("valid");
+    RobotsCache::new(params, Clock::system(), None)
+}
+
+/// A robots.txt of `len` bytes fetched for `origin` and put in the cache.
+fn fetched(c: &RobotsCache, origin: &str, len: usize) {
+    let slot = c.slot(origin);
+    let mut body = format!("User-agent: *\nDisallow: /private\n# {origin}\n").into_bytes();
+    body.resize(len, b'#');
+    c.install(origin, &slot, &FetchResult::Body(body), c.clock.now_std());
+}
+
+fn held(c: &RobotsCache, origin: &str) -> bool {
+    c.slots.get(origin).is_some_and(|s| c.cached(&s).is_some())
+}
+
+/// What the cache counts against the cap, and what its listed entries hold.
+fn counted_and_held(c: &RobotsCache) -> (u64, u64) {
+    let held = c
+        .slots
+        .iter()
+        .map(|s| s.bytes.load(Ordering::Relaxed))
+        .sum();
+    (c.bytes.load(Ordering::Relaxed), held)
+}
+
+#[test]
+fn the_byte_cap_evicts_older_entries_and_keeps_the_one_just_fetched() {
+    let c = cache();
+    fetched(&c, "http://a.test/", BODY);
+    fetched(&c, "http://b.test/", BODY);
+    assert!(held(&c, "http://a.test/") && held(&c, "http://b.test/"));
+    assert_eq!(counted_and_held(&c), (2 * BODY as u64, 2 * BODY as u64));
+
+    // A third body would pass the cap: the older ones make room.
+    fetched(&c, "http://c.test/", BODY);
+    assert!(held(&c, "http://c.test/"), "the newest entry is kept");
+    assert!(!held(&c, "http://a.test/") && !held(&c, "http://b.test/"));
+    let (counted, held_bytes) = counted_and_held(&c);
+    assert_eq!(counted, held_bytes);
+    assert!(counted <= CAP, "{counted} bytes held over a cap of {CAP}");
+}
+
+#[test]
+fn the_byte_cap_holds_through_many_fetches_of_any_size() {
+    let c = cache();
+    for (i, len) in [
+        150_000, 300_000, 20_000, 500_000, 90_000, 260_000, 400_000, 10,
+    ]
+    .into_iter()
+    .cycle()
+    .take(40)
+    .enumerate()
+    {
+        let origin = format!("http://o{i}.test/");
+        fetched(&c, &origin, len);
+        assert!(held(&c, &origin), "{origin} is kept");
+        let (counted, held_bytes) = counted_and_held(&c);
+        assert_eq!(counted, held_bytes, "after {origin}");
+        assert!(counted <= CAP, "{counted} bytes over {CAP} after {origin}");
+    }
+}
+
+#[test]
+fn the_byte_cap_holds_when_evicting_half_is_not_enough() {
+    let c = cache();
+    for i in 0..5 {
+        fetched(&c, &format!("http://o{i}.test/"), 100_000);
+    }
+    // 4 of the 5 go in the first pass, whichever they are; the one left
+    // and the new body still pass the cap, so it goes too.
+    fetched(&c, "http://big.test/", MAX_ROBOTS_BYTES);
+    assert!(held(&c, "http://big.test/"));
+    assert_eq!(c.slots.len(), 1);
+    assert_eq!(counted_and_held(&c), (CAP, CAP));
+}
+
+#[test]
+fn an_entry_evicted_while_its_fetch_ran_holds_no_bytes() {
+    let c = cache();
+    // A fetch for x starts; while it runs, others fill the cache over
+    // the cap and x's empty slot is evicted.
+    let x = c.slot("http://x.test/");
+    fetched(&c, "http://a.test/", BODY);
+    fetched(&c, "http://b.test/", BODY);
+    fetched(&c, "http://c.test/", BODY);
+    assert!(c.slots.get("http://x.test/").is_none());
+    // Its answer still serves the requests that waited for it, but
+    // counts against the cap only if it is in the cache.
+    let x_body = FetchResult::Body(vec![b'#'; BODY]);
+    c.install("http://x.test/", &x, &x_body, c.clock.now_std());
+    let (counted, held_bytes) = counted_and_held(&c);
+    assert_eq!(counted, held_bytes);
+}
+
+#[test]
+fn the_entry_cap_evicts_the_least_recently_used_half() {
+    let params = RobotsParams {
+        max_entries: 4,
+        ..RobotsParams::default()
+    }
+    .validate()
+    .expect("valid");
+    let c = RobotsCache::new(params, Clock::system(), None);
+    for o in ["a", "b", "c", "d"] {
+        fetched(&c, &format!("http://{o}.test/"), 100);
+    }
+    // a is used again after every other came in; d came in last.
+    c.slot("http://a.test/");
+    fetched(&c, "http://e.test/", 100);
+    for (o, kept) in [("a", true), ("b", false), ("c", false), ("d", false)] {
+        assert_eq!(held(&c, &format!("http://{o}.test/")), kept, "{o}");
+    }
+    assert!(held(&c, "http://e.test/"));
+    // b and c come back; e is used again after them, so a, b and c
+    // are the least recently used when f comes in.
+    fetched(&c, "http://b.test/", 100);
+    fetched(&c, "http://c.test/", 100);
+    c.slot("http://e.test/");
+    fetched(&c, "http://f.test/", 100);
+    assert!(held(&c, "http://e.test/") && held(&c, "http://f.test/"));
+    assert!(!held(&c, "http://a.test/") && !held(&c, "http://b.test/"));
+}
+
+#[test]
+fn locations_resolve_against_the_request() {
+    let base: Uri = "http://a.test/robots.txt".parse().unwrap();
+    assert_eq!(resolve_location(&base, "/r2").unwrap(), "http://a.test/r2");
+    assert_eq!(resolve_location(&base, "r3").unwrap(), "http://a.test/r3");
+    assert_eq!(
+        resolve_location(&base, "//b.test/x").unwrap(),
+        "http://b.test/x"
+    );
+    assert_eq!(
+        resolve_location(&base, "https://c.test/y").unwrap(),
+        "https://c.test/y"
+    );
+}

@@ -1,0 +1,53 @@
+//! Visit times in the request path: a site's robots.txt `Visit-time`
+//! windows (for the identities the request speaks for) and the operator's
+//! `budget.quiet_hours` for its host. The rule is
+//! `mannerly_policy::visit::judge`; this step holds a request until the
+//! host opens when that is within its hold, else answers when it opens.
+
+use mannerly_policy::robots::Robots;
+use mannerly_policy::visit::{self, Stated, Visit};
+
+use super::request::Identities;
+use super::Exchange;
+use crate::answer::{failure, Stop};
+
+impl Exchange {
+    /// Step 1a: `None` to go on (at once, or after a wait the line
+    /// records), or the answer that says when the host opens.
+    pub(super) async fn visit(&mut self, robots: &Robots) -> Option<Stop> {
+        let live = self.live.clone();
+        let ids = Identities::of(&live, self.rec.agent.as_deref().unwrap_or(""));
+        let windows = robots.visit_times(ids.tokens());
+        let host = &self.target.host;
+        let quiet: Vec<Stated> = live
+            .budget
+            .quiet_hours
+            .iter()
+            .enumerate()
+            .filter(|(_, q)| q.covers(host))
+            .filter_map(|(i, q)| {
+                Some(Stated {
+                    window: q.window()?,
+                    source: q.source(i),
+                })
+            })
+            .collect();
+        if windows.is_empty() && quiet.is_empty() {
+            return None;
+        }
+        let (opens_in, why) = match visit::judge(&windows, &quiet, self.shared.clock.wall()) {
+            Visit::Open => return None,
+            Visit::Closed { opens_in, why } => (opens_in, why),
+        };
+        let now = self.shared.clock.now();
+        let opens = now + opens_in;
+        if !self.enforce || opens > self.deadline {
+            return Some(failure::outside_window(&why, opens_in));
+        }
+        tokio::time::sleep_until(opens).await;
+        self.waited += opens_in;
+        self.rec.waited(self.waited);
+        self.rec.reason = Some(format!("held {} s: {why}", opens_in.as_secs()));
+        None
+    }
+}
