@@ -4,7 +4,6 @@
 
 use http::{Response, Version};
 use http_body::Body as _;
-use hyper::body::Incoming;
 use std::sync::atomic::Ordering;
 
 use mannerly_policy::conditional::{self, CacheOutcome};

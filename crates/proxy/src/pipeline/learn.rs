@@ -301,8 +301,6 @@ impl Exchange {
             }
         }
     }
-
-    }
 }
 
 /// Why a second `Accept-Signature` is passed on.
