@@ -6,6 +6,7 @@
 mod address;
 mod audit;
 pub mod budget;
+mod cidr;
 pub mod conditional;
 mod headers;
 pub mod identity;
@@ -17,6 +18,7 @@ pub mod payment;
 pub mod prefs;
 pub mod robots;
 pub mod robots_cache;
+pub mod site;
 mod whitespace;
 
 pub use address::{classify_ip, parse_host_ip, AddressClass};
@@ -26,6 +28,7 @@ pub use audit::{
     EvidenceProblem, EvidenceSummary, FileReport, FileTrees, Heads, HostEntry, HostProof,
     IndexedLine, Problem, ProvenLine, Report, SealReason, Verifier, CHECKPOINT, GENESIS,
 };
+pub use cidr::Cidr;
 pub use ed25519_dalek::{SigningKey, VerifyingKey};
 pub use headers::strip_hop_by_hop;
 pub use outcome::Outcome;
