@@ -142,6 +142,20 @@ fn ip_key(ip: IpAddr) -> String {
     }
 }
 
+/// How long a request to a host with a robots.txt Crawl-delay waits, inside
+/// a group shared with other hosts, after that host's last send: the delay
+/// is the host's own, whatever its group's pace allows (the group's turn
+/// comes after this wait).
+pub fn crawl_delay_wait(
+    last_sent: Option<std::time::Instant>,
+    delay: std::time::Duration,
+    now: std::time::Instant,
+) -> std::time::Duration {
+    last_sent.map_or(std::time::Duration::ZERO, |sent| {
+        (sent + delay).saturating_duration_since(now)
+    })
+}
+
 // === impl BudgetParams: groups ===
 
 impl BudgetParams {
@@ -213,13 +227,13 @@ impl BudgetParams {
         let mut groups = BTreeMap::new();
         for (name, mut g) in std::mem::take(&mut self.groups) {
             let prefix = format!("budget.groups.{name:?}");
-            let named_ok = !name.is_empty()
+            let named_ok = name.starts_with(|c: char| c.is_ascii_alphabetic())
                 && name.len() <= 64
                 && name
                     .bytes()
                     .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
             if !named_ok {
-                let why = "a group name is 1 to 64 letters, digits, '-', '_' or '.'";
+                let why = "a group name is a letter then up to 63 letters, digits, '-', '_' or '.'";
                 return Err(ParamError::new(prefix, why));
             }
             if g.hosts.is_empty() && g.addresses.is_empty() {

@@ -199,6 +199,11 @@ fn bad_groups_are_refused_with_their_key() {
         key(serde_json::json!({"groups": {"a": {}}})),
         "budget.groups.\"a\""
     );
+    // A key of digits after the colon would read as a port.
+    assert_eq!(
+        key(serde_json::json!({"groups": {"80": {"hosts": ["x.example"]}}})),
+        "budget.groups.\"80\""
+    );
     assert_eq!(
         key(serde_json::json!({"groups": {"a": {"hosts": ["x.*.example"]}}})),
         "budget.groups.\"a\".hosts"
@@ -213,4 +218,13 @@ fn bad_groups_are_refused_with_their_key() {
     );
     assert!(with_groups(serde_json::json!({"groups": {"a": {"hostz": []}}})).is_err());
     assert!(with_groups(serde_json::json!({"group_by": "zone"})).is_err());
+}
+
+#[test]
+fn a_hosts_crawl_delay_counts_from_its_own_last_send() {
+    let t0 = std::time::Instant::now();
+    let s = std::time::Duration::from_secs;
+    assert_eq!(crawl_delay_wait(None, s(5), t0), s(0));
+    assert_eq!(crawl_delay_wait(Some(t0), s(5), t0 + s(2)), s(3));
+    assert_eq!(crawl_delay_wait(Some(t0), s(5), t0 + s(7)), s(0));
 }

@@ -16,11 +16,11 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use dashmap::DashMap;
-use mannerly_policy::budget::HostParams;
 use mannerly_policy::budget::{
-    host_key, Announced, HostView, PersistedHost, Reaction, Refusal, Reservation, ResetReport,
-    Start, QUEUE_RETRY_AFTER,
+    host_key, Announced, BudgetParams, HostParams, HostView, PersistedHost, Reaction, Refusal,
+    Reservation, ResetReport, Start, QUEUE_RETRY_AFTER,
 };
+use mannerly_policy::site::{crawl_delay_wait, Group, GroupKind};
 use mannerly_state::hosts::{Basis, HostStore, Lease, MemoryHosts, RedisHosts};
 use mannerly_state::responses::{ResponseStore, StoreError};
 use mannerly_state::wake::Wakes;
@@ -38,10 +38,13 @@ pub(crate) const SHARED_SLOT_RECHECK: Duration = Duration::from_secs(1);
 /// The same while the subscription to other proxies' releases is down.
 pub(crate) const SHARED_SLOT_RECHECK_UNHEARD: Duration = Duration::from_millis(100);
 
-/// The budgets of all hosts and the wake-ups of their waiters.
+/// The budgets of all groups of hosts and the wake-ups of their waiters.
+/// A budget is keyed by its group (`groups.rs`): below the public methods,
+/// `key` is a group's key, `host` a host name.
 pub(crate) struct Budgets {
     backend: Backend,
     clock: Clock,
+    groups: groups::Groups,
     lines: DashMap<String, Arc<Line>>,
     seed: AtomicU64,
     /// Crawl-delays to apply to shared budgets before the next request.
@@ -64,7 +67,7 @@ enum Backend {
     Redis(Arc<RedisHosts>),
 }
 
-/// The requests waiting for one host.
+/// The requests waiting for one group.
 struct Line {
     /// Held by the request whose slot is being reserved or waited for.
     turn: Mutex<()>,
@@ -85,6 +88,7 @@ struct Line {
 /// An in-flight slot of a host. Released by [`Permit::respond`], or on drop
 /// when no response came (error, timeout, client gone).
 pub(crate) struct Permit {
+    /// The group's key.
     host: String,
     budgets: Arc<Budgets>,
     open: bool,
@@ -94,14 +98,19 @@ pub(crate) struct Permit {
 }
 
 impl Budgets {
-    pub(crate) fn new(store: Arc<dyn HostStore>, clock: Clock) -> Arc<Budgets> {
-        Budgets::with(Backend::Memory(store), clock)
+    pub(crate) fn new(
+        store: Arc<dyn HostStore>,
+        clock: Clock,
+        params: BudgetParams,
+    ) -> Arc<Budgets> {
+        Budgets::with(Backend::Memory(store), clock, params)
     }
 
-    fn with(backend: Backend, clock: Clock) -> Arc<Budgets> {
+    fn with(backend: Backend, clock: Clock, params: BudgetParams) -> Arc<Budgets> {
         Arc::new(Budgets {
             backend,
             clock,
+            groups: groups::Groups::new(params),
             lines: DashMap::new(),
             seed: AtomicU64::new(0x9e37_79b9_7f4a_7c15),
             crawl_delays: DashMap::new(),
@@ -119,7 +128,7 @@ impl Budgets {
             crate::config::StateBackend::Redis => Budgets::shared_from_config(cfg, clock),
             crate::config::StateBackend::Memory => {
                 let hosts = MemoryHosts::new(cfg.budget.clone()).map_err(invalid)?;
-                Ok(Budgets::new(Arc::new(hosts), clock))
+                Ok(Budgets::new(Arc::new(hosts), clock, cfg.budget.clone()))
             }
         }
     }
@@ -136,19 +145,48 @@ impl Budgets {
     /// numbers from its next step on, keeping what it learned.
     pub(crate) fn set_params(
         &self,
-        params: mannerly_policy::budget::BudgetParams,
+        params: BudgetParams,
     ) -> Result<(), mannerly_policy::ParamError> {
         match &self.backend {
-            Backend::Memory(m) => m.set_budget_params(params),
-            Backend::Redis(r) => r.set_budget_params(params),
-        }
+            Backend::Memory(m) => m.set_budget_params(params.clone()),
+            Backend::Redis(r) => r.set_budget_params(params.clone()),
+        }?;
+        self.groups.set_params(params);
+        Ok(())
     }
 
-    /// The resolved budget parameters of `host`.
+    /// The group of `host`: where its last request was placed, else by
+    /// its name.
+    pub(crate) fn group(&self, host: &str) -> Group {
+        self.groups.of(host)
+    }
+
+    /// Places `host`, which resolved to `addr`, in its group (the guard
+    /// step, once the name is resolved).
+    pub(crate) fn place(&self, host: &str, addr: Option<std::net::IpAddr>) -> Group {
+        self.groups.place(host, addr)
+    }
+
+    /// Whether a host's group can depend on the address it resolves to.
+    pub(crate) fn groups_by_address(&self) -> bool {
+        self.groups.by_address()
+    }
+
+    /// The hosts placed in the group `key` (for `/hosts`).
+    pub(crate) fn members(&self, key: &str) -> Vec<String> {
+        self.groups.members(key)
+    }
+
+    /// The resolved budget parameters of `host`'s group.
     pub(crate) fn params(&self, host: &str) -> HostParams {
+        self.key_params(&self.groups.of(host).key)
+    }
+
+    /// The resolved budget parameters of the group `key`.
+    pub(crate) fn key_params(&self, key: &str) -> HostParams {
         match &self.backend {
-            Backend::Memory(m) => m.params(&host_key(host)),
-            Backend::Redis(r) => r.params(host),
+            Backend::Memory(m) => m.params(&host_key(key)),
+            Backend::Redis(r) => r.params(key),
         }
     }
 
@@ -172,8 +210,8 @@ impl Budgets {
         self.clock.wall()
     }
 
-    /// The state of one host (for `/hosts`): with Redis, as this proxy saw
-    /// it last.
+    /// The state of one group's budget (for `/hosts`), by its key: with
+    /// Redis, as this proxy saw it last.
     pub(crate) fn view(&self, host: &str) -> Option<HostView> {
         let now = self.clock.now_std();
         match &self.backend {
@@ -182,7 +220,7 @@ impl Budgets {
         }
     }
 
-    /// Every host held, sorted by name.
+    /// Every group's budget held, sorted by key.
     pub(crate) fn views(&self) -> Vec<(String, HostView)> {
         let now = self.clock.now_std();
         match &self.backend {
@@ -191,8 +229,8 @@ impl Budgets {
         }
     }
 
-    /// An operator's reset of `host`'s learned pause, ceiling and breaker;
-    /// `None` when nothing is held for it.
+    /// An operator's reset of a group's learned pause, ceiling and
+    /// breaker, by its key; `None` when nothing is held for it.
     pub(crate) async fn reset(&self, host: &str) -> Option<ResetReport> {
         let now = self.clock.now_std();
         let report = match &self.backend {
@@ -216,6 +254,33 @@ impl Budgets {
     /// The longest a new request to `host` may be held.
     pub(crate) fn max_hold(&self, host: &str) -> Duration {
         self.params(host).max_hold()
+    }
+
+    /// Waits for the turn of `host`'s group; a host with a Crawl-delay of
+    /// its own inside a shared group first waits that delay after its own
+    /// last send (one of its requests at a time).
+    async fn acquire_turn(
+        self: &Arc<Self>,
+        host: &str,
+        deadline: Instant,
+        loan: Loan,
+    ) -> Result<Permit, Refusal> {
+        let key = self.groups.of(host).key;
+        let Some(spacing) = self.groups.spacing(host) else {
+            return self.acquire_group(key, deadline, loan).await;
+        };
+        let Ok(mut last) = tokio::time::timeout_at(deadline, spacing.last.lock()).await else {
+            return Err(self.held_too_long(&key));
+        };
+        let now = self.clock.now();
+        let wait = crawl_delay_wait(last.map(Instant::into_std), spacing.delay(), now.into_std());
+        if now + wait > deadline {
+            return Err(Refusal::Paced { retry_after: wait });
+        }
+        tokio::time::sleep(wait).await;
+        let permit = self.acquire_group(key, deadline, loan).await?;
+        *last = Some(self.clock.now());
+        Ok(permit)
     }
 
     /// Waits for `host`'s turn: a rate slot in arrival order, the end of a
@@ -242,15 +307,14 @@ impl Budgets {
         self.acquire_turn(host, deadline, Loan::Not).await
     }
 
-    async fn acquire_turn(
+    async fn acquire_group(
         self: &Arc<Self>,
-        host: &str,
+        key: String,
         deadline: Instant,
         loan: Loan,
     ) -> Result<Permit, Refusal> {
-        let key = host_key(host).into_owned();
         let line = self.line(&key);
-        let params = self.params(&key);
+        let params = self.key_params(&key);
         // One request at a time asks for its slot, in arrival order (tokio's
         // mutex is fair): a slot is only reserved when it is next, so a rate
         // that changed while others waited applies at once.
@@ -362,14 +426,21 @@ impl Budgets {
         )
     }
 
-    /// Makes sure a robots.txt Crawl-delay caps the host's rate.
+    /// Makes sure a robots.txt Crawl-delay caps the host's rate: the
+    /// budget's own, when the host is its group alone; else the host's
+    /// spacing inside its group, which other members do not wait for.
     pub(crate) fn set_crawl_delay(&self, host: &str, delay: Option<f64>) {
+        let group = self.groups.of(host);
+        if group.kind != GroupKind::Host {
+            self.groups.set_spacing(host, delay);
+            return;
+        }
         match &self.backend {
-            Backend::Memory(m) => m.set_crawl_delay(&host_key(host), self.clock.now_std(), delay),
+            Backend::Memory(m) => m.set_crawl_delay(&group.key, self.clock.now_std(), delay),
             // Applied on the way into the host's next request, where a round
             // trip may be awaited.
             Backend::Redis(_) => {
-                self.crawl_delays.insert(host_key(host).into_owned(), delay);
+                self.crawl_delays.insert(group.key, delay);
             }
         }
     }
@@ -628,6 +699,7 @@ enum Loan {
     Not,
 }
 
+mod groups;
 mod shared;
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,141 @@
+//! Which budget a host's requests take their turn in (`budget.group_by`,
+//! `budget.groups`): the group each host was placed in, and the spacing a
+//! host's own robots.txt Crawl-delay keeps inside a group it shares.
+
+use std::net::IpAddr;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use dashmap::DashMap;
+use mannerly_policy::budget::{host_key, BudgetParams};
+use mannerly_policy::site::Group;
+use tokio::sync::Mutex;
+
+/// Hosts remembered with their group; the map is cleared past this (a host
+/// not remembered is placed again by its name, and by its address at its
+/// next request's guard step).
+const PLACED_MAX: usize = 100_000;
+
+/// The grouping rules and where each host went.
+pub(super) struct Groups {
+    params: RwLock<Arc<BudgetParams>>,
+    /// Host key → its group, as its last request was placed.
+    placed: DashMap<String, Group>,
+    /// Hosts with a Crawl-delay of their own inside a shared group.
+    spaced: DashMap<String, Arc<Spacing>>,
+}
+
+/// One host's Crawl-delay inside a shared group: one request of the host
+/// asks for the group's turn at a time, the delay after the previous send.
+pub(super) struct Spacing {
+    /// The host's last send; held while a request of the host waits.
+    pub(super) last: Mutex<Option<tokio::time::Instant>>,
+    delay_ms: std::sync::atomic::AtomicU64,
+}
+
+impl Spacing {
+    pub(super) fn delay(&self) -> Duration {
+        Duration::from_millis(self.delay_ms.load(std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
+impl Groups {
+    pub(super) fn new(params: BudgetParams) -> Groups {
+        Groups {
+            params: RwLock::new(Arc::new(params)),
+            placed: DashMap::new(),
+            spaced: DashMap::new(),
+        }
+    }
+
+    fn params(&self) -> Arc<BudgetParams> {
+        match self.params.read() {
+            Ok(p) => p.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// New rules: every host is placed again at its next request.
+    pub(super) fn set_params(&self, params: BudgetParams) {
+        match self.params.write() {
+            Ok(mut p) => *p = Arc::new(params),
+            Err(poisoned) => *poisoned.into_inner() = Arc::new(params),
+        }
+        self.placed.clear();
+    }
+
+    /// Whether a host's group can depend on its address.
+    pub(super) fn by_address(&self) -> bool {
+        self.params().groups_by_address()
+    }
+
+    /// Places `host`, which resolved to `addr`, in its group.
+    pub(super) fn place(&self, host: &str, addr: Option<IpAddr>) -> Group {
+        let group = self.params().group_of(host, addr);
+        let key = host_key(host);
+        if self.placed.get(key.as_ref()).is_some_and(|g| *g == group) {
+            return group;
+        }
+        if self.placed.len() >= PLACED_MAX {
+            self.placed.clear();
+        }
+        self.placed.insert(key.into_owned(), group.clone());
+        group
+    }
+
+    /// The group of `host`: where it was placed, else by its name.
+    pub(super) fn of(&self, host: &str) -> Group {
+        match self.placed.get(host_key(host).as_ref()) {
+            Some(g) => g.clone(),
+            None => self.place(host, None),
+        }
+    }
+
+    /// The hosts placed in the group `key`, sorted.
+    pub(super) fn members(&self, key: &str) -> Vec<String> {
+        let mut hosts: Vec<String> = self
+            .placed
+            .iter()
+            .filter(|e| e.value().key == key)
+            .map(|e| e.key().clone())
+            .collect();
+        hosts.sort();
+        hosts
+    }
+
+    /// Sets `host`'s own Crawl-delay inside its shared group; `None` (or
+    /// zero) lifts it.
+    pub(super) fn set_spacing(&self, host: &str, delay: Option<f64>) {
+        let ms = delay
+            .filter(|d| d.is_finite() && *d > 0.0)
+            .map(|d| (d.min(86_400.0) * 1000.0).round() as u64);
+        let key = host_key(host);
+        match ms {
+            None => {
+                if self.spaced.contains_key(key.as_ref()) {
+                    self.spaced.remove(key.as_ref());
+                }
+            }
+            Some(ms) => {
+                if self.spaced.len() >= PLACED_MAX {
+                    self.spaced.clear();
+                }
+                let s = self.spaced.entry(key.into_owned()).or_insert_with(|| {
+                    Arc::new(Spacing {
+                        last: Mutex::new(None),
+                        delay_ms: std::sync::atomic::AtomicU64::new(ms),
+                    })
+                });
+                s.delay_ms.store(ms, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// `host`'s own spacing, when it has a Crawl-delay inside a group.
+    pub(super) fn spacing(&self, host: &str) -> Option<Arc<Spacing>> {
+        if self.spaced.is_empty() {
+            return None;
+        }
+        self.spaced.get(host_key(host).as_ref()).map(|s| s.clone())
+    }
+}
