@@ -28,6 +28,7 @@ mod e2e {
     mod deploy;
     mod evidence;
     mod forwarding;
+    mod groups;
     mod identity;
     mod limiters;
     mod limits;

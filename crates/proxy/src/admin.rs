@@ -461,9 +461,10 @@ fn list(shared: &Shared, observe: &Observe, q: &BTreeMap<String, String>) -> Ans
     query.sort(&mut rows);
     let total = rows.len();
     let pages = total.div_ceil(query.per_page).max(1);
+    let groups = shared.budgets.members();
     let hosts = query
         .page(rows)
-        .map(|(_, host, v)| host_entry(shared, observe, host, &v, now))
+        .map(|(_, host, v)| host_entry(shared, observe, host, &v, &groups, now))
         .collect();
     json(
         StatusCode::OK,
@@ -486,25 +487,40 @@ fn host_entry(
     observe: &Observe,
     host: String,
     v: &HostView,
+    groups: &Members,
     now: std::time::SystemTime,
 ) -> hosts::HostEntry {
     let p = host_params(shared, &host);
-    observe
+    let mut e = observe
         .activity
         .with(&host, |a| hosts::entry(host.clone(), v, &p, Some(a), now))
-        .unwrap_or_else(|| hosts::entry(host.clone(), v, &p, None, now))
+        .unwrap_or_else(|| hosts::entry(host.clone(), v, &p, None, now));
+    if let Some((kind, members)) = groups.get(&host) {
+        e.kind = Some(*kind);
+        e.members.clone_from(members);
+    }
+    e
 }
 
+/// Each group's kind and hosts, as the budgets placed them.
+type Members = std::collections::HashMap<String, (mannerly_policy::site::GroupKind, Vec<String>)>;
+
+/// `/hosts/{name}`: a group by its key, or a host: its group's budget with
+/// the host's own activity.
 fn show(shared: &Shared, observe: &Observe, host: &str) -> Answer {
-    let key = host_key(host).into_owned();
+    let name = host_key(host).into_owned();
+    let key = shared.budgets.key_for(&name);
     let Some(v) = host_view(shared, &key) else {
-        return error(StatusCode::NOT_FOUND, &format!("{key} is not tracked"));
+        return error(StatusCode::NOT_FOUND, &format!("{name} is not tracked"));
     };
     let p = host_params(shared, &key);
-    json(
-        StatusCode::OK,
-        &hosts::detail(key, &v, &p, &observe.activity, shared.clock.wall()),
-    )
+    let mut d = hosts::detail(name, &v, &p, &observe.activity, shared.clock.wall());
+    d.entry.group.clone_from(&key);
+    if let Some((kind, members)) = shared.budgets.members().remove(&key) {
+        d.entry.kind = Some(kind);
+        d.entry.members = members;
+    }
+    json(StatusCode::OK, &d)
 }
 
 #[derive(Serialize)]
@@ -515,16 +531,20 @@ struct ResetAnswer {
     after: HostView,
 }
 
+/// Resets the budget `host` names: a group by its key, or a host's group
+/// (every member's pause ends with it).
 async fn reset(shared: &Shared, host: &str, peer: SocketAddr) -> Answer {
-    let key = host_key(host).into_owned();
+    let name = host_key(host).into_owned();
+    let key = shared.budgets.key_for(&name);
     let Some(report) = host_reset(shared, &key).await else {
-        return error(StatusCode::NOT_FOUND, &format!("{key} is not tracked"));
+        return error(StatusCode::NOT_FOUND, &format!("{name} is not tracked"));
     };
     // Saved now, like a throttle, so that a restart does not bring the
     // cleared pause back.
     shared.save_budgets.notify_one();
     let b = &report.before;
-    let mut rec = shared.record("POST", &format!("/hosts/{key}/reset"), &key, peer);
+    let mut rec = shared.record("POST", &format!("/hosts/{name}/reset"), &name, peer);
+    rec.group = Some(key.clone());
     rec.outcome = Some(Outcome::OperatorReset);
     rec.status = Some(200);
     rec.rate = Some(b.rate);

@@ -172,9 +172,20 @@ impl Budgets {
         self.groups.by_address()
     }
 
-    /// The hosts placed in the group `key` (for `/hosts`).
-    pub(crate) fn members(&self, key: &str) -> Vec<String> {
-        self.groups.members(key)
+    /// Every group hosts were placed in, with its kind and its hosts (for
+    /// `/hosts`).
+    pub(crate) fn members(&self) -> std::collections::HashMap<String, (GroupKind, Vec<String>)> {
+        self.groups.members()
+    }
+
+    /// The budget key an operator means by `name`: a group's key as it
+    /// is, a host's group otherwise.
+    pub(crate) fn key_for(&self, name: &str) -> String {
+        let key = host_key(name);
+        match self.view(&key) {
+            Some(_) => key.into_owned(),
+            None => self.groups.of(&key).key,
+        }
     }
 
     /// The resolved budget parameters of `host`'s group.

@@ -2,13 +2,14 @@
 //! `budget.groups`): the group each host was placed in, and the spacing a
 //! host's own robots.txt Crawl-delay keeps inside a group it shares.
 
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use dashmap::DashMap;
 use mannerly_policy::budget::{host_key, BudgetParams};
-use mannerly_policy::site::Group;
+use mannerly_policy::site::{Group, GroupKind};
 use tokio::sync::Mutex;
 
 /// Hosts remembered with their group; the map is cleared past this (a host
@@ -83,24 +84,27 @@ impl Groups {
         group
     }
 
-    /// The group of `host`: where it was placed, else by its name.
+    /// The group of `host`: where it was placed, else by its name (not
+    /// remembered: only a request's guard step places a host).
     pub(super) fn of(&self, host: &str) -> Group {
         match self.placed.get(host_key(host).as_ref()) {
             Some(g) => g.clone(),
-            None => self.place(host, None),
+            None => self.params().group_of(host, None),
         }
     }
 
-    /// The hosts placed in the group `key`, sorted.
-    pub(super) fn members(&self, key: &str) -> Vec<String> {
-        let mut hosts: Vec<String> = self
-            .placed
-            .iter()
-            .filter(|e| e.value().key == key)
-            .map(|e| e.key().clone())
-            .collect();
-        hosts.sort();
-        hosts
+    /// Every group hosts were placed in: its kind and its hosts, sorted.
+    pub(super) fn members(&self) -> HashMap<String, (GroupKind, Vec<String>)> {
+        let mut out: HashMap<String, (GroupKind, Vec<String>)> = HashMap::new();
+        for e in self.placed.iter() {
+            let g = e.value();
+            let entry = out.entry(g.key.clone()).or_insert((g.kind, Vec::new()));
+            entry.1.push(e.key().clone());
+        }
+        for (_, hosts) in out.values_mut() {
+            hosts.sort();
+        }
+        out
     }
 
     /// Sets `host`'s own Crawl-delay inside its shared group; `None` (or

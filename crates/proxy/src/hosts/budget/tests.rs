@@ -11,6 +11,8 @@ use mannerly_policy::budget::{BudgetParams, Refusal};
 use mannerly_state::hosts::MemoryHosts;
 use tokio::time::Instant;
 
+use mannerly_policy::site::GroupKind;
+
 use super::Budgets;
 use crate::clock::Clock;
 
@@ -131,8 +133,15 @@ async fn names_of_one_site_take_turns_in_one_budget() {
     assert_eq!(Instant::now() - t0, Duration::from_secs(2));
     assert_eq!(b.group("shop.example.org").key, "example.org");
     assert_eq!(b.views().len(), 1);
+    // Only a request's guard step places a host (by its address too).
+    for name in names {
+        b.place(name, None);
+    }
     let members = ["img.example.org", "shop.example.org", "www.example.org"];
-    assert_eq!(b.members("example.org"), members);
+    let (kind, hosts) = &b.members()["example.org"];
+    assert_eq!(*kind, GroupKind::Site);
+    assert_eq!(hosts, &members);
+    assert_eq!(b.key_for("WWW.example.org"), "example.org");
 }
 
 #[tokio::test(start_paused = true)]
@@ -159,17 +168,31 @@ async fn a_crawl_delay_inside_a_group_spaces_its_host_only() {
     let b = budgets(params);
     b.set_crawl_delay("slow.example.org", Some(5.0));
     let t0 = Instant::now();
-    drop(b.acquire("slow.example.org", hold(30)).await.expect("first"));
-    drop(b.acquire("www.example.org", hold(30)).await.expect("sibling"));
+    drop(
+        b.acquire("slow.example.org", hold(30))
+            .await
+            .expect("first"),
+    );
+    drop(
+        b.acquire("www.example.org", hold(30))
+            .await
+            .expect("sibling"),
+    );
     // The sibling waits for the group's pace only (8/s, on the loan).
     assert_eq!(Instant::now() - t0, Duration::ZERO);
-    drop(b.acquire("slow.example.org", hold(30)).await.expect("second"));
+    drop(
+        b.acquire("slow.example.org", hold(30))
+            .await
+            .expect("second"),
+    );
     // The slow host waits its own 5 s after its own last send.
     assert_eq!(Instant::now() - t0, Duration::from_secs(5));
     // A delay longer than the hold is refused with the time it would take.
     b.set_crawl_delay("slow.example.org", Some(60.0));
     let refused = b.acquire("slow.example.org", hold(30)).await.err();
-    assert!(matches!(refused, Some(Refusal::Paced { retry_after }) if retry_after == Duration::from_secs(60)));
+    assert!(
+        matches!(refused, Some(Refusal::Paced { retry_after }) if retry_after == Duration::from_secs(60))
+    );
     // The group's own budget carries no delay.
     assert_eq!(b.view("example.org").map(|v| v.crawl_delay), Some(None));
 }

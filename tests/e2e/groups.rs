@@ -1,0 +1,224 @@
+//! Budgets per group: the names of one site share one budget
+//! (`budget.group_by = "site"`, the default), names on one address share
+//! one under `"ip"`. Conduct as the origin counted it.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use mannerly_policy::site::GroupBy;
+
+use super::limiters_bench::{Crawl, Limit, Limiter};
+use super::support::*;
+
+const NAMES: usize = 20;
+const GETS: usize = 100;
+const SEND_EVERY: Duration = Duration::from_millis(200);
+/// Requests the crawler keeps in flight at most (Scrapy's default per
+/// domain is 8): a crawler at 5/s that does not pile up a minute of
+/// requests in the proxy's queue.
+const IN_FLIGHT: usize = 8;
+
+/// What one crawl of the twenty names showed.
+#[derive(Debug)]
+struct Figures {
+    crawl: Crawl,
+    served: super::limiters_bench::Served,
+    lines: Vec<serde_json::Value>,
+}
+
+/// `GETS` GETs at 5/s over `NAMES` names of `site.test`, round-robin,
+/// through the proxy on its default budget grouped `by`, against one
+/// nginx server block for `.site.test` with one `limit_req` zone of 2r/s
+/// and no burst. `None` where nginx is not installed.
+async fn crawl_twenty_names(by: GroupBy) -> Option<Figures> {
+    if !have_tool("nginx", "nginx-light") {
+        return None;
+    }
+    let limiter = Limiter::start_for(Limit::NoBurst, ".site.test").expect("nginx starts");
+    let port = limiter.port;
+    let mut proxy = TestProxy::start(|c| {
+        c.budget = Default::default();
+        c.budget.group_by = by;
+        resolve_to_loopback(c, &format!("*.site.test:{port}"), port);
+    })
+    .await;
+    let client = proxy.client();
+    let slots = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..GETS {
+        let permit = slots.clone().acquire_owned().await.expect("open");
+        let url = format!("http://n{}.site.test:{port}/page/{i}", i % NAMES);
+        let c = client.clone();
+        tasks.push(tokio::spawn(async move {
+            let r = c.get(url).send().await.ok()?;
+            let ok = r.status() == 200;
+            r.bytes().await.ok()?;
+            drop(permit);
+            Some((ok, Instant::now()))
+        }));
+        tokio::time::sleep(SEND_EVERY).await;
+    }
+    let (mut delivered, mut refused, mut last) = (0, 0, start);
+    for t in tasks {
+        match t.await.ok().flatten() {
+            Some((true, at)) => {
+                delivered += 1;
+                last = last.max(at);
+            }
+            _ => refused += 1,
+        }
+    }
+    let crawl = Crawl {
+        delivered,
+        refused,
+        seconds: last.duration_since(start).as_secs_f64(),
+    };
+    let lines = proxy.stop().await;
+    let served = limiter.served();
+    eprintln!(
+        "group_by {by:?}: {}/{GETS} delivered, {} upstream 429s, {} robots.txt, {:.2} pages/s",
+        crawl.delivered,
+        served.throttled,
+        served.robots,
+        crawl.pages_per_s()
+    );
+    Some(Figures {
+        crawl,
+        served,
+        lines,
+    })
+}
+
+#[tokio::test]
+async fn twenty_names_of_one_site_behind_one_nginx_zone_share_one_budget() {
+    let Some(f) = crawl_twenty_names(GroupBy::Site).await else {
+        return;
+    };
+    assert_eq!(
+        (f.crawl.delivered, f.crawl.refused),
+        (GETS, 0),
+        "{:?}",
+        f.served
+    );
+    assert_eq!(f.served.robots, NAMES, "one robots.txt per origin");
+    assert!(f.served.throttled <= 3, "{:?}", f.served);
+    // The limit allows 2 requests/s, robots.txt included: 100 pages in 60 s.
+    assert!(f.crawl.pages_per_s() >= 1.3, "{:?}", f.crawl);
+    let groups: BTreeSet<_> = f.lines.iter().filter_map(|l| l["group"].as_str()).collect();
+    assert_eq!(groups, BTreeSet::from(["site.test"]));
+    let hosts: BTreeSet<_> = f.lines.iter().filter_map(|l| l["host"].as_str()).collect();
+    assert_eq!(hosts.len(), NAMES);
+}
+
+/// The same crawl with a budget per name: twenty times the pace, until
+/// each name has drawn its own 429s.
+#[tokio::test]
+async fn the_same_names_grouped_by_host_draw_a_429_per_name() {
+    let Some(f) = crawl_twenty_names(GroupBy::Host).await else {
+        return;
+    };
+    assert!(f.served.throttled > 3, "{:?}", f.served);
+    let groups: BTreeSet<_> = f.lines.iter().filter_map(|l| l["group"].as_str()).collect();
+    assert_eq!(groups.len(), NAMES);
+}
+
+/// Two names of two sites on one address: under `ip` one budget, so a
+/// 429 drawn by one pauses the other.
+#[tokio::test]
+async fn two_names_on_one_address_share_a_budget_under_ip() {
+    let arrivals: Arc<Mutex<Vec<(String, String, Instant)>>> = Arc::default();
+    let refused = Arc::new(tokio::sync::Notify::new());
+    let (log, told) = (arrivals.clone(), refused.clone());
+    let origin = Origin::http(handler(move |req| {
+        let (log, told) = (log.clone(), told.clone());
+        async move {
+            let host = req.headers()["host"].to_str().unwrap_or("").to_string();
+            let path = req.uri().path().to_string();
+            let first_page = {
+                let mut log = log.lock().unwrap();
+                log.push((host, path.clone(), Instant::now()));
+                log.iter().filter(|(_, p, _)| p == "/page").count() == 1
+            };
+            match path.as_str() {
+                "/robots.txt" => text(404, ""),
+                // The first page is refused for 3 s, whichever name asked.
+                _ if first_page => {
+                    told.notify_one();
+                    let mut r = text(429, "slow down");
+                    r.headers_mut().insert("retry-after", "3".parse().unwrap());
+                    r
+                }
+                _ => text(200, "page"),
+            }
+        }
+    }))
+    .await;
+    let port = origin.port();
+    let mut proxy = TestProxy::start(|c| {
+        c.budget.group_by = GroupBy::Ip;
+        for name in ["one.alpha.test", "two.beta.test"] {
+            resolve_to_loopback(c, &format!("{name}:{port}"), port);
+        }
+        c.admin.listen = "127.0.0.1:0".into();
+    })
+    .await;
+    let c = proxy.client();
+    // Robots.txt of both first, so that the pages are all that is left.
+    for name in ["one.alpha.test", "two.beta.test"] {
+        let r = c
+            .get(format!("http://{name}:{port}/robots.txt"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 404);
+    }
+    // The first name's page draws the 429 (and is sent again after it).
+    let first = c.get(format!("http://one.alpha.test:{port}/page")).send();
+    let first = tokio::spawn(first);
+    // Once the origin has refused it, the other name asks.
+    refused.notified().await;
+    let r = c
+        .get(format!("http://two.beta.test:{port}/page"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(first.await.unwrap().unwrap().status(), 200);
+
+    let seen = arrivals.lock().unwrap().clone();
+    let refused_at = seen.iter().find(|(_, p, _)| p == "/page").unwrap().2;
+    let other = seen
+        .iter()
+        .find(|(h, p, _)| h.starts_with("two.beta.test") && p == "/page")
+        .expect("the other name's page reached the origin");
+    assert!(
+        other.2.duration_since(refused_at) >= Duration::from_millis(2900),
+        "the other name went {:?} after the 429",
+        other.2.duration_since(refused_at)
+    );
+
+    // /hosts: one budget, the address, with both names in it.
+    let admin = proxy.admin.unwrap();
+    let hosts: serde_json::Value = reqwest::get(format!("http://{admin}/hosts"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let lines = proxy.stop().await;
+    let groups: BTreeSet<_> = lines.iter().filter_map(|l| l["group"].as_str()).collect();
+    assert_eq!(groups, BTreeSet::from(["127.0.0.1"]));
+    let budgets = hosts["hosts"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{hosts:#}"));
+    assert_eq!(budgets.len(), 1, "{hosts:#}");
+    let group = &budgets[0];
+    assert_eq!(group["group"], "127.0.0.1");
+    assert_eq!(
+        group["members"],
+        serde_json::json!(["one.alpha.test", "two.beta.test"])
+    );
+    assert_eq!(group["kind"], "ip");
+}
