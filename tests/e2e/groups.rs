@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use mannerly_policy::site::GroupBy;
 
+use super::admin::{admin_client, get_json};
 use super::limiters_bench::{Crawl, Limit, Limiter};
 use super::support::*;
 
@@ -200,16 +201,33 @@ async fn two_names_on_one_address_share_a_budget_under_ip() {
     );
 
     // /hosts: one budget, the address, with both names in it.
-    let admin = proxy.admin.unwrap();
-    let hosts: serde_json::Value = reqwest::get(format!("http://{admin}/hosts"))
-        .await
-        .unwrap()
-        .json()
+    let admin = format!("http://{}", proxy.admin.unwrap());
+    let (_, hosts) = get_json(&format!("{admin}/hosts")).await;
+    // A member's name shows, and resets, its group's budget.
+    let (status, one) = get_json(&format!("{admin}/hosts/two.beta.test")).await;
+    assert_eq!(status, 200, "{one:#}");
+    assert_eq!(
+        (&one["host"], &one["group"]),
+        (&"two.beta.test".into(), &"127.0.0.1".into())
+    );
+    let reset = admin_client()
+        .post(format!("{admin}/hosts/two.beta.test/reset"))
+        .send()
         .await
         .unwrap();
+    assert_eq!(reset.status(), 200);
+    let reset: serde_json::Value = serde_json::from_str(&reset.text().await.unwrap()).unwrap();
+    assert_eq!(reset["group"], "127.0.0.1");
     let lines = proxy.stop().await;
+    let resets = with_outcome(&lines, "operator_reset");
+    assert_eq!(resets.len(), 1);
+    assert_eq!(
+        (&resets[0]["host"], &resets[0]["group"]),
+        (&"two.beta.test".into(), &"127.0.0.1".into())
+    );
     let groups: BTreeSet<_> = lines.iter().filter_map(|l| l["group"].as_str()).collect();
     assert_eq!(groups, BTreeSet::from(["127.0.0.1"]));
+    assert!(lines.iter().all(|l| l["group"] == "127.0.0.1"));
     let budgets = hosts["hosts"]
         .as_array()
         .unwrap_or_else(|| panic!("{hosts:#}"));
@@ -221,4 +239,35 @@ async fn two_names_on_one_address_share_a_budget_under_ip() {
         serde_json::json!(["one.alpha.test", "two.beta.test"])
     );
     assert_eq!(group["kind"], "ip");
+
+    // The conduct report, per group: one row, both names in it, the one
+    // 429 on its timeline; per host, two rows.
+    let log = proxy.audit_path.display().to_string();
+    let (code, by_group) = mannerly(&["report", "--by", "group", &log], &[]);
+    assert_eq!(code, 0, "{by_group}");
+    assert!(
+        by_group.contains("group 127.0.0.1: one.alpha.test, two.beta.test"),
+        "{by_group}"
+    );
+    let row = |text: &str, name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .map(|l| l.split_whitespace().nth(4).unwrap_or("").to_string())
+    };
+    assert_eq!(
+        row(&by_group, "127.0.0.1 ").as_deref(),
+        Some("1"),
+        "{by_group}"
+    );
+    let (_, by_host) = mannerly(&["report", &log], &[]);
+    assert_eq!(
+        row(&by_host, "one.alpha.test").as_deref(),
+        Some("1"),
+        "{by_host}"
+    );
+    assert_eq!(
+        row(&by_host, "two.beta.test").as_deref(),
+        Some("0"),
+        "{by_host}"
+    );
 }

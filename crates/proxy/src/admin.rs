@@ -525,7 +525,10 @@ fn show(shared: &Shared, observe: &Observe, host: &str) -> Answer {
 
 #[derive(Serialize)]
 struct ResetAnswer {
+    /// The name the operator gave.
     host: String,
+    /// The budget reset: the group `host` belongs to, or `host` itself.
+    group: String,
     audit_id: String,
     before: HostView,
     after: HostView,
@@ -565,7 +568,8 @@ async fn reset(shared: &Shared, host: &str, peer: SocketAddr) -> Answer {
     json(
         StatusCode::OK,
         &ResetAnswer {
-            host: key,
+            host: name,
+            group: key,
             audit_id,
             before: report.before,
             after: report.after,
