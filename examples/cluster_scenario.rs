@@ -18,7 +18,11 @@
 //!
 //!     cargo run --release --example cluster_scenario
 //!
-//! `CLUSTER_RUNS=redis,cluster` picks runs by name.
+//! `CLUSTER_RUNS=redis,cluster` picks runs by name. `CLUSTER_SITE_NAMES=3`
+//! spreads the GETs over that many names of one site (`n0.site.test`, …,
+//! resolved to the origin through `upstream.resolve`), so the proxies
+//! share the site's budget group rather than one host's (one robots.txt
+//! per name).
 
 #[allow(dead_code)]
 #[path = "../crates/state/tests/support/redis_cluster.rs"]
@@ -181,8 +185,17 @@ impl Shared<'_> {
     }
 }
 
+/// Names of one site the GETs are spread over (0: the origin's address).
+fn site_names() -> usize {
+    std::env::var("CLUSTER_SITE_NAMES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
 async fn run(shared: Shared<'_>) -> Report {
     let (port, limiter) = origin().await;
+    let names = site_names();
     let mut stops = Vec::new();
     let mut addrs = Vec::new();
     let mut dirs = Vec::new();
@@ -197,6 +210,10 @@ async fn run(shared: Shared<'_>) -> Report {
         // Three proxies in one process: no admin listeners (they would share a port).
         cfg.admin.listen = String::new();
         cfg.upstream.allow_private = true;
+        cfg.upstream.resolve.insert(
+            format!("*.site.test:{port}"),
+            std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+        );
         // Impatient clients, patient proxies: 120 pages at 2/s take a
         // minute, and a page held is better than a 503.
         cfg.budget.max_hold_secs = 300.0;
@@ -244,7 +261,11 @@ async fn run(shared: Shared<'_>) -> Report {
     for i in 0..PAGES {
         for (k, c) in clients.iter().enumerate() {
             let c = c.clone();
-            let url = format!("http://127.0.0.1:{port}/c{k}/page/{i}");
+            let host = match names {
+                0 => "127.0.0.1".to_string(),
+                n => format!("n{}.site.test", (i * PROXIES + k) % n),
+            };
+            let url = format!("http://{host}:{port}/c{k}/page/{i}");
             tasks.push(tokio::spawn(async move { get(&c, url).await }));
         }
         tokio::time::sleep(SEND_EVERY).await;
