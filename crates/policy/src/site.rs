@@ -208,6 +208,17 @@ impl BudgetParams {
         }
     }
 
+    /// Whether `group` is one host's alone: a host name, or an IP
+    /// literal when names are not grouped by address. Such a budget may
+    /// carry that host's robots.txt Crawl-delay; a shared one may not.
+    pub fn alone(&self, group: &Group) -> bool {
+        match group.kind {
+            GroupKind::Host => true,
+            GroupKind::Ip => self.group_by != GroupBy::Ip,
+            GroupKind::Site | GroupKind::Named => false,
+        }
+    }
+
     /// Whether the group of a name can depend on its address: then the
     /// proxy resolves it before asking [`BudgetParams::group_of`].
     pub fn groups_by_address(&self) -> bool {

@@ -99,6 +99,13 @@ fn group_by_host_and_by_address() {
         "www.example.com"
     );
     assert!(by(GroupBy::Ip).groups_by_address());
+    // Who may carry a host's own Crawl-delay in the group's budget.
+    let site = by(GroupBy::Site);
+    assert!(site.alone(&site.group_of("192.0.2.1", None)));
+    assert!(site.alone(&site.group_of("localhost", None)));
+    assert!(!site.alone(&site.group_of("www.example.com", None)));
+    assert!(!by(GroupBy::Ip).alone(&addr));
+    assert!(by(GroupBy::Host).alone(&host));
     assert!(!by(GroupBy::Site).groups_by_address());
 }
 

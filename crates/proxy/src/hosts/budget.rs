@@ -20,7 +20,6 @@ use mannerly_policy::budget::{
     host_key, Announced, BudgetParams, HostParams, HostView, PersistedHost, Reaction, Refusal,
     Reservation, ResetReport, Start, QUEUE_RETRY_AFTER,
 };
-use mannerly_policy::site::GroupKind;
 use mannerly_state::hosts::{Basis, HostStore, Lease, MemoryHosts, RedisHosts};
 use mannerly_state::responses::{ResponseStore, StoreError};
 use mannerly_state::wake::Wakes;
@@ -358,7 +357,7 @@ impl Budgets {
     /// spacing inside its group, which other members do not wait for.
     pub(crate) fn set_crawl_delay(&self, host: &str, delay: Option<f64>) {
         let group = self.groups.of(host);
-        if group.kind != GroupKind::Host {
+        if !self.groups.alone(&group) {
             self.groups.set_spacing(host, delay);
             return;
         }

@@ -69,6 +69,11 @@ impl Groups {
         self.placed.clear();
     }
 
+    /// Whether `group` is one host's alone (see `BudgetParams::alone`).
+    pub(super) fn alone(&self, group: &Group) -> bool {
+        self.params().alone(group)
+    }
+
     /// Whether a host's group can depend on its address.
     pub(super) fn by_address(&self) -> bool {
         self.params().groups_by_address()
