@@ -495,15 +495,25 @@ fn host_entry(
         .activity
         .with(&host, |a| hosts::entry(host.clone(), v, &p, Some(a), now))
         .unwrap_or_else(|| hosts::entry(host.clone(), v, &p, None, now));
-    if let Some((kind, members)) = groups.get(&host) {
-        e.kind = Some(*kind);
-        e.members.clone_from(members);
+    if let Some(g) = groups.get(&host) {
+        with_members(&mut e, g);
     }
     e
 }
 
-/// Each group's kind and hosts, as the budgets placed them.
-type Members = std::collections::HashMap<String, (mannerly_policy::site::GroupKind, Vec<String>)>;
+/// Each group's kind, hosts and their Crawl-delays, as the budgets placed
+/// them.
+type Members = std::collections::HashMap<String, crate::hosts::budget::Members>;
+
+/// A group's kind and hosts on its row; a host's own Crawl-delay inside a
+/// shared group shows there when the budget has none of its own.
+fn with_members(e: &mut hosts::HostEntry, g: &crate::hosts::budget::Members) {
+    e.kind = Some(g.kind);
+    e.members.clone_from(&g.hosts);
+    if e.crawl_delay_s.is_none() {
+        e.crawl_delay_s = g.crawl_delay.map(|d| d.as_secs_f64());
+    }
+}
 
 /// `/hosts/{name}`: a group by its key, or a host: its group's budget with
 /// the host's own activity.
@@ -516,9 +526,8 @@ fn show(shared: &Shared, observe: &Observe, host: &str) -> Answer {
     let p = host_params(shared, &key);
     let mut d = hosts::detail(name, &v, &p, &observe.activity, shared.clock.wall());
     d.entry.group.clone_from(&key);
-    if let Some((kind, members)) = shared.budgets.members().remove(&key) {
-        d.entry.kind = Some(kind);
-        d.entry.members = members;
+    if let Some(g) = shared.budgets.members().get(&key) {
+        with_members(&mut d.entry, g);
     }
     json(StatusCode::OK, &d)
 }

@@ -626,6 +626,7 @@ enum Loan {
 }
 
 mod groups;
+pub(crate) use groups::Members;
 mod shared;
 #[cfg(test)]
 mod tests;

@@ -30,6 +30,16 @@ pub(super) struct Groups {
     spaced: DashMap<String, Arc<Spacing>>,
 }
 
+/// A group as `/hosts` shows it.
+pub(crate) struct Members {
+    /// What the group's key names.
+    pub(crate) kind: GroupKind,
+    /// The hosts placed in it, sorted.
+    pub(crate) hosts: Vec<String>,
+    /// The longest Crawl-delay a member keeps inside the group.
+    pub(crate) crawl_delay: Option<Duration>,
+}
+
 /// One host's Crawl-delay inside a shared group: one request of the host
 /// asks for the group's turn at a time, the delay after the previous send.
 pub(super) struct Spacing {
@@ -102,16 +112,24 @@ impl Groups {
         }
     }
 
-    /// Every group hosts were placed in: its kind and its hosts, sorted.
-    pub(super) fn members(&self) -> HashMap<String, (GroupKind, Vec<String>)> {
-        let mut out: HashMap<String, (GroupKind, Vec<String>)> = HashMap::new();
+    /// Every group hosts were placed in: its kind, its hosts (sorted) and
+    /// the longest Crawl-delay one of them keeps inside it.
+    pub(super) fn members(&self) -> HashMap<String, Members> {
+        let mut out: HashMap<String, Members> = HashMap::new();
         for e in self.placed.iter() {
             let g = e.value();
-            let entry = out.entry(g.key.clone()).or_insert((g.kind, Vec::new()));
-            entry.1.push(e.key().clone());
+            let entry = out.entry(g.key.clone()).or_insert(Members {
+                kind: g.kind,
+                hosts: Vec::new(),
+                crawl_delay: None,
+            });
+            entry.hosts.push(e.key().clone());
+            if let Some(s) = self.spaced.get(e.key()) {
+                entry.crawl_delay = entry.crawl_delay.max(Some(s.delay()));
+            }
         }
-        for (_, hosts) in out.values_mut() {
-            hosts.sort();
+        for m in out.values_mut() {
+            m.hosts.sort();
         }
         out
     }
@@ -173,9 +191,9 @@ impl Budgets {
         self.groups.by_address()
     }
 
-    /// Every group hosts were placed in, with its kind and its hosts (for
-    /// `/hosts`).
-    pub(crate) fn members(&self) -> std::collections::HashMap<String, (GroupKind, Vec<String>)> {
+    /// Every group hosts were placed in, with its kind, its hosts and
+    /// their Crawl-delays (for `/hosts`).
+    pub(crate) fn members(&self) -> HashMap<String, Members> {
         self.groups.members()
     }
 

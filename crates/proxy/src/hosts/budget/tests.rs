@@ -138,9 +138,9 @@ async fn names_of_one_site_take_turns_in_one_budget() {
         b.place(name, None);
     }
     let members = ["img.example.org", "shop.example.org", "www.example.org"];
-    let (kind, hosts) = &b.members()["example.org"];
-    assert_eq!(*kind, GroupKind::Site);
-    assert_eq!(hosts, &members);
+    let group = &b.members()["example.org"];
+    assert_eq!(group.kind, GroupKind::Site);
+    assert_eq!(group.hosts, members);
     assert_eq!(b.key_for("WWW.example.org"), "example.org");
 }
 
@@ -193,6 +193,9 @@ async fn a_crawl_delay_inside_a_group_spaces_its_host_only() {
     assert!(
         matches!(refused, Some(Refusal::Paced { retry_after }) if retry_after == Duration::from_secs(60))
     );
-    // The group's own budget carries no delay.
+    // The group's own budget carries no delay; its member's shows.
     assert_eq!(b.view("example.org").map(|v| v.crawl_delay), Some(None));
+    b.place("slow.example.org", None);
+    let group = &b.members()["example.org"];
+    assert_eq!(group.crawl_delay, Some(Duration::from_secs(60)));
 }
