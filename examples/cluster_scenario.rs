@@ -29,7 +29,7 @@
 mod redis_cluster;
 #[allow(dead_code)]
 #[path = "../crates/state/tests/support/redis_server.rs"]
-mod redis_server;
+pub mod redis_server;
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -138,20 +138,20 @@ async fn get(c: &reqwest::Client, url: String) -> Option<(u16, Instant)> {
     Some((status, Instant::now()))
 }
 
-struct Report {
-    delivered: usize,
-    upstream_429: usize,
-    seconds: f64,
-    max_5s: usize,
-    robots_fetches: usize,
-    script_calls: Option<u64>,
+pub struct Report {
+    pub delivered: usize,
+    pub upstream_429: usize,
+    pub seconds: f64,
+    pub max_5s: usize,
+    pub robots_fetches: usize,
+    pub script_calls: Option<u64>,
     /// PUBLISH commands (each goes to every proxy's subscriber).
-    publishes: Option<u64>,
+    pub publishes: Option<u64>,
 }
 
 /// Where the proxies share their state.
 #[derive(Clone, Copy)]
-enum Shared<'a> {
+pub enum Shared<'a> {
     Alone,
     Node(&'a RedisServer),
     Cluster(&'a RedisCluster),
@@ -185,7 +185,8 @@ impl Shared<'_> {
     }
 }
 
-/// Names of one site the GETs are spread over (0: the origin's address).
+/// `CLUSTER_SITE_NAMES`: names of one site the GETs are spread over (0:
+/// the origin's address).
 fn site_names() -> usize {
     std::env::var("CLUSTER_SITE_NAMES")
         .ok()
@@ -193,9 +194,11 @@ fn site_names() -> usize {
         .unwrap_or(0)
 }
 
-async fn run(shared: Shared<'_>) -> Report {
+/// One run: the proxies sharing state as `shared` says, the GETs spread
+/// over `names` names of one site (0: the origin's address), each proxy's
+/// configuration last changed by `edit`.
+pub async fn run(shared: Shared<'_>, names: usize, edit: impl Fn(&mut Config)) -> Report {
     let (port, limiter) = origin().await;
-    let names = site_names();
     let mut stops = Vec::new();
     let mut addrs = Vec::new();
     let mut dirs = Vec::new();
@@ -224,6 +227,7 @@ async fn run(shared: Shared<'_>) -> Report {
             cfg.state.key_prefix = format!("bench{port}:");
             cfg.state.instances_hint = PROXIES as u32;
         }
+        edit(&mut cfg);
         let cfg = cfg.validate().unwrap();
         let ca = CertificateAuthority::load_or_create(&dir, 16).unwrap();
         let (sink, writer) = mannerly_proxy::open_audit(&cfg).unwrap();
@@ -342,7 +346,7 @@ async fn main() {
         runs.retain(|(name, _)| *name != "memory");
     }
     for (name, r) in runs {
-        let rep = run(r).await;
+        let rep = run(r, site_names(), |_| {}).await;
         let rate = if rep.seconds > 0.0 {
             rep.delivered as f64 / rep.seconds
         } else {

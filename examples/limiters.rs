@@ -242,6 +242,15 @@ pub async fn impatient(client: &reqwest::Client, base: &str, pages: usize) -> Cr
         }));
         tokio::time::sleep(SEND_EVERY).await;
     }
+    collect(start, tasks).await
+}
+
+/// A crawl's result from its GETs' tasks (each `Some((answered 200, when))`,
+/// or `None` when it got no answer), started at `start`.
+pub async fn collect(
+    start: Instant,
+    tasks: Vec<tokio::task::JoinHandle<Option<(bool, Instant)>>>,
+) -> Crawl {
     let (mut delivered, mut refused, mut last) = (0, 0, start);
     for t in tasks {
         match t.await.ok().flatten() {

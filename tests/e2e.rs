@@ -52,6 +52,10 @@ mod e2e {
 
     #[path = "../../examples/kill9.rs"]
     mod kill9;
+    // The scenario's main and its other runs are not used by the tests.
+    #[allow(dead_code)]
+    #[path = "../../examples/cluster_scenario.rs"]
+    mod cluster_bench;
     // Its benchmark's main and naive loop are not used by the tests.
     #[allow(dead_code)]
     #[path = "../../examples/limiters.rs"]

@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 use mannerly_policy::site::GroupBy;
 
 use super::admin::{admin_client, get_json};
-use super::limiters_bench::{Crawl, Limit, Limiter};
-use super::redis_server::RedisServer;
+use super::cluster_bench;
+use super::cluster_bench::redis_server::RedisServer;
+use super::limiters_bench::{collect, Crawl, Limit, Limiter};
 use super::support::*;
 
 const NAMES: usize = 20;
@@ -62,21 +63,7 @@ async fn crawl_twenty_names(by: GroupBy) -> Option<Figures> {
         }));
         tokio::time::sleep(SEND_EVERY).await;
     }
-    let (mut delivered, mut refused, mut last) = (0, 0, start);
-    for t in tasks {
-        match t.await.ok().flatten() {
-            Some((true, at)) => {
-                delivered += 1;
-                last = last.max(at);
-            }
-            _ => refused += 1,
-        }
-    }
-    let crawl = Crawl {
-        delivered,
-        refused,
-        seconds: last.duration_since(start).as_secs_f64(),
-    };
+    let crawl = collect(start, tasks).await;
     let lines = proxy.stop().await;
     let served = limiter.served();
     eprintln!(
@@ -273,134 +260,31 @@ async fn two_names_on_one_address_share_a_budget_under_ip() {
     );
 }
 
-/// An origin limited to 2 requests/s over a sliding second, robots.txt
-/// included (`Retry-After: 2` on a 429), as the cluster scenario has it.
-struct Window {
-    served: Mutex<std::collections::VecDeque<Instant>>,
-    throttled: std::sync::atomic::AtomicUsize,
-    robots: std::sync::atomic::AtomicUsize,
-}
-
-impl Window {
-    fn answer(&self, path: &str) -> hyper::Response<OriginBody> {
-        use std::sync::atomic::Ordering::SeqCst;
-        let now = Instant::now();
-        let mut served = self.served.lock().unwrap();
-        while served
-            .front()
-            .is_some_and(|t| now.duration_since(*t) >= Duration::from_secs(1))
-        {
-            served.pop_front();
-        }
-        if served.len() >= 2 {
-            self.throttled.fetch_add(1, SeqCst);
-            let mut r = text(429, "slow down\n");
-            r.headers_mut().insert("retry-after", "2".parse().unwrap());
-            return r;
-        }
-        served.push_back(now);
-        if path == "/robots.txt" {
-            self.robots.fetch_add(1, SeqCst);
-            return text(200, "User-agent: *\nAllow: /\n");
-        }
-        text(200, "page\n")
-    }
-}
-
-/// Three sidecars on one redis-server, each client on its own name of one
-/// site: one budget for the site across the three, so the origin sees the
-/// pace of one crawler. Figures of the cluster scenario's redis run.
+/// The cluster scenario (`examples/cluster_scenario.rs`: three proxies on
+/// one redis-server, three impatient clients × 40 GETs at 5/s, an origin
+/// allowing 2 requests/s over a sliding second with `Retry-After: 2`), each
+/// client on its own name of one site: one budget for the site across the
+/// three, so the origin sees the pace of one crawler.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_sidecars_on_redis_share_one_sites_budget() {
-    use std::sync::atomic::Ordering::SeqCst;
     let Some(redis) = RedisServer::start("three_sidecars_on_redis_share_one_sites_budget") else {
         return;
     };
-    let window = Arc::new(Window {
-        served: Mutex::default(),
-        throttled: 0.into(),
-        robots: 0.into(),
-    });
-    let w = window.clone();
-    let origin = Origin::http(handler(move |req| {
-        let w = w.clone();
-        async move { w.answer(req.uri().path()) }
-    }))
-    .await;
-    let port = origin.port();
-    let mut proxies = Vec::new();
-    for _ in 0..3 {
-        proxies.push(
-            TestProxy::start(|c| {
-                c.budget = Default::default();
-                // A page held is better than a 503: 120 pages at 2/s take a minute.
-                c.budget.max_hold_secs = 300.0;
-                c.state.backend = mannerly_proxy::StateBackend::Redis;
-                c.state.redis_url = redis.url();
-                c.state.key_prefix = "e2e-site:".into();
-                c.state.instances_hint = 3;
-                c.state.command_timeout_ms = 500.0;
-                resolve_to_loopback(c, &format!("*.site.test:{port}"), port);
-            })
-            .await,
-        );
-    }
-    // Patient clients: the last GETs wait about a minute at the proxy.
-    let clients: Vec<_> = proxies
-        .iter()
-        .map(|p| {
-            reqwest::Client::builder()
-                .proxy(reqwest::Proxy::all(p.url()).unwrap())
-                .timeout(Duration::from_secs(300))
-                .build()
-                .unwrap()
-        })
-        .collect();
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for i in 0..40 {
-        for (k, c) in clients.iter().enumerate() {
-            let (c, url) = (
-                c.clone(),
-                format!("http://n{k}.site.test:{port}/c{k}/page/{i}"),
-            );
-            tasks.push(tokio::spawn(async move {
-                let r = c.get(url).send().await.ok()?;
-                let ok = r.status() == 200;
-                r.bytes().await.ok()?;
-                ok.then(Instant::now)
-            }));
-        }
-        tokio::time::sleep(SEND_EVERY).await;
-    }
-    let mut delivered = Vec::new();
-    for t in tasks {
-        delivered.extend(t.await.ok().flatten());
-    }
-    let last = delivered.iter().max().copied().unwrap_or(start);
-    let pages_per_s = delivered.len() as f64 / last.duration_since(start).as_secs_f64();
-    let throttled = window.throttled.load(SeqCst);
-    let keys = redis.cli(&["--scan", "--pattern", "e2e-site:*:h"]);
-    let mut lines = Vec::new();
-    for p in &mut proxies {
-        lines.extend(p.stop().await);
-    }
+    // A loaded test machine must not look like an unreachable Redis.
+    let patient = |c: &mut mannerly_proxy::Config| c.state.command_timeout_ms = 500.0;
+    let r = cluster_bench::run(cluster_bench::Shared::Node(&redis), 3, patient).await;
+    let pages_per_s = r.delivered as f64 / r.seconds;
     eprintln!(
-        "3 sidecars, one site: {}/120 delivered, {throttled} upstream 429s, {} robots.txt, {pages_per_s:.2} pages/s",
-        delivered.len(),
-        window.robots.load(SeqCst)
+        "3 sidecars, one site: {}/120 delivered, {} upstream 429s, {} robots.txt, {pages_per_s:.2} pages/s",
+        r.delivered, r.upstream_429, r.robots_fetches
     );
-    assert_eq!(delivered.len(), 120);
-    assert!(throttled <= 3, "{throttled} upstream 429s");
+    assert_eq!(r.delivered, 120);
+    assert!(r.upstream_429 <= 3, "{} upstream 429s", r.upstream_429);
     assert!(pages_per_s >= 1.5, "{pages_per_s:.2} pages/s");
-    assert_eq!(window.robots.load(SeqCst), 3, "one robots.txt per name");
+    assert_eq!(r.robots_fetches, 3, "one robots.txt per name");
     // One budget, keyed (and hash-tagged) by the site.
-    assert_eq!(
-        keys.split_whitespace().collect::<Vec<_>>(),
-        ["e2e-site:{site.test}:h"]
-    );
-    assert!(lines
-        .iter()
-        .filter(|l| l["outcome"] == "fetched")
-        .all(|l| l["group"] == "site.test"));
+    let keys = redis.cli(&["--scan", "--pattern", "bench*:h"]);
+    let keys: Vec<_> = keys.split_whitespace().collect();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    assert!(keys[0].ends_with(":{site.test}:h"), "{keys:?}");
 }

@@ -32,6 +32,16 @@ impl Cidr {
         Ok(Cidr { net, bits })
     }
 
+    /// The block of `net` with a prefix of `bits` (at most the address's
+    /// length).
+    pub(crate) fn new(net: IpAddr, bits: u8) -> Cidr {
+        let max = if net.is_ipv4() { 32 } else { 128 };
+        Cidr {
+            net,
+            bits: bits.min(max),
+        }
+    }
+
     /// Whether `ip` is inside the block.
     pub fn contains(&self, ip: IpAddr) -> bool {
         self.contains_within(ip, self.bits)

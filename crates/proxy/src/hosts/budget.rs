@@ -233,6 +233,30 @@ impl Budgets {
         self.params(host).max_hold()
     }
 
+    /// Waits for `host`'s turn: a rate slot in arrival order, the end of a
+    /// pause, a free concurrency slot. Gives up at `deadline` with the
+    /// budget's refusal.
+    /// Every request the origin sees takes its turn here: pages, their
+    /// retries, robots.txt and each of its redirects.
+    pub(crate) async fn acquire(
+        self: &Arc<Self>,
+        host: &str,
+        deadline: Instant,
+    ) -> Result<Permit, Refusal> {
+        self.acquire_turn(host, deadline, Loan::May).await
+    }
+
+    /// [`Budgets::acquire`] for a redirect of a robots.txt fetch: it may
+    /// not go on the loan the fetch's first request made (see
+    /// `HostBudget::admit_within`), nor leave it to the page behind it.
+    pub(crate) async fn acquire_own(
+        self: &Arc<Self>,
+        host: &str,
+        deadline: Instant,
+    ) -> Result<Permit, Refusal> {
+        self.acquire_turn(host, deadline, Loan::Not).await
+    }
+
     async fn acquire_group(
         self: &Arc<Self>,
         key: String,

@@ -210,7 +210,7 @@ impl Budgets {
     /// Waits for the turn of `host`'s group; a host with a Crawl-delay of
     /// its own inside a shared group first waits that delay after its own
     /// last send (one of its requests at a time).
-    async fn acquire_turn(
+    pub(super) async fn acquire_turn(
         self: &Arc<Self>,
         host: &str,
         deadline: Instant,
@@ -232,29 +232,5 @@ impl Budgets {
         let permit = self.acquire_group(key, deadline, loan).await?;
         *last = Some(self.clock.now());
         Ok(permit)
-    }
-
-    /// Waits for `host`'s turn: a rate slot in arrival order, the end of a
-    /// pause, a free concurrency slot. Gives up at `deadline` with the
-    /// budget's refusal.
-    /// Every request the origin sees takes its turn here: pages, their
-    /// retries, robots.txt and each of its redirects.
-    pub(crate) async fn acquire(
-        self: &Arc<Self>,
-        host: &str,
-        deadline: Instant,
-    ) -> Result<Permit, Refusal> {
-        self.acquire_turn(host, deadline, Loan::May).await
-    }
-
-    /// [`Budgets::acquire`] for a redirect of a robots.txt fetch: it may
-    /// not go on the loan the fetch's first request made (see
-    /// `HostBudget::admit_within`), nor leave it to the page behind it.
-    pub(crate) async fn acquire_own(
-        self: &Arc<Self>,
-        host: &str,
-        deadline: Instant,
-    ) -> Result<Permit, Refusal> {
-        self.acquire_turn(host, deadline, Loan::Not).await
     }
 }
