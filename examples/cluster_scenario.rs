@@ -26,7 +26,7 @@
 
 #[allow(dead_code)]
 #[path = "../crates/state/tests/support/redis_cluster.rs"]
-mod redis_cluster;
+pub mod redis_cluster;
 #[allow(dead_code)]
 #[path = "../crates/state/tests/support/redis_server.rs"]
 pub mod redis_server;

@@ -10,8 +10,8 @@ use mannerly_policy::site::GroupBy;
 
 use super::admin::{admin_client, get_json};
 use super::cluster_bench;
-use super::cluster_bench::redis_server::RedisServer;
 use super::limiters_bench::{collect, Crawl, Limit, Limiter};
+use super::redis_server::RedisServer;
 use super::support::*;
 
 const NAMES: usize = 20;
