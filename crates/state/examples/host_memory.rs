@@ -100,7 +100,7 @@ fn groups(t0: Instant, wall: SystemTime) {
     const NAMES: usize = 20;
     let params = mannerly_policy::budget::BudgetParams::default();
     let names: Vec<String> = (0..HOSTS)
-        .map(|i| format!("n{}.site{}.example.com", i % NAMES, i / NAMES))
+        .map(|i| format!("n{}.site{}.com", i % NAMES, i / NAMES))
         .collect();
     let before = LIVE.load(Ordering::Relaxed);
     let store = MemoryHosts::default();
