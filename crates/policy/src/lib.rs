@@ -18,7 +18,6 @@ pub mod payment;
 pub mod prefs;
 pub mod robots;
 pub mod robots_cache;
-pub mod site;
 mod whitespace;
 
 pub use address::{classify_ip, parse_host_ip, AddressClass};
@@ -28,6 +27,7 @@ pub use audit::{
     EvidenceProblem, EvidenceSummary, FileReport, FileTrees, Heads, HostEntry, HostProof,
     IndexedLine, Problem, ProvenLine, Report, SealReason, Verifier, CHECKPOINT, GENESIS,
 };
+pub use budget::site;
 pub use cidr::Cidr;
 pub use ed25519_dalek::{SigningKey, VerifyingKey};
 pub use headers::strip_hop_by_hop;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::site::{GroupBy, NamedGroup};
+use super::site::{GroupBy, NamedGroup};
 use crate::ParamError;
 
 /// The most 429s the breaker can be set to count: the throttle history per
@@ -35,7 +35,7 @@ macro_rules! budget_params {
             /// case-insensitively, exact name — not subdomains).
             pub hosts: BTreeMap<String, HostOverride>,
             /// What a budget is shared by: `site` (default), `host` or
-            /// `ip` (see `crate::site`).
+            /// `ip` (see [`super::site`]).
             pub group_by: GroupBy,
             /// Groups the operator names, keyed by name: they come before
             /// `group_by`.

@@ -28,7 +28,7 @@ use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::budget::{host_key, BudgetParams, HostOverride};
+use super::{host_key, BudgetParams, HostOverride};
 use crate::{parse_host_ip, Cidr, ParamError};
 
 /// The prefix of a named group's key: no host name has a colon outside
