@@ -46,7 +46,13 @@ async fn crawl_twenty_names(by: GroupBy) -> Option<Figures> {
         resolve_to_loopback(c, &format!("*.site.test:{port}"), port);
     })
     .await;
-    let client = proxy.client();
+    // Patient: a page the proxy holds is answered within its hold, and a
+    // client that gave up first would leave a request abandoned mid-walk.
+    let client = reqwest::Client::builder()
+        .proxy(reqwest::Proxy::all(proxy.url()).unwrap())
+        .timeout(Duration::from_secs(300))
+        .build()
+        .unwrap();
     let slots = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
     let start = Instant::now();
     let mut tasks = Vec::new();
@@ -147,6 +153,7 @@ async fn two_names_on_one_address_share_a_budget_under_ip() {
     let port = origin.port();
     let mut proxy = TestProxy::start(|c| {
         c.budget.group_by = GroupBy::Ip;
+        c.budget.concurrency = 1;
         for name in ["one.alpha.test", "two.beta.test"] {
             resolve_to_loopback(c, &format!("{name}:{port}"), port);
         }
@@ -166,7 +173,9 @@ async fn two_names_on_one_address_share_a_budget_under_ip() {
     // The first name's page draws the 429 (and is sent again after it).
     let first = c.get(format!("http://one.alpha.test:{port}/page")).send();
     let first = tokio::spawn(first);
-    // Once the origin has refused it, the other name asks.
+    // While the origin refuses it, the other name asks: with one request
+    // in flight per group it waits for that answer, which sets the pause
+    // before it frees the slot.
     refused.notified().await;
     let r = c
         .get(format!("http://two.beta.test:{port}/page"))
