@@ -18,14 +18,18 @@
 //!
 //!     cargo run --release --example cluster_scenario
 //!
-//! `CLUSTER_RUNS=redis,cluster` picks runs by name.
+//! `CLUSTER_RUNS=redis,cluster` picks runs by name. `CLUSTER_SITE_NAMES=3`
+//! spreads the GETs over that many names of one site (`n0.site.test`, …,
+//! resolved to the origin through `upstream.resolve`), so the proxies
+//! share the site's budget group rather than one host's (one robots.txt
+//! per name).
 
 #[allow(dead_code)]
 #[path = "../crates/state/tests/support/redis_cluster.rs"]
-mod redis_cluster;
+pub mod redis_cluster;
 #[allow(dead_code)]
 #[path = "../crates/state/tests/support/redis_server.rs"]
-mod redis_server;
+pub mod redis_server;
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -134,20 +138,20 @@ async fn get(c: &reqwest::Client, url: String) -> Option<(u16, Instant)> {
     Some((status, Instant::now()))
 }
 
-struct Report {
-    delivered: usize,
-    upstream_429: usize,
-    seconds: f64,
-    max_5s: usize,
-    robots_fetches: usize,
-    script_calls: Option<u64>,
+pub struct Report {
+    pub delivered: usize,
+    pub upstream_429: usize,
+    pub seconds: f64,
+    pub max_5s: usize,
+    pub robots_fetches: usize,
+    pub script_calls: Option<u64>,
     /// PUBLISH commands (each goes to every proxy's subscriber).
-    publishes: Option<u64>,
+    pub publishes: Option<u64>,
 }
 
 /// Where the proxies share their state.
 #[derive(Clone, Copy)]
-enum Shared<'a> {
+pub enum Shared<'a> {
     Alone,
     Node(&'a RedisServer),
     Cluster(&'a RedisCluster),
@@ -181,7 +185,19 @@ impl Shared<'_> {
     }
 }
 
-async fn run(shared: Shared<'_>) -> Report {
+/// `CLUSTER_SITE_NAMES`: names of one site the GETs are spread over (0:
+/// the origin's address).
+fn site_names() -> usize {
+    std::env::var("CLUSTER_SITE_NAMES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// One run: the proxies sharing state as `shared` says, the GETs spread
+/// over `names` names of one site (0: the origin's address), each proxy's
+/// configuration last changed by `edit`.
+pub async fn run(shared: Shared<'_>, names: usize, edit: impl Fn(&mut Config)) -> Report {
     let (port, limiter) = origin().await;
     let mut stops = Vec::new();
     let mut addrs = Vec::new();
@@ -197,6 +213,10 @@ async fn run(shared: Shared<'_>) -> Report {
         // Three proxies in one process: no admin listeners (they would share a port).
         cfg.admin.listen = String::new();
         cfg.upstream.allow_private = true;
+        cfg.upstream.resolve.insert(
+            format!("*.site.test:{port}"),
+            std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+        );
         // Impatient clients, patient proxies: 120 pages at 2/s take a
         // minute, and a page held is better than a 503.
         cfg.budget.max_hold_secs = 300.0;
@@ -207,6 +227,7 @@ async fn run(shared: Shared<'_>) -> Report {
             cfg.state.key_prefix = format!("bench{port}:");
             cfg.state.instances_hint = PROXIES as u32;
         }
+        edit(&mut cfg);
         let cfg = cfg.validate().unwrap();
         let ca = CertificateAuthority::load_or_create(&dir, 16).unwrap();
         let (sink, writer) = mannerly_proxy::open_audit(&cfg).unwrap();
@@ -244,7 +265,11 @@ async fn run(shared: Shared<'_>) -> Report {
     for i in 0..PAGES {
         for (k, c) in clients.iter().enumerate() {
             let c = c.clone();
-            let url = format!("http://127.0.0.1:{port}/c{k}/page/{i}");
+            let host = match names {
+                0 => "127.0.0.1".to_string(),
+                n => format!("n{}.site.test", (i * PROXIES + k) % n),
+            };
+            let url = format!("http://{host}:{port}/c{k}/page/{i}");
             tasks.push(tokio::spawn(async move { get(&c, url).await }));
         }
         tokio::time::sleep(SEND_EVERY).await;
@@ -321,7 +346,7 @@ async fn main() {
         runs.retain(|(name, _)| *name != "memory");
     }
     for (name, r) in runs {
-        let rep = run(r).await;
+        let rep = run(r, site_names(), |_| {}).await;
         let rate = if rep.seconds > 0.0 {
             rep.delivered as f64 / rep.seconds
         } else {

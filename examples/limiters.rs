@@ -89,6 +89,12 @@ fn nginx_binary() -> Option<PathBuf> {
 impl Limiter {
     /// Starts nginx with `limit`; `None` where nginx is not installed.
     pub fn start(limit: Limit) -> Option<Limiter> {
+        Limiter::start_for(limit, "")
+    }
+
+    /// The same, its one server block named `server_names` (`.site.test`:
+    /// the domain and every name under it, one zone for them all).
+    pub fn start_for(limit: Limit, server_names: &str) -> Option<Limiter> {
         let nginx = nginx_binary()?;
         let dir = tempfile::tempdir().ok()?;
         let d = dir.path().display().to_string();
@@ -117,6 +123,7 @@ http {{
   limit_req_status 429;
   server {{
     listen 127.0.0.1:{port};
+    {server_name}
     root {d}/www;
     location / {{
       {directive}
@@ -130,7 +137,11 @@ http {{
   }}
 }}
 ",
-            directive = limit.directive()
+            directive = limit.directive(),
+            server_name = match server_names {
+                "" => String::new(),
+                names => format!("server_name {names};"),
+            },
         );
         let conf_path = dir.path().join("nginx.conf");
         std::fs::write(&conf_path, conf).ok()?;
@@ -231,6 +242,15 @@ pub async fn impatient(client: &reqwest::Client, base: &str, pages: usize) -> Cr
         }));
         tokio::time::sleep(SEND_EVERY).await;
     }
+    collect(start, tasks).await
+}
+
+/// A crawl's result from its GETs' tasks (each `Some((answered 200, when))`,
+/// or `None` when it got no answer), started at `start`.
+pub async fn collect(
+    start: Instant,
+    tasks: Vec<tokio::task::JoinHandle<Option<(bool, Instant)>>>,
+) -> Crawl {
     let (mut delivered, mut refused, mut last) = (0, 0, start);
     for t in tasks {
         match t.await.ok().flatten() {

@@ -44,14 +44,16 @@ enum HostsCommand {
         #[arg(long)]
         paused: bool,
     },
-    /// One host: its budget, pause, robots status and last decisions.
+    /// One host: its group's budget, pause, robots status and last decisions.
     Show {
-        /// Host name (no port).
+        /// Host name (no port), or a group's key (`example.com`,
+        /// `group:NAME`).
         host: String,
     },
-    /// Clear a host's learned pause, ceiling and breaker (robots rules stay).
+    /// Clear the learned pause, ceiling and breaker of a host's group, for
+    /// every member (robots rules stay).
     Reset {
-        /// Host name (no port).
+        /// Host name (no port), or a group's key.
         host: String,
     },
 }
@@ -217,6 +219,16 @@ fn list_text(v: &Value) -> String {
 fn print_show(h: &Value) {
     let line = |k: &str, val: String| println!("{k:<22} {val}");
     line("host", h["host"].as_str().unwrap_or("?").into());
+    if let Some(group) = h["group"]
+        .as_str()
+        .filter(|g| Some(*g) != h["host"].as_str())
+    {
+        line("group", group.into());
+    }
+    if let Some(members) = h["members"].as_array().filter(|m| m.len() > 1) {
+        let names: Vec<&str> = members.iter().filter_map(Value::as_str).collect();
+        line("group members", names.join(", "));
+    }
     line(
         "rate",
         format!(
@@ -299,9 +311,13 @@ fn print_reset(v: &Value) {
     let paused = b["paused_for"]
         .as_f64()
         .map_or("not paused".into(), |s| format!("paused {s:.1} s"));
+    let name = v["host"].as_str().unwrap_or("?");
+    let group = match v["group"].as_str() {
+        Some(g) if g != name => format!(" (group {g})"),
+        _ => String::new(),
+    };
     println!(
-        "{}: reset (was {paused}, rate {} req/s, ceiling {} req/s); audit id {}",
-        v["host"].as_str().unwrap_or("?"),
+        "{name}{group}: reset (was {paused}, rate {} req/s, ceiling {} req/s); audit id {}",
         num(&b["rate"], 3),
         num(&b["ceiling"], 3),
         v["audit_id"].as_str().unwrap_or("?"),

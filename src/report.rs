@@ -40,10 +40,16 @@ pub struct ReportArgs {
     /// comes from.
     #[arg(long)]
     json: Option<PathBuf>,
-    /// One site's record alone (its host name): no other host is read or
-    /// named.
+    /// One site's record alone (its host name, or with `--by group` its
+    /// group's key): no other host is read or named.
     #[arg(long)]
     host: Option<String>,
+    /// What a row is: a `host`, or the `group` whose budget the request
+    /// took its turn in (the audit line's `group`: a site, an address or
+    /// a named group), so that a 429 and the pace after it are read over
+    /// every name a site's limiter counts together.
+    #[arg(long, value_enum, default_value_t = stats::By::Host)]
+    by: stats::By,
 }
 
 pub fn run(args: ReportArgs) -> Result<ExitCode> {
@@ -68,7 +74,7 @@ pub fn run(args: ReportArgs) -> Result<ExitCode> {
     } else {
         indicatif::ProgressBar::hidden()
     };
-    let mut report = Report::new(since, args.host.clone());
+    let mut report = Report::new(since, args.host.clone(), args.by);
     for path in &args.files {
         let f = File::open(path).with_context(|| format!("{}", path.display()))?;
         let mut r = BufReader::with_capacity(1 << 20, f);

@@ -2,12 +2,9 @@
 //! clients (reqwest trusting our CA, curl where installed, raw sockets).
 
 mod e2e {
-    // Its call counters serve the cluster benchmark.
-    #[allow(dead_code)]
-    #[path = "../../crates/state/tests/support/redis_cluster.rs"]
-    pub mod redis_cluster;
-    #[path = "../../crates/state/tests/support/redis_server.rs"]
-    pub mod redis_server;
+    // The redis-server and Redis Cluster starters, through the cluster
+    // scenario that loads them (a file is one module once).
+    pub use cluster_bench::{redis_cluster, redis_server};
     pub mod support;
 
     mod admin;
@@ -28,6 +25,7 @@ mod e2e {
     mod deploy;
     mod evidence;
     mod forwarding;
+    mod groups;
     mod identity;
     mod limiters;
     mod limits;
@@ -52,6 +50,10 @@ mod e2e {
 
     #[path = "../../examples/kill9.rs"]
     mod kill9;
+    // The scenario's main and its other runs are not used by the tests.
+    #[allow(dead_code)]
+    #[path = "../../examples/cluster_scenario.rs"]
+    pub mod cluster_bench;
     // Its benchmark's main and naive loop are not used by the tests.
     #[allow(dead_code)]
     #[path = "../../examples/limiters.rs"]

@@ -55,7 +55,7 @@ fn overall(o: &Overall) -> Value {
 pub fn host(name: &str, h: &HostStats) -> Value {
     let f = &h.feedback;
     let listed = f.episodes.len() as u64;
-    json!({
+    let mut out = json!({
         "host": name,
         "crawler": { "agents": h.agents, "keyids": h.keyids },
         "from": format_ts(h.first),
@@ -86,5 +86,11 @@ pub fn host(name: &str, h: &HostStats) -> Value {
             "episodes_listed": listed,
             "episodes_limit": EPISODES,
         },
-    })
+    });
+    // With `--by group`, the row is a group: its hosts.
+    if !h.members.is_empty() {
+        out["members"] = json!(h.members);
+        out["more_members"] = json!(h.more_members);
+    }
+    out
 }

@@ -42,6 +42,8 @@ pub struct Line<'a> {
     #[serde(borrow, default)]
     host: Cow<'a, str>,
     #[serde(borrow, default)]
+    group: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
     pub url: Cow<'a, str>,
     #[serde(borrow, default)]
     pub outcome: Option<Cow<'a, str>>,
@@ -119,8 +121,18 @@ pub enum ChainResult {
     },
 }
 
+/// What a row of the report is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum By {
+    /// The host name.
+    Host,
+    /// The budget's group (lines written before groups: their host).
+    Group,
+}
+
 pub struct Report {
     since: Option<f64>,
+    by: By,
     /// `--host`: the one site reported on.
     pub only: Option<String>,
     pub hosts: HashMap<String, HostStats>,
@@ -137,9 +149,10 @@ pub struct Report {
 }
 
 impl Report {
-    pub fn new(since: Option<f64>, only: Option<String>) -> Report {
+    pub fn new(since: Option<f64>, only: Option<String>, by: By) -> Report {
         Report {
             since,
+            by,
             only: only.map(|h| h.to_ascii_lowercase()),
             hosts: HashMap::new(),
             lines: 0,
@@ -224,10 +237,14 @@ impl Report {
         if outcome == "checkpoint" || l.host.is_empty() {
             return;
         }
+        let key = match (self.by, &l.group) {
+            (By::Group, Some(g)) if !g.is_empty() => g.as_ref(),
+            _ => l.host.as_ref(),
+        };
         if self
             .only
             .as_deref()
-            .is_some_and(|h| !l.host.eq_ignore_ascii_case(h))
+            .is_some_and(|h| !key.eq_ignore_ascii_case(h))
         {
             return;
         }
@@ -247,14 +264,17 @@ impl Report {
         };
         // Looked up before inserting: `entry` would allocate the host's name
         // for every line.
-        let host = match self.hosts.get_mut(l.host.as_ref()) {
+        let host = match self.hosts.get_mut(key) {
             Some(h) => h,
             None => self
                 .hosts
-                .entry(l.host.to_string())
+                .entry(key.to_string())
                 .or_insert_with(|| HostStats::new(start)),
         };
         host.record(t, sent, outcome, &l, at);
+        if self.by == By::Group {
+            host.member(&l.host);
+        }
         let (charged, saved) = (l.charged.as_deref(), l.saved_charge.as_deref());
         self.payments.record(&l.host, outcome, charged, saved);
     }
@@ -354,6 +374,12 @@ impl Report {
                 writeln!(out, "crawler: {}", crawler_text(stats))?;
             }
         }
+        if self.by == By::Group {
+            for (name, h) in self.sorted() {
+                let more = if h.more_members { ", …" } else { "" };
+                writeln!(out, "group {name}: {}{more}", h.members.join(", "))?;
+            }
+        }
         if let (Some(f), Some(l)) = (self.first, self.last) {
             writeln!(out, "period: {} to {} UTC", format_ts(f), format_ts(l))?;
         }
@@ -367,7 +393,10 @@ impl Report {
         writeln!(
             out,
             "{:<32} {:>9} {:>9} {:>8} {:>6} {:>7} {:>7} {:>7} {:>9} {:>8} {:>7} {:>10}",
-            "HOST",
+            match self.by {
+                By::Host => "HOST",
+                By::Group => "GROUP",
+            },
             "REQUESTS",
             "SENT",
             "ROBOTS",

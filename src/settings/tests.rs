@@ -342,3 +342,30 @@ fn every_error_of_a_file_is_said_at_once_in_file_order_in_plain_words() {
         ]
     );
 }
+
+#[test]
+fn budget_groups_load_with_their_own_keys() {
+    let loaded = build(
+        Some((
+            "[budget]\ngroup_by = \"ip\"\n[budget.groups.cdn]\nhosts = [\"*.cdn.example\"]\naddresses = [\"192.0.2.0/24\"]\nmax_rate = 4.0\nconcurrency = 3\n",
+            "my.toml",
+        )),
+        &[],
+        &Flags::default(),
+    )
+    .unwrap();
+    let b = &loaded.config.budget;
+    assert_eq!(b.group_by, mannerly_policy::site::GroupBy::Ip);
+    assert_eq!(b.groups["cdn"].hosts, ["*.cdn.example"]);
+    assert_eq!(b.for_host("group:cdn").concurrency, 3);
+    let err = err_of("[budget.groups.cdn]\nhostz = [\"a.example\"]\n", &[]);
+    assert!(err.contains("budget.groups.cdn.hostz"), "{err}");
+    let err = err_of(
+        "[budget.groups.a]\nhosts = [\"*.example.com\"]\n[budget.groups.b]\nhosts = [\"www.example.com\"]\n",
+        &[],
+    );
+    assert!(
+        err.contains("budget.groups.\"a\"") && err.contains("budget.groups.\"b\""),
+        "{err}"
+    );
+}

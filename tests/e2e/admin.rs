@@ -140,11 +140,14 @@ async fn every_endpoint_answers_after_real_traffic_and_metrics_equal_the_audit_l
             "concurrency",
             "crawl_delay_s",
             "decisions",
+            "group",
             "history",
             "host",
             "in_flight",
+            "kind",
             "last_seen",
             "max_rate",
+            "members",
             "pause_reason",
             "paused",
             "paused_for_s",
@@ -157,6 +160,11 @@ async fn every_endpoint_answers_after_real_traffic_and_metrics_equal_the_audit_l
         ]
     );
     assert_eq!(h["host"], "127.0.0.1");
+    assert_eq!(
+        (&h["group"], &h["kind"]),
+        (&"127.0.0.1".into(), &"ip".into())
+    );
+    assert_eq!(h["members"], serde_json::json!(["127.0.0.1"]));
     assert_eq!(h["paused"], true);
     let left = h["paused_for_s"].as_f64().unwrap();
     assert!(left > 100.0 && left <= 120.0, "{left}");

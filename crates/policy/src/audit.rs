@@ -69,6 +69,10 @@ pub struct AuditRecord {
     pub url: String,
     /// Host name of the target (no port).
     pub host: String,
+    /// The budget the request belongs to (`budget.group_by`,
+    /// `budget.groups`): a site, the host, an address or `group:NAME`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
     /// Product token the decision was made for.
     pub agent: Option<String>,
     /// What was decided.

@@ -29,6 +29,7 @@ mod params;
 mod persist;
 mod reset;
 mod retry_after;
+pub mod site;
 
 pub use announced::{Announced, AnnouncedBy, EPOCH_THRESHOLD};
 pub use decision::{HostView, Reaction, Refusal, Reservation, Start, Throttle, QUEUE_RETRY_AFTER};

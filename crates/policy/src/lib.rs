@@ -6,6 +6,7 @@
 mod address;
 mod audit;
 pub mod budget;
+mod cidr;
 pub mod conditional;
 pub mod encoding;
 mod headers;
@@ -29,6 +30,8 @@ pub use audit::{
     EvidenceFile, EvidenceProblem, EvidenceSummary, FileReport, FileTrees, Heads, HostEntry,
     HostProof, IndexedLine, Problem, ProvenLine, Report, SealReason, Verifier, CHECKPOINT, GENESIS,
 };
+pub use budget::site;
+pub use cidr::Cidr;
 pub use ed25519_dalek::{SigningKey, VerifyingKey};
 pub use headers::strip_hop_by_hop;
 pub use outcome::Outcome;

@@ -6,7 +6,6 @@
 //! stays keyed on the target; nothing here knows the parent's address.
 
 use std::fmt;
-use std::net::IpAddr;
 
 use http::{HeaderMap, HeaderName};
 
@@ -134,7 +133,7 @@ impl fmt::Debug for ParentUrl {
 pub struct NoProxy {
     all: bool,
     names: Vec<(String, Option<u16>)>,
-    nets: Vec<(IpAddr, u8, Option<u16>)>,
+    nets: Vec<(crate::Cidr, Option<u16>)>,
 }
 
 impl NoProxy {
@@ -162,14 +161,13 @@ impl NoProxy {
                     .ok()
                     .filter(|b| *b <= max)
                     .ok_or_else(|| bad("a CIDR's prefix length is 0-32 (IPv4) or 0-128 (IPv6)"))?;
-                np.nets.push((ip, bits, None));
+                np.nets.push((crate::Cidr::new(ip, bits), None));
                 continue;
             }
             let (host, port) = split_host_port(entry)
                 .ok_or_else(|| bad("expected a name, .suffix, IP or CIDR"))?;
             if let Some(ip) = parse_host_ip(host) {
-                let bits = if ip.is_ipv4() { 32 } else { 128 };
-                np.nets.push((ip, bits, port));
+                np.nets.push((crate::Cidr::new(ip, 128), port));
                 continue;
             }
             let name = host.trim_start_matches("*.").trim_start_matches('.');
@@ -192,7 +190,7 @@ impl NoProxy {
             return self
                 .nets
                 .iter()
-                .any(|(net, bits, p)| port_ok(p) && in_net(ip, *net, *bits));
+                .any(|(net, p)| port_ok(p) && net.contains(ip));
         }
         let host = host.to_ascii_lowercase();
         let host = host.strip_suffix('.').unwrap_or(&host);
@@ -295,20 +293,6 @@ pub fn connect_refused_words(status: u16, reason: &str) -> String {
     match status {
         407 => "the parent proxy refused our credentials for CONNECT (407 Proxy Authentication Required); check the user and password in upstream.proxy".into(),
         _ => format!("the parent proxy refused CONNECT: {status} {}", reason.trim()),
-    }
-}
-
-fn in_net(ip: IpAddr, net: IpAddr, bits: u8) -> bool {
-    match (ip, net) {
-        (IpAddr::V4(a), IpAddr::V4(n)) => {
-            let mask = u32::MAX.checked_shl(32 - u32::from(bits)).unwrap_or(0);
-            u32::from(a) & mask == u32::from(n) & mask
-        }
-        (IpAddr::V6(a), IpAddr::V6(n)) => {
-            let mask = u128::MAX.checked_shl(128 - u32::from(bits)).unwrap_or(0);
-            u128::from(a) & mask == u128::from(n) & mask
-        }
-        _ => false,
     }
 }
 

@@ -59,8 +59,9 @@ pub(crate) struct Observe {
 impl Observe {
     /// After the budgets' sweep: the hosts it dropped are marked forgotten.
     pub(crate) fn swept(&self, shared: &Shared) {
-        self.activity
-            .mark_forgotten(self.clock.wall(), |h| host_view(shared, h).is_some());
+        self.activity.mark_forgotten(self.clock.wall(), |h| {
+            host_view(shared, &shared.budgets.key_for(h)).is_some()
+        });
     }
 
     pub(crate) fn new(cfg: &AdminConfig, clock: Clock) -> Arc<Observe> {
@@ -477,9 +478,10 @@ fn list(shared: &Shared, observe: &Observe, q: &BTreeMap<String, String>) -> Ans
     query.sort(&mut rows);
     let total = rows.len();
     let pages = total.div_ceil(query.per_page).max(1);
+    let groups = shared.budgets.members();
     let hosts = query
         .page(rows)
-        .map(|(_, host, v)| host_entry(shared, observe, host, &v, now))
+        .map(|(_, host, v)| host_entry(shared, observe, host, &v, &groups, now))
         .collect();
     json(
         StatusCode::OK,
@@ -502,29 +504,56 @@ fn host_entry(
     observe: &Observe,
     host: String,
     v: &HostView,
+    groups: &Members,
     now: std::time::SystemTime,
 ) -> hosts::HostEntry {
     let p = host_params(shared, &host);
-    observe
+    let mut e = observe
         .activity
         .with(&host, |a| hosts::entry(host.clone(), v, &p, Some(a), now))
-        .unwrap_or_else(|| hosts::entry(host.clone(), v, &p, None, now))
+        .unwrap_or_else(|| hosts::entry(host.clone(), v, &p, None, now));
+    if let Some(g) = groups.get(&host) {
+        with_members(&mut e, g);
+    }
+    e
 }
 
+/// Each group's kind, hosts and their Crawl-delays, as the budgets placed
+/// them.
+type Members = std::collections::HashMap<String, crate::hosts::budget::Members>;
+
+/// A group's kind and hosts on its row; a host's own Crawl-delay inside a
+/// shared group shows there when the budget has none of its own.
+fn with_members(e: &mut hosts::HostEntry, g: &crate::hosts::budget::Members) {
+    e.kind = Some(g.kind);
+    e.members.clone_from(&g.hosts);
+    if e.crawl_delay_s.is_none() {
+        e.crawl_delay_s = g.crawl_delay.map(|d| d.as_secs_f64());
+    }
+}
+
+/// `/hosts/{name}`: a group by its key, or a host: its group's budget with
+/// the host's own activity.
 fn show(shared: &Shared, observe: &Observe, host: &str) -> Answer {
-    let key = host_key(host).into_owned();
+    let name = host_key(host).into_owned();
+    let key = shared.budgets.key_for(&name);
     let Some(v) = host_view(shared, &key) else {
-        let said = match observe.activity.with(&key, |a| (a.forgotten_ms, a.last_ms)) {
-            Some((Some(at), last)) => forgotten_text(&key, at, last),
-            _ => format!("{key} is not tracked"),
+        let said = match observe
+            .activity
+            .with(&name, |a| (a.forgotten_ms, a.last_ms))
+        {
+            Some((Some(at), last)) => forgotten_text(&name, at, last),
+            _ => format!("{name} is not tracked"),
         };
         return error(StatusCode::NOT_FOUND, &said);
     };
     let p = host_params(shared, &key);
-    json(
-        StatusCode::OK,
-        &hosts::detail(key, &v, &p, &observe.activity, shared.clock.wall()),
-    )
+    let mut d = hosts::detail(name, &v, &p, &observe.activity, shared.clock.wall());
+    d.entry.group.clone_from(&key);
+    if let Some(g) = shared.budgets.members().get(&key) {
+        with_members(&mut d.entry, g);
+    }
+    json(StatusCode::OK, &d)
 }
 
 /// A host dropped by the sweep had nothing learned to keep; saying so
@@ -545,22 +574,29 @@ fn forgotten_text(key: &str, at_ms: u64, last_ms: u64) -> String {
 
 #[derive(Serialize)]
 struct ResetAnswer {
+    /// The name the operator gave.
     host: String,
+    /// The budget reset: the group `host` belongs to, or `host` itself.
+    group: String,
     audit_id: String,
     before: HostView,
     after: HostView,
 }
 
+/// Resets the budget `host` names: a group by its key, or a host's group
+/// (every member's pause ends with it).
 async fn reset(shared: &Shared, host: &str, peer: SocketAddr) -> Answer {
-    let key = host_key(host).into_owned();
+    let name = host_key(host).into_owned();
+    let key = shared.budgets.key_for(&name);
     let Some(report) = host_reset(shared, &key).await else {
-        return error(StatusCode::NOT_FOUND, &format!("{key} is not tracked"));
+        return error(StatusCode::NOT_FOUND, &format!("{name} is not tracked"));
     };
     // Saved now, like a throttle, so that a restart does not bring the
     // cleared pause back.
     shared.save_budgets.notify_one();
     let b = &report.before;
-    let mut rec = shared.record("POST", &format!("/hosts/{key}/reset"), &key, peer);
+    let mut rec = shared.record("POST", &format!("/hosts/{name}/reset"), &name, peer);
+    rec.group = Some(key.clone());
     rec.outcome = Some(Outcome::OperatorReset);
     rec.status = Some(200);
     rec.rate = Some(b.rate);
@@ -581,7 +617,8 @@ async fn reset(shared: &Shared, host: &str, peer: SocketAddr) -> Answer {
     json(
         StatusCode::OK,
         &ResetAnswer {
-            host: key,
+            host: name,
+            group: key,
             audit_id,
             before: report.before,
             after: report.after,

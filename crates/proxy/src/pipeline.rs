@@ -266,12 +266,22 @@ impl Exchange {
     /// resolves. The connector checks every address again when it connects;
     /// checking here too means a blocked or unknown target is answered as
     /// such, before robots.txt is fetched.
+    /// The name's group is placed here too, by its address when the
+    /// grouping asks for one (`budget.group_by = "ip"`, address blocks).
     async fn guard(&mut self) -> Step<()> {
         let (guard, host, port) = (&self.shared.guard, &self.target.host, self.target.port);
+        let budgets = &self.shared.budgets;
+        let mut addr = None;
         let reachable = match parse_host_ip(host) {
             Some(ip) => guard.check(host, &[SocketAddr::new(ip, port)]),
+            None if budgets.groups_by_address() => guard.resolve(host, port).await.map(|a| {
+                // The lowest, so that a name whose resolver rotates its
+                // answers stays in one group.
+                addr = a.iter().map(SocketAddr::ip).min();
+            }),
             None => guard.check_name(host, port).await,
         };
+        self.rec.group = Some(budgets.place(host, addr).key);
         match reachable {
             Err(e @ (ConnectError::Blocked { .. } | ConnectError::Resolve { .. })) => {
                 Err(failure::connect(&e))
@@ -301,7 +311,7 @@ impl Exchange {
                 }
             }
             Err(Unfetched::Budget(r)) => {
-                let by = shared.throttled_by.get(host);
+                let by = shared.throttled_by.get(&shared.budgets.group(host).key);
                 let why = "robots.txt cannot be fetched: ";
                 Some(failure::budget(&r, why, by.as_deref()))
             }
@@ -439,7 +449,8 @@ impl Exchange {
         match permit {
             Ok(p) => Ok(Some(p)),
             Err(r) => {
-                let by = self.shared.throttled_by.get(&self.target.host);
+                let group = self.shared.budgets.group(&self.target.host);
+                let by = self.shared.throttled_by.get(&group.key);
                 Err(failure::budget(&r, "", by.as_deref()))
             }
         }

@@ -248,6 +248,7 @@ impl Shared {
             method: method.to_string(),
             url: url.to_string(),
             host: host.to_string(),
+            group: Some(self.budgets.group(host).key),
             ..AuditRecord::default()
         })
     }
@@ -358,7 +359,7 @@ impl Tracker {
     }
 }
 
-/// Which origin last throttled each host (memory only, and bounded: past
+/// Which origin last throttled each budget (memory only, and bounded: past
 /// [`ThrottledBy::MAX`] hosts it starts again, and a paused answer then
 /// names no origin).
 #[derive(Default)]
@@ -367,7 +368,8 @@ pub(crate) struct ThrottledBy(dashmap::DashMap<String, String>);
 impl ThrottledBy {
     const MAX: usize = 100_000;
 
-    /// `origin` throttled `host`.
+    /// `origin` throttled the budget `host` (a group's key: a pause is
+    /// the group's, whichever member drew it).
     pub(crate) fn note(&self, host: &str, origin: String) {
         if self.0.len() >= Self::MAX {
             self.0.clear();

@@ -1,4 +1,8 @@
-//! Memory per host of `MemoryHosts` at 1,000,000 hosts.
+//! Memory per host of `MemoryHosts` at 1,000,000 hosts, then what budget
+//! groups cost: the same hosts as 20 names of each of 50,000 sites
+//! (`budget.group_by = "site"`), one budget per site, and the map of each
+//! host to its group that the proxy keeps (`hosts/budget/groups.rs`:
+//! host name → `Group`, as `DashMap<String, Group>`).
 //!
 //! Every host gets one admit and one 429, so none of them is forgettable,
 //! and bytes are counted by a global allocator that tracks live heap bytes
@@ -86,5 +90,41 @@ fn main() {
     println!(
         "bytes per host:        {:.1} (goal <= 256)",
         total as f64 / HOSTS as f64
+    );
+    drop(store);
+    groups(t0, wall);
+}
+
+/// Sites of 20 names each: budgets per group, and the host → group map.
+fn groups(t0: Instant, wall: SystemTime) {
+    const NAMES: usize = 20;
+    let params = mannerly_policy::budget::BudgetParams::default();
+    let names: Vec<String> = (0..HOSTS)
+        .map(|i| format!("n{}.site{}.com", i % NAMES, i / NAMES))
+        .collect();
+    let before = LIVE.load(Ordering::Relaxed);
+    let store = MemoryHosts::default();
+    let placed = dashmap::DashMap::new();
+    for name in &names {
+        let group = params.group_of(name, None);
+        store.admit(&group.key, t0, Duration::from_secs(30));
+        store.on_response(&group.key, t0, wall, 429, Some("60"), None, 0.5);
+        placed.insert(name.clone(), group);
+    }
+    let after = LIVE.load(Ordering::Relaxed);
+    let sites = HOSTS / NAMES;
+    assert_eq!(store.len(), sites);
+    let budgets_then = LIVE.load(Ordering::Relaxed);
+    drop(placed);
+    let map = budgets_then - LIVE.load(Ordering::Relaxed);
+    let budgets = (after - before) - map;
+    println!("sites of {NAMES} names:   {sites} (one budget each)");
+    println!(
+        "bytes per group:       {:.1} (its budget)",
+        budgets as f64 / sites as f64
+    );
+    println!(
+        "bytes per host placed: {:.1} (host name -> group)",
+        map as f64 / HOSTS as f64
     );
 }

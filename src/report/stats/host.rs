@@ -9,6 +9,8 @@ use mannerly_policy::robots_cache::fetch_failed;
 pub const BUCKETS: usize = 120;
 /// Crawler names (agents, key ids) kept per host.
 const NAMES: usize = 8;
+/// Hosts named per group.
+pub const MEMBERS: usize = 64;
 
 /// One chart bucket.
 #[derive(Clone, Copy, Debug, Default)]
@@ -43,6 +45,10 @@ pub struct HostStats {
     pub last: f64,
     pub robots: RobotsSignal,
     pub feedback: Feedback,
+    /// With `--by group`: the hosts of the group (the first
+    /// [`MEMBERS`]), and whether there were more.
+    pub members: Vec<String>,
+    pub more_members: bool,
     /// Product tokens and Web Bot Auth key ids the requests went out as.
     pub agents: Vec<String>,
     pub keyids: Vec<String>,
@@ -62,6 +68,18 @@ fn remember(names: &mut Vec<String>, name: Option<&str>) {
 }
 
 impl HostStats {
+    /// A line of `host` counted in this group's row.
+    pub fn member(&mut self, host: &str) {
+        if self.members.iter().any(|m| m == host) {
+            return;
+        }
+        if self.members.len() < MEMBERS {
+            self.members.push(host.to_string());
+        } else {
+            self.more_members = true;
+        }
+    }
+
     pub fn new(t: f64) -> HostStats {
         HostStats {
             first: t,

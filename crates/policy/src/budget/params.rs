@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::site::{GroupBy, NamedGroup};
 use crate::ParamError;
 
 /// The most 429s the breaker can be set to count: the throttle history per
@@ -35,11 +36,23 @@ macro_rules! budget_params {
             pub hosts: BTreeMap<String, HostOverride>,
             /// Hours in which nothing is sent to some hosts (`visit`).
             pub quiet_hours: Vec<crate::visit::QuietHours>,
+            /// What a budget is shared by: `site` (default), `host` or
+            /// `ip` (see [`super::site`]).
+            pub group_by: GroupBy,
+            /// Groups the operator names, keyed by name: they come before
+            /// `group_by`.
+            pub groups: BTreeMap<String, NamedGroup>,
         }
 
         impl Default for BudgetParams {
             fn default() -> Self {
-                BudgetParams { $( $name: $default, )* hosts: BTreeMap::new(), quiet_hours: Vec::new() }
+                BudgetParams {
+                    $( $name: $default, )*
+                    hosts: BTreeMap::new(),
+                    group_by: GroupBy::default(),
+                    groups: BTreeMap::new(),
+                    quiet_hours: Vec::new(),
+                }
             }
         }
 
@@ -167,14 +180,25 @@ impl BudgetParams {
             }
         }
         self.hosts = hosts;
+        self.validate_groups()?;
         Ok(self)
     }
 
-    /// The resolved parameters of `host` (any case, port ignored).
+    /// Checks the numbers of an override laid over the global ones; the
+    /// error's key starts with `prefix`.
+    pub(crate) fn check_override(&self, o: &HostOverride, prefix: &str) -> Result<(), ParamError> {
+        self.global().overridden(o).check(prefix)
+    }
+
+    /// The resolved parameters of a budget's key: a host (any case, port
+    /// ignored), a site, an address or a named group (`group:NAME`).
     pub fn for_host(&self, host: &str) -> HostParams {
         let global = self.global();
-        if self.hosts.is_empty() {
+        if self.hosts.is_empty() && self.groups.is_empty() {
             return global;
+        }
+        if let Some(o) = self.group_override(host) {
+            return global.overridden(&o);
         }
         match self.hosts.get(super::host_key(host).as_ref()) {
             Some(o) => global.overridden(o),

@@ -221,14 +221,22 @@ impl Activity {
         self.push_latest(d.clone());
         let key = mannerly_policy::budget::host_key(&rec.host);
         let now = unix_ms(now);
+        // A group of several hosts is a row of `/hosts` too.
+        if let Some(group) = rec.group.as_deref().filter(|g| *g != key.as_ref()) {
+            self.take_in(group, rec, outcome, d.clone(), now);
+        }
+        self.take_in(key.as_ref(), rec, outcome, d, now);
+    }
+
+    fn take_in(&self, key: &str, rec: &AuditRecord, outcome: Outcome, d: Arc<Decision>, now: u64) {
         // A known host (nearly every record) needs no owned key; the shard
         // lock is released before `len` below takes every shard.
-        if let Some(mut known) = self.hosts.get_mut(key.as_ref()) {
+        if let Some(mut known) = self.hosts.get_mut(key) {
             known.take_in(rec, outcome, d, now);
             return;
         }
         self.hosts
-            .entry(Box::from(key.as_ref()))
+            .entry(Box::from(key))
             .or_default()
             .take_in(rec, outcome, d, now);
         if self.hosts.len() > self.max_hosts {

@@ -4,14 +4,25 @@
 use std::time::SystemTime;
 
 use mannerly_policy::budget::{HostParams, HostView};
+use mannerly_policy::site::GroupKind;
 use serde::Serialize;
 
 use super::activity::{unix_ms, Activity, Decision, HostActivity, RobotsSeen, Sample};
 
-/// One host as `/hosts` lists it. Durations are seconds, times RFC 3339.
+/// One budget as `/hosts` lists it (a group of hosts: `budget.group_by`).
+/// Durations are seconds, times RFC 3339.
 #[derive(Debug, Serialize)]
 pub(crate) struct HostEntry {
+    /// The budget's key; in `/hosts/{host}`, the host asked for.
     pub host: String,
+    /// The group whose budget this is: a site, a host, an address or
+    /// `group:NAME`.
+    pub group: String,
+    /// What the group's key names (`site`, `host`, `ip`, `named`); `null`
+    /// for a budget no request placed a host in since the start.
+    pub kind: Option<GroupKind>,
+    /// The hosts requests were placed in the group by, sorted.
+    pub members: Vec<String>,
     /// Requests/s now.
     pub rate: f64,
     /// Learned ceiling, requests/s (`max_rate` when nothing is learned).
@@ -92,7 +103,10 @@ pub(crate) fn entry(
         (None, None) => None,
     };
     HostEntry {
+        group: host.clone(),
         host,
+        kind: None,
+        members: Vec::new(),
         rate: round(v.rate),
         ceiling: round(v.ceiling),
         max_rate: p.max_rate,

@@ -326,7 +326,13 @@ impl Metrics {
         let i = index(outcome);
         self.decisions[i].increment(1);
         self.totals[i].fetch_add(1, Ordering::Relaxed);
-        if let Some(counters) = self.per_host.get(rec.host.as_str()) {
+        // A label names a host or a budget group (a site, `group:NAME`).
+        let group = rec.group.as_deref().filter(|g| *g != rec.host);
+        let labelled = self.per_host.get(rec.host.as_str());
+        for counters in labelled
+            .into_iter()
+            .chain(group.and_then(|g| self.per_host.get(g)))
+        {
             counters[i].increment(1);
         }
         let upstream_status = match outcome {

@@ -5,7 +5,7 @@
 //! line that never holds the password.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -22,52 +22,7 @@ use crate::config::{Config, ProxyAuth};
 use crate::datadir;
 use crate::error::{AuthError, ConfigError, Source};
 
-/// An address block of `proxy.allow`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Cidr {
-    net: IpAddr,
-    bits: u8,
-}
-
-impl Cidr {
-    /// `10.0.0.0/8`, `::1/128`, or a single address.
-    pub fn parse(s: &str) -> Result<Cidr, String> {
-        let (ip, bits) = match s.trim().split_once('/') {
-            Some((ip, bits)) => (ip, Some(bits)),
-            None => (s.trim(), None),
-        };
-        let net: IpAddr = ip
-            .parse()
-            .map_err(|_| format!("{s:?} is not an address or address/prefix"))?;
-        let max = if net.is_ipv4() { 32 } else { 128 };
-        let bits = match bits {
-            None => max,
-            Some(b) => b
-                .parse::<u8>()
-                .ok()
-                .filter(|b| *b <= max)
-                .ok_or_else(|| format!("{s:?}: prefix length must be 0..={max}"))?,
-        };
-        Ok(Cidr { net, bits })
-    }
-
-    /// Whether `ip` is inside the block.
-    pub fn contains(&self, ip: IpAddr) -> bool {
-        match (self.net, ip.to_canonical()) {
-            (IpAddr::V4(n), IpAddr::V4(a)) => {
-                let mask = u32::MAX.checked_shl(32 - u32::from(self.bits)).unwrap_or(0);
-                u32::from(n) & mask == u32::from(a) & mask
-            }
-            (IpAddr::V6(n), IpAddr::V6(a)) => {
-                let mask = u128::MAX
-                    .checked_shl(128 - u32::from(self.bits))
-                    .unwrap_or(0);
-                u128::from(n) & mask == u128::from(a) & mask
-            }
-            _ => false,
-        }
-    }
-}
+pub use mannerly_policy::Cidr;
 
 /// The check every request read on the proxy port goes through.
 /// Password checks that may run at once (see `Gate::checking`).

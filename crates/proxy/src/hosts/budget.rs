@@ -16,10 +16,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use dashmap::DashMap;
-use mannerly_policy::budget::HostParams;
 use mannerly_policy::budget::{
-    host_key, Announced, HostView, PersistedHost, Reaction, Refusal, Reservation, ResetReport,
-    Start, QUEUE_RETRY_AFTER,
+    host_key, Announced, BudgetParams, HostParams, HostView, PersistedHost, Reaction, Refusal,
+    Reservation, ResetReport, Start, QUEUE_RETRY_AFTER,
 };
 use mannerly_state::hosts::{Basis, HostStore, Lease, MemoryHosts, RedisHosts};
 use mannerly_state::responses::{ResponseStore, StoreError};
@@ -38,10 +37,13 @@ pub(crate) const SHARED_SLOT_RECHECK: Duration = Duration::from_secs(1);
 /// The same while the subscription to other proxies' releases is down.
 pub(crate) const SHARED_SLOT_RECHECK_UNHEARD: Duration = Duration::from_millis(100);
 
-/// The budgets of all hosts and the wake-ups of their waiters.
+/// The budgets of all groups of hosts and the wake-ups of their waiters.
+/// A budget is keyed by its group (`groups.rs`): below the public methods,
+/// `key` is a group's key, `host` a host name.
 pub(crate) struct Budgets {
     backend: Backend,
     clock: Clock,
+    groups: groups::Groups,
     lines: DashMap<String, Arc<Line>>,
     seed: AtomicU64,
     /// Crawl-delays to apply to shared budgets before the next request.
@@ -64,7 +66,7 @@ enum Backend {
     Redis(Arc<RedisHosts>),
 }
 
-/// The requests waiting for one host.
+/// The requests waiting for one group.
 struct Line {
     /// Held by the request whose slot is being reserved or waited for.
     turn: Mutex<()>,
@@ -85,6 +87,7 @@ struct Line {
 /// An in-flight slot of a host. Released by [`Permit::respond`], or on drop
 /// when no response came (error, timeout, client gone).
 pub(crate) struct Permit {
+    /// The group's key.
     host: String,
     budgets: Arc<Budgets>,
     open: bool,
@@ -94,14 +97,19 @@ pub(crate) struct Permit {
 }
 
 impl Budgets {
-    pub(crate) fn new(store: Arc<dyn HostStore>, clock: Clock) -> Arc<Budgets> {
-        Budgets::with(Backend::Memory(store), clock)
+    pub(crate) fn new(
+        store: Arc<dyn HostStore>,
+        clock: Clock,
+        params: BudgetParams,
+    ) -> Arc<Budgets> {
+        Budgets::with(Backend::Memory(store), clock, params)
     }
 
-    fn with(backend: Backend, clock: Clock) -> Arc<Budgets> {
+    fn with(backend: Backend, clock: Clock, params: BudgetParams) -> Arc<Budgets> {
         Arc::new(Budgets {
             backend,
             clock,
+            groups: groups::Groups::new(params),
             lines: DashMap::new(),
             seed: AtomicU64::new(0x9e37_79b9_7f4a_7c15),
             crawl_delays: DashMap::new(),
@@ -119,7 +127,7 @@ impl Budgets {
             crate::config::StateBackend::Redis => Budgets::shared_from_config(cfg, clock),
             crate::config::StateBackend::Memory => {
                 let hosts = MemoryHosts::new(cfg.budget.clone()).map_err(invalid)?;
-                Ok(Budgets::new(Arc::new(hosts), clock))
+                Ok(Budgets::new(Arc::new(hosts), clock, cfg.budget.clone()))
             }
         }
     }
@@ -136,19 +144,26 @@ impl Budgets {
     /// numbers from its next step on, keeping what it learned.
     pub(crate) fn set_params(
         &self,
-        params: mannerly_policy::budget::BudgetParams,
+        params: BudgetParams,
     ) -> Result<(), mannerly_policy::ParamError> {
         match &self.backend {
-            Backend::Memory(m) => m.set_budget_params(params),
-            Backend::Redis(r) => r.set_budget_params(params),
-        }
+            Backend::Memory(m) => m.set_budget_params(params.clone()),
+            Backend::Redis(r) => r.set_budget_params(params.clone()),
+        }?;
+        self.groups.set_params(params);
+        Ok(())
     }
 
-    /// The resolved budget parameters of `host`.
+    /// The resolved budget parameters of `host`'s group.
     pub(crate) fn params(&self, host: &str) -> HostParams {
+        self.key_params(&self.groups.of(host).key)
+    }
+
+    /// The resolved budget parameters of the group `key`.
+    pub(crate) fn key_params(&self, key: &str) -> HostParams {
         match &self.backend {
-            Backend::Memory(m) => m.params(&host_key(host)),
-            Backend::Redis(r) => r.params(host),
+            Backend::Memory(m) => m.params(&host_key(key)),
+            Backend::Redis(r) => r.params(key),
         }
     }
 
@@ -172,8 +187,8 @@ impl Budgets {
         self.clock.wall()
     }
 
-    /// The state of one host (for `/hosts`): with Redis, as this proxy saw
-    /// it last.
+    /// The state of one group's budget (for `/hosts`), by its key: with
+    /// Redis, as this proxy saw it last.
     pub(crate) fn view(&self, host: &str) -> Option<HostView> {
         let now = self.clock.now_std();
         match &self.backend {
@@ -182,7 +197,7 @@ impl Budgets {
         }
     }
 
-    /// Every host held, sorted by name.
+    /// Every group's budget held, sorted by key.
     pub(crate) fn views(&self) -> Vec<(String, HostView)> {
         let now = self.clock.now_std();
         match &self.backend {
@@ -191,8 +206,8 @@ impl Budgets {
         }
     }
 
-    /// An operator's reset of `host`'s learned pause, ceiling and breaker;
-    /// `None` when nothing is held for it.
+    /// An operator's reset of a group's learned pause, ceiling and
+    /// breaker, by its key; `None` when nothing is held for it.
     pub(crate) async fn reset(&self, host: &str) -> Option<ResetReport> {
         let now = self.clock.now_std();
         let report = match &self.backend {
@@ -242,15 +257,14 @@ impl Budgets {
         self.acquire_turn(host, deadline, Loan::Not).await
     }
 
-    async fn acquire_turn(
+    async fn acquire_group(
         self: &Arc<Self>,
-        host: &str,
+        key: String,
         deadline: Instant,
         loan: Loan,
     ) -> Result<Permit, Refusal> {
-        let key = host_key(host).into_owned();
         let line = self.line(&key);
-        let params = self.params(&key);
+        let params = self.key_params(&key);
         // One request at a time asks for its slot, in arrival order (tokio's
         // mutex is fair): a slot is only reserved when it is next, so a rate
         // that changed while others waited applies at once.
@@ -362,14 +376,21 @@ impl Budgets {
         )
     }
 
-    /// Makes sure a robots.txt Crawl-delay caps the host's rate.
+    /// Makes sure a robots.txt Crawl-delay caps the host's rate: the
+    /// budget's own, when the host is its group alone; else the host's
+    /// spacing inside its group, which other members do not wait for.
     pub(crate) fn set_crawl_delay(&self, host: &str, delay: Option<f64>) {
+        let group = self.groups.of(host);
+        if !self.groups.alone(&group) {
+            self.groups.set_spacing(host, delay);
+            return;
+        }
         match &self.backend {
-            Backend::Memory(m) => m.set_crawl_delay(&host_key(host), self.clock.now_std(), delay),
+            Backend::Memory(m) => m.set_crawl_delay(&group.key, self.clock.now_std(), delay),
             // Applied on the way into the host's next request, where a round
             // trip may be awaited.
             Backend::Redis(_) => {
-                self.crawl_delays.insert(host_key(host).into_owned(), delay);
+                self.crawl_delays.insert(group.key, delay);
             }
         }
     }
@@ -628,6 +649,8 @@ enum Loan {
     Not,
 }
 
+mod groups;
+pub(crate) use groups::Members;
 mod shared;
 #[cfg(test)]
 mod tests;

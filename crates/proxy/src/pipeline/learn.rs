@@ -6,7 +6,7 @@ use http::header::RETRY_AFTER;
 use http::request::Parts;
 use http::{HeaderValue, Response, StatusCode};
 use hyper::body::Incoming;
-use mannerly_policy::budget::{host_key, Announced, HostParams, Reaction, Refusal, Throttle};
+use mannerly_policy::budget::{Announced, HostParams, Reaction, Refusal, Throttle};
 use mannerly_policy::conditional::{self, CacheOutcome, WriteBack};
 use mannerly_policy::identity::{self, AskedSignature, Challenge};
 use mannerly_policy::Outcome;
@@ -129,12 +129,13 @@ impl Exchange {
         self.rec.cache(cache);
         self.rec.source = Some(Source::Upstream.as_str());
         let origin = self.target.url(None);
-        self.shared.throttled_by.note(&self.target.host, origin);
+        let group = self.shared.budgets.group(&self.target.host);
+        self.shared.throttled_by.note(&group.key, origin);
         self.retry_after = t.retry_after_raw.clone();
         let hold_left = self
             .deadline
             .saturating_duration_since(self.shared.clock.now());
-        let params = self.shared.budgets.params(&host_key(&self.target.host));
+        let params = self.shared.budgets.params(&self.target.host);
         let pause = t.pause.as_secs_f64();
         let not_again =
             veto.or_else(|| params.no_retry(&parts.method, self.retries, t.pause, hold_left));

@@ -321,7 +321,7 @@ impl Exchange {
         let refusal = match fetched {
             Ok(rules) => tdm_file_refusal(&live, &rules, &self.path, &mut self.rec),
             Err(Unfetched::Budget(r)) => {
-                let by = shared.throttled_by.get(host);
+                let by = shared.throttled_by.get(&shared.budgets.group(host).key);
                 let why = "tdmrep.json cannot be fetched: ";
                 return self.enforced(Some(failure::budget(&r, why, by.as_deref())));
             }

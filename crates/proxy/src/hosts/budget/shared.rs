@@ -45,7 +45,7 @@ impl Budgets {
                 why: other.to_string(),
             },
         })?;
-        let budgets = Budgets::with(Backend::Redis(Arc::new(hosts)), clock);
+        let budgets = Budgets::with(Backend::Redis(Arc::new(hosts)), clock, cfg.budget.clone());
         let weak = Arc::downgrade(&budgets);
         let wakes = Wakes::subscribe(
             &s.redis_url,

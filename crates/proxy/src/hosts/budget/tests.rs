@@ -11,12 +11,14 @@ use mannerly_policy::budget::{BudgetParams, Refusal};
 use mannerly_state::hosts::MemoryHosts;
 use tokio::time::Instant;
 
+use mannerly_policy::site::GroupKind;
+
 use super::Budgets;
 use crate::clock::Clock;
 
 fn budgets(params: BudgetParams) -> Arc<Budgets> {
-    let hosts = MemoryHosts::new(params).expect("valid test parameters");
-    Budgets::new(Arc::new(hosts), Clock::system())
+    let hosts = MemoryHosts::new(params.clone()).expect("valid test parameters");
+    Budgets::new(Arc::new(hosts), Clock::system(), params)
 }
 
 fn hold(secs: u64) -> Instant {
@@ -115,4 +117,85 @@ async fn a_request_still_waiting_when_its_hold_ends_gets_queue_full() {
         matches!(refused, Err(Refusal::QueueFull { .. })),
         "{refused:?}"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn names_of_one_site_take_turns_in_one_budget() {
+    let b = budgets(BudgetParams::default()); // group_by = "site", 1 request/s
+    let t0 = Instant::now();
+    let names = ["www.example.org", "shop.example.org", "img.example.org"];
+    for name in names {
+        // Released unanswered: only the pace counts here.
+        drop(b.acquire(name, hold(30)).await.expect("turn"));
+    }
+    // The first slot is lent to the second request; the third waits two
+    // intervals, as three requests to one host would.
+    assert_eq!(Instant::now() - t0, Duration::from_secs(2));
+    assert_eq!(b.group("shop.example.org").key, "example.org");
+    assert_eq!(b.views().len(), 1);
+    // Only a request's guard step places a host (by its address too).
+    for name in names {
+        b.place(name, None);
+    }
+    let members = ["img.example.org", "shop.example.org", "www.example.org"];
+    let group = &b.members()["example.org"];
+    assert_eq!(group.kind, GroupKind::Site);
+    assert_eq!(group.hosts, members);
+    assert_eq!(b.key_for("WWW.example.org"), "example.org");
+}
+
+#[tokio::test(start_paused = true)]
+async fn names_grouped_by_host_each_have_their_own_budget() {
+    let params = BudgetParams {
+        group_by: mannerly_policy::site::GroupBy::Host,
+        ..BudgetParams::default()
+    };
+    let b = budgets(params);
+    let t0 = Instant::now();
+    for name in ["www.example.org", "shop.example.org", "img.example.org"] {
+        drop(b.acquire(name, hold(30)).await.expect("turn"));
+    }
+    assert_eq!(Instant::now() - t0, Duration::ZERO);
+    assert_eq!(b.views().len(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_crawl_delay_inside_a_group_spaces_its_host_only() {
+    let params = BudgetParams {
+        start_rate: 8.0,
+        ..BudgetParams::default()
+    };
+    let b = budgets(params);
+    b.set_crawl_delay("slow.example.org", Some(5.0));
+    let t0 = Instant::now();
+    drop(
+        b.acquire("slow.example.org", hold(30))
+            .await
+            .expect("first"),
+    );
+    drop(
+        b.acquire("www.example.org", hold(30))
+            .await
+            .expect("sibling"),
+    );
+    // The sibling waits for the group's pace only (8/s, on the loan).
+    assert_eq!(Instant::now() - t0, Duration::ZERO);
+    drop(
+        b.acquire("slow.example.org", hold(30))
+            .await
+            .expect("second"),
+    );
+    // The slow host waits its own 5 s after its own last send.
+    assert_eq!(Instant::now() - t0, Duration::from_secs(5));
+    // A delay longer than the hold is refused with the time it would take.
+    b.set_crawl_delay("slow.example.org", Some(60.0));
+    let refused = b.acquire("slow.example.org", hold(30)).await.err();
+    assert!(
+        matches!(refused, Some(Refusal::Paced { retry_after }) if retry_after == Duration::from_secs(60))
+    );
+    // The group's own budget carries no delay; its member's shows.
+    assert_eq!(b.view("example.org").map(|v| v.crawl_delay), Some(None));
+    b.place("slow.example.org", None);
+    let group = &b.members()["example.org"];
+    assert_eq!(group.crawl_delay, Some(Duration::from_secs(60)));
 }

@@ -1,0 +1,236 @@
+//! Which budget a host's requests take their turn in (`budget.group_by`,
+//! `budget.groups`): the group each host was placed in, and the spacing a
+//! host's own robots.txt Crawl-delay keeps inside a group it shares.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use dashmap::DashMap;
+use mannerly_policy::budget::Refusal;
+use mannerly_policy::budget::{host_key, BudgetParams};
+use mannerly_policy::site::{crawl_delay_wait, Group, GroupKind};
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+
+use super::{Budgets, Loan, Permit};
+
+/// Hosts remembered with their group; the map is cleared past this (a host
+/// not remembered is placed again by its name, and by its address at its
+/// next request's guard step).
+const PLACED_MAX: usize = 100_000;
+
+/// The grouping rules and where each host went.
+pub(super) struct Groups {
+    params: RwLock<Arc<BudgetParams>>,
+    /// Host key → its group, as its last request was placed.
+    placed: DashMap<String, Group>,
+    /// Hosts with a Crawl-delay of their own inside a shared group.
+    spaced: DashMap<String, Arc<Spacing>>,
+}
+
+/// A group as `/hosts` shows it.
+pub(crate) struct Members {
+    /// What the group's key names.
+    pub(crate) kind: GroupKind,
+    /// The hosts placed in it, sorted.
+    pub(crate) hosts: Vec<String>,
+    /// The longest Crawl-delay a member keeps inside the group.
+    pub(crate) crawl_delay: Option<Duration>,
+}
+
+/// One host's Crawl-delay inside a shared group: one request of the host
+/// asks for the group's turn at a time, the delay after the previous send.
+pub(super) struct Spacing {
+    /// The host's last send; held while a request of the host waits.
+    pub(super) last: Mutex<Option<Instant>>,
+    delay_ms: std::sync::atomic::AtomicU64,
+}
+
+impl Spacing {
+    pub(super) fn delay(&self) -> Duration {
+        Duration::from_millis(self.delay_ms.load(std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
+impl Groups {
+    pub(super) fn new(params: BudgetParams) -> Groups {
+        Groups {
+            params: RwLock::new(Arc::new(params)),
+            placed: DashMap::new(),
+            spaced: DashMap::new(),
+        }
+    }
+
+    fn params(&self) -> Arc<BudgetParams> {
+        match self.params.read() {
+            Ok(p) => p.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// New rules: every host is placed again at its next request.
+    pub(super) fn set_params(&self, params: BudgetParams) {
+        match self.params.write() {
+            Ok(mut p) => *p = Arc::new(params),
+            Err(poisoned) => *poisoned.into_inner() = Arc::new(params),
+        }
+        self.placed.clear();
+    }
+
+    /// Whether `group` is one host's alone (see `BudgetParams::alone`).
+    pub(super) fn alone(&self, group: &Group) -> bool {
+        self.params().alone(group)
+    }
+
+    /// Whether a host's group can depend on its address.
+    pub(super) fn by_address(&self) -> bool {
+        self.params().groups_by_address()
+    }
+
+    /// Places `host`, which resolved to `addr`, in its group.
+    pub(super) fn place(&self, host: &str, addr: Option<IpAddr>) -> Group {
+        let group = self.params().group_of(host, addr);
+        let key = host_key(host);
+        if self.placed.get(key.as_ref()).is_some_and(|g| *g == group) {
+            return group;
+        }
+        if self.placed.len() >= PLACED_MAX {
+            self.placed.clear();
+        }
+        self.placed.insert(key.into_owned(), group.clone());
+        group
+    }
+
+    /// The group of `host`: where it was placed, else by its name (not
+    /// remembered: only a request's guard step places a host).
+    pub(super) fn of(&self, host: &str) -> Group {
+        match self.placed.get(host_key(host).as_ref()) {
+            Some(g) => g.clone(),
+            None => self.params().group_of(host, None),
+        }
+    }
+
+    /// Every group hosts were placed in: its kind, its hosts (sorted) and
+    /// the longest Crawl-delay one of them keeps inside it.
+    pub(super) fn members(&self) -> HashMap<String, Members> {
+        let mut out: HashMap<String, Members> = HashMap::new();
+        for e in self.placed.iter() {
+            let g = e.value();
+            let entry = out.entry(g.key.clone()).or_insert(Members {
+                kind: g.kind,
+                hosts: Vec::new(),
+                crawl_delay: None,
+            });
+            entry.hosts.push(e.key().clone());
+            if let Some(s) = self.spaced.get(e.key()) {
+                entry.crawl_delay = entry.crawl_delay.max(Some(s.delay()));
+            }
+        }
+        for m in out.values_mut() {
+            m.hosts.sort();
+        }
+        out
+    }
+
+    /// Sets `host`'s own Crawl-delay inside its shared group; `None` (or
+    /// zero) lifts it.
+    pub(super) fn set_spacing(&self, host: &str, delay: Option<f64>) {
+        let ms = delay
+            .filter(|d| d.is_finite() && *d > 0.0)
+            .map(|d| (d.min(86_400.0) * 1000.0).round() as u64);
+        let key = host_key(host);
+        match ms {
+            None => {
+                if self.spaced.contains_key(key.as_ref()) {
+                    self.spaced.remove(key.as_ref());
+                }
+            }
+            Some(ms) => {
+                if self.spaced.len() >= PLACED_MAX {
+                    self.spaced.clear();
+                }
+                let s = self.spaced.entry(key.into_owned()).or_insert_with(|| {
+                    Arc::new(Spacing {
+                        last: Mutex::new(None),
+                        delay_ms: std::sync::atomic::AtomicU64::new(ms),
+                    })
+                });
+                s.delay_ms.store(ms, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// `host`'s own spacing, when it has a Crawl-delay inside a group.
+    pub(super) fn spacing(&self, host: &str) -> Option<Arc<Spacing>> {
+        if self.spaced.is_empty() {
+            return None;
+        }
+        self.spaced.get(host_key(host).as_ref()).map(|s| s.clone())
+    }
+}
+
+// === impl Budgets: groups ===
+
+impl Budgets {
+    /// The group of `host`: where its last request was placed, else by
+    /// its name.
+    pub(crate) fn group(&self, host: &str) -> Group {
+        self.groups.of(host)
+    }
+
+    /// Places `host`, which resolved to `addr`, in its group (the guard
+    /// step, once the name is resolved).
+    pub(crate) fn place(&self, host: &str, addr: Option<std::net::IpAddr>) -> Group {
+        self.groups.place(host, addr)
+    }
+
+    /// Whether a host's group can depend on the address it resolves to.
+    pub(crate) fn groups_by_address(&self) -> bool {
+        self.groups.by_address()
+    }
+
+    /// Every group hosts were placed in, with its kind, its hosts and
+    /// their Crawl-delays (for `/hosts`).
+    pub(crate) fn members(&self) -> HashMap<String, Members> {
+        self.groups.members()
+    }
+
+    /// The budget key an operator means by `name`: a group's key as it
+    /// is, a host's group otherwise.
+    pub(crate) fn key_for(&self, name: &str) -> String {
+        let key = host_key(name);
+        match self.view(&key) {
+            Some(_) => key.into_owned(),
+            None => self.groups.of(&key).key,
+        }
+    }
+
+    /// Waits for the turn of `host`'s group; a host with a Crawl-delay of
+    /// its own inside a shared group first waits that delay after its own
+    /// last send (one of its requests at a time).
+    pub(super) async fn acquire_turn(
+        self: &Arc<Self>,
+        host: &str,
+        deadline: Instant,
+        loan: Loan,
+    ) -> Result<Permit, Refusal> {
+        let key = self.groups.of(host).key;
+        let Some(spacing) = self.groups.spacing(host) else {
+            return self.acquire_group(key, deadline, loan).await;
+        };
+        let Ok(mut last) = tokio::time::timeout_at(deadline, spacing.last.lock()).await else {
+            return Err(self.held_too_long(&key));
+        };
+        let now = self.clock.now();
+        let wait = crawl_delay_wait(last.map(Instant::into_std), spacing.delay(), now.into_std());
+        if now + wait > deadline {
+            return Err(Refusal::Paced { retry_after: wait });
+        }
+        tokio::time::sleep(wait).await;
+        let permit = self.acquire_group(key, deadline, loan).await?;
+        *last = Some(self.clock.now());
+        Ok(permit)
+    }
+}
