@@ -26,6 +26,7 @@ mod e2e {
     mod dashboard;
     mod datadir;
     mod deploy;
+    mod distress;
     mod evidence;
     mod forwarding;
     mod identity;

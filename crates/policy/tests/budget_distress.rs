@@ -172,7 +172,7 @@ fn a_run_of_500s_is_one_event_and_a_success_breaks_the_run() {
     let p = with(|_| {});
     let t0 = Instant::now();
     let mut b = HostBudget::new(&p, t0);
-    let mut answer = |b: &mut HostBudget, at: u64, status: u16| {
+    let answer = |b: &mut HostBudget, at: u64, status: u16| {
         sent(b, &p, t0 + ms(at));
         b.on_response(&p, t0 + ms(at), wall(), status, None, 0.0)
     };

@@ -19,6 +19,7 @@ use http::uri::PathAndQuery;
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body::Body as _;
 use hyper::body::Incoming;
+use mannerly_policy::budget::{Distress, Failure, Refusal};
 use mannerly_policy::conditional::{self, Admission, CacheKey, CacheOutcome, Plan};
 use mannerly_policy::identity::AskedSignature;
 use mannerly_policy::robots_cache::{Rules, SiteFile};
@@ -71,10 +72,10 @@ pub(crate) async fn handle(
         let mut body = x.client_body(body).await?; // small bodies read before the turn
         loop {
             x.offer(&cache).await?; // a price held before the send, or refused unsent
-            let permit = x.budget().await?; // 2. the host's turn
+            let mut permit = x.budget().await?; // 2. the host's turn
             let mut out = x.outgoing(&parts, body.take(), &cache)?;
             x.identity(&mut out); // 4. Web Bot Auth signature
-            let resp = x.upstream(out).await?; // 5. send
+            let resp = x.upstream(out, &mut permit).await?; // 5. send
             let resendable = body.resendable();
             match x
                 .learn(&parts, &mut cache, permit, resp, resendable)
@@ -416,6 +417,9 @@ impl Exchange {
         match permit {
             Ok(p) => Ok(Some(p)),
             Err(r) => {
+                if let Refusal::Distressed { event, .. } = r {
+                    self.rec.distress = Some(event.as_str());
+                }
                 let by = self.shared.throttled_by.get(&self.target.host);
                 Err(failure::budget(&r, "", by.as_deref()))
             }
@@ -477,8 +481,14 @@ impl Exchange {
         }
     }
 
-    /// Step 5: send, with the first-byte timeout.
-    async fn upstream(&mut self, out: Request<ProxyBody>) -> Step<Response<Incoming>> {
+    /// Step 5: send, with the first-byte timeout. A timeout or a reset is
+    /// the site's distress, which its budget hears as the slot is given
+    /// back.
+    async fn upstream(
+        &mut self,
+        out: Request<ProxyBody>,
+        permit: &mut Option<Permit>,
+    ) -> Step<Response<Incoming>> {
         let first_byte = self.shared.cfg.upstream.first_byte_timeout;
         let sending = self.shared.clock.now();
         self.rec.sent = Some(self.shared.clock.stamp());
@@ -497,8 +507,24 @@ impl Exchange {
                 }
                 self.through_parent(resp)
             }
-            Ok(Err(e)) => Err(failure::upstream(&e)),
-            Err(_) => Err(failure::no_first_byte(first_byte)),
+            Ok(Err(e)) => {
+                self.failed(permit.take(), failure::distress(&e)).await;
+                Err(failure::upstream(&e))
+            }
+            Err(_) => {
+                let timeout = Failure::Distress(Distress::FirstByteTimeout);
+                self.failed(permit.take(), timeout).await;
+                Err(failure::no_first_byte(first_byte))
+            }
+        }
+    }
+
+    /// Gives back the turn of a request that got no response, with what
+    /// the site showed; the line says what the budget made of it.
+    async fn failed(&mut self, permit: Option<Permit>, failure: Failure) {
+        let Some(permit) = permit else { return };
+        if let Some(r) = permit.failed(failure).await {
+            self.rec.budget(&r);
         }
     }
 

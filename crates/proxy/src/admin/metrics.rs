@@ -17,7 +17,7 @@ use metrics_exporter_prometheus::{
 };
 
 /// Every outcome, in the order of [`index`].
-pub(crate) const OUTCOMES: [Outcome; 21] = [
+pub(crate) const OUTCOMES: [Outcome; 23] = [
     Outcome::Fetched,
     Outcome::Revalidated,
     Outcome::Unchanged,
@@ -39,6 +39,8 @@ pub(crate) const OUTCOMES: [Outcome; 21] = [
     Outcome::TdmrepFetched,
     Outcome::PaymentRefused,
     Outcome::PaymentFailed,
+    Outcome::Distressed,
+    Outcome::Collapsed,
 ];
 
 /// Position of an outcome in [`OUTCOMES`]; exhaustive, so a new outcome
@@ -66,6 +68,8 @@ fn index(o: Outcome) -> usize {
         Outcome::TdmrepFetched => 18,
         Outcome::PaymentRefused => 19,
         Outcome::PaymentFailed => 20,
+        Outcome::Distressed => 21,
+        Outcome::Collapsed => 22,
     }
 }
 

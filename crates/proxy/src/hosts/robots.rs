@@ -212,7 +212,7 @@ impl<F: SiteFile> RobotsCache<F> {
             (Some(status), Some(permit)) => {
                 let announced = Announced::from_headers(&report.headers, self.clock.wall());
                 permit
-                    .respond(status, report.retry_after.as_deref(), announced.as_ref())
+                    .respond(status, report.retry_after.as_deref(), announced.as_ref(), None)
                     .await;
             }
             (_, permit) => drop(permit),
@@ -374,7 +374,7 @@ impl Pacing<'_> {
     /// `false` when the budget would not hold the next hop.
     async fn next_hop(&mut self, status: u16, next: &Uri) -> bool {
         if let Some(permit) = self.permit.take() {
-            permit.respond(status, None, None).await;
+            permit.respond(status, None, None, None).await;
         }
         let Some(host) = next.host() else {
             return true;

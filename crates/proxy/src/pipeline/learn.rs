@@ -39,7 +39,8 @@ impl Exchange {
             // Behind a provider, the target's status as it carried it.
             Some(p) => {
                 let status = self.rec.target_status.unwrap_or(resp.status().as_u16());
-                Some(p.respond(status, retry_after, announced.as_ref()).await)
+                let ttfb = self.rec.upstream_ms;
+                Some(p.respond(status, retry_after, announced.as_ref(), ttfb).await)
             }
             None => None,
         };

@@ -89,6 +89,10 @@ impl HostBudget {
             }
             return None;
         }
+        if at_least && sample <= self.latency_fast {
+            // Gone before the average: says nothing.
+            return None;
+        }
         let fast = (u32::from(self.latency_fast) * (FAST_WEIGHT - 1) + u32::from(sample))
             / FAST_WEIGHT;
         self.latency_fast = fast.clamp(1, u32::from(u16::MAX)) as u16;
@@ -127,6 +131,30 @@ impl HostBudget {
         self.keep_next_slot(p, n, tau);
         self.event = Distress::Slow.code();
         Some(self.strain(p, n, now, Distress::Slow, None, false))
+    }
+
+    /// [`HostBudget::on_answer`] with the answer's time to first byte
+    /// learned first: a cut for slowness is the reaction then, unless the
+    /// answer itself is a throttle or distress.
+    #[allow(clippy::too_many_arguments)]
+    pub fn on_timed_answer(
+        &mut self,
+        p: &HostParams,
+        now: Instant,
+        wall: std::time::SystemTime,
+        status: u16,
+        retry_after: Option<&str>,
+        announced: Option<&super::super::Announced>,
+        ttfb_ms: Option<u64>,
+        jitter: f64,
+    ) -> Reaction {
+        let slow = ttfb_ms.and_then(|ms| self.note_latency(p, now, ms));
+        match (self.on_answer(p, now, wall, status, retry_after, announced, jitter), slow) {
+            (Reaction::Ok { rate, ceiling } | Reaction::SlowedDown { rate, ceiling }, Some(s)) => {
+                Reaction::Distressed(Strain { rate, ceiling, ..s })
+            }
+            (r, _) => r,
+        }
     }
 
     /// A distress event: the rate is cut; one too many in the window, or
