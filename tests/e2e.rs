@@ -22,6 +22,7 @@ mod e2e {
     mod cli;
     mod clients;
     mod cluster;
+    mod collapse;
     mod conduct;
     mod dashboard;
     mod datadir;

@@ -337,8 +337,9 @@ fn a_misspelt_log_level_and_a_second_instance_name_their_fix() {
     let _ = first.child.wait();
     assert_ne!(code, 0, "{out}");
     assert!(
-        out.contains(&format!("another mannerly (PID {pid}) runs on this data dir ("))
-            && out.contains("stop it, or give this one its own with --data-dir"),
+        out.contains(&format!(
+            "another mannerly (PID {pid}) runs on this data dir ("
+        )) && out.contains("stop it, or give this one its own with --data-dir"),
         "{out}"
     );
 }

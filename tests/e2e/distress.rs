@@ -80,7 +80,9 @@ async fn pages_that_never_answer_pause_the_host_and_its_clients_are_answered_at_
         answers.push(t.await.unwrap());
     }
     assert!(
-        answers.iter().any(|(s, d)| *s == 503 && d.starts_with("distressed")),
+        answers
+            .iter()
+            .any(|(s, d)| *s == 503 && d.starts_with("distressed")),
         "{answers:?}"
     );
 
@@ -91,11 +93,21 @@ async fn pages_that_never_answer_pause_the_host_and_its_clients_are_answered_at_
         let took = asked.elapsed();
         assert_eq!(r.status().as_u16(), 503, "request {i}");
         assert!(decision(&r).starts_with("distressed"), "{}", decision(&r));
-        let header = r.headers()["mannerly-decision"].to_str().unwrap().to_string();
+        let header = r.headers()["mannerly-decision"]
+            .to_str()
+            .unwrap()
+            .to_string();
         assert!(header.contains("distress=first_byte_timeout"), "{header}");
-        let retry: u64 = r.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+        let retry: u64 = r.headers()["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
         assert!((1..=10).contains(&retry), "Retry-After {retry}");
-        assert!(took < Duration::from_millis(1500), "request {i} took {took:?}");
+        assert!(
+            took < Duration::from_millis(1500),
+            "request {i} took {took:?}"
+        );
     }
 
     let sent = arrivals.pages().len();
@@ -134,7 +146,10 @@ async fn a_storm_of_503s_without_retry_after_is_waited_out_and_crawling_resumes(
     let mut i = 0;
     while after.len() < 40 {
         tick.tick().await;
-        let (c, u) = (c.clone(), format!("http://127.0.0.1:{}/p{i}", origin.port()));
+        let (c, u) = (
+            c.clone(),
+            format!("http://127.0.0.1:{}/p{i}", origin.port()),
+        );
         i += 1;
         let task = tokio::spawn(async move {
             let r = c.get(u).send().await.unwrap();
@@ -160,9 +175,17 @@ async fn a_storm_of_503s_without_retry_after_is_waited_out_and_crawling_resumes(
     eprintln!(
         "503 storm: {in_storm} requests reached the origin during the storm; {delivered} of 40 delivered after"
     );
-    assert!(in_storm <= 8, "{in_storm} requests reached the origin during the storm");
-    assert!(delivered >= 10, "{delivered} of 40 delivered after the storm");
+    assert!(
+        in_storm <= 8,
+        "{in_storm} requests reached the origin during the storm"
+    );
+    assert!(
+        delivered >= 10,
+        "{delivered} of 40 delivered after the storm"
+    );
     let lines = proxy.stop().await;
-    assert!(lines.iter().any(|l| l["distress"] == "503" && l["pause_s"].is_number()));
+    assert!(lines
+        .iter()
+        .any(|l| l["distress"] == "503" && l["pause_s"].is_number()));
     assert!(!with_outcome(&lines, "distressed").is_empty());
 }

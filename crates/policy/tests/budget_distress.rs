@@ -7,8 +7,8 @@
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use mannerly_policy::budget::{
-    BudgetParams, Distress, Failure, HostBudget, HostParams, Reaction, Refusal, Reservation,
-    Start, Strain,
+    BudgetParams, Distress, Failure, HostBudget, HostParams, Reaction, Refusal, Reservation, Start,
+    Strain,
 };
 use mannerly_policy::Outcome;
 
@@ -136,10 +136,24 @@ fn a_success_between_two_pauses_starts_the_backoff_afresh() {
     // One event after the success, outside nothing: the window still
     // holds the two before, so it is one too many, but a first strike.
     sent(&mut b, &p, t0 + ms(5000));
-    let s = strain(Some(b.on_response(&p, t0 + ms(5000), wall(), 502, None, 0.0)));
+    let s = strain(Some(b.on_response(
+        &p,
+        t0 + ms(5000),
+        wall(),
+        502,
+        None,
+        0.0,
+    )));
     assert_eq!((s.event, s.pause), (Distress::BadGateway, None));
     sent(&mut b, &p, t0 + ms(8000));
-    let s = strain(Some(b.on_response(&p, t0 + ms(8000), wall(), 502, None, 0.0)));
+    let s = strain(Some(b.on_response(
+        &p,
+        t0 + ms(8000),
+        wall(),
+        502,
+        None,
+        0.0,
+    )));
     assert_eq!(s.pause, Some(ms(2000)));
 }
 
@@ -176,14 +190,29 @@ fn a_run_of_500s_is_one_event_and_a_success_breaks_the_run() {
         sent(b, &p, t0 + ms(at));
         b.on_response(&p, t0 + ms(at), wall(), status, None, 0.0)
     };
-    assert!(matches!(answer(&mut b, 0, 500), Reaction::SlowedDown { .. }));
-    assert!(matches!(answer(&mut b, 2000, 500), Reaction::SlowedDown { .. }));
+    assert!(matches!(
+        answer(&mut b, 0, 500),
+        Reaction::SlowedDown { .. }
+    ));
+    assert!(matches!(
+        answer(&mut b, 2000, 500),
+        Reaction::SlowedDown { .. }
+    ));
     assert!(matches!(answer(&mut b, 4000, 200), Reaction::Ok { .. }));
-    assert!(matches!(answer(&mut b, 6000, 500), Reaction::SlowedDown { .. }));
-    assert!(matches!(answer(&mut b, 8000, 500), Reaction::SlowedDown { .. }));
+    assert!(matches!(
+        answer(&mut b, 6000, 500),
+        Reaction::SlowedDown { .. }
+    ));
+    assert!(matches!(
+        answer(&mut b, 8000, 500),
+        Reaction::SlowedDown { .. }
+    ));
     let s = strain(Some(answer(&mut b, 10_000, 500)));
     assert_eq!((s.event, s.pause), (Distress::ServerErrors, None));
-    assert_eq!(b.view(&p, t0 + ms(10_000)).last_distress, Some(Distress::ServerErrors));
+    assert_eq!(
+        b.view(&p, t0 + ms(10_000)).last_distress,
+        Some(Distress::ServerErrors)
+    );
 }
 
 #[test]
@@ -195,7 +224,10 @@ fn slow_answers_cut_rate_and_cap_once_a_second_and_quick_ones_lift_the_cap() {
     assert_eq!(b.note_latency(&p, at(0), 50), None);
     // The average: (3 × 50 + 300) / 4 = 112 ms, past 2 × 50.
     let s = b.note_latency(&p, at(1000), 300).expect("a cut");
-    assert_eq!((s.event, s.rate, s.ceiling, s.pause), (Distress::Slow, 6.0, 6.0, None));
+    assert_eq!(
+        (s.event, s.rate, s.ceiling, s.pause),
+        (Distress::Slow, 6.0, 6.0, None)
+    );
     // Within the second: no second cut.
     assert_eq!(b.note_latency(&p, at(1500), 300), None);
     let s = b.note_latency(&p, at(2500), 300).expect("a second cut");
@@ -243,7 +275,12 @@ fn an_abandoned_request_counts_as_at_least_that_slow() {
     assert_eq!(b.note_latency(&p, t0, 50), None);
     b.finish(&p, t0);
     sent(&mut b, &p, t0 + ms(1000));
-    let s = strain(b.on_failure(&p, t0 + ms(3000), Failure::Abandoned { after_ms: 2000 }, 0.0));
+    let s = strain(b.on_failure(
+        &p,
+        t0 + ms(3000),
+        Failure::Abandoned { after_ms: 2000 },
+        0.0,
+    ));
     assert_eq!((s.event, s.rate), (Distress::Slow, 6.0));
     assert_eq!(b.view(&p, t0 + ms(3000)).in_flight, 0);
     // Nothing the site showed: only the slot comes back.
@@ -258,7 +295,12 @@ fn distress_survives_the_shared_encoding() {
     let mut b = HostBudget::new(&p, t0);
     sent(&mut b, &p, t0);
     b.note_latency(&p, t0, 80);
-    b.on_failure(&p, t0 + ms(10), Failure::Distress(Distress::ConnectTimeout), 0.0);
+    b.on_failure(
+        &p,
+        t0 + ms(10),
+        Failure::Distress(Distress::ConnectTimeout),
+        0.0,
+    );
     let bytes = b.encode(t0 + ms(10), wall());
     let c = HostBudget::decode(&p, &bytes, 0, t0 + ms(10), wall()).unwrap();
     assert_eq!(c.view(&p, t0 + ms(10)), b.view(&p, t0 + ms(10)));

@@ -13,6 +13,7 @@ mod clock;
 mod config;
 mod datadir;
 mod error;
+mod flights;
 mod hosts;
 mod identity;
 mod listen;

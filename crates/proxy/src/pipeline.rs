@@ -23,7 +23,7 @@ use mannerly_policy::budget::{Distress, Failure, Refusal};
 use mannerly_policy::conditional::{self, Admission, CacheKey, CacheOutcome, Plan};
 use mannerly_policy::identity::AskedSignature;
 use mannerly_policy::robots_cache::{Rules, SiteFile};
-use mannerly_policy::{parse_host_ip, AuditRecord};
+use mannerly_policy::{parse_host_ip, AuditRecord, Outcome};
 use mannerly_state::responses::StoredResponse;
 use tokio::time::Instant;
 
@@ -33,6 +33,7 @@ use crate::clients::body::{ClientBody, Pace, Received};
 use crate::clients::interim::Lane;
 use crate::config::Config;
 use crate::error::ConnectError;
+use crate::flights::{FlightKey, Joined, Landed};
 use crate::hosts::budget::Permit;
 use crate::hosts::robots::{self, RobotsCache, Unfetched};
 use crate::shared::Shared;
@@ -69,6 +70,10 @@ pub(crate) async fn handle(
             Lookup::Ask(cache) => cache, // 3. validators to send
             Lookup::Stored(page) => return Ok(x.stored_answer(page)), // fresh, not asked
         };
+        let flight = match x.collapse(&parts, &cache).await {
+            Joined::Alone(flight) => flight, // the origin is asked by this request
+            Joined::Shared(page) => return Ok(x.collapsed(page)), // or answered an identical one
+        };
         let mut body = x.client_body(body).await?; // small bodies read before the turn
         loop {
             x.offer(&cache).await?; // a price held before the send, or refused unsent
@@ -81,7 +86,7 @@ pub(crate) async fn handle(
                 .learn(&parts, &mut cache, permit, resp, resendable)
                 .await?
             {
-                Learned::Answer(answer) => return Ok(answer), // 6.-7. learn, audit
+                Learned::Answer(answer) => return Ok(x.landed(flight, answer)), // 6.-7. learn, audit
                 Learned::RetryAfterThrottle | Learned::SignAsAsked | Learned::PayAndRetry => {
                     continue
                 }
@@ -380,6 +385,53 @@ impl Exchange {
             }
         }
         Ok(Lookup::Ask(step))
+    }
+
+    /// One request per resource at a time: an identical request already
+    /// at the origin (same method, cache key and fields, nothing private)
+    /// answers this one too.
+    async fn collapse(&mut self, parts: &Parts, cache: &CacheStep) -> Joined {
+        let key = cache
+            .key
+            .as_ref()
+            .filter(|_| cache.outcome != CacheOutcome::Bypass && self.enforce)
+            .and_then(|k| FlightKey::of(&parts.method, k.as_str(), &parts.headers));
+        let since = self.shared.clock.now();
+        let joined = self.shared.flights.join(key, self.deadline).await;
+        if let Joined::Shared(_) = joined {
+            self.waited += self.shared.clock.now().saturating_duration_since(since);
+            self.rec.waited(self.waited);
+        }
+        joined
+    }
+
+    /// The answer of the identical request that went: this request's own
+    /// line, `collapsed` into that one's.
+    fn collapsed(&mut self, page: Arc<Landed>) -> Response<ProxyBody> {
+        self.rec.outcome = Some(Outcome::Collapsed);
+        self.rec.collapsed_into = Some(page.id.clone());
+        self.stored_answer(StoredPage {
+            status: page.status,
+            headers: page.headers.clone(),
+            body: page.body.clone(),
+        })
+    }
+
+    /// This request's answer, which identical requests that waited for it
+    /// get as well.
+    fn landed(
+        &self,
+        flight: Option<crate::flights::Flight>,
+        answer: Response<ProxyBody>,
+    ) -> Response<ProxyBody> {
+        let id = answer.headers().get(crate::answer::ID);
+        match (flight, id.and_then(|v| v.to_str().ok())) {
+            (Some(f), Some(id)) => {
+                let id = id.to_owned();
+                f.land(answer, id)
+            }
+            _ => answer,
+        }
     }
 
     /// The client's body: read whole when small, so that a slow client does

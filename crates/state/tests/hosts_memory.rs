@@ -104,7 +104,16 @@ fn sweep_drops_idle_hosts_and_keeps_paused_ones() {
         assert_eq!(store.try_start(host, t0, HOLD), Start::Go);
     }
     store.on_response("idle.example", t0, wall(), 200, None, None, None, 0.0);
-    store.on_response("paused.example", t0, wall(), 429, Some("600"), None, None, 0.0);
+    store.on_response(
+        "paused.example",
+        t0,
+        wall(),
+        429,
+        Some("600"),
+        None,
+        None,
+        0.0,
+    );
     // busy.example is still in flight.
 
     assert_eq!(store.sweep(t0 + secs(2)), 1);
@@ -125,7 +134,16 @@ fn sweep_drops_idle_hosts_and_keeps_paused_ones() {
 fn persisted_hosts_round_trip_through_a_restart() {
     let store = MemoryHosts::default();
     let t0 = Instant::now();
-    store.on_response("paused.example", t0, wall(), 429, Some("600"), None, None, 0.0);
+    store.on_response(
+        "paused.example",
+        t0,
+        wall(),
+        429,
+        Some("600"),
+        None,
+        None,
+        0.0,
+    );
     store.on_response("fine.example", t0, wall(), 200, None, None, None, 0.0);
     store.set_crawl_delay("paused.example", t0, Some(10.0));
 

@@ -88,7 +88,9 @@ impl Distress {
 
     /// The event a code stands for.
     pub(crate) fn from_code(code: u8) -> Option<Distress> {
-        Distress::ALL.get(usize::from(code).checked_sub(1)?).copied()
+        Distress::ALL
+            .get(usize::from(code).checked_sub(1)?)
+            .copied()
     }
 }
 

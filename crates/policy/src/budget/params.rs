@@ -274,7 +274,10 @@ impl HostParams {
             ("ceiling_relax_secs", self.ceiling_relax_secs),
             ("breaker_open_secs", self.breaker_open_secs),
             ("distress_window_secs", self.distress_window_secs),
-            ("distress_backoff_base_secs", self.distress_backoff_base_secs),
+            (
+                "distress_backoff_base_secs",
+                self.distress_backoff_base_secs,
+            ),
             ("distress_backoff_max_secs", self.distress_backoff_max_secs),
         ] {
             if !secs_within(s, MAX_LONG_SECS) || s == 0.0 {

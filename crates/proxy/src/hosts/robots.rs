@@ -212,7 +212,12 @@ impl<F: SiteFile> RobotsCache<F> {
             (Some(status), Some(permit)) => {
                 let announced = Announced::from_headers(&report.headers, self.clock.wall());
                 permit
-                    .respond(status, report.retry_after.as_deref(), announced.as_ref(), None)
+                    .respond(
+                        status,
+                        report.retry_after.as_deref(),
+                        announced.as_ref(),
+                        None,
+                    )
                     .await;
             }
             (_, permit) => drop(permit),

@@ -40,7 +40,10 @@ impl Exchange {
             Some(p) => {
                 let status = self.rec.target_status.unwrap_or(resp.status().as_u16());
                 let ttfb = self.rec.upstream_ms;
-                Some(p.respond(status, retry_after, announced.as_ref(), ttfb).await)
+                Some(
+                    p.respond(status, retry_after, announced.as_ref(), ttfb)
+                        .await,
+                )
             }
             None => None,
         };

@@ -4,8 +4,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use dashmap::DashMap;
 use mannerly_policy::budget::{
-    host_key, Announced, Failure, BudgetParams, HostBudget, HostParams, HostView, PersistedHost, Reaction,
-    Reservation, ResetReport, Start,
+    host_key, Announced, BudgetParams, Failure, HostBudget, HostParams, HostView, PersistedHost,
+    Reaction, Reservation, ResetReport, Start,
 };
 
 use super::HostStore;
@@ -135,7 +135,16 @@ impl HostStore for MemoryHosts {
         jitter: f64,
     ) -> Reaction {
         self.with(host, now, |b, p| {
-            b.on_timed_answer(p, now, wall, status, retry_after, announced, ttfb_ms, jitter)
+            b.on_timed_answer(
+                p,
+                now,
+                wall,
+                status,
+                retry_after,
+                announced,
+                ttfb_ms,
+                jitter,
+            )
         })
     }
 

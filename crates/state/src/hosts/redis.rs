@@ -39,8 +39,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use dashmap::DashMap;
 use mannerly_policy::budget::{
-    host_key, Announced, Failure, BudgetParams, HostBudget, HostParams, HostView, Reaction, Reservation,
-    ResetReport, Start,
+    host_key, Announced, BudgetParams, Failure, HostBudget, HostParams, HostView, Reaction,
+    Reservation, ResetReport, Start,
 };
 
 use crate::link::Link;
@@ -396,7 +396,16 @@ impl RedisHosts {
             Lease::Local => LeaseAction::ReleaseLocal,
         };
         self.run(host, now, wall, action, |b, p, _| {
-            let r = b.on_timed_answer(p, now, wall, status, retry_after, announced, ttfb_ms, jitter);
+            let r = b.on_timed_answer(
+                p,
+                now,
+                wall,
+                status,
+                retry_after,
+                announced,
+                ttfb_ms,
+                jitter,
+            );
             (r, false)
         })
         .await

@@ -23,9 +23,7 @@ use super::super::decision::{Reaction, Strain};
 use super::super::params::HostParams;
 use super::super::{Distress, Failure};
 use super::throttle::backoff_ms;
-use super::{
-    f, get, put, scale, HostBudget, BREAKER, DISTRESS, LENT, LOAN_SENT, NONE, ON_LOAN,
-};
+use super::{f, get, put, scale, HostBudget, BREAKER, DISTRESS, LENT, LOAN_SENT, NONE, ON_LOAN};
 
 /// Shortest time between two cuts for slowness.
 const SLOW_COOLDOWN_MS: u64 = 1_000;
@@ -93,8 +91,8 @@ impl HostBudget {
             // Gone before the average: says nothing.
             return None;
         }
-        let fast = (u32::from(self.latency_fast) * (FAST_WEIGHT - 1) + u32::from(sample))
-            / FAST_WEIGHT;
+        let fast =
+            (u32::from(self.latency_fast) * (FAST_WEIGHT - 1) + u32::from(sample)) / FAST_WEIGHT;
         self.latency_fast = fast.clamp(1, u32::from(u16::MAX)) as u16;
         let base = self.latency_base;
         if !at_least {
@@ -125,7 +123,9 @@ impl HostBudget {
         self.slowed = put(n);
         let tau = self.tau_ms(p, n);
         let before = self.rate_u(p, n);
-        let cut = scale(before, p.server_error_factor).max(p.floor_u()).min(before);
+        let cut = scale(before, p.server_error_factor)
+            .max(p.floor_u())
+            .min(before);
         self.rate = cut;
         self.latency_cap = cut.max(1);
         self.keep_next_slot(p, n, tau);
@@ -149,7 +149,10 @@ impl HostBudget {
         jitter: f64,
     ) -> Reaction {
         let slow = ttfb_ms.and_then(|ms| self.note_latency(p, now, ms));
-        match (self.on_answer(p, now, wall, status, retry_after, announced, jitter), slow) {
+        match (
+            self.on_answer(p, now, wall, status, retry_after, announced, jitter),
+            slow,
+        ) {
             (Reaction::Ok { rate, ceiling } | Reaction::SlowedDown { rate, ceiling }, Some(s)) => {
                 Reaction::Distressed(Strain { rate, ceiling, ..s })
             }
@@ -175,9 +178,13 @@ impl HostBudget {
             // the same episode, which it neither lengthens nor counts.
             return self.strain(p, n, now, event, Some(until), false);
         }
-        let within = get(self.distressed)
-            .is_some_and(|d| n.saturating_sub(d) < p.distress_window_ms());
-        self.events = if within { self.events.saturating_add(1) } else { 1 };
+        let within =
+            get(self.distressed).is_some_and(|d| n.saturating_sub(d) < p.distress_window_ms());
+        self.events = if within {
+            self.events.saturating_add(1)
+        } else {
+            1
+        };
         self.distressed = put(n);
         let tau = self.tau_ms(p, n);
         let rate = self.rate_u(p, n);

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::super::params::HostParams;
 use super::{
-    get, HostBudget, BREAKER, DISTRESS, GAP_NONE, LENT, LOAN_SENT, MAX_SEND_GAP_MS, NONE,
-    ON_LOAN, RING,
+    get, HostBudget, BREAKER, DISTRESS, GAP_NONE, LENT, LOAN_SENT, MAX_SEND_GAP_MS, NONE, ON_LOAN,
+    RING,
 };
 
 /// First byte of an encoded budget; a layout change gets a new one.

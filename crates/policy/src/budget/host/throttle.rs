@@ -7,8 +7,8 @@ use super::super::decision::Throttle;
 use super::super::params::HostParams;
 use super::super::retry_after::parse_retry_after;
 use super::{
-    f, get, put, scale, scale_count, HostBudget, BREAKER, DISTRESS, LENT, LOAN_SENT, NONE,
-    ON_LOAN, RAW_RETRY_AFTER_MAX, RING,
+    f, get, put, scale, scale_count, HostBudget, BREAKER, DISTRESS, LENT, LOAN_SENT, NONE, ON_LOAN,
+    RAW_RETRY_AFTER_MAX, RING,
 };
 
 // === impl HostBudget (throttle) ===

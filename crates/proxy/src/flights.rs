@@ -1,0 +1,331 @@
+//! One request per resource at a time (cbcp-01 §3: "no concurrent requests
+//! to the same resource"; squid's `collapsed_forwarding`): identical GETs or
+//! HEADs in flight together reach the origin once. The first is the
+//! flight; the others wait for its answer and get a copy, each with its own
+//! line (`collapsed`, `collapsed_into` naming the first).
+//!
+//! Identical is the same method, the same cache key and the same request
+//! fields (hop-by-hop and proxy fields aside), with nothing private: the
+//! caller only asks for requests the store's rules admit (no
+//! Authorization, no Cookie) and without a body of their own.
+//!
+//! # Failure
+//!
+//! A flight whose walk ends without an answer of the origin's (a refusal,
+//! a timeout), whose body breaks, carries trailers or is larger than the
+//! store's `max_body`, lands nothing: its waiters go on by themselves, the
+//! first of them as a new flight. A waiter never waits past its own hold.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+
+use bytes::{Bytes, BytesMut};
+use http::{HeaderMap, Method, Response, StatusCode};
+use http_body::{Body, Frame, SizeHint};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::body::{BoxError, ProxyBody};
+
+/// What makes two requests the same request.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct FlightKey {
+    method: Method,
+    key: String,
+    fields: Vec<(String, Vec<u8>)>,
+}
+
+impl FlightKey {
+    /// The key of a request whose cache key is `key`, or `None` when it
+    /// may not share: another method than GET/HEAD, or a body.
+    pub(crate) fn of(method: &Method, key: &str, headers: &HeaderMap) -> Option<FlightKey> {
+        if method != Method::GET && method != Method::HEAD {
+            return None;
+        }
+        let has_body = headers.contains_key(http::header::TRANSFER_ENCODING)
+            || headers
+                .get(http::header::CONTENT_LENGTH)
+                .is_some_and(|v| v.as_bytes() != b"0");
+        if has_body {
+            return None;
+        }
+        let mut fields: Vec<(String, Vec<u8>)> = headers
+            .iter()
+            .filter(|(name, _)| {
+                let n = name.as_str();
+                !n.starts_with("proxy-")
+                    && !matches!(n, "connection" | "keep-alive" | "te" | "via" | "upgrade")
+            })
+            .map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec()))
+            .collect();
+        fields.sort();
+        Some(FlightKey {
+            method: method.clone(),
+            key: key.to_owned(),
+            fields,
+        })
+    }
+}
+
+/// An answer a flight brought back, as its waiters get it.
+#[derive(Debug)]
+pub(crate) struct Landed {
+    /// The first request's audit id.
+    pub(crate) id: String,
+    pub(crate) status: StatusCode,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: Bytes,
+}
+
+#[derive(Clone, Debug)]
+enum State {
+    Flying,
+    Landed(Arc<Landed>),
+    Lost,
+}
+
+/// The requests in flight that others may wait for.
+pub(crate) struct Flights {
+    flying: Mutex<HashMap<FlightKey, watch::Receiver<State>>>,
+    max_body: usize,
+}
+
+/// How a request goes: as a flight of its own (`None` when it may not be
+/// shared), or with the answer of an identical one.
+pub(crate) enum Joined {
+    Alone(Option<Flight>),
+    Shared(Arc<Landed>),
+}
+
+/// A request others wait for; what it lands is theirs too.
+pub(crate) struct Flight {
+    flights: Arc<Flights>,
+    key: FlightKey,
+    tx: watch::Sender<State>,
+}
+
+impl Flights {
+    pub(crate) fn new(max_body: u64) -> Arc<Flights> {
+        Arc::new(Flights {
+            flying: Mutex::new(HashMap::new()),
+            max_body: usize::try_from(max_body).unwrap_or(usize::MAX),
+        })
+    }
+
+    /// Takes off with `key`, or waits (until `deadline` at most) for the
+    /// identical request already in flight.
+    pub(crate) async fn join(
+        self: &Arc<Self>,
+        key: Option<FlightKey>,
+        deadline: Instant,
+    ) -> Joined {
+        let Some(key) = key else {
+            return Joined::Alone(None);
+        };
+        loop {
+            let waiting = {
+                let mut flying = self.flying.lock().unwrap_or_else(PoisonError::into_inner);
+                match flying.get(&key) {
+                    Some(rx) if matches!(*rx.borrow(), State::Flying) => rx.clone(),
+                    _ => {
+                        let (tx, rx) = watch::channel(State::Flying);
+                        flying.insert(key.clone(), rx);
+                        let flights = self.clone();
+                        return Joined::Alone(Some(Flight { flights, key, tx }));
+                    }
+                }
+            };
+            let mut rx = waiting;
+            let landed = rx.wait_for(|s| !matches!(s, State::Flying));
+            let state = match tokio::time::timeout_at(deadline, landed).await {
+                // Out of hold: the request goes alone, as it would have.
+                Err(_) => return Joined::Alone(None),
+                Ok(Ok(state)) => state.clone(),
+                Ok(Err(_)) => State::Lost,
+            };
+            match state {
+                State::Landed(page) => return Joined::Shared(page),
+                // Lost: the next flight may be this one.
+                State::Flying | State::Lost => continue,
+            }
+        }
+    }
+
+    /// Flights in the air now (for tests and metrics).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.flying
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+}
+
+impl Flight {
+    /// The flight's answer, which also lands for its waiters once its body
+    /// has been read whole.
+    pub(crate) fn land(self, resp: Response<ProxyBody>, id: String) -> Response<ProxyBody> {
+        let (parts, body) = resp.into_parts();
+        let mut copy = Copy {
+            inner: body,
+            buf: BytesMut::new(),
+            head: Some((parts.status, parts.headers.clone(), id)),
+            flight: Some(self),
+        };
+        // hyper polls no more once a body says it has ended.
+        copy.land_if_ended();
+        Response::from_parts(parts, http_body_util::BodyExt::boxed(copy))
+    }
+
+    fn done(&self, state: State) {
+        let mut flying = self
+            .flights
+            .flying
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if flying
+            .get(&self.key)
+            .is_some_and(|rx| rx.same_channel(&self.tx.subscribe()))
+        {
+            flying.remove(&self.key);
+        }
+        drop(flying);
+        self.tx.send_replace(state);
+    }
+}
+
+impl Drop for Flight {
+    fn drop(&mut self) {
+        if matches!(*self.tx.borrow(), State::Flying) {
+            self.done(State::Lost);
+        }
+    }
+}
+
+/// The flight's body on its way to its own client, copied for the waiters.
+struct Copy {
+    inner: ProxyBody,
+    buf: BytesMut,
+    head: Option<(StatusCode, HeaderMap, String)>,
+    flight: Option<Flight>,
+}
+
+impl Copy {
+    fn land_if_ended(&mut self) {
+        if self.inner.is_end_stream() {
+            self.land_now();
+        }
+    }
+
+    fn land_now(&mut self) {
+        if let (Some(flight), Some((status, headers, id))) = (self.flight.take(), self.head.take())
+        {
+            let body = std::mem::take(&mut self.buf).freeze();
+            let landed = Landed {
+                id,
+                status,
+                headers,
+                body,
+            };
+            flight.done(State::Landed(Arc::new(landed)));
+        }
+    }
+}
+
+impl Body for Copy {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => match frame.data_ref() {
+                Some(data) if self.flight.is_some() => {
+                    let cap = self.flight.as_ref().map_or(0, |f| f.flights.max_body);
+                    if self.buf.len() + data.len() > cap {
+                        self.flight = None;
+                    } else {
+                        let data = data.clone();
+                        self.buf.extend_from_slice(&data);
+                        self.land_if_ended();
+                    }
+                }
+                Some(_) => {}
+                // Trailers are not shared.
+                None => self.flight = None,
+            },
+            Poll::Ready(None) => self.land_now(),
+            Poll::Ready(Some(Err(_))) => self.flight = None,
+            Poll::Pending => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::body::full;
+    use http_body_util::BodyExt;
+
+    fn key(path: &str) -> Option<FlightKey> {
+        let mut h = HeaderMap::new();
+        h.insert("user-agent", "bot/1".parse().unwrap());
+        FlightKey::of(&Method::GET, path, &h)
+    }
+
+    #[tokio::test]
+    async fn waiters_get_the_flights_answer_once_its_body_is_whole() {
+        let flights = Flights::new(1024);
+        let deadline = Instant::now() + std::time::Duration::from_secs(5);
+        let Joined::Alone(Some(flight)) = flights.join(key("/a"), deadline).await else {
+            panic!("the first request flies")
+        };
+        let f2 = flights.clone();
+        let waiter = tokio::spawn(async move { f2.join(key("/a"), deadline).await });
+        tokio::task::yield_now().await;
+        let resp = flight.land(Response::new(full("page")), "id-1".into());
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(body, "page");
+        let Joined::Shared(page) = waiter.await.unwrap() else {
+            panic!("the waiter shares")
+        };
+        assert_eq!((page.id.as_str(), &page.body[..]), ("id-1", &b"page"[..]));
+        assert_eq!(flights.len(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_lost_flight_lets_its_waiter_fly_and_other_requests_never_wait() {
+        let flights = Flights::new(2);
+        let deadline = Instant::now() + std::time::Duration::from_secs(5);
+        let Joined::Alone(Some(flight)) = flights.join(key("/a"), deadline).await else {
+            panic!("the first request flies")
+        };
+        assert!(matches!(
+            flights.join(key("/b"), deadline).await,
+            Joined::Alone(Some(_))
+        ));
+        let f2 = flights.clone();
+        let waiter = tokio::spawn(async move { f2.join(key("/a"), deadline).await });
+        tokio::task::yield_now().await;
+        // Larger than the cap: it lands nothing.
+        let resp = flight.land(Response::new(full("page")), "id-1".into());
+        resp.into_body().collect().await.unwrap();
+        assert!(matches!(waiter.await.unwrap(), Joined::Alone(Some(_))));
+        let post = FlightKey::of(&Method::POST, "/a", &HeaderMap::new());
+        assert!(post.is_none());
+    }
+}
