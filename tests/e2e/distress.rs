@@ -189,3 +189,79 @@ async fn a_storm_of_503s_without_retry_after_is_waited_out_and_crawling_resumes(
         .any(|l| l["distress"] == "503" && l["pause_s"].is_number()));
     assert!(!with_outcome(&lines, "distressed").is_empty());
 }
+
+/// Requests/s the origin received in the last second before `at`.
+fn rate_before(arrivals: &[Duration], at: Duration) -> usize {
+    let from = at.saturating_sub(Duration::from_secs(1));
+    arrivals.iter().filter(|&&a| a > from && a <= at).count()
+}
+
+#[tokio::test]
+async fn an_origin_that_slows_under_load_is_paced_where_it_stays_quick() {
+    const RUN: Duration = Duration::from_secs(20);
+    // 50 ms up to 5 requests/s, then 300 ms more for each request/s above.
+    let arrivals = Arc::new(Arrivals::default());
+    let start = Instant::now();
+    let seen = arrivals.clone();
+    let h = handler(move |req| {
+        let seen = seen.clone();
+        async move {
+            if req.uri().path() == "/robots.txt" {
+                return text(404, "");
+            }
+            let at = start.elapsed();
+            let rate = {
+                let mut a = seen.0.lock().unwrap();
+                a.push(at);
+                rate_before(&a, at)
+            };
+            let over = rate.saturating_sub(5) as u64;
+            tokio::time::sleep(Duration::from_millis(50 + 300 * over)).await;
+            text(200, "page")
+        }
+    });
+    let origin = Origin::http(h).await;
+    let mut proxy = TestProxy::start(|c| {
+        default_budget(c);
+        c.budget.start_rate = 8.0;
+    })
+    .await;
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    // Eight workers that ask for the next page as soon as they have an
+    // answer, whatever it was.
+    let workers: Vec<_> = (0..8)
+        .map(|_| {
+            let c = proxy.client();
+            let (next, port) = (next.clone(), origin.port());
+            tokio::spawn(async move {
+                while start.elapsed() < RUN {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let _ = c.get(format!("http://127.0.0.1:{port}/p{i}")).send().await;
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.await.unwrap();
+    }
+    let pages = arrivals.pages();
+    let settled = pages
+        .iter()
+        .filter(|&&a| a >= RUN - Duration::from_secs(5) && a < RUN)
+        .count() as f64
+        / 5.0;
+    let per_second: Vec<usize> = (1..=20)
+        .map(|s| rate_before(&pages, Duration::from_secs(s)))
+        .collect();
+    eprintln!("slowing origin: pace per second {per_second:?}; last 5 s {settled:.1}/s");
+    assert!(
+        (3.0..=6.5).contains(&settled),
+        "the pace settled at {settled:.1}/s: {per_second:?}"
+    );
+    let lines = proxy.stop().await;
+    let slow = lines.iter().filter(|l| l["distress"] == "slow").count();
+    assert!(slow >= 1, "the slowdown is on the record");
+    assert!(lines
+        .iter()
+        .any(|l| l["baseline_ms"].as_u64().is_some_and(|b| b < 200)));
+}

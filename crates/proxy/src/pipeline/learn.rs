@@ -50,6 +50,8 @@ impl Exchange {
         self.rec.announced = announced;
         if let Some(r) = &reaction {
             self.rec.budget(r);
+            let host = self.shared.budgets.view(&self.target.host);
+            self.rec.baseline_ms = host.and_then(|v| v.latency_baseline_ms);
         }
         self.invalidate(parts, &resp).await;
         if let Some(code) = self.account(&resp).await {
