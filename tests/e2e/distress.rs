@@ -121,6 +121,19 @@ async fn pages_that_never_answer_pause_the_host_and_its_clients_are_answered_at_
     let paused = with_outcome(&lines, "distressed");
     assert!(paused.len() >= 6, "{} distressed lines", paused.len());
     assert!(paused.iter().all(|l| l["distress"] == "first_byte_timeout"));
+
+    // The conduct report shows it beside the 429s.
+    let (code, out) = mannerly(&["report", proxy.audit_path.to_str().unwrap()], &[]);
+    assert_eq!(code, 0, "{out}");
+    let row: Vec<&str> = out
+        .lines()
+        .find(|l| l.starts_with("127.0.0.1") && l.split_whitespace().count() == 6)
+        .unwrap_or_else(|| panic!("no distress row in {out}"))
+        .split_whitespace()
+        .collect();
+    // HOST TIMEOUTS 5xx SLOW AT-ONCE COLLAPSED
+    assert_eq!(row[1], timeouts.to_string(), "{out}");
+    assert_eq!(row[4], paused.len().to_string(), "{out}");
 }
 
 #[tokio::test]
@@ -134,7 +147,11 @@ async fn a_storm_of_503s_without_retry_after_is_waited_out_and_crawling_resumes(
         }
     });
     let origin = Origin::http(h).await;
-    let mut proxy = TestProxy::start(default_budget).await;
+    let mut proxy = TestProxy::start(|c| {
+        default_budget(c);
+        c.admin.listen = "127.0.0.1:0".into();
+    })
+    .await;
     let c = proxy.client();
     let started = Instant::now();
 
