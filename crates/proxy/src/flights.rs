@@ -287,6 +287,8 @@ mod tests {
         FlightKey::of(&Method::GET, path, &h)
     }
 
+    // The hold's deadline is the only time read, once, from the real clock.
+    #[allow(clippy::disallowed_methods)]
     #[tokio::test]
     async fn waiters_get_the_flights_answer_once_its_body_is_whole() {
         let flights = Flights::new(1024);
@@ -307,6 +309,7 @@ mod tests {
         assert_eq!(flights.len(), 0);
     }
 
+    #[allow(clippy::disallowed_methods)]
     #[tokio::test]
     async fn a_lost_flight_lets_its_waiter_fly_and_other_requests_never_wait() {
         let flights = Flights::new(2);

@@ -211,14 +211,8 @@ impl<F: SiteFile> RobotsCache<F> {
         match (report.status, pacing.permit.take()) {
             (Some(status), Some(permit)) => {
                 let announced = Announced::from_headers(&report.headers, self.clock.wall());
-                permit
-                    .respond(
-                        status,
-                        report.retry_after.as_deref(),
-                        announced.as_ref(),
-                        None,
-                    )
-                    .await;
+                let ra = report.retry_after.as_deref();
+                permit.respond(status, ra, announced.as_ref(), None).await;
             }
             (_, permit) => drop(permit),
         }

@@ -150,11 +150,7 @@ impl HostBudget {
         let counts = optional(LAYOUT_6_LEN, 0);
         let (sends, accepted) = (counts as u16, (counts >> 16) as u16);
         // Layout 7's distress; an older proxy's budget has heard none.
-        let distressed = optional(ENCODED_LEN, NONE);
-        let latency_cap = optional(ENCODED_LEN, 0);
-        let slowed = optional(ENCODED_LEN, NONE);
-        let latency = optional(ENCODED_LEN, 0);
-        let counts = optional(ENCODED_LEN, 0).to_le_bytes();
+        let distress = [NONE, 0, NONE, 0, 0].map(|absent| optional(ENCODED_LEN, absent));
 
         let mut b = HostBudget::new(p, now);
         b.tat = tat;
@@ -182,13 +178,20 @@ impl HostBudget {
         b.since = since;
         b.sends = sends;
         b.accepted = accepted;
-        b.distressed = distressed;
-        b.latency_cap = latency_cap.min(p.max_u());
-        b.slowed = slowed;
-        (b.latency_base, b.latency_fast) = (latency as u16, (latency >> 16) as u16);
-        (b.events, b.errors, b.event) = (counts[0], counts[1], counts[2]);
+        b.read_distress(p, distress);
         b.rebase_to(base_us, now, wall);
         Ok(b)
+    }
+
+    /// Layout 7's five words: the latest distress event, the latency cap,
+    /// the last cut for slowness, the two latencies, the three counts.
+    fn read_distress(&mut self, p: &HostParams, [at, cap, slowed, latency, counts]: [u32; 5]) {
+        self.distressed = at;
+        self.latency_cap = cap.min(p.max_u());
+        self.slowed = slowed;
+        (self.latency_base, self.latency_fast) = (latency as u16, (latency >> 16) as u16);
+        let [events, errors, event, _] = counts.to_le_bytes();
+        (self.events, self.errors, self.event) = (events, errors, event);
     }
 
     /// Requests in flight.
