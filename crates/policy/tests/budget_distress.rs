@@ -308,3 +308,25 @@ fn distress_survives_the_shared_encoding() {
     assert_eq!(v.distress, Some(Distress::ConnectTimeout));
     assert_eq!(v.latency_baseline_ms, Some(80));
 }
+
+#[test]
+fn a_distress_pause_survives_a_restart_and_is_still_answered_at_once() {
+    let p = with(|p| p.distress_threshold = 1);
+    let t0 = Instant::now();
+    let mut b = HostBudget::new(&p, t0);
+    sent(&mut b, &p, t0);
+    b.on_failure(&p, t0, Failure::Distress(Distress::Reset), 0.0);
+    let saved = b.persist(&p, t0, wall()).expect("a live pause is kept");
+    assert_eq!(saved.distress, Some(Distress::Reset));
+    let json = serde_json::to_string(&saved).unwrap();
+    assert!(json.contains("\"distress\":\"reset\""), "{json}");
+    let t1 = t0 + ms(500);
+    let mut r = HostBudget::restore(&p, &saved, t1, wall() + ms(500));
+    assert!(matches!(
+        r.admit(&p, t1),
+        Reservation::Refuse(Refusal::Distressed {
+            event: Distress::Reset,
+            ..
+        })
+    ));
+}

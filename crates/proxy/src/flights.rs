@@ -167,6 +167,10 @@ impl Flight {
     /// The flight's answer, which also lands for its waiters once its body
     /// has been read whole.
     pub(crate) fn land(self, resp: Response<ProxyBody>, id: String) -> Response<ProxyBody> {
+        if private(resp.headers()) {
+            // Dropped: the waiters ask for their own.
+            return resp;
+        }
         let (parts, body) = resp.into_parts();
         let mut copy = Copy {
             inner: body,
@@ -202,6 +206,26 @@ impl Drop for Flight {
             self.done(State::Lost);
         }
     }
+}
+
+/// An answer meant for one client only: it sets a cookie, or says it is
+/// private or not to be stored (squid shares only what it could cache,
+/// and once shared private answers by mistake: CVE-2016-10002).
+fn private(headers: &HeaderMap) -> bool {
+    headers.contains_key(http::header::SET_COOKIE)
+        || headers
+            .get_all(http::header::CACHE_CONTROL)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .map(|d| {
+                d.trim()
+                    .split('=')
+                    .next()
+                    .unwrap_or("")
+                    .to_ascii_lowercase()
+            })
+            .any(|d| d == "private" || d == "no-store")
 }
 
 /// The flight's body on its way to its own client, copied for the waiters.
@@ -330,5 +354,35 @@ mod tests {
         assert!(matches!(waiter.await.unwrap(), Joined::Alone(Some(_))));
         let post = FlightKey::of(&Method::POST, "/a", &HeaderMap::new());
         assert!(post.is_none());
+    }
+
+    #[allow(clippy::disallowed_methods)]
+    #[tokio::test]
+    async fn an_answer_that_sets_a_cookie_or_is_private_is_never_shared() {
+        for (name, value) in [
+            ("set-cookie", "s=1"),
+            ("cache-control", "max-age=0, Private"),
+        ] {
+            let flights = Flights::new(1024);
+            let deadline = Instant::now() + std::time::Duration::from_secs(5);
+            let Joined::Alone(Some(flight)) = flights.join(key("/a"), deadline).await else {
+                panic!("the first request flies")
+            };
+            let f2 = flights.clone();
+            let waiter = tokio::spawn(async move { f2.join(key("/a"), deadline).await });
+            tokio::task::yield_now().await;
+            let mut resp = Response::new(full("mine"));
+            resp.headers_mut().insert(name, value.parse().unwrap());
+            flight
+                .land(resp, "id-1".into())
+                .into_body()
+                .collect()
+                .await
+                .unwrap();
+            assert!(
+                matches!(waiter.await.unwrap(), Joined::Alone(Some(_))),
+                "{name}"
+            );
+        }
     }
 }

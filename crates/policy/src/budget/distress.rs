@@ -1,27 +1,34 @@
 //! What a site shows when it struggles without saying 429: the events that
 //! count as distress (cbcp-01 §3, RFC 9110 §15.6), as values.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// One sign of a struggling site, as the budget hears it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Distress {
     /// No connection within `upstream.connect_timeout_secs`.
+    #[serde(rename = "connect_timeout")]
     ConnectTimeout,
     /// No response head within `upstream.first_byte_timeout_secs`.
+    #[serde(rename = "first_byte_timeout")]
     FirstByteTimeout,
     /// The connection was reset or closed before a response head.
+    #[serde(rename = "reset")]
     Reset,
     /// 502 without Retry-After.
+    #[serde(rename = "502")]
     BadGateway,
     /// 503 without Retry-After.
+    #[serde(rename = "503")]
     Unavailable,
     /// 504 without Retry-After.
+    #[serde(rename = "504")]
     GatewayTimeout,
     /// `server_error_run` 500s in a row.
+    #[serde(rename = "500_run")]
     ServerErrors,
     /// Time to first byte above `latency_factor` × the host's baseline.
+    #[serde(rename = "slow")]
     Slow,
 }
 
@@ -111,5 +118,14 @@ mod tests {
         }
         assert_eq!(Distress::from_code(0), None);
         assert_eq!(Distress::from_code(9), None);
+    }
+
+    #[test]
+    fn serde_names_are_the_audit_names() {
+        for d in Distress::ALL {
+            let json = serde_json::to_string(&d).unwrap();
+            assert_eq!(json, format!("\"{}\"", d.as_str()));
+            assert_eq!(serde_json::from_str::<Distress>(&json).unwrap(), d);
+        }
     }
 }
