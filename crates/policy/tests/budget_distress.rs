@@ -222,18 +222,20 @@ fn slow_answers_cut_rate_and_cap_once_a_second_and_quick_ones_lift_the_cap() {
     let mut b = HostBudget::new(&p, t0);
     let at = |n| t0 + ms(n);
     assert_eq!(b.note_latency(&p, at(0), 50), None);
-    // The average: (3 × 50 + 300) / 4 = 112 ms, past 2 × 50.
-    let s = b.note_latency(&p, at(1000), 300).expect("a cut");
+    // Slow is past 2 × 50 and 50 + 100 ms: the average (3 × 50 + 300) / 4
+    // = 112 ms is not yet; the next, (3 × 112 + 300) / 4 = 159, is.
+    assert_eq!(b.note_latency(&p, at(1000), 300), None);
+    let s = b.note_latency(&p, at(1500), 300).expect("a cut");
     assert_eq!(
         (s.event, s.rate, s.ceiling, s.pause),
         (Distress::Slow, 6.0, 6.0, None)
     );
     // Within the second: no second cut.
-    assert_eq!(b.note_latency(&p, at(1500), 300), None);
-    let s = b.note_latency(&p, at(2500), 300).expect("a second cut");
+    assert_eq!(b.note_latency(&p, at(2000), 300), None);
+    let s = b.note_latency(&p, at(2600), 300).expect("a second cut");
     assert_eq!((s.rate, s.ceiling), (4.5, 4.5));
-    let v = b.view(&p, at(2500));
-    assert_eq!((v.latency_baseline_ms, v.latency_ms), (Some(53), Some(194)));
+    let v = b.view(&p, at(2600));
+    assert_eq!((v.latency_baseline_ms, v.latency_ms), (Some(54), Some(220)));
     // Quick answers: the average comes down; the cap climbs only once it
     // is within half-way of the baseline, 0.2 a step.
     let caps: Vec<f64> = (0..8)
@@ -242,9 +244,21 @@ fn slow_answers_cut_rate_and_cap_once_a_second_and_quick_ones_lift_the_cap() {
             b.view(&p, at(3000 + 500 * i)).ceiling
         })
         .collect();
-    assert_eq!(caps, [4.5, 4.5, 4.5, 4.5, 4.5, 4.7, 4.9, 5.1]);
+    assert_eq!(caps, [4.5, 4.5, 4.5, 4.5, 4.7, 4.9, 5.1, 5.3]);
     // Never above the learned ceiling: a 429 later still rules.
-    assert!(b.view(&p, at(7000)).rate <= 5.1);
+    assert!(b.view(&p, at(7000)).rate <= 5.3);
+}
+
+#[test]
+fn jitter_on_a_quick_origin_is_not_slowness() {
+    let p = with(|p| p.start_rate = 8.0);
+    let t0 = Instant::now();
+    let mut b = HostBudget::new(&p, t0);
+    assert_eq!(b.note_latency(&p, t0, 3), None);
+    // Ten times the baseline, yet 30 ms: well within 100 ms of it.
+    for i in 1..=20 {
+        assert_eq!(b.note_latency(&p, t0 + ms(1000 * i), 30), None);
+    }
 }
 
 #[test]

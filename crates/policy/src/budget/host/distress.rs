@@ -10,7 +10,8 @@
 //! better told now than after another timeout.
 //!
 //! Latency is a rate cap of its own (`latency_cap`): when the fast average
-//! time to first byte climbs past `latency_factor` × the baseline, rate and
+//! time to first byte (and the answer itself) climbs past `latency_factor`
+//! × the baseline, and 100 ms above it, rate and
 //! cap fall by `server_error_factor` (once a second at most); each quick
 //! answer lifts the cap a `recovery_step`, so the pace comes back only as
 //! the latency does, and never above the learned ceiling.
@@ -25,6 +26,9 @@ use super::super::{Distress, Failure};
 use super::throttle::backoff_ms;
 use super::{f, get, put, scale, HostBudget, BREAKER, DISTRESS, LENT, LOAN_SENT, NONE, ON_LOAN};
 
+/// How far above its baseline an answer must be, besides the factor, to
+/// be slow: on a quick origin (a few ms) jitter alone doubles an answer.
+const SLOW_MARGIN_MS: f64 = 100.0;
 /// Shortest time between two cuts for slowness.
 const SLOW_COOLDOWN_MS: u64 = 1_000;
 /// The fast average weighs a new answer by 1/`FAST_WEIGHT`.
@@ -104,7 +108,7 @@ impl HostBudget {
                 base.saturating_add((base / BASE_CLIMB).max(1)).min(sample)
             };
         }
-        let slow_at = f64::from(base) * p.latency_factor;
+        let slow_at = (f64::from(base) * p.latency_factor).max(f64::from(base) + SLOW_MARGIN_MS);
         let fast = f64::from(self.latency_fast);
         // Both the average and this answer: the average lags, and must
         // not cut again once quick answers are back.
