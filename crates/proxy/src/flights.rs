@@ -12,22 +12,22 @@
 //! # Failure
 //!
 //! A flight whose walk ends without an answer of the origin's (a refusal,
-//! a timeout), whose body breaks, carries trailers or is larger than the
+//! a timeout), whose answer is meant for one client (`Set-Cookie`,
+//! `private`, `no-store`), or whose body breaks or is larger than the
 //! store's `max_body`, lands nothing: its waiters go on by themselves, the
 //! first of them as a new flight. A waiter never waits past its own hold.
 
 use std::collections::HashMap;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Poll};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http::{HeaderMap, Method, Response, StatusCode};
-use http_body::{Body, Frame, SizeHint};
+use http_body::Body;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::body::{BoxError, ProxyBody};
+use crate::body::{boxed, ProxyBody};
+use crate::cache::Tee;
 
 /// What makes two requests the same request.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -165,22 +165,36 @@ impl Flights {
 
 impl Flight {
     /// The flight's answer, which also lands for its waiters once its body
-    /// has been read whole.
+    /// has been read whole (copied on its way by the store's [`Tee`]).
     pub(crate) fn land(self, resp: Response<ProxyBody>, id: String) -> Response<ProxyBody> {
         if private(resp.headers()) {
             // Dropped: the waiters ask for their own.
             return resp;
         }
         let (parts, body) = resp.into_parts();
-        let mut copy = Copy {
-            inner: body,
-            buf: BytesMut::new(),
-            head: Some((parts.status, parts.headers.clone(), id)),
-            flight: Some(self),
+        let (status, headers) = (parts.status, parts.headers.clone());
+        let landed = move |body| Landed {
+            id,
+            status,
+            headers,
+            body,
         };
-        // hyper polls no more once a body says it has ended.
-        copy.land_if_ended();
-        Response::from_parts(parts, http_body_util::BodyExt::boxed(copy))
+        if body.is_end_stream() {
+            // hyper polls no more once a body says it has ended.
+            self.done(State::Landed(Arc::new(landed(Bytes::new()))));
+            return Response::from_parts(parts, body);
+        }
+        let max = u64::try_from(self.flights.max_body).unwrap_or(u64::MAX);
+        let (tee, copy) = Tee::new(body, max);
+        tokio::spawn(async move {
+            // Nothing when the body broke or grew past `max`: dropped, the
+            // flight lands nothing.
+            if let Ok(chunks) = copy.await {
+                let body = Bytes::from(chunks.concat());
+                self.done(State::Landed(Arc::new(landed(body))));
+            }
+        });
+        Response::from_parts(parts, boxed(tee))
     }
 
     fn done(&self, state: State) {
@@ -228,77 +242,6 @@ fn private(headers: &HeaderMap) -> bool {
             .any(|d| d == "private" || d == "no-store")
 }
 
-/// The flight's body on its way to its own client, copied for the waiters.
-struct Copy {
-    inner: ProxyBody,
-    buf: BytesMut,
-    head: Option<(StatusCode, HeaderMap, String)>,
-    flight: Option<Flight>,
-}
-
-impl Copy {
-    fn land_if_ended(&mut self) {
-        if self.inner.is_end_stream() {
-            self.land_now();
-        }
-    }
-
-    fn land_now(&mut self) {
-        if let (Some(flight), Some((status, headers, id))) = (self.flight.take(), self.head.take())
-        {
-            let body = std::mem::take(&mut self.buf).freeze();
-            let landed = Landed {
-                id,
-                status,
-                headers,
-                body,
-            };
-            flight.done(State::Landed(Arc::new(landed)));
-        }
-    }
-}
-
-impl Body for Copy {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        match &polled {
-            Poll::Ready(Some(Ok(frame))) => match frame.data_ref() {
-                Some(data) if self.flight.is_some() => {
-                    let cap = self.flight.as_ref().map_or(0, |f| f.flights.max_body);
-                    if self.buf.len() + data.len() > cap {
-                        self.flight = None;
-                    } else {
-                        let data = data.clone();
-                        self.buf.extend_from_slice(&data);
-                        self.land_if_ended();
-                    }
-                }
-                Some(_) => {}
-                // Trailers are not shared.
-                None => self.flight = None,
-            },
-            Poll::Ready(None) => self.land_now(),
-            Poll::Ready(Some(Err(_))) => self.flight = None,
-            Poll::Pending => {}
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -311,32 +254,12 @@ mod tests {
         FlightKey::of(&Method::GET, path, &h)
     }
 
+    /// A flight of `/a` with `max_body`, one request waiting for it, and
+    /// what the waiter got once `resp` has landed (its body read whole).
     // The hold's deadline is the only time read, once, from the real clock.
     #[allow(clippy::disallowed_methods)]
-    #[tokio::test]
-    async fn waiters_get_the_flights_answer_once_its_body_is_whole() {
-        let flights = Flights::new(1024);
-        let deadline = Instant::now() + std::time::Duration::from_secs(5);
-        let Joined::Alone(Some(flight)) = flights.join(key("/a"), deadline).await else {
-            panic!("the first request flies")
-        };
-        let f2 = flights.clone();
-        let waiter = tokio::spawn(async move { f2.join(key("/a"), deadline).await });
-        tokio::task::yield_now().await;
-        let resp = flight.land(Response::new(full("page")), "id-1".into());
-        let body = resp.into_body().collect().await.unwrap().to_bytes();
-        assert_eq!(body, "page");
-        let Joined::Shared(page) = waiter.await.unwrap() else {
-            panic!("the waiter shares")
-        };
-        assert_eq!((page.id.as_str(), &page.body[..]), ("id-1", &b"page"[..]));
-        assert_eq!(flights.len(), 0);
-    }
-
-    #[allow(clippy::disallowed_methods)]
-    #[tokio::test]
-    async fn a_lost_flight_lets_its_waiter_fly_and_other_requests_never_wait() {
-        let flights = Flights::new(2);
+    async fn waiter_of(max_body: u64, resp: Response<ProxyBody>) -> (Joined, Arc<Flights>) {
+        let flights = Flights::new(max_body);
         let deadline = Instant::now() + std::time::Duration::from_secs(5);
         let Joined::Alone(Some(flight)) = flights.join(key("/a"), deadline).await else {
             panic!("the first request flies")
@@ -348,41 +271,39 @@ mod tests {
         let f2 = flights.clone();
         let waiter = tokio::spawn(async move { f2.join(key("/a"), deadline).await });
         tokio::task::yield_now().await;
-        // Larger than the cap: it lands nothing.
-        let resp = flight.land(Response::new(full("page")), "id-1".into());
+        let resp = flight.land(resp, "id-1".into());
         resp.into_body().collect().await.unwrap();
-        assert!(matches!(waiter.await.unwrap(), Joined::Alone(Some(_))));
+        (waiter.await.unwrap(), flights)
+    }
+
+    #[tokio::test]
+    async fn waiters_get_the_flights_answer_once_its_body_is_whole() {
+        let (joined, flights) = waiter_of(1024, Response::new(full("page"))).await;
+        let Joined::Shared(page) = joined else {
+            panic!("the waiter shares")
+        };
+        assert_eq!((page.id.as_str(), &page.body[..]), ("id-1", &b"page"[..]));
+        assert_eq!(flights.len(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_body_over_the_cap_lets_its_waiter_fly_and_a_post_never_shares() {
+        let (joined, _) = waiter_of(2, Response::new(full("page"))).await;
+        assert!(matches!(joined, Joined::Alone(Some(_))));
         let post = FlightKey::of(&Method::POST, "/a", &HeaderMap::new());
         assert!(post.is_none());
     }
 
-    #[allow(clippy::disallowed_methods)]
     #[tokio::test]
     async fn an_answer_that_sets_a_cookie_or_is_private_is_never_shared() {
         for (name, value) in [
             ("set-cookie", "s=1"),
             ("cache-control", "max-age=0, Private"),
         ] {
-            let flights = Flights::new(1024);
-            let deadline = Instant::now() + std::time::Duration::from_secs(5);
-            let Joined::Alone(Some(flight)) = flights.join(key("/a"), deadline).await else {
-                panic!("the first request flies")
-            };
-            let f2 = flights.clone();
-            let waiter = tokio::spawn(async move { f2.join(key("/a"), deadline).await });
-            tokio::task::yield_now().await;
             let mut resp = Response::new(full("mine"));
             resp.headers_mut().insert(name, value.parse().unwrap());
-            flight
-                .land(resp, "id-1".into())
-                .into_body()
-                .collect()
-                .await
-                .unwrap();
-            assert!(
-                matches!(waiter.await.unwrap(), Joined::Alone(Some(_))),
-                "{name}"
-            );
+            let (joined, _) = waiter_of(1024, resp).await;
+            assert!(matches!(joined, Joined::Alone(Some(_))), "{name}");
         }
     }
 }
