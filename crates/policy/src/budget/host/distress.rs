@@ -24,7 +24,7 @@ use super::super::decision::{Reaction, Strain};
 use super::super::params::HostParams;
 use super::super::{Distress, Failure};
 use super::throttle::backoff_ms;
-use super::{f, get, put, scale, HostBudget, BREAKER, DISTRESS, LENT, LOAN_SENT, NONE, ON_LOAN};
+use super::{f, get, put, scale, HostBudget, DISTRESS, LENT, LOAN_SENT, NONE, ON_LOAN};
 
 /// How far above its baseline an answer must be, besides the factor, to
 /// be slow: on a quick origin (a few ms) jitter alone doubles an answer.
@@ -210,18 +210,11 @@ impl HostBudget {
             self.strikes,
             jitter,
         );
-        let from = self.ms_ceil(now);
-        let mut until = from.saturating_add(pause_ms);
         // The ceiling relaxes from the last throttle: it is kept where it
         // stands now, since a struggling site said nothing of its limit.
         self.ceiling = self.ceiling_u(p, n);
         self.record_throttle(n);
-        let breaker_opened = self.recent_throttles(p, n) >= p.breaker_threshold;
-        if breaker_opened {
-            until = until.max(from + p.breaker_open_ms());
-            self.flags |= BREAKER;
-            self.mark_counted();
-        }
+        let (until, breaker_opened) = self.pause_end(p, n, now, pause_ms);
         self.flags &= !(LENT | ON_LOAN | LOAN_SENT);
         self.flags |= DISTRESS;
         self.restart_window();

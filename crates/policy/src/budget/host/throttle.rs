@@ -110,17 +110,7 @@ impl HostBudget {
                 jitter,
             ),
         };
-        // Round the start up so that a pause is never shorter than asked.
-        let from = self.ms_ceil(now);
-        let mut until = from.saturating_add(pause_ms);
-        let breaker_opened = self.recent_throttles(p, n) >= p.breaker_threshold;
-        if breaker_opened {
-            until = until.max(from + p.breaker_open_ms());
-            self.flags |= BREAKER;
-            // Counting starts afresh once the breaker has opened: the same
-            // 429s must not open it again when it closes.
-            self.mark_counted();
-        }
+        let (until, breaker_opened) = self.pause_end(p, n, now, pause_ms);
         let until = until.max(get(self.pause).unwrap_or(0));
         self.pause = put(until);
         // No burst after a pause: the first slot is its end, then one per
@@ -144,6 +134,28 @@ impl HostBudget {
 }
 
 impl HostBudget {
+    /// The end of a pause of `pause_ms` from `now`, or of the breaker's
+    /// when the throttle just recorded opens it (and whether it did).
+    pub(super) fn pause_end(
+        &mut self,
+        p: &HostParams,
+        n: u64,
+        now: Instant,
+        pause_ms: u64,
+    ) -> (u64, bool) {
+        // Round the start up so that a pause is never shorter than asked.
+        let from = self.ms_ceil(now);
+        let until = from.saturating_add(pause_ms);
+        if self.recent_throttles(p, n) < p.breaker_threshold {
+            return (until, false);
+        }
+        self.flags |= BREAKER;
+        // Counting starts afresh once the breaker has opened: the same
+        // 429s must not open it again when it closes.
+        self.mark_counted();
+        (until.max(from + p.breaker_open_ms()), true)
+    }
+
     /// Puts a throttle (or a distress pause) at `n` in the breaker's ring.
     pub(super) fn record_throttle(&mut self, n: u64) {
         if let Some(last) = get(self.throttled) {
