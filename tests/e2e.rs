@@ -19,10 +19,12 @@ mod e2e {
     mod cli;
     mod clients;
     mod cluster;
+    mod collapse;
     mod conduct;
     mod dashboard;
     mod datadir;
     mod deploy;
+    mod distress;
     mod evidence;
     mod forwarding;
     mod groups;

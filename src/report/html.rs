@@ -244,6 +244,7 @@ pub fn write(
     chain(out, r)?;
     let sorted = r.sorted();
     figures(out, r, &sorted)?;
+    distress(out, &sorted)?;
     charts(out, &sorted, max_charts)?;
     appendix(out, r, cited)?;
     writeln!(out, "</body></html>")
@@ -296,6 +297,32 @@ fn figures(out: &mut impl Write, r: &Report, sorted: &[(&String, &HostStats)]) -
         "<p><i>sent</i>: requests the origin received (robots.txt and every attempt included), timed when they were sent. <i>pace stayed below</i>: 429s after which the pace of the next {WINDOW} s stayed below the pace of the {WINDOW} s before (of those where both are known). <i>repeated pattern</i>: 429s drawn at about (within 25%) the pace that drew the previous one. Definitions: docs/audit.md, “The conduct report”.</p>",
         WINDOW = WINDOW_S
     )
+}
+
+/// What sites showed without a 429, for the hosts that showed any.
+fn distress(out: &mut impl Write, sorted: &[(&String, &HostStats)]) -> io::Result<()> {
+    let shown: Vec<_> = sorted
+        .iter()
+        .filter(|(_, h)| h.distress.shown() > 0 || h.collapsed > 0)
+        .collect();
+    if shown.is_empty() {
+        return Ok(());
+    }
+    writeln!(out, "<h2>Distress</h2><table id=distress><tr><th>host</th><th>timeouts and resets</th><th>5xx without Retry-After</th><th>slow answers</th><th>answered at once</th><th>collapsed</th></tr>")?;
+    for (name, h) in shown {
+        let d = &h.distress;
+        writeln!(
+            out,
+            "<tr><td><a href=\"#h-{0}\">{0}</a></td><td>{1}</td><td>{2}</td><td>{3}</td><td>{4}</td><td>{5}</td></tr>",
+            esc(name),
+            d.timeouts,
+            d.server_errors,
+            d.slow,
+            d.answered_at_once,
+            h.collapsed
+        )?;
+    }
+    writeln!(out, "</table><p>What sites showed without asking to slow down (cbcp-01 §3), and the requests answered at once while a host was paused for it; <i>collapsed</i>: requests answered with an identical request's answer. Definitions: docs/budgets.md, “Distress”.</p>")
 }
 
 /// A section per charted host, for at most `max_charts` hosts (the page

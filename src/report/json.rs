@@ -76,6 +76,8 @@ pub fn host(name: &str, h: &HostStats) -> Value {
             "breaker_openings": h.breaker_openings,
             "paused_refusals": h.paused_refusals,
             "breaker_refusals": h.breaker_refusals,
+            "distress": h.distress,
+            "collapsed": h.collapsed,
             "revalidation": {
                 "share": h.revalidation_share(),
                 "fetched": h.fetched,

@@ -77,6 +77,8 @@ pub struct Line<'a> {
     pub bytes: Option<u64>,
     #[serde(borrow, default)]
     pub prefs: Option<LinePrefs<'a>>,
+    #[serde(borrow, default)]
+    pub distress: Option<Cow<'a, str>>,
 }
 
 /// What the report reads of a line's `prefs`: the page-level directives
@@ -424,8 +426,41 @@ impl Report {
              NEXT429 / MIN429: mean / shortest time from a 429 to the next one (send times).\n\
              Definitions: docs/audit.md, \"The conduct report\"."
         )?;
+        self.write_distress(out)?;
         self.payments.write_text(out)?;
         Ok(())
+    }
+
+    /// What sites showed without a 429, for the hosts that showed any.
+    fn write_distress(&self, out: &mut dyn Write) -> io::Result<()> {
+        let shown: Vec<_> = self
+            .sorted()
+            .into_iter()
+            .filter(|(_, h)| h.distress.shown() > 0 || h.collapsed > 0)
+            .collect();
+        if shown.is_empty() {
+            return Ok(());
+        }
+        writeln!(out)?;
+        writeln!(
+            out,
+            "{:<32} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            "DISTRESS", "TIMEOUTS", "5xx", "SLOW", "AT ONCE", "COLLAPSED"
+        )?;
+        for (name, h) in shown {
+            let d = &h.distress;
+            writeln!(
+                out,
+                "{:<32} {:>9} {:>9} {:>9} {:>9} {:>9}",
+                name, d.timeouts, d.server_errors, d.slow, d.answered_at_once, h.collapsed
+            )?;
+        }
+        writeln!(
+            out,
+            "TIMEOUTS: connect or first-byte timeouts and resets. 5xx: 502/503/504 without Retry-After and runs of 500s.\n\
+             SLOW: cuts for answers slower than the host's baseline. AT ONCE: requests answered 503 while the host was paused for distress.\n\
+             COLLAPSED: requests answered with an identical request's answer (the origin asked once)."
+        )
     }
 }
 

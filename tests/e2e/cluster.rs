@@ -223,10 +223,10 @@ async fn a_proxy_killed_mid_request_leaves_no_lease_behind() {
     ];
     let doomed = RunningBinary::start(dir.path(), &env);
     let c = doomed.client();
-    let hang = format!("http://127.0.0.1:{port}/hang");
+    // Two URLs: identical requests in flight together would be one.
     let hung: Vec<_> = (0..2)
-        .map(|_| {
-            let (c, u) = (c.clone(), hang.clone());
+        .map(|i| {
+            let (c, u) = (c.clone(), format!("http://127.0.0.1:{port}/hang?{i}"));
             tokio::spawn(async move { c.get(u).send().await.map(|r| r.status()) })
         })
         .collect();
@@ -262,15 +262,15 @@ async fn a_proxy_killed_mid_request_leaves_no_lease_behind() {
     })
     .await;
     let ac = alive.client();
-    let pair = format!("http://127.0.0.1:{port}/pair");
-    let (r1, r2) = tokio::join!(ac.get(&pair).send(), ac.get(&pair).send());
+    let pair = |i: u8| format!("http://127.0.0.1:{port}/pair?{i}");
+    let (r1, r2) = tokio::join!(ac.get(pair(1)).send(), ac.get(pair(2)).send());
     let (r1, r2) = (r1.expect("answered"), r2.expect("answered"));
     assert_eq!(r1.status(), 200, "{}", decision(&r1));
     assert_eq!(r2.status(), 200, "{}", decision(&r2));
     let lines = alive.stop().await;
     let waited: Vec<u64> = lines
         .iter()
-        .filter(|l| l["url"].as_str().is_some_and(|u| u.ends_with("/pair")))
+        .filter(|l| l["url"].as_str().is_some_and(|u| u.contains("/pair?")))
         .filter_map(|l| l["waited_ms"].as_u64())
         .collect();
     assert_eq!(waited.len(), 2);

@@ -194,6 +194,21 @@ pub struct AuditRecord {
     /// lines written before the field existed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host_seq: Option<u64>,
+    /// What the site showed that the budget heard as distress
+    /// (`first_byte_timeout`, `503`, `500_run`, `slow`, ...): on the line
+    /// of the request that showed it, and on the answers refused while the
+    /// host is paused for it. Absent otherwise, so older lines keep their
+    /// bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub distress: Option<&'static str>,
+    /// The host's baseline time to first byte when this answer came (ms),
+    /// beside `upstream_ms`, once the budget has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline_ms: Option<u32>,
+    /// The id of the request whose answer this one shared: an identical
+    /// request was at the origin already (`collapsed`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub collapsed_into: Option<String>,
 }
 
 // === impl AuditRecord ===
@@ -209,9 +224,16 @@ impl AuditRecord {
     pub fn budget(&mut self, reaction: &Reaction) {
         self.rate = Some(reaction.rate());
         self.ceiling = Some(reaction.ceiling());
-        if let Reaction::Throttled(t) = reaction {
-            self.retry_after = t.retry_after_raw.clone();
-            self.pause_s = Some(t.pause.as_millis() as f64 / 1000.0);
+        match reaction {
+            Reaction::Throttled(t) => {
+                self.retry_after = t.retry_after_raw.clone();
+                self.pause_s = Some(t.pause.as_millis() as f64 / 1000.0);
+            }
+            Reaction::Distressed(s) => {
+                self.distress = Some(s.event.as_str());
+                self.pause_s = s.pause.map(|d| d.as_millis() as f64 / 1000.0);
+            }
+            Reaction::Ok { .. } | Reaction::SlowedDown { .. } => {}
         }
     }
 

@@ -24,6 +24,7 @@
 
 mod announced;
 mod decision;
+mod distress;
 mod host;
 mod params;
 mod persist;
@@ -32,7 +33,10 @@ mod retry_after;
 pub mod site;
 
 pub use announced::{Announced, AnnouncedBy, EPOCH_THRESHOLD};
-pub use decision::{HostView, Reaction, Refusal, Reservation, Start, Throttle, QUEUE_RETRY_AFTER};
+pub use decision::{
+    HostView, Reaction, Refusal, Reservation, Start, Strain, Throttle, QUEUE_RETRY_AFTER,
+};
+pub use distress::{Distress, Failure};
 pub use host::{DecodeError, HostBudget, ENCODED_LEN};
 pub use params::{BudgetParams, HostOverride, HostParams, MAX_BREAKER_THRESHOLD};
 pub use persist::PersistedHost;

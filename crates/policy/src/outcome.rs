@@ -23,6 +23,12 @@ pub enum Outcome {
     Paused,
     /// Too many 429s in a short time: the host is left alone.
     BreakerOpen,
+    /// The host is paused after repeated distress (timeouts, resets,
+    /// 502/503/504 without Retry-After, runs of 500s): answered at once.
+    Distressed,
+    /// An identical request was already at the origin: this one got its
+    /// answer, and the origin was asked once.
+    Collapsed,
     /// The host's wait queue is full.
     QueueFull,
     /// Nothing is waiting, but the host's pace (Crawl-delay, a learned
@@ -69,6 +75,8 @@ impl Outcome {
             Outcome::Throttled => "throttled",
             Outcome::Paused => "paused",
             Outcome::BreakerOpen => "breaker_open",
+            Outcome::Distressed => "distressed",
+            Outcome::Collapsed => "collapsed",
             Outcome::QueueFull => "queue_full",
             Outcome::Paced => "paced",
             Outcome::Blocked => "blocked",
@@ -89,7 +97,10 @@ impl Outcome {
         match self {
             Outcome::Disallowed | Outcome::SignalRefused | Outcome::Blocked => 403,
             Outcome::Denied => 407,
-            Outcome::RobotsUnavailable | Outcome::QueueFull | Outcome::Paced => 503,
+            Outcome::RobotsUnavailable
+            | Outcome::QueueFull
+            | Outcome::Paced
+            | Outcome::Distressed => 503,
             Outcome::Paused | Outcome::BreakerOpen | Outcome::Throttled => 429,
             Outcome::Error => 502,
             Outcome::Fetched
@@ -98,6 +109,7 @@ impl Outcome {
             | Outcome::RobotsFetched
             | Outcome::TdmrepFetched
             | Outcome::Tunneled
+            | Outcome::Collapsed
             | Outcome::OperatorReset => 200,
             Outcome::PaymentRequired | Outcome::PaymentRefused => 402,
             Outcome::PaymentFailed => 502,

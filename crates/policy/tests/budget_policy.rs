@@ -441,13 +441,11 @@ fn server_errors_slow_down_mildly_and_503_with_retry_after_throttles() {
             ceiling: 8.0
         }
     );
-    assert_eq!(
-        respond(&mut b, &p, t0, secs(1), 503, None),
-        Reaction::SlowedDown {
-            rate: 0.5625,
-            ceiling: 8.0
-        }
-    );
+    // A 503 without Retry-After is distress: cut, not yet paused.
+    match respond(&mut b, &p, t0, secs(1), 503, None) {
+        Reaction::Distressed(s) => assert_eq!((s.rate, s.ceiling, s.pause), (0.5625, 8.0, None)),
+        other => panic!("expected distress, got {other:?}"),
+    }
     assert_eq!(b.admit(&p, t0 + secs(1)), Reservation::Go);
 
     let t = throttled(respond(&mut b, &p, t0, secs(2), 503, Some("5")));

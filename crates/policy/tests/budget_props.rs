@@ -87,10 +87,17 @@ proptest! {
                 Event::Response(status, ra, jitter) => {
                     let r = b.on_response(&p, now, wall, status, ra, jitter);
                     prop_assert!(r.rate() <= r.ceiling());
-                    if matches!(r, mannerly_policy::budget::Reaction::Throttled(_)) {
-                        // Slots promised before a throttle are given up and
-                        // reserved again (`try_start_since`): the new
-                        // schedule starts at the pause's end.
+                    if matches!(
+                        r,
+                        mannerly_policy::budget::Reaction::Throttled(_)
+                            | mannerly_policy::budget::Reaction::Distressed(
+                                mannerly_policy::budget::Strain { pause: Some(_), .. }
+                            )
+                    ) {
+                        // Slots promised before a throttle (or a pause for
+                        // distress) are given up and reserved again
+                        // (`try_start_since`): the new schedule starts at
+                        // the pause's end.
                         last_slot = now;
                     }
                     None

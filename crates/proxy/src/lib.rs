@@ -14,6 +14,7 @@ mod config;
 mod datadir;
 mod decode;
 mod error;
+mod flights;
 mod hosts;
 mod identity;
 mod listen;

@@ -19,11 +19,12 @@ use http::uri::PathAndQuery;
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body::Body as _;
 use hyper::body::Incoming;
+use mannerly_policy::budget::{Distress, Failure, Refusal};
 use mannerly_policy::conditional::{self, Admission, CacheKey, CacheOutcome, Plan};
 use mannerly_policy::encoding;
 use mannerly_policy::identity::AskedSignature;
 use mannerly_policy::robots_cache::{Rules, SiteFile};
-use mannerly_policy::{parse_host_ip, AuditRecord};
+use mannerly_policy::{parse_host_ip, AuditRecord, Outcome};
 use mannerly_state::responses::StoredResponse;
 use tokio::time::Instant;
 
@@ -33,6 +34,7 @@ use crate::clients::body::{ClientBody, Pace, Received};
 use crate::clients::interim::Lane;
 use crate::config::Config;
 use crate::error::ConnectError;
+use crate::flights::{FlightKey, Joined, Landed};
 use crate::hosts::budget::Permit;
 use crate::hosts::robots::{self, RobotsCache, Unfetched};
 use crate::shared::Shared;
@@ -72,19 +74,23 @@ pub(crate) async fn handle(
             Lookup::Ask(cache) => cache, // 3. validators to send
             Lookup::Stored(page) => return Ok(x.stored_answer(page)), // fresh, not asked
         };
+        let flight = match x.collapse(&parts, &cache).await {
+            Joined::Alone(flight) => flight, // the origin is asked by this request
+            Joined::Shared(page) => return Ok(x.collapsed(page)), // or answered an identical one
+        };
         let mut body = x.client_body(body).await?; // small bodies read before the turn
         loop {
             x.offer(&cache).await?; // a price held before the send, or refused unsent
-            let permit = x.budget().await?; // 2. the host's turn
+            let mut permit = x.budget().await?; // 2. the host's turn
             let mut out = x.outgoing(&parts, body.take(), &cache)?;
             x.identity(&mut out); // 4. Web Bot Auth signature
-            let resp = x.upstream(out).await?; // 5. send
+            let resp = x.upstream(out, &mut permit).await?; // 5. send
             let resendable = body.resendable();
             match x
                 .learn(&parts, &mut cache, permit, resp, resendable)
                 .await?
             {
-                Learned::Answer(answer) => return Ok(answer), // 6.-7. learn, audit
+                Learned::Answer(answer) => return Ok(x.landed(flight, answer)), // 6.-7. learn, audit
                 Learned::RetryAfterThrottle | Learned::SignAsAsked | Learned::PayAndRetry => {
                     continue
                 }
@@ -412,6 +418,53 @@ impl Exchange {
         Ok(Lookup::Ask(step))
     }
 
+    /// One request per resource at a time: an identical request already
+    /// at the origin (same method, cache key and fields, nothing private)
+    /// answers this one too.
+    async fn collapse(&mut self, parts: &Parts, cache: &CacheStep) -> Joined {
+        let key = cache
+            .key
+            .as_ref()
+            .filter(|_| cache.outcome != CacheOutcome::Bypass && self.enforce)
+            .and_then(|k| FlightKey::of(&parts.method, k.as_str(), &parts.headers));
+        let since = self.shared.clock.now();
+        let joined = self.shared.flights.join(key, self.deadline).await;
+        if let Joined::Shared(_) = joined {
+            self.waited += self.shared.clock.now().saturating_duration_since(since);
+            self.rec.waited(self.waited);
+        }
+        joined
+    }
+
+    /// The answer of the identical request that went: this request's own
+    /// line, `collapsed` into that one's.
+    fn collapsed(&mut self, page: Arc<Landed>) -> Response<ProxyBody> {
+        self.rec.outcome = Some(Outcome::Collapsed);
+        self.rec.collapsed_into = Some(page.id.clone());
+        self.stored_answer(StoredPage {
+            status: page.status,
+            headers: page.headers.clone(),
+            body: page.body.clone(),
+        })
+    }
+
+    /// This request's answer, which identical requests that waited for it
+    /// get as well.
+    fn landed(
+        &self,
+        flight: Option<crate::flights::Flight>,
+        answer: Response<ProxyBody>,
+    ) -> Response<ProxyBody> {
+        let id = answer.headers().get(crate::answer::ID);
+        match (flight, id.and_then(|v| v.to_str().ok())) {
+            (Some(f), Some(id)) => {
+                let id = id.to_owned();
+                f.land(answer, id)
+            }
+            _ => answer,
+        }
+    }
+
     /// The client's body: read (in memory, or spooled to the data dir)
     /// before the host's turn, so that a slow client does not hold it; a
     /// silence past the idle limit is a 408.
@@ -449,6 +502,9 @@ impl Exchange {
         match permit {
             Ok(p) => Ok(Some(p)),
             Err(r) => {
+                if let Refusal::Distressed { event, .. } = r {
+                    self.rec.distress = Some(event.as_str());
+                }
                 let group = self.shared.budgets.group(&self.target.host);
                 let by = self.shared.throttled_by.get(&group.key);
                 Err(failure::budget(&r, "", by.as_deref()))
@@ -515,8 +571,14 @@ impl Exchange {
         }
     }
 
-    /// Step 5: send, with the first-byte timeout.
-    async fn upstream(&mut self, out: Request<ProxyBody>) -> Step<Response<Incoming>> {
+    /// Step 5: send, with the first-byte timeout. A timeout or a reset is
+    /// the site's distress, which its budget hears as the slot is given
+    /// back.
+    async fn upstream(
+        &mut self,
+        out: Request<ProxyBody>,
+        permit: &mut Option<Permit>,
+    ) -> Step<Response<Incoming>> {
         let first_byte = self.shared.cfg.upstream.first_byte_timeout;
         let sending = self.shared.clock.now();
         self.rec.sent = Some(self.shared.clock.stamp());
@@ -538,8 +600,24 @@ impl Exchange {
                 }
                 self.through_parent(resp)
             }
-            Ok(Err(e)) => Err(failure::upstream(&e)),
-            Err(_) => Err(failure::no_first_byte(first_byte)),
+            Ok(Err(e)) => {
+                self.failed(permit.take(), failure::distress(&e)).await;
+                Err(failure::upstream(&e))
+            }
+            Err(_) => {
+                let timeout = Failure::Distress(Distress::FirstByteTimeout);
+                self.failed(permit.take(), timeout).await;
+                Err(failure::no_first_byte(first_byte))
+            }
+        }
+    }
+
+    /// Gives back the turn of a request that got no response, with what
+    /// the site showed; the line says what the budget made of it.
+    async fn failed(&mut self, permit: Option<Permit>, failure: Failure) {
+        let Some(permit) = permit else { return };
+        if let Some(r) = permit.failed(failure).await {
+            self.rec.budget(&r);
         }
     }
 

@@ -22,6 +22,7 @@ use crate::clients::intake::BadHead;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::error::{ConfigError, Source, StartError};
+use crate::flights::Flights;
 use crate::hosts::budget::Budgets;
 use crate::hosts::robots::RobotsCache;
 use crate::identity::Signer;
@@ -58,6 +59,8 @@ pub(crate) struct Shared {
     /// Bytes the origins did not send because we asked for `gzip, br` on
     /// behalf of clients that take identity only (decoded minus wire).
     pub(crate) compression_saved: Arc<AtomicU64>,
+    /// Identical requests in flight together: the origin is asked once.
+    pub(crate) flights: Arc<Flights>,
     pub(crate) tracker: Tracker,
     /// Web Bot Auth signer (`[identity]`), when enabled.
     pub(crate) identity: Option<Arc<Signer>>,
@@ -130,6 +133,7 @@ impl Shared {
         // the audit log as it was (a seal written into another proxy's live
         // log, or one that stops at once, would read as a cut).
         let audit = open_audit(&cfg)?;
+        let flights = Flights::new(cfg.cache.max_body);
         Ok(Shared {
             live: std::sync::RwLock::new(Arc::new(cfg.clone())),
             cfg,
@@ -145,6 +149,7 @@ impl Shared {
             save_budgets: Notify::new(),
             throttled_by: ThrottledBy::default(),
             compression_saved: Arc::default(),
+            flights,
             tracker: Tracker::new(),
             identity,
             payments: Arc::new(payments),

@@ -63,7 +63,7 @@ fn main() {
     let store = MemoryHosts::default();
     for name in &names {
         store.admit(name, t0, Duration::from_secs(30));
-        store.on_response(name, t0, wall, 429, Some("60"), None, 0.5);
+        store.on_response(name, t0, wall, 429, Some("60"), None, None, 0.5);
     }
     let after = LIVE.load(Ordering::Relaxed);
 

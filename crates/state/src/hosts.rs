@@ -64,7 +64,8 @@ pub use redis::{
 use std::time::{Duration, Instant, SystemTime};
 
 use mannerly_policy::budget::{
-    Announced, HostParams, HostView, PersistedHost, Reaction, Reservation, ResetReport, Start,
+    Announced, Failure, HostParams, HostView, PersistedHost, Reaction, Reservation, ResetReport,
+    Start,
 };
 
 /// Where per-host budgets live. See the module docs for the contract.
@@ -102,9 +103,9 @@ pub trait HostStore: Send + Sync {
     fn finish(&self, host: &str, now: Instant) -> bool;
 
     /// Learns from a response and releases its in-flight slot
-    /// ([`mannerly_policy::budget::HostBudget::on_answer`]), with the limit
-    /// the response announced if any. `jitter` is a random number in [0, 1)
-    /// drawn by the caller.
+    /// ([`mannerly_policy::budget::HostBudget::on_timed_answer`]), with the
+    /// limit the response announced if any and its time to first byte.
+    /// `jitter` is a random number in [0, 1) drawn by the caller.
     #[allow(clippy::too_many_arguments)]
     fn on_response(
         &self,
@@ -114,8 +115,21 @@ pub trait HostStore: Send + Sync {
         status: u16,
         retry_after: Option<&str>,
         announced: Option<&Announced>,
+        ttfb_ms: Option<u64>,
         jitter: f64,
     ) -> Reaction;
+
+    /// Learns from a request that got no response and releases its
+    /// in-flight slot ([`mannerly_policy::budget::HostBudget::on_failure`]):
+    /// a timeout or reset is distress, a request abandoned after a while
+    /// a time to first byte at least that long.
+    fn on_failure(
+        &self,
+        host: &str,
+        now: Instant,
+        failure: Failure,
+        jitter: f64,
+    ) -> Option<Reaction>;
 
     /// Applies the Crawl-delay of the robots.txt group that matched
     /// (`None` lifts it). Idempotent: call it after every robots lookup.

@@ -25,7 +25,7 @@ fn a_throttled_host_does_not_slow_another() {
     let t0 = Instant::now();
     assert_eq!(store.admit("a.example", t0, HOLD), Reservation::Go);
     assert_eq!(store.try_start("a.example", t0, HOLD), Start::Go);
-    let r = store.on_response("a.example", t0, wall(), 429, Some("120"), None, 0.0);
+    let r = store.on_response("a.example", t0, wall(), 429, Some("120"), None, None, 0.0);
     assert!(matches!(r, Reaction::Throttled(ref t) if t.pause == secs(120)));
 
     assert_eq!(
@@ -103,8 +103,17 @@ fn sweep_drops_idle_hosts_and_keeps_paused_ones() {
         assert_eq!(store.admit(host, t0, HOLD), Reservation::Go);
         assert_eq!(store.try_start(host, t0, HOLD), Start::Go);
     }
-    store.on_response("idle.example", t0, wall(), 200, None, None, 0.0);
-    store.on_response("paused.example", t0, wall(), 429, Some("600"), None, 0.0);
+    store.on_response("idle.example", t0, wall(), 200, None, None, None, 0.0);
+    store.on_response(
+        "paused.example",
+        t0,
+        wall(),
+        429,
+        Some("600"),
+        None,
+        None,
+        0.0,
+    );
     // busy.example is still in flight.
 
     assert_eq!(store.sweep(t0 + secs(2)), 1);
@@ -125,8 +134,17 @@ fn sweep_drops_idle_hosts_and_keeps_paused_ones() {
 fn persisted_hosts_round_trip_through_a_restart() {
     let store = MemoryHosts::default();
     let t0 = Instant::now();
-    store.on_response("paused.example", t0, wall(), 429, Some("600"), None, 0.0);
-    store.on_response("fine.example", t0, wall(), 200, None, None, 0.0);
+    store.on_response(
+        "paused.example",
+        t0,
+        wall(),
+        429,
+        Some("600"),
+        None,
+        None,
+        0.0,
+    );
+    store.on_response("fine.example", t0, wall(), 200, None, None, None, 0.0);
     store.set_crawl_delay("paused.example", t0, Some(10.0));
 
     let saved = store.persisted(t0 + secs(100), wall() + secs(100));
@@ -195,7 +213,7 @@ fn a_reloaded_budget_table_applies_to_known_hosts_and_keeps_what_they_learned() 
     let t0 = Instant::now();
     let _ = hosts.admit("a.example", t0, Duration::from_secs(30));
     let _ = hosts.try_start("a.example", t0, Duration::from_secs(30));
-    let _ = hosts.on_response("a.example", t0, wall(), 429, Some("600"), None, 0.0);
+    let _ = hosts.on_response("a.example", t0, wall(), 429, Some("600"), None, None, 0.0);
     let paused = hosts.view("a.example", t0).unwrap().paused_for;
     assert!(paused.is_some());
     let lower = BudgetParams {

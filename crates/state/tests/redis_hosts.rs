@@ -50,6 +50,7 @@ async fn send(s: &RedisHosts, status: u16, retry_after: Option<&str>) -> Reactio
             status,
             retry_after,
             None,
+            None,
             0.0,
         )
         .await;
@@ -109,6 +110,7 @@ async fn one_429_slows_the_whole_cluster_once() {
             SystemTime::now(),
             429,
             Some("1"),
+            None,
             None,
             0.0,
         )
@@ -307,6 +309,7 @@ async fn without_redis_decides_alone_at_a_quarter_then_shares_again() {
                 Instant::now(),
                 SystemTime::now(),
                 200,
+                None,
                 None,
                 None,
                 0.0,

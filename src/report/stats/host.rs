@@ -23,6 +23,38 @@ pub struct Bucket {
     pub paused: bool,
 }
 
+/// What a site showed without a 429, and what the proxy did about it.
+#[derive(Debug, Default, serde::Serialize)]
+pub struct DistressStats {
+    /// Connect or first-byte timeouts and resets.
+    pub timeouts: u64,
+    /// 502/503/504 without Retry-After and runs of 500s.
+    pub server_errors: u64,
+    /// Cuts for answers slower than the host's baseline.
+    pub slow: u64,
+    /// Requests answered 503 at once while the host was paused for it.
+    pub answered_at_once: u64,
+}
+
+impl DistressStats {
+    /// Events the site showed.
+    pub fn shown(&self) -> u64 {
+        self.timeouts + self.server_errors + self.slow
+    }
+
+    fn record(&mut self, outcome: &str, event: &str) {
+        if outcome == "distressed" {
+            self.answered_at_once += 1;
+            return;
+        }
+        match event {
+            "slow" => self.slow += 1,
+            "connect_timeout" | "first_byte_timeout" | "reset" => self.timeouts += 1,
+            _ => self.server_errors += 1,
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct HostStats {
     /// Client requests (a request sent again after a throttle is one).
@@ -41,6 +73,8 @@ pub struct HostStats {
     pub bytes: u64,
     pub resets: u64,
     pub errors: u64,
+    pub distress: DistressStats,
+    pub collapsed: u64,
     pub first: f64,
     pub last: f64,
     pub robots: RobotsSignal,
@@ -198,7 +232,14 @@ impl HostStats {
                 self.paused_until = t;
             }
             "error" => self.errors += 1,
+            "collapsed" => self.collapsed += 1,
             _ => {}
+        }
+        if let Some(event) = l.distress.as_deref() {
+            self.distress.record(outcome, event);
+            if outcome == "distressed" {
+                self.bucket(t).paused = true;
+            }
         }
         self.saved_bytes += l.saved_bytes.unwrap_or(0);
         self.bytes += l.bytes.unwrap_or(0);

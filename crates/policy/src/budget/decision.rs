@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde::{Serialize, Serializer};
 
+use super::Distress;
 use crate::Outcome;
 
 /// What [`HostBudget::admit`] decided for a new request.
@@ -59,6 +60,17 @@ pub enum Refusal {
         /// When the next turn comes.
         retry_after: Duration,
     },
+    /// The host is paused (or its breaker open) after repeated distress:
+    /// answered at once, however long the hold, since a struggling site's
+    /// clients are better told now than after another timeout.
+    Distressed {
+        /// Remaining pause.
+        retry_after: Duration,
+        /// The event that paused it.
+        event: Distress,
+        /// The pause is the breaker's.
+        breaker: bool,
+    },
 }
 
 impl Refusal {
@@ -77,7 +89,8 @@ impl Refusal {
             Refusal::Paused { retry_after }
             | Refusal::BreakerOpen { retry_after }
             | Refusal::QueueFull { retry_after }
-            | Refusal::Paced { retry_after } => retry_after,
+            | Refusal::Paced { retry_after }
+            | Refusal::Distressed { retry_after, .. } => retry_after,
         }
     }
 
@@ -88,15 +101,16 @@ impl Refusal {
             Refusal::BreakerOpen { .. } => Outcome::BreakerOpen,
             Refusal::QueueFull { .. } => Outcome::QueueFull,
             Refusal::Paced { .. } => Outcome::Paced,
+            Refusal::Distressed { .. } => Outcome::Distressed,
         }
     }
 
     /// The status the client gets: 429 for a paused host, 503 for a full
-    /// queue or a turn beyond the hold.
+    /// queue, a turn beyond the hold or a host in distress.
     pub fn status(&self) -> u16 {
         match self {
             Refusal::Paused { .. } | Refusal::BreakerOpen { .. } => 429,
-            Refusal::QueueFull { .. } | Refusal::Paced { .. } => 503,
+            Refusal::QueueFull { .. } | Refusal::Paced { .. } | Refusal::Distressed { .. } => 503,
         }
     }
 }
@@ -120,6 +134,9 @@ pub enum Reaction {
     },
     /// A 429, or a 503 with Retry-After: the host is paused and slowed.
     Throttled(Throttle),
+    /// A distress event: the rate was cut, and the host paused when the
+    /// event was one too many.
+    Distressed(Strain),
 }
 
 impl Reaction {
@@ -128,6 +145,7 @@ impl Reaction {
         match self {
             Reaction::Ok { rate, .. } | Reaction::SlowedDown { rate, .. } => *rate,
             Reaction::Throttled(t) => t.rate,
+            Reaction::Distressed(s) => s.rate,
         }
     }
 
@@ -136,8 +154,25 @@ impl Reaction {
         match self {
             Reaction::Ok { ceiling, .. } | Reaction::SlowedDown { ceiling, .. } => *ceiling,
             Reaction::Throttled(t) => t.ceiling,
+            Reaction::Distressed(s) => s.ceiling,
         }
     }
+}
+
+/// The details of a distress event, for the audit line.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Strain {
+    /// What the site showed.
+    pub event: Distress,
+    /// The host's pause from `now`, when it is paused (this event paused
+    /// it, or it was already paused: an answer to a request sent before).
+    pub pause: Option<Duration>,
+    /// This event opened the breaker.
+    pub breaker_opened: bool,
+    /// Rate now, requests/s.
+    pub rate: f64,
+    /// Ceiling now, requests/s.
+    pub ceiling: f64,
 }
 
 /// The details of a throttle, for the retry decision and the audit line.
@@ -199,6 +234,20 @@ pub struct HostView {
     /// is not lowered). `/hosts` shows it as `ceiling_relaxes_in_s`.
     #[serde(skip)]
     pub ceiling_relaxes_in: Option<Duration>,
+    /// The event behind a pause in force for distress.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub distress: Option<Distress>,
+    /// The latest distress event, paused or not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_distress: Option<Distress>,
+    /// Distress events inside the distress window.
+    pub recent_distress: u32,
+    /// The host's baseline time to first byte, ms (slow to rise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_baseline_ms: Option<u32>,
+    /// The host's fast average time to first byte, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_ms: Option<u32>,
 }
 
 impl HostView {
@@ -206,6 +255,13 @@ impl HostView {
     /// is answered by the proxy: the open breaker or the pause if there is
     /// one (with its remaining time), else a full queue.
     pub fn hold_refusal(&self) -> Refusal {
+        if let (Some(event), Some(d)) = (self.distress, self.paused_for) {
+            return Refusal::Distressed {
+                retry_after: d,
+                event,
+                breaker: self.breaker_open_for.is_some(),
+            };
+        }
         match (self.breaker_open_for, self.paused_for) {
             (Some(d), _) => Refusal::BreakerOpen { retry_after: d },
             (None, Some(d)) => Refusal::Paused { retry_after: d },

@@ -4,7 +4,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::decision::{HostView, Reaction, Refusal, Reservation, Start};
 use super::params::{millis, HostParams, MAX_BREAKER_THRESHOLD};
+use super::Distress;
 
+mod distress;
 pub(super) mod history;
 mod pace;
 mod shared;
@@ -69,6 +71,25 @@ pub struct HostBudget {
     /// `BREAKER`: the pause is the breaker's. `LENT`: the host's first
     /// reservation lent the second its slot ([`HostBudget::admit_within`]).
     pub(super) flags: u8,
+    /// The latest distress event (`NONE` when none): the window of
+    /// `distress_threshold` counts from the events inside it.
+    pub(super) distressed: u32,
+    /// Time to first byte, ms: the baseline (falls fast, rises slowly) and
+    /// the fast average; 0 when nothing was measured.
+    pub(super) latency_base: u16,
+    pub(super) latency_fast: u16,
+    /// Distress events in the current window, 500s in a row, and the
+    /// latest event's code ([`Distress::from_code`]).
+    pub(super) events: u8,
+    pub(super) errors: u8,
+    pub(super) event: u8,
+    /// Rate cap from slow answers, micro-requests/s (0 when none): lowered
+    /// with the rate when the answers slow down, raised a step by each
+    /// answer that is quick again.
+    pub(super) latency_cap: u32,
+    /// The last cut for slowness: one a second at most, since the answers
+    /// to requests sent before it cannot show its effect.
+    pub(super) slowed: u32,
 }
 
 /// `flags`: the pause in force is an open breaker.
@@ -80,6 +101,9 @@ pub(super) const LENT: u8 = 2;
 pub(super) const ON_LOAN: u8 = 4;
 /// `flags`: the latest send went on the loan.
 pub(super) const LOAN_SENT: u8 = 8;
+/// `flags`: the pause in force is for distress: requests are answered at
+/// once, not held to its end.
+pub(super) const DISTRESS: u8 = 16;
 
 // === impl HostBudget ===
 
@@ -107,6 +131,14 @@ impl HostBudget {
             streak: 0,
             strikes: 0,
             flags: 0,
+            distressed: NONE,
+            latency_base: 0,
+            latency_fast: 0,
+            events: 0,
+            errors: 0,
+            event: 0,
+            latency_cap: 0,
+            slowed: NONE,
         }
     }
 
@@ -257,6 +289,8 @@ impl HostBudget {
     ///   `concurrency_factor` (min 1); `breaker_threshold` throttles younger
     ///   than `breaker_window_secs` open the breaker (a pause of
     ///   `breaker_open_secs`).
+    /// - 502, 503, 504 (without Retry-After) and every `server_error_run`th
+    ///   500 in a row: a distress event ([`HostBudget::on_failure`]).
     /// - other 5xx: rate × `server_error_factor`.
     /// - anything else: rate + `recovery_step`, capped by the ceiling.
     pub fn on_response(
@@ -271,7 +305,22 @@ impl HostBudget {
         let n = self.tick(now);
         self.in_flight = self.in_flight.saturating_sub(1);
         if status == 429 || (status == 503 && retry_after.is_some()) {
+            self.errors = 0;
             return Reaction::Throttled(self.throttle(p, n, now, wall, retry_after, jitter));
+        }
+        if let Some(event) = Distress::of_status(status) {
+            self.errors = 0;
+            return Reaction::Distressed(self.distress(p, n, now, event, jitter));
+        }
+        if status == 500 {
+            self.errors = self.errors.saturating_add(1);
+            if u32::from(self.errors) >= p.server_error_run {
+                self.errors = 0;
+                let event = Distress::ServerErrors;
+                return Reaction::Distressed(self.distress(p, n, now, event, jitter));
+            }
+        } else {
+            self.errors = 0;
         }
         let rate = self.rate_u(p, n);
         if (500..600).contains(&status) {
@@ -283,7 +332,7 @@ impl HostBudget {
             self.keep_next_slot(p, n, tau);
             return Reaction::SlowedDown {
                 rate: f(self.rate_u(p, n)),
-                ceiling: f(self.ceiling_u(p, n)),
+                ceiling: f(self.shown_ceiling_u(p, n)),
             };
         }
         self.strikes = 0;
@@ -307,7 +356,7 @@ impl HostBudget {
         }
         Reaction::Ok {
             rate: f(self.rate_u(p, n)),
-            ceiling: f(self.ceiling_u(p, n)),
+            ceiling: f(self.shown_ceiling_u(p, n)),
         }
     }
 
@@ -359,7 +408,7 @@ impl HostBudget {
             .map(|u| self.at(u).saturating_duration_since(now));
         HostView {
             rate: f(self.rate_u(p, n)),
-            ceiling: f(self.ceiling_u(p, n)),
+            ceiling: f(self.shown_ceiling_u(p, n)),
             concurrency: u32::from(self.concurrency_limit(p)),
             in_flight: u32::from(self.in_flight),
             queued: u32::try_from(self.queued(p, n)).unwrap_or(u32::MAX),
@@ -371,6 +420,13 @@ impl HostBudget {
             recent_throttles: self.recent_throttles(p, n),
             throttles_last_hour: self.throttles_within(n, 3_600_000),
             ceiling_relaxes_in: self.ceiling_relaxes_in(p, n),
+            distress: paused
+                .filter(|_| self.flags & DISTRESS != 0)
+                .and(Distress::from_code(self.event)),
+            last_distress: Distress::from_code(self.event),
+            recent_distress: self.recent_distress(p, n),
+            latency_baseline_ms: (self.latency_base > 0).then_some(u32::from(self.latency_base)),
+            latency_ms: (self.latency_fast > 0).then_some(u32::from(self.latency_fast)),
         }
     }
 
@@ -417,6 +473,8 @@ impl HostBudget {
             &mut self.throttled,
             &mut self.sent,
             &mut self.since,
+            &mut self.distressed,
+            &mut self.slowed,
         ] {
             *t = match get(*t) {
                 Some(v) if v > shift => put(v - shift),
@@ -437,7 +495,7 @@ impl HostBudget {
         }
         if get(self.pause).is_some_and(|u| u <= n) {
             self.pause = NONE;
-            self.flags &= !BREAKER;
+            self.flags &= !(BREAKER | DISTRESS);
         }
         n
     }
@@ -445,6 +503,16 @@ impl HostBudget {
     fn pause_refusal(&self, n: u64, now: Instant, hold_left: Duration) -> Option<Refusal> {
         let until = get(self.pause).filter(|&u| u > n)?;
         let retry_after = self.at(until).saturating_duration_since(now);
+        if self.flags & DISTRESS != 0 {
+            if let Some(event) = Distress::from_code(self.event) {
+                let breaker = self.breaker();
+                return Some(Refusal::Distressed {
+                    retry_after,
+                    event,
+                    breaker,
+                });
+            }
+        }
         if retry_after <= hold_left {
             return None;
         }
@@ -488,6 +556,15 @@ impl HostBudget {
         u32::try_from(c).unwrap_or(max)
     }
 
+    /// The ceiling as told: the one learned from 429s, or the cap slow
+    /// answers set when it is lower.
+    pub(super) fn shown_ceiling_u(&self, p: &HostParams, n: u64) -> u32 {
+        match self.latency_cap {
+            0 => self.ceiling_u(p, n),
+            c => self.ceiling_u(p, n).min(c),
+        }
+    }
+
     /// Time until the ceiling is back at `max_rate`, while it is lowered.
     fn ceiling_relaxes_in(&self, p: &HostParams, n: u64) -> Option<Duration> {
         let t = get(self.throttled)?;
@@ -508,7 +585,15 @@ impl HostBudget {
             0 => u32::MAX,
             a => a,
         };
-        self.ceiling_u(p, n).min(crawl).min(announced).max(1)
+        let slow = match self.latency_cap {
+            0 => u32::MAX,
+            c => c,
+        };
+        self.ceiling_u(p, n)
+            .min(crawl)
+            .min(announced)
+            .min(slow)
+            .max(1)
     }
 
     fn rate_u(&self, p: &HostParams, n: u64) -> u32 {
@@ -600,37 +685,4 @@ fn scale_count(n: u16, factor: f64) -> u16 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_robots_lookup_between_requests_leaves_the_burst_whole() {
-        let p = crate::budget::BudgetParams {
-            burst: 3,
-            start_rate: 1.0,
-            max_rate: 1.0,
-            queue_limit: 0,
-            ..Default::default()
-        }
-        .validate()
-        .unwrap()
-        .for_host("example.com");
-        // The test's clock starts from one real instant and is moved by hand.
-        #[allow(clippy::disallowed_methods)]
-        let now = Instant::now();
-        let mut b = HostBudget::new(&p, now);
-        for i in 0..3 {
-            b.set_crawl_delay(&p, now, None);
-            assert!(matches!(b.admit(&p, now), Reservation::Go), "request {i}");
-        }
-        assert!(
-            !matches!(b.admit(&p, now), Reservation::Go),
-            "the fourth waits"
-        );
-    }
-
-    #[test]
-    fn a_host_is_88_bytes() {
-        assert_eq!(std::mem::size_of::<HostBudget>(), 88);
-    }
-}
+mod tests;

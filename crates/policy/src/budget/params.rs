@@ -123,9 +123,27 @@ budget_params! {
     /// The concurrency limit is multiplied by this on a 429 (rounded down,
     /// at least 1). Default 0.5.
     concurrency_factor: f64 = 0.5,
-    /// The rate is multiplied by this on a 5xx that is not a throttle (no
-    /// pause, ceiling kept). Default 0.75.
+    /// The rate is multiplied by this on a 5xx that is not a throttle and
+    /// on every distress event (timeout, reset, 502/503/504 without
+    /// Retry-After, a run of 500s, a slow answer). Default 0.75.
     server_error_factor: f64 = 0.75,
+    /// Distress events inside `distress_window_secs` that pause the host
+    /// (a jittered exponential pause, counted by the breaker as a 429 is).
+    /// Default 2.
+    distress_threshold: u32 = 2,
+    /// The window distress events are counted in. Default 60 s.
+    distress_window_secs: f64 = 60.0,
+    /// First pause after repeated distress; doubles with each further one
+    /// before a success, reduced at random by `backoff_jitter`. Default 2 s.
+    distress_backoff_base_secs: f64 = 2.0,
+    /// Largest distress pause. Default 60 s.
+    distress_backoff_max_secs: f64 = 60.0,
+    /// 500s in a row that count as one distress event. Default 3.
+    server_error_run: u32 = 3,
+    /// A host whose fast average time to first byte climbs past this
+    /// multiple of its baseline is slowed (rate and ceiling), as far as
+    /// once a second; 0 turns latency off. Default 2.
+    latency_factor: f64 = 2.0,
     /// Requests/s added to the rate by each successful response (additive
     /// recovery, never above the ceiling). Default 0.2.
     recovery_step: f64 = 0.2,
@@ -230,6 +248,7 @@ impl HostParams {
             .and_then(|()| self.check_slow_down())
             .and_then(|()| self.check_recovery())
             .and_then(|()| self.check_breaker_announced_retries())
+            .and_then(|()| self.check_distress())
             .map_err(|(key, reason)| err(prefix, key, reason))
     }
 
@@ -281,6 +300,12 @@ impl HostParams {
             ("backoff_max_secs", self.backoff_max_secs),
             ("ceiling_relax_secs", self.ceiling_relax_secs),
             ("breaker_open_secs", self.breaker_open_secs),
+            ("distress_window_secs", self.distress_window_secs),
+            (
+                "distress_backoff_base_secs",
+                self.distress_backoff_base_secs,
+            ),
+            ("distress_backoff_max_secs", self.distress_backoff_max_secs),
         ] {
             if !secs_within(s, MAX_LONG_SECS) || s == 0.0 {
                 return Err((key, "must be above 0 and at most 604800 seconds (7 days)"));
@@ -288,6 +313,12 @@ impl HostParams {
         }
         if self.backoff_max_secs < self.backoff_base_secs {
             return Err(("backoff_max_secs", "must not be below backoff_base_secs"));
+        }
+        if self.distress_backoff_max_secs < self.distress_backoff_base_secs {
+            return Err((
+                "distress_backoff_max_secs",
+                "must not be below distress_backoff_base_secs",
+            ));
         }
         if !secs_within(self.breaker_window_secs, 86_400.0) || self.breaker_window_secs == 0.0 {
             return Err((
@@ -348,6 +379,23 @@ impl HostParams {
         }
         if self.retry_attempts > 10 {
             return Err(("retry_attempts", "must be at most 10"));
+        }
+        Ok(())
+    }
+
+    /// What counts as distress: how many events pause, how many 500s make
+    /// one, how slow an answer must be.
+    fn check_distress(&self) -> Checked {
+        if !(1..=100).contains(&self.distress_threshold) {
+            return Err(("distress_threshold", "must be between 1 and 100"));
+        }
+        if !(1..=100).contains(&self.server_error_run) {
+            return Err(("server_error_run", "must be between 1 and 100"));
+        }
+        if !(self.latency_factor == 0.0
+            || (self.latency_factor.is_finite() && (1.1..=100.0).contains(&self.latency_factor)))
+        {
+            return Err(("latency_factor", "must be 0 (off) or between 1.1 and 100"));
         }
         Ok(())
     }
@@ -431,6 +479,15 @@ impl HostParams {
     }
     pub(crate) fn window_ms(&self) -> u64 {
         millis(self.breaker_window_secs)
+    }
+    pub(crate) fn distress_window_ms(&self) -> u64 {
+        millis(self.distress_window_secs)
+    }
+    pub(crate) fn distress_base_ms(&self) -> u64 {
+        millis(self.distress_backoff_base_secs)
+    }
+    pub(crate) fn distress_max_ms(&self) -> u64 {
+        millis(self.distress_backoff_max_secs)
     }
     pub(crate) fn breaker_open_ms(&self) -> u64 {
         millis(self.breaker_open_secs)

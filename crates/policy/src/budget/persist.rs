@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::host::{f, get, history, put, HostBudget, KEEP_MS};
 use super::params::{micro, HostParams};
+use super::Distress;
 
 /// What of a host must survive a restart, with wall-clock deadlines
 /// (unix milliseconds) since `Instant`s do not outlive a process.
@@ -35,6 +36,10 @@ pub struct PersistedHost {
     pub strikes: u8,
     /// Crawl-delay in force, seconds.
     pub crawl_delay_secs: Option<f64>,
+    /// The pause is for distress, this event's: answered at once after a
+    /// restart too. Absent in records written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distress: Option<Distress>,
 }
 
 // === impl HostBudget (persistence) ===
@@ -74,6 +79,8 @@ impl HostBudget {
             strikes: self.strikes,
             crawl_delay_secs: (self.crawl_delay_ms > 0)
                 .then(|| f64::from(self.crawl_delay_ms) / 1000.0),
+            distress: Distress::from_code(self.event)
+                .filter(|_| paused.is_some() && self.flags & super::host::DISTRESS != 0),
         })
     }
 
@@ -129,6 +136,10 @@ impl HostBudget {
             b.pause = put(u);
             if saved.breaker {
                 b.flags |= super::host::BREAKER;
+            }
+            if let Some(event) = saved.distress {
+                b.flags |= super::host::DISTRESS;
+                b.event = event.code();
             }
             b.tat = put(u + b.tau_ms(p, n));
         }

@@ -31,7 +31,9 @@ impl HostBudget {
     pub fn reset(&mut self, p: &HostParams, now: Instant) -> ResetReport {
         let before = self.view(p, now);
         self.pause = NONE;
-        self.flags &= !super::host::BREAKER;
+        self.flags &= !(super::host::BREAKER | super::host::DISTRESS);
+        self.distressed = NONE;
+        (self.events, self.errors, self.latency_cap) = (0, 0, 0);
         self.throttled = NONE;
         self.history.fill(NONE);
         self.ceiling = p.max_u();

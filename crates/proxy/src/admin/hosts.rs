@@ -3,7 +3,7 @@
 
 use std::time::SystemTime;
 
-use mannerly_policy::budget::{HostParams, HostView};
+use mannerly_policy::budget::{Distress, HostParams, HostView};
 use mannerly_policy::site::GroupKind;
 use serde::Serialize;
 
@@ -48,6 +48,15 @@ pub(crate) struct HostEntry {
     /// Origin 429s (and throttling 503s) in the last hour.
     pub throttles_last_hour: usize,
     pub crawl_delay_s: Option<f64>,
+    /// What the site showed without a 429: the event behind a pause in
+    /// force (`null` when none), the latest event, the events inside the
+    /// distress window, and its times to first byte (baseline and fast
+    /// average, ms).
+    pub distress: Option<Distress>,
+    pub last_distress: Option<Distress>,
+    pub recent_distress: u32,
+    pub latency_baseline_ms: Option<u32>,
+    pub latency_ms: Option<u32>,
     pub robots: Option<RobotsEntry>,
     /// Decisions seen for the host since start (or since it was last forgotten).
     pub decisions: u64,
@@ -86,6 +95,10 @@ pub(crate) fn entry(
     let secs = |d: Option<std::time::Duration>| d.map(|d| round(d.as_secs_f64()));
     let relaxes = secs(v.ceiling_relaxes_in);
     let pause_reason = match (v.breaker_open_for, v.paused_for) {
+        (_, Some(_)) if v.distress.is_some() => Some(format!(
+            "the site shows distress ({}) without asking to slow down",
+            v.distress.map_or("", Distress::as_str)
+        )),
         (Some(_), _) => Some(format!(
             "breaker open: {} throttles within {} s",
             p.breaker_threshold, p.breaker_window_secs
@@ -129,6 +142,11 @@ pub(crate) fn entry(
             .map_or(0, |a| a.throttles_last_hour(now_ms))
             .max(v.throttles_last_hour as usize),
         crawl_delay_s: secs(v.crawl_delay),
+        distress: v.distress,
+        last_distress: v.last_distress,
+        recent_distress: v.recent_distress,
+        latency_baseline_ms: v.latency_baseline_ms,
+        latency_ms: v.latency_ms,
         robots: a
             .and_then(|a| a.robots.as_ref())
             .map(|r: &RobotsSeen| RobotsEntry {

@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use mannerly_policy::budget::Distress;
 use mannerly_policy::robots_cache::fetch_failed;
 use mannerly_policy::{AuditRecord, Outcome};
 use metrics::{Counter, Gauge, Histogram, Key, Label, Level, Metadata, Recorder};
@@ -17,7 +18,7 @@ use metrics_exporter_prometheus::{
 };
 
 /// Every outcome, in the order of [`index`].
-pub(crate) const OUTCOMES: [Outcome; 21] = [
+pub(crate) const OUTCOMES: [Outcome; 23] = [
     Outcome::Fetched,
     Outcome::Revalidated,
     Outcome::Unchanged,
@@ -39,6 +40,8 @@ pub(crate) const OUTCOMES: [Outcome; 21] = [
     Outcome::TdmrepFetched,
     Outcome::PaymentRefused,
     Outcome::PaymentFailed,
+    Outcome::Distressed,
+    Outcome::Collapsed,
 ];
 
 /// Position of an outcome in [`OUTCOMES`]; exhaustive, so a new outcome
@@ -66,6 +69,8 @@ fn index(o: Outcome) -> usize {
         Outcome::TdmrepFetched => 18,
         Outcome::PaymentRefused => 19,
         Outcome::PaymentFailed => 20,
+        Outcome::Distressed => 21,
+        Outcome::Collapsed => 22,
     }
 }
 
@@ -126,6 +131,7 @@ pub(crate) struct Metrics {
     latency: Histogram,
     robots_fetches: Counter,
     robots_failures: Counter,
+    distress: Vec<Counter>,
     cache_stored: Counter,
     cache_revalidated: Counter,
     cache_saved_bytes: Counter,
@@ -175,6 +181,10 @@ const HELP: &[(&str, &str)] = &[
     (
         "mannerly_robots_fetches_total",
         "robots.txt fetches made by the proxy.",
+    ),
+    (
+        "mannerly_distress_events_total",
+        "What origins showed without a 429, by event: timeouts, resets, 502/503/504 without Retry-After, runs of 500s, slow answers.",
     ),
     (
         "mannerly_robots_fetch_failures_total",
@@ -310,6 +320,13 @@ impl Metrics {
             latency: histogram(r, "mannerly_upstream_latency_seconds"),
             robots_fetches: counter(r, "mannerly_robots_fetches_total", vec![]),
             robots_failures: counter(r, "mannerly_robots_fetch_failures_total", vec![]),
+            distress: Distress::ALL
+                .iter()
+                .map(|d| {
+                    let event = vec![Label::new("event", d.as_str())];
+                    counter(r, "mannerly_distress_events_total", event)
+                })
+                .collect(),
             cache_stored: counter(r, "mannerly_cache_stored_total", vec![]),
             cache_revalidated: counter(r, "mannerly_cache_revalidated_total", vec![]),
             cache_saved_bytes: counter(r, "mannerly_cache_saved_bytes_total", vec![]),
@@ -358,6 +375,13 @@ impl Metrics {
         if self.since_upkeep.fetch_add(1, Ordering::Relaxed) + 1 >= UPKEEP_EVERY {
             self.since_upkeep.store(0, Ordering::Relaxed);
             self.handle.run_upkeep();
+        }
+        // A refusal names the distress that paused its host; only the
+        // request that showed it counts.
+        if let Some(event) = rec.distress.filter(|_| outcome != Outcome::Distressed) {
+            if let Some(i) = Distress::ALL.iter().position(|d| d.as_str() == event) {
+                self.distress[i].increment(1);
+            }
         }
         if outcome == Outcome::RobotsFetched {
             self.robots_fetches.increment(1);

@@ -7,7 +7,7 @@
 use std::error::Error;
 use std::time::Duration;
 
-use mannerly_policy::budget::Refusal as BudgetRefusal;
+use mannerly_policy::budget::{Distress, Failure, Refusal as BudgetRefusal};
 use mannerly_policy::Outcome;
 
 use super::Stop;
@@ -70,6 +70,42 @@ pub(crate) fn connect(e: &ConnectError) -> Stop {
             .status(503)
             .retry_after(1),
         ConnectError::Io { .. } | ConnectError::NoHost(_) => origin(502, why),
+    }
+}
+
+/// What an upstream client error shows of the site, for its budget: a
+/// connect timeout, or a connection refused, reset or closed before the
+/// head. A refusal of ours, the client's body, TLS or bad framing show
+/// nothing of the site's load.
+pub(crate) fn distress(err: &(dyn Error + 'static)) -> Failure {
+    if find_in_chain::<ClientBodyError>(err).is_some() {
+        return Failure::Nothing;
+    }
+    if let Some(c) = find_in_chain::<ConnectError>(err) {
+        return match c {
+            ConnectError::Timeout { .. } => Failure::Distress(Distress::ConnectTimeout),
+            ConnectError::Io { .. } => Failure::Distress(Distress::Reset),
+            _ => Failure::Nothing,
+        };
+    }
+    if find_in_chain::<rustls::Error>(err).is_some() {
+        return Failure::Nothing;
+    }
+    if let Some(h) = find_in_chain::<hyper::Error>(err) {
+        if h.is_parse() || h.is_user() {
+            return Failure::Nothing;
+        }
+        return Failure::Distress(Distress::Reset);
+    }
+    match find_in_chain::<std::io::Error>(err).map(std::io::Error::kind) {
+        Some(
+            std::io::ErrorKind::ConnectionReset
+            | std::io::ErrorKind::ConnectionAborted
+            | std::io::ErrorKind::ConnectionRefused
+            | std::io::ErrorKind::BrokenPipe
+            | std::io::ErrorKind::UnexpectedEof,
+        ) => Failure::Distress(Distress::Reset),
+        _ => Failure::Nothing,
     }
 }
 
@@ -141,7 +177,21 @@ pub(crate) fn budget(r: &BudgetRefusal, prefix: &str, origin: Option<&str>) -> S
         BudgetRefusal::Paced { .. } => format!(
             "{prefix}the host's pace (its robots.txt Crawl-delay, or a rate learned from the site) puts its next turn {wait} s away, longer than a request may be held (budget.max_hold_secs)"
         ),
+        BudgetRefusal::Distressed { event, breaker, .. } => {
+            let left = if *breaker {
+                "repeated distress opened the breaker: the host is left alone"
+            } else {
+                "the host is paused"
+            };
+            format!("{prefix}the site shows distress ({event}) without asking to slow down; {left} for {wait} s and answered at once meanwhile")
+        }
     };
+    if let BudgetRefusal::Distressed { event, .. } = r {
+        return Stop::new(r.outcome(), Source::Policy, why)
+            .status(r.status())
+            .retry_after(wait)
+            .detail("distress", event.as_str());
+    }
     let stop = Stop::new(r.outcome(), Source::Policy, why)
         .status(r.status())
         .retry_after(wait);

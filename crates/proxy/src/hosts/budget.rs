@@ -17,8 +17,8 @@ use std::time::{Duration, SystemTime};
 
 use dashmap::DashMap;
 use mannerly_policy::budget::{
-    host_key, Announced, BudgetParams, HostParams, HostView, PersistedHost, Reaction, Refusal,
-    Reservation, ResetReport, Start, QUEUE_RETRY_AFTER,
+    host_key, Announced, BudgetParams, Failure, HostParams, HostView, PersistedHost, Reaction,
+    Refusal, Reservation, ResetReport, Start, Strain, QUEUE_RETRY_AFTER,
 };
 use mannerly_state::hosts::{Basis, HostStore, Lease, MemoryHosts, RedisHosts};
 use mannerly_state::responses::{ResponseStore, StoreError};
@@ -94,6 +94,9 @@ pub(crate) struct Permit {
     lease: Option<Lease>,
     /// The audit `state` of the decisions that let it go.
     state: Option<&'static str>,
+    /// When it was let go: a request abandoned later is a time to first
+    /// byte at least that long.
+    since: Instant,
 }
 
 impl Budgets {
@@ -326,6 +329,7 @@ impl Budgets {
                             open: true,
                             lease,
                             state: basis.map(Basis::as_str),
+                            since: self.clock.now(),
                         });
                     }
                     Start::Refuse(r) => return Err(r),
@@ -485,6 +489,17 @@ impl Budgets {
         }
     }
 
+    /// After a reaction: a pause for distress is answered at once, so the
+    /// requests sleeping towards a slot behind it ask again now rather
+    /// than at their slot.
+    fn after_reaction(&self, key: &str, reaction: Option<&Reaction>) {
+        if let Some(Reaction::Distressed(Strain { pause: Some(_), .. })) = reaction {
+            if let Some(l) = self.lines.get(key) {
+                l.changed.notify_waiters();
+            }
+        }
+    }
+
     /// A number in [0, 1) for backoff jitter; quality does not matter, only
     /// that proxies and hosts do not retry in lockstep.
     fn jitter(&self) -> f64 {
@@ -570,13 +585,14 @@ impl Permit {
         self.state
     }
 
-    /// Releases the slot with what the origin answered; returns what the
-    /// budget learned.
+    /// Releases the slot with what the origin answered and how long its
+    /// head took; returns what the budget learned.
     pub(crate) async fn respond(
         mut self,
         status: u16,
         retry_after: Option<&str>,
         announced: Option<&Announced>,
+        ttfb_ms: Option<u64>,
     ) -> Reaction {
         self.open = false;
         let b = self.budgets.clone();
@@ -590,6 +606,7 @@ impl Permit {
                 status,
                 retry_after,
                 announced,
+                ttfb_ms,
                 jitter,
             ),
             // Every shared start hands out a lease; without one there is
@@ -603,6 +620,7 @@ impl Permit {
                     status,
                     retry_after,
                     announced,
+                    ttfb_ms,
                     jitter,
                 )
                 .await
@@ -610,7 +628,37 @@ impl Permit {
             }
         };
         b.wake(&self.host);
+        b.after_reaction(&self.host, Some(&reaction));
         reaction
+    }
+
+    /// Releases the slot of a request that got no response, with what the
+    /// site showed (a timeout, a reset); returns what the budget learned.
+    pub(crate) async fn failed(mut self, failure: Failure) -> Option<Reaction> {
+        self.open = false;
+        let b = self.budgets.clone();
+        let jitter = b.jitter();
+        let now = b.clock.now_std();
+        let reaction = match (&b.backend, &self.lease) {
+            (Backend::Memory(m), _) => m.on_failure(&self.host, now, failure, jitter),
+            (Backend::Redis(r), lease) => {
+                let lease = lease.as_ref().unwrap_or(&Lease::Local);
+                r.on_failure(&self.host, lease, now, b.clock.wall(), failure, jitter)
+                    .await
+                    .value
+            }
+        };
+        b.wake(&self.host);
+        b.after_reaction(&self.host, reaction.as_ref());
+        reaction
+    }
+
+    /// What a request let go at `since` and abandoned now tells the budget.
+    fn abandoned(&self, now: Instant) -> Failure {
+        let after = now.saturating_duration_since(self.since);
+        Failure::Abandoned {
+            after_ms: u64::try_from(after.as_millis()).unwrap_or(u64::MAX),
+        }
     }
 }
 
@@ -621,9 +669,12 @@ impl Drop for Permit {
         }
         let now = self.budgets.clock.now_std();
         let wall = self.budgets.clock.wall();
+        let abandoned = self.abandoned(self.budgets.clock.now());
+        let jitter = self.budgets.jitter();
         match (&self.budgets.backend, self.lease.take()) {
             (Backend::Memory(m), _) => {
-                m.finish(&self.host, now);
+                let reaction = m.on_failure(&self.host, now, abandoned, jitter);
+                self.budgets.after_reaction(&self.host, reaction.as_ref());
             }
             (Backend::Redis(r), Some(lease)) => {
                 // Given back off the request's path; should the task never
@@ -631,7 +682,8 @@ impl Drop for Permit {
                 if let Ok(rt) = tokio::runtime::Handle::try_current() {
                     let (r, host, b) = (r.clone(), self.host.clone(), self.budgets.clone());
                     rt.spawn(async move {
-                        r.finish(&host, &lease, now, wall).await;
+                        r.on_failure(&host, &lease, now, wall, abandoned, jitter)
+                            .await;
                         b.wake(&host);
                     });
                 }

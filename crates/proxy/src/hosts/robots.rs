@@ -211,9 +211,8 @@ impl<F: SiteFile> RobotsCache<F> {
         match (report.status, pacing.permit.take()) {
             (Some(status), Some(permit)) => {
                 let announced = Announced::from_headers(&report.headers, self.clock.wall());
-                permit
-                    .respond(status, report.retry_after.as_deref(), announced.as_ref())
-                    .await;
+                let ra = report.retry_after.as_deref();
+                permit.respond(status, ra, announced.as_ref(), None).await;
             }
             (_, permit) => drop(permit),
         }
@@ -408,7 +407,7 @@ impl Pacing<'_> {
     /// `false` when the budget would not hold the next hop.
     async fn next_hop(&mut self, status: u16, next: &Uri) -> bool {
         if let Some(permit) = self.permit.take() {
-            permit.respond(status, None, None).await;
+            permit.respond(status, None, None, None).await;
         }
         let Some(host) = next.host() else {
             return true;

@@ -38,13 +38,19 @@ impl Exchange {
             // Behind a provider, the target's status as it carried it.
             Some(p) => {
                 let status = self.rec.target_status.unwrap_or(resp.status().as_u16());
-                Some(p.respond(status, retry_after, announced.as_ref()).await)
+                let ttfb = self.rec.upstream_ms;
+                Some(
+                    p.respond(status, retry_after, announced.as_ref(), ttfb)
+                        .await,
+                )
             }
             None => None,
         };
         self.rec.announced = announced;
         if let Some(r) = &reaction {
             self.rec.budget(r);
+            let host = self.shared.budgets.view(&self.target.host);
+            self.rec.baseline_ms = host.and_then(|v| v.latency_baseline_ms);
         }
         self.invalidate(parts, &resp).await;
         if let Some(code) = self.account(&resp).await {

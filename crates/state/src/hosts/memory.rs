@@ -4,8 +4,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use dashmap::DashMap;
 use mannerly_policy::budget::{
-    host_key, Announced, BudgetParams, HostBudget, HostParams, HostView, PersistedHost, Reaction,
-    Reservation, ResetReport, Start,
+    host_key, Announced, BudgetParams, Failure, HostBudget, HostParams, HostView, PersistedHost,
+    Reaction, Reservation, ResetReport, Start,
 };
 
 use super::HostStore;
@@ -131,11 +131,31 @@ impl HostStore for MemoryHosts {
         status: u16,
         retry_after: Option<&str>,
         announced: Option<&Announced>,
+        ttfb_ms: Option<u64>,
         jitter: f64,
     ) -> Reaction {
         self.with(host, now, |b, p| {
-            b.on_answer(p, now, wall, status, retry_after, announced, jitter)
+            b.on_timed_answer(
+                p,
+                now,
+                wall,
+                status,
+                retry_after,
+                announced,
+                ttfb_ms,
+                jitter,
+            )
         })
+    }
+
+    fn on_failure(
+        &self,
+        host: &str,
+        now: Instant,
+        failure: Failure,
+        jitter: f64,
+    ) -> Option<Reaction> {
+        self.with(host, now, |b, p| b.on_failure(p, now, failure, jitter))
     }
 
     fn set_crawl_delay(&self, host: &str, now: Instant, delay_secs: Option<f64>) {

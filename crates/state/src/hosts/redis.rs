@@ -39,8 +39,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use dashmap::DashMap;
 use mannerly_policy::budget::{
-    host_key, Announced, BudgetParams, HostBudget, HostParams, HostView, Reaction, Reservation,
-    ResetReport, Start,
+    host_key, Announced, BudgetParams, Failure, HostBudget, HostParams, HostView, Reaction,
+    Reservation, ResetReport, Start,
 };
 
 use crate::link::Link;
@@ -373,7 +373,8 @@ impl RedisHosts {
         }
     }
 
-    /// [`HostBudget::on_response`] on the shared budget, giving `lease` back.
+    /// [`HostBudget::on_timed_answer`] on the shared budget, giving `lease`
+    /// back: a slow answer on one proxy slows the host for all.
     #[allow(clippy::too_many_arguments)]
     pub async fn on_response(
         &self,
@@ -384,6 +385,7 @@ impl RedisHosts {
         status: u16,
         retry_after: Option<&str>,
         announced: Option<&Announced>,
+        ttfb_ms: Option<u64>,
         jitter: f64,
     ) -> Decided<Reaction> {
         // A request started on the stand-in still teaches the cluster when
@@ -394,10 +396,40 @@ impl RedisHosts {
             Lease::Local => LeaseAction::ReleaseLocal,
         };
         self.run(host, now, wall, action, |b, p, _| {
-            (
-                b.on_answer(p, now, wall, status, retry_after, announced, jitter),
-                false,
-            )
+            let r = b.on_timed_answer(
+                p,
+                now,
+                wall,
+                status,
+                retry_after,
+                announced,
+                ttfb_ms,
+                jitter,
+            );
+            (r, false)
+        })
+        .await
+        .map(|(r, _)| r)
+    }
+
+    /// [`HostBudget::on_failure`] on the shared budget, giving `lease`
+    /// back: a timeout on one proxy counts towards the host's pause for
+    /// every proxy of the cluster.
+    pub async fn on_failure(
+        &self,
+        host: &str,
+        lease: &Lease,
+        now: Instant,
+        wall: SystemTime,
+        failure: Failure,
+        jitter: f64,
+    ) -> Decided<Option<Reaction>> {
+        let action = match lease {
+            Lease::Shared(id) => LeaseAction::Release(id),
+            Lease::Local => LeaseAction::ReleaseLocal,
+        };
+        self.run(host, now, wall, action, |b, p, _| {
+            (b.on_failure(p, now, failure, jitter), false)
         })
         .await
         .map(|(r, _)| r)

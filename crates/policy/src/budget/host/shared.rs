@@ -11,11 +11,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::super::params::HostParams;
 use super::{
-    get, HostBudget, BREAKER, GAP_NONE, LENT, LOAN_SENT, MAX_SEND_GAP_MS, NONE, ON_LOAN, RING,
+    get, HostBudget, BREAKER, DISTRESS, GAP_NONE, LENT, LOAN_SENT, MAX_SEND_GAP_MS, NONE, ON_LOAN,
+    RING,
 };
 
 /// First byte of an encoded budget; a layout change gets a new one.
-const LAYOUT: u8 = 6;
+const LAYOUT: u8 = 7;
 /// Encoded length: layout, base, 3 + RING + 5 `u32`s, 2 `u16`s, 2 bytes,
 /// then (layout 2) the announced cap, then (layout 4) the latest slot given,
 /// then (layout 5) the long pace window: its start, sends and accepted pace.
@@ -25,12 +26,18 @@ const LAYOUT: u8 = 6;
 /// Layout 3 has layout 2's length: its fifth `u32` holds the last two gaps
 /// between sends (two `u16`s, newest first) where layout 2 held one
 /// smoothed gap.
-pub const ENCODED_LEN: usize = LAYOUT_4_LEN + 8;
-/// Layouts 1 to 5 are still read, so that a cluster can be upgraded one
+/// Layout 7 adds what the site showed, so that a fleet sees one host's
+/// distress together: the latest distress event, the latency cap and the
+/// last cut for slowness (`u32`s), baseline and fast time to first byte
+/// (`u16`s), events in the window, 500s in a row, the latest event's code
+/// and a spare byte; its flags byte adds the distress pause (bit 4).
+pub const ENCODED_LEN: usize = LAYOUT_6_LEN + 20;
+/// Layouts 1 to 6 are still read, so that a cluster can be upgraded one
 /// proxy at a time. Layout 1 had no announced cap.
 const LAYOUT_1_LEN: usize = 1 + 8 + 4 * (3 + RING + 5) + 2 * 2 + 2;
 const LAYOUT_2_LEN: usize = LAYOUT_1_LEN + 4;
 const LAYOUT_4_LEN: usize = LAYOUT_2_LEN + 4;
+const LAYOUT_6_LEN: usize = LAYOUT_4_LEN + 8;
 
 /// Why stored bytes are not a budget.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -76,6 +83,12 @@ impl HostBudget {
         out.extend_from_slice(&self.since.to_le_bytes());
         out.extend_from_slice(&self.sends.to_le_bytes());
         out.extend_from_slice(&self.accepted.to_le_bytes());
+        out.extend_from_slice(&self.distressed.to_le_bytes());
+        out.extend_from_slice(&self.latency_cap.to_le_bytes());
+        out.extend_from_slice(&self.slowed.to_le_bytes());
+        out.extend_from_slice(&self.latency_base.to_le_bytes());
+        out.extend_from_slice(&self.latency_fast.to_le_bytes());
+        out.extend_from_slice(&[self.events, self.errors, self.event, 0]);
         out
     }
 
@@ -92,7 +105,8 @@ impl HostBudget {
     ) -> Result<HostBudget, DecodeError> {
         let known = matches!(
             (bytes.first(), bytes.len()),
-            (Some(5 | 6), ENCODED_LEN)
+            (Some(7), ENCODED_LEN)
+                | (Some(5 | 6), LAYOUT_6_LEN)
                 | (Some(4), LAYOUT_4_LEN)
                 | (Some(2 | 3), LAYOUT_2_LEN)
                 | (Some(1), LAYOUT_1_LEN)
@@ -121,7 +135,8 @@ impl HostBudget {
         let streak = u16::from_le_bytes(take(2).try_into().unwrap_or([0; 2]));
         let strikes = take(1)[0];
         let flags = match (bytes[0], take(1)[0]) {
-            (LAYOUT, flags) => flags & (BREAKER | LENT | ON_LOAN | LOAN_SENT),
+            (LAYOUT, flags) => flags & (BREAKER | LENT | ON_LOAN | LOAN_SENT | DISTRESS),
+            (6, flags) => flags & (BREAKER | LENT | ON_LOAN | LOAN_SENT),
             (_, breaker) => u8::from(breaker != 0) * BREAKER,
         };
         let mut optional = |from_len: usize, absent: u32| match bytes.len() >= from_len {
@@ -131,9 +146,11 @@ impl HostBudget {
         let announced = optional(LAYOUT_2_LEN, 0);
         let slot = optional(LAYOUT_4_LEN, NONE);
         // Layout 5's window; an older proxy's budget starts one afresh.
-        let since = optional(ENCODED_LEN, NONE);
-        let counts = optional(ENCODED_LEN, 0);
+        let since = optional(LAYOUT_6_LEN, NONE);
+        let counts = optional(LAYOUT_6_LEN, 0);
         let (sends, accepted) = (counts as u16, (counts >> 16) as u16);
+        // Layout 7's distress; an older proxy's budget has heard none.
+        let distress = [NONE, 0, NONE, 0, 0].map(|absent| optional(ENCODED_LEN, absent));
 
         let mut b = HostBudget::new(p, now);
         b.tat = tat;
@@ -161,8 +178,20 @@ impl HostBudget {
         b.since = since;
         b.sends = sends;
         b.accepted = accepted;
+        b.read_distress(p, distress);
         b.rebase_to(base_us, now, wall);
         Ok(b)
+    }
+
+    /// Layout 7's five words: the latest distress event, the latency cap,
+    /// the last cut for slowness, the two latencies, the three counts.
+    fn read_distress(&mut self, p: &HostParams, [at, cap, slowed, latency, counts]: [u32; 5]) {
+        self.distressed = at;
+        self.latency_cap = cap.min(p.max_u());
+        self.slowed = slowed;
+        (self.latency_base, self.latency_fast) = (latency as u16, (latency >> 16) as u16);
+        let [events, errors, event, _] = counts.to_le_bytes();
+        (self.events, self.errors, self.event) = (events, errors, event);
     }
 
     /// Requests in flight.

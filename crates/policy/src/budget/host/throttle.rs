@@ -7,7 +7,7 @@ use super::super::decision::Throttle;
 use super::super::params::HostParams;
 use super::super::retry_after::parse_retry_after;
 use super::{
-    f, get, put, scale, scale_count, HostBudget, BREAKER, LENT, LOAN_SENT, NONE, ON_LOAN,
+    f, get, put, scale, scale_count, HostBudget, BREAKER, DISTRESS, LENT, LOAN_SENT, NONE, ON_LOAN,
     RAW_RETRY_AFTER_MAX, RING,
 };
 
@@ -90,15 +90,8 @@ impl HostBudget {
             .min(ceiling)
             .min(from);
 
-        if let Some(last) = get(self.throttled) {
-            let d = u32::try_from(n.saturating_sub(last)).unwrap_or(NONE);
-            for i in (1..RING).rev() {
-                self.history[i] = super::history::older(self.history[i - 1], d);
-            }
-            self.history[0] = d;
-        }
-        self.throttled = put(n);
-        self.flags &= !(LENT | ON_LOAN | LOAN_SENT);
+        self.record_throttle(n);
+        self.flags &= !(LENT | ON_LOAN | LOAN_SENT | DISTRESS);
         self.restart_window();
         self.ceiling = ceiling;
         self.rate = rate;
@@ -109,19 +102,15 @@ impl HostBudget {
         let retry_after = raw.and_then(|r| parse_retry_after(r, wall, p.max_pause()));
         let pause_ms = match retry_after {
             Some(d) => u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
-            None => backoff_ms(p, self.strikes, jitter),
+            None => backoff_ms(
+                p,
+                p.backoff_base_ms(),
+                p.backoff_max_ms(),
+                self.strikes,
+                jitter,
+            ),
         };
-        // Round the start up so that a pause is never shorter than asked.
-        let from = self.ms_ceil(now);
-        let mut until = from.saturating_add(pause_ms);
-        let breaker_opened = self.recent_throttles(p, n) >= p.breaker_threshold;
-        if breaker_opened {
-            until = until.max(from + p.breaker_open_ms());
-            self.flags |= BREAKER;
-            // Counting starts afresh once the breaker has opened: the same
-            // 429s must not open it again when it closes.
-            self.mark_counted();
-        }
+        let (until, breaker_opened) = self.pause_end(p, n, now, pause_ms);
         let until = until.max(get(self.pause).unwrap_or(0));
         self.pause = put(until);
         // No burst after a pause: the first slot is its end, then one per
@@ -144,12 +133,47 @@ impl HostBudget {
     }
 }
 
-fn backoff_ms(p: &HostParams, strikes: u8, jitter: f64) -> u64 {
+impl HostBudget {
+    /// The end of a pause of `pause_ms` from `now`, or of the breaker's
+    /// when the throttle just recorded opens it (and whether it did).
+    pub(super) fn pause_end(
+        &mut self,
+        p: &HostParams,
+        n: u64,
+        now: Instant,
+        pause_ms: u64,
+    ) -> (u64, bool) {
+        // Round the start up so that a pause is never shorter than asked.
+        let from = self.ms_ceil(now);
+        let until = from.saturating_add(pause_ms);
+        if self.recent_throttles(p, n) < p.breaker_threshold {
+            return (until, false);
+        }
+        self.flags |= BREAKER;
+        // Counting starts afresh once the breaker has opened: the same
+        // 429s must not open it again when it closes.
+        self.mark_counted();
+        (until.max(from + p.breaker_open_ms()), true)
+    }
+
+    /// Puts a throttle (or a distress pause) at `n` in the breaker's ring.
+    pub(super) fn record_throttle(&mut self, n: u64) {
+        if let Some(last) = get(self.throttled) {
+            let d = u32::try_from(n.saturating_sub(last)).unwrap_or(NONE);
+            for i in (1..RING).rev() {
+                self.history[i] = super::history::older(self.history[i - 1], d);
+            }
+            self.history[0] = d;
+        }
+        self.throttled = put(n);
+    }
+}
+
+/// `base` doubled for each strike after the first, at most `max`, reduced
+/// at random by `backoff_jitter`.
+pub(super) fn backoff_ms(p: &HostParams, base: u64, max: u64, strikes: u8, jitter: f64) -> u64 {
     let doublings = u32::from(strikes.max(1) - 1).min(40);
-    let d = p
-        .backoff_base_ms()
-        .saturating_mul(1u64 << doublings)
-        .min(p.backoff_max_ms());
+    let d = base.saturating_mul(1u64 << doublings).min(max);
     let j = if jitter.is_finite() {
         jitter.clamp(0.0, 1.0)
     } else {

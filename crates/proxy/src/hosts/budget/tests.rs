@@ -35,11 +35,11 @@ async fn requests_above_the_rate_wait_one_interval_each_in_arrival_order() {
     // fetch and the page behind it); the third pays for both.
     let second = b.acquire("example.org", hold(30)).await.expect("second");
     assert_eq!(Instant::now() - t0, Duration::ZERO);
-    first.respond(200, None, None).await;
-    second.respond(200, None, None).await;
+    first.respond(200, None, None, None).await;
+    second.respond(200, None, None, None).await;
     let third = b.acquire("example.org", hold(30)).await.expect("third");
     assert_eq!(Instant::now() - t0, Duration::from_secs(2));
-    third.respond(200, None, None).await;
+    third.respond(200, None, None, None).await;
     // Another host has its own budget: no wait.
     let t1 = Instant::now();
     let other = b.acquire("other.example", hold(30)).await.expect("other");
@@ -52,7 +52,7 @@ async fn a_429_with_retry_after_holds_the_next_request_for_the_pause() {
     let b = budgets(BudgetParams::default());
     let p = b.acquire("example.org", hold(30)).await.expect("first");
     let t0 = Instant::now();
-    p.respond(429, Some("7"), None).await;
+    p.respond(429, Some("7"), None, None).await;
     let next = b.acquire("example.org", hold(30)).await.expect("held");
     assert_eq!(Instant::now() - t0, Duration::from_secs(7));
     drop(next);
@@ -62,7 +62,7 @@ async fn a_429_with_retry_after_holds_the_next_request_for_the_pause() {
 async fn a_pause_longer_than_the_hold_is_refused_at_once_with_its_remaining_time() {
     let b = budgets(BudgetParams::default());
     let p = b.acquire("example.org", hold(30)).await.expect("first");
-    p.respond(429, Some("120"), None).await;
+    p.respond(429, Some("120"), None, None).await;
     tokio::time::advance(Duration::from_secs(20)).await;
     let t0 = Instant::now();
     let refused = b.acquire("example.org", hold(30)).await.map(drop);
@@ -96,7 +96,7 @@ async fn the_concurrency_limit_holds_a_request_until_a_slot_is_freed() {
     tokio::time::advance(Duration::from_millis(2500)).await;
     tokio::task::yield_now().await;
     assert!(!waiter.is_finished(), "held while the only slot is taken");
-    first.respond(200, None, None).await;
+    first.respond(200, None, None, None).await;
     let (waited, ok) = waiter.await.expect("waiter task");
     assert!(ok);
     assert_eq!(waited, Duration::from_millis(2500));

@@ -17,7 +17,7 @@ async fn the_wait_is_recorded_and_a_long_pause_is_answered_429() {
     let mut first = f.exchange(Method::GET, "http://example.org/a");
     let permit = first.budget().await.expect("first goes").expect("enforced");
     assert_eq!(first.rec.waited_ms, Some(0));
-    permit.respond(200, None, None).await;
+    permit.respond(200, None, None, None).await;
 
     // The second goes on the first slot's loan, the third repays it: two
     // intervals at 1.2/s (834 ms each) after the first.
@@ -28,13 +28,13 @@ async fn the_wait_is_recorded_and_a_long_pause_is_answered_429() {
         .expect("second goes")
         .expect("enforced");
     assert_eq!(second.rec.waited_ms, Some(0));
-    permit.respond(200, None, None).await;
+    permit.respond(200, None, None, None).await;
     let mut third = f.exchange(Method::GET, "http://example.org/c");
     let t0 = Instant::now();
     let permit = third.budget().await.expect("third goes").expect("enforced");
     assert_eq!(Instant::now() - t0, Duration::from_millis(1668));
     assert_eq!(third.rec.waited_ms, Some(1668));
-    permit.respond(429, Some("600"), None).await;
+    permit.respond(429, Some("600"), None, None).await;
 
     let mut fourth = f.exchange(Method::GET, "http://example.org/d");
     let stop = stopped(fourth.budget().await, Outcome::Paused, 429, Source::Policy);

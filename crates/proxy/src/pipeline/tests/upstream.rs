@@ -16,7 +16,7 @@ use crate::pipeline::Exchange;
 /// `GET url` walked through the send.
 async fn send(f: &Fixture, url: &str) -> (Exchange, Step<http::Response<Incoming>>) {
     let (mut x, out) = f.prepared(url, &[]).await;
-    let sent = x.upstream(out).await;
+    let sent = x.upstream(out, &mut None).await;
     (x, sent)
 }
 

@@ -185,6 +185,7 @@ async fn a_request_started_under_contention_teaches_the_cluster_its_429() {
             429,
             Some("60"),
             None,
+            None,
             0.0,
         )
         .await;
