@@ -108,7 +108,7 @@ fn groups(t0: Instant, wall: SystemTime) {
     for name in &names {
         let group = params.group_of(name, None);
         store.admit(&group.key, t0, Duration::from_secs(30));
-        store.on_response(&group.key, t0, wall, 429, Some("60"), None, 0.5);
+        store.on_response(&group.key, t0, wall, 429, Some("60"), None, None, 0.5);
         placed.insert(name.clone(), group);
     }
     let after = LIVE.load(Ordering::Relaxed);
