@@ -165,17 +165,29 @@ async fn out_of_descriptors_upstream_gets_503_and_service_resumes() {
     assert!(set.success());
     let paddr = proxy.addr.clone();
     let url = format!("http://127.0.0.1:{}/page", origin.port());
-    let (mut held, answer) = tokio::task::spawn_blocking(move || {
-        let mut c = std::net::TcpStream::connect(&paddr).unwrap();
+    let (mut c, held) = tokio::task::spawn_blocking(move || {
+        let c = std::net::TcpStream::connect(&paddr).unwrap();
         let held: Vec<_> = (0..20)
             .map(|_| std::net::TcpStream::connect(&paddr).unwrap())
             .collect();
-        std::thread::sleep(Duration::from_millis(300));
-        let answer = raw_get(&mut c, &url).to_lowercase();
-        (vec![c].into_iter().chain(held).collect::<Vec<_>>(), answer)
+        (c, held)
     })
     .await
     .unwrap();
+    // Once the proxy has accepted clients up to its limit, `c`'s request
+    // needs one descriptor more, for the origin.
+    until("the proxy's descriptors all taken", || {
+        let open = open_fds(pid);
+        async move { open >= limit }
+    })
+    .await;
+    let (c, answer) = tokio::task::spawn_blocking(move || {
+        let answer = raw_get(&mut c, &url).to_lowercase();
+        (c, answer)
+    })
+    .await
+    .unwrap();
+    let mut held: Vec<_> = std::iter::once(c).chain(held).collect();
     assert!(answer.starts_with("http/1.1 503"), "{answer}");
     assert!(answer.contains("retry-after: 1"), "{answer}");
     assert!(answer.contains("mannerly-decision: error"), "{answer}");

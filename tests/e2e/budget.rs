@@ -319,6 +319,8 @@ async fn five_429s_in_a_minute_open_the_breaker() {
         let r = c.get(&url).send().await.unwrap();
         assert_eq!(r.status(), 429);
         assert!(decision(&r).starts_with("throttled"));
+        // Time passing is what is tested: the 0.05 s backoff is over, so
+        // the next request reaches the origin and earns its own 429.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // The fifth 429 opens the breaker: the client is told so, with the
@@ -334,6 +336,7 @@ async fn five_429s_in_a_minute_open_the_breaker() {
         .parse()
         .unwrap();
     assert!((290..=300).contains(&ra), "{ra}");
+    // Past the 0.05 s backoff: what holds the request now is the breaker.
     tokio::time::sleep(Duration::from_millis(100)).await;
     let r = c.get(&url).send().await.unwrap();
     assert_eq!(r.status(), 429);

@@ -5,7 +5,6 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use hyper::Response;
 use mannerly_policy::conditional::CacheReads;
@@ -461,15 +460,35 @@ async fn kill_9_during_store_writes_leaves_no_damaged_page() {
         }));
     }
     // Killed mid-way: requests and store writes are in flight.
-    for _ in 0..1000 {
-        if done.load(Ordering::SeqCst) >= N / 2 {
-            break;
+    until("half the pages answered", || {
+        let done = done.load(Ordering::SeqCst);
+        async move { done >= N / 2 }
+    })
+    .await;
+    // Pages keep arriving; with the default `sync = "none"` commits are
+    // forced to disk in batches. Killed once a forced commit came after
+    // some page was committed: that page at least must be replayed.
+    let admin = format!("http://{}", proxy.admin);
+    let store_metric = |name: &'static str| {
+        let admin = admin.clone();
+        async move { super::admin::series(&super::admin::metrics_text(&admin).await)[name] }
+    };
+    let forced_since_stored = std::cell::Cell::new(None);
+    until("a forced commit after a stored page", || async {
+        // Stored first, then forced: a forced commit counted after a page
+        // was seen stored came after that page's commit.
+        let forced = || store_metric("mannerly_store_forced_commits_total");
+        match forced_since_stored.get() {
+            Some(before) => forced().await > before,
+            None => {
+                if store_metric("mannerly_cache_stored_total").await > 0.0 {
+                    forced_since_stored.set(Some(forced().await));
+                }
+                false
+            }
         }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    // Pages keep arriving; with the default `sync = "none"` what was
-    // committed is forced to disk within 0.1 s, so some is by now.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    })
+    .await;
     proxy.kill9();
     for t in tasks {
         let _ = t.await;
@@ -662,12 +681,11 @@ async fn a_full_disk_degrades_to_pass_through_and_is_audited_as_error() {
                 .filter(|l| l["url"].as_str().is_some_and(|u| u.contains("/crash")))
                 .count()
         };
-        for _ in 0..500 {
-            if written() >= want {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        until("this round's audit lines", || {
+            let n = written();
+            async move { n >= want }
+        })
+        .await;
         assert_eq!(written(), want, "round {round}");
     }
     let lines = proxy.stop().await;

@@ -14,7 +14,11 @@
 //! or `expected-git.json`, so a test that stops passing fails here, and
 //! one that starts passing too, until the file says so; a test whose pass
 //! would mean a `Set-Cookie` was replayed may never pass, nor be expected
-//! to (`replays_set_cookie`). To record a change:
+//! to (`replays_set_cookie`). Every recorded failure carries its reason
+//! under the file's `reasons` (per mode, by family of test ids: the RFC
+//! 9111 section the test checks and why mannerly differs, or the suite's
+//! known disagreement); one without is refused (`reasons_missing`), and so
+//! is a reason that no longer explains a failure. To record a change:
 //! `CACHE_TESTS_WRITE=1` rewrites it from the run, `CACHE_TESTS_WRITE=add`
 //! adds what a run saw to it. The `304-etag-update-response-*` tests pause
 //! between requests and race their own `max-age`; with `serve_fresh` on,
@@ -136,10 +140,15 @@ fn check_mode(package: Option<PathBuf>, file: &str, mode: &str, serve_fresh: &st
     let Some(package) = package else {
         return;
     };
+    let unexplained = reasons_missing(&read_expected(file));
+    assert!(
+        unexplained.is_empty(),
+        "{file}:\n{}",
+        unexplained.join("\n")
+    );
     let got = run_suite(&package, serve_fresh);
     eprintln!("{mode}: {:?}", counts(&got));
-    let text = std::fs::read_to_string(file).unwrap_or_else(|_| "{}".into());
-    let mut expected: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let mut expected = read_expected(file);
     if let Some(how) = std::env::var_os("CACHE_TESTS_WRITE") {
         // `add`: keep what other runs saw too (a test whose setup depends
         // on timing passes in one run and cannot be set up in another).
@@ -205,11 +214,103 @@ fn check_mode(package: Option<PathBuf>, file: &str, mode: &str, serve_fresh: &st
     );
 }
 
+fn read_expected(file: &str) -> serde_json::Value {
+    let text = std::fs::read_to_string(file).unwrap_or_else(|_| "{}".into());
+    serde_json::from_str(&text).unwrap()
+}
+
+/// What is wrong with the file's `reasons`: each mode's map from a family
+/// of test ids (a prefix; the longest that fits wins) to why mannerly
+/// fails those tests, with the RFC 9111 section or the suite's known
+/// disagreement. A recorded failure with no reason says nothing about the
+/// proxy, and a reason no recorded failure falls under is one left behind.
+fn reasons_missing(expected: &serde_json::Value) -> Vec<String> {
+    let mut out = Vec::new();
+    let Some(modes) = expected.as_object() else {
+        return vec!["not a JSON object".into()];
+    };
+    for (mode, results) in modes.iter().filter(|(m, _)| *m != "reasons") {
+        let reasons = expected["reasons"][mode].as_object();
+        let mut used = std::collections::BTreeSet::new();
+        let failing = results.as_object().into_iter().flatten().filter(|(_, w)| {
+            w.as_str()
+                .is_some_and(|w| w.split('|').any(|r| r == "fail"))
+        });
+        for (id, _) in failing {
+            let family = reasons
+                .into_iter()
+                .flatten()
+                .filter(|(prefix, _)| id.starts_with(prefix.as_str()))
+                .max_by_key(|(prefix, _)| prefix.len());
+            match family {
+                Some((prefix, why)) if why.as_str().is_some_and(|w| !w.trim().is_empty()) => {
+                    used.insert(prefix.clone());
+                }
+                _ => out.push(format!(
+                    "{mode}: {id} is recorded as failing with no reason"
+                )),
+            }
+        }
+        for prefix in reasons.into_iter().flatten().map(|(p, _)| p) {
+            if !used.contains(prefix) {
+                out.push(format!(
+                    "{mode}: the reason for {prefix:?} explains no recorded failure"
+                ));
+            }
+        }
+    }
+    out
+}
+
 /// Tests whose pass means a stored response's `Set-Cookie` reached
 /// another request: mannerly never stores one (DESIGN: conditional
 /// requests), so such a pass is a defect, never an expectation.
 fn replays_set_cookie(id: &str) -> bool {
     id == "other-set-cookie" || id.ends_with("-Set-Cookie")
+}
+
+#[test]
+fn every_recorded_failure_carries_its_reason() {
+    for file in [EXPECTED, EXPECTED_GIT] {
+        let unexplained = reasons_missing(&read_expected(file));
+        assert!(
+            unexplained.is_empty(),
+            "{file}:\n{}",
+            unexplained.join("\n")
+        );
+    }
+}
+
+#[test]
+fn a_failure_without_a_reason_is_refused() {
+    let expected = serde_json::json!({
+        "reasons": {"serve_fresh=false": {"freshness-": "RFC 9111 §4.2.1: asked each time"}},
+        "serve_fresh=false": {
+            "freshness-max-age": "fail",
+            "vary-match": "fail|pass",
+            "other-cookie": "pass",
+        },
+        "serve_fresh=true": {"stale-503": "fail"},
+    });
+    assert_eq!(
+        reasons_missing(&expected),
+        [
+            "serve_fresh=false: vary-match is recorded as failing with no reason",
+            "serve_fresh=true: stale-503 is recorded as failing with no reason",
+        ]
+    );
+    let mut blank = expected.clone();
+    blank["reasons"]["serve_fresh=false"]["freshness-"] = " ".into();
+    assert!(reasons_missing(&blank).contains(
+        &"serve_fresh=false: freshness-max-age is recorded as failing with no reason".to_string()
+    ));
+    let mut stray = expected;
+    stray["reasons"]["serve_fresh=true"] = serde_json::json!({"stale-": "§4.2.4", "vary-": "§4.1"});
+    stray["serve_fresh=false"]["vary-match"] = "pass".into();
+    assert_eq!(
+        reasons_missing(&stray),
+        ["serve_fresh=true: the reason for \"vary-\" explains no recorded failure"]
+    );
 }
 
 #[test]

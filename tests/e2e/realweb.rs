@@ -176,7 +176,6 @@ with httpx.Client(timeout=30) as c:
     );
     let lines = proxy.stop().await;
     assert_eq!(with_outcome(&lines, "fetched").len(), 2);
-    tokio::time::sleep(Duration::from_millis(10)).await;
 }
 
 /// Node's undici, installed from the npm registry once into cargo's test
@@ -434,7 +433,11 @@ async fn a_client_that_does_not_trust_our_ca_leaves_an_audit_line() {
         .await
         .unwrap_err();
     assert!(err.is_connect() || err.is_request(), "{err:?}");
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The client gave up at the handshake; the proxy's line about it may
+    // come a moment later.
+    line_where(&proxy.audit_path, |l| l["outcome"] == "error")
+        .await
+        .expect("an audit line for the refused handshake");
     let lines = proxy.stop().await;
     let errors = with_outcome(&lines, "error");
     assert_eq!(errors.len(), 1, "{lines:?}");

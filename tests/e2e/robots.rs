@@ -153,6 +153,9 @@ async fn robots_500_refuses_everything_until_the_origin_heals() {
 
     s.status.store(200, Ordering::SeqCst);
     *s.body.lock().unwrap() = "User-agent: *\nDisallow: /nope\n".into();
+    // Time passing is what is tested: the failure is kept for its retry
+    // time (0.2 s, `test_config`), then the file is asked again. A poll
+    // would send requests inside the window and change what is counted.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let r = c.get(&url).send().await.unwrap();
     assert_eq!(r.status(), 200, "recovered after the origin healed");
@@ -178,6 +181,8 @@ async fn an_unreachable_origin_refuses_until_it_comes_back() {
 
     let (_, h) = site(404, "");
     let origin = Origin::http_on(h, port).await;
+    // Time passing is what is tested: the failure is kept for its retry
+    // time (0.2 s, `test_config`), then the origin is tried again.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let r = c.get(&url).send().await.unwrap();
     assert_eq!(r.status(), 200);
@@ -257,6 +262,8 @@ async fn an_expired_copy_is_fetched_again() {
         403,
         "cached"
     );
+    // Time passing is what is tested: the copy's age (0.4 s) past
+    // `max_age_secs` (0.3 s).
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(
         c.get(format!("{base}/a")).send().await.unwrap().status(),

@@ -562,6 +562,24 @@ pub async fn wait_cache_lines(
     matching()
 }
 
+/// Waits until `holds` says so, looking every 20 ms for at most 30 s:
+/// the poll of a condition, never a guess at how long something takes.
+/// Panics naming `what` when it never holds, so a test fails, not hangs.
+pub async fn until<F, Fut>(what: &str, mut holds: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !holds().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "waited 30 s for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Waits (up to 10 s) until the audit log has a line `found` accepts, and
 /// returns it.
 pub async fn line_where(

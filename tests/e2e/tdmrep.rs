@@ -219,6 +219,8 @@ async fn a_404_means_no_reservation_and_a_5xx_refuses_tdm_for_now() {
     // The file comes back: once the retry time (0.2 s here) is past, it is
     // fetched again and read.
     status.store(200, Ordering::SeqCst);
+    // Time passing is what is tested: a request inside the retry time
+    // would rightly be refused without a fetch.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let r = client
         .get(format!("{base}/directory-a/y"))
@@ -251,7 +253,8 @@ async fn the_fetch_takes_the_hosts_turn_and_a_429_pauses_the_host() {
     assert!(decision(&r).starts_with("robots_unavailable; file=tdmrep.json"));
     // The 429 paused the host for 120 s: the next fetch of the file waits
     // for the host's turn like any request, and the pause is longer than
-    // the hold.
+    // the hold. Time passing is what is tested: the file's retry time
+    // (0.2 s) is over, so the next request asks for it again.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let r = client.get(format!("{base}/b")).send().await.unwrap();
     assert_eq!(r.status(), 429, "{}", decision(&r));

@@ -220,6 +220,10 @@ const HELP: &[(&str, &str)] = &[
         "Store write transactions; under load one carries many pages.",
     ),
     (
+        "mannerly_store_forced_commits_total",
+        "Store commits forced to disk; with cache.sync = \"none\" one follows within 0.1 s of the first unforced one.",
+    ),
+    (
         "mannerly_store_evicted_total",
         "Pages evicted to stay under cache.max_size.",
     ),
@@ -434,6 +438,10 @@ impl Metrics {
         gauge("mannerly_store_bytes", vec![]).set(g.store.bytes as f64);
         gauge("mannerly_store_resident_bytes", vec![]).set(g.store.resident_bytes as f64);
         total("mannerly_store_commits_total", g.store.commits);
+        total(
+            "mannerly_store_forced_commits_total",
+            g.store.forced_commits,
+        );
         total("mannerly_store_evicted_total", g.store.evicted);
         if let Some(r) = &g.redis {
             total("mannerly_state_redis_round_trips_total", r.round_trips);
