@@ -514,6 +514,46 @@ impl Evidence {
                 why: "checkpoint without tree heads".into(),
             });
         };
+        let last = self.checked_lines(f, cp, &tree)?;
+        let given = f.lines.len() as u64;
+        let cp_line = f.checkpoint.index + 1;
+        let Some(leaf) = &f.host_leaf else {
+            if given > 0 {
+                return Err(EvidenceProblem::Count {
+                    file: f.name.clone(),
+                    line: cp_line,
+                    committed: 0,
+                    given,
+                });
+            }
+            return self.absence(f, cp, &hosts_tree);
+        };
+        if leaf.seq != given {
+            return Err(EvidenceProblem::Count {
+                file: f.name.clone(),
+                line: cp_line,
+                committed: leaf.seq,
+                given,
+            });
+        }
+        let fits = self.leaf_fits(leaf, cp, last.as_ref(), &hosts_tree);
+        if !fits {
+            return Err(EvidenceProblem::HostLeaf {
+                file: f.name.clone(),
+                line: leaf.last_index + 1,
+            });
+        }
+        Ok(false)
+    }
+
+    /// Each line of one file: in order, proven in the file's tree, the
+    /// host's, numbered without a gap. The last line's index and chain.
+    fn checked_lines(
+        &self,
+        f: &EvidenceFile,
+        cp: &Checkpoint,
+        tree: &[u8; 32],
+    ) -> Result<Option<(u64, String)>, EvidenceProblem> {
         let mut last: Option<(u64, String)> = None;
         for (k, pl) in f.lines.iter().enumerate() {
             let line = pl.index + 1;
@@ -533,7 +573,7 @@ impl Evidence {
                         cp.lines,
                         &leaf_hash(pl.line.as_bytes()),
                         &path,
-                        &tree,
+                        tree,
                     )
                 });
             if !proven {
@@ -562,28 +602,19 @@ impl Evidence {
             }
             last = Some((pl.index, chain.to_string()));
         }
-        let given = f.lines.len() as u64;
-        let cp_line = f.checkpoint.index + 1;
-        let Some(leaf) = &f.host_leaf else {
-            if given > 0 {
-                return Err(EvidenceProblem::Count {
-                    file: f.name.clone(),
-                    line: cp_line,
-                    committed: 0,
-                    given,
-                });
-            }
-            return self.absence(f, cp, &hosts_tree);
-        };
-        if leaf.seq != given {
-            return Err(EvidenceProblem::Count {
-                file: f.name.clone(),
-                line: cp_line,
-                committed: leaf.seq,
-                given,
-            });
-        }
-        let fits = last.as_ref().is_some_and(|(index, chain)| {
+        Ok(last)
+    }
+
+    /// Whether the host's leaf commits to `last`, the file's last line of
+    /// the host, in the checkpoint's host tree.
+    fn leaf_fits(
+        &self,
+        leaf: &HostProof,
+        cp: &Checkpoint,
+        last: Option<&(u64, String)>,
+        hosts_tree: &[u8; 32],
+    ) -> bool {
+        last.is_some_and(|(index, chain)| {
             *index == leaf.last_index
                 && hashes(&leaf.proof).is_some_and(|path| {
                     let entry = host_leaf(&self.host, leaf.seq, leaf.last_index, chain);
@@ -601,18 +632,11 @@ impl Evidence {
                             cp.hosts.unwrap_or(0),
                             &h,
                             &path,
-                            &hosts_tree,
+                            hosts_tree,
                         )
                     })
                 })
-        });
-        if !fits {
-            return Err(EvidenceProblem::HostLeaf {
-                file: f.name.clone(),
-                line: leaf.last_index + 1,
-            });
-        }
-        Ok(false)
+        })
     }
 
     /// A file where the evidence holds no line of the host: from format 4

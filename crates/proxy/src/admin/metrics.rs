@@ -474,6 +474,20 @@ impl Metrics {
             gauge("mannerly_host_ceiling", l()).set(*ceiling);
             gauge("mannerly_host_paused_seconds", l()).set(*paused);
         }
+        self.render_spend();
+        self.handle.render()
+    }
+
+    /// What was paid, per host and in all, by currency.
+    fn render_spend(&self) {
+        let r = &self.recorder;
+        let gauge = |name: &'static str, labels: Vec<Label>| -> Gauge {
+            r.register_gauge(&Key::from_parts(name, labels), &meta())
+        };
+        let total = |name: &'static str, v: u64| {
+            r.register_counter(&Key::from_name(name), &meta())
+                .absolute(v)
+        };
         let mut all: std::collections::BTreeMap<String, mannerly_policy::payment::Money> =
             Default::default();
         let (mut bought, mut saved) = (0, 0);
@@ -500,7 +514,6 @@ impl Metrics {
         }
         total("mannerly_payment_bought_all_total", bought);
         total("mannerly_payment_saved_all_total", saved);
-        self.handle.render()
     }
 }
 
