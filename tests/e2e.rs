@@ -46,6 +46,7 @@ mod e2e {
     mod shared_pages;
     mod startup;
     mod tdmrep;
+    mod told;
     mod tour;
     mod wake;
     mod witness;

@@ -30,8 +30,8 @@ mod params;
 mod persist;
 mod reset;
 mod retry_after;
-mod told;
 pub mod site;
+mod told;
 
 pub use announced::{Announced, AnnouncedBy, EPOCH_THRESHOLD};
 pub use decision::{
@@ -44,7 +44,8 @@ pub use persist::PersistedHost;
 pub use reset::ResetReport;
 pub use retry_after::{parse_retry_after, RETRY_AFTER_ABSURD};
 pub use told::{
-    prefer_wait, whole_secs, FieldNames, NextTurn, Told, TurnWhy, DRAFT_11, FIELD_NAMES, POLICY_NAME,
+    prefer_wait, whole_secs, FieldNames, NextTurn, Told, TurnWhy, DRAFT_11, FIELD_NAMES,
+    POLICY_NAME,
 };
 
 use std::borrow::Cow;

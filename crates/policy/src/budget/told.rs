@@ -62,7 +62,10 @@ impl Told {
         };
         let turn = view.next_turn();
         let remaining = match turn.why {
-            TurnWhy::Now => u64::from(view.free_slots.min(view.concurrency.saturating_sub(view.in_flight))),
+            TurnWhy::Now => u64::from(
+                view.free_slots
+                    .min(view.concurrency.saturating_sub(view.in_flight)),
+            ),
             _ => 0,
         };
         Told {
