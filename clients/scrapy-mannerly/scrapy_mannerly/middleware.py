@@ -117,6 +117,13 @@ class MannerlyMiddleware:
         if response.status not in (429, 503):
             return response
         delay = retry_after_secs(response.headers.get(b"Retry-After"))
+        decision = response.headers.get(DECISION, b"").decode("latin-1")
+        if delay is not None and decision.startswith("paced"):
+            # Retry-After counts whole seconds; a turn refused for the pace
+            # alone is at most one interval away, often well under a second.
+            interval = policy_delay(response.headers.getlist(b"RateLimit-Policy"))
+            if interval is not None:
+                delay = min(delay, interval)
         done = request.meta.get("mannerly_reschedules", 0)
         if delay is None or done >= self.max_reschedules:
             return response
@@ -127,7 +134,6 @@ class MannerlyMiddleware:
         self._later(again, delay)
         self.stats.inc_value("mannerly/rescheduled")
         self.stats.inc_value(f"mannerly/rescheduled/{response.status}")
-        decision = response.headers.get(DECISION, b"").decode("latin-1")
         logger.debug(
             "mannerly: %s not now (%s), again in %s s", request.url, decision, delay
         )
@@ -157,4 +163,7 @@ class MannerlyMiddleware:
         slot = downloader.slots.get(downloader.get_slot_key(request))
         if slot is not None and slot.delay != delay:
             slot.delay = delay
+            # A randomised delay (0.5 to 1.5 times) sends half the requests
+            # before the budget's turn: each would come back "not now".
+            slot.randomize_delay = False
             self.stats.set_value("mannerly/slot_delay_set", delay)
