@@ -41,6 +41,7 @@ mod e2e {
     mod report;
     mod robots;
     mod robots_ext;
+    mod scrapy_pause;
     mod seal;
     mod shared_cache;
     mod shared_pages;
