@@ -117,5 +117,8 @@ async fn scrapy_crawls_the_other_hosts_while_one_is_paused_and_that_one_after() 
     let told_at_once = lines
         .iter()
         .filter(|l| l["host"] == "h00.test" && l["wait_by"] == "client" && l["status"] == 503);
-    assert!(told_at_once.count() > 0, "the paused host's requests were answered at once");
+    assert!(
+        told_at_once.count() > 0,
+        "the paused host's requests were answered at once"
+    );
 }
