@@ -148,9 +148,12 @@ impl HostView {
             (None, ..) if self.in_flight >= self.concurrency => TurnWhy::Busy,
             (None, ..) => TurnWhy::Now,
         };
-        let in_ = match why {
-            TurnWhy::Now | TurnWhy::Busy => Duration::ZERO,
-            _ => self.next_slot_in.max(self.paused_for.unwrap_or_default()),
+        // A pause's end is told as the pause's own Retry-After is, to the
+        // millisecond the view has it.
+        let in_ = match (why, self.paused_for) {
+            (TurnWhy::Now | TurnWhy::Busy, _) => Duration::ZERO,
+            (_, Some(pause)) => pause,
+            (_, None) => self.next_slot_in,
         };
         NextTurn { in_, why }
     }
