@@ -92,12 +92,13 @@ impl Exchange {
     /// row), not as the host's refusal.
     pub(super) fn chose_not_to_wait(&self, stop: Stop, r: &Refusal) -> Stop {
         let max_hold = self.shared.budgets.max_hold(&self.target.host);
-        match self.wait {
-            Some(w) if !matches!(r, Refusal::Distressed { .. }) && r.retry_after() <= max_hold => {
-                failure::not_waited(stop, w.secs, w.by.as_str())
-            }
-            _ => stop,
+        let Some(w) = self.wait else { return stop };
+        // A preference no shorter than the hold changed nothing.
+        let shortened = Duration::from_secs(w.secs) < max_hold;
+        if shortened && !matches!(r, Refusal::Distressed { .. }) && r.retry_after() <= max_hold {
+            return failure::not_waited(stop, w.secs, w.by.as_str());
         }
+        stop
     }
 
     /// Adds what the answer tells of the host's budget and of the client's

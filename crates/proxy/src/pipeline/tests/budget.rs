@@ -57,3 +57,38 @@ async fn observe_mode_never_holds_a_request() {
         assert_eq!(Instant::now(), t0);
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn prefer_wait_caps_the_hold_and_a_turn_past_it_is_the_clients_503() {
+    let mut cfg = Config::default();
+    cfg.budget.start_rate = 0.25;
+    cfg.budget.floor_rate = 0.1;
+    let f = Fixture::new(cfg).await;
+    // The first goes, the second on its loan; the third's turn is two
+    // intervals after the first (the rate a step up after each 200),
+    // 4.446 s away: within the 30 s hold, behind the loan's slot (`queue_full`).
+    for path in ["/a", "/b"] {
+        let mut x = f.exchange(Method::GET, &format!("http://example.org{path}"));
+        let p = x.budget().await.expect("goes").expect("enforced");
+        p.respond(200, None, None, None).await;
+    }
+    let parts = super::request(Method::GET, "http://example.org/c", &[("prefer", "wait=2")]);
+    let mut x = f.begin(&parts);
+    assert_eq!((x.rec.wait_s, x.rec.wait_by), (Some(2), Some("client")));
+    let t0 = Instant::now();
+    let stop = stopped(x.budget().await, Outcome::QueueFull, 503, Source::Policy);
+    assert_eq!(Instant::now(), t0, "answered at once, not held to the cap");
+    assert_eq!(stop.retry_after, Some(5));
+    assert_eq!(
+        stop.details,
+        [("wait", "2".to_string()), ("wait_by", "client".to_string())]
+    );
+    // A preference as long as the turn waits for it, and says nothing.
+    let parts = super::request(Method::GET, "http://example.org/c", &[("prefer", "wait=9")]);
+    let mut x = f.begin(&parts);
+    assert_eq!(x.rec.wait_by, Some("client"));
+    let p = x.budget().await.expect("held").expect("enforced");
+    // The turn itself, which Retry-After told in whole seconds.
+    assert_eq!(Instant::now() - t0, Duration::from_millis(4446));
+    p.respond(200, None, None, None).await;
+}
