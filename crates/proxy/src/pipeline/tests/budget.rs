@@ -92,3 +92,37 @@ async fn prefer_wait_caps_the_hold_and_a_turn_past_it_is_the_clients_503() {
     assert_eq!(Instant::now() - t0, Duration::from_millis(4446));
     p.respond(200, None, None, None).await;
 }
+
+#[test]
+fn a_wait_is_the_requests_own_else_the_users_else_the_addresss_else_everyones() {
+    use super::super::told::{preferred, Wait, WaitBy};
+    let mut cfg = Config::default();
+    for (who, secs) in [("*", 9), ("127.0.0.1", 3), ("alice", 1)] {
+        cfg.proxy.prefer_wait.insert(who.into(), secs);
+    }
+    let asked = |v: &str| {
+        let mut h = http::HeaderMap::new();
+        h.insert("prefer", v.parse().unwrap());
+        h
+    };
+    let (local, other): (std::net::SocketAddr, std::net::SocketAddr) = (
+        "127.0.0.1:5000".parse().unwrap(),
+        "127.0.0.2:5000".parse().unwrap(),
+    );
+    let none = http::HeaderMap::new();
+    let wait = |secs, by| Some(Wait { secs, by });
+    assert_eq!(
+        preferred(&cfg, &asked("wait=0"), local, Some("alice")),
+        wait(0, WaitBy::Client)
+    );
+    assert_eq!(
+        preferred(&cfg, &none, local, Some("alice")),
+        wait(1, WaitBy::Config)
+    );
+    assert_eq!(
+        preferred(&cfg, &none, local, Some("bob")),
+        wait(3, WaitBy::Config)
+    );
+    assert_eq!(preferred(&cfg, &none, other, None), wait(9, WaitBy::Config));
+    assert_eq!(preferred(&Config::default(), &none, other, None), None);
+}
