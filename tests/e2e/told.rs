@@ -341,3 +341,27 @@ async fn hosts_host_says_when_the_next_turn_is_and_why() {
     assert_eq!(r.headers()["content-type"], "application/json");
     proxy.stop().await;
 }
+
+#[test]
+fn a_prefer_wait_key_no_client_can_have_or_a_wait_past_a_day_stops_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    for (table, named) in [
+        ("{ \"a b\" = 0 }", "proxy.prefer_wait.a b"),
+        ("{ \"*\" = 86401 }", "proxy.prefer_wait.*"),
+    ] {
+        let cfg = dir.path().join("mannerly.toml");
+        std::fs::write(&cfg, format!("[proxy]\nprefer_wait = {table}\n")).unwrap();
+        let data = dir.path().join("data").display().to_string();
+        let (code, out) = mannerly(
+            &["run"],
+            &[
+                ("MANNERLY_CONFIG", cfg.to_str().unwrap()),
+                ("MANNERLY_DATA_DIR", &data),
+                ("MANNERLY_PROXY__LISTEN", "127.0.0.1:0"),
+                ("MANNERLY_ADMIN__LISTEN", ""),
+            ],
+        );
+        assert_ne!(code, 0, "{out}");
+        assert!(out.contains(named), "{out}");
+    }
+}
