@@ -122,3 +122,23 @@ async fn scrapy_crawls_the_other_hosts_while_one_is_paused_and_that_one_after() 
         "the paused host's requests were answered at once"
     );
 }
+
+/// The middleware's own unit tests (the fields it reads), run with the
+/// Python the crawl uses.
+#[tokio::test]
+async fn the_middlewares_field_readers_pass_their_tests() {
+    if !have_tool("scrapy", "python3-pip (pip install scrapy)") {
+        return;
+    }
+    let pkg = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/scrapy-mannerly");
+    let mut cmd = std::process::Command::new("python3");
+    cmd.args(["-m", "unittest", "discover", "-v", "-s"])
+        .arg(pkg.join("tests"))
+        .env("PYTHONPATH", &pkg);
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("Ran 3 tests"), "{said}");
+}

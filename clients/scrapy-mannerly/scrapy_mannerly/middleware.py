@@ -25,6 +25,9 @@ Settings:
 """
 
 import logging
+import math
+from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
 
 from scrapy import signals
 from scrapy.exceptions import DontCloseSpider, IgnoreRequest, NotConfigured
@@ -38,16 +41,22 @@ POLICY_NAME = "host"
 DECISION = b"Mannerly-Decision"
 
 
-def retry_after_secs(value):
-    """Whole seconds of a Retry-After in seconds (mannerly never writes a
-    date), or None."""
+def retry_after_secs(value, now=None):
+    """Seconds of a Retry-After: delay-seconds (what mannerly writes) or an
+    HTTP-date (an origin's 429 passed on may carry one), or None."""
     if not value:
         return None
+    text = value.decode("latin-1").strip()
+    if text.isdigit():
+        return int(text)
     try:
-        secs = int(value.decode("latin-1").strip())
-    except ValueError:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError):
         return None
-    return secs if secs >= 0 else None
+    if when is None or when.tzinfo is None:
+        return None
+    now = now or datetime.now(timezone.utc)
+    return max(0, math.ceil((when - now).total_seconds()))
 
 
 def _member(values, name):
