@@ -550,8 +550,8 @@ fn show(shared: &Shared, observe: &Observe, host: &str) -> Answer {
     let p = host_params(shared, &key);
     let mut d = hosts::detail(name, &v, &p, &observe.activity, shared.clock.wall());
     d.entry.group.clone_from(&key);
-    if let Some(g) = shared.budgets.members().get(&key) {
-        with_members(&mut d.entry, g);
+    if let Some(g) = shared.budgets.members_of(&key) {
+        with_members(&mut d.entry, &g);
     }
     json(StatusCode::OK, &d)
 }
