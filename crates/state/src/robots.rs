@@ -136,6 +136,7 @@ impl SharedRobots {
             }
             let heard = self.waiters.as_ref().is_some_and(Waiters::is_live);
             let next = now() + if heard { WAIT_HEARD } else { WAIT_STEP };
+            let _asleep = self.waiters.as_ref().map(Waiters::sleeping);
             let (Some(stored), Some(watch)) = (stored, &watch) else {
                 if next >= until {
                     return Claim::Fetch { locked: false };

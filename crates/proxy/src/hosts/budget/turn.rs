@@ -11,7 +11,29 @@ use tokio::time::Instant;
 
 use super::{Backend, Budgets, Loan, Permit};
 
+/// A request asleep until its turn, counted in [`Budgets::asleep`] while
+/// this is held.
+struct Asleep<'a>(&'a Budgets);
+
+impl Drop for Asleep<'_> {
+    fn drop(&mut self) {
+        self.0.asleep.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 impl Budgets {
+    /// Requests asleep now until their turn (a slot, a pause's end, a free
+    /// concurrency slot): `mannerly_requests_asleep`, what a test waits on
+    /// to know that a request is held.
+    pub(crate) fn asleep(&self) -> u64 {
+        self.asleep.load(Ordering::SeqCst)
+    }
+
+    fn sleeping(&self) -> Asleep<'_> {
+        self.asleep.fetch_add(1, Ordering::SeqCst);
+        Asleep(self)
+    }
+
     pub(super) async fn acquire_group(
         self: &Arc<Self>,
         key: String,
@@ -48,13 +70,16 @@ impl Budgets {
                 .await;
             match reservation {
                 Reservation::Refuse(r) => return Err(r),
-                Reservation::Wait(d) => tokio::select! {
-                    _ = tokio::time::sleep(d) => {}
-                    _ = &mut changed => {
-                        self.count_reset(&line, resets);
-                        continue 'admit;
+                Reservation::Wait(d) => {
+                    let _asleep = self.sleeping();
+                    tokio::select! {
+                        _ = tokio::time::sleep(d) => {}
+                        _ = &mut changed => {
+                            self.count_reset(&line, resets);
+                            continue 'admit;
+                        }
                     }
-                },
+                }
                 Reservation::Go => {}
             }
             loop {
@@ -87,6 +112,7 @@ impl Budgets {
                     Start::Refuse(r) => return Err(r),
                     Start::Wait(d) => {
                         reserved = now;
+                        let _asleep = self.sleeping();
                         tokio::select! {
                             _ = tokio::time::sleep(d) => {}
                             _ = &mut changed => {
@@ -100,6 +126,7 @@ impl Budgets {
                             Backend::Memory(_) => deadline,
                             Backend::Redis(_) => (now + self.shared_recheck()).min(deadline),
                         };
+                        let _asleep = self.sleeping();
                         tokio::select! {
                             _ = &mut freed => {
                                 if line.heard.load(Ordering::SeqCst) != heard {
