@@ -159,9 +159,11 @@ fn the_dashboard_shows_hosts_and_a_paused_host_and_its_reset_button_clears_it() 
     assert!(latest.as_u64().unwrap_or(0) > 0, "{latest}");
 
     if let Some(dir) = std::env::var_os("MANNERLY_SCREENSHOTS") {
-        // Let a few refreshes draw the sparklines under load.
-        std::thread::sleep(Duration::from_secs(12));
-        browser.wait_for("document.querySelectorAll('svg.spark polyline').length >= 5");
+        // Until five hosts' sparklines have a line, not a dot: a second
+        // 10 s bucket of their rate history, drawn by a refresh.
+        browser.wait_for(
+            "[...document.querySelectorAll('svg.spark polyline')].filter((l) => l.points.length >= 2).length >= 5",
+        );
         browser.screenshot(&std::path::Path::new(&dir).join("dashboard.png"));
     }
 

@@ -178,15 +178,19 @@ async fn a_witness_out_of_reach_holds_up_nothing_and_gets_the_heads_later() {
     assert_eq!(code, 0, "{out}");
 }
 
-/// A head is POSTed only once its line is written and synced: the proxy
-/// killed (-9) the moment the witness receives its first head leaves a log
-/// that holds that head, so the honest log is not taken for a cut one.
+/// A head is POSTed only once its line is written and synced: the witness,
+/// the moment it has a head's POST and before it answers, reads the log
+/// file and finds the head there; then it kills the proxy (-9), and the
+/// log left holds that head, so the honest log is not taken for a cut one.
 /// Checkpoints after every line and many lines at once make the writer
-/// seal in the middle of long batches. The race this guards against is
-/// narrow through the binary (the head sent at sealing time usually lost
-/// it to the write), so the order itself is pinned by the writer's unit
-/// test `a_head_is_offered_to_the_witness_only_after_its_line_is_written`;
-/// this checks the outcome a user relies on.
+/// seal in the middle of long batches.
+///
+/// What this cannot pin: "synced" is not visible from user space (a read
+/// sees the page cache, and a kill -9 loses nothing written), so only the
+/// write is checked here; and a head POSTed before its write (the old
+/// order) is found missing only when the POST outruns the write, which
+/// the scheduler decides: the order itself is pinned by the writer's unit
+/// test `a_head_is_offered_to_the_witness_only_after_its_line_is_written`.
 #[tokio::test]
 async fn a_head_reaches_the_witness_only_once_its_line_is_in_the_file() {
     use std::io::{Read, Write};
@@ -202,7 +206,10 @@ async fn a_head_reaches_the_witness_only_once_its_line_is_in_the_file() {
         ],
     );
     let pid = proxy.child.id() as libc::pid_t;
-    // The witness: takes the first head, kills the proxy before answering.
+    let log = dir.path().join("audit.jsonl");
+    let on_disk = log.clone();
+    // The witness: takes the first head, reads the log, kills the proxy
+    // before answering.
     let witness = std::thread::spawn(move || {
         let (mut conn, _) = listener.accept().unwrap();
         let mut got = Vec::new();
@@ -221,11 +228,14 @@ async fn a_head_reaches_the_witness_only_once_its_line_is_in_the_file() {
                 .and_then(|n| n.trim().parse().ok())
                 .unwrap_or(0);
             if got.len() >= end + 4 + len {
+                let head = String::from_utf8_lossy(&got[end + 4..end + 4 + len]).to_string();
+                let file = std::fs::read_to_string(&on_disk).unwrap_or_default();
+                let written = file.lines().any(|l| l == head.trim());
                 // SAFETY-free: kill(2) on the child's own pid.
                 let killed = unsafe { libc::kill(pid, libc::SIGKILL) };
                 assert_eq!(killed, 0);
                 let _ = conn.write_all(b"HTTP/1.1 204 No Content\r\n\r\n");
-                return String::from_utf8_lossy(&got[end + 4..end + 4 + len]).to_string();
+                return (head, written);
             }
         }
     });
@@ -241,15 +251,18 @@ async fn a_head_reaches_the_witness_only_once_its_line_is_in_the_file() {
         // Many are cut off by the kill; the lines written are what counts.
         let _ = p.await;
     }
-    let head = tokio::task::spawn_blocking(move || witness.join().unwrap())
+    let (head, written) = tokio::task::spawn_blocking(move || witness.join().unwrap())
         .await
         .unwrap();
+    assert!(
+        written,
+        "the witness got a head before the log file held it: {head}"
+    );
     let mut proxy = proxy;
     let status = tokio::task::spawn_blocking(move || proxy.child.wait().unwrap())
         .await
         .unwrap();
     assert!(!status.success(), "{status}");
-    let log = dir.path().join("audit.jsonl");
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(
         text.lines().any(|l| l == head.trim()),
