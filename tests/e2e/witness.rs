@@ -189,8 +189,10 @@ async fn a_witness_out_of_reach_holds_up_nothing_and_gets_the_heads_later() {
 /// sees the page cache, and a kill -9 loses nothing written), so only the
 /// write is checked here; and a head POSTed before its write (the old
 /// order) is found missing only when the POST outruns the write, which
-/// the scheduler decides: the order itself is pinned by the writer's unit
-/// test `a_head_is_offered_to_the_witness_only_after_its_line_is_written`.
+/// the scheduler decides: the order is pinned by the writer's unit test
+/// `a_head_is_offered_to_the_witness_only_after_its_line_is_written`, and
+/// through the binary, every time, by
+/// `a_head_whose_line_could_not_be_written_never_reaches_the_witness`.
 #[tokio::test]
 async fn a_head_reaches_the_witness_only_once_its_line_is_in_the_file() {
     use std::io::{Read, Write};
@@ -276,4 +278,82 @@ async fn a_head_reaches_the_witness_only_once_its_line_is_in_the_file() {
         out.contains("the log holds the witness's newest head"),
         "{out}"
     );
+}
+
+/// A head is sent only once its line is written: with the proxy's files
+/// limited to 256 KiB (`RLIMIT_FSIZE`, SIGXFSZ ignored, so a write past it
+/// fails with EFBIG as on a full disk), the lines sealed after the limit
+/// are never in the log, and the witness must have none of their heads.
+/// A head sent when it was sealed, before its write (the old order), is
+/// caught here every time, not by a race.
+#[tokio::test]
+async fn a_head_whose_line_could_not_be_written_never_reaches_the_witness() {
+    use std::os::unix::process::CommandExt;
+    let Some(witness) = Witness::start(0) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let origin = Origin::http(ok_origin()).await;
+    let env = [
+        ("MANNERLY_AUDIT__WITNESS", witness.url.as_str()),
+        ("MANNERLY_AUDIT__CHECKPOINT_LINES", "1"),
+        // Pages are not stored: the store's file stays near its first size.
+        ("MANNERLY_CACHE__ENABLED", "false"),
+    ];
+    const LIMIT: u64 = 256 * 1024;
+    let proxy = RunningBinary::start_with(dir.path(), &env, |cmd| {
+        let limit = libc::rlimit {
+            rlim_cur: LIMIT,
+            rlim_max: LIMIT,
+        };
+        // SAFETY: only async-signal-safe calls between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+                if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    });
+    let c = proxy.client();
+    let log = dir.path().join("audit.jsonl");
+    let full = || std::fs::metadata(&log).map_or(0, |m| m.len()) >= LIMIT;
+    // Pages until the log is at its limit, then more, whose lines and
+    // heads cannot be written. Answered 503 then: what counts is what the
+    // witness got.
+    let mut past = 0;
+    for i in 0..20_000 {
+        let _ = c
+            .get(format!("http://127.0.0.1:{}/p{i}", origin.port()))
+            .send()
+            .await;
+        past += usize::from(full());
+        if past == 20 {
+            break;
+        }
+    }
+    assert_eq!(past, 20, "the log never reached its limit");
+    assert!(
+        proxy.logged("audit log write failed").await,
+        "the log never hit its limit"
+    );
+    // A clean stop delivers what is queued for the witness.
+    proxy.signal("TERM");
+    let mut proxy = proxy;
+    let _ = tokio::task::spawn_blocking(move || proxy.child.wait().unwrap()).await;
+    let text = std::fs::read_to_string(&log).unwrap();
+    let in_log: Vec<serde_json::Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let heads = witness.heads().await;
+    assert!(!heads.is_empty(), "the heads written before the limit");
+    for head in &heads {
+        assert!(
+            in_log.contains(head),
+            "the witness holds a head the log never held: {head}"
+        );
+    }
 }
