@@ -109,6 +109,7 @@ fn the_dashboard_shows_hosts_and_a_paused_host_and_its_reset_button_clears_it() 
                             .get(format!("http://{h}:{port}/page/{n}"))
                             .send()
                             .await;
+                        // The crawler's own pace, a different one per host.
                         tokio::time::sleep(Duration::from_millis(50 * (i as u64 + 1))).await;
                     }
                 }));

@@ -44,6 +44,7 @@ pub fn ok_origin() -> Handler {
             return text(404, "");
         }
         if let Some(ms) = req.uri().query().and_then(|q| q.parse().ok()) {
+            // Slow on purpose, as long as the query asks.
             tokio::time::sleep(Duration::from_millis(ms)).await;
         }
         text(200, "page")
