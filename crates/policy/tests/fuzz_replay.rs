@@ -138,6 +138,8 @@ fn replay(name: &str, seeds: &[&str], check: fn(&[u8])) {
         .and_then(|v| v.parse().ok())
         .unwrap_or(20_000usize);
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    // The run's time, for the figure printed; nothing is judged by it.
+    #[allow(clippy::disallowed_methods)]
     let started = std::time::Instant::now();
     let mut input = Vec::new();
     for n in 0..seeds.len() + runs {
