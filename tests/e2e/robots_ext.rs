@@ -24,6 +24,13 @@ fn static_files(
     Nginx::start_tls(ca, "origin.test", &site)
 }
 
+/// [`static_files`]: a robots.txt refusing `/private/`, and `/page.html`.
+fn private_and_a_page(ca: &TestCa, dir: &std::path::Path) -> Option<Nginx> {
+    let robots = "User-agent: *\nDisallow: /private/\n";
+    let files = [("robots.txt", robots), ("page.html", "a page\n")];
+    static_files(ca, dir, &files, "")
+}
+
 /// The `robots_fetched` lines written so far.
 fn robots_fetches(proxy: &TestProxy) -> Vec<serde_json::Value> {
     audit_lines(&proxy.audit_path)
@@ -39,9 +46,7 @@ fn robots_fetches(proxy: &TestProxy) -> Vec<serde_json::Value> {
 async fn an_expired_robots_txt_is_revalidated_and_nginx_answers_304() {
     let dir = tempfile::tempdir().unwrap();
     let ca = TestCa::new(dir.path());
-    let robots = "User-agent: *\nDisallow: /private/\n";
-    let files = [("robots.txt", robots), ("page.html", "a page\n")];
-    let Some(nginx) = static_files(&ca, dir.path(), &files, "") else {
+    let Some(nginx) = private_and_a_page(&ca, dir.path()) else {
         return;
     };
     let port = nginx.port;
@@ -107,9 +112,7 @@ async fn a_clusters_shared_robots_txt_is_revalidated_and_nginx_answers_304() {
     };
     let dir = tempfile::tempdir().unwrap();
     let ca = TestCa::new(dir.path());
-    let robots = "User-agent: *\nDisallow: /private/\n";
-    let files = [("robots.txt", robots), ("page.html", "a page\n")];
-    let Some(nginx) = static_files(&ca, dir.path(), &files, "") else {
+    let Some(nginx) = private_and_a_page(&ca, dir.path()) else {
         return;
     };
     let port = nginx.port;

@@ -2,14 +2,17 @@
 //! a time asks for its slot, then waits for the slot, a pause's end or a
 //! free concurrency slot, whichever the budget says.
 
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use mannerly_policy::budget::{Refusal, Reservation, Start, QUEUE_RETRY_AFTER};
 use mannerly_state::hosts::Basis;
+use tokio::sync::futures::Notified;
 use tokio::time::Instant;
 
-use super::{Backend, Budgets, Loan, Permit};
+use super::{Backend, Budgets, Line, Loan, Permit};
 
 /// A request asleep until its turn, counted in [`Budgets::asleep`] while
 /// this is held.
@@ -32,6 +35,26 @@ impl Budgets {
     fn sleeping(&self) -> Asleep<'_> {
         self.asleep.fetch_add(1, Ordering::SeqCst);
         Asleep(self)
+    }
+
+    /// Sleeps `d` unless the line's pause changes first (an operator's
+    /// reset, here or heard from another proxy): `true` then, counted, and
+    /// the request asks again rather than sleep to the old end.
+    async fn asleep_for(
+        &self,
+        d: Duration,
+        changed: Pin<&mut Notified<'_>>,
+        line: &Line,
+        resets: u64,
+    ) -> bool {
+        let _asleep = self.sleeping();
+        tokio::select! {
+            _ = tokio::time::sleep(d) => false,
+            _ = changed => {
+                self.count_reset(line, resets);
+                true
+            }
+        }
     }
 
     pub(super) async fn acquire_group(
@@ -71,13 +94,8 @@ impl Budgets {
             match reservation {
                 Reservation::Refuse(r) => return Err(r),
                 Reservation::Wait(d) => {
-                    let _asleep = self.sleeping();
-                    tokio::select! {
-                        _ = tokio::time::sleep(d) => {}
-                        _ = &mut changed => {
-                            self.count_reset(&line, resets);
-                            continue 'admit;
-                        }
+                    if self.asleep_for(d, changed.as_mut(), &line, resets).await {
+                        continue 'admit;
                     }
                 }
                 Reservation::Go => {}
@@ -112,13 +130,8 @@ impl Budgets {
                     Start::Refuse(r) => return Err(r),
                     Start::Wait(d) => {
                         reserved = now;
-                        let _asleep = self.sleeping();
-                        tokio::select! {
-                            _ = tokio::time::sleep(d) => {}
-                            _ = &mut changed => {
-                                self.count_reset(&line, resets);
-                                continue 'admit;
-                            }
+                        if self.asleep_for(d, changed.as_mut(), &line, resets).await {
+                            continue 'admit;
                         }
                     }
                     Start::WaitConcurrency => {
