@@ -31,6 +31,17 @@ fn private_and_a_page(ca: &TestCa, dir: &std::path::Path) -> Option<Nginx> {
     static_files(ca, dir, &files, "")
 }
 
+/// The rules kept still refuse `/private/`.
+async fn private_is_refused(client: &reqwest::Client, base: &str) {
+    let r = client
+        .get(format!("{base}/private/x"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    assert!(decision(&r).starts_with("disallowed"), "{}", decision(&r));
+}
+
 /// The `robots_fetched` lines written so far.
 fn robots_fetches(proxy: &TestProxy) -> Vec<serde_json::Value> {
     audit_lines(&proxy.audit_path)
@@ -69,13 +80,7 @@ async fn an_expired_robots_txt_is_revalidated_and_nginx_answers_304() {
             .unwrap();
         assert_eq!(r.status(), 200, "{}", nginx.error_log());
     }
-    let r = client
-        .get(format!("{base}/private/x"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 403);
-    assert!(decision(&r).starts_with("disallowed"), "{}", decision(&r));
+    private_is_refused(&client, &base).await;
 
     let log = nginx.access_log_with("\"GET /robots.txt HTTP/2.0\" 304", 1);
     assert_eq!(
@@ -147,13 +152,7 @@ async fn a_clusters_shared_robots_txt_is_revalidated_and_nginx_answers_304() {
     assert_eq!(fetched[0]["status"], 304, "{fetched:?}");
     assert_eq!(fetched[0]["cache"], "revalidated", "{fetched:?}");
     // A uses the copy B revalidated (its own has expired): no fetch of its own.
-    let r = ca_client
-        .get(format!("{base}/private/x"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 403);
-    assert!(decision(&r).starts_with("disallowed"), "{}", decision(&r));
+    private_is_refused(&ca_client, &base).await;
     assert_eq!(robots_fetches(&a).len(), 1, "A fetched again");
 
     let log = nginx.access_log_with("\"GET /robots.txt HTTP/2.0\" 304", 1);
