@@ -162,9 +162,10 @@ fn the_dashboard_shows_hosts_and_a_paused_host_and_its_reset_button_clears_it() 
     if let Some(dir) = std::env::var_os("MANNERLY_SCREENSHOTS") {
         // Until five hosts' sparklines have a line, not a dot: a second
         // 10 s bucket of their rate history, drawn by a refresh.
-        browser.wait_for(
+        let drawn = browser.wait_for(
             "[...document.querySelectorAll('svg.spark polyline')].filter((l) => l.points.length >= 2).length >= 5",
         );
+        assert_eq!(drawn, Value::Bool(true), "sparklines never drew a line");
         browser.screenshot(&std::path::Path::new(&dir).join("dashboard.png"));
     }
 
