@@ -321,6 +321,7 @@ fn metrics(shared: &Shared, observe: &Observe) -> Answer {
             g.labelled.push((host, v.rate, v.ceiling, paused));
         }
     }
+    g.asleep = shared.budgets.asleep();
     g.store_errors = shared.cache.errors();
     g.backend_degraded = shared.budgets.state() == Some("degraded");
     g.redis = shared.budgets.shared().map(|r| {
@@ -332,6 +333,7 @@ fn metrics(shared: &Shared, observe: &Observe) -> Answer {
             wakes_live,
             woken_by_reset: shared.budgets.woken_by_reset(),
             robots_woken_by_message: shared.budgets.robots_woken_by_message(),
+            robots_asleep: shared.budgets.robots_asleep(),
             round_trips: n(&s.round_trips),
             conflicts: n(&s.conflicts),
             degraded_ops: n(&s.degraded_ops),

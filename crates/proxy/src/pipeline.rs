@@ -351,6 +351,11 @@ impl Exchange {
         req: &Request<B>,
     ) -> Result<Rules<F>, Unfetched> {
         let shared = self.shared.clone();
+        if cache(&shared).would_fetch(self.target.root()) {
+            if let Some(stop) = self.quiet_before_fetch().await {
+                return Err(Unfetched::Stopped(stop));
+            }
+        }
         let since = shared.clock.now();
         let rules = self.site_file_from(&shared, cache(&shared), req).await;
         let took = shared
