@@ -422,6 +422,11 @@ async fn a_change_heard_from_another_proxy_spares_the_next_step_a_lost_round() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert!(wakes.is_live(), "the subscriber never came up");
+    b.listen_with(wakes.waiters());
+    let hearings = [HOST, "marker"].map(|h| wakes.waiters().hear(h));
+    for h in &hearings {
+        assert!(h.ready(Duration::from_secs(10)).await, "subscribed");
+    }
     let hold = a.params(HOST).max_hold();
     // Both proxies call the host: it is shared.
     send(&a, 200, None).await;

@@ -11,6 +11,10 @@ use tokio::time::Instant;
 
 use super::{Backend, Budgets, Loan, Permit};
 
+/// A wait for a slot this long is a pause (or a slow rate) that another
+/// proxy's reset may end early: the waiter listens for it.
+const HEAR_RESETS_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl Budgets {
     pub(super) async fn acquire_group(
         self: &Arc<Self>,
@@ -35,6 +39,7 @@ impl Budgets {
             return Err(self.held_too_long(&key));
         };
         self.apply_crawl_delay(&key).await;
+        let mut hearing = self.hear_if_shared(&key);
         'admit: loop {
             // A pause that ends early takes the slots reserved behind it:
             // the waiter asks again rather than sleep to the old end.
@@ -48,13 +53,19 @@ impl Budgets {
                 .await;
             match reservation {
                 Reservation::Refuse(r) => return Err(r),
-                Reservation::Wait(d) => tokio::select! {
-                    _ = tokio::time::sleep(d) => {}
-                    _ = &mut changed => {
-                        self.count_reset(&line, resets);
-                        continue 'admit;
+                Reservation::Wait(d) => {
+                    if d >= HEAR_RESETS_AFTER && hearing.is_none() {
+                        // A long wait is a pause another proxy may end.
+                        hearing = self.hear(&key);
                     }
-                },
+                    tokio::select! {
+                        _ = tokio::time::sleep(d) => {}
+                        _ = &mut changed => {
+                            self.count_reset(&line, resets);
+                            continue 'admit;
+                        }
+                    }
+                }
                 Reservation::Go => {}
             }
             loop {
@@ -82,6 +93,7 @@ impl Budgets {
                             lease,
                             state: basis.map(Basis::as_str),
                             since: self.clock.now(),
+                            _hearing: hearing,
                         });
                     }
                     Start::Refuse(r) => return Err(r),
@@ -100,6 +112,15 @@ impl Budgets {
                             Backend::Memory(_) => deadline,
                             Backend::Redis(_) => (now + self.shared_recheck()).min(deadline),
                         };
+                        if hearing.is_none() {
+                            if let Some(h) = self.hear(&key) {
+                                // A release before the subscription held
+                                // went unheard: look again once it holds.
+                                h.ready(recheck.saturating_duration_since(now)).await;
+                                hearing = Some(h);
+                                continue;
+                            }
+                        }
                         tokio::select! {
                             _ = &mut freed => {
                                 if line.heard.load(Ordering::SeqCst) != heard {
