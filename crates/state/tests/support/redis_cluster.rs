@@ -251,6 +251,15 @@ impl RedisCluster {
             .sum()
     }
 
+    /// `args`' answer from every live node.
+    pub fn each_node(&self, args: &[&str]) -> Vec<String> {
+        self.nodes
+            .iter()
+            .filter(|n| n.child.is_some())
+            .map(|n| cli(n.port, args))
+            .collect()
+    }
+
     fn live_port(&self) -> u16 {
         self.nodes
             .iter()
