@@ -271,7 +271,11 @@ async fn run(cluster: &RedisCluster, origin: SocketAddr, n: usize, contended: bo
         .collect::<Result<_, _>>()
         .expect("the proxies start");
     let host = |proxy: usize, k: usize| {
-        let owner = if contended { "all".to_string() } else { format!("p{proxy}") };
+        let owner = if contended {
+            "all".to_string()
+        } else {
+            format!("p{proxy}")
+        };
         format!("{owner}-h{}-{tag}.{DOMAIN}", k % HOSTS)
     };
     let clients: Vec<reqwest::Client> = procs
@@ -288,7 +292,10 @@ async fn run(cluster: &RedisCluster, origin: SocketAddr, n: usize, contended: bo
     // robots.txt of every host stored, and the scripts loaded, before counting.
     for (i, c) in clients.iter().enumerate() {
         for k in 0..HOSTS {
-            let _ = c.get(format!("http://{}:{port}/warm", host(i, k))).send().await;
+            let _ = c
+                .get(format!("http://{}:{port}/warm", host(i, k)))
+                .send()
+                .await;
         }
     }
     let (calls0, pubs0, cpu0, heard0) = (

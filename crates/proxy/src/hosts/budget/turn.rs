@@ -4,16 +4,18 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use mannerly_policy::budget::{Refusal, Reservation, Start, QUEUE_RETRY_AFTER};
 use mannerly_state::hosts::Basis;
+use mannerly_state::wake::Hearing;
 use tokio::time::Instant;
 
 use super::{Backend, Budgets, Loan, Permit};
 
 /// A wait for a slot this long is a pause (or a slow rate) that another
 /// proxy's reset may end early: the waiter listens for it.
-const HEAR_RESETS_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+const HEAR_RESETS_AFTER: Duration = Duration::from_secs(1);
 
 impl Budgets {
     pub(super) async fn acquire_group(
@@ -54,10 +56,7 @@ impl Budgets {
             match reservation {
                 Reservation::Refuse(r) => return Err(r),
                 Reservation::Wait(d) => {
-                    if d >= HEAR_RESETS_AFTER && hearing.is_none() {
-                        // A long wait is a pause another proxy may end.
-                        hearing = self.hear(&key);
-                    }
+                    self.hear_long_wait(&key, d, &mut hearing);
                     tokio::select! {
                         _ = tokio::time::sleep(d) => {}
                         _ = &mut changed => {
@@ -112,14 +111,9 @@ impl Budgets {
                             Backend::Memory(_) => deadline,
                             Backend::Redis(_) => (now + self.shared_recheck()).min(deadline),
                         };
-                        if hearing.is_none() {
-                            if let Some(h) = self.hear(&key) {
-                                // A release before the subscription held
-                                // went unheard: look again once it holds.
-                                h.ready(recheck.saturating_duration_since(now)).await;
-                                hearing = Some(h);
-                                continue;
-                            }
+                        let limit = recheck.saturating_duration_since(now);
+                        if self.hear_for_slot(&key, &mut hearing, limit).await {
+                            continue;
                         }
                         tokio::select! {
                             _ = &mut freed => {
@@ -140,5 +134,34 @@ impl Budgets {
                 }
             }
         }
+    }
+
+    /// A wait this long is a pause another proxy may end early: listen for
+    /// its reset.
+    fn hear_long_wait(&self, key: &str, wait: Duration, hearing: &mut Option<Hearing>) {
+        if wait >= HEAR_RESETS_AFTER && hearing.is_none() {
+            *hearing = self.hear(key);
+        }
+    }
+
+    /// Starts listening for another proxy's release before waiting for a
+    /// slot; `true` when it just did, once the subscription holds (or
+    /// `limit` passed): a release before that went unheard, so the caller
+    /// looks again first.
+    async fn hear_for_slot(
+        &self,
+        key: &str,
+        hearing: &mut Option<Hearing>,
+        limit: Duration,
+    ) -> bool {
+        if hearing.is_some() {
+            return false;
+        }
+        let Some(h) = self.hear(key) else {
+            return false;
+        };
+        h.ready(limit).await;
+        *hearing = Some(h);
+        true
     }
 }
