@@ -13,7 +13,7 @@
 //! share with it lately. Hearings are counted per channel: the first takes
 //! the subscription (`SUBSCRIBE`, or `SSUBSCRIBE` on the channel's own
 //! node of a Cluster, so a message stays on its slot's node), and the
-//! subscription is dropped [`LINGER`] after the last one went, so that a
+//! subscription is dropped within [`LINGER`] after the last one went, so that a
 //! host crawled steadily is not subscribed again for every page. No
 //! pattern subscription: a message is delivered to the proxies that wait
 //! for it, not to the fleet.
@@ -33,7 +33,6 @@ use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::Notify;
-use tokio::time::Instant;
 
 use crate::link::{cluster_nodes, tagged};
 
@@ -89,8 +88,9 @@ impl std::fmt::Debug for Inner {
 struct Sub {
     /// [`Hearing`]s held now.
     holders: usize,
-    /// When the last hearing went (for [`LINGER`]).
-    idle_since: Instant,
+    /// Ticks of the subscriber task (every half [`LINGER`]) since the last
+    /// hearing went: dropped at the second.
+    idle_ticks: u8,
     state: SubState,
     /// Signalled when the subscription is confirmed.
     ready: Arc<Notify>,
@@ -203,12 +203,12 @@ impl Waiters {
     }
 
     /// Listens on `name`'s channel while the returned hearing is held (and
-    /// [`LINGER`] after the last one goes).
+    /// up to [`LINGER`] after the last one goes).
     pub fn hear(&self, name: &str) -> Hearing {
         let mut subs = self.inner.subs();
         let s = subs.entry(name.to_string()).or_insert_with(|| Sub {
             holders: 0,
-            idle_since: Instant::now(),
+            idle_ticks: 0,
             state: SubState::Off,
             ready: Arc::new(Notify::new()),
         });
@@ -295,7 +295,7 @@ impl Drop for Hearing {
         if let Some(s) = subs.get_mut(&self.name) {
             s.holders = s.holders.saturating_sub(1);
             if s.holders == 0 {
-                s.idle_since = Instant::now();
+                s.idle_ticks = 0;
                 if s.state == SubState::Off {
                     subs.remove(&self.name);
                 }
@@ -491,11 +491,14 @@ impl Conn {
 /// connection fails.
 async fn tend(mut conn: Conn, state: &Inner, timeout: Duration) {
     state.live.store(true, Ordering::SeqCst);
+    // Ticks on the runtime's clock (the state crate reads none itself).
+    let mut ticks = tokio::time::interval(LINGER / 2);
+    let mut aging = false;
     loop {
         let nudged = state.nudge.notified();
         tokio::pin!(nudged);
         nudged.as_mut().enable();
-        let (wanted, idle) = state.due();
+        let (wanted, idle) = state.due(std::mem::take(&mut aging));
         if !wanted.is_empty() {
             let done = tokio::time::timeout(timeout, conn.subscribe(&wanted)).await;
             if !matches!(done, Ok(Ok(()))) {
@@ -518,16 +521,16 @@ async fn tend(mut conn: Conn, state: &Inner, timeout: Duration) {
         }
         tokio::select! {
             _ = &mut nudged => {}
-            _ = tokio::time::sleep(LINGER / 2) => {}
+            _ = ticks.tick() => aging = true,
         }
     }
 }
 
 impl Inner {
     /// The channels to subscribe now (marked asked) and those to drop
-    /// (taken out of the table).
-    fn due(&self) -> (Vec<String>, Vec<String>) {
-        let now = Instant::now();
+    /// (taken out of the table); `aging` on a tick, when idle channels
+    /// grow older.
+    fn due(&self, aging: bool) -> (Vec<String>, Vec<String>) {
         let mut subs = self.subs();
         let mut wanted = Vec::new();
         let mut idle = Vec::new();
@@ -539,7 +542,10 @@ impl Inner {
                 }
                 return true;
             }
-            if now.saturating_duration_since(s.idle_since) < LINGER {
+            if aging {
+                s.idle_ticks = s.idle_ticks.saturating_add(1);
+            }
+            if s.idle_ticks < 2 {
                 return true;
             }
             if s.state != SubState::Off {
