@@ -25,7 +25,7 @@
 use std::convert::Infallible;
 use std::io::BufRead;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -37,6 +37,10 @@ use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
+
+#[path = "support/mannerly_bin.rs"]
+mod mannerly_bin;
+use mannerly_bin::mannerly_bin;
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
@@ -167,27 +171,6 @@ impl Drop for Mannerly {
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-fn mannerly_bin() -> Result<PathBuf, Error> {
-    if let Some(p) = std::env::var_os("MANNERLY_BIN") {
-        return Ok(PathBuf::from(p));
-    }
-    // target/<profile>/examples/broad_crawl -> target/<profile>/mannerly
-    let exe = std::env::current_exe()?;
-    let bin = exe
-        .parent()
-        .and_then(Path::parent)
-        .map(|d| d.join("mannerly"))
-        .ok_or("cannot find the mannerly binary; set MANNERLY_BIN")?;
-    if !bin.exists() {
-        return Err(format!(
-            "{} not found: cargo build --release --bin mannerly (or set MANNERLY_BIN)",
-            bin.display()
-        )
-        .into());
-    }
-    Ok(bin)
 }
 
 fn start_mannerly(origin: &Origin, extra: &[(&str, &str)]) -> Result<Mannerly, Error> {

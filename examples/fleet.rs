@@ -27,7 +27,7 @@ mod redis_cluster;
 use std::convert::Infallible;
 use std::io::BufRead;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -35,8 +35,12 @@ use http_body_util::Full;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
-use redis_cluster::{commandstats, RedisCluster};
+use redis_cluster::{commandstats, RedisCluster, PROXY_CALLS};
 use tokio::net::TcpListener;
+
+#[path = "support/mannerly_bin.rs"]
+mod mannerly_bin;
+use mannerly_bin::mannerly_bin;
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
@@ -44,17 +48,6 @@ type Error = Box<dyn std::error::Error + Send + Sync>;
 const DOMAIN: &str = "test";
 /// Hosts each proxy crawls (own), or all share (contended).
 const HOSTS: usize = 3;
-/// Every command a proxy sends Redis for budgets, robots.txt and wake-ups.
-const CALLS: &[&str] = &[
-    "evalsha",
-    "eval",
-    "subscribe",
-    "unsubscribe",
-    "ssubscribe",
-    "sunsubscribe",
-    "psubscribe",
-];
-
 /// A page for every path, a 404 robots.txt.
 async fn origin() -> Result<SocketAddr, Error> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
@@ -79,23 +72,6 @@ async fn origin() -> Result<SocketAddr, Error> {
         }
     });
     Ok(addr)
-}
-
-fn mannerly_bin() -> Result<PathBuf, Error> {
-    if let Some(p) = std::env::var_os("MANNERLY_BIN") {
-        return Ok(PathBuf::from(p));
-    }
-    // target/<profile>/examples/fleet -> target/<profile>/mannerly
-    let exe = std::env::current_exe()?;
-    let bin = exe
-        .parent()
-        .and_then(Path::parent)
-        .map(|d| d.join("mannerly"))
-        .ok_or("cannot find the mannerly binary; set MANNERLY_BIN")?;
-    if !bin.exists() {
-        return Err(format!("{} not found: cargo build --bin mannerly", bin.display()).into());
-    }
-    Ok(bin)
 }
 
 /// One proxy process, killed on drop.
@@ -299,7 +275,7 @@ async fn run(cluster: &RedisCluster, origin: SocketAddr, n: usize, contended: bo
         }
     }
     let (calls0, pubs0, cpu0, heard0) = (
-        calls(cluster, CALLS),
+        calls(cluster, PROXY_CALLS),
         calls(cluster, &["publish", "spublish"]),
         cpu(cluster),
         heard(&procs).await,
@@ -334,7 +310,7 @@ async fn run(cluster: &RedisCluster, origin: SocketAddr, n: usize, contended: bo
         pages,
         failed,
         secs,
-        calls: calls(cluster, CALLS) - calls0,
+        calls: calls(cluster, PROXY_CALLS) - calls0,
         publishes: calls(cluster, &["publish", "spublish"]) - pubs0,
         messages: heard(&procs).await - heard0,
         cpu: cpu(cluster) - cpu0,

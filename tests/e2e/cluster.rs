@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use mannerly_proxy::StateBackend;
 
+use super::redis_cluster::PROXY_CALLS;
 use super::redis_server::RedisServer;
 use super::support::*;
 
@@ -289,7 +290,7 @@ async fn three_proxies_contending_for_one_host_pay_at_most_three_calls_per_page(
         return;
     };
     let server_calls =
-        || super::redis_cluster::commandstats(&redis.cli(&["INFO", "commandstats"]), CALLS);
+        || super::redis_cluster::commandstats(&redis.cli(&["INFO", "commandstats"]), PROXY_CALLS);
     let numpat = || number(&redis.cli(&["PUBSUB", "NUMPAT"]));
     contending_calls(redis.url(), server_calls, numpat).await;
 }
@@ -309,20 +310,8 @@ async fn on_a_redis_cluster_three_contending_proxies_pay_at_most_three_calls_per
             .map(|a| number(a))
             .sum()
     };
-    contending_calls(cluster.url(), || cluster.calls(CALLS), numpat).await;
+    contending_calls(cluster.url(), || cluster.calls(PROXY_CALLS), numpat).await;
 }
-
-/// Every command a proxy sends Redis for budgets and wake-ups: the
-/// scripts, and taking and dropping the channels it listens on.
-const CALLS: &[&str] = &[
-    "evalsha",
-    "eval",
-    "subscribe",
-    "unsubscribe",
-    "ssubscribe",
-    "sunsubscribe",
-    "psubscribe",
-];
 
 fn number(answer: &str) -> u64 {
     answer.trim().parse().unwrap_or(u64::MAX)
@@ -477,7 +466,8 @@ async fn proxies_on_their_own_hosts_listen_on_nothing_and_pay_two_calls_per_page
     for (p, host) in proxies.iter().zip(hosts) {
         get_ok(&p.client(), &format!("http://{host}:{port}/warm")).await;
     }
-    let calls = || super::redis_cluster::commandstats(&redis.cli(&["INFO", "commandstats"]), CALLS);
+    let calls =
+        || super::redis_cluster::commandstats(&redis.cli(&["INFO", "commandstats"]), PROXY_CALLS);
     let before = calls();
     let published = || {
         let info = redis.cli(&["INFO", "commandstats"]);
