@@ -8,12 +8,15 @@
 //!     target/release/examples/broad_crawl                 # the table: 10,000 hosts, 256 and 16 clients
 //!     target/release/examples/broad_crawl table 10000 256 # one client count only
 //!     target/release/examples/broad_crawl memory 100000   # RSS growth per host once idle connections closed
+//!     target/release/examples/broad_crawl rss 1000000      # RSS after every 100,000 distinct hosts (HTTP)
 //!
 //! The origin runs in this process on 127.0.0.1 (robots.txt 404, every
 //! other path a 1 KiB page; HTTPS with a wildcard certificate for
 //! `*.crawl.test` from a throwaway CA, HTTP/1.1). Every name
 //! `h<i>.crawl.test` is mapped to it by `upstream.resolve` with a wildcard.
-//! Each page is its own client connection, as a crawler fetching one page
+//! Every name is its own budget group (`budget.group_by = "host"`: they
+//! all share the registrable domain `crawl.test`, which would pace the
+//! whole crawl as one site). Each page is its own client connection, as a crawler fetching one page
 //! per host does; the proxy's descriptors are then its client connections
 //! plus its upstream connections plus ~20 of its own.
 //!
@@ -22,7 +25,7 @@
 use std::convert::Infallible;
 use std::io::BufRead;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -34,6 +37,10 @@ use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
+
+#[path = "support/mannerly_bin.rs"]
+mod mannerly_bin;
+use mannerly_bin::mannerly_bin;
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
@@ -166,27 +173,6 @@ impl Drop for Mannerly {
     }
 }
 
-fn mannerly_bin() -> Result<PathBuf, Error> {
-    if let Some(p) = std::env::var_os("MANNERLY_BIN") {
-        return Ok(PathBuf::from(p));
-    }
-    // target/<profile>/examples/broad_crawl -> target/<profile>/mannerly
-    let exe = std::env::current_exe()?;
-    let bin = exe
-        .parent()
-        .and_then(Path::parent)
-        .map(|d| d.join("mannerly"))
-        .ok_or("cannot find the mannerly binary; set MANNERLY_BIN")?;
-    if !bin.exists() {
-        return Err(format!(
-            "{} not found: cargo build --release --bin mannerly (or set MANNERLY_BIN)",
-            bin.display()
-        )
-        .into());
-    }
-    Ok(bin)
-}
-
 fn start_mannerly(origin: &Origin, extra: &[(&str, &str)]) -> Result<Mannerly, Error> {
     static RUNS: AtomicUsize = AtomicUsize::new(0);
     let dir = std::env::temp_dir().join(format!(
@@ -203,6 +189,7 @@ fn start_mannerly(origin: &Origin, extra: &[(&str, &str)]) -> Result<Mannerly, E
          [proxy]\nlisten = \"127.0.0.1:0\"\nconnect_ports = [{https_port}]\n\
          [upstream]\nallow_private = true\nextra_roots = [{roots:?}]\n\
          [upstream.resolve]\n\"*.{DOMAIN}:{http_port}\" = \"{http}\"\n\"*.{DOMAIN}:{https_port}\" = \"{https}\"\n\
+         [budget]\ngroup_by = \"host\"\n\
          [audit]\npath = {audit:?}\n",
         dir = dir.display().to_string(),
         roots = roots.display().to_string(),
@@ -507,6 +494,37 @@ async fn memory(origin: &Origin, hosts: usize) -> Result<(), Error> {
     Ok(())
 }
 
+/// RSS over a long broad crawl: `hosts` distinct hosts over plain HTTP,
+/// 64 clients, the proxy's RSS printed after every 100,000 (and the
+/// highest sampled meanwhile), so that growth with the number of hosts
+/// seen shows as a slope.
+async fn rss(origin: &Origin, hosts: usize) -> Result<(), Error> {
+    const STEP: usize = 100_000;
+    let m = start_mannerly(origin, &[])?;
+    let pid = m.child.id();
+    let ca_pem = std::fs::read_to_string(m.dir.join("ca.pem"))?;
+    let through = through(&m.addr, &ca_pem)?;
+    let port = origin.http.port();
+    println!("| hosts crawled | pages/s (this step) | failed | RSS MB | peak RSS MB (this step) |");
+    println!("| --- | --- | --- | --- | --- |");
+    let mut done = 0;
+    while done < hosts {
+        let n = STEP.min(hosts - done);
+        let sampler = Sampler::start(pid);
+        let c = crawl(through.clone(), Scheme::Http, port, done, n, 64).await;
+        let peak = sampler.finish();
+        done += n;
+        println!(
+            "| {done} | {:.0} | {} | {:.1} | {:.1} |",
+            c.pages_per_s,
+            c.failed,
+            usage(pid).rss_kb as f64 / 1024.0,
+            peak.rss_kb as f64 / 1024.0
+        );
+    }
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -515,6 +533,10 @@ async fn main() -> Result<(), Error> {
         Some("memory") => {
             let hosts = args.get(1).map_or(Ok(100_000), |s| s.parse())?;
             memory(&origin, hosts).await
+        }
+        Some("rss") => {
+            let hosts = args.get(1).map_or(Ok(1_000_000), |s| s.parse())?;
+            rss(&origin, hosts).await
         }
         None | Some("table") => {
             let hosts = args.get(1).map_or(Ok(10_000), |s| s.parse())?;
@@ -525,7 +547,7 @@ async fn main() -> Result<(), Error> {
             table(&origin, hosts, &clients).await
         }
         Some(other) => Err(format!(
-            "usage: broad_crawl [table [HOSTS [CLIENTS]]] | memory [HOSTS]; got {other}"
+            "usage: broad_crawl [table [HOSTS [CLIENTS]]] | memory [HOSTS] | rss [HOSTS]; got {other}"
         )
         .into()),
     }

@@ -13,8 +13,9 @@
 //! replicas (`cluster`, six redis-servers started here the same way).
 //! Reports pages delivered, upstream 429s, the origin's aggregate rate, the
 //! most requests it served in any 5-second window, and for redis the budget
-//! script calls and the PUBLISHes (each delivered to every proxy) per
-//! delivered page (from `INFO commandstats`).
+//! script calls and the PUBLISHes and SPUBLISHes (each delivered to the
+//! proxies listening on the host; on a Cluster counted on every live node,
+//! replicas included) per delivered page (from `INFO commandstats`).
 //!
 //!     cargo run --release --example cluster_scenario
 //!
@@ -145,7 +146,7 @@ pub struct Report {
     pub max_5s: usize,
     pub robots_fetches: usize,
     pub script_calls: Option<u64>,
-    /// PUBLISH commands (each goes to every proxy's subscriber).
+    /// PUBLISH and SPUBLISH commands (each goes to the proxies listening on the host).
     pub publishes: Option<u64>,
 }
 
@@ -246,7 +247,7 @@ pub async fn run(shared: Shared<'_>, names: usize, edit: impl Fn(&mut Config)) -
         dirs.push(dir);
     }
     let calls_before = shared.script_calls();
-    let publishes_before = shared.calls(&["publish"]);
+    let publishes_before = shared.calls(&["publish", "spublish"]);
 
     let start = Instant::now();
     let mut tasks = Vec::new();
@@ -289,7 +290,7 @@ pub async fn run(shared: Shared<'_>, names: usize, edit: impl Fn(&mut Config)) -
         _ => None,
     };
     let script_calls = since(shared.script_calls(), calls_before);
-    let publishes = since(shared.calls(&["publish"]), publishes_before);
+    let publishes = since(shared.calls(&["publish", "spublish"]), publishes_before);
     for (stop, served) in stops {
         let _ = stop.send(());
         let _ = served.await;

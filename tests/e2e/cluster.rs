@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use mannerly_proxy::StateBackend;
 
+use super::redis_cluster::PROXY_CALLS;
 use super::redis_server::RedisServer;
 use super::support::*;
 
@@ -290,13 +291,10 @@ async fn three_proxies_contending_for_one_host_pay_at_most_three_calls_per_page(
     ) else {
         return;
     };
-    let server_calls = || {
-        super::redis_cluster::commandstats(
-            &redis.cli(&["INFO", "commandstats"]),
-            &["evalsha", "eval"],
-        )
-    };
-    contending_calls(redis.url(), server_calls).await;
+    let server_calls =
+        || super::redis_cluster::commandstats(&redis.cli(&["INFO", "commandstats"]), PROXY_CALLS);
+    let numpat = || number(&redis.cli(&["PUBSUB", "NUMPAT"]));
+    contending_calls(redis.url(), server_calls, numpat).await;
 }
 
 /// The same on a Redis Cluster of three masters and three replicas.
@@ -307,10 +305,21 @@ async fn on_a_redis_cluster_three_contending_proxies_pay_at_most_three_calls_per
     ) else {
         return;
     };
-    contending_calls(cluster.url(), || cluster.calls(&["evalsha", "eval"])).await;
+    let numpat = || {
+        cluster
+            .each_node(&["PUBSUB", "NUMPAT"])
+            .iter()
+            .map(|a| number(a))
+            .sum()
+    };
+    contending_calls(cluster.url(), || cluster.calls(PROXY_CALLS), numpat).await;
 }
 
-async fn contending_calls(url: String, server_calls: impl Fn() -> u64) {
+fn number(answer: &str) -> u64 {
+    answer.trim().parse().unwrap_or(u64::MAX)
+}
+
+async fn contending_calls(url: String, server_calls: impl Fn() -> u64, numpat: impl Fn() -> u64) {
     const PER_PROXY: usize = 10;
     let origin = Origin::http(handler(|req| async move {
         match req.uri().path() {
@@ -358,7 +367,9 @@ async fn contending_calls(url: String, server_calls: impl Fn() -> u64) {
     };
     let round_trips = || summed("mannerly_state_redis_round_trips_total");
     let conflicts = || summed("mannerly_state_redis_conflicts_total");
+    let heard = || summed("mannerly_state_redis_messages_heard_total");
     let (calls_before, trips_before) = (server_calls(), round_trips().await);
+    let heard_before = heard().await;
     let conflicts_before = conflicts().await;
     let seen_before = origin.seen.total();
 
@@ -368,17 +379,35 @@ async fn contending_calls(url: String, server_calls: impl Fn() -> u64) {
             pages.push(tokio::spawn(get(p.client(), format!("/p{k}/{i}"))));
         }
     }
+    let mut pages = pages.into_iter();
+    if let Some(first) = pages.next() {
+        first.await.expect("a page");
+    }
+    // While the others still crawl: no proxy listens to every host.
+    assert_eq!(numpat(), 0, "PUBSUB NUMPAT while crawling");
+    let listening = summed("mannerly_state_redis_channels_heard").await;
     for p in pages {
         p.await.expect("a page");
     }
     let delivered = (3 * PER_PROXY) as u64;
     let calls = server_calls() - calls_before;
     let trips = round_trips().await - trips_before;
+    let messages = heard().await - heard_before;
 
     let lost = conflicts().await - conflicts_before;
     eprintln!(
-        "{calls} script calls ({trips} by the proxies, {lost} of them lost \
-         compare-and-sets) for {delivered} pages"
+        "{calls} calls ({trips} script calls by the proxies, {lost} of them lost \
+         compare-and-sets) and {messages} messages delivered for {delivered} pages; \
+         {listening} channels heard mid-crawl"
+    );
+    assert_eq!(numpat(), 0, "PUBSUB NUMPAT after the crawl");
+    // A change is told to the proxies listening on this host (here all
+    // three, the changer among them: pub/sub cannot leave it out), about
+    // two changes per page (its start and its response), and some more
+    // for lost compare-and-sets: within 8 deliveries a page.
+    assert!(
+        messages <= (8 * delivered) as f64,
+        "{messages} messages delivered for {delivered} pages"
     );
     // The host was contended: the origin saw the proxies' pages
     // interleaved, not one proxy's queue after another's.
@@ -391,12 +420,93 @@ async fn contending_calls(url: String, server_calls: impl Fn() -> u64) {
     assert!(switches >= 6, "the proxies took turns: {order:?}");
     assert!(
         calls <= 3 * delivered,
-        "{calls} script calls for {delivered} pages (server count)"
+        "{calls} calls for {delivered} pages (server count, subscriptions included)"
     );
     assert!(
         trips <= (3 * delivered) as f64,
         "{trips} round trips for {delivered} pages (the proxies' count)"
     );
+    for mut p in proxies {
+        p.stop().await;
+    }
+}
+
+/// Two proxies on one Redis, each crawling hosts of its own: nobody waits
+/// on another proxy, so nothing is published, no channel is listened on,
+/// and a page costs at most two calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxies_on_their_own_hosts_listen_on_nothing_and_pay_two_calls_per_page() {
+    const PAGES: usize = 10;
+    let Some(redis) = RedisServer::start(
+        "proxies_on_their_own_hosts_listen_on_nothing_and_pay_two_calls_per_page",
+    ) else {
+        return;
+    };
+    let origin = Origin::http(handler(|req| async move {
+        match req.uri().path() {
+            "/robots.txt" => text(404, "none\n"),
+            _ => text(200, "ok\n"),
+        }
+    }))
+    .await;
+    let port = origin.port();
+    let url = redis.url();
+    let base = super::wake::sharing(&url, "own:");
+    let config = |cfg: &mut mannerly_proxy::Config| {
+        base(cfg);
+        cfg.budget.start_rate = 50.0;
+        cfg.budget.max_rate = 50.0;
+        resolve_to_loopback(cfg, &format!("a.test:{port}"), port);
+        resolve_to_loopback(cfg, &format!("b.test:{port}"), port);
+    };
+    let proxies = [
+        TestProxy::start(config).await,
+        TestProxy::start(config).await,
+    ];
+    let hosts = ["a.test", "b.test"];
+    // robots.txt settled and the script loaded before counting.
+    for (p, host) in proxies.iter().zip(hosts) {
+        get_ok(&p.client(), &format!("http://{host}:{port}/warm")).await;
+    }
+    let calls =
+        || super::redis_cluster::commandstats(&redis.cli(&["INFO", "commandstats"]), PROXY_CALLS);
+    let before = calls();
+    let published = || {
+        let info = redis.cli(&["INFO", "commandstats"]);
+        super::redis_cluster::commandstats(&info, &["publish", "spublish"])
+    };
+    let published_before = published();
+    let crawls: Vec<_> = proxies
+        .iter()
+        .zip(hosts)
+        .map(|(p, host)| {
+            let c = p.client();
+            tokio::spawn(async move {
+                for i in 0..PAGES {
+                    get_ok(&c, &format!("http://{host}:{port}/p/{i}")).await;
+                }
+            })
+        })
+        .collect();
+    // While they crawl: nobody listens by pattern.
+    let numpat = number(&redis.cli(&["PUBSUB", "NUMPAT"]));
+    for c in crawls {
+        c.await.expect("a crawl");
+    }
+    let pages = (2 * PAGES) as u64;
+    let calls = calls() - before;
+    let mut heard = 0.0;
+    let mut channels = 0.0;
+    for p in &proxies {
+        heard += super::wake::metric(p, "mannerly_state_redis_messages_heard_total").await;
+        channels += super::wake::metric(p, "mannerly_state_redis_channels_heard").await;
+    }
+    eprintln!("{calls} calls, {heard} messages for {pages} pages");
+    assert_eq!(numpat, 0, "PUBSUB NUMPAT while crawling");
+    assert!(calls <= 2 * pages, "{calls} calls for {pages} pages");
+    assert_eq!(published() - published_before, 0, "nothing published");
+    assert_eq!(heard, 0.0, "no message delivered");
+    assert_eq!(channels, 0.0, "no channel listened on");
     for mut p in proxies {
         p.stop().await;
     }

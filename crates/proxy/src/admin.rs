@@ -334,6 +334,8 @@ fn metrics(shared: &Shared, observe: &Observe) -> Answer {
             woken_by_reset: shared.budgets.woken_by_reset(),
             robots_woken_by_message: shared.budgets.robots_woken_by_message(),
             robots_asleep: shared.budgets.robots_asleep(),
+            messages_heard: shared.budgets.messages_heard(),
+            channels_heard: shared.budgets.channels_heard() as u64,
             round_trips: n(&s.round_trips),
             conflicts: n(&s.conflicts),
             degraded_ops: n(&s.degraded_ops),

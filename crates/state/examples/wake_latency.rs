@@ -147,9 +147,10 @@ async fn main() {
         },
     )
     .expect("subscriber");
-    while !wakes.is_live() {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    b.listen_with(wakes.waiters());
+    // B's waiter listens on the host, as the proxy's does while it waits.
+    let hearing = wakes.waiters().hear(HOST);
+    hearing.ready(Duration::from_secs(10)).await;
     let added = run(&a, &b, Some(woken)).await;
     report("message", &added);
     println!("messages received: {}", wakes.messages());

@@ -6,9 +6,10 @@
 //! expired asks conditionally, whichever proxy fetched it before);
 //! `{prefix}{origin}:rl` (same hash tag, so same Cluster slot) is a short
 //! lock (`SET NX PX`) held by the proxy that fetches. The others wait for
-//! the copy: the fetching proxy publishes on the origin's channel
-//! (`{prefix}{origin}:w`, [`crate::wake::channel`]) in the same pipeline
-//! that stores it, and a waiter hearing that channel ([`Waiters`]) looks
+//! the copy: a waiter listens on the origin's channel (`{prefix}{origin}:w`,
+//! [`crate::wake::channel`], through [`Waiters`]) from the moment it finds
+//! the lock taken, the fetching proxy tells that channel in the script
+//! that stores the copy (when someone listens), and the waiter looks
 //! again at once, else every [`WAIT_HEARD`] in case a message was lost;
 //! every [`WAIT_STEP`] while the subscription is down. Redis out of reach
 //! means every proxy fetches for itself, as a lone proxy does.
@@ -36,6 +37,7 @@ pub struct SharedRobots {
     prefix: String,
     timeout: Duration,
     waiters: Option<Waiters>,
+    store: redis::Script,
 }
 
 /// A fetch as a proxy publishes it for the others.
@@ -49,6 +51,25 @@ pub struct Fetched<'a> {
     /// when that copy is the one they name.
     pub asked: Option<&'a Validators>,
 }
+
+/// Stores a fetched copy (KEYS[1], ARGV[1] for ARGV[2] ms; nothing when
+/// ARGV[1] is empty), lifts the lock
+/// (KEYS[2]) when ARGV[3] is set, and tells the origin's channel (KEYS[3])
+/// only when a proxy listens on it: sharded on a Cluster (ARGV[4] = 's'),
+/// plainly on a node, where a proxy of the earlier scheme listening by
+/// pattern hears it too. One round trip, as the pipeline it replaces.
+const STORE: &str = r#"
+if ARGV[1] ~= '' then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) end
+if ARGV[3] ~= '' then redis.call('DEL', KEYS[2]) end
+if ARGV[4] == 's' then
+  if redis.call('PUBSUB', 'SHARDNUMSUB', KEYS[3])[2] > 0 then
+    redis.call('SPUBLISH', KEYS[3], '')
+  end
+elseif redis.call('PUBSUB', 'NUMSUB', KEYS[3])[2] > 0 or redis.call('PUBSUB', 'NUMPAT') > 0 then
+  redis.call('PUBLISH', KEYS[3], '')
+end
+return 1
+"#;
 
 /// What a proxy about to fetch robots.txt should do.
 #[derive(Debug, PartialEq)]
@@ -87,6 +108,7 @@ impl SharedRobots {
             prefix: prefix.to_string(),
             timeout,
             waiters: None,
+            store: redis::Script::new(STORE),
         }
     }
 
@@ -112,7 +134,9 @@ impl SharedRobots {
     ) -> Claim {
         let copy_key = tagged(&self.prefix, origin, "r");
         let lock_key = tagged(&self.prefix, origin, "rl");
-        let watch = self.waiters.as_ref().map(|w| w.watch(origin));
+        // Heard only once another proxy is seen fetching: a proxy that finds
+        // the copy, or fetches itself, listens on nothing.
+        let mut watch: Option<crate::wake::Watch> = None;
         loop {
             // Before the look, so that a copy stored after it is heard.
             let stored = watch.as_ref().map(|w| w.next());
@@ -133,6 +157,19 @@ impl SharedRobots {
                 Ok(Ok(Some(_))) => return Claim::Fetch { locked: true },
                 Ok(Ok(None)) => {}
                 _ => return Claim::Fetch { locked: false },
+            }
+            if watch.is_none() {
+                if let Some(w) = &self.waiters {
+                    // Listening from now on; the copy may have been stored
+                    // before the subscription held, so look again once it
+                    // does.
+                    let w = w.watch(origin);
+                    let limit = until.saturating_duration_since(now()).min(WAIT_HEARD);
+                    w.ready(limit).await;
+                    drop(stored);
+                    watch = Some(w);
+                    continue;
+                }
             }
             let heard = self.waiters.as_ref().is_some_and(Waiters::is_live);
             let next = now() + if heard { WAIT_HEARD } else { WAIT_STEP };
@@ -173,28 +210,23 @@ impl SharedRobots {
             FetchResult::NotModified => self.stored_payload(&copy_key, fetch.asked).await,
             result => Some(encode(result)),
         };
-        let mut pipe = redis::pipe();
-        if let Some(payload) = payload {
+        // An empty value stores nothing: the lock is still lifted and
+        // listeners still told, so they fetch for themselves.
+        let value = payload.map_or_else(Vec::new, |payload| {
             let mut value = unix_ms(fetched).to_le_bytes().to_vec();
             value.extend(encode_head(fetch.head));
             value.extend(payload);
-            pipe.cmd("SET")
-                .arg(&copy_key)
-                .arg(value)
-                .arg("PX")
-                .arg(ms(keep))
-                .ignore();
-        }
-        if locked {
-            pipe.cmd("DEL").arg(&lock_key).ignore();
-        }
-        // Routed with the keys' slot on a Cluster; heard on every node.
-        pipe.cmd("PUBLISH")
-            .arg(crate::wake::channel(&self.prefix, origin))
-            .arg("")
-            .ignore();
+            value
+        });
+        let mut inv = self.store.key(&copy_key);
+        inv.key(&lock_key)
+            .key(crate::wake::channel(&self.prefix, origin))
+            .arg(value)
+            .arg(ms(keep))
+            .arg(if locked { "1" } else { "" })
+            .arg(if self.conn.is_cluster() { "s" } else { "" });
         let mut conn = self.conn.clone();
-        let _ = tokio::time::timeout(self.timeout, pipe.query_async::<()>(&mut conn)).await;
+        let _ = tokio::time::timeout(self.timeout, inv.invoke_async::<()>(&mut conn)).await;
     }
 
     /// The encoded result of the copy stored, when its validators are

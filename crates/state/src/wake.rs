@@ -1,32 +1,44 @@
-//! Wake-ups across proxies: every change of a host's shared budget is
-//! published on the host's channel ([`channel`], from inside the budget
-//! script, so it costs no round trip) with the new copy and what changed
-//! (a lease given back, a pause ended early), and every proxy keeps one
-//! subscriber connection ([`Wakes`]) that hands each message to a
-//! callback: it refreshes the proxy's copy of the host
-//! (`RedisHosts::heard`) and wakes the host's local
-//! waiters that the change concerns. The proxy fetching an origin's
-//! robots.txt publishes on the origin's channel when its copy is stored
-//! (`robots`). Without it, a waiter on another proxy learns of a
-//! freed slot or a stored copy only when it looks again.
+//! Wake-ups across proxies, heard only where someone waits. A change of a
+//! host's shared budget is published on the host's channel ([`channel`],
+//! from inside the budget script, so it costs no round trip) with the new
+//! copy and what changed (a lease given back, a pause ended early), and the
+//! proxy fetching an origin's robots.txt publishes on the origin's channel
+//! when its copy is stored (`robots`). Both publish only when some other
+//! proxy listens on that channel (`PUBSUB NUMSUB`, or `SHARDNUMSUB` on a
+//! Cluster, asked inside the same script).
 //!
-//! Plain `PUBLISH` reaches subscribers on every node of a Redis Cluster, so
-//! one pattern subscription on any one node hears every host; `SPUBLISH`
-//! would need one subscriber per shard.
+//! A proxy listens on a channel only while it holds a [`Hearing`] of it:
+//! a request waiting for something another proxy may end (a slot it holds,
+//! its robots.txt fetch, a pause it may reset), or of a host other proxies
+//! share with it lately. Hearings are counted per channel: the first takes
+//! the subscription (`SUBSCRIBE`, or `SSUBSCRIBE` on the channel's own
+//! node of a Cluster, so a message stays on its slot's node), and the
+//! subscription is dropped within [`LINGER`] after the last one went, so that a
+//! host crawled steadily is not subscribed again for every page. No
+//! pattern subscription: a message is delivered to the proxies that wait
+//! for it, not to the fleet.
+//!
+//! Without a subscription, or while it is down, waiters look again by
+//! themselves (the callers' polling fallback).
 
+use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dashmap::DashMap;
-use futures_core::Stream;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::{PushInfo, PushKind, Value};
 use tokio::sync::Notify;
 
 use crate::link::{cluster_nodes, tagged};
 
 /// The channel on which changes of `host`'s budget (or of an origin's
-/// robots.txt copy) are announced. Hash-tagged like its keys.
+/// robots.txt copy) are announced. Hash-tagged like its keys, so that on a
+/// Cluster it lives on their node.
 pub fn channel(prefix: &str, host: &str) -> String {
     tagged(prefix, host, "w")
 }
@@ -34,15 +46,21 @@ pub fn channel(prefix: &str, host: &str) -> String {
 /// How long the subscriber waits before dialling again after losing Redis.
 const REDIAL: Duration = Duration::from_millis(500);
 
-/// One subscriber connection, alive while this is held.
+/// How long a channel stays subscribed after its last hearing went: a
+/// host crawled steadily keeps its subscription between pages.
+pub const LINGER: Duration = Duration::from_secs(2);
+
+/// The subscriber of one proxy, alive while this is held.
 #[derive(Debug)]
 pub struct Wakes {
     inner: Arc<Inner>,
     task: tokio::task::AbortHandle,
 }
 
-#[derive(Debug, Default)]
+type OnHost = dyn Fn(&str, &[u8]) + Send + Sync;
+
 struct Inner {
+    prefix: String,
     live: AtomicBool,
     messages: AtomicU64,
     /// Waiters for a message on a channel ([`Waiters`]), by the name in
@@ -52,6 +70,42 @@ struct Inner {
     woken: AtomicU64,
     /// Waiters asleep now until a message or their next look.
     asleep: AtomicU64,
+    /// The channels wanted or held, by the name in their tag.
+    subs: Mutex<HashMap<String, Sub>>,
+    /// Tells the subscriber task that `subs` wants something done.
+    nudge: Notify,
+    on_host: Box<OnHost>,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inner")
+            .field("prefix", &self.prefix)
+            .field("live", &self.live)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One channel's subscription and who needs it.
+struct Sub {
+    /// [`Hearing`]s held now.
+    holders: usize,
+    /// Ticks of the subscriber task (every half [`LINGER`]) since the last
+    /// hearing went: dropped at the second.
+    idle_ticks: u8,
+    state: SubState,
+    /// Signalled when the subscription is confirmed.
+    ready: Arc<Notify>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SubState {
+    /// Not subscribed: the task subscribes while it has holders.
+    Off,
+    /// Asked for, not yet confirmed.
+    Asked,
+    /// Confirmed by Redis: messages on it come.
+    On,
 }
 
 /// Waiting for a message on one channel (by the host or origin its tag
@@ -61,32 +115,46 @@ pub struct Waiters {
     inner: Arc<Inner>,
 }
 
+/// A hold on one channel's subscription; see [`Waiters::hear`].
+#[derive(Debug)]
+pub struct Hearing {
+    inner: Arc<Inner>,
+    name: String,
+}
+
 impl Wakes {
-    /// Subscribes to every host's channel under `prefix` on the Redis at
-    /// `url` (a node or `redis+cluster://` seeds, tried in turn), calling
-    /// `on_host` with the host (or robots.txt origin) of each message and
-    /// its payload. Dials in the background and again whenever the
-    /// connection drops. Needs a tokio runtime.
+    /// A subscriber on the Redis at `url` (a node, or `redis+cluster://`
+    /// seeds) for the channels under `prefix`, calling `on_host` with the
+    /// host (or robots.txt origin) of each message and its payload. It
+    /// listens to nothing until a [`Hearing`] is taken. Dials in the
+    /// background and again whenever the connection drops. Needs a tokio
+    /// runtime.
     pub fn subscribe(
         url: &str,
         prefix: &str,
         timeout: Duration,
         on_host: impl Fn(&str, &[u8]) + Send + Sync + 'static,
     ) -> Result<Wakes, redis::RedisError> {
-        let nodes = cluster_nodes(url)?.unwrap_or_else(|| vec![url.to_string()]);
-        let clients = nodes
-            .iter()
-            .map(|n| redis::Client::open(n.as_str()))
-            .collect::<Result<Vec<_>, _>>()?;
-        let inner = Arc::new(Inner::default());
-        let (state, prefix) = (inner.clone(), prefix.to_string());
+        let target = Target::of(url)?;
+        let inner = Arc::new(Inner {
+            prefix: prefix.to_string(),
+            live: AtomicBool::new(false),
+            messages: AtomicU64::new(0),
+            waiting: DashMap::new(),
+            woken: AtomicU64::new(0),
+            asleep: AtomicU64::new(0),
+            subs: Mutex::new(HashMap::new()),
+            nudge: Notify::new(),
+            on_host: Box::new(on_host),
+        });
+        let state = inner.clone();
         let task = tokio::spawn(async move {
-            let pattern = format!("{}{{*}}:w", glob_escape(&prefix));
-            for client in clients.iter().cycle() {
-                if let Err(e) = listen(client, &pattern, &prefix, timeout, &state, &on_host).await {
-                    tracing::debug!("wake-up subscriber: {e}");
+            loop {
+                match target.connect(&state, timeout).await {
+                    Ok(conn) => tend(conn, &state, timeout).await,
+                    Err(e) => tracing::debug!("wake-up subscriber: {e}"),
                 }
-                state.live.store(false, Ordering::SeqCst);
+                state.lost();
                 tokio::time::sleep(REDIAL).await;
             }
         });
@@ -96,8 +164,8 @@ impl Wakes {
         })
     }
 
-    /// Whether the subscription is in place now: a freed slot elsewhere
-    /// will wake this proxy's waiters.
+    /// Whether the subscriber's connection is up now: a channel heard will
+    /// bring its messages.
     pub fn is_live(&self) -> bool {
         self.inner.live.load(Ordering::SeqCst)
     }
@@ -107,7 +175,16 @@ impl Wakes {
         self.inner.messages.load(Ordering::Relaxed)
     }
 
-    /// A handle for waiting on single channels of this subscription.
+    /// Channels subscribed now.
+    pub fn channels(&self) -> usize {
+        self.inner
+            .subs()
+            .values()
+            .filter(|s| s.state == SubState::On)
+            .count()
+    }
+
+    /// A handle for waiting on single channels of this subscriber.
     pub fn waiters(&self) -> Waiters {
         Waiters {
             inner: self.inner.clone(),
@@ -118,7 +195,7 @@ impl Wakes {
 // === impl Waiters ===
 
 impl Waiters {
-    /// Whether the subscription is in place now: a message will come.
+    /// Whether the subscriber's connection is up now.
     pub fn is_live(&self) -> bool {
         self.inner.live.load(Ordering::SeqCst)
     }
@@ -143,9 +220,42 @@ impl Waiters {
         }
     }
 
+    /// Listens on `name`'s channel while the returned hearing is held (and
+    /// up to [`LINGER`] after the last one goes).
+    pub fn hear(&self, name: &str) -> Hearing {
+        let mut subs = self.inner.subs();
+        let s = subs.entry(name.to_string()).or_insert_with(|| Sub {
+            holders: 0,
+            idle_ticks: 0,
+            state: SubState::Off,
+            ready: Arc::new(Notify::new()),
+        });
+        s.holders += 1;
+        let first = s.holders == 1 && s.state == SubState::Off;
+        drop(subs);
+        if first {
+            self.inner.nudge.notify_one();
+        }
+        Hearing {
+            inner: self.inner.clone(),
+            name: name.to_string(),
+        }
+    }
+
+    /// Whether this proxy's subscription to `name`'s channel is confirmed:
+    /// a publisher counting listeners counts this proxy among them.
+    pub fn hears(&self, name: &str) -> bool {
+        self.inner
+            .subs()
+            .get(name)
+            .is_some_and(|s| s.state == SubState::On)
+    }
+
     /// Starts waiting for `name`'s channel: the next message on it
-    /// signals what this returns (hold it while waiting).
+    /// signals what this returns (hold it while waiting). Listens on the
+    /// channel meanwhile.
     pub fn watch(&self, name: &str) -> Watch {
+        let hearing = self.hear(name);
         let notify = self
             .inner
             .waiting
@@ -156,6 +266,58 @@ impl Waiters {
             waiters: self.clone(),
             name: name.to_string(),
             notify,
+            hearing,
+        }
+    }
+}
+
+// === impl Hearing ===
+
+impl Hearing {
+    /// Resolves once the subscription is confirmed (at once if it is), or
+    /// after `limit`: from then on a message on the channel is not missed.
+    pub async fn ready(&self, limit: Duration) -> bool {
+        let wait = async {
+            loop {
+                let ready = {
+                    let subs = self.inner.subs();
+                    match subs.get(&self.name) {
+                        Some(s) if s.state == SubState::On => return,
+                        Some(s) => s.ready.clone(),
+                        None => return,
+                    }
+                };
+                let n = ready.notified();
+                tokio::pin!(n);
+                n.as_mut().enable();
+                if self.is_on() {
+                    return;
+                }
+                n.await;
+            }
+        };
+        tokio::time::timeout(limit, wait).await.is_ok() && self.is_on()
+    }
+
+    fn is_on(&self) -> bool {
+        self.inner
+            .subs()
+            .get(&self.name)
+            .is_some_and(|s| s.state == SubState::On)
+    }
+}
+
+impl Drop for Hearing {
+    fn drop(&mut self) {
+        let mut subs = self.inner.subs();
+        if let Some(s) = subs.get_mut(&self.name) {
+            s.holders = s.holders.saturating_sub(1);
+            if s.holders == 0 {
+                s.idle_ticks = 0;
+                if s.state == SubState::Off {
+                    subs.remove(&self.name);
+                }
+            }
         }
     }
 }
@@ -178,6 +340,7 @@ pub struct Watch {
     waiters: Waiters,
     name: String,
     notify: Arc<Notify>,
+    hearing: Hearing,
 }
 
 impl Watch {
@@ -189,6 +352,11 @@ impl Watch {
         // and the wait is not missed.
         n.as_mut().enable();
         n
+    }
+
+    /// See [`Hearing::ready`].
+    pub async fn ready(&self, limit: Duration) -> bool {
+        self.hearing.ready(limit).await
     }
 
     /// Counts a wake-up by message.
@@ -211,34 +379,227 @@ impl Drop for Wakes {
     }
 }
 
-async fn listen(
-    client: &redis::Client,
-    pattern: &str,
-    prefix: &str,
-    timeout: Duration,
-    state: &Inner,
-    on_host: &(impl Fn(&str, &[u8]) + Send + Sync),
-) -> Result<(), String> {
-    let mut pubsub = tokio::time::timeout(timeout, client.get_async_pubsub())
-        .await
-        .map_err(|_| format!("no connection within {timeout:?}"))?
-        .map_err(|e| e.to_string())?;
-    tokio::time::timeout(timeout, pubsub.psubscribe(pattern))
-        .await
-        .map_err(|_| format!("no subscription within {timeout:?}"))?
-        .map_err(|e| e.to_string())?;
-    state.live.store(true, Ordering::SeqCst);
-    let mut stream = pubsub.into_on_message();
-    while let Some(msg) = std::future::poll_fn(|cx| Pin::new(&mut stream).poll_next(cx)).await {
-        if let Some(host) = host_of(prefix, msg.get_channel_name()) {
-            state.messages.fetch_add(1, Ordering::Relaxed);
-            if let Some(n) = state.waiting.get(host) {
-                n.notify_waiters();
-            }
-            on_host(host, msg.get_payload_bytes());
+// === impl Inner ===
+
+impl Inner {
+    fn subs(&self) -> std::sync::MutexGuard<'_, HashMap<String, Sub>> {
+        // A panic elsewhere while holding it leaves a usable table.
+        self.subs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The connection went: every channel is to be subscribed again.
+    fn lost(&self) {
+        self.live.store(false, Ordering::SeqCst);
+        for s in self.subs().values_mut() {
+            s.state = SubState::Off;
         }
     }
-    Err(String::from("connection closed"))
+
+    fn pushed(&self, info: PushInfo) {
+        match info.kind {
+            PushKind::Message | PushKind::SMessage => {}
+            PushKind::Disconnection => {
+                self.lost();
+                self.nudge.notify_one();
+                return;
+            }
+            _ => return,
+        }
+        let (Some(Value::BulkString(chan)), Some(Value::BulkString(payload))) =
+            (info.data.first(), info.data.get(1))
+        else {
+            return;
+        };
+        let Some(host) = std::str::from_utf8(chan)
+            .ok()
+            .and_then(|c| host_of(&self.prefix, c))
+        else {
+            return;
+        };
+        self.messages.fetch_add(1, Ordering::Relaxed);
+        if let Some(n) = self.waiting.get(host) {
+            n.notify_waiters();
+        }
+        (self.on_host)(host, payload);
+    }
+}
+
+/// Where the subscriber dials.
+enum Target {
+    Node(redis::Client),
+    Cluster(Vec<String>),
+}
+
+/// A subscriber connection: RESP3, messages pushed to [`Inner::pushed`].
+enum Conn {
+    Node(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl Target {
+    fn of(url: &str) -> Result<Target, redis::RedisError> {
+        if let Some(nodes) = cluster_nodes(url)? {
+            return Ok(Target::Cluster(nodes));
+        }
+        let client = redis::Client::open(url)?;
+        let info = client.get_connection_info().clone();
+        let settings = info
+            .redis_settings()
+            .clone()
+            .set_protocol(redis::ProtocolVersion::RESP3);
+        Ok(Target::Node(redis::Client::open(
+            info.set_redis_settings(settings),
+        )?))
+    }
+
+    async fn connect(&self, state: &Arc<Inner>, timeout: Duration) -> Result<Conn, String> {
+        let pushes = {
+            let state = state.clone();
+            move |info: PushInfo| -> Result<(), std::convert::Infallible> {
+                state.pushed(info);
+                Ok(())
+            }
+        };
+        let dial = async {
+            match self {
+                Target::Node(client) => {
+                    let config = ConnectionManagerConfig::new()
+                        .set_connection_timeout(Some(timeout))
+                        .set_response_timeout(Some(timeout))
+                        .set_push_sender(pushes);
+                    ConnectionManager::new_with_config(client.clone(), config)
+                        .await
+                        .map(Conn::Node)
+                }
+                Target::Cluster(nodes) => ClusterClientBuilder::new(nodes.clone())
+                    .use_protocol(redis::ProtocolVersion::RESP3)
+                    .push_sender(pushes)
+                    .connection_timeout(timeout)
+                    .response_timeout(timeout)
+                    .build()?
+                    .get_async_connection()
+                    .await
+                    .map(Conn::Cluster),
+            }
+        };
+        tokio::time::timeout(timeout, dial)
+            .await
+            .map_err(|_| format!("no connection within {timeout:?}"))?
+            .map_err(|e| e.to_string())
+    }
+}
+
+impl Conn {
+    /// Subscribes to `chans`: in one command on a node; one by one on a
+    /// Cluster, each on its own slot's node.
+    async fn subscribe(&mut self, chans: &[String]) -> redis::RedisResult<()> {
+        match self {
+            Conn::Node(c) => c.subscribe(chans).await,
+            Conn::Cluster(c) => {
+                for ch in chans {
+                    c.ssubscribe(ch).await?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    async fn unsubscribe(&mut self, chans: &[String]) -> redis::RedisResult<()> {
+        match self {
+            Conn::Node(c) => c.unsubscribe(chans).await,
+            Conn::Cluster(c) => {
+                for ch in chans {
+                    c.sunsubscribe(ch).await?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Keeps the subscriptions what the hearings ask for, until the
+/// connection fails.
+async fn tend(mut conn: Conn, state: &Inner, timeout: Duration) {
+    state.live.store(true, Ordering::SeqCst);
+    // Ticks on the runtime's clock (the state crate reads none itself).
+    let mut ticks = tokio::time::interval(LINGER / 2);
+    let mut aging = false;
+    loop {
+        let nudged = state.nudge.notified();
+        tokio::pin!(nudged);
+        nudged.as_mut().enable();
+        let (wanted, idle) = state.due(std::mem::take(&mut aging));
+        if !wanted.is_empty() {
+            let done = tokio::time::timeout(timeout, conn.subscribe(&wanted)).await;
+            if !matches!(done, Ok(Ok(()))) {
+                tracing::debug!("wake-up subscriber: subscribing failed");
+                return;
+            }
+            state.live.store(true, Ordering::SeqCst);
+            state.confirm(&wanted);
+        }
+        if !idle.is_empty() {
+            let done = tokio::time::timeout(timeout, conn.unsubscribe(&idle)).await;
+            if !matches!(done, Ok(Ok(()))) {
+                return;
+            }
+        }
+        if !state.live.load(Ordering::SeqCst) {
+            // The connection went (a pushed disconnection) with nothing to
+            // subscribe again: dial afresh.
+            return;
+        }
+        tokio::select! {
+            _ = &mut nudged => {}
+            _ = ticks.tick() => aging = true,
+        }
+    }
+}
+
+impl Inner {
+    /// The channels to subscribe now (marked asked) and those to drop
+    /// (taken out of the table); `aging` on a tick, when idle channels
+    /// grow older.
+    fn due(&self, aging: bool) -> (Vec<String>, Vec<String>) {
+        let mut subs = self.subs();
+        let mut wanted = Vec::new();
+        let mut idle = Vec::new();
+        subs.retain(|name, s| {
+            if s.holders > 0 {
+                if s.state == SubState::Off {
+                    s.state = SubState::Asked;
+                    wanted.push(channel(&self.prefix, name));
+                }
+                return true;
+            }
+            if aging {
+                s.idle_ticks = s.idle_ticks.saturating_add(1);
+            }
+            if s.idle_ticks < 2 {
+                return true;
+            }
+            if s.state != SubState::Off {
+                idle.push(channel(&self.prefix, name));
+            }
+            false
+        });
+        (wanted, idle)
+    }
+
+    fn confirm(&self, chans: &[String]) {
+        let mut subs = self.subs();
+        for ch in chans {
+            let Some(name) = host_of(&self.prefix, ch) else {
+                continue;
+            };
+            if let Some(s) = subs.get_mut(name) {
+                if s.state == SubState::Asked {
+                    s.state = SubState::On;
+                    s.ready.notify_waiters();
+                }
+            }
+        }
+    }
 }
 
 /// The host named by a [`channel`].
@@ -247,18 +608,6 @@ fn host_of<'a>(prefix: &str, channel: &'a str) -> Option<&'a str> {
         .strip_prefix(prefix)?
         .strip_prefix('{')?
         .strip_suffix("}:w")
-}
-
-/// `s` with Redis glob characters escaped, so that a prefix matches itself.
-fn glob_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
 }
 
 #[cfg(test)]
@@ -272,6 +621,5 @@ mod tests {
         assert_eq!(host_of("m:", &c), Some("a.example"));
         assert_eq!(host_of("other:", &c), None);
         assert_eq!(host_of("m:", "m:{a.example}:h"), None);
-        assert_eq!(glob_escape("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
     }
 }

@@ -422,6 +422,11 @@ async fn a_change_heard_from_another_proxy_spares_the_next_step_a_lost_round() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert!(wakes.is_live(), "the subscriber never came up");
+    b.listen_with(wakes.waiters());
+    let hearings = [HOST, "marker"].map(|h| wakes.waiters().hear(h));
+    for h in &hearings {
+        assert!(h.ready(Duration::from_secs(10)).await, "subscribed");
+    }
     let hold = a.params(HOST).max_hold();
     // Both proxies call the host: it is shared.
     send(&a, 200, None).await;
@@ -451,4 +456,124 @@ async fn a_change_heard_from_another_proxy_spares_the_next_step_a_lost_round() {
     assert_eq!(r.basis, Basis::Shared);
     assert_eq!(b.stats().round_trips.load(Ordering::Relaxed) - trips, 1);
     assert_eq!(conflicts() - before, 0, "b decided on the copy it heard");
+}
+
+/// The budget script of the earlier wake scheme, whose proxies listen on
+/// every host by one pattern and publish every change plainly.
+const EARLIER_SCRIPT: &str = include_str!("fixtures/op_before_issue_49.lua");
+
+/// A rolling upgrade on one Redis node: a proxy of the earlier scheme
+/// (one pattern subscription, the earlier script) and one of this scheme
+/// (a channel per waited-on host) hear each other's released slots.
+#[tokio::test]
+async fn earlier_and_current_wake_schemes_side_by_side_hear_each_others_releases() {
+    let Some(server) = RedisServer::start(
+        "earlier_and_current_wake_schemes_side_by_side_hear_each_others_releases",
+    ) else {
+        return;
+    };
+    // The earlier proxy's subscriber, as it was.
+    let client = redis::Client::open(server.url()).expect("client");
+    let mut earlier = client.get_async_pubsub().await.expect("pubsub");
+    earlier.psubscribe("test:{*}:w").await.expect("psubscribe");
+    let mut earlier = earlier.into_on_message();
+    // The current proxy, waiting on HOST.
+    let current = std::sync::Arc::new(store(&server, Duration::from_secs(30)));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let hears = current.clone();
+    let wakes = mannerly_state::wake::Wakes::subscribe(
+        &server.url(),
+        "test:",
+        Duration::from_secs(2),
+        move |host, payload| {
+            let heard = hears.heard(host, payload, Instant::now(), SystemTime::now());
+            let _ = tx.send((host.to_string(), heard));
+        },
+    )
+    .expect("subscriber");
+    current.listen_with(wakes.waiters());
+
+    // Current -> earlier: a release by a current proxy no one of its own
+    // scheme listens for still reaches the pattern.
+    let other = store(&server, Duration::from_secs(30));
+    let now = Instant::now();
+    let hold = other.params(HOST).max_hold();
+    let st = other
+        .try_start_since(HOST, now, SystemTime::now(), hold, now)
+        .await;
+    let (Start::Go, Some(lease)) = st.value else {
+        panic!("expected to start, got {:?}", st.value);
+    };
+    other
+        .finish(HOST, &lease, Instant::now(), SystemTime::now())
+        .await;
+    let msg = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let m = std::future::poll_fn(|cx| {
+                futures_core::Stream::poll_next(std::pin::Pin::new(&mut earlier), cx)
+            })
+            .await
+            .expect("the earlier subscriber lives");
+            let payload: Vec<u8> = m.get_payload_bytes().to_vec();
+            if payload.starts_with(b"-") {
+                return (m.get_channel_name().to_string(), payload);
+            }
+        }
+    })
+    .await
+    .expect("the earlier proxy hears the release");
+    assert_eq!(msg.0, "test:{example.com}:w");
+
+    // Earlier -> current: a lease taken and given back by the earlier
+    // script wakes the current proxy's waiter.
+    let hearing = wakes.waiters().hear(HOST);
+    assert!(hearing.ready(Duration::from_secs(10)).await, "subscribed");
+    let (h, l, c) = (
+        "test:{example.com}:h",
+        "test:{example.com}:l",
+        "test:{example.com}:c",
+    );
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connection");
+    let script = redis::Script::new(EARLIER_SCRIPT);
+    for sign in ["+", "-"] {
+        let budget: Option<Vec<u8>> = redis::cmd("GET")
+            .arg(h)
+            .query_async(&mut conn)
+            .await
+            .expect("GET");
+        let _: redis::Value = script
+            .key(h)
+            .key(l)
+            .key(c)
+            .arg(budget.unwrap_or_default())
+            .arg("")
+            .arg("")
+            .arg(60_000)
+            .arg(sign)
+            .arg("earlier-lease")
+            .arg(30_000)
+            .arg("test:{example.com}:w")
+            .arg("earlier-proxy")
+            .arg("")
+            .arg(10_000)
+            .invoke_async(&mut conn)
+            .await
+            .expect("the earlier script runs");
+    }
+    let released = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let (host, heard) = rx.recv().await.expect("the subscriber lives");
+            if host == HOST && heard.released {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(
+        released.is_ok(),
+        "the current proxy hears the earlier one's release"
+    );
 }

@@ -99,6 +99,10 @@ pub(crate) struct RedisCounts {
     pub robots_woken_by_message: u64,
     /// Requests asleep now until another proxy's robots.txt copy comes.
     pub robots_asleep: u64,
+    /// Messages delivered to this proxy on the channels it listens on.
+    pub messages_heard: u64,
+    /// Host and origin channels this proxy listens on now.
+    pub channels_heard: u64,
 }
 
 /// Scrape-time figures the caller reads from the store and elsewhere.
@@ -467,6 +471,11 @@ impl Metrics {
                 r.robots_woken_by_message,
             );
             gauge("mannerly_state_redis_robots_asleep", vec![]).set(r.robots_asleep as f64);
+            total(
+                "mannerly_state_redis_messages_heard_total",
+                r.messages_heard,
+            );
+            gauge("mannerly_state_redis_channels_heard", vec![]).set(r.channels_heard as f64);
         }
         total("mannerly_audit_lines_total", g.audit_lines);
         total("mannerly_audit_write_errors_total", g.audit_write_errors);

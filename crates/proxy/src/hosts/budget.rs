@@ -99,6 +99,9 @@ pub(crate) struct Permit {
     /// When it was let go: a request abandoned later is a time to first
     /// byte at least that long.
     since: Instant,
+    /// The host's channel, listened on while the request is out when
+    /// other proxies share the host or it waited on one.
+    _hearing: Option<mannerly_state::wake::Hearing>,
 }
 
 impl Budgets {

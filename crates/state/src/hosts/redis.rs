@@ -107,6 +107,9 @@ pub struct RedisHosts {
     /// the next request of the host's line to pick up (`early.rs`).
     early_admits: DashMap<Box<str>, early::EarlyAdmit>,
     stats: RedisStats,
+    /// This proxy's subscriber, once there is one: which host channels it
+    /// listens on (the script tells its changes only to other listeners).
+    hearing: std::sync::OnceLock<crate::wake::Waiters>,
 }
 
 struct Seen {
@@ -122,6 +125,8 @@ struct Seen {
     /// When another proxy was last seen changing the copy (a lost
     /// compare-and-set, or its change heard on the host's channel).
     conflict_at: Option<Instant>,
+    /// When the script last told that another proxy calls the host too.
+    shared_at: Option<Instant>,
     /// The server time (µs) the copy is at least as new as: a change heard
     /// later replaces it only if it was made after.
     at: u64,
@@ -182,6 +187,7 @@ impl RedisHosts {
             early: DashMap::new(),
             early_admits: DashMap::new(),
             stats: RedisStats::default(),
+            hearing: std::sync::OnceLock::new(),
             conn,
             settings,
         })
@@ -214,6 +220,37 @@ impl RedisHosts {
     /// The counters.
     pub fn stats(&self) -> &RedisStats {
         &self.stats
+    }
+
+    /// Tells the store which host channels this proxy listens on (its
+    /// subscriber's [`Waiters`](crate::wake::Waiters)): the budget script
+    /// then leaves this proxy out of the listeners a change is told to.
+    pub fn listen_with(&self, waiters: crate::wake::Waiters) {
+        let _ = self.hearing.set(waiters);
+    }
+
+    /// Whether this proxy listens on `key`'s channel now (confirmed).
+    fn hears(&self, key: &str) -> bool {
+        self.hearing.get().is_some_and(|w| w.hears(key))
+    }
+
+    /// Whether another proxy has called or changed `key` within the
+    /// sharing window: its changes are worth hearing.
+    pub fn shared_lately(&self, key: &str, now: Instant) -> bool {
+        self.seen.get(key).is_some_and(|s| {
+            [s.conflict_at, s.shared_at]
+                .into_iter()
+                .flatten()
+                .any(|t| now.saturating_duration_since(t) < QUIET)
+        })
+    }
+
+    fn mark_shared(&self, key: &str, shared: bool, now: Instant) {
+        if shared {
+            if let Some(mut s) = self.seen.get_mut(key) {
+                s.shared_at = Some(now);
+            }
+        }
     }
 
     /// Whether the store is deciding alone right now.

@@ -251,6 +251,15 @@ impl RedisCluster {
             .sum()
     }
 
+    /// `args`' answer from every live node.
+    pub fn each_node(&self, args: &[&str]) -> Vec<String> {
+        self.nodes
+            .iter()
+            .filter(|n| n.child.is_some())
+            .map(|n| cli(n.port, args))
+            .collect()
+    }
+
     fn live_port(&self) -> u16 {
         self.nodes
             .iter()
@@ -294,6 +303,19 @@ fn owner(nodes: &str, slot: u16) -> Option<u16> {
     }
     None
 }
+
+/// Every command a proxy sends Redis for its budgets and wake-ups: the
+/// scripts, and taking and dropping the channels it listens on (pattern
+/// subscriptions included, which it should never take).
+pub const PROXY_CALLS: &[&str] = &[
+    "evalsha",
+    "eval",
+    "subscribe",
+    "unsubscribe",
+    "ssubscribe",
+    "sunsubscribe",
+    "psubscribe",
+];
 
 /// The summed `calls=` of `commands` in an `INFO commandstats` answer.
 pub fn commandstats(info: &str, commands: &[&str]) -> u64 {

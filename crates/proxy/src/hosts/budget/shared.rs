@@ -9,7 +9,7 @@ use std::time::Duration;
 use mannerly_state::hosts::{RedisHosts, RedisSettings};
 use mannerly_state::responses::SharedPages;
 use mannerly_state::robots::SharedRobots;
-use mannerly_state::wake::Wakes;
+use mannerly_state::wake::{Hearing, Wakes};
 
 use super::{Backend, Budgets, SHARED_SLOT_RECHECK, SHARED_SLOT_RECHECK_UNHEARD};
 use crate::clock::Clock;
@@ -45,7 +45,8 @@ impl Budgets {
                 why: other.to_string(),
             },
         })?;
-        let budgets = Budgets::with(Backend::Redis(Arc::new(hosts)), clock, cfg.budget.clone());
+        let hosts = Arc::new(hosts);
+        let budgets = Budgets::with(Backend::Redis(hosts.clone()), clock, cfg.budget.clone());
         let weak = Arc::downgrade(&budgets);
         let wakes = Wakes::subscribe(
             &s.redis_url,
@@ -61,6 +62,7 @@ impl Budgets {
             key: "state.redis_url".into(),
             why: e.to_string(),
         })?;
+        hosts.listen_with(wakes.waiters());
         let _ = budgets.wakes.set(wakes);
         Ok(budgets)
     }
@@ -117,6 +119,35 @@ impl Budgets {
             l.resets_heard.fetch_add(1, Ordering::SeqCst);
             l.changed.notify_waiters();
         }
+    }
+
+    /// Listens on `key`'s channel while the hearing is held (shared
+    /// budgets with a subscriber only).
+    pub(super) fn hear(&self, key: &str) -> Option<Hearing> {
+        self.wakes.get().map(|w| w.waiters().hear(key))
+    }
+
+    /// A hearing of `key` when another proxy shares it lately: its changes
+    /// keep this proxy's copy current.
+    pub(super) fn hear_if_shared(&self, key: &str) -> Option<Hearing> {
+        let Backend::Redis(r) = &self.backend else {
+            return None;
+        };
+        if r.shared_lately(key, self.clock.now_std()) {
+            self.hear(key)
+        } else {
+            None
+        }
+    }
+
+    /// Channels this proxy listens on now.
+    pub(crate) fn channels_heard(&self) -> usize {
+        self.wakes.get().map_or(0, Wakes::channels)
+    }
+
+    /// Messages heard from other proxies since the start.
+    pub(crate) fn messages_heard(&self) -> u64 {
+        self.wakes.get().map_or(0, Wakes::messages)
     }
 
     /// How long a shared concurrency waiter sleeps before looking again.

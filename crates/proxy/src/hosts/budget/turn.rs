@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mannerly_policy::budget::{HostParams, Refusal, Reservation, Start, QUEUE_RETRY_AFTER};
-use mannerly_state::hosts::Basis;
+use mannerly_state::hosts::{Basis, Lease};
+use mannerly_state::wake::Hearing;
 use tokio::sync::futures::Notified;
 use tokio::time::Instant;
 
@@ -33,6 +34,10 @@ impl Drop for Asleep<'_> {
         self.0.asleep.fetch_sub(1, Ordering::SeqCst);
     }
 }
+
+/// A wait for a slot this long is a pause (or a slow rate) that another
+/// proxy's reset may end early: the waiter listens for it.
+const HEAR_RESETS_AFTER: Duration = Duration::from_secs(1);
 
 impl Budgets {
     /// Requests asleep now until their turn (a slot, a pause's end, a free
@@ -100,10 +105,7 @@ impl Budgets {
         line: &Line,
         (heard, resets): (u64, u64),
     ) -> Freed {
-        let recheck = match self.backend {
-            Backend::Memory(_) => deadline,
-            Backend::Redis(_) => (now + self.shared_recheck()).min(deadline),
-        };
+        let recheck = self.recheck_at(now, deadline);
         let _asleep = self.sleeping();
         tokio::select! {
             _ = freed => {
@@ -121,6 +123,35 @@ impl Budgets {
         }
     }
 
+    /// When a wait for a concurrency slot looks again without a wake-up:
+    /// the shared budget's next look, never past the hold.
+    fn recheck_at(&self, now: Instant, deadline: Instant) -> Instant {
+        match self.backend {
+            Backend::Memory(_) => deadline,
+            Backend::Redis(_) => (now + self.shared_recheck()).min(deadline),
+        }
+    }
+
+    /// The slot a request was let go with: open until the origin's answer
+    /// (or the request's end) releases it.
+    fn permit(
+        self: &Arc<Self>,
+        key: String,
+        lease: Option<Lease>,
+        basis: Option<Basis>,
+        hearing: Option<Hearing>,
+    ) -> Permit {
+        Permit {
+            host: key,
+            budgets: self.clone(),
+            open: true,
+            lease,
+            state: basis.map(Basis::as_str),
+            since: self.clock.now(),
+            _hearing: hearing,
+        }
+    }
+
     pub(super) async fn acquire_group(
         self: &Arc<Self>,
         key: String,
@@ -131,6 +162,7 @@ impl Budgets {
         let params = self.key_params(&key);
         let _turn = self.queue_for_turn(&line, &key, deadline, &params).await?;
         self.apply_crawl_delay(&key).await;
+        let mut hearing = self.hear_if_shared(&key);
         'admit: loop {
             // A pause that ends early takes the slots reserved behind it:
             // the waiter asks again rather than sleep to the old end.
@@ -145,6 +177,7 @@ impl Budgets {
             match reservation {
                 Reservation::Refuse(r) => return Err(r),
                 Reservation::Wait(d) => {
+                    self.hear_long_wait(&key, d, &mut hearing);
                     if self.asleep_for(d, changed.as_mut(), &line, resets).await {
                         continue 'admit;
                     }
@@ -169,14 +202,7 @@ impl Budgets {
                 match answer {
                     Start::Go => {
                         let basis = Basis::of_request(admitted_on, started_on);
-                        return Ok(Permit {
-                            host: key,
-                            budgets: self.clone(),
-                            open: true,
-                            lease,
-                            state: basis.map(Basis::as_str),
-                            since: self.clock.now(),
-                        });
+                        return Ok(self.permit(key, lease, basis, hearing));
                     }
                     Start::Refuse(r) => return Err(r),
                     Start::Wait(d) => {
@@ -186,6 +212,10 @@ impl Budgets {
                         }
                     }
                     Start::WaitConcurrency => {
+                        let limit = self.recheck_at(now, deadline).saturating_duration_since(now);
+                        if self.hear_for_slot(&key, &mut hearing, limit).await {
+                            continue;
+                        }
                         let waits = (freed.as_mut(), changed.as_mut());
                         match self
                             .wait_for_slot(now, deadline, waits, &line, (heard, resets))
@@ -199,5 +229,34 @@ impl Budgets {
                 }
             }
         }
+    }
+
+    /// A wait this long is a pause another proxy may end early: listen for
+    /// its reset.
+    fn hear_long_wait(&self, key: &str, wait: Duration, hearing: &mut Option<Hearing>) {
+        if wait >= HEAR_RESETS_AFTER && hearing.is_none() {
+            *hearing = self.hear(key);
+        }
+    }
+
+    /// Starts listening for another proxy's release before waiting for a
+    /// slot; `true` when it just did, once the subscription holds (or
+    /// `limit` passed): a release before that went unheard, so the caller
+    /// looks again first.
+    async fn hear_for_slot(
+        &self,
+        key: &str,
+        hearing: &mut Option<Hearing>,
+        limit: Duration,
+    ) -> bool {
+        if hearing.is_some() {
+            return false;
+        }
+        let Some(h) = self.hear(key) else {
+            return false;
+        };
+        h.ready(limit).await;
+        *hearing = Some(h);
+        true
     }
 }

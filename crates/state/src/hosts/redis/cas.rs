@@ -65,14 +65,20 @@ impl RedisHosts {
                 lease: &lease,
                 instance: &self.instance,
                 announce: matches!(action, LeaseAction::Announce),
+                hears: self.hears(key),
             };
             self.stats.round_trips.fetch_add(1, Ordering::Relaxed);
             let answer = script::call(&self.script, &self.conn, &self.settings, ask).await;
             match answer.map_err(Miss::Unreachable)? {
-                Answer::Stored { leases, version } => {
+                Answer::Stored {
+                    leases,
+                    version,
+                    shared,
+                } => {
                     budget.set_in_flight(leases);
                     let bytes = if changed { new_bytes } else { bytes };
                     self.remember(key, bytes, leases, budget, lost, version);
+                    self.mark_shared(key, shared, now);
                     let lease = match lease {
                         LeaseChange::Take(id) => Some(Lease::Shared(id)),
                         _ => None,
@@ -83,8 +89,10 @@ impl RedisHosts {
                     leases: now_leases,
                     current,
                     version,
+                    shared,
                 } => {
                     last_version = version;
+                    self.mark_shared(key, shared, now);
                     self.stats.conflicts.fetch_add(1, Ordering::Relaxed);
                     if let Some(mut s) = self.seen.get_mut(key) {
                         s.conflict_at = Some(now);
@@ -132,14 +140,14 @@ impl RedisHosts {
         voided: bool,
         version: u64,
     ) {
-        let (conflict_at, newer) = match self.seen.get_mut(key) {
+        let (conflict_at, shared_at, newer) = match self.seen.get_mut(key) {
             Some(mut s) if s.at != version && !super::heard::replaces(version, s.at) => {
                 s.pending = None;
                 s.voided |= voided;
                 return;
             }
-            Some(s) => (s.conflict_at, s.at),
-            None => (None, 0),
+            Some(s) => (s.conflict_at, s.shared_at, s.at),
+            None => (None, None, 0),
         };
         self.seen.insert(
             Box::from(key),
@@ -150,6 +158,7 @@ impl RedisHosts {
                 pending: None,
                 voided,
                 conflict_at,
+                shared_at,
                 at: version.max(newer),
             },
         );

@@ -18,10 +18,13 @@
 -- ARGV[10] 'r' when the decision ends a pause early (an operator's reset),
 --          else ''
 -- ARGV[11] how long a caller counts as sharing the host, ms
+-- ARGV[12] 's' on a Redis Cluster: sharded pub/sub (SPUBLISH), else ''
+-- ARGV[13] '1' when the caller itself listens on ARGV[8], else '0'
 --
--- Returns {1, leases, version} when the caller's view was current and its
--- decision is now stored, else {0, leases, current budget, version} for the
--- caller to decide again. `version` is the server's time in microseconds
+-- Returns {1, leases, version, shared} when the caller's view was current
+-- and its decision is now stored, else {0, leases, current budget, version,
+-- shared} for the caller to decide again; shared is 1 when another proxy
+-- called the host within ARGV[11]. `version` is the server's time in microseconds
 -- (a string): the copy answered is at least that new. Expiry uses the
 -- server's clock, the one clock all proxies share.
 --
@@ -34,6 +37,11 @@
 -- ARGV[10], '.' for neither. A release and an early end of a pause are
 -- published whoever called: a waiter elsewhere may sleep longer than
 -- ARGV[11]. A host one proxy drives alone publishes nothing else.
+-- Nothing is published unless another proxy listens on the channel (a
+-- proxy listens only while it waits on the host, or shares it): the
+-- message would reach no one. A proxy of the earlier scheme listens by
+-- pattern on a single node; while one does (NUMPAT), every change is
+-- published plainly as before, so a rolling upgrade loses no wake-up.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local version = t[1] .. string.format('%06d', tonumber(t[2]))
@@ -47,11 +55,21 @@ local n = redis.call('ZCARD', KEYS[2])
 local cur = redis.call('GET', KEYS[1])
 if not cur then cur = '' end
 local function tell(kind)
-  redis.call('PUBLISH', ARGV[8], kind .. ' ' .. version .. ' ' .. n .. ' ' .. ARGV[9] .. '\n' .. cur)
+  local msg = kind .. ' ' .. version .. ' ' .. n .. ' ' .. ARGV[9] .. '\n' .. cur
+  local me = tonumber(ARGV[13]) or 0
+  if ARGV[12] == 's' then
+    if redis.call('PUBSUB', 'SHARDNUMSUB', ARGV[8])[2] > me then
+      redis.call('SPUBLISH', ARGV[8], msg)
+    end
+  elseif redis.call('PUBSUB', 'NUMSUB', ARGV[8])[2] > me
+      or redis.call('PUBSUB', 'NUMPAT') > 0 then
+    redis.call('PUBLISH', ARGV[8], msg)
+  end
 end
+local others = shared and 1 or 0
 if cur ~= ARGV[1] or (ARGV[2] ~= '' and n ~= tonumber(ARGV[2])) then
   if released then tell('-') end
-  return {0, n, cur, version}
+  return {0, n, cur, version, others}
 end
 local wrote = ARGV[3] ~= ''
 if wrote then
@@ -69,4 +87,4 @@ if kind ~= '' or (shared and (wrote or took)) then
   if kind == '' then kind = '.' end
   tell(kind)
 end
-return {1, n, version}
+return {1, n, version, others}

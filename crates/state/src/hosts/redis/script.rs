@@ -43,18 +43,26 @@ pub(super) struct Ask<'a> {
     pub(super) instance: &'a str,
     /// The decision ends a pause early: waiters elsewhere ask again.
     pub(super) announce: bool,
+    /// This proxy listens on the host's channel (confirmed): the
+    /// script counts it out of the listeners a change is told to.
+    pub(super) hears: bool,
 }
 
 /// What the script answered.
 pub(super) enum Answer {
     /// The copy decided on was current: the decision is stored.
-    Stored { leases: u32, version: u64 },
+    Stored {
+        leases: u32,
+        version: u64,
+        shared: bool,
+    },
     /// Another proxy changed the copy meanwhile: decide again on `current`
     /// (empty: it holds none now).
     Changed {
         leases: u32,
         current: Vec<u8>,
         version: u64,
+        shared: bool,
     },
 }
 
@@ -85,7 +93,9 @@ pub(super) async fn call(
         .arg(crate::wake::channel(&settings.key_prefix, ask.host))
         .arg(ask.instance)
         .arg(if ask.announce { "r" } else { "" })
-        .arg(ms(SHARING));
+        .arg(ms(SHARING))
+        .arg(if conn.is_cluster() { "s" } else { "" })
+        .arg(if ask.hears { "1" } else { "0" });
     let mut conn = conn.clone();
     let answer: Vec<Value> =
         match tokio::time::timeout(settings.command_timeout, inv.invoke_async(&mut conn)).await {
@@ -99,7 +109,12 @@ pub(super) async fn call(
     };
     if matches!(answer.first(), Some(Value::Int(1))) {
         let version = version_of(answer.get(2));
-        return Ok(Answer::Stored { leases, version });
+        let shared = matches!(answer.get(3), Some(Value::Int(1)));
+        return Ok(Answer::Stored {
+            leases,
+            version,
+            shared,
+        });
     }
     let current = match answer.get(2) {
         Some(Value::BulkString(b)) => b.clone(),
@@ -110,6 +125,7 @@ pub(super) async fn call(
         leases,
         current,
         version,
+        shared: matches!(answer.get(4), Some(Value::Int(1))),
     })
 }
 

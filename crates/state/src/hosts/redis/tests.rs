@@ -230,6 +230,13 @@ async fn a_lease_given_back_on_one_proxy_wakes_the_other_by_message() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert!(b.is_live(), "the subscriber never came up");
+    other.listen_with(b.waiters());
+    // The other proxy listens on both hosts' channels (as a waiting
+    // request makes it); `a` listens on none.
+    let hearings = [HOT, COLD].map(|h| b.waiters().hear(h));
+    for h in &hearings {
+        assert!(h.ready(Duration::from_secs(10)).await, "subscribed");
+    }
 
     let hold = a.params(HOT).max_hold();
     // The other proxy alone on the host: its change is told to no one.
