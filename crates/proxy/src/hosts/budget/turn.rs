@@ -212,8 +212,7 @@ impl Budgets {
                         }
                     }
                     Start::WaitConcurrency => {
-                        let limit = self.recheck_at(now, deadline).saturating_duration_since(now);
-                        if self.hear_for_slot(&key, &mut hearing, limit).await {
+                        if self.hear_for_slot(&key, &mut hearing, now, deadline).await {
                             continue;
                         }
                         let waits = (freed.as_mut(), changed.as_mut());
@@ -240,14 +239,15 @@ impl Budgets {
     }
 
     /// Starts listening for another proxy's release before waiting for a
-    /// slot; `true` when it just did, once the subscription holds (or
-    /// `limit` passed): a release before that went unheard, so the caller
+    /// slot; `true` when it just did, once the subscription holds (or the
+    /// next look is due): a release before that went unheard, so the caller
     /// looks again first.
     async fn hear_for_slot(
         &self,
         key: &str,
         hearing: &mut Option<Hearing>,
-        limit: Duration,
+        now: Instant,
+        deadline: Instant,
     ) -> bool {
         if hearing.is_some() {
             return false;
@@ -255,7 +255,11 @@ impl Budgets {
         let Some(h) = self.hear(key) else {
             return false;
         };
-        h.ready(limit).await;
+        h.ready(
+            self.recheck_at(now, deadline)
+                .saturating_duration_since(now),
+        )
+        .await;
         *hearing = Some(h);
         true
     }
