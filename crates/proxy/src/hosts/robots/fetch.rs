@@ -303,19 +303,8 @@ pub(crate) fn report(url: &str, status: Option<u16>, result: FetchResult) -> Fet
     }
 }
 
+/// Where a redirect of `base` points (RFC 9110 §10.2.2: `Location` is a
+/// reference resolved against the request's URL).
 pub(super) fn resolve_location(base: &Uri, location: &str) -> Option<String> {
-    if location.starts_with("http://") || location.starts_with("https://") {
-        return Some(location.to_string());
-    }
-    let scheme = base.scheme_str()?;
-    let authority = base.authority()?;
-    if let Some(rest) = location.strip_prefix("//") {
-        return Some(format!("{scheme}://{rest}"));
-    }
-    if location.starts_with('/') {
-        return Some(format!("{scheme}://{authority}{location}"));
-    }
-    let path = base.path();
-    let dir = &path[..path.rfind('/').map_or(0, |i| i + 1)];
-    Some(format!("{scheme}://{authority}{dir}{location}"))
+    mannerly_policy::url::join_target(&base.to_string(), location)
 }
