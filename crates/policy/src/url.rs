@@ -12,16 +12,21 @@ pub const HTTPS_PORT: u16 = 443;
 /// The path of robots.txt (RFC 9309 sec. 2.3).
 pub const ROBOTS_TXT: &str = "/robots.txt";
 
-/// The default port of `scheme` (case-insensitive, RFC 3986 §3.1), for the
-/// two schemes the proxy carries.
+/// The schemes the proxy carries, with their default ports.
+const SCHEMES: [(&str, u16); 2] = [("http", HTTP_PORT), ("https", HTTPS_PORT)];
+
+/// `scheme` lower-cased (RFC 3986 §3.1: schemes are case-insensitive) with
+/// its default port, when it is one the proxy carries.
+pub fn known_scheme(scheme: &str) -> Option<(&'static str, u16)> {
+    SCHEMES
+        .into_iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case(scheme))
+}
+
+/// The default port of `scheme` (case-insensitive), for the two schemes
+/// the proxy carries.
 pub fn default_port(scheme: &str) -> Option<u16> {
-    if scheme.eq_ignore_ascii_case("http") {
-        Some(HTTP_PORT)
-    } else if scheme.eq_ignore_ascii_case("https") {
-        Some(HTTPS_PORT)
-    } else {
-        None
-    }
+    known_scheme(scheme).map(|(_, port)| port)
 }
 
 /// Appends `scheme://host[:port]`: the host lower-cased, the port left

@@ -18,7 +18,7 @@ use hyper_util::client::legacy::Client;
 pub(crate) const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 use hyper_util::client::legacy::ResponseFuture;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use mannerly_policy::{classify_ip, parse_host_ip};
+use mannerly_policy::{classify_ip, parse_host_ip, url};
 use rustls::RootCertStore;
 use tokio::net::TcpStream;
 
@@ -194,9 +194,9 @@ impl tower_service::Service<Uri> for GuardedConnector {
                 .host()
                 .ok_or_else(|| ConnectError::NoHost(uri.to_string()))?
                 .to_string();
-            let port = uri.port_u16().unwrap_or(match uri.scheme_str() {
-                Some("https") => 443,
-                _ => 80,
+            let port = uri.port_u16().unwrap_or_else(|| {
+                let scheme = uri.scheme_str().unwrap_or("http");
+                url::default_port(scheme).unwrap_or(url::HTTP_PORT)
             });
             let Some(_turn) = conns.connecting(timeout).await else {
                 return Err(ConnectError::ProxyBusy {

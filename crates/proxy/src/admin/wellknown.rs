@@ -164,8 +164,5 @@ fn request_authority(req: &Request<Incoming>) -> String {
         .and_then(|v| v.to_str().ok())
         .or_else(|| req.uri().authority().map(|a| a.as_str()))
         .unwrap_or("");
-    let host = host.to_ascii_lowercase();
-    host.strip_suffix(":443")
-        .map(str::to_string)
-        .unwrap_or(host)
+    mannerly_policy::url::strip_default_port("https", host).to_ascii_lowercase()
 }

@@ -277,15 +277,7 @@ async fn drain_small(resp: http::Response<hyper::body::Incoming>) {
 /// `host[:port]` as the Host header carries it: the scheme's default port
 /// left out, as RFC 9421's `@authority` wants.
 fn normalized_authority(scheme: Option<&str>, a: &http::uri::Authority) -> String {
-    let default = match scheme {
-        Some("https") => Some(443),
-        Some("http") => Some(80),
-        _ => None,
-    };
-    match a.port_u16() {
-        Some(p) if Some(p) == default => a.host().to_ascii_lowercase(),
-        _ => a.as_str().to_ascii_lowercase(),
-    }
+    mannerly_policy::url::strip_default_port(scheme.unwrap_or(""), a.as_str()).to_ascii_lowercase()
 }
 
 /// A fetch report with nothing but its URL, status and result.
