@@ -194,6 +194,63 @@ fn site_names() -> usize {
         .unwrap_or(0)
 }
 
+/// Proxy `i` of a run against the origin on `port`: its address, what
+/// stops it, and its data dir.
+async fn start_proxy(
+    shared: Shared<'_>,
+    port: u16,
+    i: usize,
+    edit: &impl Fn(&mut Config),
+) -> (
+    std::net::SocketAddr,
+    (
+        tokio::sync::oneshot::Sender<()>,
+        tokio::task::JoinHandle<()>,
+    ),
+    std::path::PathBuf,
+) {
+    let dir = std::env::temp_dir().join(format!(
+        "mannerly-cluster-{}-{port}-{i}",
+        std::process::id()
+    ));
+    let mut cfg: Config = toml::from_str(include_str!("../config/mannerly.toml")).unwrap();
+    cfg.data_dir = dir.clone();
+    cfg.proxy.listen = "127.0.0.1:0".parse().unwrap();
+    // Three proxies in one process: no admin listeners (they would share a port).
+    cfg.admin.listen = String::new();
+    cfg.upstream.allow_private = true;
+    cfg.upstream.resolve.insert(
+        format!("*.site.test:{port}"),
+        std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+    );
+    // Impatient clients, patient proxies: 120 pages at 2/s take a
+    // minute, and a page held is better than a 503.
+    cfg.budget.max_hold_secs = 300.0;
+    cfg.audit.path = dir.join("audit.jsonl").display().to_string();
+    if let Some(url) = shared.url() {
+        cfg.state.backend = mannerly_proxy::StateBackend::Redis;
+        cfg.state.redis_url = url;
+        cfg.state.key_prefix = format!("bench{port}:");
+        cfg.state.instances_hint = PROXIES as u32;
+    }
+    edit(&mut cfg);
+    let cfg = cfg.validate().unwrap();
+    let ca = CertificateAuthority::load_or_create(&dir, 16).unwrap();
+    let (sink, writer) = mannerly_proxy::open_audit(&cfg).unwrap();
+    let proxy = Proxy::bind(cfg, Arc::new(ca), sink).await.unwrap();
+    let addr = proxy.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let served = tokio::spawn(async move {
+        proxy
+            .run(async {
+                let _ = stopped.await;
+            })
+            .await;
+        let _ = tokio::task::spawn_blocking(move || writer.close()).await;
+    });
+    (addr, (stop, served), dir)
+}
+
 /// One run: the proxies sharing state as `shared` says, the GETs spread
 /// over `names` names of one site (0: the origin's address), each proxy's
 /// configuration last changed by `edit`.
@@ -203,46 +260,9 @@ pub async fn run(shared: Shared<'_>, names: usize, edit: impl Fn(&mut Config)) -
     let mut addrs = Vec::new();
     let mut dirs = Vec::new();
     for i in 0..PROXIES {
-        let dir = std::env::temp_dir().join(format!(
-            "mannerly-cluster-{}-{port}-{i}",
-            std::process::id()
-        ));
-        let mut cfg: Config = toml::from_str(include_str!("../config/mannerly.toml")).unwrap();
-        cfg.data_dir = dir.clone();
-        cfg.proxy.listen = "127.0.0.1:0".parse().unwrap();
-        // Three proxies in one process: no admin listeners (they would share a port).
-        cfg.admin.listen = String::new();
-        cfg.upstream.allow_private = true;
-        cfg.upstream.resolve.insert(
-            format!("*.site.test:{port}"),
-            std::net::SocketAddr::from(([127, 0, 0, 1], port)),
-        );
-        // Impatient clients, patient proxies: 120 pages at 2/s take a
-        // minute, and a page held is better than a 503.
-        cfg.budget.max_hold_secs = 300.0;
-        cfg.audit.path = dir.join("audit.jsonl").display().to_string();
-        if let Some(url) = shared.url() {
-            cfg.state.backend = mannerly_proxy::StateBackend::Redis;
-            cfg.state.redis_url = url;
-            cfg.state.key_prefix = format!("bench{port}:");
-            cfg.state.instances_hint = PROXIES as u32;
-        }
-        edit(&mut cfg);
-        let cfg = cfg.validate().unwrap();
-        let ca = CertificateAuthority::load_or_create(&dir, 16).unwrap();
-        let (sink, writer) = mannerly_proxy::open_audit(&cfg).unwrap();
-        let proxy = Proxy::bind(cfg, Arc::new(ca), sink).await.unwrap();
-        addrs.push(proxy.local_addr().unwrap());
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let served = tokio::spawn(async move {
-            proxy
-                .run(async {
-                    let _ = stopped.await;
-                })
-                .await;
-            let _ = tokio::task::spawn_blocking(move || writer.close()).await;
-        });
-        stops.push((stop, served));
+        let (addr, stop, dir) = start_proxy(shared, port, i, &edit).await;
+        addrs.push(addr);
+        stops.push(stop);
         dirs.push(dir);
     }
     let calls_before = shared.script_calls();
