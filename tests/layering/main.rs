@@ -292,7 +292,9 @@ fn workspace() -> &'static Path {
 
 /// Where the crates' and the binary's sources are.
 fn source_roots() -> Vec<PathBuf> {
-    let mut roots: Vec<PathBuf> = ["policy", "state", "proxy"].map(crate_src).into();
+    let mut roots: Vec<PathBuf> = ["policy", "state", "proxy", "test-support"]
+        .map(crate_src)
+        .into();
     roots.push(workspace().join("src"));
     roots
 }
@@ -387,7 +389,7 @@ const KNOWN_LONG: &[&str] = &[
     "crates/proxy/src/hosts/robots.rs: fn fetch_rules",
     "src/hosts_cmd.rs: fn print_show",
     "src/report.rs: fn run",
-    "examples/kill9.rs: fn run_once",
+    "crates/test-support/src/kill9.rs: fn run_once",
     "examples/seed_scenario.rs: fn run",
 ];
 
