@@ -45,21 +45,7 @@ fn non_test_text(path: &Path) -> Option<String> {
     let mut text = fs::read_to_string(path).expect("read source");
     while let Some(at) = text.find("#[cfg(test)]\nmod tests {") {
         let open = at + text[at..].find('{').unwrap_or(0);
-        let mut depth = 0usize;
-        let mut end = text.len();
-        for (i, c) in text[open..].char_indices() {
-            match c {
-                '{' => depth += 1,
-                '}' => {
-                    depth -= 1;
-                    if depth == 0 {
-                        end = open + i + 1;
-                        break;
-                    }
-                }
-                _ => {}
-            }
-        }
+        let end = lexer::matching_brace(&text, open);
         text.replace_range(at..end, "");
     }
     Some(text)
@@ -375,9 +361,7 @@ const KNOWN_CIRCLES: &[&str] = &[
     "crates/state/src: hosts::redis, hosts::redis::early, hosts::redis::script",
     "crates/proxy/src: upstream, upstream::parent",
     "crates/proxy/src: hosts::budget, hosts::budget::groups",
-    "crates/proxy/src: hosts::robots, hosts::robots::fetch",
     "crates/proxy/src: audit, audit::body, audit::soon, audit::writer",
-    "crates/proxy/src: admin, admin::wellknown",
     "crates/proxy/src: pipeline, pipeline::answers, pipeline::payment, pipeline::prefs, pipeline::request",
     "src: report::stats, report::stats::feedback, report::stats::host, report::stats::robots",
 ];

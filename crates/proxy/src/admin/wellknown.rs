@@ -16,7 +16,7 @@ use mannerly_policy::identity::{
     RANGES_REL,
 };
 
-use super::{answer, error, Answer};
+use super::reply::{answer, error, Answer};
 use crate::shared::Shared;
 
 /// How long a verifier may keep the directory. Short: a key removed from

@@ -3,24 +3,82 @@
 //! followed, a 2xx body read up to 500 KiB, a 304 to our validators the
 //! copy kept.
 
+use std::sync::Arc;
+
 use bytes::{Bytes, BytesMut};
 use http::header::{HeaderValue, IF_MODIFIED_SINCE, IF_NONE_MATCH, LOCATION, USER_AGENT};
 use http::{Method, Request, Uri};
 use http_body_util::BodyExt;
+use mannerly_policy::budget::Refusal;
 use mannerly_policy::identity::KeyId;
 use mannerly_policy::parent::ParentVerdict;
 use mannerly_policy::robots::MAX_ROBOTS_BYTES;
 use mannerly_policy::robots_cache::{FetchResult, Validators};
 use mannerly_policy::Outcome;
+use tokio::time::Instant;
 
-use super::{FetchReport, Pacing};
 use crate::answer::failure;
+use crate::answer::Stop;
 use crate::body::{empty, ProxyBody};
 use crate::clock::Clock;
 use crate::error::Source;
+use crate::hosts::budget::{Budgets, Permit};
 use crate::identity::Signer;
 use crate::upstream::conns::{ConnHandle, ReleaseOnEnd};
 use crate::upstream::UpstreamClient;
+
+/// One fetch as it happened, for its `robots_fetched` audit line.
+pub(crate) struct FetchReport {
+    pub url: String,
+    pub status: Option<u16>,
+    pub retry_after: Option<String>,
+    /// The response head, for the limit it may announce.
+    pub headers: http::HeaderMap,
+    pub bytes: u64,
+    /// The Web Bot Auth key the (last) request was signed with.
+    pub keyid: Option<KeyId>,
+    pub result: FetchResult,
+    /// The answer of the request that waited for this fetch, when the
+    /// failure is its own and not the site's: the guard refused the address
+    /// the name resolved to at connect time (DNS rebinding), or the parent
+    /// proxy failed and the site was never asked.
+    pub stop: Option<Stop>,
+    /// When the fetch's first request was sent (audit `sent`).
+    pub sent: Option<std::time::SystemTime>,
+}
+
+/// The budget turns of one robots.txt fetch: the permit of the request in
+/// flight, and a refusal that ended the fetch.
+pub(crate) struct Pacing<'a> {
+    pub(super) budgets: &'a Arc<Budgets>,
+    pub(super) deadline: Instant,
+    pub(super) permit: Option<Permit>,
+    pub(super) refused: Option<Refusal>,
+}
+
+impl Pacing<'_> {
+    /// Gives back the turn of a hop answered `status` and takes one of the
+    /// host `next` points at: the origin counts a redirect like any request.
+    /// `false` when the budget would not hold the next hop.
+    async fn next_hop(&mut self, status: u16, next: &Uri) -> bool {
+        if let Some(permit) = self.permit.take() {
+            permit.respond(status, None, None, None).await;
+        }
+        let Some(host) = next.host() else {
+            return true;
+        };
+        match self.budgets.acquire_own(host, self.deadline).await {
+            Ok(p) => {
+                self.permit = Some(p);
+                true
+            }
+            Err(r) => {
+                self.refused = Some(r);
+                false
+            }
+        }
+    }
+}
 
 /// Fetches `url`, following redirects; the guard applies to every hop
 /// because every hop goes through the same connector. With `pacing`, each
