@@ -357,7 +357,6 @@ fn file_circles(edges: &BTreeMap<files::ModPath, BTreeSet<files::ModPath>>) -> V
 const KNOWN_CIRCLES: &[&str] = &[
     "crates/policy/src: budget::params, budget::site",
     "crates/policy/src: budget::host, budget::host::history, budget::host::pace",
-    "crates/policy/src: identity, identity::accept, identity::directory",
     "crates/state/src: hosts::redis, hosts::redis::early, hosts::redis::script",
     "crates/proxy/src: upstream, upstream::parent",
     "crates/proxy/src: hosts::budget, hosts::budget::groups",

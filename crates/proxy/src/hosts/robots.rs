@@ -9,11 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use mannerly_policy::identity::KeyId;
-
 use dashmap::DashMap;
 use http::header::{HeaderValue, ETAG, LAST_MODIFIED};
-use http::Uri;
 use mannerly_policy::budget::{Announced, Refusal};
 use mannerly_policy::conditional::CacheOutcome;
 use mannerly_policy::robots::Robots;
@@ -26,7 +23,7 @@ use tokio::time::Instant;
 
 use crate::answer::Stop;
 use crate::clock::Clock;
-use crate::hosts::budget::{Budgets, Permit};
+use crate::hosts::budget::Budgets;
 use crate::identity::Signer;
 use crate::target::Target;
 use crate::upstream::UpstreamClient;

@@ -1,3 +1,5 @@
+use http::Uri;
+
 use super::fetch::resolve_location;
 use super::*;
 use mannerly_policy::robots::MAX_ROBOTS_BYTES;
