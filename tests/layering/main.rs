@@ -369,7 +369,6 @@ const KNOWN_CIRCLES: &[&str] = &[
 /// rule as [`KNOWN_CIRCLES`].
 const KNOWN_LONG: &[&str] = &[
     "crates/state/src/hosts/redis/cas.rs: fn shared",
-    "crates/proxy/src/hosts/robots.rs: fn fetch_rules",
     "src/hosts_cmd.rs: fn print_show",
     "src/report.rs: fn run",
     "crates/test-support/src/kill9.rs: fn run_once",

@@ -152,47 +152,10 @@ impl<F: SiteFile> RobotsCache<F> {
             permit: Some(permit),
             refused: None,
         };
-        let timeout = Duration::from_secs_f64(self.params.fetch_timeout_secs);
-        let sent = self.clock.wall();
-        let mut report = match tokio::time::timeout(
-            timeout,
-            fetch(
-                client,
-                &url,
-                user_agent,
-                self.params.max_redirects,
-                self.identity.as_deref().map(|s| (s, &self.clock)),
-                Some(&mut pacing),
-                validators.as_ref(),
-            ),
-        )
-        .await
-        {
-            Ok(r) => r,
-            Err(_) => FetchReport {
-                url: url.clone(),
-                status: None,
-                retry_after: None,
-                headers: http::HeaderMap::new(),
-                bytes: 0,
-                keyid: None,
-                result: FetchResult::Failed(format!("no complete answer within {timeout:?}")),
-                stop: None,
-                sent: None,
-            },
-        };
-        // A fetch the guard or the parent stopped never reached the site.
-        if report.stop.is_none() {
-            report.sent = Some(sent);
-        }
-        match (report.status, pacing.permit.take()) {
-            (Some(status), Some(permit)) => {
-                let announced = Announced::from_headers(&report.headers, self.clock.wall());
-                let ra = report.retry_after.as_deref();
-                permit.respond(status, ra, announced.as_ref(), None).await;
-            }
-            (_, permit) => drop(permit),
-        }
+        let validators = validators.as_ref();
+        let report = self
+            .fetch_within(client, &url, user_agent, validators, &mut pacing)
+            .await;
         on_fetch(&report);
         if let Some(refusal) = pacing.refused {
             // A redirect the budget would not hold: the rules are unknown
@@ -206,6 +169,50 @@ impl<F: SiteFile> RobotsCache<F> {
             Some(stop) => Err(Unfetched::Stopped(stop)),
             None => Ok(rules),
         }
+    }
+
+    /// One fetch of `url` within `robots.fetch_timeout_secs`, the turn of
+    /// its last hop answered with what the site said.
+    async fn fetch_within(
+        &self,
+        client: &UpstreamClient,
+        url: &str,
+        user_agent: Option<&HeaderValue>,
+        validators: Option<&Validators>,
+        pacing: &mut Pacing<'_>,
+    ) -> FetchReport {
+        let timeout = Duration::from_secs_f64(self.params.fetch_timeout_secs);
+        let sent = self.clock.wall();
+        let identity = self.identity.as_deref().map(|s| (s, &self.clock));
+        let hops = fetch(
+            client,
+            url,
+            user_agent,
+            self.params.max_redirects,
+            identity,
+            Some(&mut *pacing),
+            validators,
+        );
+        let mut report = match tokio::time::timeout(timeout, hops).await {
+            Ok(r) => r,
+            Err(_) => {
+                let why = format!("no complete answer within {timeout:?}");
+                fetch::report(url, None, FetchResult::Failed(why))
+            }
+        };
+        // A fetch the guard or the parent stopped never reached the site.
+        if report.stop.is_none() {
+            report.sent = Some(sent);
+        }
+        match (report.status, pacing.permit.take()) {
+            (Some(status), Some(permit)) => {
+                let announced = Announced::from_headers(&report.headers, self.clock.wall());
+                let ra = report.retry_after.as_deref();
+                permit.respond(status, ra, announced.as_ref(), None).await;
+            }
+            (_, permit) => drop(permit),
+        }
+        report
     }
 
     /// Puts the result of a fetch made at `fetched_at` (here, or by another
