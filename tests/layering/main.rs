@@ -369,8 +369,6 @@ const KNOWN_CIRCLES: &[&str] = &[
 /// rule as [`KNOWN_CIRCLES`].
 const KNOWN_LONG: &[&str] = &[
     "crates/state/src/hosts/redis/cas.rs: fn shared",
-    "src/hosts_cmd.rs: fn print_show",
-    "src/report.rs: fn run",
     "crates/test-support/src/kill9.rs: fn run_once",
     "examples/seed_scenario.rs: fn run",
 ];
