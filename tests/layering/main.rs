@@ -367,8 +367,6 @@ const KNOWN_CIRCLES: &[&str] = &[
 /// rule as [`KNOWN_CIRCLES`].
 const KNOWN_LONG: &[&str] = &[
     "crates/state/src/hosts/redis/cas.rs: fn shared",
-    "crates/test-support/src/kill9.rs: fn run_once",
-    "examples/seed_scenario.rs: fn run",
 ];
 
 /// What was `found` beyond `known`, and what of `known` is no longer found.

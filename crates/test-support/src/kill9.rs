@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -129,23 +129,15 @@ async fn client(
     }
 }
 
-/// One run: start `mannerly` on a fresh data dir, load it with `clients`
-/// clients, SIGKILL it `kill_after` after `warm` answers arrived, check.
-pub async fn run_once(
-    mannerly: &Path,
-    dir: &Path,
-    origin: SocketAddr,
-    clients: usize,
-    warm: usize,
-    kill_after: Duration,
-) -> Result<RunResult, String> {
-    let audit = dir.join("audit.jsonl");
+/// `mannerly run` on `dir`, its log at `audit`, observe mode, and the
+/// address it printed.
+async fn start(mannerly: &Path, dir: &Path, audit: &Path) -> Result<(Child, String), String> {
     let mut child = Command::new(mannerly)
         .arg("run")
         .env("MANNERLY_DATA_DIR", dir)
         .env("MANNERLY_PROXY__LISTEN", "127.0.0.1:0")
         .env("MANNERLY_UPSTREAM__ALLOW_PRIVATE", "true")
-        .env("MANNERLY_AUDIT__PATH", &audit)
+        .env("MANNERLY_AUDIT__PATH", audit)
         .env("MANNERLY_POLICY__ENFORCE", "false")
         .env("MANNERLY_ADMIN__LISTEN", "127.0.0.1:0")
         .env("MANNERLY_LOG", "warn")
@@ -172,6 +164,21 @@ pub async fn run_once(
         let _ = child.wait();
         return Err("proxy did not print its address within 60 s".into());
     };
+    Ok((child, proxy))
+}
+
+/// One run: start `mannerly` on a fresh data dir, load it with `clients`
+/// clients, SIGKILL it `kill_after` after `warm` answers arrived, check.
+pub async fn run_once(
+    mannerly: &Path,
+    dir: &Path,
+    origin: SocketAddr,
+    clients: usize,
+    warm: usize,
+    kill_after: Duration,
+) -> Result<RunResult, String> {
+    let audit = dir.join("audit.jsonl");
+    let (mut child, proxy) = start(mannerly, dir, &audit).await?;
     let answered = Arc::new(Mutex::new(Vec::new()));
     let count = Arc::new(AtomicUsize::new(0));
     let stop = Arc::new(AtomicBool::new(false));
