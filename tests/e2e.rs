@@ -42,11 +42,13 @@ mod e2e {
     mod report;
     mod robots;
     mod robots_ext;
+    mod scrapy_pause;
     mod seal;
     mod shared_cache;
     mod shared_pages;
     mod startup;
     mod tdmrep;
+    mod told;
     mod tour;
     mod wake;
     mod witness;

@@ -152,6 +152,9 @@ async fn every_endpoint_answers_after_real_traffic_and_metrics_equal_the_audit_l
             "latency_ms",
             "max_rate",
             "members",
+            "next_turn",
+            "next_turn_at",
+            "next_turn_in_s",
             "pause_reason",
             "paused",
             "paused_for_s",
@@ -173,6 +176,8 @@ async fn every_endpoint_answers_after_real_traffic_and_metrics_equal_the_audit_l
     assert_eq!(h["paused"], true);
     let left = h["paused_for_s"].as_f64().unwrap();
     assert!(left > 100.0 && left <= 120.0, "{left}");
+    assert_eq!(h["next_turn"], "paused");
+    assert_eq!(h["next_turn_in_s"], h["paused_for_s"]);
     assert_eq!(
         h["pause_reason"],
         "origin answered 429 with Retry-After: 120"

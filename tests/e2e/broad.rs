@@ -198,6 +198,7 @@ async fn out_of_descriptors_upstream_gets_503_and_service_resumes() {
     let url = format!("http://127.0.0.1:{}/page", origin.port());
     let resumed = tokio::task::spawn_blocking(move || {
         for _ in 0..100 {
+            // A poll interval: a 200 through the proxy is what is waited on.
             std::thread::sleep(Duration::from_millis(50));
             let Ok(mut c) = std::net::TcpStream::connect(&paddr) else {
                 continue;

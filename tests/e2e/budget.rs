@@ -41,6 +41,7 @@ fn recorder(
             }
             let now = r.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
             r.max_in_flight.fetch_max(now, Ordering::SeqCst);
+            // A slow origin on purpose: requests overlap while it works.
             tokio::time::sleep(Duration::from_millis(delay_ms)).await;
             r.in_flight.fetch_sub(1, Ordering::SeqCst);
             let throttle = path == "/limit"

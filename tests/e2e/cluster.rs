@@ -137,6 +137,7 @@ async fn redis_going_away_slows_each_proxy_and_sharing_resumes() {
     redis.restart();
     let mut shared_again = false;
     for i in 0..40 {
+        // A poll interval: a probe getting through is what is waited on.
         tokio::time::sleep(Duration::from_millis(100)).await;
         let url = format!("http://127.0.0.1:{port}/a/after/{i}");
         let r = ca.get(url).send().await.expect("no request fails");
@@ -189,6 +190,7 @@ async fn a_proxy_killed_mid_request_leaves_no_lease_behind() {
             match req.uri().path() {
                 "/robots.txt" => text(404, "none\n"),
                 "/hang" => {
+                    // An origin that never answers, on purpose.
                     tokio::time::sleep(Duration::from_secs(3600)).await;
                     text(200, "late\n")
                 }

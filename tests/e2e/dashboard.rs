@@ -109,6 +109,7 @@ fn the_dashboard_shows_hosts_and_a_paused_host_and_its_reset_button_clears_it() 
                             .get(format!("http://{h}:{port}/page/{n}"))
                             .send()
                             .await;
+                        // The crawler's own pace, a different one per host.
                         tokio::time::sleep(Duration::from_millis(50 * (i as u64 + 1))).await;
                     }
                 }));
@@ -159,9 +160,12 @@ fn the_dashboard_shows_hosts_and_a_paused_host_and_its_reset_button_clears_it() 
     assert!(latest.as_u64().unwrap_or(0) > 0, "{latest}");
 
     if let Some(dir) = std::env::var_os("MANNERLY_SCREENSHOTS") {
-        // Let a few refreshes draw the sparklines under load.
-        std::thread::sleep(Duration::from_secs(12));
-        browser.wait_for("document.querySelectorAll('svg.spark polyline').length >= 5");
+        // Until five hosts' sparklines have a line, not a dot: a second
+        // 10 s bucket of their rate history, drawn by a refresh.
+        let drawn = browser.wait_for(
+            "[...document.querySelectorAll('svg.spark polyline')].filter((l) => l.points.length >= 2).length >= 5",
+        );
+        assert_eq!(drawn, Value::Bool(true), "sparklines never drew a line");
         browser.screenshot(&std::path::Path::new(&dir).join("dashboard.png"));
     }
 

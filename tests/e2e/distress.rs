@@ -51,6 +51,7 @@ fn default_budget(c: &mut mannerly_proxy::Config) {
 #[tokio::test]
 async fn pages_that_never_answer_pause_the_host_and_its_clients_are_answered_at_once() {
     let (arrivals, h) = origin(|_| async {
+        // An origin that never answers in time, on purpose.
         tokio::time::sleep(Duration::from_secs(60)).await;
         text(200, "too late")
     });
@@ -233,6 +234,7 @@ async fn an_origin_that_slows_under_load_is_paced_where_it_stays_quick() {
                 rate_before(&a, at)
             };
             let over = rate.saturating_sub(5) as u64;
+            // The origin slows as the pace rises, on purpose.
             tokio::time::sleep(Duration::from_millis(50 + 300 * over)).await;
             text(200, "page")
         }

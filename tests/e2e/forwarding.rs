@@ -542,7 +542,10 @@ async fn a_slow_request_body_does_not_hold_the_host_and_ends_in_408() {
     )
     .await
     .unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The slow request's walk has begun: its robots.txt fetch is settled,
+    // and nothing but its body stands before its turn.
+    let robots = |l: &serde_json::Value| l["outcome"] == "robots_fetched";
+    assert!(line_where(&proxy.audit_path, robots).await.is_some());
     let r = proxy
         .client()
         .get(format!("http://127.0.0.1:{}/fast", origin.port()))

@@ -67,6 +67,7 @@ async fn crawl_twenty_names(by: GroupBy) -> Option<Figures> {
             drop(permit);
             Some((ok, Instant::now()))
         }));
+        // The crawler's own pace of sends.
         tokio::time::sleep(SEND_EVERY).await;
     }
     let crawl = collect(start, tasks).await;

@@ -325,6 +325,8 @@ async fn rotation_switches_the_running_proxy_and_old_signatures_verify_during_th
             break;
         }
         assert_eq!(keyid_of(&last), rotation.old.as_str());
+        // A poll interval: a request signed with the new key is what is
+        // waited on.
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     assert!(switched, "the proxy never signed with the rotated key");
@@ -547,6 +549,8 @@ async fn the_admin_listener_serves_a_signed_directory_and_card_without_its_token
         if after["kids"] == json!([rotation.new.as_str()]) {
             break;
         }
+        // A poll interval: the directory without the old key is what is
+        // waited on.
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     assert_eq!(after["ok"], true, "{after}");

@@ -442,6 +442,7 @@ async fn a_parent_answering_407_is_the_parents_error_and_the_target_learns_nothi
             break;
         }
         assert!(last.starts_with("robots_unavailable"), "{last}");
+        // A poll interval: the 200 is what is waited on.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(last, "fetched; waited_ms=0");

@@ -542,6 +542,7 @@ async fn an_idle_pass_through_tunnel_is_closed() {
     // An origin that accepts and then says nothing.
     let held = tokio::spawn(async move {
         let (s, _) = listener.accept().await.unwrap();
+        // Silent on purpose, longer than the proxy's timeout.
         tokio::time::sleep(Duration::from_secs(30)).await;
         drop(s);
     });

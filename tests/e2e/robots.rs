@@ -27,6 +27,7 @@ fn site(status: u16, body: &str) -> (Arc<Site>, Handler) {
             match req.uri().path() {
                 "/robots.txt" => {
                     let delay = s.delay_ms.load(Ordering::SeqCst) as u64;
+                    // A slow robots.txt on purpose (single-flight tests).
                     tokio::time::sleep(Duration::from_millis(delay)).await;
                     let status = s.status.load(Ordering::SeqCst);
                     if (300..400).contains(&status) {

@@ -24,6 +24,24 @@ fn static_files(
     Nginx::start_tls(ca, "origin.test", &site)
 }
 
+/// [`static_files`]: a robots.txt refusing `/private/`, and `/page.html`.
+fn private_and_a_page(ca: &TestCa, dir: &std::path::Path) -> Option<Nginx> {
+    let robots = "User-agent: *\nDisallow: /private/\n";
+    let files = [("robots.txt", robots), ("page.html", "a page\n")];
+    static_files(ca, dir, &files, "")
+}
+
+/// The rules kept still refuse `/private/`.
+async fn private_is_refused(client: &reqwest::Client, base: &str) {
+    let r = client
+        .get(format!("{base}/private/x"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    assert!(decision(&r).starts_with("disallowed"), "{}", decision(&r));
+}
+
 /// The `robots_fetched` lines written so far.
 fn robots_fetches(proxy: &TestProxy) -> Vec<serde_json::Value> {
     audit_lines(&proxy.audit_path)
@@ -39,9 +57,7 @@ fn robots_fetches(proxy: &TestProxy) -> Vec<serde_json::Value> {
 async fn an_expired_robots_txt_is_revalidated_and_nginx_answers_304() {
     let dir = tempfile::tempdir().unwrap();
     let ca = TestCa::new(dir.path());
-    let robots = "User-agent: *\nDisallow: /private/\n";
-    let files = [("robots.txt", robots), ("page.html", "a page\n")];
-    let Some(nginx) = static_files(&ca, dir.path(), &files, "") else {
+    let Some(nginx) = private_and_a_page(&ca, dir.path()) else {
         return;
     };
     let port = nginx.port;
@@ -64,13 +80,7 @@ async fn an_expired_robots_txt_is_revalidated_and_nginx_answers_304() {
             .unwrap();
         assert_eq!(r.status(), 200, "{}", nginx.error_log());
     }
-    let r = client
-        .get(format!("{base}/private/x"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 403);
-    assert!(decision(&r).starts_with("disallowed"), "{}", decision(&r));
+    private_is_refused(&client, &base).await;
 
     let log = nginx.access_log_with("\"GET /robots.txt HTTP/2.0\" 304", 1);
     assert_eq!(
@@ -90,6 +100,73 @@ async fn an_expired_robots_txt_is_revalidated_and_nginx_answers_304() {
         assert_eq!(f["cache"], "revalidated", "{f}");
         assert_eq!(f["reason"], serde_json::Value::Null, "{f}");
     }
+}
+
+/// Two proxies sharing state through a real redis-server: A fetches
+/// robots.txt, B takes A's copy; once its age has run out, B's fetch is
+/// conditional on the validators of A's answer (B never fetched it), nginx
+/// answers 304 (its access log counts one 200 and the 304s), and A goes on
+/// with the copy B revalidated without asking nginx itself.
+#[tokio::test]
+async fn a_clusters_shared_robots_txt_is_revalidated_and_nginx_answers_304() {
+    use mannerly_proxy::StateBackend;
+    let Some(redis) = super::redis_server::RedisServer::start(
+        "a_clusters_shared_robots_txt_is_revalidated_and_nginx_answers_304",
+    ) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new(dir.path());
+    let Some(nginx) = private_and_a_page(&ca, dir.path()) else {
+        return;
+    };
+    let port = nginx.port;
+    let config = |c: &mut mannerly_proxy::Config| {
+        to_origin_test(c, ca.pem_path.clone(), port);
+        c.state.backend = StateBackend::Redis;
+        c.state.redis_url = redis.url();
+        c.state.key_prefix = String::from("e2e-robots:");
+        // A loaded test machine must not look like an unreachable Redis.
+        c.state.command_timeout_ms = 500.0;
+        c.robots.max_age_secs = 2.0;
+    };
+    let a = TestProxy::start(config).await;
+    let b = TestProxy::start(config).await;
+    let base = format!("https://origin.test:{port}");
+    let page = format!("{base}/page.html");
+    let (ca_client, cb_client) = (a.client(), b.client());
+    let r = ca_client.get(&page).send().await.unwrap();
+    assert_eq!(r.status(), 200, "{}", nginx.error_log());
+    let r = cb_client.get(&page).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(robots_fetches(&a).len(), 1);
+    assert_eq!(robots_fetches(&b).len(), 0, "B took A's copy");
+    // Pages through B until the copy's age has run out and B fetched.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while robots_fetches(&b).is_empty() {
+        assert!(std::time::Instant::now() < deadline, "no second fetch");
+        let r = cb_client.get(&page).send().await.unwrap();
+        assert_eq!(r.status(), 200, "{}", nginx.error_log());
+    }
+    let fetched = robots_fetches(&b);
+    assert_eq!(fetched[0]["status"], 304, "{fetched:?}");
+    assert_eq!(fetched[0]["cache"], "revalidated", "{fetched:?}");
+    // A uses the copy B revalidated (its own has expired): no fetch of its own.
+    private_is_refused(&ca_client, &base).await;
+    assert_eq!(robots_fetches(&a).len(), 1, "A fetched again");
+
+    let log = nginx.access_log_with("\"GET /robots.txt HTTP/2.0\" 304", 1);
+    let fetches = log.matches("GET /robots.txt").count();
+    assert_eq!(
+        log.matches("\"GET /robots.txt HTTP/2.0\" 200").count(),
+        1,
+        "{log}"
+    );
+    assert_eq!(
+        log.matches("\"GET /robots.txt HTTP/2.0\" 304").count(),
+        fetches - 1,
+        "{log}"
+    );
 }
 
 const AGENTS_ROBOTS: &str = "User-agent: ExampleBot\nAllow: /\n\n\
@@ -346,7 +423,8 @@ fn colon(hhmm: &str) -> String {
 
 /// robots.txt `Visit-time` (UTC) and `Request-rate`, and the operator's
 /// quiet hours: outside the window, a request is answered 503 `paced` with
-/// Retry-After to the window's start and never reaches the origin; inside,
+/// Retry-After to the window's start and never reaches the origin (nor, in
+/// quiet hours, does its robots.txt fetch); inside,
 /// it goes, paced by the rate; every line names its source.
 #[tokio::test]
 async fn visit_time_request_rate_and_quiet_hours_decide_when_a_host_is_visited() {
@@ -404,6 +482,9 @@ async fn visit_time_request_rate_and_quiet_hours_decide_when_a_host_is_visited()
     let key = "quiet hours of budget.quiet_hours[0]";
     assert!(seen.body.contains(key), "{}", seen.body);
     assert_eq!(seen.origin.seen.count("/page"), 0);
+    // Nor robots.txt: its fetch is a request to the host like the page.
+    assert_eq!(seen.origin.seen.count("/robots.txt"), 0);
+    assert_eq!(with_outcome(&seen.lines, "robots_fetched").len(), 0);
 }
 
 /// `mannerly robots check` says what a group's Visit-time and Request-rate

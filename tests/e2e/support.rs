@@ -44,6 +44,7 @@ pub fn ok_origin() -> Handler {
             return text(404, "");
         }
         if let Some(ms) = req.uri().query().and_then(|q| q.parse().ok()) {
+            // Slow on purpose, as long as the query asks.
             tokio::time::sleep(Duration::from_millis(ms)).await;
         }
         text(200, "page")
@@ -408,6 +409,16 @@ pub struct RunningBinary {
 
 impl RunningBinary {
     pub fn start(dir: &std::path::Path, env: &[(&str, &str)]) -> RunningBinary {
+        Self::start_with(dir, env, |_| {})
+    }
+
+    /// [`start`](Self::start), the command changed by `edit` before it runs
+    /// (limits set in `pre_exec`).
+    pub fn start_with(
+        dir: &std::path::Path,
+        env: &[(&str, &str)],
+        edit: impl FnOnce(&mut std::process::Command),
+    ) -> RunningBinary {
         use std::io::BufRead;
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_mannerly"));
         cmd.arg("run")
@@ -425,6 +436,7 @@ impl RunningBinary {
         for (k, v) in env {
             cmd.env(k, v);
         }
+        edit(&mut cmd);
         let mut child = cmd.spawn().unwrap();
         let log = Arc::new(Mutex::new(Vec::new()));
         let (stderr, kept) = (child.stderr.take().unwrap(), log.clone());

@@ -66,10 +66,8 @@ async fn wakes_across(url: String) {
     let held = tokio::spawn(get(a.client(), "/held"));
     arrived.notified().await;
     let waiting = tokio::spawn(get(b.client(), "/after"));
-    // B must be waiting for the slot when A gives it back. Its first look
-    // comes well within this; should it not, the count below stays 0 and
-    // the test fails rather than passes by chance.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // B must be waiting for the slot when A gives it back.
+    until_metric(&b, "mannerly_requests_asleep", 1.0).await;
     gate.notify_one();
     held.await.expect("A's request");
     waiting.await.expect("B's request");
@@ -119,10 +117,8 @@ async fn robots_wakes_across(url: String) {
     let first = tokio::spawn(get(a.client(), "/page"));
     arrived.notified().await;
     let second = tokio::spawn(get(b.client(), "/private/x"));
-    // B must be waiting for A's copy when A stores it; should it not, B
-    // finds the copy on its first look, the count stays 0 and the test
-    // fails rather than passes by chance.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // B must be waiting for A's copy when A stores it.
+    until_metric(&b, "mannerly_state_redis_robots_asleep", 1.0).await;
     gate.notify_one();
     assert_eq!(first.await.expect("A's request").status(), 200);
     let refused = second.await.expect("B's request");
@@ -186,12 +182,13 @@ async fn a_reset_on_one_proxy_wakes_the_request_another_holds_for_the_pause() {
         if throttled.load(std::sync::atomic::Ordering::SeqCst) {
             break;
         }
+        // A poll interval: the origin's flag is what is waited on.
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
+    assert!(throttled.load(std::sync::atomic::Ordering::SeqCst));
     let held_b = tokio::spawn(get(b.client(), "/after"));
-    // B must be asleep in the pause when the reset comes; should it not,
-    // it finds no pause, the count stays 0 and the test fails.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // B must be asleep in the pause when the reset comes.
+    until_metric(&b, "mannerly_requests_asleep", 1.0).await;
     let r = crate::e2e::admin::admin_client()
         .post(format!(
             "http://{}/hosts/127.0.0.1/reset",
@@ -229,16 +226,22 @@ pub(super) async fn metric(proxy: &TestProxy, name: &str) -> f64 {
     crate::e2e::admin::series(&crate::e2e::admin::metrics_text(&admin).await)[name]
 }
 
-/// Waits until `proxy` hears the hosts' channels; bounded, so that a
-/// subscriber that never comes up fails, not hangs.
+/// Waits until `proxy` hears the hosts' channels.
 async fn until_heard(proxy: &TestProxy) {
-    for _ in 0..200 {
-        if metric(proxy, "mannerly_state_redis_wakes_live").await == 1.0 {
-            break;
+    until_metric(proxy, "mannerly_state_redis_wakes_live", 1.0).await;
+}
+
+/// Waits until `proxy`'s gauge `name` reads `value`; bounded, so that what
+/// never comes fails, not hangs.
+async fn until_metric(proxy: &TestProxy, name: &str, value: f64) {
+    for _ in 0..400 {
+        if metric(proxy, name).await == value {
+            return;
         }
+        // A poll interval: the gauge is what is waited on.
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    assert_eq!(metric(proxy, "mannerly_state_redis_wakes_live").await, 1.0);
+    assert_eq!(metric(proxy, name).await, value, "{name}");
 }
 
 /// An origin whose `path` answers `body` only when the test opens the

@@ -178,15 +178,21 @@ async fn a_witness_out_of_reach_holds_up_nothing_and_gets_the_heads_later() {
     assert_eq!(code, 0, "{out}");
 }
 
-/// A head is POSTed only once its line is written and synced: the proxy
-/// killed (-9) the moment the witness receives its first head leaves a log
-/// that holds that head, so the honest log is not taken for a cut one.
+/// A head is POSTed only once its line is written and synced: the witness,
+/// the moment it has a head's POST and before it answers, reads the log
+/// file and finds the head there; then it kills the proxy (-9), and the
+/// log left holds that head, so the honest log is not taken for a cut one.
 /// Checkpoints after every line and many lines at once make the writer
-/// seal in the middle of long batches. The race this guards against is
-/// narrow through the binary (the head sent at sealing time usually lost
-/// it to the write), so the order itself is pinned by the writer's unit
-/// test `a_head_is_offered_to_the_witness_only_after_its_line_is_written`;
-/// this checks the outcome a user relies on.
+/// seal in the middle of long batches.
+///
+/// What this cannot pin: "synced" is not visible from user space (a read
+/// sees the page cache, and a kill -9 loses nothing written), so only the
+/// write is checked here; and a head POSTed before its write (the old
+/// order) is found missing only when the POST outruns the write, which
+/// the scheduler decides: the order is pinned by the writer's unit test
+/// `a_head_is_offered_to_the_witness_only_after_its_line_is_written`, and
+/// through the binary, every time, by
+/// `a_head_whose_line_could_not_be_written_never_reaches_the_witness`.
 #[tokio::test]
 async fn a_head_reaches_the_witness_only_once_its_line_is_in_the_file() {
     use std::io::{Read, Write};
@@ -202,7 +208,10 @@ async fn a_head_reaches_the_witness_only_once_its_line_is_in_the_file() {
         ],
     );
     let pid = proxy.child.id() as libc::pid_t;
-    // The witness: takes the first head, kills the proxy before answering.
+    let log = dir.path().join("audit.jsonl");
+    let on_disk = log.clone();
+    // The witness: takes the first head, reads the log, kills the proxy
+    // before answering.
     let witness = std::thread::spawn(move || {
         let (mut conn, _) = listener.accept().unwrap();
         let mut got = Vec::new();
@@ -221,11 +230,14 @@ async fn a_head_reaches_the_witness_only_once_its_line_is_in_the_file() {
                 .and_then(|n| n.trim().parse().ok())
                 .unwrap_or(0);
             if got.len() >= end + 4 + len {
+                let head = String::from_utf8_lossy(&got[end + 4..end + 4 + len]).to_string();
+                let file = std::fs::read_to_string(&on_disk).unwrap_or_default();
+                let written = file.lines().any(|l| l == head.trim());
                 // SAFETY-free: kill(2) on the child's own pid.
                 let killed = unsafe { libc::kill(pid, libc::SIGKILL) };
                 assert_eq!(killed, 0);
                 let _ = conn.write_all(b"HTTP/1.1 204 No Content\r\n\r\n");
-                return String::from_utf8_lossy(&got[end + 4..end + 4 + len]).to_string();
+                return (head, written);
             }
         }
     });
@@ -241,15 +253,18 @@ async fn a_head_reaches_the_witness_only_once_its_line_is_in_the_file() {
         // Many are cut off by the kill; the lines written are what counts.
         let _ = p.await;
     }
-    let head = tokio::task::spawn_blocking(move || witness.join().unwrap())
+    let (head, written) = tokio::task::spawn_blocking(move || witness.join().unwrap())
         .await
         .unwrap();
+    assert!(
+        written,
+        "the witness got a head before the log file held it: {head}"
+    );
     let mut proxy = proxy;
     let status = tokio::task::spawn_blocking(move || proxy.child.wait().unwrap())
         .await
         .unwrap();
     assert!(!status.success(), "{status}");
-    let log = dir.path().join("audit.jsonl");
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(
         text.lines().any(|l| l == head.trim()),
@@ -263,4 +278,82 @@ async fn a_head_reaches_the_witness_only_once_its_line_is_in_the_file() {
         out.contains("the log holds the witness's newest head"),
         "{out}"
     );
+}
+
+/// A head is sent only once its line is written: with the proxy's files
+/// limited to 256 KiB (`RLIMIT_FSIZE`, SIGXFSZ ignored, so a write past it
+/// fails with EFBIG as on a full disk), the lines sealed after the limit
+/// are never in the log, and the witness must have none of their heads.
+/// A head sent when it was sealed, before its write (the old order), is
+/// caught here every time, not by a race.
+#[tokio::test]
+async fn a_head_whose_line_could_not_be_written_never_reaches_the_witness() {
+    use std::os::unix::process::CommandExt;
+    let Some(witness) = Witness::start(0) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let origin = Origin::http(ok_origin()).await;
+    let env = [
+        ("MANNERLY_AUDIT__WITNESS", witness.url.as_str()),
+        ("MANNERLY_AUDIT__CHECKPOINT_LINES", "1"),
+        // Pages are not stored: the store's file stays near its first size.
+        ("MANNERLY_CACHE__ENABLED", "false"),
+    ];
+    const LIMIT: u64 = 256 * 1024;
+    let proxy = RunningBinary::start_with(dir.path(), &env, |cmd| {
+        let limit = libc::rlimit {
+            rlim_cur: LIMIT,
+            rlim_max: LIMIT,
+        };
+        // SAFETY: only async-signal-safe calls between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+                if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    });
+    let c = proxy.client();
+    let log = dir.path().join("audit.jsonl");
+    let full = || std::fs::metadata(&log).map_or(0, |m| m.len()) >= LIMIT;
+    // Pages until the log is at its limit, then more, whose lines and
+    // heads cannot be written. Answered 503 then: what counts is what the
+    // witness got.
+    let mut past = 0;
+    for i in 0..20_000 {
+        let _ = c
+            .get(format!("http://127.0.0.1:{}/p{i}", origin.port()))
+            .send()
+            .await;
+        past += usize::from(full());
+        if past == 20 {
+            break;
+        }
+    }
+    assert_eq!(past, 20, "the log never reached its limit");
+    assert!(
+        proxy.logged("audit log write failed").await,
+        "the log never hit its limit"
+    );
+    // A clean stop delivers what is queued for the witness.
+    proxy.signal("TERM");
+    let mut proxy = proxy;
+    let _ = tokio::task::spawn_blocking(move || proxy.child.wait().unwrap()).await;
+    let text = std::fs::read_to_string(&log).unwrap();
+    let in_log: Vec<serde_json::Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let heads = witness.heads().await;
+    assert!(!heads.is_empty(), "the heads written before the limit");
+    for head in &heads {
+        assert!(
+            in_log.contains(head),
+            "the witness holds a head the log never held: {head}"
+        );
+    }
 }

@@ -209,6 +209,16 @@ pub struct AuditRecord {
     /// request was at the origin already (`collapsed`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub collapsed_into: Option<String>,
+    /// The longest this request could be held, seconds, when a `wait`
+    /// preference made it shorter than the budget's hold; with `wait_by`,
+    /// who chose it: `client` (its `Prefer: wait=N`, RFC 7240) or
+    /// `config` (its default in `proxy.prefer_wait`). Absent otherwise,
+    /// so older lines keep their bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wait_s: Option<u64>,
+    /// See `wait_s`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wait_by: Option<&'static str>,
 }
 
 // === impl AuditRecord ===

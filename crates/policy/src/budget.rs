@@ -31,6 +31,7 @@ mod persist;
 mod reset;
 mod retry_after;
 pub mod site;
+mod told;
 
 pub use announced::{Announced, AnnouncedBy, EPOCH_THRESHOLD};
 pub use decision::{
@@ -42,6 +43,10 @@ pub use params::{BudgetParams, HostOverride, HostParams, MAX_BREAKER_THRESHOLD};
 pub use persist::PersistedHost;
 pub use reset::ResetReport;
 pub use retry_after::{parse_retry_after, RETRY_AFTER_ABSURD};
+pub use told::{
+    prefer_wait, whole_secs, FieldNames, NextTurn, Told, TurnWhy, DRAFT_11, FIELD_NAMES,
+    POLICY_NAME,
+};
 
 use std::borrow::Cow;
 

@@ -16,6 +16,10 @@ use crate::prefs::TdmFile;
 use crate::robots::Robots;
 use crate::{Outcome, ParamError};
 
+mod head;
+
+pub use head::{declared_age, Head, MIN_AGE};
+
 /// A file a site keeps at a fixed path of its origin to say what it wants,
 /// cached per origin by the rules of this module.
 pub trait SiteFile: Send + Sync + 'static {
@@ -152,11 +156,13 @@ impl RobotsParams {
     }
 
     /// How long a cluster keeps a fetch's result for its other proxies: a
-    /// usable answer (rules, or a 4xx's none) for its full age; a failure
-    /// only until the first retry, so that the cluster tries again together.
+    /// usable answer (rules, or a 4xx's none) for twice its longest age, so
+    /// that its validators outlive its freshness and the proxy that fetches
+    /// next asks conditionally; a failure only until the first retry, so
+    /// that the cluster tries again together.
     pub fn cluster_keep(&self, result: &FetchResult) -> Duration {
         if result.is_usable() {
-            self.max_age()
+            self.max_age() * 2
         } else {
             Duration::from_secs_f64(self.retry_min_secs)
         }
@@ -264,8 +270,9 @@ pub struct RobotsEntry<F = Robots> {
     failures: u32,
     retry_at: Instant,
     reason: String,
-    /// Of `good`, when the 2xx that gave it had any.
-    validators: Validators,
+    /// Of `good`: its validators (when the 2xx that gave it had any) and
+    /// the age its own head gave it.
+    head: Head,
 }
 
 /// What the proxy should do for a request to an origin.
@@ -333,8 +340,8 @@ impl<F: SiteFile> RobotsEntry<F> {
         params: &RobotsParams,
         now: Instant,
     ) -> RobotsEntry<F> {
-        let kept = previous.and_then(|p| Some((p.good.clone()?, p.validators.clone())));
-        if let (FetchResult::NotModified, Some((good, validators))) = (result, kept) {
+        let kept = previous.and_then(|p| Some((p.good.clone()?, p.head.clone())));
+        if let (FetchResult::NotModified, Some((good, head))) = (result, kept) {
             // A 304 to our validators: the same rules, their age restarted.
             return RobotsEntry {
                 rules: Some(good.clone()),
@@ -343,7 +350,7 @@ impl<F: SiteFile> RobotsEntry<F> {
                 failures: 0,
                 retry_at: now,
                 reason: String::new(),
-                validators,
+                head,
             };
         }
         match classify_as::<F>(result) {
@@ -356,7 +363,7 @@ impl<F: SiteFile> RobotsEntry<F> {
                     failures: 0,
                     retry_at: now,
                     reason: String::new(),
-                    validators: Validators::default(),
+                    head: Head::default(),
                 }
             }
             Err(reason) => {
@@ -364,7 +371,7 @@ impl<F: SiteFile> RobotsEntry<F> {
                 let backoff = params.retry_min_secs * 2f64.powi(failures.min(30) as i32 - 1);
                 let wait = Duration::from_secs_f64(backoff.min(params.retry_max_secs));
                 let good = previous.and_then(|p| p.good.clone());
-                let validators = previous.map(|p| p.validators.clone()).unwrap_or_default();
+                let head = previous.map(|p| p.head.clone()).unwrap_or_default();
                 RobotsEntry {
                     rules: None,
                     fetched_at: now,
@@ -372,7 +379,7 @@ impl<F: SiteFile> RobotsEntry<F> {
                     failures,
                     retry_at: now + wait,
                     reason,
-                    validators,
+                    head,
                 }
             }
         }
@@ -381,7 +388,7 @@ impl<F: SiteFile> RobotsEntry<F> {
     /// What applies at `now`.
     pub fn lookup(&self, params: &RobotsParams, now: Instant) -> Lookup<F> {
         match &self.rules {
-            Some(r) if now.saturating_duration_since(self.fetched_at) < params.max_age() => {
+            Some(r) if now.saturating_duration_since(self.fetched_at) < self.fresh_for(params) => {
                 Lookup::Use(Rules::Known(r.clone()))
             }
             Some(_) => Lookup::Fetch,
@@ -407,11 +414,14 @@ impl<F: SiteFile> RobotsEntry<F> {
         }
     }
 
-    /// The entry with the validators of the 2xx it was made from: only a
-    /// copy read from a body keeps them.
-    pub fn with_validators(mut self, result: &FetchResult, validators: Validators) -> Self {
-        if matches!(result, FetchResult::Body(_)) {
-            self.validators = validators;
+    /// The entry with the head of the answer it was made from: a copy read
+    /// from a body takes it whole; a 304 updates what it restates (RFC 9111
+    /// §4.3.4); a failure changes nothing of the copy kept.
+    pub fn with_head(mut self, result: &FetchResult, head: Head) -> Self {
+        match result {
+            FetchResult::Body(_) => self.head = head,
+            FetchResult::NotModified => self.head = self.head.refreshed(&head),
+            _ => {}
         }
         self
     }
@@ -419,7 +429,19 @@ impl<F: SiteFile> RobotsEntry<F> {
     /// What the next fetch sends to ask whether the copy held still
     /// stands: `None` without a copy, or when its 2xx had no validators.
     pub fn validators(&self) -> Option<&Validators> {
-        (self.good.is_some() && !self.validators.is_empty()).then_some(&self.validators)
+        let v = &self.head.validators;
+        (self.good.is_some() && !v.is_empty()).then_some(v)
+    }
+
+    /// The head of the copy held.
+    pub fn head(&self) -> &Head {
+        &self.head
+    }
+
+    /// How long a copy is used before it is fetched again: its head's own
+    /// age within `robots.max_age_secs`.
+    pub fn fresh_for(&self, params: &RobotsParams) -> Duration {
+        self.head.fresh_for(params)
     }
 
     /// Consecutive failed fetches.

@@ -36,7 +36,8 @@ fn reset_clears_pause_breaker_and_ceiling_but_keeps_crawl_delay() {
     // The rate is back to the start rate, still capped by Crawl-delay (2/s).
     assert_eq!(report.after.rate, p.start_rate.min(2.0));
     assert_eq!(report.after.crawl_delay, Some(Duration::from_millis(500)));
+    assert_eq!(b.view(&p, now), report.after);
+    assert_eq!(report.after.free_slots, 1, "a turn is free now");
     // And a new request goes now instead of after the breaker's five minutes.
     assert_eq!(b.admit(&p, now), Reservation::Go);
-    assert_eq!(b.view(&p, now), report.after);
 }

@@ -292,6 +292,7 @@ fn metrics(shared: &Shared, observe: &Observe) -> Answer {
             g.labelled.push((host, v.rate, v.ceiling, paused));
         }
     }
+    g.asleep = shared.budgets.asleep();
     g.store_errors = shared.cache.errors();
     g.backend_degraded = shared.budgets.state() == Some("degraded");
     g.redis = shared.budgets.shared().map(|r| {
@@ -303,6 +304,7 @@ fn metrics(shared: &Shared, observe: &Observe) -> Answer {
             wakes_live,
             woken_by_reset: shared.budgets.woken_by_reset(),
             robots_woken_by_message: shared.budgets.robots_woken_by_message(),
+            robots_asleep: shared.budgets.robots_asleep(),
             round_trips: n(&s.round_trips),
             conflicts: n(&s.conflicts),
             degraded_ops: n(&s.degraded_ops),
@@ -521,8 +523,8 @@ fn show(shared: &Shared, observe: &Observe, host: &str) -> Answer {
     let p = host_params(shared, &key);
     let mut d = hosts::detail(name, &v, &p, &observe.activity, shared.clock.wall());
     d.entry.group.clone_from(&key);
-    if let Some(g) = shared.budgets.members().get(&key) {
-        with_members(&mut d.entry, g);
+    if let Some(g) = shared.budgets.members_of(&key) {
+        with_members(&mut d.entry, &g);
     }
     json(StatusCode::OK, &d)
 }

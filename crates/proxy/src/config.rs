@@ -220,6 +220,10 @@ pub struct ProxyConfig {
     /// Threads that serve client connections, each with its own pool of
     /// origin connections; 0: one per CPU.
     pub threads: usize,
+    /// The longest a client's requests are held, seconds, when they carry
+    /// no `Prefer: wait=N` of their own: by user name (`proxy.auth`), by
+    /// client address, or `*` for every client. Absent: the budget's hold.
+    pub prefer_wait: BTreeMap<String, u64>,
 }
 
 impl ProxyConfig {
@@ -266,6 +270,7 @@ impl Default for ProxyConfig {
             backlog: 4096,
             h2_max_streams: 100,
             threads: 0,
+            prefer_wait: BTreeMap::new(),
         }
     }
 }

@@ -50,6 +50,7 @@ pub(crate) mod prefs;
 mod request;
 #[cfg(test)]
 mod tests;
+mod told;
 mod visit;
 
 /// What a step gives the next one, or the decision that ends the walk.
@@ -99,7 +100,9 @@ pub(crate) async fn handle(
         }
     }
     .await;
-    walked.unwrap_or_else(|stop| x.stopped(stop)) // the one funnel
+    let mut answer = walked.unwrap_or_else(|stop| x.stopped(stop)); // the one funnel
+    x.tell(&mut answer); // what the budget knows, and the client's wait
+    answer
 }
 
 /// One request on its way: where it goes, its audit record, its hold.
@@ -144,6 +147,10 @@ struct Exchange {
     /// says too (the agent token that bound the robots verdict, page-level
     /// directives).
     said: Vec<(&'static str, String)>,
+    /// The key of the budget the target's host belongs to, once placed.
+    group: Option<String>,
+    /// How long the request prefers to be held at most, and who chose it.
+    wait: Option<told::Wait>,
 }
 
 /// How far a request got; a client that goes away mid-walk leaves a line
@@ -236,11 +243,13 @@ impl Exchange {
         let url = target.url(req.uri().path_and_query());
         let mut rec = shared.record(req.method().as_str(), &url, &target.host, client);
         let live = shared.live();
+        let wait = told::preferred(&live, req.headers(), client, user.as_deref());
         rec.user = user;
         rec.agent = Some(request::agent(&live, req.headers()));
-        let deadline = shared.clock.now() + shared.budgets.max_hold(&target.host);
+        let max_hold = shared.budgets.max_hold(&target.host);
+        let start = shared.clock.now();
         let decode_for_client = live.crawler.compression && encoding::ask_for(req.headers());
-        Exchange {
+        let mut x = Exchange {
             enforce: live.policy.enforce,
             live,
             path: req
@@ -252,8 +261,8 @@ impl Exchange {
             target,
             client,
             url,
+            deadline: start,
             rec,
-            deadline,
             waited: Duration::ZERO,
             retries: 0,
             retry_after: None,
@@ -265,7 +274,12 @@ impl Exchange {
             paid_again: false,
             decode_for_client,
             said: Vec::new(),
-        }
+            group: None,
+            wait,
+        };
+        let hold = x.hold(max_hold);
+        x.deadline += hold;
+        x
     }
 
     /// Step 0: the target must be one the proxy may reach, by a name that
@@ -287,7 +301,9 @@ impl Exchange {
             }),
             None => guard.check_name(host, port).await,
         };
-        self.rec.group = Some(budgets.place(host, addr).key);
+        let group = budgets.place(host, addr).key;
+        self.rec.group = Some(group.clone());
+        self.group = Some(group);
         match reachable {
             Err(e @ (ConnectError::Blocked { .. } | ConnectError::Resolve { .. })) => {
                 Err(failure::connect(&e))
@@ -335,6 +351,11 @@ impl Exchange {
         req: &Request<B>,
     ) -> Result<Rules<F>, Unfetched> {
         let shared = self.shared.clone();
+        if cache(&shared).would_fetch(self.target.root()) {
+            if let Some(stop) = self.quiet_before_fetch().await {
+                return Err(Unfetched::Stopped(stop));
+            }
+        }
         let since = shared.clock.now();
         let rules = self.site_file_from(&shared, cache(&shared), req).await;
         let took = shared
@@ -507,7 +528,8 @@ impl Exchange {
                 }
                 let group = self.shared.budgets.group(&self.target.host);
                 let by = self.shared.throttled_by.get(&group.key);
-                Err(failure::budget(&r, "", by.as_deref()))
+                let stop = failure::budget(&r, "", by.as_deref());
+                Err(self.chose_not_to_wait(stop, &r))
             }
         }
     }

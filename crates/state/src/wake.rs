@@ -50,6 +50,8 @@ struct Inner {
     waiting: DashMap<String, Arc<Notify>>,
     /// Waiters woken by a message.
     woken: AtomicU64,
+    /// Waiters asleep now until a message or their next look.
+    asleep: AtomicU64,
 }
 
 /// Waiting for a message on one channel (by the host or origin its tag
@@ -126,6 +128,21 @@ impl Waiters {
         self.inner.woken.load(Ordering::Relaxed)
     }
 
+    /// Waiters asleep now (until a message or their next look): what a
+    /// test waits on to know that a message will find one.
+    pub fn asleep(&self) -> u64 {
+        self.inner.asleep.load(Ordering::SeqCst)
+    }
+
+    /// Counts a waiter in [`asleep`](Self::asleep) while what this returns
+    /// is held.
+    pub fn sleeping(&self) -> Asleep {
+        self.inner.asleep.fetch_add(1, Ordering::SeqCst);
+        Asleep {
+            inner: self.inner.clone(),
+        }
+    }
+
     /// Starts waiting for `name`'s channel: the next message on it
     /// signals what this returns (hold it while waiting).
     pub fn watch(&self, name: &str) -> Watch {
@@ -140,6 +157,18 @@ impl Waiters {
             name: name.to_string(),
             notify,
         }
+    }
+}
+
+/// One waiter asleep; see [`Waiters::sleeping`].
+#[derive(Debug)]
+pub struct Asleep {
+    inner: Arc<Inner>,
+}
+
+impl Drop for Asleep {
+    fn drop(&mut self) {
+        self.inner.asleep.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

@@ -248,6 +248,14 @@ pub struct HostView {
     /// The host's fast average time to first byte, ms.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub latency_ms: Option<u32>,
+    /// Time until the next rate slot (the end of a pause included): zero
+    /// when a request may go now. `/hosts` shows it as `next_turn_in_s`.
+    #[serde(skip)]
+    pub next_slot_in: Duration,
+    /// Rate slots free now: what is left of the burst, 0 while the next
+    /// slot is ahead.
+    #[serde(skip)]
+    pub free_slots: u32,
 }
 
 impl HostView {

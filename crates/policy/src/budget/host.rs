@@ -11,6 +11,7 @@ pub(super) mod history;
 mod pace;
 mod shared;
 mod throttle;
+mod turn;
 use pace::{GAP_NONE, MAX_SEND_GAP_MS};
 pub use shared::{DecodeError, ENCODED_LEN};
 
@@ -427,6 +428,8 @@ impl HostBudget {
             recent_distress: self.recent_distress(p, n),
             latency_baseline_ms: (self.latency_base > 0).then_some(u32::from(self.latency_base)),
             latency_ms: (self.latency_fast > 0).then_some(u32::from(self.latency_fast)),
+            next_slot_in: Duration::from_millis(self.next_slot(p, n).saturating_sub(n)),
+            free_slots: self.free_slots(p, n),
         }
     }
 

@@ -4,6 +4,137 @@ fn params() -> RobotsParams {
     RobotsParams::default()
 }
 
+fn head(validators: Validators) -> Head {
+    Head {
+        validators,
+        declared_age: None,
+    }
+}
+
+fn answer(fields: &[(&'static str, &'static str)]) -> http::HeaderMap {
+    let mut h = http::HeaderMap::new();
+    for (k, v) in fields {
+        h.append(*k, http::HeaderValue::from_static(v));
+    }
+    h
+}
+
+#[test]
+fn cache_control_gives_a_copy_its_own_age_within_the_cap_and_over_a_minute() {
+    let secs = |fields: &[(&'static str, &'static str)]| {
+        declared_age(&answer(fields)).map(|d| d.as_secs())
+    };
+    assert_eq!(secs(&[]), None);
+    assert_eq!(
+        secs(&[("cache-control", "public, max-age=3600")]),
+        Some(3600)
+    );
+    assert_eq!(secs(&[("cache-control", "MAX-AGE=\"7200\"")]), Some(7200));
+    // Its age so far is spent already.
+    assert_eq!(
+        secs(&[("cache-control", "max-age=3600"), ("age", "600")]),
+        Some(3000)
+    );
+    // Never under a minute: not stored, stale or nonsense is fetched again
+    // soon, not on every request.
+    assert_eq!(secs(&[("cache-control", "max-age=0")]), Some(60));
+    assert_eq!(
+        secs(&[("cache-control", "max-age=90"), ("age", "80")]),
+        Some(60)
+    );
+    assert_eq!(secs(&[("cache-control", "no-store")]), Some(60));
+    assert_eq!(
+        secs(&[("cache-control", "max-age=3600, no-cache")]),
+        Some(60)
+    );
+    assert_eq!(secs(&[("cache-control", "max-age=soon")]), Some(60));
+    assert_eq!(secs(&[("cache-control", "max-age=-5")]), Some(60));
+    assert_eq!(
+        secs(&[("cache-control", "max-age=10, max-age=20")]),
+        Some(60)
+    );
+    // The same twice is one statement; a shared cache's own is not ours.
+    assert_eq!(
+        secs(&[
+            ("cache-control", "max-age=120"),
+            ("cache-control", "max-age=120")
+        ]),
+        Some(120)
+    );
+    assert_eq!(secs(&[("cache-control", "s-maxage=5")]), None);
+    // Past u64: "very long", which the cap cuts.
+    let p = RobotsParams {
+        max_age_secs: 86_400.0,
+        ..params()
+    };
+    let h = Head::read(&answer(&[(
+        "cache-control",
+        "max-age=99999999999999999999999",
+    )]));
+    assert_eq!(h.fresh_for(&p), Duration::from_secs(86_400));
+    let h = Head::read(&answer(&[("cache-control", "max-age=172800")]));
+    assert_eq!(h.fresh_for(&p), Duration::from_secs(86_400));
+    // The cap is a cap on the floor too.
+    let short = RobotsParams {
+        max_age_secs: 2.0,
+        ..params()
+    };
+    assert_eq!(
+        Head::read(&answer(&[("cache-control", "no-store")])).fresh_for(&short),
+        Duration::from_secs(2)
+    );
+}
+
+#[test]
+fn a_copy_is_fetched_again_when_its_own_age_runs_out_and_a_304_may_restate_it() {
+    let t0 = Instant::now();
+    let p = params();
+    let body = FetchResult::Body(b"User-agent: *\nDisallow: /x".to_vec());
+    let h = Head::read(&answer(&[
+        ("cache-control", "max-age=300"),
+        ("etag", "\"a\""),
+    ]));
+    let e = RobotsEntry::<Robots>::after_fetch(None, &body, &p, t0).with_head(&body, h);
+    assert!(matches!(
+        e.lookup(&p, t0 + Duration::from_secs(299)),
+        Lookup::Use(_)
+    ));
+    let t1 = t0 + Duration::from_secs(300);
+    assert!(matches!(e.lookup(&p, t1), Lookup::Fetch));
+    // A 304 that restates no age keeps the copy's 300 s and its validators.
+    let same = RobotsEntry::after_fetch(Some(&e), &FetchResult::NotModified, &p, t1)
+        .with_head(&FetchResult::NotModified, Head::default());
+    assert_eq!(same.fresh_for(&p), Duration::from_secs(300));
+    assert_eq!(
+        same.validators().and_then(|v| v.etag.as_deref()),
+        Some("\"a\"")
+    );
+    // One that does replaces it (RFC 9111 §4.3.4), and a new ETag with it.
+    let h = Head::read(&answer(&[
+        ("cache-control", "max-age=900"),
+        ("etag", "\"b\""),
+    ]));
+    let longer = RobotsEntry::after_fetch(Some(&same), &FetchResult::NotModified, &p, t1)
+        .with_head(&FetchResult::NotModified, h);
+    assert_eq!(longer.fresh_for(&p), Duration::from_secs(900));
+    assert_eq!(
+        longer.validators().and_then(|v| v.etag.as_deref()),
+        Some("\"b\"")
+    );
+    assert!(matches!(
+        longer.lookup(&p, t1 + Duration::from_secs(899)),
+        Lookup::Use(_)
+    ));
+    assert!(matches!(
+        longer.lookup(&p, t1 + Duration::from_secs(900)),
+        Lookup::Fetch
+    ));
+    // A failure changes nothing of the copy's head.
+    let failed = RobotsEntry::after_fetch(Some(&longer), &FetchResult::Status(503), &p, t1)
+        .with_head(&FetchResult::Status(503), Head::default());
+    assert_eq!(failed.head(), longer.head());
+}
+
 fn allowed(rules: &Rules, path: &str) -> Option<bool> {
     match rules {
         Rules::Known(r) => Some(r.check("bot", path).allowed),
@@ -40,7 +171,7 @@ fn an_expired_copy_is_revalidated_and_a_304_restarts_its_age() {
     };
     let body = FetchResult::Body(b"User-agent: *\nDisallow: /x".to_vec());
     let v = Validators::read(Some("\"r1\""), Some("Sat, 05 Dec 2026 10:00:00 GMT"));
-    let e = RobotsEntry::after_fetch(None, &body, &p, t0).with_validators(&body, v.clone());
+    let e = RobotsEntry::after_fetch(None, &body, &p, t0).with_head(&body, head(v.clone()));
     assert_eq!(e.validators(), Some(&v));
     let t1 = t0 + Duration::from_secs(600);
     assert!(matches!(e.lookup(&p, t1), Lookup::Fetch));
@@ -62,7 +193,7 @@ fn an_expired_copy_is_revalidated_and_a_304_restarts_its_age() {
     // A new body replaces them with its own (here none).
     let none = Validators::read(None, Some(""));
     assert!(none.is_empty());
-    let fresh = RobotsEntry::after_fetch(Some(&failed), &body, &p, t1).with_validators(&body, none);
+    let fresh = RobotsEntry::after_fetch(Some(&failed), &body, &p, t1).with_head(&body, head(none));
     assert_eq!(fresh.validators(), None);
 }
 
@@ -79,9 +210,9 @@ fn a_304_without_a_copy_held_says_nothing() {
     }
     // A 4xx's "no rules" has no validators to send.
     let none = RobotsEntry::<Robots>::after_fetch(None, &FetchResult::Status(404), &p, t0)
-        .with_validators(
+        .with_head(
             &FetchResult::Status(404),
-            Validators::read(Some("\"x\""), None),
+            head(Validators::read(Some("\"x\""), None)),
         );
     assert_eq!(none.validators(), None);
     // An over-long validator is not kept.
@@ -154,7 +285,7 @@ fn tdmrep_json_is_read_retried_and_kept_as_robots_txt_is() {
 }
 
 #[test]
-fn a_cluster_keeps_usable_answers_for_their_age_and_failures_until_the_first_retry() {
+fn a_cluster_keeps_usable_answers_for_twice_their_age_and_failures_until_the_first_retry() {
     let p = RobotsParams {
         max_age_secs: 3600.0,
         retry_min_secs: 7.0,
@@ -168,7 +299,9 @@ fn a_cluster_keeps_usable_answers_for_their_age_and_failures_until_the_first_ret
     ];
     for r in &usable {
         assert!(classify(r).is_ok(), "{r:?}");
-        assert_eq!(p.cluster_keep(r), Duration::from_secs(3600), "{r:?}");
+        // Twice the age: an expired copy's validators are still there for
+        // the proxy that revalidates it.
+        assert_eq!(p.cluster_keep(r), Duration::from_secs(7200), "{r:?}");
     }
     let failed = [
         FetchResult::Status(429),

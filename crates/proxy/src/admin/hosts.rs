@@ -3,7 +3,7 @@
 
 use std::time::SystemTime;
 
-use mannerly_policy::budget::{Distress, HostParams, HostView};
+use mannerly_policy::budget::{Distress, HostParams, HostView, TurnWhy};
 use mannerly_policy::site::GroupKind;
 use serde::Serialize;
 
@@ -58,6 +58,13 @@ pub(crate) struct HostEntry {
     pub latency_baseline_ms: Option<u32>,
     pub latency_ms: Option<u32>,
     pub robots: Option<RobotsEntry>,
+    /// When a new request would get its turn (RFC 3339), how far ahead
+    /// (seconds, 0: now) and why: `now`, `paced`, `paused`,
+    /// `breaker_open`, `distressed`, or `busy` (every concurrency slot
+    /// taken: the turn comes when a request in flight ends).
+    pub next_turn_at: String,
+    pub next_turn_in_s: f64,
+    pub next_turn: TurnWhy,
     /// Decisions seen for the host since start (or since it was last forgotten).
     pub decisions: u64,
     pub last_seen: Option<String>,
@@ -115,7 +122,11 @@ pub(crate) fn entry(
         }),
         (None, None) => None,
     };
+    let turn = v.next_turn();
     HostEntry {
+        next_turn_at: rfc3339(now_ms + u64::try_from(turn.in_.as_millis()).unwrap_or(0)),
+        next_turn_in_s: round(turn.in_.as_secs_f64()),
+        next_turn: turn.why,
         group: host.clone(),
         host,
         kind: None,

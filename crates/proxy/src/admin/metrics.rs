@@ -97,6 +97,8 @@ pub(crate) struct RedisCounts {
     pub woken_by_reset: u64,
     /// Waits for another proxy's robots.txt copy woken by its message.
     pub robots_woken_by_message: u64,
+    /// Requests asleep now until another proxy's robots.txt copy comes.
+    pub robots_asleep: u64,
 }
 
 /// Scrape-time figures the caller reads from the store and elsewhere.
@@ -106,6 +108,8 @@ pub(crate) struct Gauges {
     pub hosts_paused: u64,
     pub hosts_breaker_open: u64,
     pub queued: u64,
+    /// Requests asleep now until their host's turn.
+    pub asleep: u64,
     pub in_flight: u64,
     pub store_errors: u64,
     pub store: mannerly_state::responses::StoreStats,
@@ -428,6 +432,7 @@ impl Metrics {
         gauge("mannerly_hosts_breaker_open", vec![]).set(g.hosts_breaker_open as f64);
         gauge("mannerly_queue_depth", vec![]).set(g.queued as f64);
         gauge("mannerly_in_flight", vec![]).set(g.in_flight as f64);
+        gauge("mannerly_requests_asleep", vec![]).set(g.asleep as f64);
         gauge("mannerly_state_backend_degraded", vec![]).set(if g.backend_degraded {
             1.0
         } else {
@@ -461,6 +466,7 @@ impl Metrics {
                 "mannerly_state_redis_robots_woken_by_message_total",
                 r.robots_woken_by_message,
             );
+            gauge("mannerly_state_redis_robots_asleep", vec![]).set(r.robots_asleep as f64);
         }
         total("mannerly_audit_lines_total", g.audit_lines);
         total("mannerly_audit_write_errors_total", g.audit_write_errors);

@@ -201,6 +201,29 @@ pub(crate) fn budget(r: &BudgetRefusal, prefix: &str, origin: Option<&str>) -> S
     }
 }
 
+/// A request whose client chose not to be held as long as the budget
+/// would have (`Prefer: wait=N`, or its default in `proxy.prefer_wait`):
+/// 503 at once, with the host's next turn as Retry-After, whatever the
+/// budget's refusal was (a pause it would have waited out included), and
+/// the decision header naming the choice.
+pub(crate) fn not_waited(stop: Stop, wait: u64, by: &'static str) -> Stop {
+    let reason = format!(
+        "{}; the {} chose to be held at most {wait} s",
+        stop.reason,
+        if by == "client" {
+            "client (Prefer: wait)"
+        } else {
+            "client's configured default (proxy.prefer_wait)"
+        }
+    );
+    Stop {
+        reason,
+        ..stop.status(503)
+    }
+    .detail("wait", wait.to_string())
+    .detail("wait_by", by)
+}
+
 /// The host is closed now (its robots.txt `Visit-time`, the operator's
 /// quiet hours) and opens later than the request may be held: `paced`,
 /// 503, with when it opens as Retry-After.

@@ -84,7 +84,26 @@ fn check_proxy(p: &ProxyConfig) -> Result<(), ConfigError> {
         p.threads <= 1024,
         "proxy.threads",
         "must be between 0 (one per CPU) and 1024",
-    )
+    )?;
+    check_prefer_wait(p)
+}
+
+/// `proxy.prefer_wait`: keys a client can be known by, waits of a day at most.
+fn check_prefer_wait(p: &ProxyConfig) -> Result<(), ConfigError> {
+    for (who, secs) in &p.prefer_wait {
+        let key = format!("proxy.prefer_wait.{who}");
+        let named = !who.is_empty()
+            && who
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._-@:".contains(&b));
+        require(
+            who == "*" || named,
+            &key,
+            "must be a user name, a client address or \"*\"",
+        )?;
+        require(*secs <= 86_400, &key, "must be at most 86400 seconds")?;
+    }
+    Ok(())
 }
 
 fn check_upstream(u: &UpstreamConfig) -> Result<(), ConfigError> {

@@ -56,6 +56,8 @@ pub(crate) struct Budgets {
     /// Waiters woken by another proxy's early end of a host's pause (an
     /// operator's reset there).
     woken_by_reset: AtomicU64,
+    /// Requests asleep now until their turn (`turn.rs`).
+    asleep: AtomicU64,
 }
 
 /// Where the budgets live.
@@ -119,6 +121,7 @@ impl Budgets {
             wakes: std::sync::OnceLock::new(),
             woken_by_message: AtomicU64::new(0),
             woken_by_reset: AtomicU64::new(0),
+            asleep: AtomicU64::new(0),
         })
     }
 

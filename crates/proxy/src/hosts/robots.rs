@@ -10,14 +10,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dashmap::DashMap;
-use http::header::{HeaderValue, ETAG, LAST_MODIFIED};
+use http::header::HeaderValue;
 use mannerly_policy::budget::{Announced, Refusal};
 use mannerly_policy::conditional::CacheOutcome;
 use mannerly_policy::robots::Robots;
 use mannerly_policy::robots_cache::{
-    fetch_reason_of, FetchResult, Lookup, RobotsEntry, RobotsParams, Rules, SiteFile, Validators,
+    fetch_reason_of, FetchResult, Head, Lookup, RobotsEntry, RobotsParams, Rules, SiteFile,
+    Validators,
 };
 use mannerly_policy::AuditRecord;
+use mannerly_state::robots::Fetched;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
@@ -31,10 +33,9 @@ use crate::upstream::UpstreamClient;
 mod cluster;
 mod fetch;
 
-#[cfg(test)]
 pub(crate) use fetch::report;
+use fetch::Pacing;
 pub(crate) use fetch::{fetch, FetchReport};
-use fetch::{header, Pacing};
 
 struct Slot<F> {
     entry: std::sync::RwLock<Option<RobotsEntry<F>>>,
@@ -138,10 +139,14 @@ impl<F: SiteFile> RobotsCache<F> {
         // take its copy.
         let now = self.clock.now_std();
         let claim = match cluster::claim(budgets, shared_key, &self.params, deadline, now).await {
-            cluster::Next::Use(result, at) => return Ok(self.install(key, &slot, &result, at)),
+            cluster::Next::Use(copy, at) => {
+                return Ok(self.install_with(key, &slot, &copy.result, copy.head, at))
+            }
             cluster::Next::Fetch(claim) => claim,
         };
-        let validators = self.validators(&slot, claim.is_none());
+        // The copy held, this proxy's fetch or the cluster's, is asked
+        // about with its validators: a 304 keeps it.
+        let asked = self.validators(&slot);
         let permit = budgets
             .acquire(&target.host, deadline)
             .await
@@ -152,52 +157,52 @@ impl<F: SiteFile> RobotsCache<F> {
             permit: Some(permit),
             refused: None,
         };
-        let validators = validators.as_ref();
-        let report = self
-            .fetch_within(client, &url, user_agent, validators, &mut pacing)
-            .await;
+        let ask = (user_agent, asked.as_ref());
+        let report = self.fetch_timed(client, &url, ask, &mut pacing).await;
         on_fetch(&report);
         if let Some(refusal) = pacing.refused {
             // A redirect the budget would not hold: the rules are unknown
             // for now, as when the first request is refused.
             return Err(Unfetched::Budget(refusal));
         }
-        let wall = self.clock.wall();
-        cluster::publish(claim, shared_key, &report.result, &self.params, wall).await;
-        let rules = self.install_fetched(key, &slot, &report);
+        let (rules, head) = self.install_fetched(key, &slot, &report);
+        let fetched = Fetched {
+            result: &report.result,
+            head: &head,
+            asked: asked.as_ref(),
+        };
+        cluster::publish(claim, shared_key, fetched, &self.params, self.clock.wall()).await;
         match report.stop {
             Some(stop) => Err(Unfetched::Stopped(stop)),
             None => Ok(rules),
         }
     }
 
-    /// One fetch of `url` within `robots.fetch_timeout_secs`, the turn of
-    /// its last hop answered with what the site said.
-    async fn fetch_within(
+    /// One fetch of `url` within `robots.fetch_timeout_secs`, its last
+    /// turn given back with what the site answered.
+    async fn fetch_timed(
         &self,
         client: &UpstreamClient,
         url: &str,
-        user_agent: Option<&HeaderValue>,
-        validators: Option<&Validators>,
+        (user_agent, validators): (Option<&HeaderValue>, Option<&Validators>),
         pacing: &mut Pacing<'_>,
     ) -> FetchReport {
         let timeout = Duration::from_secs_f64(self.params.fetch_timeout_secs);
         let sent = self.clock.wall();
-        let identity = self.identity.as_deref().map(|s| (s, &self.clock));
-        let hops = fetch(
+        let fetching = fetch(
             client,
             url,
             user_agent,
             self.params.max_redirects,
-            identity,
+            self.identity.as_deref().map(|s| (s, &self.clock)),
             Some(&mut *pacing),
             validators,
         );
-        let mut report = match tokio::time::timeout(timeout, hops).await {
+        let mut report = match tokio::time::timeout(timeout, fetching).await {
             Ok(r) => r,
             Err(_) => {
                 let why = format!("no complete answer within {timeout:?}");
-                fetch::report(url, None, FetchResult::Failed(why))
+                report(url, None, FetchResult::Failed(why))
             }
         };
         // A fetch the guard or the parent stopped never reached the site.
@@ -215,36 +220,27 @@ impl<F: SiteFile> RobotsCache<F> {
         report
     }
 
+    /// Installs this proxy's own fetch, with the head of its answer (its
+    /// validators and own age) for the next one; gives the rules and the
+    /// head the copy now has.
+    fn install_fetched(&self, key: &str, slot: &Slot<F>, report: &FetchReport) -> (Rules<F>, Head) {
+        let head = Head::read(&report.headers);
+        let now = self.clock.now_std();
+        let rules = self.install_with(key, slot, &report.result, head, now);
+        let guard = slot.entry.read().unwrap_or_else(|p| p.into_inner());
+        let head = guard.as_ref().map(|e| e.head().clone()).unwrap_or_default();
+        (rules, head)
+    }
+
     /// Puts the result of a fetch made at `fetched_at` (here, or by another
     /// proxy of the cluster) into the slot of `key`, counting its body
     /// against `robots.max_bytes`.
-    fn install(
-        &self,
-        key: &str,
-        slot: &Slot<F>,
-        result: &FetchResult,
-        fetched_at: std::time::Instant,
-    ) -> Rules<F> {
-        self.install_with(key, slot, result, Validators::default(), fetched_at)
-    }
-
-    /// [`install`](Self::install) of this proxy's own fetch, with the
-    /// validators of its answer for the next one.
-    fn install_fetched(&self, key: &str, slot: &Slot<F>, report: &FetchReport) -> Rules<F> {
-        let validators = Validators::read(
-            header(&report.headers, ETAG),
-            header(&report.headers, LAST_MODIFIED),
-        );
-        let now = self.clock.now_std();
-        self.install_with(key, slot, &report.result, validators, now)
-    }
-
     fn install_with(
         &self,
         key: &str,
         slot: &Slot<F>,
         result: &FetchResult,
-        validators: Validators,
+        head: Head,
         fetched_at: std::time::Instant,
     ) -> Rules<F> {
         let new = match result {
@@ -270,21 +266,26 @@ impl<F: SiteFile> RobotsCache<F> {
         let now = self.clock.now_std();
         let mut guard = slot.entry.write().unwrap_or_else(|p| p.into_inner());
         let entry = RobotsEntry::after_fetch(guard.as_ref(), result, &self.params, fetched_at)
-            .with_validators(result, validators);
+            .with_head(result, head);
         let rules = entry.rules_now(now);
         *guard = Some(entry);
         rules
     }
 
-    /// What a fetch sends to revalidate the copy held in `slot`: only a
-    /// lone proxy's (`alone`) revalidates, since a cluster's copy is
-    /// another proxy's fetch and a 304 to our validators says nothing of it.
-    fn validators(&self, slot: &Slot<F>, alone: bool) -> Option<Validators> {
-        if !alone {
-            return None;
-        }
+    /// What a fetch sends to revalidate the copy held in `slot`: a copy
+    /// another proxy of the cluster fetched carries its validators too.
+    fn validators(&self, slot: &Slot<F>) -> Option<Validators> {
         let guard = slot.entry.read().unwrap_or_else(|p| p.into_inner());
         guard.as_ref()?.validators().cloned()
+    }
+
+    /// Whether rules for `key` would be fetched now (nothing held, or its
+    /// age or retry time reached), without making a slot.
+    pub(crate) fn would_fetch(&self, key: &str) -> bool {
+        match self.slots.get(key) {
+            Some(slot) => self.cached(&slot).is_none(),
+            None => true,
+        }
     }
 
     fn cached(&self, slot: &Slot<F>) -> Option<Rules<F>> {

@@ -26,6 +26,9 @@ pub(super) struct Groups {
     params: RwLock<Arc<BudgetParams>>,
     /// Host key → its group, as its last request was placed.
     placed: DashMap<String, Group>,
+    /// Group key → the hosts `placed` holds in it: one group's members
+    /// without a walk over every host (`/hosts/{host}`, asked per dispatch).
+    held: DashMap<String, Vec<String>>,
     /// Hosts with a Crawl-delay of their own inside a shared group.
     spaced: DashMap<String, Arc<Spacing>>,
 }
@@ -59,6 +62,7 @@ impl Groups {
         Groups {
             params: RwLock::new(Arc::new(params)),
             placed: DashMap::new(),
+            held: DashMap::new(),
             spaced: DashMap::new(),
         }
     }
@@ -76,7 +80,12 @@ impl Groups {
             Ok(mut p) => *p = Arc::new(params),
             Err(poisoned) => *poisoned.into_inner() = Arc::new(params),
         }
+        self.forget_placed();
+    }
+
+    fn forget_placed(&self) {
         self.placed.clear();
+        self.held.clear();
     }
 
     /// Whether `group` is one host's alone (see `BudgetParams::alone`).
@@ -97,10 +106,35 @@ impl Groups {
             return group;
         }
         if self.placed.len() >= PLACED_MAX {
-            self.placed.clear();
+            self.forget_placed();
         }
-        self.placed.insert(key.into_owned(), group.clone());
+        let key = key.into_owned();
+        if let Some(old) = self.placed.insert(key.clone(), group.clone()) {
+            if let Some(mut hosts) = self.held.get_mut(&old.key) {
+                hosts.retain(|h| *h != key);
+            }
+        }
+        let mut hosts = self.held.entry(group.key.clone()).or_default();
+        if let Err(at) = hosts.binary_search(&key) {
+            hosts.insert(at, key);
+        }
+        drop(hosts);
         group
+    }
+
+    /// One group's members, as [`Groups::members`] shows each.
+    pub(super) fn members_of(&self, key: &str) -> Option<Members> {
+        let hosts = self.held.get(key)?.clone();
+        let kind = self.placed.get(hosts.first()?)?.kind;
+        let crawl_delay = hosts
+            .iter()
+            .filter_map(|h| self.spaced.get(h).map(|s| s.delay()))
+            .max();
+        Some(Members {
+            kind,
+            hosts,
+            crawl_delay,
+        })
     }
 
     /// The group of `host`: where it was placed, else by its name (not
@@ -195,6 +229,11 @@ impl Budgets {
     /// their Crawl-delays (for `/hosts`).
     pub(crate) fn members(&self) -> HashMap<String, Members> {
         self.groups.members()
+    }
+
+    /// The members of the group `key`, without a walk over every host.
+    pub(crate) fn members_of(&self, key: &str) -> Option<Members> {
+        self.groups.members_of(key)
     }
 
     /// The budget key an operator means by `name`: a group's key as it

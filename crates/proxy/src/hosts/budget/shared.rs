@@ -81,6 +81,11 @@ impl Budgets {
         self.wakes.get().map_or(0, |w| w.waiters().woken())
     }
 
+    /// Requests asleep now until another proxy's robots.txt copy comes.
+    pub(crate) fn robots_asleep(&self) -> u64 {
+        self.wakes.get().map_or(0, |w| w.waiters().asleep())
+    }
+
     /// The cluster's page store (`state.share_pages`), when state is shared.
     pub(crate) fn shared_pages(&self, cfg: &Config) -> Option<SharedPages> {
         let r = self.shared()?;

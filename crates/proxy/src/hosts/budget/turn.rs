@@ -7,25 +7,76 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mannerly_policy::budget::{Refusal, Reservation, Start, QUEUE_RETRY_AFTER};
+use mannerly_policy::budget::{HostParams, Refusal, Reservation, Start, QUEUE_RETRY_AFTER};
 use mannerly_state::hosts::Basis;
 use tokio::sync::futures::Notified;
 use tokio::time::Instant;
 
 use super::{Backend, Budgets, Line, Loan, Permit};
 
+/// What a wait for a free concurrency slot came to.
+enum Freed {
+    /// Ask for a slot again.
+    Look,
+    /// The pause changed: ask for the slot's time again.
+    Reset,
+    /// The hold ran out.
+    HeldTooLong,
+}
+
+/// A request asleep until its turn, counted in [`Budgets::asleep`] while
+/// this is held.
+struct Asleep<'a>(&'a Budgets);
+
+impl Drop for Asleep<'_> {
+    fn drop(&mut self) {
+        self.0.asleep.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 impl Budgets {
-    pub(super) async fn acquire_group(
-        self: &Arc<Self>,
-        mut key: String,
+    /// Requests asleep now until their turn (a slot, a pause's end, a free
+    /// concurrency slot): `mannerly_requests_asleep`, what a test waits on
+    /// to know that a request is held.
+    pub(crate) fn asleep(&self) -> u64 {
+        self.asleep.load(Ordering::SeqCst)
+    }
+
+    fn sleeping(&self) -> Asleep<'_> {
+        self.asleep.fetch_add(1, Ordering::SeqCst);
+        Asleep(self)
+    }
+
+    /// Sleeps `d` unless the line's pause changes first (an operator's
+    /// reset, here or heard from another proxy): `true` then, counted, and
+    /// the request asks again rather than sleep to the old end.
+    async fn asleep_for(
+        &self,
+        d: Duration,
+        changed: Pin<&mut Notified<'_>>,
+        line: &Line,
+        resets: u64,
+    ) -> bool {
+        let _asleep = self.sleeping();
+        tokio::select! {
+            _ = tokio::time::sleep(d) => false,
+            _ = changed => {
+                self.count_reset(line, resets);
+                true
+            }
+        }
+    }
+
+    /// One request at a time asks for its slot, in arrival order (tokio's
+    /// mutex is fair): a slot is only reserved when it is next, so a rate
+    /// that changed while others waited applies at once.
+    async fn queue_for_turn<'l>(
+        &self,
+        line: &'l Line,
+        key: &str,
         deadline: Instant,
-        loan: Loan,
-    ) -> Result<Permit, Refusal> {
-        let line = self.line(&key);
-        let params = self.key_params(&key);
-        // One request at a time asks for its slot, in arrival order (tokio's
-        // mutex is fair): a slot is only reserved when it is next, so a rate
-        // that changed while others waited applies at once.
+        params: &HostParams,
+    ) -> Result<tokio::sync::MutexGuard<'l, ()>, Refusal> {
         if line.waiting.fetch_add(1, Ordering::SeqCst) >= params.queue_limit as usize {
             line.waiting.fetch_sub(1, Ordering::SeqCst);
             return Err(Refusal::QueueFull {
@@ -34,9 +85,51 @@ impl Budgets {
         }
         let turn = tokio::time::timeout_at(deadline, line.turn.lock()).await;
         line.waiting.fetch_sub(1, Ordering::SeqCst);
-        let Ok(_turn) = turn else {
-            return Err(self.held_too_long(&key));
+        turn.map_err(|_| self.held_too_long(key))
+    }
+
+    /// Waits for a free concurrency slot: a release (here, or heard by
+    /// message: counted), a reset of the pause, the shared budget's next
+    /// look, or the end of the hold. `counts` are the line's releases and
+    /// resets heard before the look.
+    async fn wait_for_slot(
+        &self,
+        now: Instant,
+        deadline: Instant,
+        (freed, changed): (Pin<&mut Notified<'_>>, Pin<&mut Notified<'_>>),
+        line: &Line,
+        (heard, resets): (u64, u64),
+    ) -> Freed {
+        let recheck = match self.backend {
+            Backend::Memory(_) => deadline,
+            Backend::Redis(_) => (now + self.shared_recheck()).min(deadline),
         };
+        let _asleep = self.sleeping();
+        tokio::select! {
+            _ = freed => {
+                if line.heard.load(Ordering::SeqCst) != heard {
+                    self.woken_by_message.fetch_add(1, Ordering::Relaxed);
+                }
+                Freed::Look
+            }
+            _ = changed => {
+                self.count_reset(line, resets);
+                Freed::Reset
+            }
+            _ = tokio::time::sleep_until(recheck), if recheck < deadline => Freed::Look,
+            _ = tokio::time::sleep_until(deadline) => Freed::HeldTooLong,
+        }
+    }
+
+    pub(super) async fn acquire_group(
+        self: &Arc<Self>,
+        key: String,
+        deadline: Instant,
+        loan: Loan,
+    ) -> Result<Permit, Refusal> {
+        let line = self.line(&key);
+        let params = self.key_params(&key);
+        let _turn = self.queue_for_turn(&line, &key, deadline, &params).await?;
         self.apply_crawl_delay(&key).await;
         'admit: loop {
             // A pause that ends early takes the slots reserved behind it:
@@ -46,109 +139,61 @@ impl Budgets {
             changed.as_mut().enable();
             let resets = line.resets_heard.load(Ordering::SeqCst);
             let now = self.clock.now();
-            let (reservation, admitted_on, reserved) = self
+            let (reservation, admitted_on, mut reserved) = self
                 .admit(&key, now, deadline.saturating_duration_since(now), loan)
                 .await;
             match reservation {
                 Reservation::Refuse(r) => return Err(r),
-                Reservation::Wait(d) => tokio::select! {
-                    _ = tokio::time::sleep(d) => {}
-                    _ = &mut changed => {
-                        self.count_reset(&line, resets);
+                Reservation::Wait(d) => {
+                    if self.asleep_for(d, changed.as_mut(), &line, resets).await {
                         continue 'admit;
                     }
-                },
+                }
                 Reservation::Go => {}
             }
-            let max_hold = params.max_hold();
-            let started = self
-                .start(
-                    &mut key,
-                    &line,
-                    deadline,
-                    (admitted_on, reserved),
-                    max_hold,
-                    changed.as_mut(),
-                    resets,
-                )
-                .await;
-            match started {
-                Some(done) => return done,
-                None => continue 'admit,
-            }
-        }
-    }
-
-    /// The start of an admitted request: waits for its slot, or for a free
-    /// concurrency slot, until it may go. `None`: a pause changed while it
-    /// waited, and the request asks for its slot again.
-    #[allow(clippy::too_many_arguments)]
-    async fn start(
-        self: &Arc<Self>,
-        key: &mut String,
-        line: &Line,
-        deadline: Instant,
-        (admitted_on, mut reserved): (Option<Basis>, Instant),
-        max_hold: Duration,
-        mut changed: Pin<&mut Notified<'_>>,
-        resets: u64,
-    ) -> Option<Result<Permit, Refusal>> {
-        loop {
-            // Registered before asking, so a slot freed between the
-            // answer and the wait is not missed.
-            let freed = line.freed.notified();
-            tokio::pin!(freed);
-            freed.as_mut().enable();
-            let heard = line.heard.load(Ordering::SeqCst);
-            let now = self.clock.now();
-            let hold_left = deadline.saturating_duration_since(now);
-            // The next request of the line, if one waits, has its slot
-            // reserved with this one's start (shared budgets).
-            let next = (line.waiting.load(Ordering::SeqCst) > 0).then_some(max_hold);
-            let (answer, lease, started_on) = self
-                .try_start_since(key, now, hold_left, reserved, next)
-                .await;
-            match answer {
-                Start::Go => {
-                    let basis = Basis::of_request(admitted_on, started_on);
-                    return Some(Ok(Permit {
-                        host: std::mem::take(key),
-                        budgets: self.clone(),
-                        open: true,
-                        lease,
-                        state: basis.map(Basis::as_str),
-                        since: self.clock.now(),
-                    }));
-                }
-                Start::Refuse(r) => return Some(Err(r)),
-                Start::Wait(d) => {
-                    reserved = now;
-                    tokio::select! {
-                        _ = tokio::time::sleep(d) => {}
-                        _ = &mut changed => {
-                            self.count_reset(line, resets);
-                            return None;
+            loop {
+                // Registered before asking, so a slot freed between the
+                // answer and the wait is not missed.
+                let freed = line.freed.notified();
+                tokio::pin!(freed);
+                freed.as_mut().enable();
+                let heard = line.heard.load(Ordering::SeqCst);
+                let now = self.clock.now();
+                let hold_left = deadline.saturating_duration_since(now);
+                // The next request of the line, if one waits, has its slot
+                // reserved with this one's start (shared budgets).
+                let next = (line.waiting.load(Ordering::SeqCst) > 0).then(|| params.max_hold());
+                let (answer, lease, started_on) = self
+                    .try_start_since(&key, now, hold_left, reserved, next)
+                    .await;
+                match answer {
+                    Start::Go => {
+                        let basis = Basis::of_request(admitted_on, started_on);
+                        return Ok(Permit {
+                            host: key,
+                            budgets: self.clone(),
+                            open: true,
+                            lease,
+                            state: basis.map(Basis::as_str),
+                            since: self.clock.now(),
+                        });
+                    }
+                    Start::Refuse(r) => return Err(r),
+                    Start::Wait(d) => {
+                        reserved = now;
+                        if self.asleep_for(d, changed.as_mut(), &line, resets).await {
+                            continue 'admit;
                         }
                     }
-                }
-                Start::WaitConcurrency => {
-                    let recheck = match self.backend {
-                        Backend::Memory(_) => deadline,
-                        Backend::Redis(_) => (now + self.shared_recheck()).min(deadline),
-                    };
-                    tokio::select! {
-                        _ = &mut freed => {
-                            if line.heard.load(Ordering::SeqCst) != heard {
-                                self.woken_by_message.fetch_add(1, Ordering::Relaxed);
-                            }
-                        }
-                        _ = &mut changed => {
-                            self.count_reset(line, resets);
-                            return None;
-                        }
-                        _ = tokio::time::sleep_until(recheck), if recheck < deadline => {}
-                        _ = tokio::time::sleep_until(deadline) => {
-                            return Some(Err(self.held_too_long(key)));
+                    Start::WaitConcurrency => {
+                        let waits = (freed.as_mut(), changed.as_mut());
+                        match self
+                            .wait_for_slot(now, deadline, waits, &line, (heard, resets))
+                            .await
+                        {
+                            Freed::Look => {}
+                            Freed::Reset => continue 'admit,
+                            Freed::HeldTooLong => return Err(self.held_too_long(&key)),
                         }
                     }
                 }

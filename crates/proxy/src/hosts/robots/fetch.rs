@@ -313,10 +313,6 @@ fn conditional_fields(v: &Validators) -> Vec<(http::HeaderName, HeaderValue)> {
     .collect()
 }
 
-pub(super) fn header(headers: &http::HeaderMap, name: http::HeaderName) -> Option<&str> {
-    headers.get(name).and_then(|v| v.to_str().ok())
-}
-
 /// Reads a short error body to its end, so that the connection goes back
 /// to the pool for the page that asked for robots.txt (a 404 is the common
 /// answer); a long one is dropped, and its connection with it.

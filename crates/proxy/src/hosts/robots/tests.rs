@@ -23,7 +23,8 @@ fn fetched(c: &RobotsCache, origin: &str, len: usize) {
     let slot = c.slot(origin);
     let mut body = format!("User-agent: *\nDisallow: /private\n# {origin}\n").into_bytes();
     body.resize(len, b'#');
-    c.install(origin, &slot, &FetchResult::Body(body), c.clock.now_std());
+    let body = FetchResult::Body(body);
+    c.install_with(origin, &slot, &body, Default::default(), c.clock.now_std());
 }
 
 fn held(c: &RobotsCache, origin: &str) -> bool {
@@ -104,7 +105,13 @@ fn an_entry_evicted_while_its_fetch_ran_holds_no_bytes() {
     // Its answer still serves the requests that waited for it, but
     // counts against the cap only if it is in the cache.
     let x_body = FetchResult::Body(vec![b'#'; BODY]);
-    c.install("http://x.test/", &x, &x_body, c.clock.now_std());
+    c.install_with(
+        "http://x.test/",
+        &x,
+        &x_body,
+        Default::default(),
+        c.clock.now_std(),
+    );
     let (counted, held_bytes) = counted_and_held(&c);
     assert_eq!(counted, held_bytes);
 }
