@@ -20,10 +20,6 @@
 //!
 //! Loopback only; the proxies run with `upstream.allow_private = true`.
 
-#[allow(dead_code)]
-#[path = "../crates/state/tests/support/redis_cluster.rs"]
-mod redis_cluster;
-
 use std::convert::Infallible;
 use std::io::BufRead;
 use std::net::SocketAddr;
@@ -35,7 +31,7 @@ use http_body_util::Full;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
-use redis_cluster::{commandstats, RedisCluster, PROXY_CALLS};
+use mannerly_test_support::redis_cluster::{commandstats, RedisCluster, PROXY_CALLS};
 use tokio::net::TcpListener;
 
 #[path = "support/mannerly_bin.rs"]

@@ -174,17 +174,11 @@ struct Report {
     client_429: usize,
 }
 
-async fn run(
-    name: &'static str,
-    retry_after: Option<&'static str>,
-    announce: Option<Round>,
-    connections: usize,
-    pages: usize,
-) -> Report {
-    let (port, limiter) = origin(retry_after, announce).await;
-    let dir = std::env::temp_dir().join(format!("mannerly-seed-{}-{port}", std::process::id()));
+/// The embedded defaults on `dir`, loopback origins allowed, with
+/// `SEED_RECOVERY_STEP` and `SEED_BUDGET` laid over them.
+fn seed_config(dir: &std::path::Path) -> Config {
     let mut cfg: Config = toml::from_str(include_str!("../config/mannerly.toml")).unwrap();
-    cfg.data_dir = dir.clone();
+    cfg.data_dir = dir.to_path_buf();
     if let Some(step) = std::env::var("SEED_RECOVERY_STEP")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -198,6 +192,40 @@ async fn run(
     cfg.admin.listen = String::new();
     cfg.upstream.allow_private = true;
     cfg.audit.path = dir.join("audit.jsonl").display().to_string();
+    cfg
+}
+
+/// A client's answers: status and arrival, `None` for a failed request.
+type Answers = tokio::task::JoinHandle<Vec<Option<(u16, Instant)>>>;
+
+/// Pages delivered, 429s the clients got, and when the last page came.
+async fn tally(tasks: Vec<Answers>, start: Instant) -> (usize, usize, Instant) {
+    let mut delivered = 0;
+    let mut client_429 = 0;
+    let mut last = start;
+    for t in tasks {
+        for (status, at) in t.await.unwrap_or_default().into_iter().flatten() {
+            if status == 200 {
+                delivered += 1;
+                last = last.max(at);
+            } else if status == 429 {
+                client_429 += 1;
+            }
+        }
+    }
+    (delivered, client_429, last)
+}
+
+async fn run(
+    name: &'static str,
+    retry_after: Option<&'static str>,
+    announce: Option<Round>,
+    connections: usize,
+    pages: usize,
+) -> Report {
+    let (port, limiter) = origin(retry_after, announce).await;
+    let dir = std::env::temp_dir().join(format!("mannerly-seed-{}-{port}", std::process::id()));
+    let cfg = seed_config(&dir);
     let ca = CertificateAuthority::load_or_create(&dir, 16).unwrap();
     let (sink, writer) = mannerly_proxy::open_audit(&cfg).unwrap();
     let proxy = Proxy::bind(cfg, Arc::new(ca), sink).await.unwrap();
@@ -245,19 +273,7 @@ async fn run(
             }));
         }
     }
-    let mut delivered = 0;
-    let mut client_429 = 0;
-    let mut last = start;
-    for t in tasks {
-        for (status, at) in t.await.unwrap_or_default().into_iter().flatten() {
-            if status == 200 {
-                delivered += 1;
-                last = last.max(at);
-            } else if status == 429 {
-                client_429 += 1;
-            }
-        }
-    }
+    let (delivered, client_429, last) = tally(tasks, start).await;
     let _ = stop.send(());
     let _ = served.await;
     let _ = tokio::task::spawn_blocking(move || writer.close()).await;

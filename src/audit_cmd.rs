@@ -1,5 +1,6 @@
 //! `mannerly audit verify|pubkey`.
 
+use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -8,8 +9,6 @@ use mannerly_policy::{
     hex, last_chain, parse_public_key, split_line, Checkpoint, Problem, Report, SealReason,
     Verifier, VerifyingKey,
 };
-
-use crate::evidence_cmd::each_line;
 
 /// Exit code for a log whose chain is intact but whose last lines no
 /// checkpoint seals (a crash, or lines cut from the end).
@@ -317,4 +316,27 @@ fn verdict(report: &Report, live: Option<&(PathBuf, Option<u32>)>) -> ExitCode {
         last.name, last.sealed_through
     );
     ExitCode::from(UNSEALED)
+}
+
+/// Calls `f` with each line of a file, without its newline; bytes that are
+/// not UTF-8 are replaced, so the proofs, not this reader, refuse them.
+pub fn each_line(path: &Path, mut f: impl FnMut(&str) -> Result<()>) -> Result<()> {
+    let name = path.display().to_string();
+    let file = std::fs::File::open(path).with_context(|| name.clone())?;
+    let mut r = std::io::BufReader::with_capacity(256 * 1024, file);
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        if r.read_until(b'\n', &mut buf)
+            .with_context(|| format!("reading {name}"))?
+            == 0
+        {
+            return Ok(());
+        }
+        let line = String::from_utf8_lossy(&buf);
+        let line = line.trim_end_matches(['\n', '\r']);
+        if !line.is_empty() {
+            f(line)?;
+        }
+    }
 }

@@ -2,14 +2,14 @@
 //! site's lines of a log with the proofs that they are all there, and the
 //! check a site owner runs on them with the audit public key alone.
 
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use mannerly_policy::{Evidence, EvidenceBuilder, SealReason};
 
-use crate::audit_cmd::{log_files, read_pubkey, witness_head};
+use crate::audit_cmd::{each_line, log_files, read_pubkey, witness_head};
 
 /// Writes the evidence for `host` from the log `paths` (files in order, or
 /// directories) to `out`, and says what it holds.
@@ -128,27 +128,4 @@ pub fn verify(pubkey: &str, file: &Path, witness: Option<&str>) -> Result<ExitCo
     } else {
         ExitCode::from(3)
     })
-}
-
-/// Calls `f` with each line of a file, without its newline; bytes that are
-/// not UTF-8 are replaced, so the proofs, not this reader, refuse them.
-pub fn each_line(path: &Path, mut f: impl FnMut(&str) -> Result<()>) -> Result<()> {
-    let name = path.display().to_string();
-    let file = std::fs::File::open(path).with_context(|| name.clone())?;
-    let mut r = std::io::BufReader::with_capacity(256 * 1024, file);
-    let mut buf = Vec::new();
-    loop {
-        buf.clear();
-        if r.read_until(b'\n', &mut buf)
-            .with_context(|| format!("reading {name}"))?
-            == 0
-        {
-            return Ok(());
-        }
-        let line = String::from_utf8_lossy(&buf);
-        let line = line.trim_end_matches(['\n', '\r']);
-        if !line.is_empty() {
-            f(line)?;
-        }
-    }
 }

@@ -293,6 +293,11 @@ fn print_show(h: &Value) {
             ),
         },
     );
+    print_last_decisions(h);
+}
+
+/// The host's last decisions, one line each, oldest first as `/hosts` gives them.
+fn print_last_decisions(h: &Value) {
     println!("last decisions:");
     for d in h["last_decisions"].as_array().into_iter().flatten() {
         println!(

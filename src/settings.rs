@@ -5,6 +5,7 @@
 //! source (file line or variable), and `mannerly config show` can print it.
 
 mod layers;
+mod schema;
 mod show;
 mod suggest;
 
@@ -15,13 +16,10 @@ use anyhow::{Context, Result};
 use mannerly_proxy::{Config, ConfigError};
 
 pub use layers::Source;
+#[cfg(test)]
+use schema::EMBEDDED;
+pub use schema::NOT_KEYS;
 pub use show::render;
-
-/// The documented defaults, compiled in so `mannerly run` needs no file.
-pub const EMBEDDED: &str = include_str!("../config/mannerly.toml");
-
-/// Variables that are options of the command, not config keys.
-pub const NOT_KEYS: &[&str] = &["MANNERLY_CONFIG", "MANNERLY_LOG", "MANNERLY_LOG_FORMAT"];
 
 /// Settings given as command-line flags; they win over everything else.
 #[derive(Clone, Debug, Default)]

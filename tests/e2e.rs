@@ -2,9 +2,10 @@
 //! clients (reqwest trusting our CA, curl where installed, raw sockets).
 
 mod e2e {
-    // The redis-server and Redis Cluster starters, through the cluster
-    // scenario that loads them (a file is one module once).
-    pub use cluster_bench::{redis_cluster, redis_server};
+    // Test support shared with the benchmarks in examples/, in one crate.
+    pub use mannerly_test_support::cluster as cluster_bench;
+    pub use mannerly_test_support::limiters as limiters_bench;
+    pub use mannerly_test_support::{kill9, redis_cluster, redis_server};
     pub mod support;
 
     mod admin;
@@ -51,15 +52,4 @@ mod e2e {
     mod tour;
     mod wake;
     mod witness;
-
-    #[path = "../../examples/kill9.rs"]
-    mod kill9;
-    // The scenario's main and its other runs are not used by the tests.
-    #[allow(dead_code)]
-    #[path = "../../examples/cluster_scenario.rs"]
-    pub mod cluster_bench;
-    // Its benchmark's main and naive loop are not used by the tests.
-    #[allow(dead_code)]
-    #[path = "../../examples/limiters.rs"]
-    mod limiters_bench;
 }

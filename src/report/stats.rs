@@ -2,113 +2,22 @@
 //! state per host (the sends of the last minutes, a fixed number of chart
 //! buckets, the first few hundred 429s, a few cited lines per figure).
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io::{self, Write};
 
 use mannerly_policy::{chain_line, GENESIS};
-use serde::{Deserialize, Serialize};
 
 use super::time::{format_ts, parse_ts};
 
 mod feedback;
 mod host;
+mod line;
 mod robots;
 
 pub use feedback::{Episode, Window, EPISODES, WINDOW_S};
 pub use host::HostStats;
+pub use line::{Line, LineRef};
 pub use robots::{Cited, MAX_AGE_S};
-
-/// Where a figure comes from: a line of one of the report's files.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct LineRef {
-    /// Index into the report's files.
-    pub file: u16,
-    /// 1-based line number in that file.
-    pub line: u64,
-    /// The line's `id`.
-    pub id: String,
-}
-
-/// The fields of an audit line the report reads.
-#[derive(Deserialize)]
-pub struct Line<'a> {
-    #[serde(borrow)]
-    ts: Cow<'a, str>,
-    #[serde(borrow, default)]
-    sent: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    id: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    host: Cow<'a, str>,
-    #[serde(borrow, default)]
-    group: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    pub url: Cow<'a, str>,
-    #[serde(borrow, default)]
-    pub outcome: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    pub would: Option<Cow<'a, str>>,
-    #[serde(default)]
-    pub status: Option<u16>,
-    #[serde(borrow, default)]
-    pub rule: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    pub reason: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    pub agent: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    pub keyid: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    pub retried_by: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    cache: Option<Cow<'a, str>>,
-    #[serde(default)]
-    pub rate: Option<f64>,
-    #[serde(borrow, default)]
-    charged: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    saved_charge: Option<Cow<'a, str>>,
-    #[serde(default)]
-    pub pause_s: Option<f64>,
-    #[serde(default)]
-    pub saved_bytes: Option<u64>,
-    #[serde(default)]
-    pub bytes: Option<u64>,
-    #[serde(borrow, default)]
-    pub prefs: Option<LinePrefs<'a>>,
-    #[serde(borrow, default)]
-    pub distress: Option<Cow<'a, str>>,
-}
-
-/// What the report reads of a line's `prefs`: the page-level directives
-/// that bound the request, and whether any could not be read.
-#[derive(Deserialize)]
-pub struct LinePrefs<'a> {
-    #[serde(borrow, default)]
-    pub directives: Vec<Cow<'a, str>>,
-    #[serde(default)]
-    pub ignored: Vec<serde::de::IgnoredAny>,
-}
-
-impl Line<'_> {
-    /// When the line's request reached the origin: its `sent`, or, in a
-    /// log written before lines had one, the arrival of a request whose
-    /// outcome says it was sent.
-    fn sent_at(&self, ts: f64, outcome: &str) -> Option<f64> {
-        if let Some(s) = &self.sent {
-            return parse_ts(s);
-        }
-        let sent = match outcome {
-            "fetched" | "revalidated" | "unchanged" | "throttled" => {
-                self.cache.as_deref() != Some("hit")
-            }
-            "robots_fetched" | "tdmrep_fetched" => self.status.is_some(),
-            _ => false,
-        };
-        sent.then_some(ts)
-    }
-}
 
 /// Chain check of one file.
 #[derive(Debug, Clone)]

@@ -8,6 +8,7 @@ use anyhow::{anyhow, bail, Result};
 use mannerly_proxy::Config;
 use toml::{Table, Value};
 
+use super::schema::{dotted, leaves};
 use super::suggest;
 
 /// Where a value came from.
@@ -97,23 +98,6 @@ pub(super) fn lookup<'a>(schema: &'a Table, path: &[String]) -> Lookup<'a> {
     Lookup::Table
 }
 
-/// `["upstream", "resolve", "a.test:443"]` is `upstream.resolve."a.test:443"`.
-pub fn dotted(path: &[String]) -> String {
-    path.iter()
-        .map(|p| {
-            if !p.is_empty()
-                && p.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-            {
-                p.clone()
-            } else {
-                Value::String(p.clone()).to_string()
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(".")
-}
-
 pub(super) struct Layers {
     schema: Table,
     merged: Table,
@@ -122,7 +106,7 @@ pub(super) struct Layers {
 
 impl Layers {
     pub fn new() -> Result<Layers> {
-        let schema: Table = super::EMBEDDED
+        let schema: Table = super::schema::EMBEDDED
             .parse()
             .map_err(|e| anyhow!("embedded defaults: {e}"))?;
         let mut sources = BTreeMap::new();
@@ -411,23 +395,6 @@ fn resolve_listen(text: &str) -> Result<std::net::SocketAddr, String> {
         .ok_or_else(|| format!("{host} resolves to no address"))
 }
 
-/// Every non-table value with its path.
-pub(super) fn leaves(table: &Table) -> Vec<(Vec<String>, &Value)> {
-    fn walk<'a>(t: &'a Table, prefix: &mut Vec<String>, out: &mut Vec<(Vec<String>, &'a Value)>) {
-        for (k, v) in t {
-            prefix.push(k.clone());
-            match v {
-                Value::Table(inner) => walk(inner, prefix, out),
-                v => out.push((prefix.clone(), v)),
-            }
-            prefix.pop();
-        }
-    }
-    let mut out = Vec::new();
-    walk(table, &mut Vec::new(), &mut out);
-    out
-}
-
 fn get<'a>(table: &'a Table, path: &[String]) -> Option<&'a Value> {
     let (last, init) = path.split_last()?;
     let mut t = table;
@@ -548,7 +515,7 @@ fn source_order(source: &Source) -> (u8, usize, String) {
 /// `MANNERLY_CONFIG`).
 fn env_only_variable(name: &str) -> Option<String> {
     let word = name.strip_prefix("MANNERLY_")?.to_ascii_lowercase();
-    let names: Vec<String> = super::NOT_KEYS
+    let names: Vec<String> = super::schema::NOT_KEYS
         .iter()
         .filter_map(|n| n.strip_prefix("MANNERLY_"))
         .map(str::to_ascii_lowercase)

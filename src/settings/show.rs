@@ -6,7 +6,7 @@ use std::fmt::Write;
 
 use toml::Value;
 
-use super::layers::dotted;
+use super::schema::dotted;
 use super::Source;
 
 /// Renders `values` (leaf path → value, source) as TOML with a comment per line.

@@ -4,7 +4,7 @@
 
 use toml::{Table, Value};
 
-use super::layers::{dotted, leaves};
+use super::schema::{dotted, leaves};
 
 /// A suggestion for the unknown segment `path[at]`, given the keys that
 /// exist at that level.

@@ -527,3 +527,45 @@ fn robots_check_cli_prints_the_preference_verdict_next_to_the_robots_verdict() {
     assert_eq!(code, 2, "{out}");
     assert!(out.contains("unknown use"), "{out}");
 }
+
+/// RFC 3986 §5.2: a redirect of robots.txt to `?v=2` stays on
+/// `/robots.txt`, and `HTTP://` is a scheme like `http://`. Both origins'
+/// rules are read, so the page they disallow is refused unsent.
+#[tokio::test]
+async fn a_robots_txt_redirect_to_a_query_or_an_upper_case_scheme_is_followed_as_written() {
+    let rules = handler(|req| async move {
+        let path = req.uri().path_and_query().map_or("", |p| p.as_str());
+        match path {
+            "/robots.txt" => {
+                let mut r = text(301, "");
+                r.headers_mut().insert("location", "?v=2".parse().unwrap());
+                r
+            }
+            "/robots.txt?v=2" => text(200, "User-agent: *\nDisallow: /private\n"),
+            p => text(200, format!("page {p}")),
+        }
+    });
+    let queried = Origin::http(rules).await;
+    let target = queried.port();
+    let upper = Origin::http(handler(move |req| async move {
+        if req.uri().path() == "/robots.txt" {
+            let mut r = text(302, "");
+            let to = format!("HTTP://127.0.0.1:{target}/robots.txt?v=2");
+            r.headers_mut().insert("location", to.parse().unwrap());
+            return r;
+        }
+        text(200, "page")
+    }))
+    .await;
+    let mut proxy = TestProxy::start(|_| {}).await;
+    let c = proxy.client();
+    for origin in [&queried, &upper] {
+        let url = format!("http://127.0.0.1:{}/private/x", origin.port());
+        let r = c.get(&url).send().await.unwrap();
+        assert_eq!(r.status(), 403, "{url}");
+        assert_eq!(origin.seen.count("/private/x"), 0, "{url}");
+    }
+    assert_eq!(queried.seen.count("/robots.txt?v=2"), 2);
+    assert_eq!(queried.seen.count("/?v=2"), 0);
+    proxy.stop().await;
+}

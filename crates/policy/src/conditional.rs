@@ -42,6 +42,7 @@ mod entry;
 mod fields;
 mod invalidation;
 mod key;
+mod memo;
 mod not_modified;
 mod params;
 mod planning;
@@ -59,9 +60,10 @@ pub use admission::{admit, admit_under, Admission, BypassReason};
 pub use entry::CacheEntryMeta;
 pub use invalidation::invalidated_by;
 pub use key::{primary_key, variant_key, variant_prefix, vary_names, CacheKey, KeyError};
+pub use memo::Plan;
 pub use not_modified::{merge_not_modified, NotModifiedMismatch, Revalidated, WriteBack};
 pub use params::{CacheParams, CacheReads, CacheSync};
-pub use planning::{plan, Plan};
+pub use planning::plan;
 pub use storage::{invalidates_stored, is_targets_page, storable, NoStore};
 
 /// The audit line's `cache` field.

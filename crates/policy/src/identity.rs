@@ -25,12 +25,11 @@
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use ed25519_dalek::pkcs8::{DecodePrivateKey, EncodePrivateKey, KeypairBytes};
 use ed25519_dalek::{Signer as _, SigningKey, VerifyingKey};
 use http::header::{HeaderName, HeaderValue};
-use sha2::{Digest, Sha256};
 
 mod about;
 mod accept;
@@ -38,6 +37,7 @@ mod card;
 mod directory;
 mod form;
 mod user_agent;
+mod wire;
 
 pub use about::{
     about_html, html_escape, jafar_json, AboutCrawler, Prefix, ABOUT_PATH, RANGES_PATH, RANGES_REL,
@@ -50,6 +50,7 @@ pub use directory::{
 };
 pub use form::{Form, Forms};
 pub use user_agent::{claims_browser, BrowserUa, UaError, UaMode, UaPolicy, UaVerdict};
+pub use wire::{jwk_x, KeyId, LABEL, TAG};
 
 /// `Signature-Agent`.
 pub const SIGNATURE_AGENT: HeaderName = HeaderName::from_static("signature-agent");
@@ -58,11 +59,6 @@ pub const SIGNATURE_INPUT: HeaderName = HeaderName::from_static("signature-input
 /// `Signature`.
 pub const SIGNATURE: HeaderName = HeaderName::from_static("signature");
 
-/// The signature's label, and the key of our `Signature-Agent` member: the
-/// draft binds the member to the signature by giving both the same name.
-pub const LABEL: &str = "sig1";
-/// The `tag` every Web Bot Auth signature carries.
-pub const TAG: &str = "web-bot-auth";
 /// The longest validity accepted: the draft recommends no more than 24 h.
 pub const MAX_VALIDITY: Duration = Duration::from_secs(24 * 3600);
 
@@ -83,36 +79,6 @@ pub enum IdentityError {
     /// The validity is zero or longer than 24 h.
     #[error("validity must be between 1 s and 24 h, got {0:?}")]
     Validity(Duration),
-}
-
-/// A key's identifier: its JWK SHA-256 thumbprint (RFC 7638, RFC 8037 A.3),
-/// base64url without padding.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct KeyId(String);
-
-impl KeyId {
-    /// The thumbprint of an Ed25519 public key.
-    pub fn of(key: &VerifyingKey) -> KeyId {
-        // RFC 7638: the required members in lexicographic order, no spaces.
-        let canonical = format!(r#"{{"crv":"Ed25519","kty":"OKP","x":"{}"}}"#, jwk_x(key));
-        KeyId(URL_SAFE_NO_PAD.encode(Sha256::digest(canonical.as_bytes())))
-    }
-
-    /// The thumbprint as text.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for KeyId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-/// The JWK `x` member of an Ed25519 public key.
-pub fn jwk_x(key: &VerifyingKey) -> String {
-    URL_SAFE_NO_PAD.encode(key.as_bytes())
 }
 
 /// Reads an Ed25519 private key from PKCS#8 PEM.

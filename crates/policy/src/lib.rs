@@ -20,6 +20,7 @@ pub mod prefs;
 pub mod robots;
 pub mod robots_cache;
 mod token;
+pub mod url;
 pub mod visit;
 mod whitespace;
 

@@ -79,7 +79,7 @@ impl ParentUrl {
         };
         let (host, port) = split_host_port(hostport)
             .ok_or_else(|| bad("expected host[:port] after the scheme"))?;
-        let port = port.unwrap_or(if tls { 443 } else { 3128 });
+        let port = port.unwrap_or(if tls { crate::url::HTTPS_PORT } else { 3128 });
         Ok(ParentUrl {
             tls,
             host: host.to_ascii_lowercase(),

@@ -185,7 +185,7 @@ impl Robots {
         let path = normalise_path(url);
         let group = self.group(agent);
         let token = group.map(|g| g.token.as_str());
-        if is_robots_txt(&path) {
+        if crate::url::is_robots_txt(&path) {
             return Verdict {
                 allowed: true,
                 rule: None,
@@ -317,11 +317,6 @@ pub fn product_token(user_agent: &str) -> &str {
         return "";
     }
     token
-}
-
-fn is_robots_txt(path: &[u8]) -> bool {
-    let end = path.iter().position(|&b| b == b'?').unwrap_or(path.len());
-    &path[..end] == b"/robots.txt"
 }
 
 #[cfg(test)]

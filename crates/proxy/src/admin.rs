@@ -9,6 +9,7 @@ mod activity;
 mod client;
 mod hosts;
 mod metrics;
+mod reply;
 mod spend;
 mod wellknown;
 
@@ -20,9 +21,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use bytes::Bytes;
-use http::{header, Method, Request, Response, StatusCode};
-use http_body_util::Full;
+use http::{header, Method, Request, StatusCode};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
@@ -40,6 +39,7 @@ use crate::shared::Shared;
 
 use activity::Activity;
 use metrics::{Gauges, Metrics};
+use reply::{answer, error, json, Answer};
 
 const DASHBOARD: &str = include_str!("admin/dashboard.html");
 const PER_PAGE: usize = 50;
@@ -166,35 +166,6 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, observe: A
                 .await;
         });
     }
-}
-
-type Answer = Response<Full<Bytes>>;
-
-fn answer(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Answer {
-    let mut r = Response::new(Full::new(body.into()));
-    *r.status_mut() = status;
-    let h = r.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        header::HeaderValue::from_static(content_type),
-    );
-    h.insert(
-        header::CACHE_CONTROL,
-        header::HeaderValue::from_static("no-store"),
-    );
-    r
-}
-
-fn json(status: StatusCode, v: &impl Serialize) -> Answer {
-    match serde_json::to_vec_pretty(v) {
-        Ok(b) => answer(status, "application/json", b),
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
-    }
-}
-
-fn error(status: StatusCode, why: &str) -> Answer {
-    let body = serde_json::json!({ "error": why });
-    answer(status, "application/json", body.to_string())
 }
 
 async fn route(

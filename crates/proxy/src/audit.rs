@@ -339,23 +339,7 @@ impl Drop for AuditWriter {
 pub fn open(cfg: &Config) -> Result<(AuditSink, AuditWriter), AuditError> {
     let key = key::load_or_create(&cfg.data_dir)?;
     let target = cfg.audit_target();
-    let (out, prev, lines, trees) = match &target {
-        AuditTarget::Stdout => (Out::Stdout(io::stdout()), GENESIS.to_string(), 0, None),
-        AuditTarget::File(path) => {
-            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                datadir::prepare(dir)?;
-            }
-            let (file, lines, prev) = open_file(path)?;
-            let trees = match lines {
-                0 => None,
-                _ => Some(
-                    rebuild(path)
-                        .map_err(|e| AuditError::Log(format!("{}: {e}", path.display())))?,
-                ),
-            };
-            (Out::File(file), prev, lines, trees)
-        }
-    };
+    let (out, prev, lines, trees) = continued(&target)?;
     let stats = Arc::new(AuditStats::default());
     let clock = Clock::system();
     let witness = match cfg.audit.witness.trim() {
@@ -423,6 +407,32 @@ pub fn open(cfg: &Config) -> Result<(AuditSink, AuditWriter), AuditError> {
             thread: Some(thread),
         },
     ))
+}
+
+/// Where the log of `target` is written and what it continues: the chain
+/// value and line count of the file it appends to, and that file's trees
+/// with the chain value it started from (none for a new file or stdout).
+#[allow(clippy::type_complexity)]
+fn continued(
+    target: &AuditTarget,
+) -> Result<(Out, String, u64, Option<(FileTrees, String)>), AuditError> {
+    Ok(match target {
+        AuditTarget::Stdout => (Out::Stdout(io::stdout()), GENESIS.to_string(), 0, None),
+        AuditTarget::File(path) => {
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                datadir::prepare(dir)?;
+            }
+            let (file, lines, prev) = open_file(path)?;
+            let trees = match lines {
+                0 => None,
+                _ => Some(
+                    rebuild(path)
+                        .map_err(|e| AuditError::Log(format!("{}: {e}", path.display())))?,
+                ),
+            };
+            (Out::File(file), prev, lines, trees)
+        }
+    })
 }
 
 /// How often the timer thread looks for what is due (checkpoints by time,

@@ -315,7 +315,7 @@ impl Exchange {
 
     /// Step 1: robots.txt. Its own URL is always allowed and never waits for itself.
     async fn robots<B>(&mut self, req: &Request<B>) -> Step<()> {
-        if req.uri().path() == "/robots.txt" {
+        if mannerly_policy::url::is_robots_txt(req.uri().path()) {
             return Ok(());
         }
         let fetched = self.site_file(|s| &s.robots, req).await;

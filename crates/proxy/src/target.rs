@@ -3,6 +3,7 @@
 
 use http::uri::PathAndQuery;
 use http::Uri;
+use mannerly_policy::url;
 
 /// http or https.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,8 +24,8 @@ impl Scheme {
 
     pub(crate) fn default_port(self) -> u16 {
         match self {
-            Scheme::Http => 80,
-            Scheme::Https => 443,
+            Scheme::Http => url::HTTP_PORT,
+            Scheme::Https => url::HTTPS_PORT,
         }
     }
 }
@@ -73,18 +74,10 @@ impl Target {
     }
 
     pub(crate) fn new(scheme: Scheme, host: String, port: u16) -> Target {
-        // Built by hand: this runs for every request, and two `format!`s
+        // Built in place: this runs for every request, and two `format!`s
         // (the authority, then the root around it) were 1% of one.
-        let mut digits = itoa::Buffer::new();
-        let port_text = (port != scheme.default_port()).then(|| digits.format(port));
         let mut root = String::with_capacity(scheme.as_str().len() + host.len() + 10);
-        root.push_str(scheme.as_str());
-        root.push_str("://");
-        root.push_str(&host);
-        if let Some(p) = port_text {
-            root.push(':');
-            root.push_str(p);
-        }
+        url::push_origin(&mut root, scheme.as_str(), &host, Some(port));
         root.push('/');
         Target {
             scheme,

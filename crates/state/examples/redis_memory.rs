@@ -11,9 +11,7 @@
 // passes them in, as the proxy does, and times itself.
 #![allow(clippy::disallowed_methods)]
 
-#[allow(dead_code)]
-#[path = "../tests/support/redis_server.rs"]
-mod redis_server;
+use mannerly_test_support::redis_server;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};

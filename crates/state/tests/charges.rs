@@ -7,9 +7,7 @@ use mannerly_policy::payment::{Money, PaymentParams};
 use mannerly_state::charges::ChargeStore;
 use redis::aio::ConnectionManager;
 
-#[path = "support/redis_server.rs"]
-#[allow(dead_code)]
-mod redis_server;
+use mannerly_test_support::redis_server;
 
 const NOW: u64 = 20_000 * 86_400;
 

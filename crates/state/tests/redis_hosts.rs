@@ -4,8 +4,7 @@
 // Tests take their instants and wall times from the system clocks.
 #![allow(clippy::disallowed_methods)]
 
-#[path = "support/redis_server.rs"]
-mod redis_server;
+use mannerly_test_support::redis_server;
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};

@@ -9,7 +9,7 @@ use std::collections::{BinaryHeap, VecDeque};
 
 use serde::Serialize;
 
-use super::LineRef;
+use super::line::LineRef;
 
 /// The window before and after a 429 in which the pace is read: the
 /// breaker's window, and what a site grading "did it slow down" looks at.

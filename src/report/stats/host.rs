@@ -1,8 +1,8 @@
 //! The figures of one host, counted line by line.
 
 use super::feedback::{Feedback, Send};
+use super::line::{Line, LineRef};
 use super::robots::{Cited, RobotsSignal};
-use super::{Line, LineRef};
 use mannerly_policy::robots_cache::fetch_failed;
 
 /// Chart buckets per host; their width doubles as the log grows.

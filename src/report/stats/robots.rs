@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use super::LineRef;
+use super::line::LineRef;
 
 /// The oldest a robots.txt copy may be when a request is checked (RFC 9309
 /// §2.4: no longer than 24 hours).

@@ -8,8 +8,7 @@ use http_cache_semantics::CachePolicy;
 use serde::{Deserialize, Serialize};
 
 use super::key::CacheKey;
-use super::not_modified::NotModifiedMemo;
-use super::Plan;
+use super::memo::{NotModifiedMemo, Plan};
 
 /// Everything about a stored response except its body: the key it answers,
 /// its status and headers exactly as received (hop-by-hop fields removed),

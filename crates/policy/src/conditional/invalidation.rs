@@ -5,6 +5,7 @@ use http::header::{self, HeaderMap};
 use http::{request, Method, StatusCode};
 
 use super::{CacheKey, CacheParams};
+use crate::url;
 
 /// The keys whose stored pages must be removed after the origin answered
 /// `req` (for `absolute_url`) with `status` and `headers`.
@@ -35,51 +36,16 @@ pub fn invalidated_by(
         let Some(reference) = headers.get(name).and_then(|v| v.to_str().ok()) else {
             continue;
         };
-        let Some(key) = resolve(target.url(), reference.trim())
+        let Some(key) = url::join_target(target.url(), reference.trim())
             .and_then(|url| CacheKey::new(&Method::GET, &url).ok())
         else {
             continue;
         };
-        if origin(key.url()) == origin(target.url()) && !keys.contains(&key) {
+        if url::origin(key.url()) == url::origin(target.url()) && !keys.contains(&key) {
             keys.push(key);
         }
     }
     keys
-}
-
-/// `scheme://authority` of a normalised absolute URL.
-fn origin(url: &str) -> &str {
-    let after_scheme = url.find("://").map_or(0, |i| i + 3);
-    let end = url[after_scheme..]
-        .find(['/', '?'])
-        .map_or(url.len(), |i| after_scheme + i);
-    &url[..end]
-}
-
-/// `reference` resolved against the normalised absolute URL `base`
-/// (RFC 3986 §5.2, without removing dot segments: the key keeps them too).
-fn resolve(base: &str, reference: &str) -> Option<String> {
-    let lower = reference.to_ascii_lowercase();
-    if lower.starts_with("http://") || lower.starts_with("https://") {
-        return Some(reference.to_string());
-    }
-    if reference.is_empty() || reference.contains("://") {
-        return None;
-    }
-    let scheme = &base[..base.find("://")?];
-    if let Some(rest) = reference.strip_prefix("//") {
-        return Some(format!("{scheme}://{rest}"));
-    }
-    let origin = origin(base);
-    if reference.starts_with('/') {
-        return Some(format!("{origin}{reference}"));
-    }
-    let path = base[origin.len()..].split(['?', '#']).next().unwrap_or("/");
-    if reference.starts_with('?') {
-        return Some(format!("{origin}{path}{reference}"));
-    }
-    let dir = &path[..path.rfind('/').map_or(0, |i| i + 1)];
-    Some(format!("{origin}{dir}{reference}"))
 }
 
 #[cfg(test)]
@@ -141,6 +107,10 @@ mod tests {
         );
         let got = keys("PUT", 200, &[("location", "HTTP://A.test:80/abs")]);
         assert_eq!(got[1..], ["http://a.test/abs"]);
+        // Resolved as RFC 3986 §5.2 has it, dot segments removed: the page a
+        // client asks for next is keyed without them.
+        let got = keys("PUT", 200, &[("location", "../up?v")]);
+        assert_eq!(got[1..], ["http://a.test/up?v"]);
         for elsewhere in [
             "http://b.test/x",
             "https://a.test/x",

@@ -4,6 +4,8 @@ use http::{HeaderMap, Method, Uri};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::url;
+
 /// The primary cache key of a request: its method and normalised absolute URL,
 /// as `"GET https://example.com/path?q"`.
 ///
@@ -160,13 +162,7 @@ pub fn variant_prefix(key: &CacheKey) -> String {
 fn normalise_url(input: &str, out: &mut String) -> Option<()> {
     let input = input.split('#').next().unwrap_or("");
     let (scheme, rest) = input.split_once("://")?;
-    let (scheme, default_port) = if scheme.eq_ignore_ascii_case("http") {
-        ("http", 80)
-    } else if scheme.eq_ignore_ascii_case("https") {
-        ("https", 443)
-    } else {
-        return None;
-    };
+    let (scheme, _) = url::known_scheme(scheme)?;
     // Parsed as written when the scheme is already lower-case, as it
     // almost always is: no copy made only to be parsed.
     let uri = if input.starts_with(scheme) {
@@ -180,18 +176,7 @@ fn normalise_url(input: &str, out: &mut String) -> Option<()> {
     if host.is_empty() {
         return None;
     }
-    out.push_str(scheme);
-    out.push_str("://");
-    for c in host.chars() {
-        out.push(c.to_ascii_lowercase());
-    }
-    match authority.port_u16() {
-        Some(port) if port != default_port => {
-            out.push(':');
-            out.push_str(&port.to_string());
-        }
-        _ => {}
-    }
+    url::push_origin(out, scheme, host, authority.port_u16());
     push_path_and_query(uri.path(), uri.query(), out);
     Some(())
 }

@@ -5,36 +5,13 @@ use std::sync::OnceLock;
 use std::time::SystemTime;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::{request, Method, StatusCode};
+use http::{request, Method};
 use http_cache_semantics::BeforeRequest;
 
 use super::admission::CLIENT_VALIDATORS;
 use super::canonical::canonical_request;
+use super::memo::Plan;
 use super::{variant_key, CacheEntryMeta, CacheKey, CacheParams};
-
-/// What to do with a request the store was read for.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Plan {
-    /// Nothing usable is stored: forward the request as is. Audit `miss` (or
-    /// `stored` if the answer is then stored).
-    Fetch,
-    /// Add these headers (`If-None-Match` and/or `If-Modified-Since`) to the
-    /// upstream request. A 304 goes to
-    /// [`merge_not_modified`](super::merge_not_modified); a 200 replaces the
-    /// entry through [`storable`](super::storable).
-    Revalidate {
-        /// The validators to add; never empty.
-        validators: HeaderMap,
-    },
-    /// Fresh per RFC 9111 and `serve_fresh` is on: answer with the stored body
-    /// and these status and headers, without asking the origin. Audit `hit`.
-    ServeStored {
-        /// The stored status.
-        status: StatusCode,
-        /// The stored headers with `Age` brought up to date.
-        headers: HeaderMap,
-    },
-}
 
 /// Plans a request that [`admit`](super::admit) returned `Lookup(key)` for.
 /// `stored` is the entry the store returned for `(key, req.headers)`, if any.

@@ -127,7 +127,7 @@ impl AskedSignature {
             let mut asked = AskedSignature::default();
             for (key, v) in list.params.iter() {
                 match (key.as_str(), v) {
-                    ("tag", BareItem::String(t)) if t.as_str() != super::TAG => return None,
+                    ("tag", BareItem::String(t)) if t.as_str() != super::wire::TAG => return None,
                     ("nonce", BareItem::String(n)) if plain(n.as_str()) => {
                         asked.nonce = Some(n.as_str().to_string())
                     }

@@ -12,7 +12,7 @@ use ed25519_dalek::{Signer as _, SigningKey, VerifyingKey};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use super::{jwk_x, KeyId};
+use super::wire::{jwk_x, KeyId};
 
 /// Where the directory is served, on the `Signature-Agent` origin.
 pub const DIRECTORY_PATH: &str = "/.well-known/http-message-signatures-directory";

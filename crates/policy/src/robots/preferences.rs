@@ -13,11 +13,12 @@
 //! The Content-Signal `use` is chosen the same way among the lines that state
 //! it; on a tie `reference` wins.
 
-use super::{is_robots_txt, Robots, SignalRefusal, SignalUse, Statement};
+use super::{Robots, SignalRefusal, SignalUse, Statement};
 use crate::pattern::normalise_path;
 use crate::prefs::{
     DeclaredUse, Place, PrefsRecord, PrefsRefusal, Purpose, Said, Stance, Vocabulary,
 };
+use crate::url::is_robots_txt;
 
 /// One winning line: its path length, its value, and the line.
 type Winner<'a, V> = Option<(usize, V, Said<'a>)>;

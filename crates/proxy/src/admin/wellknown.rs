@@ -16,7 +16,7 @@ use mannerly_policy::identity::{
     RANGES_REL,
 };
 
-use super::{answer, error, Answer};
+use super::reply::{answer, error, Answer};
 use crate::shared::Shared;
 
 /// How long a verifier may keep the directory. Short: a key removed from
@@ -164,8 +164,5 @@ fn request_authority(req: &Request<Incoming>) -> String {
         .and_then(|v| v.to_str().ok())
         .or_else(|| req.uri().authority().map(|a| a.as_str()))
         .unwrap_or("");
-    let host = host.to_ascii_lowercase();
-    host.strip_suffix(":443")
-        .map(str::to_string)
-        .unwrap_or(host)
+    mannerly_policy::url::strip_default_port("https", host).to_ascii_lowercase()
 }

@@ -9,11 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use mannerly_policy::identity::KeyId;
-
 use dashmap::DashMap;
 use http::header::HeaderValue;
-use http::Uri;
 use mannerly_policy::budget::{Announced, Refusal};
 use mannerly_policy::conditional::CacheOutcome;
 use mannerly_policy::robots::Robots;
@@ -28,7 +25,7 @@ use tokio::time::Instant;
 
 use crate::answer::Stop;
 use crate::clock::Clock;
-use crate::hosts::budget::{Budgets, Permit};
+use crate::hosts::budget::Budgets;
 use crate::identity::Signer;
 use crate::target::Target;
 use crate::upstream::UpstreamClient;
@@ -36,8 +33,9 @@ use crate::upstream::UpstreamClient;
 mod cluster;
 mod fetch;
 
-pub(crate) use fetch::fetch;
 pub(crate) use fetch::report;
+use fetch::Pacing;
+pub(crate) use fetch::{fetch, FetchReport};
 
 struct Slot<F> {
     entry: std::sync::RwLock<Option<RobotsEntry<F>>>,
@@ -49,26 +47,6 @@ struct Slot<F> {
     // Held while fetching, so concurrent requests to a cold origin wait for
     // the one fetch instead of starting their own.
     fetching: Mutex<()>,
-}
-
-/// One fetch as it happened, for its `robots_fetched` audit line.
-pub(crate) struct FetchReport {
-    pub url: String,
-    pub status: Option<u16>,
-    pub retry_after: Option<String>,
-    /// The response head, for the limit it may announce.
-    pub headers: http::HeaderMap,
-    pub bytes: u64,
-    /// The Web Bot Auth key the (last) request was signed with.
-    pub keyid: Option<KeyId>,
-    pub result: FetchResult,
-    /// The answer of the request that waited for this fetch, when the
-    /// failure is its own and not the site's: the guard refused the address
-    /// the name resolved to at connect time (DNS rebinding), or the parent
-    /// proxy failed and the site was never asked.
-    pub stop: Option<Stop>,
-    /// When the fetch's first request was sent (audit `sent`).
-    pub sent: Option<std::time::SystemTime>,
 }
 
 /// Why `rules` has no rules to give.
@@ -395,39 +373,6 @@ impl<F: SiteFile> RobotsCache<F> {
         if let Some((_, s)) = self.slots.remove(key) {
             self.bytes
                 .fetch_sub(s.bytes.swap(0, Ordering::Relaxed), Ordering::Relaxed);
-        }
-    }
-}
-
-/// The budget turns of one robots.txt fetch: the permit of the request in
-/// flight, and a refusal that ended the fetch.
-pub(crate) struct Pacing<'a> {
-    budgets: &'a Arc<Budgets>,
-    deadline: Instant,
-    permit: Option<Permit>,
-    refused: Option<Refusal>,
-}
-
-impl Pacing<'_> {
-    /// Gives back the turn of a hop answered `status` and takes one of the
-    /// host `next` points at: the origin counts a redirect like any request.
-    /// `false` when the budget would not hold the next hop.
-    async fn next_hop(&mut self, status: u16, next: &Uri) -> bool {
-        if let Some(permit) = self.permit.take() {
-            permit.respond(status, None, None, None).await;
-        }
-        let Some(host) = next.host() else {
-            return true;
-        };
-        match self.budgets.acquire_own(host, self.deadline).await {
-            Ok(p) => {
-                self.permit = Some(p);
-                true
-            }
-            Err(r) => {
-                self.refused = Some(r);
-                false
-            }
         }
     }
 }

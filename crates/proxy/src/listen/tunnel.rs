@@ -42,7 +42,9 @@ pub(crate) async fn connect(
         return shared.stop(rec, stop);
     };
     let host = authority.host().to_ascii_lowercase();
-    let port = authority.port_u16().unwrap_or(443);
+    let port = authority
+        .port_u16()
+        .unwrap_or(mannerly_policy::url::HTTPS_PORT);
     let mut rec = shared.record("CONNECT", &url, &host, peer);
     rec.user = user.clone();
     // An intercepted tunnel carries HTTP or TLS through the pipeline (its

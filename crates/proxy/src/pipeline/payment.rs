@@ -89,7 +89,7 @@ impl Exchange {
             return Ok(());
         };
         // Pay Per Crawl never charges robots.txt.
-        if self.path == "/robots.txt" {
+        if mannerly_policy::url::is_robots_txt(&self.path) {
             return Ok(());
         }
         // Boxed: only a host priced by a standing offer gets here, and the

@@ -312,7 +312,8 @@ impl Exchange {
         let declared = request_purposes(&live, &self.rec)
             .iter()
             .any(|p| TDM_PURPOSES.contains(p));
-        let own = matches!(req.uri().path(), "/robots.txt" | TDMREP_PATH);
+        let path = req.uri().path();
+        let own = mannerly_policy::url::is_robots_txt(path) || path == TDMREP_PATH;
         if !declared || own {
             return Ok(());
         }

@@ -103,20 +103,7 @@ impl HostBudget {
         now: Instant,
         wall: SystemTime,
     ) -> Result<HostBudget, DecodeError> {
-        let known = matches!(
-            (bytes.first(), bytes.len()),
-            (Some(7), ENCODED_LEN)
-                | (Some(5 | 6), LAYOUT_6_LEN)
-                | (Some(4), LAYOUT_4_LEN)
-                | (Some(2 | 3), LAYOUT_2_LEN)
-                | (Some(1), LAYOUT_1_LEN)
-        );
-        if !known {
-            return Err(DecodeError::Layout {
-                layout: bytes.first().copied().unwrap_or(0),
-                len: bytes.len(),
-            });
-        }
+        known_layout(bytes)?;
         let mut at = 1;
         let mut take = |n: usize| {
             let s = &bytes[at..at + n];
@@ -267,6 +254,26 @@ fn unix_us(wall: SystemTime) -> i64 {
         Ok(d) => i64::try_from(d.as_micros()).unwrap_or(i64::MAX),
         Err(e) => -i64::try_from(e.duration().as_micros()).unwrap_or(i64::MAX),
     }
+}
+
+/// A layout this process reads, at its length: the bytes `decode` takes
+/// are all there.
+fn known_layout(bytes: &[u8]) -> Result<(), DecodeError> {
+    let known = matches!(
+        (bytes.first(), bytes.len()),
+        (Some(7), ENCODED_LEN)
+            | (Some(5 | 6), LAYOUT_6_LEN)
+            | (Some(4), LAYOUT_4_LEN)
+            | (Some(2 | 3), LAYOUT_2_LEN)
+            | (Some(1), LAYOUT_1_LEN)
+    );
+    if known {
+        return Ok(());
+    }
+    Err(DecodeError::Layout {
+        layout: bytes.first().copied().unwrap_or(0),
+        len: bytes.len(),
+    })
 }
 
 #[cfg(test)]

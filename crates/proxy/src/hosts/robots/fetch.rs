@@ -3,24 +3,82 @@
 //! followed, a 2xx body read up to 500 KiB, a 304 to our validators the
 //! copy kept.
 
+use std::sync::Arc;
+
 use bytes::{Bytes, BytesMut};
 use http::header::{HeaderValue, IF_MODIFIED_SINCE, IF_NONE_MATCH, LOCATION, USER_AGENT};
 use http::{Method, Request, Uri};
 use http_body_util::BodyExt;
+use mannerly_policy::budget::Refusal;
 use mannerly_policy::identity::KeyId;
 use mannerly_policy::parent::ParentVerdict;
 use mannerly_policy::robots::MAX_ROBOTS_BYTES;
 use mannerly_policy::robots_cache::{FetchResult, Validators};
 use mannerly_policy::Outcome;
+use tokio::time::Instant;
 
-use super::{FetchReport, Pacing};
 use crate::answer::failure;
+use crate::answer::Stop;
 use crate::body::{empty, ProxyBody};
 use crate::clock::Clock;
 use crate::error::Source;
+use crate::hosts::budget::{Budgets, Permit};
 use crate::identity::Signer;
 use crate::upstream::conns::{ConnHandle, ReleaseOnEnd};
 use crate::upstream::UpstreamClient;
+
+/// One fetch as it happened, for its `robots_fetched` audit line.
+pub(crate) struct FetchReport {
+    pub url: String,
+    pub status: Option<u16>,
+    pub retry_after: Option<String>,
+    /// The response head, for the limit it may announce.
+    pub headers: http::HeaderMap,
+    pub bytes: u64,
+    /// The Web Bot Auth key the (last) request was signed with.
+    pub keyid: Option<KeyId>,
+    pub result: FetchResult,
+    /// The answer of the request that waited for this fetch, when the
+    /// failure is its own and not the site's: the guard refused the address
+    /// the name resolved to at connect time (DNS rebinding), or the parent
+    /// proxy failed and the site was never asked.
+    pub stop: Option<Stop>,
+    /// When the fetch's first request was sent (audit `sent`).
+    pub sent: Option<std::time::SystemTime>,
+}
+
+/// The budget turns of one robots.txt fetch: the permit of the request in
+/// flight, and a refusal that ended the fetch.
+pub(crate) struct Pacing<'a> {
+    pub(super) budgets: &'a Arc<Budgets>,
+    pub(super) deadline: Instant,
+    pub(super) permit: Option<Permit>,
+    pub(super) refused: Option<Refusal>,
+}
+
+impl Pacing<'_> {
+    /// Gives back the turn of a hop answered `status` and takes one of the
+    /// host `next` points at: the origin counts a redirect like any request.
+    /// `false` when the budget would not hold the next hop.
+    async fn next_hop(&mut self, status: u16, next: &Uri) -> bool {
+        if let Some(permit) = self.permit.take() {
+            permit.respond(status, None, None, None).await;
+        }
+        let Some(host) = next.host() else {
+            return true;
+        };
+        match self.budgets.acquire_own(host, self.deadline).await {
+            Ok(p) => {
+                self.permit = Some(p);
+                true
+            }
+            Err(r) => {
+                self.refused = Some(r);
+                false
+            }
+        }
+    }
+}
 
 /// Fetches `url`, following redirects; the guard applies to every hop
 /// because every hop goes through the same connector. With `pacing`, each
@@ -273,15 +331,7 @@ async fn drain_small(resp: http::Response<hyper::body::Incoming>) {
 /// `host[:port]` as the Host header carries it: the scheme's default port
 /// left out, as RFC 9421's `@authority` wants.
 fn normalized_authority(scheme: Option<&str>, a: &http::uri::Authority) -> String {
-    let default = match scheme {
-        Some("https") => Some(443),
-        Some("http") => Some(80),
-        _ => None,
-    };
-    match a.port_u16() {
-        Some(p) if Some(p) == default => a.host().to_ascii_lowercase(),
-        _ => a.as_str().to_ascii_lowercase(),
-    }
+    mannerly_policy::url::strip_default_port(scheme.unwrap_or(""), a.as_str()).to_ascii_lowercase()
 }
 
 /// A fetch report with nothing but its URL, status and result.
@@ -299,19 +349,8 @@ pub(crate) fn report(url: &str, status: Option<u16>, result: FetchResult) -> Fet
     }
 }
 
+/// Where a redirect of `base` points (RFC 9110 §10.2.2: `Location` is a
+/// reference resolved against the request's URL).
 pub(super) fn resolve_location(base: &Uri, location: &str) -> Option<String> {
-    if location.starts_with("http://") || location.starts_with("https://") {
-        return Some(location.to_string());
-    }
-    let scheme = base.scheme_str()?;
-    let authority = base.authority()?;
-    if let Some(rest) = location.strip_prefix("//") {
-        return Some(format!("{scheme}://{rest}"));
-    }
-    if location.starts_with('/') {
-        return Some(format!("{scheme}://{authority}{location}"));
-    }
-    let path = base.path();
-    let dir = &path[..path.rfind('/').map_or(0, |i| i + 1)];
-    Some(format!("{scheme}://{authority}{dir}{location}"))
+    mannerly_policy::url::join_target(&base.to_string(), location)
 }

@@ -1,3 +1,5 @@
+use http::Uri;
+
 use super::fetch::resolve_location;
 use super::*;
 use mannerly_policy::robots::MAX_ROBOTS_BYTES;
@@ -155,5 +157,15 @@ fn locations_resolve_against_the_request() {
     assert_eq!(
         resolve_location(&base, "https://c.test/y").unwrap(),
         "https://c.test/y"
+    );
+    // RFC 3986: a scheme is case-insensitive, and a query alone keeps the
+    // base's path.
+    assert_eq!(
+        resolve_location(&base, "HTTPS://c.test/y").unwrap(),
+        "https://c.test/y"
+    );
+    assert_eq!(
+        resolve_location(&base, "?v=2").unwrap(),
+        "http://a.test/robots.txt?v=2"
     );
 }

@@ -169,3 +169,31 @@ async fn without_a_signer_or_with_a_failing_one_nothing_is_paid() {
     }
     assert_eq!(holds, serde_json::json!({}));
 }
+
+/// Pay Per Crawl never charges robots.txt, whatever query it is asked
+/// with: the offer is held for a page, and not for `/robots.txt?x`.
+#[tokio::test]
+async fn a_standing_offer_is_held_for_a_page_and_never_for_robots_txt_with_a_query() {
+    let cfg = Config {
+        payment: PaymentParams {
+            hosts: vec!["example.org".into()],
+            max_price: Money::parse("USD 0.05").ok(),
+            max_per_day: Money::parse("USD 1").ok(),
+            ..PaymentParams::default()
+        },
+        ..Config::default()
+    };
+    let f = Fixture::new(cfg).await;
+    for (url, offered) in [
+        ("http://example.org/page?x", Some("USD 0.05")),
+        ("http://example.org/robots.txt", None),
+        ("http://example.org/robots.txt?x", None),
+        ("http://example.org/robots.txt?", None),
+    ] {
+        let parts = request(Method::GET, url, &[]);
+        let mut x = f.begin(&parts);
+        let cache = ask(&mut x, &parts).await;
+        x.offer(&cache).await.expect("within limits");
+        assert_eq!(x.rec.offered.as_deref(), offered, "{url}");
+    }
+}

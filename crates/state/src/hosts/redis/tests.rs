@@ -12,9 +12,7 @@ use mannerly_policy::budget::{BudgetParams, HostBudget, Reaction, Reservation, S
 
 use super::*;
 
-#[path = "../../../tests/support/redis_server.rs"]
-#[allow(dead_code, unreachable_pub)]
-mod redis_server;
+use mannerly_test_support::redis_server;
 
 use redis_server::RedisServer;
 
