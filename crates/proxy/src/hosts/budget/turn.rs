@@ -212,7 +212,9 @@ impl Budgets {
                         }
                     }
                     Start::WaitConcurrency => {
-                        let limit = self.recheck_at(now, deadline).saturating_duration_since(now);
+                        let limit = self
+                            .recheck_at(now, deadline)
+                            .saturating_duration_since(now);
                         if self.hear_for_slot(&key, &mut hearing, limit).await {
                             continue;
                         }
