@@ -14,7 +14,7 @@
 //! `max_pause_secs`, so they cannot pile up without end either). Each
 //! host dropped is counted by its tier ([`Evicted`]).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use dashmap::DashMap;
@@ -58,6 +58,10 @@ pub(crate) struct Bound {
     clock: AtomicU64,
     /// One pass at a time; a thread that finds one running leaves it be.
     busy: AtomicBool,
+    /// Past the bound, the size at which the next pass runs: a pass that
+    /// found too few entries it may drop waits for another eighth of the
+    /// bound, so a map of busy hosts is not scanned on every new one.
+    next_at: AtomicUsize,
     idle: AtomicU64,
     learned: AtomicU64,
 }
@@ -81,14 +85,18 @@ impl Bound {
     /// Drops the least recently used entries of `map` that may go, lowest
     /// tier first, once it holds more than `max`, down to `max - max/8`.
     /// `class` gives an entry's tier and stamp, `None` for one that stays.
-    /// Call it with no guard of `map` held. Returns how many went.
+    /// When too few may go, the next pass waits until `max/8` more entries
+    /// came. Call it with no guard of `map` held. Returns how many went.
     pub(crate) fn hold<V>(
         &self,
         map: &DashMap<Box<str>, V>,
         max: usize,
         class: impl Fn(&str, &V) -> Option<(Tier, u64)>,
     ) -> usize {
-        if map.len() <= max || self.busy.swap(true, Ordering::Acquire) {
+        let len = map.len();
+        if len <= max.max(self.next_at.load(Ordering::Relaxed))
+            || self.busy.swap(true, Ordering::Acquire)
+        {
             return 0;
         }
         let need = map.len().saturating_sub(max - max / 8);
@@ -115,6 +123,13 @@ impl Bound {
                 tally.fetch_add(1, Ordering::Relaxed);
             }
         }
+        let left = map.len();
+        let next_at = if left > max {
+            left + (max / 8).max(1)
+        } else {
+            0
+        };
+        self.next_at.store(next_at, Ordering::Relaxed);
         self.busy.store(false, Ordering::Release);
         gone
     }
@@ -215,10 +230,24 @@ mod tests {
     }
 
     #[test]
-    fn a_map_of_hosts_that_must_stay_stays_over_its_bound() {
+    fn a_map_of_hosts_that_must_stay_is_scanned_again_an_eighth_later() {
         let b = Bound::default();
-        let m = map(5, &b);
-        assert_eq!(b.hold(&m, 2, |_, _| None), 0);
-        assert_eq!(m.len(), 5);
+        let m = map(17, &b);
+        let scans = std::cell::Cell::new(0);
+        let busy = |_: &str, _: &(Tier, u64)| {
+            scans.set(scans.get() + 1);
+            None
+        };
+        assert_eq!(b.hold(&m, 16, busy), 0);
+        assert_eq!((m.len(), scans.get()), (17, 17));
+        // Not scanned again until past 17 + 16/8 = 19 entries.
+        m.insert("h17".into(), (Tier::Idle, b.stamp()));
+        m.insert("h18".into(), (Tier::Idle, b.stamp()));
+        assert_eq!(b.hold(&m, 16, busy), 0);
+        assert_eq!(scans.get(), 17);
+        // At 20 a pass runs, and drops what may go by then.
+        m.insert("h19".into(), (Tier::Idle, b.stamp()));
+        assert_eq!(b.hold(&m, 16, keep), 6);
+        assert_eq!(m.len(), 14);
     }
 }
