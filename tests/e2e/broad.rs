@@ -235,3 +235,51 @@ async fn out_of_descriptors_upstream_gets_503_and_service_resumes() {
         .unwrap()
         .contains("out of file descriptors"));
 }
+
+#[tokio::test]
+async fn budgets_past_max_hosts_go_least_recently_used_first() {
+    const HOSTS: usize = 40;
+    const MAX: usize = 8;
+    let (origin, _) = counting_origin(false).await;
+    let mut p = TestProxy::start(|c| {
+        c.upstream.resolve = BTreeMap::from([(format!("*.test:{}", origin.port()), origin)]);
+        c.admin.listen = "127.0.0.1:0".into();
+        c.budget.group_by = mannerly_policy::site::GroupBy::Host;
+        c.budget.max_hosts = MAX;
+        // A millisecond's spacing: a host is idle (nothing reserved ahead)
+        // by the time the next host's request comes, so it may go.
+        c.budget.start_rate = 1000.0;
+        c.budget.max_rate = 1000.0;
+    })
+    .await;
+    let client = p.client();
+    for i in 0..HOSTS {
+        let url = format!("http://h{i}.test:{}/page", origin.port());
+        let resp = client.get(&url).send().await.unwrap();
+        assert_eq!(resp.status(), 200, "host {i}");
+    }
+    let admin = format!("http://{}", p.admin.unwrap());
+    let m = super::admin::series(&super::admin::metrics_text(&admin).await);
+    let tracked = m["mannerly_hosts_tracked"];
+    // Past 8, a pass frees an eighth of the bound: 7 or 8 are left.
+    assert!(
+        (MAX - MAX / 8..=MAX).contains(&(tracked as usize)),
+        "{tracked} budgets held, bound {MAX}"
+    );
+    let idle = m["mannerly_budget_evicted_total{held=\"idle\"}"];
+    assert_eq!(idle + tracked, HOSTS as f64, "every host held or dropped");
+    assert_eq!(m["mannerly_budget_evicted_total{held=\"learned\"}"], 0.0);
+    // The hosts kept are the ones crawled last.
+    let (_, hosts) = super::admin::get_json(&format!("{admin}/hosts")).await;
+    let names: Vec<String> = hosts["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["host"].as_str().unwrap().to_owned())
+        .collect();
+    for i in HOSTS - (MAX - MAX / 8)..HOSTS {
+        assert!(names.contains(&format!("h{i}.test")), "h{i} in {names:?}");
+    }
+    let lines = p.stop().await;
+    assert_eq!(with_outcome(&lines, "fetched").len(), HOSTS);
+}

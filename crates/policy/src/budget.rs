@@ -39,7 +39,9 @@ pub use decision::{
 };
 pub use distress::{Distress, Failure};
 pub use host::{DecodeError, HostBudget, ENCODED_LEN};
-pub use params::{BudgetParams, HostOverride, HostParams, MAX_BREAKER_THRESHOLD};
+pub use params::{
+    BudgetParams, HostOverride, HostParams, DEFAULT_MAX_HOSTS, MAX_BREAKER_THRESHOLD,
+};
 pub use persist::PersistedHost;
 pub use reset::ResetReport;
 pub use retry_after::{parse_retry_after, RETRY_AFTER_ABSURD};

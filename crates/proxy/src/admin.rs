@@ -293,6 +293,7 @@ fn metrics(shared: &Shared, observe: &Observe) -> Answer {
         }
     }
     g.asleep = shared.budgets.asleep();
+    g.budget_evicted = shared.budgets.evicted();
     g.store_errors = shared.cache.errors();
     g.backend_degraded = shared.budgets.state() == Some("degraded");
     g.redis = shared.budgets.shared().map(|r| {

@@ -19,6 +19,7 @@
 //! copy other proxies keep changing falls back the same way, alone
 //! (`state: "contended"`), while the store stays shared.
 
+mod bound;
 mod memory;
 mod redis;
 
@@ -56,6 +57,7 @@ impl BudgetTable {
     }
 }
 
+pub use bound::Evicted;
 pub use memory::MemoryHosts;
 pub use redis::{
     Basis, Decided, Heard, Lease, RedisHosts, RedisHostsError, RedisSettings, RedisStats, SCRIPT,
@@ -162,6 +164,9 @@ pub trait HostStore: Send + Sync {
 
     /// Number of hosts held.
     fn len(&self) -> usize;
+
+    /// Hosts dropped to stay within `budget.max_hosts` since start.
+    fn evicted(&self) -> Evicted;
 
     /// No host is held.
     fn is_empty(&self) -> bool {

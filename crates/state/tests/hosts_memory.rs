@@ -237,3 +237,78 @@ fn a_reloaded_budget_table_applies_to_known_hosts_and_keeps_what_they_learned() 
         "a bad table changes nothing"
     );
 }
+
+/// One request to `host` at `t`, answered `status`.
+fn visit(store: &MemoryHosts, host: &str, t: Instant, status: u16, retry_after: Option<&str>) {
+    assert_eq!(store.admit(host, t, HOLD), Reservation::Go);
+    assert_eq!(store.try_start(host, t, HOLD), Start::Go);
+    store.on_response(host, t, wall(), status, retry_after, None, None, 0.0);
+}
+
+fn bounded(max_hosts: usize) -> MemoryHosts {
+    MemoryHosts::new(BudgetParams {
+        max_hosts,
+        ..BudgetParams::default()
+    })
+    .unwrap()
+}
+
+#[test]
+fn one_host_past_max_hosts_drops_the_least_recently_used() {
+    let store = bounded(4);
+    let t0 = Instant::now();
+    for i in 0..4 {
+        visit(&store, &format!("h{i}"), t0 + secs(10 * i), 200, None);
+    }
+    // h0 is used again: h1 is the least recently used now.
+    visit(&store, "h0", t0 + secs(40), 200, None);
+    assert_eq!(store.len(), 4);
+    visit(&store, "h4", t0 + secs(50), 200, None);
+    assert_eq!(store.len(), 4);
+    assert!(store.view("h1", t0 + secs(50)).is_none());
+    for h in ["h0", "h2", "h3", "h4"] {
+        assert!(store.view(h, t0 + secs(50)).is_some(), "{h} kept");
+    }
+    let e = store.evicted();
+    assert_eq!((e.idle, e.learned), (1, 0));
+}
+
+#[test]
+fn a_paused_host_is_never_dropped_for_room_and_its_ceiling_goes_last() {
+    let store = bounded(2);
+    let t0 = Instant::now();
+    visit(&store, "paused.example", t0, 429, Some("120"));
+    visit(&store, "h1", t0 + secs(10), 200, None);
+    visit(&store, "h2", t0 + secs(20), 200, None);
+    // Over the bound: the idle h1 goes, older as the paused host is.
+    assert!(store.view("h1", t0 + secs(20)).is_none());
+    visit(&store, "h3", t0 + secs(30), 200, None);
+    assert!(store.view("h2", t0 + secs(30)).is_none());
+    let paused = store.view("paused.example", t0 + secs(30)).unwrap();
+    assert_eq!(paused.paused_for, Some(secs(90)));
+    assert_eq!(store.len(), 2);
+    // The pause over, the host keeps only a lowered ceiling: another idle
+    // host goes before it...
+    visit(&store, "h4", t0 + secs(200), 200, None);
+    assert!(store.view("h3", t0 + secs(200)).is_none());
+    assert!(store.view("paused.example", t0 + secs(200)).is_some());
+    // ...and it goes, counted, once no idle host is left to drop (h4's
+    // next request goes on its first slot's loan, to be repaid: a slot
+    // reserved ahead).
+    let t = t0 + secs(200);
+    assert_eq!(store.admit("h4", t, HOLD), Reservation::Go);
+    visit(&store, "h5", t, 200, None);
+    assert!(store.view("paused.example", t).is_none());
+    let e = store.evicted();
+    assert_eq!((e.idle, e.learned), (3, 1));
+}
+
+#[test]
+fn max_hosts_of_zero_is_refused() {
+    let err = MemoryHosts::new(BudgetParams {
+        max_hosts: 0,
+        ..BudgetParams::default()
+    })
+    .unwrap_err();
+    assert!(err.to_string().contains("budget.max_hosts"), "{err}");
+}

@@ -12,6 +12,10 @@ use crate::ParamError;
 /// host is a fixed ring of this many entries, to keep a host at 88 bytes.
 pub const MAX_BREAKER_THRESHOLD: u32 = 5;
 
+/// Budgets one proxy keeps in memory unless `budget.max_hosts` says
+/// otherwise: as many as the robots.txt cache keeps entries.
+pub const DEFAULT_MAX_HOSTS: usize = 100_000;
+
 /// Highest rate a host may be given, in requests per second. Rates are kept
 /// as whole micro-requests per second in a `u32`.
 const MAX_RATE: f64 = 4000.0;
@@ -42,6 +46,11 @@ macro_rules! budget_params {
             /// Groups the operator names, keyed by name: they come before
             /// `group_by`.
             pub groups: BTreeMap<String, NamedGroup>,
+            /// Most budgets one proxy keeps in memory (hosts or groups);
+            /// past it the least recently used idle ones are dropped (see
+            /// the state crate's `bound.rs`). Not a per-host number.
+            /// Default [`DEFAULT_MAX_HOSTS`].
+            pub max_hosts: usize,
         }
 
         impl Default for BudgetParams {
@@ -52,6 +61,7 @@ macro_rules! budget_params {
                     group_by: GroupBy::default(),
                     groups: BTreeMap::new(),
                     quiet_hours: Vec::new(),
+                    max_hosts: DEFAULT_MAX_HOSTS,
                 }
             }
         }
@@ -184,6 +194,9 @@ impl BudgetParams {
     /// names of the overrides; the error names the offending key.
     pub fn validate(mut self) -> Result<Self, ParamError> {
         self.global().check("budget")?;
+        if self.max_hosts == 0 {
+            return Err(err("budget", "max_hosts", "must be at least 1"));
+        }
         crate::visit::validate_quiet_hours(&self.quiet_hours)?;
         let mut hosts = BTreeMap::new();
         for (name, o) in std::mem::take(&mut self.hosts) {

@@ -122,6 +122,8 @@ pub(crate) struct Gauges {
     /// Bytes saved by asking for compression on identity-only clients' behalf.
     pub compression_saved: u64,
     pub backend_degraded: bool,
+    /// Budgets dropped to stay within `budget.max_hosts`.
+    pub budget_evicted: mannerly_state::hosts::Evicted,
     /// The Redis backend's counters, when budgets are shared.
     pub redis: Option<RedisCounts>,
     /// For hosts in `admin.host_labels`: (host, rate, ceiling, paused seconds).
@@ -234,6 +236,10 @@ const HELP: &[(&str, &str)] = &[
     (
         "mannerly_store_evicted_total",
         "Pages evicted to stay under cache.max_size.",
+    ),
+    (
+        "mannerly_budget_evicted_total",
+        "Budgets dropped to stay within budget.max_hosts, by what they held: idle (nothing to remember) or learned (a lowered ceiling or rate; with Redis, a copy read again).",
     ),
     ("mannerly_audit_lines_total", "Audit lines written."),
     (
@@ -452,6 +458,16 @@ impl Metrics {
             g.store.forced_commits,
         );
         total("mannerly_store_evicted_total", g.store.evicted);
+        let evicted = |held: &'static str, v: u64| {
+            let labels = vec![Label::new("held", held)];
+            r.register_counter(
+                &Key::from_parts("mannerly_budget_evicted_total", labels),
+                &meta(),
+            )
+            .absolute(v)
+        };
+        evicted("idle", g.budget_evicted.idle);
+        evicted("learned", g.budget_evicted.learned);
         if let Some(r) = &g.redis {
             total("mannerly_state_redis_round_trips_total", r.round_trips);
             total("mannerly_state_redis_conflicts_total", r.conflicts);

@@ -463,6 +463,14 @@ impl Budgets {
         Ok(n)
     }
 
+    /// Budgets dropped to stay within `budget.max_hosts` since start.
+    pub(crate) fn evicted(&self) -> mannerly_state::hosts::Evicted {
+        match &self.backend {
+            Backend::Memory(m) => m.evicted(),
+            Backend::Redis(r) => r.evicted(),
+        }
+    }
+
     /// Forgets hosts with nothing to remember, and their wakers.
     pub(crate) fn sweep(&self) -> usize {
         let now = self.clock.now_std();

@@ -1,4 +1,12 @@
-//! The in-process host store: one `HostBudget` per host in a `DashMap`.
+//! The in-process host store: one `HostBudget` per host in a `DashMap`,
+//! held to `budget.max_hosts` hosts, least recently used first (`bound.rs`).
+//!
+//! A host with a request in flight, a slot reserved ahead or a live pause
+//! (a 429's, the breaker's) is never dropped for room: forgetting it would
+//! send the next request to a site that asked to be left alone. Hosts that
+//! only learned a lowered ceiling go once no idle host is left to drop, and
+//! are counted (`Evicted::learned`): a dropped ceiling is learned again from
+//! the start rate, below the default maximum, by the next 429.
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -8,6 +16,7 @@ use mannerly_policy::budget::{
     Reaction, Reservation, ResetReport, Start,
 };
 
+use super::bound::{budget_tier, Bound, Evicted};
 use super::HostStore;
 
 /// Host budgets of one process. Operations on one host are serialised by the
@@ -16,7 +25,29 @@ use super::HostStore;
 #[derive(Debug)]
 pub struct MemoryHosts {
     params: super::BudgetTable,
-    hosts: DashMap<Box<str>, HostBudget>,
+    hosts: DashMap<Box<str>, Held>,
+    bound: Bound,
+}
+
+/// A host's budget and when it was last used (a [`Bound`] stamp).
+#[derive(Debug)]
+struct Held {
+    budget: HostBudget,
+    used: u64,
+}
+
+impl std::ops::Deref for Held {
+    type Target = HostBudget;
+
+    fn deref(&self) -> &HostBudget {
+        &self.budget
+    }
+}
+
+impl std::ops::DerefMut for Held {
+    fn deref_mut(&mut self) -> &mut HostBudget {
+        &mut self.budget
+    }
 }
 
 // === impl MemoryHosts ===
@@ -28,6 +59,7 @@ impl MemoryHosts {
         Ok(MemoryHosts {
             params: super::BudgetTable::new(params.validate()?),
             hosts: DashMap::new(),
+            bound: Bound::default(),
         })
     }
 
@@ -59,16 +91,35 @@ impl MemoryHosts {
     ) -> R {
         let key = host_key(host);
         let p = self.table().for_host(&key);
+        let used = self.bound.stamp();
         // The common case is a known host: look it up without allocating
         // the key.
         if let Some(mut b) = self.hosts.get_mut(key.as_ref()) {
+            b.used = used;
             return f(&mut b, &p);
         }
-        let mut b = self
-            .hosts
-            .entry(Box::from(key.as_ref()))
-            .or_insert_with(|| HostBudget::new(&p, now));
-        f(&mut b, &p)
+        let r = {
+            let mut b = self
+                .hosts
+                .entry(Box::from(key.as_ref()))
+                .or_insert_with(|| Held {
+                    budget: HostBudget::new(&p, now),
+                    used,
+                });
+            b.used = used;
+            f(&mut b, &p)
+        };
+        self.hold(now);
+        r
+    }
+
+    /// Drops least recently used hosts once more than `max_hosts` are held
+    /// (see the module docs for which may go).
+    fn hold(&self, now: Instant) {
+        let table = self.table();
+        self.bound.hold(&self.hosts, table.max_hosts, |h, b| {
+            budget_tier(b, &table.for_host(h), now).map(|t| (t, b.used))
+        });
     }
 }
 
@@ -77,6 +128,7 @@ impl Default for MemoryHosts {
         MemoryHosts {
             params: super::BudgetTable::default(),
             hosts: DashMap::new(),
+            bound: Bound::default(),
         }
     }
 }
@@ -225,12 +277,19 @@ impl HostStore for MemoryHosts {
         for (host, saved) in saved {
             let key = host_key(&host);
             let p = self.table().for_host(&key);
-            let b = HostBudget::restore(&p, &saved, now, wall);
-            self.hosts.insert(Box::from(key.as_ref()), b);
+            let budget = HostBudget::restore(&p, &saved, now, wall);
+            let used = self.bound.stamp();
+            self.hosts
+                .insert(Box::from(key.as_ref()), Held { budget, used });
         }
+        self.hold(now);
     }
 
     fn len(&self) -> usize {
         self.hosts.len()
+    }
+
+    fn evicted(&self) -> Evicted {
+        self.bound.evicted()
     }
 }

@@ -95,8 +95,10 @@ pub struct RedisHosts {
     script: redis::Script,
     instance: String,
     next_lease: AtomicU64,
-    /// The last shared copy this proxy saw of each host.
+    /// The last shared copy this proxy saw of each host, at most
+    /// `budget.max_hosts` of them (least recently used dropped first).
     seen: DashMap<Box<str>, Seen>,
+    bound: super::bound::Bound,
     /// The stand-ins used while degraded or contended.
     fallback: Fallback,
     /// Starts decided (and leased) with their admit, for the request's
@@ -130,6 +132,8 @@ struct Seen {
     /// The server time (µs) the copy is at least as new as: a change heard
     /// later replaces it only if it was made after.
     at: u64,
+    /// When this proxy last decided on the copy (a `Bound` stamp).
+    used: u64,
 }
 
 enum LeaseAction<'a> {
@@ -183,6 +187,7 @@ impl RedisHosts {
             instance: instance_id(wall),
             next_lease: AtomicU64::new(0),
             seen: DashMap::new(),
+            bound: super::bound::Bound::default(),
             fallback: Fallback::new(&settings),
             early: DashMap::new(),
             early_admits: DashMap::new(),
@@ -574,6 +579,32 @@ impl RedisHosts {
         dropped + self.fallback.sweep(now, |h| self.table().for_host(h))
     }
 
+    /// Drops the least recently used copies once more than
+    /// `budget.max_hosts` are held. Redis keeps every host's state, so a
+    /// copy dropped is read again by the host's next step (the first
+    /// compare-and-set round, sent with no copy, answers the current one);
+    /// only a copy this proxy holds something of its own in (a lease, an
+    /// admit not yet stored, a reservation lost) stays.
+    fn hold_seen(&self, now: Instant) {
+        let table = self.table();
+        self.bound.hold(&self.seen, table.max_hosts, |h, s| {
+            if s.leases > 0 || s.pending.is_some() || s.voided {
+                return None;
+            }
+            let tier = match s.budget.forgettable(&table.for_host(h), now) {
+                true => super::bound::Tier::Idle,
+                false => super::bound::Tier::Learned,
+            };
+            Some((tier, s.used))
+        });
+    }
+
+    /// Hosts dropped to stay within `budget.max_hosts` since start (shared
+    /// copies and stand-ins).
+    pub fn evicted(&self) -> super::Evicted {
+        self.bound.evicted() + self.fallback.evicted()
+    }
+
     /// Hosts whose shared copy this proxy has seen (local copies of a
     /// degraded spell not counted).
     pub fn len(&self) -> usize {
@@ -672,7 +703,8 @@ impl RedisHosts {
         let key = host_key(host);
         let p = self.table().for_host(&key);
         let shared = || self.seen.get(key.as_ref()).map(|s| s.budget.clone());
-        self.fallback.run(&key, &p, now, shared, f)
+        self.fallback
+            .run(&key, &p, now, self.table().max_hosts, shared, f)
     }
 }
 

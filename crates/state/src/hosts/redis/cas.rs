@@ -26,6 +26,7 @@ impl RedisHosts {
         let (mut bytes, mut leases, mut pending, mut lost) = match self.seen.get_mut(key) {
             // Our own release leaves one lease fewer.
             Some(mut s) => {
+                s.used = self.bound.stamp();
                 let pending = s.pending.take();
                 let voided = s.voided;
                 // Lost unless a round stores it (which says so again).
@@ -77,7 +78,7 @@ impl RedisHosts {
                 } => {
                     budget.set_in_flight(leases);
                     let bytes = if changed { new_bytes } else { bytes };
-                    self.remember(key, bytes, leases, budget, lost, version);
+                    self.remember(key, bytes, leases, budget, lost, version, now);
                     self.mark_shared(key, shared, now);
                     let lease = match lease {
                         LeaseChange::Take(id) => Some(Lease::Shared(id)),
@@ -109,7 +110,7 @@ impl RedisHosts {
         // and the next operation starts from it.
         let mut budget = decode_or_new(p, &bytes, now, wall);
         budget.set_in_flight(leases);
-        self.remember(key, bytes, leases, budget, lost, last_version);
+        self.remember(key, bytes, leases, budget, lost, last_version, now);
         Err(Miss::Contended)
     }
 
@@ -130,7 +131,9 @@ impl RedisHosts {
     /// Keeps `bytes` as the shared copy of `key` seen last, decoded as
     /// `budget`, with `leases` live, as of server time `version`;
     /// `voided` when a reservation kept unstored did not make it into it.
-    /// A newer copy heard meanwhile on the host's channel stays.
+    /// A newer copy heard meanwhile on the host's channel stays. A new
+    /// host may push the least recently used ones out (`hold_seen`).
+    #[allow(clippy::too_many_arguments)]
     fn remember(
         &self,
         key: &str,
@@ -139,6 +142,7 @@ impl RedisHosts {
         budget: HostBudget,
         voided: bool,
         version: u64,
+        now: Instant,
     ) {
         let (conflict_at, shared_at, newer) = match self.seen.get_mut(key) {
             Some(mut s) if s.at != version && !super::heard::replaces(version, s.at) => {
@@ -160,7 +164,9 @@ impl RedisHosts {
                 conflict_at,
                 shared_at,
                 at: version.max(newer),
+                used: self.bound.stamp(),
             },
         );
+        self.hold_seen(now);
     }
 }

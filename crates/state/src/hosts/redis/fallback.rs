@@ -12,11 +12,15 @@ use std::time::{Duration, Instant};
 use dashmap::DashMap;
 use mannerly_policy::budget::{HostBudget, HostParams, HostView};
 
+use super::super::bound::{budget_tier, Bound, Evicted};
 use super::settings::RedisSettings;
 
 /// The stand-ins and the degraded mode.
 pub(super) struct Fallback {
+    /// At most `budget.max_hosts` stand-ins, least recently used dropped
+    /// first; never one with a request in flight or a live pause.
     local: DashMap<Box<str>, Local>,
+    bound: Bound,
     mode: Mutex<Mode>,
     instances_hint: u32,
     probe_every: Duration,
@@ -26,6 +30,8 @@ struct Local {
     budget: HostBudget,
     /// The degraded cap as a minimum spacing, kept over any Crawl-delay.
     spacing_ms: u64,
+    /// When it last decided (a `Bound` stamp).
+    used: u64,
 }
 
 #[derive(Default)]
@@ -39,6 +45,7 @@ impl Fallback {
     pub(super) fn new(settings: &RedisSettings) -> Fallback {
         Fallback {
             local: DashMap::new(),
+            bound: Bound::default(),
             mode: Mutex::new(Mode::default()),
             instances_hint: settings.instances_hint,
             probe_every: settings.probe_every,
@@ -51,20 +58,52 @@ impl Fallback {
     }
 
     /// Runs `f` on the stand-in of `key`, made on first use from `shared`
-    /// (the last shared copy seen, `None`: a new host) at the degraded rate.
+    /// (the last shared copy seen, `None`: a new host) at the degraded rate;
+    /// a new stand-in may push the least recently used out past `max_hosts`.
     pub(super) fn run<R>(
         &self,
         key: &str,
         p: &HostParams,
         now: Instant,
+        max_hosts: usize,
+        shared: impl FnOnce() -> Option<HostBudget>,
+        f: impl FnOnce(&mut HostBudget, &HostParams) -> R,
+    ) -> R {
+        let used = self.bound.stamp();
+        let r = self.decide(key, p, now, used, shared, f);
+        // Stand-ins are decided by the table of their own host; the others'
+        // are read as `p` for the bound's ordering, which only needs
+        // "idle, learned or busy".
+        self.bound.hold(&self.local, max_hosts, |_, l| {
+            budget_tier(&l.budget, p, now).map(|t| (t, l.used))
+        });
+        r
+    }
+
+    /// Stand-ins dropped to stay within `budget.max_hosts` since start.
+    pub(super) fn evicted(&self) -> Evicted {
+        self.bound.evicted()
+    }
+
+    fn decide<R>(
+        &self,
+        key: &str,
+        p: &HostParams,
+        now: Instant,
+        used: u64,
         shared: impl FnOnce() -> Option<HostBudget>,
         f: impl FnOnce(&mut HostBudget, &HostParams) -> R,
     ) -> R {
         let mut entry = self.local.entry(Box::from(key)).or_insert_with(|| {
             let shared = shared().unwrap_or_else(|| HostBudget::new(p, now));
             let (budget, spacing_ms) = shared.degraded(p, now, self.instances_hint);
-            Local { budget, spacing_ms }
+            Local {
+                budget,
+                spacing_ms,
+                used,
+            }
         });
+        entry.used = used;
         let spacing = entry.spacing_ms;
         let before = entry.budget.view(p, now).crawl_delay;
         let r = f(&mut entry.budget, p);

@@ -16,6 +16,8 @@ use mannerly_test_support::redis_server;
 
 use redis_server::RedisServer;
 
+/// A new request's hold.
+const HOLD: Duration = Duration::from_secs(30);
 const HOT: &str = "hot.example";
 const COLD: &str = "cold.example";
 /// Where the other proxy's next copy of `HOT` waits.
@@ -295,4 +297,55 @@ async fn next(
         .await
         .expect("a message")
         .expect("the subscriber lives")
+}
+
+#[tokio::test]
+async fn a_paused_copy_dropped_for_room_is_read_again_from_redis() {
+    let Some(server) =
+        RedisServer::start("a_paused_copy_dropped_for_room_is_read_again_from_redis")
+    else {
+        return;
+    };
+    let mut s = RedisSettings::new(server.url());
+    s.key_prefix = String::from("test:");
+    s.command_timeout = Duration::from_secs(2);
+    let params = BudgetParams {
+        max_hosts: 2,
+        ..BudgetParams::default()
+    };
+    let a = RedisHosts::new(params, s, SystemTime::now()).expect("store");
+    // Another proxy drew a 429 on HOT: the cluster pauses it for a minute.
+    let (p, now, wall) = (a.params(HOT), Instant::now(), SystemTime::now());
+    let mut paused = HostBudget::new(&p, now);
+    paused.on_answer(&p, now, wall, 429, Some("60"), None, 0.0);
+    let mut conn = a.connection();
+    let () = redis::cmd("SET")
+        .arg(format!("test:{{{HOT}}}:h"))
+        .arg(paused.encode(now, wall))
+        .query_async(&mut conn)
+        .await
+        .expect("SET");
+    let refused = |d: &Decided<Reservation>| matches!(d.value, Reservation::Refuse(_));
+    let d = a.admit(HOT, Instant::now(), SystemTime::now(), HOLD).await;
+    assert!(refused(&d), "paused for the cluster: {:?}", d.value);
+    assert!(a.seen.contains_key(HOT));
+
+    // Two hosts with a request started each (a lease held): both stay, so
+    // HOT's copy, the least recently used, goes.
+    for host in ["one.example", "two.example"] {
+        let d = a.admit(host, Instant::now(), SystemTime::now(), HOLD).await;
+        assert_eq!(d.value, Reservation::Go);
+    }
+    assert_eq!(a.len(), 2);
+    assert!(!a.seen.contains_key(HOT));
+    assert_eq!(a.evicted().learned, 1);
+
+    // HOT's next request reads the pause from Redis again.
+    let d = a.admit(HOT, Instant::now(), SystemTime::now(), HOLD).await;
+    assert_eq!(d.basis, Basis::Shared);
+    assert!(refused(&d), "still paused: {:?}", d.value);
+    // Its copy goes again at once: the other two still hold their leases.
+    assert!(!a.seen.contains_key(HOT));
+    assert_eq!(a.evicted().learned, 2);
+    assert_eq!(a.len(), 2);
 }
