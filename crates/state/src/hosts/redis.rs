@@ -60,6 +60,7 @@ pub use script::SCRIPT;
 pub use settings::{RedisHostsError, RedisSettings};
 
 use fallback::Fallback;
+use script::Waiting;
 
 /// Compare-and-set rounds before an operation gives up on the shared copy
 /// (only reached when other proxies keep changing one host's budget). The
@@ -109,8 +110,8 @@ pub struct RedisHosts {
     /// the next request of the host's line to pick up (`early.rs`).
     early_admits: DashMap<Box<str>, early::EarlyAdmit>,
     stats: RedisStats,
-    /// This proxy's subscriber, once there is one: which host channels it
-    /// listens on (the script tells its changes only to other listeners).
+    /// This proxy's subscriber, once there is one: its hearings of its own
+    /// channels.
     hearing: std::sync::OnceLock<crate::wake::Waiters>,
 }
 
@@ -227,16 +228,19 @@ impl RedisHosts {
         &self.stats
     }
 
-    /// Tells the store which host channels this proxy listens on (its
-    /// subscriber's [`Waiters`](crate::wake::Waiters)): the budget script
-    /// then leaves this proxy out of the listeners a change is told to.
+    /// Gives the store this proxy's subscriber ([`Waiters`](crate::wake::Waiters)),
+    /// for [`RedisHosts::hear`].
     pub fn listen_with(&self, waiters: crate::wake::Waiters) {
         let _ = self.hearing.set(waiters);
     }
 
-    /// Whether this proxy listens on `key`'s channel now (confirmed).
-    fn hears(&self, key: &str) -> bool {
-        self.hearing.get().is_some_and(|w| w.hears(key))
+    /// Listens, while the hearing is held, on this proxy's own channel for
+    /// `host` ([`own_channel`](crate::wake::own_channel)): the budget
+    /// script tells a change there when this proxy is the one to act on
+    /// it next. `None` without a subscriber ([`RedisHosts::listen_with`]).
+    pub fn hear(&self, host: &str) -> Option<crate::wake::Hearing> {
+        let w = self.hearing.get()?;
+        Some(w.hear_own(&host_key(host), &self.instance))
     }
 
     /// Whether another proxy has called or changed `key` within the
@@ -304,10 +308,11 @@ impl RedisHosts {
                     let mut started = b.clone();
                     if started.try_start_since(p, now, hold_left, now) == Start::Go {
                         *b = started;
-                        return (r, true);
+                        return (r, true, Waiting::Left);
                     }
                 }
-                (r, false)
+                let waiting = Waiting::after_admit(&r);
+                (r, false, waiting)
             })
             .await;
         if let Some(lease) = d.value.1 {
@@ -399,7 +404,8 @@ impl RedisHosts {
                 let next = next_hold
                     .filter(|_| go)
                     .and_then(|h| early::admit_next(b, p, now, h));
-                ((s, next), go)
+                let waiting = Waiting::after_start(&s, next);
+                ((s, next), go, waiting)
             })
             .await;
         if let Some(mut s) = self.seen.get_mut(key.as_ref()) {
@@ -448,7 +454,7 @@ impl RedisHosts {
                 ttfb_ms,
                 jitter,
             );
-            (r, false)
+            (r, false, Waiting::Unchanged)
         })
         .await
         .map(|(r, _)| r)
@@ -471,7 +477,7 @@ impl RedisHosts {
             Lease::Local => LeaseAction::ReleaseLocal,
         };
         self.run(host, now, wall, action, |b, p, _| {
-            (b.on_failure(p, now, failure, jitter), false)
+            (b.on_failure(p, now, failure, jitter), false, Waiting::Unchanged)
         })
         .await
         .map(|(r, _)| r)
@@ -485,7 +491,7 @@ impl RedisHosts {
             }
             Lease::Shared(id) => {
                 self.run(host, now, wall, LeaseAction::Release(id), |b, p, _| {
-                    (b.finish(p, now), false)
+                    (b.finish(p, now), false, Waiting::Unchanged)
                 })
                 .await;
             }
@@ -517,7 +523,7 @@ impl RedisHosts {
         // this delay: that request reserves its own.
         self.early_admits.remove(key.as_ref());
         self.run(&key, now, wall, LeaseAction::None, |b, p, _| {
-            (b.set_crawl_delay(p, now, delay_secs), false)
+            (b.set_crawl_delay(p, now, delay_secs), false, Waiting::Unchanged)
         })
         .await;
     }
@@ -529,7 +535,7 @@ impl RedisHosts {
         // here for the next request.
         self.early_admits.remove(host_key(host).as_ref());
         self.run(host, now, wall, LeaseAction::Announce, |b, p, _| {
-            (b.reset(p, now), false)
+            (b.reset(p, now), false, Waiting::Unchanged)
         })
         .await
         .map(|(r, _)| r)
@@ -630,7 +636,7 @@ impl RedisHosts {
         now: Instant,
         wall: SystemTime,
         action: LeaseAction<'_>,
-        mut decide: impl FnMut(&mut HostBudget, &HostParams, bool) -> (R, bool),
+        mut decide: impl FnMut(&mut HostBudget, &HostParams, bool) -> (R, bool, Waiting),
     ) -> Decided<(R, Option<Lease>)> {
         self.stats.ops.fetch_add(1, Ordering::Relaxed);
         let key = host_key(host);
@@ -672,7 +678,7 @@ impl RedisHosts {
         // The stand-in is made from the stored copy: a reservation kept
         // unstored is not in it.
         let lost = self.void_pending(&key);
-        let (r, lease) = self.local(&key, now, |b, p| decide(b, p, lost));
+        let (r, lease, _) = self.local(&key, now, |b, p| decide(b, p, lost));
         let lease = (lease && matches!(action, LeaseAction::Take)).then_some(Lease::Local);
         Decided {
             value: (r, lease),

@@ -121,14 +121,18 @@ impl Budgets {
         }
     }
 
-    /// Listens on `key`'s channel while the hearing is held (shared
-    /// budgets with a subscriber only).
+    /// Listens on this proxy's own channel for `key` while the hearing is
+    /// held, where the budget script tells it the changes it acts on next
+    /// (shared budgets with a subscriber only).
     pub(super) fn hear(&self, key: &str) -> Option<Hearing> {
-        self.wakes.get().map(|w| w.waiters().hear(key))
+        match &self.backend {
+            Backend::Redis(r) => r.hear(key),
+            Backend::Memory(_) => None,
+        }
     }
 
-    /// A hearing of `key` when another proxy shares it lately: its changes
-    /// keep this proxy's copy current.
+    /// A hearing of `key` when another proxy shares it lately: the changes
+    /// told to this proxy as the next to act keep its copy current.
     pub(super) fn hear_if_shared(&self, key: &str) -> Option<Hearing> {
         let Backend::Redis(r) = &self.backend else {
             return None;
