@@ -423,7 +423,10 @@ async fn a_change_heard_from_another_proxy_spares_the_next_step_a_lost_round() {
     }
     assert!(wakes.is_live(), "the subscriber never came up");
     b.listen_with(wakes.waiters());
-    let hearings = [b.hear(HOST).expect("a subscriber"), wakes.waiters().hear("marker")];
+    let hearings = [
+        b.hear(HOST).expect("a subscriber"),
+        wakes.waiters().hear("marker"),
+    ];
     for h in &hearings {
         assert!(h.ready(Duration::from_secs(10)).await, "subscribed");
     }
@@ -433,10 +436,14 @@ async fn a_change_heard_from_another_proxy_spares_the_next_step_a_lost_round() {
     send(&a, 200, None).await;
     // (Admits that are never kept unstored: a wait is registered in the
     // call that decides it.)
-    let mut waits = b.admit_own(HOST, Instant::now(), SystemTime::now(), hold).await;
+    let mut waits = b
+        .admit_own(HOST, Instant::now(), SystemTime::now(), hold)
+        .await;
     if waits.value == Reservation::Go {
         // The host's first slot was free: the next one waits.
-        waits = b.admit_own(HOST, Instant::now(), SystemTime::now(), hold).await;
+        waits = b
+            .admit_own(HOST, Instant::now(), SystemTime::now(), hold)
+            .await;
     }
     assert!(matches!(waits.value, Reservation::Wait(_)), "{waits:?}");
     // Messages come in order on the one connection: past a marker sent
@@ -489,7 +496,10 @@ async fn earlier_wake_schemes_still_hear_releases_and_current_waiters_look_again
     let mut first = client.get_async_pubsub().await.expect("pubsub");
     first.psubscribe("test:{*}:w").await.expect("psubscribe");
     let mut second = client.get_async_pubsub().await.expect("pubsub");
-    second.subscribe("test:{example.com}:w").await.expect("subscribe");
+    second
+        .subscribe("test:{example.com}:w")
+        .await
+        .expect("subscribe");
     let (mut first, mut second) = (first.into_on_message(), second.into_on_message());
 
     // Current -> earlier: a release by a current proxy reaches both.
@@ -519,7 +529,8 @@ async fn earlier_wake_schemes_still_hear_releases_and_current_waiters_look_again
         concurrency: 1,
         ..BudgetParams::default()
     };
-    let current = std::sync::Arc::new(RedisHosts::new(one_slot, s, SystemTime::now()).expect("store"));
+    let current =
+        std::sync::Arc::new(RedisHosts::new(one_slot, s, SystemTime::now()).expect("store"));
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let hears = current.clone();
     let wakes = mannerly_state::wake::Wakes::subscribe(
@@ -533,7 +544,10 @@ async fn earlier_wake_schemes_still_hear_releases_and_current_waiters_look_again
     )
     .expect("subscriber");
     current.listen_with(wakes.waiters());
-    let hearings = [current.hear(HOST).expect("a subscriber"), wakes.waiters().hear("marker")];
+    let hearings = [
+        current.hear(HOST).expect("a subscriber"),
+        wakes.waiters().hear("marker"),
+    ];
     for h in &hearings {
         assert!(h.ready(Duration::from_secs(10)).await, "subscribed");
     }

@@ -7,9 +7,10 @@
 //! current (compare-and-set) and otherwise answers with the current one to
 //! decide again. So a step costs one round trip while the copy is current,
 //! and one more each time another proxy changed it meanwhile. Other
-//! proxies' changes of a host they share with this one are published with
-//! the new copy and taken in by [`RedisHosts::heard`], so the copy is
-//! mostly current when the step comes.
+//! proxies' changes of a host they share with this one are told, with the
+//! new copy, to the proxy whose request acts next on it (`op.lua`), and
+//! taken in by [`RedisHosts::heard`], so that proxy's copy is current when
+//! its step comes; the others' next step may lose one round.
 //!
 //! When Redis does not answer within the command timeout the store decides
 //! alone ("degraded") on a local copy at the host's last known shared rate
@@ -126,7 +127,7 @@ struct Seen {
     /// copy, or Redis went away): the next start must reserve again.
     voided: bool,
     /// When another proxy was last seen changing the copy (a lost
-    /// compare-and-set, or its change heard on the host's channel).
+    /// compare-and-set, or its change told on this proxy's channel).
     conflict_at: Option<Instant>,
     /// When the script last told that another proxy calls the host too.
     shared_at: Option<Instant>,
@@ -477,7 +478,11 @@ impl RedisHosts {
             Lease::Local => LeaseAction::ReleaseLocal,
         };
         self.run(host, now, wall, action, |b, p, _| {
-            (b.on_failure(p, now, failure, jitter), false, Waiting::Unchanged)
+            (
+                b.on_failure(p, now, failure, jitter),
+                false,
+                Waiting::Unchanged,
+            )
         })
         .await
         .map(|(r, _)| r)
@@ -523,7 +528,11 @@ impl RedisHosts {
         // this delay: that request reserves its own.
         self.early_admits.remove(key.as_ref());
         self.run(&key, now, wall, LeaseAction::None, |b, p, _| {
-            (b.set_crawl_delay(p, now, delay_secs), false, Waiting::Unchanged)
+            (
+                b.set_crawl_delay(p, now, delay_secs),
+                false,
+                Waiting::Unchanged,
+            )
         })
         .await;
     }

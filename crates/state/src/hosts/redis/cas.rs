@@ -131,7 +131,7 @@ impl RedisHosts {
     /// Keeps `bytes` as the shared copy of `key` seen last, decoded as
     /// `budget`, with `leases` live, as of server time `version`;
     /// `voided` when a reservation kept unstored did not make it into it.
-    /// A newer copy heard meanwhile on the host's channel stays. A new
+    /// A newer copy told meanwhile by message stays. A new
     /// host may push the least recently used ones out (`hold_seen`).
     #[allow(clippy::too_many_arguments)]
     fn remember(

@@ -1,13 +1,15 @@
-//! Changes heard on a host's channel: `op.lua` publishes every change of a
-//! host's copy with the copy itself, so a proxy's copy seen last is current
-//! when its next step comes, and that step's compare-and-set succeeds in
-//! one round trip where it would have found the copy changed.
+//! Changes told on this proxy's own channel of a host: `op.lua` tells each
+//! change of a shared host's copy, with the copy itself, to the proxy that
+//! acts next on it, so that proxy's copy seen last is current when its
+//! step comes, and that step's compare-and-set succeeds in one round trip
+//! where it would have found the copy changed. (Messages of the earlier
+//! schemes, on the host's channel, have the same form.)
 
 use std::time::{Instant, SystemTime};
 
 use super::{decode_or_new, RedisHosts};
 
-/// What a message on a host's channel told.
+/// What a message of a host's budget told.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Heard {
     /// Another proxy gave a lease back: a concurrency waiter may go.

@@ -244,10 +244,19 @@ async fn a_released_slot_is_told_to_the_earliest_listening_waiter_only() {
         assert_eq!(start(s).await.0, Start::WaitConcurrency);
     }
 
-    a.finish(HOT, &held, Instant::now(), SystemTime::now()).await;
+    a.finish(HOT, &held, Instant::now(), SystemTime::now())
+        .await;
     let releases = |got: Vec<Heard>| got.iter().filter(|h| h.released).count();
-    assert_eq!(releases(until_marker(&server, &mut rb, "marker-b").await), 1, "b is told");
-    assert_eq!(releases(until_marker(&server, &mut rc, "marker-c").await), 0, "c is not");
+    assert_eq!(
+        releases(until_marker(&server, &mut rb, "marker-b").await),
+        1,
+        "b is told"
+    );
+    assert_eq!(
+        releases(until_marker(&server, &mut rc, "marker-c").await),
+        0,
+        "c is not"
+    );
     // `d` was passed over and dropped, `b` taken out as it went to look.
     let slot_waiters = server.cli(&["ZRANGE", "test:{hot.example}:ws", "0", "-1"]);
     assert_eq!(slot_waiters.lines().count(), 1, "{slot_waiters}");
@@ -255,14 +264,23 @@ async fn a_released_slot_is_told_to_the_earliest_listening_waiter_only() {
     let (Start::Go, Some(held)) = start(&b).await else {
         panic!("b takes the slot it was told of");
     };
-    b.finish(HOT, &held, Instant::now(), SystemTime::now()).await;
-    assert_eq!(releases(until_marker(&server, &mut rc, "marker-c").await), 1, "c is told");
-    assert_eq!(releases(until_marker(&server, &mut rb, "marker-b").await), 0);
+    b.finish(HOT, &held, Instant::now(), SystemTime::now())
+        .await;
+    assert_eq!(
+        releases(until_marker(&server, &mut rc, "marker-c").await),
+        1,
+        "c is told"
+    );
+    assert_eq!(
+        releases(until_marker(&server, &mut rb, "marker-b").await),
+        0
+    );
     for s in [&c, &d] {
         let (Start::Go, Some(held)) = start(s).await else {
             panic!("every waiter goes in turn");
         };
-        s.finish(HOT, &held, Instant::now(), SystemTime::now()).await;
+        s.finish(HOT, &held, Instant::now(), SystemTime::now())
+            .await;
     }
 }
 
