@@ -305,8 +305,7 @@ async fn run(cluster: &RedisCluster, origin: SocketAddr, n: usize, contended: bo
             failed += 1;
         }
     }
-    let secs = start.elapsed().as_secs_f64();
-    let heard1 = heard(&procs).await;
+    let (secs, heard1) = (start.elapsed().as_secs_f64(), heard(&procs).await);
     Row {
         pages,
         failed,
