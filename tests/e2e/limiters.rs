@@ -33,8 +33,8 @@ async fn crawl_nginx(limit: Limit) {
     // burst lets it in, one without refuses it, and the proxy learns two
     // requests a second from that (the page is sent again after the pause).
     let first = match limit {
-        Limit::NoBurst => 429,
-        Limit::Burst5 => 200,
+        Limit::NginxBurst5 => 200,
+        _ => 429,
     };
     assert_eq!(
         served.statuses[1],
@@ -49,12 +49,12 @@ async fn crawl_nginx(limit: Limit) {
 
 #[tokio::test]
 async fn nginx_limit_req_without_burst_sees_robots_txt_and_pages_in_its_pace() {
-    crawl_nginx(Limit::NoBurst).await;
+    crawl_nginx(Limit::NO_BURST).await;
 }
 
 #[tokio::test]
 async fn nginx_limit_req_with_a_burst_is_probed_past_at_most_twice() {
-    crawl_nginx(Limit::Burst5).await;
+    crawl_nginx(Limit::NginxBurst5).await;
 }
 
 /// The operator's burst against the site's own: nginx `limit_req 2r/s
@@ -67,7 +67,7 @@ async fn a_burst_below_nginx_limit_req_burst_goes_at_once_and_draws_no_429() {
     if !have_tool("nginx", "nginx-light") {
         return;
     }
-    let limiter = Limiter::start(Limit::Burst5).expect("nginx starts");
+    let limiter = Limiter::start(Limit::NginxBurst5).expect("nginx starts");
     let mut proxy = TestProxy::start(|c| {
         c.budget = Default::default();
         c.budget.start_rate = 2.0;
