@@ -4,11 +4,13 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::decision::{HostView, Reaction, Refusal, Reservation, Start};
 use super::params::{millis, HostParams, MAX_BREAKER_THRESHOLD};
+use super::limit::Outcome;
 use super::Distress;
 
 mod distress;
 pub(super) mod history;
 mod pace;
+pub(super) mod sends;
 mod shared;
 mod throttle;
 use pace::{GAP_NONE, MAX_SEND_GAP_MS};
@@ -90,6 +92,9 @@ pub struct HostBudget {
     /// The last cut for slowness: one a second at most, since the answers
     /// to requests sent before it cannot show its effect.
     pub(super) slowed: u32,
+    /// The last sends and what became of each: the site's limit is read
+    /// from them on a 429.
+    pub(super) log: sends::SendLog,
 }
 
 /// `flags`: the pause in force is an open breaker.
@@ -139,6 +144,7 @@ impl HostBudget {
             event: 0,
             latency_cap: 0,
             slowed: NONE,
+            log: sends::SendLog::default(),
         }
     }
 
@@ -277,6 +283,7 @@ impl HostBudget {
     pub fn finish(&mut self, p: &HostParams, now: Instant) -> bool {
         let _ = self.tick(now);
         self.in_flight = self.in_flight.saturating_sub(1);
+        self.log.answer(Outcome::Pending);
         self.in_flight < self.concurrency_limit(p)
     }
 
@@ -306,8 +313,10 @@ impl HostBudget {
         self.in_flight = self.in_flight.saturating_sub(1);
         if status == 429 || (status == 503 && retry_after.is_some()) {
             self.errors = 0;
+            self.log.answer(Outcome::Refused);
             return Reaction::Throttled(self.throttle(p, n, now, wall, retry_after, jitter));
         }
+        self.log.answer(Outcome::Accepted);
         if let Some(event) = Distress::of_status(status) {
             self.errors = 0;
             return Reaction::Distressed(self.distress(p, n, now, event, jitter));

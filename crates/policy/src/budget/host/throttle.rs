@@ -69,11 +69,7 @@ impl HostBudget {
         }
         let rate_before = self.drawn_rate_u(p, n);
         let floor = p.floor_u();
-        // A burst of ours above a ceiling already learned reads high; it
-        // says nothing new of the site's limit and must not lift it.
-        let ceiling = scale(rate_before, p.ceiling_factor)
-            .min(self.ceiling_u(p, n))
-            .max(floor);
+        let ceiling = self.learned_ceiling_u(p, n, rate_before);
         // Halved from the rate in force, or from the pace when the sends
         // lagged it: a burst drew the 429, not the rate.
         // Never below the floor, even when the sends lagged it.
@@ -134,6 +130,30 @@ impl HostBudget {
 }
 
 impl HostBudget {
+    /// The ceiling a throttle leaves: `ceiling_factor` of the rate that
+    /// drew it, or `learned_share` of the limit the sends show (`limit.rs`)
+    /// when that is higher. The sends can fit a limit lower than the one
+    /// the pace found (a burst of ours refused fits a long window); the
+    /// pace is what the site was seen to accept, so it stays the floor.
+    /// A 429 on the first slot's loan drew two requests sent together:
+    /// that says the site allows no burst, not what its rate is, so
+    /// without a learned limit it leaves the ceiling where it was and the
+    /// rate climbs back until a pace is refused.
+    fn learned_ceiling_u(&self, p: &HostParams, n: u64, rate_before: u32) -> u32 {
+        let learned = get(self.sent)
+            .and_then(|sent| self.log.learned(sent))
+            .map(|limit| scale(limit.rate_u(), p.learned_share));
+        let paced = (self.flags & LOAN_SENT == 0).then(|| scale(rate_before, p.ceiling_factor));
+        let ceiling = match (learned, paced) {
+            (Some(l), Some(f)) => l.max(f),
+            (Some(c), None) | (None, Some(c)) => c,
+            (None, None) => self.ceiling_u(p, n),
+        };
+        // A burst of ours above a ceiling already learned reads high; it
+        // says nothing new of the site's limit and must not lift it.
+        ceiling.min(self.ceiling_u(p, n)).max(p.floor_u())
+    }
+
     /// The end of a pause of `pause_ms` from `now`, or of the breaker's
     /// when the throttle just recorded opens it (and whether it did).
     pub(super) fn pause_end(
