@@ -3,8 +3,8 @@
 use std::time::{Duration, Instant, SystemTime};
 
 use super::decision::{HostView, Reaction, Refusal, Reservation, Start};
-use super::params::{millis, HostParams, MAX_BREAKER_THRESHOLD};
 use super::limit::Outcome;
+use super::params::{millis, HostParams, MAX_BREAKER_THRESHOLD};
 use super::Distress;
 
 mod distress;
@@ -109,6 +109,10 @@ pub(super) const LOAN_SENT: u8 = 8;
 /// `flags`: the pause in force is for distress: requests are answered at
 /// once, not held to its end.
 pub(super) const DISTRESS: u8 = 16;
+/// `flags`: the ceiling is a share of the limit the sends showed
+/// (`limit.rs`): the rate climbs back to it as it climbs before a first
+/// 429, by a factor, not a step.
+pub(super) const LEARNED: u8 = 32;
 
 // === impl HostBudget ===
 
@@ -351,8 +355,8 @@ impl HostBudget {
         // rate grows geometrically to find it; afterwards it creeps back
         // under the ceiling that 429 taught.
         let grown = match get(self.throttled) {
-            None => scale(rate, p.slow_start_factor),
-            Some(_) => 0,
+            Some(_) if self.flags & LEARNED == 0 => 0,
+            _ => scale(rate, p.slow_start_factor),
         };
         self.rate = rate
             .saturating_add(p.step_u())

@@ -74,7 +74,7 @@ impl Learned {
 /// Intervals of a limit of k requests a second without a burst (GCRA,
 /// nginx `limit_req`), ms: one send per interval, and no calendar to
 /// line up with, so every accepted gap is at least the interval.
-const INTERVALS_MS: [u64; 9] = [100, 111, 125, 142, 166, 200, 250, 333, 500];
+const INTERVALS_MS: [u64; 10] = [100, 111, 125, 142, 166, 200, 250, 333, 500, 1_000];
 /// Windows of counts per window, ms: whole seconds up to ten minutes.
 const WINDOWS_MS: [u64; 14] = [
     1_000, 2_000, 3_000, 4_000, 5_000, 6_000, 10_000, 15_000, 20_000, 30_000, 60_000, 120_000,
@@ -88,11 +88,18 @@ pub fn estimate(sends: &[Sent]) -> Option<Learned> {
         .filter(|s| s.outcome == Outcome::Accepted)
         .map(|s| s.at_ms)
         .collect();
-    let refused: Vec<u64> = sends
-        .iter()
-        .filter(|s| s.outcome == Outcome::Refused)
-        .map(|s| s.at_ms)
-        .collect();
+    // Each refusal, with the accepted sends that went before it (in the
+    // order sent: two sends in one millisecond are still one after the
+    // other).
+    let mut refused = Vec::new();
+    let mut before = 0;
+    for s in sends {
+        match s.outcome {
+            Outcome::Accepted => before += 1,
+            Outcome::Refused => refused.push((s.at_ms, before)),
+            Outcome::Pending => {}
+        }
+    }
     if refused.is_empty() {
         return None;
     }
@@ -105,8 +112,16 @@ pub fn estimate(sends: &[Sent]) -> Option<Learned> {
         if allowance == 1 {
             fits.push(fit(&INTERVALS_MS, 1, lo, at_most(&accepted, 1)));
         }
-        // A window: up to twice the allowance where two windows meet.
-        fits.push(fit(&WINDOWS_MS, allowance, lo, at_most(&accepted, 2 * allowance)));
+        // A window: up to twice the allowance where two windows meet (one
+        // per window is an interval, above).
+        if allowance > 1 {
+            fits.push(fit(
+                &WINDOWS_MS,
+                allowance,
+                lo,
+                at_most(&accepted, 2 * allowance),
+            ));
+        }
     }
     fits.into_iter().flatten().max_by_key(|l| l.rate_u())
 }
@@ -125,13 +140,12 @@ fn fit(rounds: &[u64], allowance: usize, lo: u64, hi: Option<u64>) -> Option<Lea
 
 /// The shortest window in which `allowance` accepted sends came before
 /// every refusal; `None` when a refusal had fewer before it.
-fn at_least(accepted: &[u64], refused: &[u64], allowance: usize) -> Option<u64> {
-    refused.iter().try_fold(0, |lo: u64, &t| {
-        let before = accepted.partition_point(|&a| a < t);
+fn at_least(accepted: &[u64], refused: &[(u64, usize)], allowance: usize) -> Option<u64> {
+    refused.iter().try_fold(0, |lo: u64, &(t, before)| {
         let nth = accepted.get(before.checked_sub(allowance)?)?;
         // The nth was inside the window: a send exactly one window after
         // it would have been let through.
-        Some(lo.max(t - nth + 1))
+        Some(lo.max(t.saturating_sub(*nth) + 1))
     })
 }
 

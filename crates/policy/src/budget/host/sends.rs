@@ -71,10 +71,7 @@ impl SendLog {
                 (0, 1) => Outcome::Refused,
                 _ => continue,
             };
-            sends.push(Sent {
-                at_ms: at,
-                outcome,
-            });
+            sends.push(Sent { at_ms: at, outcome });
         }
         sends.reverse();
         estimate(&sends)

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use super::super::params::HostParams;
 use super::sends::{SendLog, SENDS_LEN};
 use super::{
-    get, HostBudget, BREAKER, DISTRESS, GAP_NONE, LENT, LOAN_SENT, MAX_SEND_GAP_MS, NONE, ON_LOAN,
-    RING,
+    get, HostBudget, BREAKER, DISTRESS, GAP_NONE, LEARNED, LENT, LOAN_SENT, MAX_SEND_GAP_MS, NONE,
+    ON_LOAN, RING,
 };
 
 /// First byte of an encoded budget; a layout change gets a new one.
@@ -141,7 +141,8 @@ impl HostBudget {
         let streak = u16::from_le_bytes(take(2).try_into().unwrap_or([0; 2]));
         let strikes = take(1)[0];
         let flags = match (bytes[0], take(1)[0]) {
-            (7 | LAYOUT, flags) => flags & (BREAKER | LENT | ON_LOAN | LOAN_SENT | DISTRESS),
+            (LAYOUT, flags) => flags & (BREAKER | LENT | ON_LOAN | LOAN_SENT | DISTRESS | LEARNED),
+            (7, flags) => flags & (BREAKER | LENT | ON_LOAN | LOAN_SENT | DISTRESS),
             (6, flags) => flags & (BREAKER | LENT | ON_LOAN | LOAN_SENT),
             (_, breaker) => u8::from(breaker != 0) * BREAKER,
         };

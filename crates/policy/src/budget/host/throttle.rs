@@ -7,8 +7,8 @@ use super::super::decision::Throttle;
 use super::super::params::HostParams;
 use super::super::retry_after::parse_retry_after;
 use super::{
-    f, get, put, scale, scale_count, HostBudget, BREAKER, DISTRESS, LENT, LOAN_SENT, NONE, ON_LOAN,
-    RAW_RETRY_AFTER_MAX, RING,
+    f, get, put, scale, scale_count, HostBudget, BREAKER, DISTRESS, LEARNED, LENT, LOAN_SENT, NONE,
+    ON_LOAN, RAW_RETRY_AFTER_MAX, RING,
 };
 
 // === impl HostBudget (throttle) ===
@@ -69,7 +69,7 @@ impl HostBudget {
         }
         let rate_before = self.drawn_rate_u(p, n);
         let floor = p.floor_u();
-        let ceiling = self.learned_ceiling_u(p, n, rate_before);
+        let (ceiling, learned) = self.learned_ceiling_u(p, n, rate_before);
         // Halved from the rate in force, or from the pace when the sends
         // lagged it: a burst drew the 429, not the rate.
         // Never below the floor, even when the sends lagged it.
@@ -87,7 +87,10 @@ impl HostBudget {
             .min(from);
 
         self.record_throttle(n);
-        self.flags &= !(LENT | ON_LOAN | LOAN_SENT | DISTRESS);
+        self.flags &= !(LENT | ON_LOAN | LOAN_SENT | DISTRESS | LEARNED);
+        if learned {
+            self.flags |= LEARNED;
+        }
         self.restart_window();
         self.ceiling = ceiling;
         self.rate = rate;
@@ -139,19 +142,20 @@ impl HostBudget {
     /// that says the site allows no burst, not what its rate is, so
     /// without a learned limit it leaves the ceiling where it was and the
     /// rate climbs back until a pace is refused.
-    fn learned_ceiling_u(&self, p: &HostParams, n: u64, rate_before: u32) -> u32 {
+    /// Whether the limit was learned comes with it.
+    fn learned_ceiling_u(&self, p: &HostParams, n: u64, rate_before: u32) -> (u32, bool) {
         let learned = get(self.sent)
             .and_then(|sent| self.log.learned(sent))
             .map(|limit| scale(limit.rate_u(), p.learned_share));
         let paced = (self.flags & LOAN_SENT == 0).then(|| scale(rate_before, p.ceiling_factor));
         let ceiling = match (learned, paced) {
-            (Some(l), Some(f)) => l.max(f),
-            (Some(c), None) | (None, Some(c)) => c,
+            (Some(c), _) | (None, Some(c)) => c,
             (None, None) => self.ceiling_u(p, n),
         };
         // A burst of ours above a ceiling already learned reads high; it
         // says nothing new of the site's limit and must not lift it.
-        ceiling.min(self.ceiling_u(p, n)).max(p.floor_u())
+        let ceiling = ceiling.min(self.ceiling_u(p, n)).max(p.floor_u());
+        (ceiling, learned.is_some())
     }
 
     /// The end of a pause of `pause_ms` from `now`, or of the breaker's
