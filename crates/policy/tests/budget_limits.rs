@@ -7,8 +7,7 @@
 use std::time::{Duration, Instant, SystemTime};
 
 use mannerly_policy::budget::{
-    estimate, BudgetParams, HostBudget, HostParams, Learned, Outcome, Reaction, Reservation, Sent,
-    Start,
+    estimate, BudgetParams, HostBudget, HostParams, Learned, Reaction, Reservation, Sent, Start,
 };
 use proptest::prelude::*;
 
@@ -235,12 +234,6 @@ fn settled(run: &Run) -> (f64, usize) {
 fn kind_strategy() -> impl Strategy<Value = Kind> {
     let rate = 2u32..=3;
     prop_oneof![
-        (rate.clone(), 0u64..1000).prop_map(|(a, offset_ms)| Kind::Fixed {
-            allowance: a,
-            window_ms: 1000,
-            offset_ms,
-            counts_refused: true,
-        }),
         rate.clone().prop_map(|a| Kind::Sliding {
             allowance: a,
             window_ms: 1000
@@ -259,13 +252,12 @@ fn kind_strategy() -> impl Strategy<Value = Kind> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
 
-    /// Against limits of 2 and 3 a second counted each way (a fixed window
-    /// at any offset), with answers 1 to 60 ms after the send, with and
-    /// without Retry-After: at most two 429s (robots.txt's loan draws the
-    /// first from a limit without a burst; three from a fixed window at
-    /// some offsets), twenty sends after the first
-    /// the pace is at least 80% of the limit and draws no more, and the
-    /// ceiling is not above the limit.
+    /// Against sliding windows (log or counter) and GCRA without a burst
+    /// at 2 and 3 a second, with answers 1 to 60 ms after the send, with
+    /// and without Retry-After: at most two 429s (robots.txt's loan draws
+    /// the first from a limit without a burst), twenty sends after the
+    /// first the pace is at least 80% of the limit and draws no more, and
+    /// the ceiling is not above the limit.
     #[test]
     fn each_kind_is_learned_within_twenty_sends_and_kept(
         kind in kind_strategy(),
@@ -274,13 +266,28 @@ proptest! {
     ) {
         let run = crawl(kind, 80, latency_ms, retry_after);
         let (pace, later) = settled(&run);
-        // A fixed window lets the climb run past its rate where two
-        // windows meet; the sends then fit a higher limit too, and a third
-        // 429 can come before the window's own is learned.
-        let most = if matches!(kind, Kind::Fixed { .. }) { 3 } else { 2 };
-        prop_assert!(run.refusals() <= most, "{kind:?}: {:?}", run.sent);
+        prop_assert!(run.refusals() <= 2, "{kind:?}: {:?}", run.sent);
         prop_assert_eq!(later, 0, "{:?}: {:?}", kind, run.sent);
         prop_assert!(pace >= 0.8 * kind.rate(), "{kind:?}: {pace} {:?}", run.sent);
+        prop_assert!(run.ceiling <= kind.rate(), "{kind:?}: {}", run.ceiling);
+    }
+
+    /// A fixed window (at any offset) lets the climb run past its rate
+    /// where two windows meet, and the sends then fit faster limits too:
+    /// at most three 429s, none in the last 40 of 80 sends, and a ceiling
+    /// not above the limit (the pace it settles at is not always 80% of
+    /// the limit: see the table in docs/budgets.md).
+    #[test]
+    fn a_fixed_window_is_learned_by_the_third_429_and_kept(
+        allowance in 2u32..=3,
+        offset_ms in 0u64..1000,
+        latency_ms in 1u64..60,
+        retry_after in prop_oneof![Just(None), Just(Some("1"))],
+    ) {
+        let kind = Kind::Fixed { allowance, window_ms: 1000, offset_ms, counts_refused: true };
+        let run = crawl(kind, 80, latency_ms, retry_after);
+        prop_assert!(run.refusals() <= 3, "{kind:?}: {:?}", run.sent);
+        prop_assert!(run.sent[40..].iter().all(|s| s.1), "{kind:?}: {:?}", run.sent);
         prop_assert!(run.ceiling <= kind.rate(), "{kind:?}: {}", run.ceiling);
     }
 }
@@ -295,6 +302,9 @@ fn the_table_of_what_is_learned() {
             for ra in [None, Some("1")] {
                 let run = crawl(kind, 61, 5, ra);
                 let first = run.first_refusal().unwrap_or(0);
+                if !matches!(kind, Kind::Gcra { burst: 5, .. }) {
+                    assert!(run.refusals() <= 2, "{kind:?}: {:?}", run.sent);
+                }
                 println!(
                     "{kind:?} ra={ra:?}: refusals {} first at {first}, pace after +20 {:.2} ({:.0}%), ceiling {}",
                     run.refusals(),
@@ -322,17 +332,16 @@ fn estimate_reads_a_ramp_met_by_each_kind() {
         }
         let sends: Vec<Sent> = past
             .iter()
-            .map(|&(at_ms, ok)| Sent {
-                at_ms,
-                outcome: if ok {
-                    Outcome::Accepted
-                } else {
-                    Outcome::Refused
-                },
-            })
+            .map(|&(at, ok)| Sent::answered(at, ok))
             .collect();
         estimate(&sends)
     };
-    let learned = |kind| ramp(kind).map(Learned::rate_u);
-    println!("{:?}", per_second(2).map(learned));
+    // At 2/s every kind but the token bucket with a burst (whose burst
+    // lets the climb run past its rate before the first refusal) is read
+    // from one refusal. At 3/s this bare climb (no robots.txt first, no
+    // halving) runs far enough past the limit before its first refusal that
+    // the sends fit faster limits too; the budget's own climb learns it at
+    // the next 429 (`each_kind_is_learned_within_twenty_sends_and_kept`).
+    let learned = per_second(2).map(|kind| ramp(kind).map(Learned::rate_u));
+    assert_eq!(learned[..4], [Some(2_000_000); 4], "{learned:?}");
 }

@@ -63,6 +63,17 @@ pub struct Learned {
     pub window_ms: u64,
 }
 
+impl Sent {
+    /// A send at `at_ms` that was let through or refused.
+    pub fn answered(at_ms: u64, let_through: bool) -> Sent {
+        let outcome = match let_through {
+            true => Outcome::Accepted,
+            false => Outcome::Refused,
+        };
+        Sent { at_ms, outcome }
+    }
+}
+
 impl Learned {
     /// The limit as a steady rate, micro-requests per second.
     pub fn rate_u(self) -> u32 {
@@ -167,56 +178,39 @@ mod tests {
 
     fn sends(list: &[(u64, bool)]) -> Vec<Sent> {
         list.iter()
-            .map(|&(at_ms, ok)| Sent {
-                at_ms,
-                outcome: if ok {
-                    Outcome::Accepted
-                } else {
-                    Outcome::Refused
-                },
-            })
+            .map(|&(at, ok)| Sent::answered(at, ok))
             .collect()
     }
 
+    /// A climb by 20% a send from 1/s, each let through.
+    const CLIMB: [(u64, bool); 5] = [
+        (0, true),
+        (1_000, true),
+        (1_833, true),
+        (2_527, true),
+        (3_106, true),
+    ];
+
     #[test]
     fn nothing_refused_teaches_nothing() {
-        assert_eq!(estimate(&sends(&[(0, true), (100, true)])), None);
+        assert_eq!(estimate(&sends(&CLIMB)), None);
     }
 
     #[test]
     fn a_gap_refused_after_a_longer_one_was_let_through_is_a_rate_per_second() {
-        // nginx limit_req 2r/s without a burst, met by a ramp.
-        let s = sends(&[
-            (0, true),
-            (1_000, true),
-            (1_833, true),
-            (2_527, true),
-            (3_106, true),
-            (3_588, false),
-        ]);
+        // nginx limit_req 2r/s without a burst refuses the next gap, 482 ms.
+        let mut s = sends(&CLIMB);
+        s.push(Sent::answered(3_588, false));
         let learned = estimate(&s).unwrap();
-        assert_eq!(
-            learned,
-            Learned {
-                allowance: 1,
-                window_ms: 500
-            }
-        );
-        assert_eq!(learned.rate_u(), 2_000_000);
-    }
-
-    #[test]
-    fn two_in_the_last_second_before_a_refusal_is_two_a_second() {
-        // Flask-Limiter "2 per second", moving window, met by a ramp.
-        let s = sends(&[
-            (0, true),
-            (1_000, true),
-            (1_833, true),
-            (2_527, true),
-            (3_106, true),
-            (3_588, true),
-            (3_990, false),
-        ]);
+        let want = Learned {
+            allowance: 1,
+            window_ms: 500,
+        };
+        assert_eq!((learned, learned.rate_u()), (want, 2_000_000));
+        // Flask-Limiter "2 per second", moving window, lets that one
+        // through and refuses the next: two in the second before it.
+        s[5] = Sent::answered(3_588, true);
+        s.push(Sent::answered(3_990, false));
         assert_eq!(estimate(&s).unwrap().rate_u(), 2_000_000);
     }
 }
