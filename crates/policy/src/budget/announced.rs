@@ -184,7 +184,9 @@ impl Announced {
                 // that send it (express-rate-limit: `Math.ceil`), so the
                 // reset is up to a second before it: the whole seconds
                 // left from now's fraction on, not from its floor.
-                let now = wall.duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+                let now = wall
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0.0, |d| d.as_secs_f64());
                 (r as f64 - now).floor().max(0.0) as u64
             } else {
                 r
