@@ -286,8 +286,11 @@ impl HostBudget {
     /// safe: a waiter that finds the gate still full waits again.
     pub fn finish(&mut self, p: &HostParams, now: Instant) -> bool {
         let _ = self.tick(now);
+        // The send log is left alone: with a shared store a slot may be
+        // given back twice (a lease already gone), and a second mark would
+        // change the budget and tell every proxy of nothing. A send left
+        // waiting takes the next answer, one off until it leaves the log.
         self.in_flight = self.in_flight.saturating_sub(1);
-        self.log.answer(Outcome::Pending);
         self.in_flight < self.concurrency_limit(p)
     }
 
