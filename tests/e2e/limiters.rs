@@ -166,11 +166,6 @@ async fn apache_mod_qos_is_learned() {
 }
 
 #[tokio::test]
-async fn nginx_limit_req_at_3_a_second_is_learned_past_the_first_429_on_the_loan() {
-    learn_the_limit(Limit::Nginx(3), 2).await;
-}
-
-#[tokio::test]
 async fn nginx_limit_req_without_burst_sees_robots_txt_and_pages_in_its_pace() {
     crawl_nginx(Limit::NO_BURST).await;
 }

@@ -682,10 +682,8 @@ fn a_429_on_the_loan_is_two_requests_in_a_second() {
     send(&mut b, &p, t0, ms(15));
     let t = throttled(respond(&mut b, &p, t0, ms(20), 429, Some("1")));
     // The pace the origin saw is halved, not the rate (1.2/s) it never
-    // refused. Two requests together say the site allows no burst, not
-    // its rate: the ceiling stays at max_rate, so the rate climbs back
-    // until a pace is refused, and that 429 shows the limit.
-    assert_eq!((t.rate_before, t.ceiling, t.rate), (2.0, 8.0, 1.0));
+    // refused.
+    assert_eq!((t.rate_before, t.ceiling, t.rate), (2.0, 1.6, 1.0));
     // Nothing is lent again: the next page waits the pause's end.
     assert_eq!(b.admit(&p, t0 + ms(20)), Reservation::Wait(ms(1000)));
     assert_eq!(b.admit(&p, t0 + ms(20)), Reservation::Wait(ms(2000)));

@@ -133,25 +133,14 @@ impl HostBudget {
 }
 
 impl HostBudget {
-    /// The ceiling a throttle leaves: `ceiling_factor` of the rate that
-    /// drew it, or `learned_share` of the limit the sends show (`limit.rs`)
-    /// when that is higher. The sends can fit a limit lower than the one
-    /// the pace found (a burst of ours refused fits a long window); the
-    /// pace is what the site was seen to accept, so it stays the floor.
-    /// A 429 on the first slot's loan drew two requests sent together:
-    /// that says the site allows no burst, not what its rate is, so
-    /// without a learned limit it leaves the ceiling where it was and the
-    /// rate climbs back until a pace is refused.
-    /// Whether the limit was learned comes with it.
+    /// The ceiling a throttle leaves: `learned_share` of the limit the
+    /// sends show (`limit.rs`), else `ceiling_factor` of the rate that drew
+    /// it; and whether the limit was learned.
     fn learned_ceiling_u(&self, p: &HostParams, n: u64, rate_before: u32) -> (u32, bool) {
         let learned = get(self.sent)
             .and_then(|sent| self.log.learned(sent))
             .map(|limit| scale(limit.rate_u(), p.learned_share));
-        let paced = (self.flags & LOAN_SENT == 0).then(|| scale(rate_before, p.ceiling_factor));
-        let ceiling = match (learned, paced) {
-            (Some(c), _) | (None, Some(c)) => c,
-            (None, None) => self.ceiling_u(p, n),
-        };
+        let ceiling = learned.unwrap_or_else(|| scale(rate_before, p.ceiling_factor));
         // A burst of ours above a ceiling already learned reads high; it
         // says nothing new of the site's limit and must not lift it.
         let ceiling = ceiling.min(self.ceiling_u(p, n)).max(p.floor_u());
