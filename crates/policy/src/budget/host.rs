@@ -3,12 +3,14 @@
 use std::time::{Duration, Instant, SystemTime};
 
 use super::decision::{HostView, Reaction, Refusal, Reservation, Start};
+use super::limit::Outcome;
 use super::params::{millis, HostParams, MAX_BREAKER_THRESHOLD};
 use super::Distress;
 
 mod distress;
 pub(super) mod history;
 mod pace;
+pub(super) mod sends;
 mod shared;
 mod throttle;
 mod turn;
@@ -91,6 +93,9 @@ pub struct HostBudget {
     /// The last cut for slowness: one a second at most, since the answers
     /// to requests sent before it cannot show its effect.
     pub(super) slowed: u32,
+    /// The last sends and what became of each: the site's limit is read
+    /// from them on a 429.
+    pub(super) log: sends::SendLog,
 }
 
 /// `flags`: the pause in force is an open breaker.
@@ -105,6 +110,10 @@ pub(super) const LOAN_SENT: u8 = 8;
 /// `flags`: the pause in force is for distress: requests are answered at
 /// once, not held to its end.
 pub(super) const DISTRESS: u8 = 16;
+/// `flags`: the ceiling is a share of the limit the sends showed
+/// (`limit.rs`): the rate climbs back to it as it climbs before a first
+/// 429, by a factor, not a step.
+pub(super) const LEARNED: u8 = 32;
 
 // === impl HostBudget ===
 
@@ -140,6 +149,7 @@ impl HostBudget {
             event: 0,
             latency_cap: 0,
             slowed: NONE,
+            log: sends::SendLog::default(),
         }
     }
 
@@ -277,6 +287,10 @@ impl HostBudget {
     /// safe: a waiter that finds the gate still full waits again.
     pub fn finish(&mut self, p: &HostParams, now: Instant) -> bool {
         let _ = self.tick(now);
+        // The send log is left alone: with a shared store a slot may be
+        // given back twice (a lease already gone), and a second mark would
+        // change the budget and tell every proxy of nothing. A send left
+        // waiting takes the next answer, one off until it leaves the log.
         self.in_flight = self.in_flight.saturating_sub(1);
         self.in_flight < self.concurrency_limit(p)
     }
@@ -307,8 +321,10 @@ impl HostBudget {
         self.in_flight = self.in_flight.saturating_sub(1);
         if status == 429 || (status == 503 && retry_after.is_some()) {
             self.errors = 0;
+            self.log.answer(Outcome::Refused);
             return Reaction::Throttled(self.throttle(p, n, now, wall, retry_after, jitter));
         }
+        self.log.answer(Outcome::Accepted);
         if let Some(event) = Distress::of_status(status) {
             self.errors = 0;
             return Reaction::Distressed(self.distress(p, n, now, event, jitter));
@@ -343,8 +359,8 @@ impl HostBudget {
         // rate grows geometrically to find it; afterwards it creeps back
         // under the ceiling that 429 taught.
         let grown = match get(self.throttled) {
-            None => scale(rate, p.slow_start_factor),
-            Some(_) => 0,
+            Some(_) if self.flags & LEARNED == 0 => 0,
+            _ => scale(rate, p.slow_start_factor),
         };
         self.rate = rate
             .saturating_add(p.step_u())
