@@ -1,23 +1,32 @@
-//! Real rate limiters: Debian's nginx `limit_req`, as sites configure it,
-//! against an impatient crawler through mannerly and against a naive retry
-//! loop going direct.
+//! Real rate limiters as sites run them, against an impatient crawler
+//! through mannerly and against a naive retry loop going direct. Each is
+//! started here on a free 127.0.0.1 port, counts every request (robots.txt
+//! included) and logs each answer; its log is what is counted: pages
+//! served, 429s sent.
 //!
-//! nginx is started here on a free 127.0.0.1 port with a temporary config
-//! (`limit_req_zone $binary_remote_addr rate=2r/s`, without a burst and
-//! with `burst=5 nodelay`; a refused request gets 429 with
-//! `Retry-After: 1` through `error_page 429` and `add_header ... always`).
-//! nginx counts every request, robots.txt included, and its access log is
-//! what is counted: pages served, 429s sent.
+//! - Debian's nginx `limit_req rate=Nr/s` without a burst, and `2r/s
+//!   burst=5 nodelay` (a refused request gets 429 with `Retry-After: 1`
+//!   through `error_page 429` and `add_header ... always`);
+//! - Flask-Limiter (`tests/limiters/flask_limited.py`): `N per second` as
+//!   an application limit in its `fixed-window`, `moving-window` and
+//!   `sliding-window-counter` strategies, memory storage, headers off as
+//!   by default (429 without Retry-After);
+//! - express-rate-limit (`tests/limiters/express_limited.js`, `npm ci`
+//!   there): `{ windowMs: 1000, limit: N }`, otherwise its defaults (a
+//!   fixed window, `X-RateLimit-*` headers, 429 with Retry-After);
+//! - Debian's Apache with mod_qos (`QS_ClientEventLimitCount`, 429 without
+//!   Retry-After): 2N requests per 2 s window (see [`Limit::Qos`]).
 //!
 //! - **mannerly**: the proxy on its embedded defaults (`allow_private`
-//!   only, since nginx is on loopback); the client fires `PAGES` GETs at
+//!   only, since the limiter is on loopback); the client fires `PAGES` GETs at
 //!   5/s, whatever happened to earlier ones, and does nothing about 429s.
-//! - **naive loop**: one request at a time straight to nginx; a 429 is
+//! - **naive loop**: one request at a time straight to the limiter; a 429 is
 //!   waited out for its Retry-After, then sent again.
 //!
 //! pages/s = pages delivered / time from the first send to the last page.
-//! `LIMITERS_PAGES=200` sends 200; `LIMITERS_ONLY='no burst'` or
-//! `'burst=5'` runs one limiter; `LIMITERS_BUDGET='start_rate = 1.5'` sets
+//! "of limit" is pages/s over the limiter's requests a second.
+//! `LIMITERS_PAGES=200` sends 200; `LIMITERS_ONLY='Flask'` runs the
+//! limiters whose name contains it (`'no burst'`, `'burst=5'`, `'3/s'`…); `LIMITERS_BUDGET='start_rate = 1.5'` sets
 //! the proxy's `[budget]` table (to try a ramp); `LIMITERS_NO_NAIVE=1`
 //! skips the naive loop.
 //!
@@ -77,10 +86,10 @@ async fn main() {
     let only = std::env::var("LIMITERS_ONLY").ok();
     println!("{pages} pages; mannerly: GETs at 5/s through the proxy on its defaults; naive: one at a time, direct, Retry-After honoured");
     println!(
-        "{:<38} {:<11} {:>13} {:>8} {:>10} {:>14}",
-        "origin", "route", "upstream 429s", "pages/s", "delivered", "robots.txt"
+        "{:<44} {:<11} {:>13} {:>8} {:>9} {:>10} {:>11}",
+        "origin", "route", "upstream 429s", "pages/s", "of limit", "delivered", "robots.txt"
     );
-    for limit in [Limit::NoBurst, Limit::Burst5] {
+    for limit in Limit::all() {
         if only.as_deref().is_some_and(|o| !limit.name().contains(o)) {
             continue;
         }
@@ -89,8 +98,8 @@ async fn main() {
                 continue;
             }
             let Some(limiter) = Limiter::start(limit) else {
-                eprintln!("nginx is not installed (apt-get install nginx-light)");
-                std::process::exit(2);
+                eprintln!("{}: not installed ({})", limit.name(), limit.install());
+                break;
             };
             let crawl = match route {
                 "mannerly" => through_mannerly(&limiter, pages).await,
@@ -98,11 +107,12 @@ async fn main() {
             };
             let served = limiter.served();
             println!(
-                "{:<38} {:<11} {:>13} {:>8.2} {:>7}/{pages} {:>14}",
+                "{:<44} {:<11} {:>13} {:>8.2} {:>8.0}% {:>7}/{pages} {:>11}",
                 limit.name(),
                 route,
                 served.throttled,
                 crawl.pages_per_s(),
+                100.0 * crawl.pages_per_s() / f64::from(limit.rate()),
                 crawl.delivered,
                 served.robots
             );

@@ -38,7 +38,7 @@ async fn crawl_twenty_names(by: GroupBy) -> Option<Figures> {
     if !have_tool("nginx", "nginx-light") {
         return None;
     }
-    let limiter = Limiter::start_for(Limit::NoBurst, ".site.test").expect("nginx starts");
+    let limiter = Limiter::start_for(Limit::NO_BURST, ".site.test").expect("nginx starts");
     let port = limiter.port;
     let mut proxy = TestProxy::start(|c| {
         c.budget = Default::default();

@@ -26,6 +26,7 @@ mod announced;
 mod decision;
 mod distress;
 mod host;
+mod limit;
 mod params;
 mod persist;
 mod reset;
@@ -39,6 +40,7 @@ pub use decision::{
 };
 pub use distress::{Distress, Failure};
 pub use host::{DecodeError, HostBudget, ENCODED_LEN};
+pub use limit::{estimate, Learned, Outcome, Sent, LOG_LEN};
 pub use params::{
     BudgetParams, HostOverride, HostParams, DEFAULT_MAX_HOSTS, MAX_BREAKER_THRESHOLD,
 };

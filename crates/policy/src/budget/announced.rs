@@ -180,8 +180,14 @@ impl Announced {
         let [limit, remaining, reset] = LEGACY.map(|(x, plain)| num(&x).or_else(|| num(&plain)));
         let reset = reset.map(|r| {
             if r > EPOCH_THRESHOLD {
-                let now = wall.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-                r.saturating_sub(now)
+                // A Unix time in whole seconds is rounded up by the servers
+                // that send it (express-rate-limit: `Math.ceil`), so the
+                // reset is up to a second before it: the whole seconds
+                // left from now's fraction on, not from its floor.
+                let now = wall
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0.0, |d| d.as_secs_f64());
+                (r as f64 - now).floor().max(0.0) as u64
             } else {
                 r
             }

@@ -2,16 +2,19 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use super::decision::{HostView, Reaction, Refusal, Reservation, Start};
+use super::decision::{Reaction, Refusal, Reservation, Start};
+use super::limit::Outcome;
 use super::params::{millis, HostParams, MAX_BREAKER_THRESHOLD};
 use super::Distress;
 
 mod distress;
 pub(super) mod history;
 mod pace;
+pub(super) mod sends;
 mod shared;
 mod throttle;
 mod turn;
+mod view;
 use pace::{GAP_NONE, MAX_SEND_GAP_MS};
 pub use shared::{DecodeError, ENCODED_LEN};
 
@@ -91,6 +94,9 @@ pub struct HostBudget {
     /// The last cut for slowness: one a second at most, since the answers
     /// to requests sent before it cannot show its effect.
     pub(super) slowed: u32,
+    /// The last sends and what became of each: the site's limit is read
+    /// from them on a 429.
+    pub(super) log: sends::SendLog,
 }
 
 /// `flags`: the pause in force is an open breaker.
@@ -105,6 +111,10 @@ pub(super) const LOAN_SENT: u8 = 8;
 /// `flags`: the pause in force is for distress: requests are answered at
 /// once, not held to its end.
 pub(super) const DISTRESS: u8 = 16;
+/// `flags`: the ceiling is a share of the limit the sends showed
+/// (`limit.rs`): the rate climbs back to it as it climbs before a first
+/// 429, by a factor, not a step.
+pub(super) const LEARNED: u8 = 32;
 
 // === impl HostBudget ===
 
@@ -140,6 +150,7 @@ impl HostBudget {
             event: 0,
             latency_cap: 0,
             slowed: NONE,
+            log: sends::SendLog::default(),
         }
     }
 
@@ -277,6 +288,10 @@ impl HostBudget {
     /// safe: a waiter that finds the gate still full waits again.
     pub fn finish(&mut self, p: &HostParams, now: Instant) -> bool {
         let _ = self.tick(now);
+        // The send log is left alone: with a shared store a slot may be
+        // given back twice (a lease already gone), and a second mark would
+        // change the budget and tell every proxy of nothing. A send left
+        // waiting takes the next answer, one off until it leaves the log.
         self.in_flight = self.in_flight.saturating_sub(1);
         self.in_flight < self.concurrency_limit(p)
     }
@@ -307,8 +322,10 @@ impl HostBudget {
         self.in_flight = self.in_flight.saturating_sub(1);
         if status == 429 || (status == 503 && retry_after.is_some()) {
             self.errors = 0;
+            self.log.answer(Outcome::Refused);
             return Reaction::Throttled(self.throttle(p, n, now, wall, retry_after, jitter));
         }
+        self.log.answer(Outcome::Accepted);
         if let Some(event) = Distress::of_status(status) {
             self.errors = 0;
             return Reaction::Distressed(self.distress(p, n, now, event, jitter));
@@ -343,8 +360,8 @@ impl HostBudget {
         // rate grows geometrically to find it; afterwards it creeps back
         // under the ceiling that 429 taught.
         let grown = match get(self.throttled) {
-            None => scale(rate, p.slow_start_factor),
-            Some(_) => 0,
+            Some(_) if self.flags & LEARNED == 0 => 0,
+            _ => scale(rate, p.slow_start_factor),
         };
         self.rate = rate
             .saturating_add(p.step_u())
@@ -398,38 +415,6 @@ impl HostBudget {
                 let next = sent + u64::from(self.crawl_delay_ms) + self.tau_ms(p, n);
                 self.tat = put(get(self.tat).unwrap_or(0).max(next));
             }
-        }
-    }
-
-    /// The host as seen at `now`.
-    pub fn view(&self, p: &HostParams, now: Instant) -> HostView {
-        let n = self.ms(now);
-        let paused = get(self.pause)
-            .filter(|&u| u > n)
-            .map(|u| self.at(u).saturating_duration_since(now));
-        HostView {
-            rate: f(self.rate_u(p, n)),
-            ceiling: f(self.shown_ceiling_u(p, n)),
-            concurrency: u32::from(self.concurrency_limit(p)),
-            in_flight: u32::from(self.in_flight),
-            queued: u32::try_from(self.queued(p, n)).unwrap_or(u32::MAX),
-            paused_for: paused,
-            breaker_open_for: paused.filter(|_| self.breaker()),
-            crawl_delay: (self.crawl_delay_ms > 0)
-                .then(|| Duration::from_millis(u64::from(self.crawl_delay_ms))),
-            announced_rate: (self.announced > 0).then(|| f(self.announced)),
-            recent_throttles: self.recent_throttles(p, n),
-            throttles_last_hour: self.throttles_within(n, 3_600_000),
-            ceiling_relaxes_in: self.ceiling_relaxes_in(p, n),
-            distress: paused
-                .filter(|_| self.flags & DISTRESS != 0)
-                .and(Distress::from_code(self.event)),
-            last_distress: Distress::from_code(self.event),
-            recent_distress: self.recent_distress(p, n),
-            latency_baseline_ms: (self.latency_base > 0).then_some(u32::from(self.latency_base)),
-            latency_ms: (self.latency_fast > 0).then_some(u32::from(self.latency_fast)),
-            next_slot_in: Duration::from_millis(self.next_slot(p, n).saturating_sub(n)),
-            free_slots: self.free_slots(p, n),
         }
     }
 

@@ -130,6 +130,10 @@ budget_params! {
     throttle_rate_factor: f64 = 0.5,
     /// The ceiling becomes this share of the rate that drew a 429. Default 0.8.
     ceiling_factor: f64 = 0.8,
+    /// When the sends the site accepted and refused show its limit (an
+    /// allowance per window, `limit.rs`), the ceiling becomes this share
+    /// of it instead. Default 0.9.
+    learned_share: f64 = 0.9,
     /// The concurrency limit is multiplied by this on a 429 (rounded down,
     /// at least 1). Default 0.5.
     concurrency_factor: f64 = 0.5,
@@ -351,6 +355,7 @@ impl HostParams {
         for (key, f) in [
             ("throttle_rate_factor", self.throttle_rate_factor),
             ("ceiling_factor", self.ceiling_factor),
+            ("learned_share", self.learned_share),
             ("concurrency_factor", self.concurrency_factor),
             ("server_error_factor", self.server_error_factor),
         ] {

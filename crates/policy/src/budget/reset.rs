@@ -31,7 +31,8 @@ impl HostBudget {
     pub fn reset(&mut self, p: &HostParams, now: Instant) -> ResetReport {
         let before = self.view(p, now);
         self.pause = NONE;
-        self.flags &= !(super::host::BREAKER | super::host::DISTRESS);
+        self.flags &= !(super::host::BREAKER | super::host::DISTRESS | super::host::LEARNED);
+        self.log = Default::default();
         self.distressed = NONE;
         (self.events, self.errors, self.latency_cap) = (0, 0, 0);
         self.throttled = NONE;

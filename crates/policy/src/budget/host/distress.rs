@@ -53,6 +53,7 @@ impl HostBudget {
     ) -> Option<Reaction> {
         let n = self.tick(now);
         self.in_flight = self.in_flight.saturating_sub(1);
+        self.log.answer(super::super::limit::Outcome::Pending);
         match failure {
             Failure::Distress(event) => Some(Reaction::Distressed(
                 self.distress(p, n, now, event, jitter),

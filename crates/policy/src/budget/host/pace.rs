@@ -49,6 +49,8 @@ const ACCEPTED_SHARE: u64 = 95;
 impl HostBudget {
     /// Records a send at `n`.
     pub(super) fn note_send(&mut self, n: u64) {
+        self.log
+            .push(get(self.sent).map(|last| n.saturating_sub(last)));
         if let Some(last) = get(self.sent) {
             // Long idle gaps are capped so one quiet spell does not read as
             // a crawl of one request a day.

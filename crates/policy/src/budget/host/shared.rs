@@ -10,13 +10,14 @@
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::super::params::HostParams;
+use super::sends::{SendLog, SENDS_LEN};
 use super::{
-    get, HostBudget, BREAKER, DISTRESS, GAP_NONE, LENT, LOAN_SENT, MAX_SEND_GAP_MS, NONE, ON_LOAN,
-    RING,
+    get, HostBudget, BREAKER, DISTRESS, GAP_NONE, LEARNED, LENT, LOAN_SENT, MAX_SEND_GAP_MS, NONE,
+    ON_LOAN, RING,
 };
 
 /// First byte of an encoded budget; a layout change gets a new one.
-const LAYOUT: u8 = 7;
+const LAYOUT: u8 = 8;
 /// Encoded length: layout, base, 3 + RING + 5 `u32`s, 2 `u16`s, 2 bytes,
 /// then (layout 2) the announced cap, then (layout 4) the latest slot given,
 /// then (layout 5) the long pace window: its start, sends and accepted pace.
@@ -31,13 +32,16 @@ const LAYOUT: u8 = 7;
 /// last cut for slowness (`u32`s), baseline and fast time to first byte
 /// (`u16`s), events in the window, 500s in a row, the latest event's code
 /// and a spare byte; its flags byte adds the distress pause (bit 4).
-pub const ENCODED_LEN: usize = LAYOUT_6_LEN + 20;
+/// Layout 8 adds the last sends and what became of each (`sends.rs`), so
+/// that the limit a fleet's sends showed is read from all of them.
+pub const ENCODED_LEN: usize = LAYOUT_7_LEN + SENDS_LEN;
 /// Layouts 1 to 6 are still read, so that a cluster can be upgraded one
 /// proxy at a time. Layout 1 had no announced cap.
 const LAYOUT_1_LEN: usize = 1 + 8 + 4 * (3 + RING + 5) + 2 * 2 + 2;
 const LAYOUT_2_LEN: usize = LAYOUT_1_LEN + 4;
 const LAYOUT_4_LEN: usize = LAYOUT_2_LEN + 4;
 const LAYOUT_6_LEN: usize = LAYOUT_4_LEN + 8;
+const LAYOUT_7_LEN: usize = LAYOUT_6_LEN + 20;
 
 /// Why stored bytes are not a budget.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -89,6 +93,7 @@ impl HostBudget {
         out.extend_from_slice(&self.latency_base.to_le_bytes());
         out.extend_from_slice(&self.latency_fast.to_le_bytes());
         out.extend_from_slice(&[self.events, self.errors, self.event, 0]);
+        self.log.encode(&mut out);
         out
     }
 
@@ -122,7 +127,8 @@ impl HostBudget {
         let streak = u16::from_le_bytes(take(2).try_into().unwrap_or([0; 2]));
         let strikes = take(1)[0];
         let flags = match (bytes[0], take(1)[0]) {
-            (LAYOUT, flags) => flags & (BREAKER | LENT | ON_LOAN | LOAN_SENT | DISTRESS),
+            (LAYOUT, flags) => flags & (BREAKER | LENT | ON_LOAN | LOAN_SENT | DISTRESS | LEARNED),
+            (7, flags) => flags & (BREAKER | LENT | ON_LOAN | LOAN_SENT | DISTRESS),
             (6, flags) => flags & (BREAKER | LENT | ON_LOAN | LOAN_SENT),
             (_, breaker) => u8::from(breaker != 0) * BREAKER,
         };
@@ -137,7 +143,9 @@ impl HostBudget {
         let counts = optional(LAYOUT_6_LEN, 0);
         let (sends, accepted) = (counts as u16, (counts >> 16) as u16);
         // Layout 7's distress; an older proxy's budget has heard none.
-        let distress = [NONE, 0, NONE, 0, 0].map(|absent| optional(ENCODED_LEN, absent));
+        let distress = [NONE, 0, NONE, 0, 0].map(|absent| optional(LAYOUT_7_LEN, absent));
+        // Layout 8's sends; an older proxy's budget remembers none.
+        let log = SendLog::decode(bytes.get(LAYOUT_7_LEN..).unwrap_or_default());
 
         let mut b = HostBudget::new(p, now);
         b.tat = tat;
@@ -166,6 +174,7 @@ impl HostBudget {
         b.sends = sends;
         b.accepted = accepted;
         b.read_distress(p, distress);
+        b.log = log;
         b.rebase_to(base_us, now, wall);
         Ok(b)
     }
@@ -261,7 +270,8 @@ fn unix_us(wall: SystemTime) -> i64 {
 fn known_layout(bytes: &[u8]) -> Result<(), DecodeError> {
     let known = matches!(
         (bytes.first(), bytes.len()),
-        (Some(7), ENCODED_LEN)
+        (Some(8), ENCODED_LEN)
+            | (Some(7), LAYOUT_7_LEN)
             | (Some(5 | 6), LAYOUT_6_LEN)
             | (Some(4), LAYOUT_4_LEN)
             | (Some(2 | 3), LAYOUT_2_LEN)

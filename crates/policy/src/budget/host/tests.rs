@@ -29,6 +29,6 @@ fn a_robots_lookup_between_requests_leaves_the_burst_whole() {
 }
 
 #[test]
-fn a_host_is_112_bytes() {
-    assert_eq!(std::mem::size_of::<HostBudget>(), 112);
+fn a_host_is_152_bytes() {
+    assert_eq!(std::mem::size_of::<HostBudget>(), 152);
 }

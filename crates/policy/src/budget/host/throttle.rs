@@ -7,8 +7,8 @@ use super::super::decision::Throttle;
 use super::super::params::HostParams;
 use super::super::retry_after::parse_retry_after;
 use super::{
-    f, get, put, scale, scale_count, HostBudget, BREAKER, DISTRESS, LENT, LOAN_SENT, NONE, ON_LOAN,
-    RAW_RETRY_AFTER_MAX, RING,
+    f, get, put, scale, scale_count, HostBudget, BREAKER, DISTRESS, LEARNED, LENT, LOAN_SENT, NONE,
+    ON_LOAN, RAW_RETRY_AFTER_MAX, RING,
 };
 
 // === impl HostBudget (throttle) ===
@@ -69,11 +69,7 @@ impl HostBudget {
         }
         let rate_before = self.drawn_rate_u(p, n);
         let floor = p.floor_u();
-        // A burst of ours above a ceiling already learned reads high; it
-        // says nothing new of the site's limit and must not lift it.
-        let ceiling = scale(rate_before, p.ceiling_factor)
-            .min(self.ceiling_u(p, n))
-            .max(floor);
+        let (ceiling, learned) = self.learned_ceiling_u(p, n, rate_before);
         // Halved from the rate in force, or from the pace when the sends
         // lagged it: a burst drew the 429, not the rate.
         // Never below the floor, even when the sends lagged it.
@@ -91,7 +87,10 @@ impl HostBudget {
             .min(from);
 
         self.record_throttle(n);
-        self.flags &= !(LENT | ON_LOAN | LOAN_SENT | DISTRESS);
+        self.flags &= !(LENT | ON_LOAN | LOAN_SENT | DISTRESS | LEARNED);
+        if learned {
+            self.flags |= LEARNED;
+        }
         self.restart_window();
         self.ceiling = ceiling;
         self.rate = rate;
@@ -134,6 +133,20 @@ impl HostBudget {
 }
 
 impl HostBudget {
+    /// The ceiling a throttle leaves: `learned_share` of the limit the
+    /// sends show (`limit.rs`), else `ceiling_factor` of the rate that drew
+    /// it; and whether the limit was learned.
+    fn learned_ceiling_u(&self, p: &HostParams, n: u64, rate_before: u32) -> (u32, bool) {
+        let learned = get(self.sent)
+            .and_then(|sent| self.log.learned(sent))
+            .map(|limit| scale(limit.rate_u(), p.learned_share));
+        let ceiling = learned.unwrap_or_else(|| scale(rate_before, p.ceiling_factor));
+        // A burst of ours above a ceiling already learned reads high; it
+        // says nothing new of the site's limit and must not lift it.
+        let ceiling = ceiling.min(self.ceiling_u(p, n)).max(p.floor_u());
+        (ceiling, learned.is_some())
+    }
+
     /// The end of a pause of `pause_ms` from `now`, or of the breaker's
     /// when the throttle just recorded opens it (and whether it did).
     pub(super) fn pause_end(

@@ -1,5 +1,6 @@
-//! What this proxy holds of the hosts' shared copies: the views the admin
-//! reads, and the bounds that keep them from growing with the web.
+//! The copies of shared budgets this proxy holds: what they show, and the
+//! sweep and the bound that keep them few (Redis keeps every host; a copy
+//! dropped here is read again on the host's next step).
 
 use std::time::Instant;
 

@@ -1,0 +1,216 @@
+//! What a site's rate limiter is, read from the sends it accepted and
+//! refused: an allowance per window, not only the pace that drew a 429.
+//!
+//! Limiters count in a few ways: a fixed window (N per calendar second or
+//! per window from a client's first request: Flask-Limiter's
+//! `fixed-window`, express-rate-limit, Apache mod_qos), a sliding window
+//! (the last N sends within W: `moving-window`, or its weighted counter),
+//! a token bucket or GCRA (nginx `limit_req`: one send per 1/r s, `burst`
+//! ahead). Every one of them refuses a send only when enough sends it
+//! accepted came just before, and accepts only while few enough did:
+//!
+//! - a refusal at `t` under A per W means A accepted sends in `[t − W, t)`:
+//!   W is at least the span from the A-th latest accepted send to `t`
+//!   (`at_least`, the largest over the refusals);
+//! - an acceptance at `t` means at most A accepted in `(t − W, t]` under a
+//!   sliding window and at most 2A under a fixed one (A at the end of one
+//!   window, A at the start of the next): W is at most the span from the
+//!   2A-th accepted send before it (`at_most`, the smallest).
+//!
+//! For each allowance A that leaves a window in between (and whose
+//! acceptances bound it at all), the window is the round one inside it,
+//! the shortest when several fit: limiters count per whole seconds (or
+//! minutes), or space sends at 1/k s (k requests a second, no burst: then
+//! A is 1 and every accepted gap is at least the interval, since there is
+//! no calendar window to straddle). The limit learned is
+//! the fastest of those, A/W; none is learned when no round window fits
+//! (the sends say too little yet, or the limiter counts otherwise).
+//!
+//! A token bucket of rate r and burst b reads as b per b/r s, and GCRA
+//! without a burst as 1 per 1/r s. Refused sends count for nothing (a
+//! fixed window that counts them only refuses sooner, which the next
+//! refusal shows).
+
+/// Sends remembered per host for the estimate.
+pub const LOG_LEN: usize = 16;
+
+/// What became of one send.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// No answer yet.
+    Pending,
+    /// Let through.
+    Accepted,
+    /// Answered 429 (or 503 with Retry-After).
+    Refused,
+}
+
+/// One send, at a millisecond of the caller's clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sent {
+    /// When it was sent, ms.
+    pub at_ms: u64,
+    /// What became of it.
+    pub outcome: Outcome,
+}
+
+/// A limit read from the sends: `allowance` sends per `window_ms`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Learned {
+    /// Sends the limiter lets through per window.
+    pub allowance: u32,
+    /// Its window, ms.
+    pub window_ms: u64,
+}
+
+impl Sent {
+    /// A send at `at_ms` that was let through or refused.
+    pub fn answered(at_ms: u64, let_through: bool) -> Sent {
+        let outcome = match let_through {
+            true => Outcome::Accepted,
+            false => Outcome::Refused,
+        };
+        Sent { at_ms, outcome }
+    }
+}
+
+impl Learned {
+    /// The limit as a steady rate, micro-requests per second.
+    pub fn rate_u(self) -> u32 {
+        let u = u64::from(self.allowance) * 1_000_000_000 / self.window_ms.max(1);
+        u32::try_from(u).unwrap_or(u32::MAX)
+    }
+}
+
+/// Intervals of a limit of k requests a second without a burst (GCRA,
+/// nginx `limit_req`), ms: one send per interval, and no calendar to
+/// line up with, so every accepted gap is at least the interval.
+const INTERVALS_MS: [u64; 10] = [100, 111, 125, 142, 166, 200, 250, 333, 500, 1_000];
+/// Windows of counts per window, ms: whole seconds up to ten minutes.
+const WINDOWS_MS: [u64; 14] = [
+    1_000, 2_000, 3_000, 4_000, 5_000, 6_000, 10_000, 15_000, 20_000, 30_000, 60_000, 120_000,
+    300_000, 600_000,
+];
+
+/// The limit the sends show (module docs); `sends` oldest first.
+pub fn estimate(sends: &[Sent]) -> Option<Learned> {
+    let accepted: Vec<u64> = sends
+        .iter()
+        .filter(|s| s.outcome == Outcome::Accepted)
+        .map(|s| s.at_ms)
+        .collect();
+    // Each refusal, with the accepted sends that went before it (in the
+    // order sent: two sends in one millisecond are still one after the
+    // other).
+    let mut refused = Vec::new();
+    let mut before = 0;
+    for s in sends {
+        match s.outcome {
+            Outcome::Accepted => before += 1,
+            Outcome::Refused => refused.push((s.at_ms, before)),
+            Outcome::Pending => {}
+        }
+    }
+    if refused.is_empty() {
+        return None;
+    }
+    let mut fits = Vec::new();
+    for allowance in 1..=accepted.len() {
+        let Some(lo) = at_least(&accepted, &refused, allowance) else {
+            break;
+        };
+        // An interval: one send each, every accepted gap at least one.
+        if allowance == 1 {
+            fits.push(fit(&INTERVALS_MS, 1, lo, at_most(&accepted, 1)));
+        }
+        // A window: up to twice the allowance where two windows meet (one
+        // per window is an interval, above).
+        if allowance > 1 {
+            fits.push(fit(
+                &WINDOWS_MS,
+                allowance,
+                lo,
+                at_most(&accepted, 2 * allowance),
+            ));
+        }
+    }
+    fits.into_iter().flatten().max_by_key(|l| l.rate_u())
+}
+
+/// The shortest of `rounds` in `[lo, hi]`, as `allowance` per it; `None`
+/// when there is none, or when `hi` is unbounded (nothing accepted says
+/// how long the window may be, so any round one above the refusals fits).
+fn fit(rounds: &[u64], allowance: usize, lo: u64, hi: Option<u64>) -> Option<Learned> {
+    let hi = hi?;
+    let &window_ms = rounds.iter().find(|&&w| w >= lo && w <= hi)?;
+    Some(Learned {
+        allowance: u32::try_from(allowance).ok()?,
+        window_ms,
+    })
+}
+
+/// The shortest window in which `allowance` accepted sends came before
+/// every refusal; `None` when a refusal had fewer before it.
+fn at_least(accepted: &[u64], refused: &[(u64, usize)], allowance: usize) -> Option<u64> {
+    refused.iter().try_fold(0, |lo: u64, &(t, before)| {
+        let nth = accepted.get(before.checked_sub(allowance)?)?;
+        // The nth was inside the window: a send exactly one window after
+        // it would have been let through.
+        Some(lo.max(t.saturating_sub(*nth) + 1))
+    })
+}
+
+/// The longest window under which no accepted send had `more` accepted
+/// sends within it before (a window counting `more` would have refused
+/// it); `None` (unbounded) when no send had that many before it.
+fn at_most(accepted: &[u64], more: usize) -> Option<u64> {
+    accepted
+        .iter()
+        .enumerate()
+        .skip(more)
+        .map(|(i, &t)| t - accepted[i - more])
+        .min()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sends(list: &[(u64, bool)]) -> Vec<Sent> {
+        list.iter()
+            .map(|&(at, ok)| Sent::answered(at, ok))
+            .collect()
+    }
+
+    /// A climb by 20% a send from 1/s, each let through.
+    const CLIMB: [(u64, bool); 5] = [
+        (0, true),
+        (1_000, true),
+        (1_833, true),
+        (2_527, true),
+        (3_106, true),
+    ];
+
+    #[test]
+    fn nothing_refused_teaches_nothing() {
+        assert_eq!(estimate(&sends(&CLIMB)), None);
+    }
+
+    #[test]
+    fn a_gap_refused_after_a_longer_one_was_let_through_is_a_rate_per_second() {
+        // nginx limit_req 2r/s without a burst refuses the next gap, 482 ms.
+        let mut s = sends(&CLIMB);
+        s.push(Sent::answered(3_588, false));
+        let learned = estimate(&s).unwrap();
+        let want = Learned {
+            allowance: 1,
+            window_ms: 500,
+        };
+        assert_eq!((learned, learned.rate_u()), (want, 2_000_000));
+        // Flask-Limiter "2 per second", moving window, lets that one
+        // through and refuses the next: two in the second before it.
+        s[5] = Sent::answered(3_588, true);
+        s.push(Sent::answered(3_990, false));
+        assert_eq!(estimate(&s).unwrap().rate_u(), 2_000_000);
+    }
+}
