@@ -55,7 +55,9 @@
 -- listen on its channel now: that one is dropped from the set (it looks
 -- again by itself) and the next is tried. A waiter that went away stays
 -- in its set until 3 s after its time and no longer: slot waiters look
--- again, and register again, every second.
+-- again, and register again, every second. (One that went away while
+-- its proxy still listens, for up to the subscriber's linger, may take a
+-- release with it: the next waiter finds the slot at its own look.)
 --
 -- Proxies of the earlier schemes listen on the host's channel (ARGV[8]):
 -- while one does (NUMSUB there, or NUMPAT for the first scheme's pattern
