@@ -9,7 +9,8 @@
 //! Each host is paced at `FLEET_RATE` pages/s (default 10), so the page rate
 //! is modest (8 debug processes on 2 cores) and every figure is per page:
 //! Redis calls (scripts and subscription commands, `INFO commandstats` over
-//! the masters), PUBLISH/SPUBLISH per page, messages delivered per page
+//! the masters), lost compare-and-sets (the proxies'
+//! `mannerly_state_redis_conflicts_total`), PUBLISH/SPUBLISH per page, messages delivered per page
 //! (the proxies' `mannerly_state_redis_messages_heard_total`), Redis CPU
 //! per page (`INFO cpu`, user + sys over the masters), and `PUBSUB NUMPAT`
 //! read mid-run.
@@ -177,13 +178,15 @@ fn series(text: &str, name: &str) -> f64 {
         .sum()
 }
 
-async fn heard(procs: &[Process]) -> f64 {
-    let mut sum = 0.0;
+/// The proxies' messages heard and lost compare-and-sets, summed.
+async fn heard(procs: &[Process]) -> (f64, f64) {
+    let mut sum = (0.0, 0.0);
     for p in procs {
         let url = format!("http://{}/metrics", p.admin);
         if let Ok(r) = reqwest::get(&url).await {
             if let Ok(t) = r.text().await {
-                sum += series(&t, "mannerly_state_redis_messages_heard_total");
+                sum.0 += series(&t, "mannerly_state_redis_messages_heard_total");
+                sum.1 += series(&t, "mannerly_state_redis_conflicts_total");
             }
         }
     }
@@ -230,6 +233,7 @@ struct Row {
     calls: u64,
     publishes: u64,
     messages: f64,
+    lost: f64,
     cpu: f64,
     numpat: u64,
 }
@@ -301,14 +305,15 @@ async fn run(cluster: &RedisCluster, origin: SocketAddr, n: usize, contended: bo
             failed += 1;
         }
     }
-    let secs = start.elapsed().as_secs_f64();
+    let (secs, heard1) = (start.elapsed().as_secs_f64(), heard(&procs).await);
     Row {
         pages,
         failed,
         secs,
         calls: calls(cluster, PROXY_CALLS) - calls0,
         publishes: calls(cluster, &["publish", "spublish"]) - pubs0,
-        messages: heard(&procs).await - heard0,
+        messages: heard1.0 - heard0.0,
+        lost: heard1.1 - heard0.1,
         cpu: cpu(cluster) - cpu0,
         numpat,
     }
@@ -330,20 +335,21 @@ async fn main() -> Result<(), Error> {
         rate()
     );
     println!(
-        "| shape | N | pages | failed | pages/s | Redis calls/page | publishes/page | messages delivered/page | Redis CPU µs/page | NUMPAT mid-run |"
+        "| shape | N | pages | failed | pages/s | Redis calls/page | lost compare-and-sets/page | publishes/page | messages delivered/page | Redis CPU µs/page | NUMPAT mid-run |"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for contended in [false, true] {
         for &n in &sizes {
             let r = run(&cluster, origin, n, contended).await;
             let per = |x: f64| x / r.pages.max(1) as f64;
             println!(
-                "| {} | {n} | {} | {} | {:.1} | {:.2} | {:.2} | {:.2} | {:.0} | {} |",
+                "| {} | {n} | {} | {} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {:.0} | {} |",
                 if contended { "contended" } else { "own" },
                 r.pages,
                 r.failed,
                 r.pages as f64 / r.secs,
                 per(r.calls as f64),
+                per(r.lost),
                 per(r.publishes as f64),
                 per(r.messages),
                 per(r.cpu) * 1e6,

@@ -6,8 +6,9 @@
 //!
 //! - `poll`: looking again every 100 ms (no subscription, or one that is
 //!   down);
-//! - `message`: woken by A's release on the host's channel (`Wakes`), with
-//!   a look every 1 s as fallback.
+//! - `message`: woken by A's release, told to B as the host's earliest
+//!   slot waiter on B's own channel of the host (`Wakes`), with a look
+//!   every 1 s as fallback.
 //!
 //!     cargo run --release -p mannerly-state --example wake_latency
 
@@ -146,8 +147,9 @@ async fn main() {
     )
     .expect("subscriber");
     b.listen_with(wakes.waiters());
-    // B's waiter listens on the host, as the proxy's does while it waits.
-    let hearing = wakes.waiters().hear(HOST);
+    // B's waiter listens on its own channel of the host, as the proxy's
+    // does while it waits.
+    let hearing = b.hear(HOST).expect("a subscriber");
     hearing.ready(Duration::from_secs(10)).await;
     let added = run(&a, &b, Some(woken)).await;
     report("message", &added);

@@ -1,10 +1,13 @@
-//! Wake-ups across proxies, heard only where someone waits. A change of a
-//! host's shared budget is published on the host's channel ([`channel`],
-//! from inside the budget script, so it costs no round trip) with the new
-//! copy and what changed (a lease given back, a pause ended early), and the
+//! Wake-ups across proxies, heard only where someone waits, by the one
+//! proxy that acts next. A change of a host's shared budget is told from
+//! inside the budget script (so it costs no round trip), with the new copy
+//! and what changed (a lease given back, a pause ended early), to one
+//! proxy waiting on that host: the one that acts on it next, on its own
+//! channel for the host ([`own_channel`]); see `hosts/redis/op.lua`. The
 //! proxy fetching an origin's robots.txt publishes on the origin's channel
-//! when its copy is stored (`robots`). Both publish only when some other
-//! proxy listens on that channel (`PUBSUB NUMSUB`, or `SHARDNUMSUB` on a
+//! ([`channel`]) when its copy is stored (`robots`), heard by every proxy
+//! waiting for that copy: once per waiter, as each needs it. Both publish
+//! only when someone listens (`PUBSUB NUMSUB`, or `SHARDNUMSUB` on a
 //! Cluster, asked inside the same script).
 //!
 //! A proxy listens on a channel only while it holds a [`Hearing`] of it:
@@ -15,8 +18,8 @@
 //! node of a Cluster, so a message stays on its slot's node), and the
 //! subscription is dropped within [`LINGER`] after the last one went, so that a
 //! host crawled steadily is not subscribed again for every page. No
-//! pattern subscription: a message is delivered to the proxies that wait
-//! for it, not to the fleet.
+//! pattern subscription: a message is delivered to a proxy that waits for
+//! it, not to the fleet.
 //!
 //! Without a subscription, or while it is down, waiters look again by
 //! themselves (the callers' polling fallback).
@@ -41,6 +44,13 @@ use crate::link::{cluster_nodes, tagged};
 /// Cluster it lives on their node.
 pub fn channel(prefix: &str, host: &str) -> String {
     tagged(prefix, host, "w")
+}
+
+/// The channel on which the proxy `instance` is told of changes of
+/// `host`'s budget while it waits on the host: [`channel`] followed by
+/// `:` and the instance, so the same hash tag, node and slot.
+pub fn own_channel(prefix: &str, host: &str, instance: &str) -> String {
+    format!("{}:{instance}", channel(prefix, host))
 }
 
 /// How long the subscriber waits before dialling again after losing Redis.
@@ -70,7 +80,7 @@ struct Inner {
     woken: AtomicU64,
     /// Waiters asleep now until a message or their next look.
     asleep: AtomicU64,
-    /// The channels wanted or held, by the name in their tag.
+    /// The channels wanted or held, by channel.
     subs: Mutex<HashMap<String, Sub>>,
     /// Tells the subscriber task that `subs` wants something done.
     nudge: Notify,
@@ -119,6 +129,7 @@ pub struct Waiters {
 #[derive(Debug)]
 pub struct Hearing {
     inner: Arc<Inner>,
+    /// The channel.
     name: String,
 }
 
@@ -220,11 +231,21 @@ impl Waiters {
         }
     }
 
-    /// Listens on `name`'s channel while the returned hearing is held (and
-    /// up to [`LINGER`] after the last one goes).
+    /// Listens on `name`'s channel ([`channel`]) while the returned
+    /// hearing is held (and up to [`LINGER`] after the last one goes).
     pub fn hear(&self, name: &str) -> Hearing {
+        self.hear_channel(channel(&self.inner.prefix, name))
+    }
+
+    /// Listens on the channel on which `instance` is told of `name`'s
+    /// changes ([`own_channel`]), as [`hear`](Self::hear).
+    pub fn hear_own(&self, name: &str, instance: &str) -> Hearing {
+        self.hear_channel(own_channel(&self.inner.prefix, name, instance))
+    }
+
+    fn hear_channel(&self, chan: String) -> Hearing {
         let mut subs = self.inner.subs();
-        let s = subs.entry(name.to_string()).or_insert_with(|| Sub {
+        let s = subs.entry(chan.clone()).or_insert_with(|| Sub {
             holders: 0,
             idle_ticks: 0,
             state: SubState::Off,
@@ -238,17 +259,8 @@ impl Waiters {
         }
         Hearing {
             inner: self.inner.clone(),
-            name: name.to_string(),
+            name: chan,
         }
-    }
-
-    /// Whether this proxy's subscription to `name`'s channel is confirmed:
-    /// a publisher counting listeners counts this proxy among them.
-    pub fn hears(&self, name: &str) -> bool {
-        self.inner
-            .subs()
-            .get(name)
-            .is_some_and(|s| s.state == SubState::On)
     }
 
     /// Starts waiting for `name`'s channel: the next message on it
@@ -410,15 +422,18 @@ impl Inner {
         else {
             return;
         };
-        let Some(host) = std::str::from_utf8(chan)
+        let Some((host, own)) = std::str::from_utf8(chan)
             .ok()
             .and_then(|c| host_of(&self.prefix, c))
         else {
             return;
         };
         self.messages.fetch_add(1, Ordering::Relaxed);
-        if let Some(n) = self.waiting.get(host) {
-            n.notify_waiters();
+        // Watchers wait on the shared channel (a robots.txt copy).
+        if !own {
+            if let Some(n) = self.waiting.get(host) {
+                n.notify_waiters();
+            }
         }
         (self.on_host)(host, payload);
     }
@@ -568,7 +583,7 @@ impl Inner {
             if s.holders > 0 {
                 if s.state == SubState::Off {
                     s.state = SubState::Asked;
-                    wanted.push(channel(&self.prefix, name));
+                    wanted.push(name.clone());
                 }
                 return true;
             }
@@ -579,7 +594,7 @@ impl Inner {
                 return true;
             }
             if s.state != SubState::Off {
-                idle.push(channel(&self.prefix, name));
+                idle.push(name.clone());
             }
             false
         });
@@ -589,10 +604,7 @@ impl Inner {
     fn confirm(&self, chans: &[String]) {
         let mut subs = self.subs();
         for ch in chans {
-            let Some(name) = host_of(&self.prefix, ch) else {
-                continue;
-            };
-            if let Some(s) = subs.get_mut(name) {
+            if let Some(s) = subs.get_mut(ch) {
                 if s.state == SubState::Asked {
                     s.state = SubState::On;
                     s.ready.notify_waiters();
@@ -602,12 +614,18 @@ impl Inner {
     }
 }
 
-/// The host named by a [`channel`].
-fn host_of<'a>(prefix: &str, channel: &'a str) -> Option<&'a str> {
-    channel
+/// The host named by a [`channel`] or an [`own_channel`], and whether it
+/// is the latter.
+fn host_of<'a>(prefix: &str, channel: &'a str) -> Option<(&'a str, bool)> {
+    let (host, rest) = channel
         .strip_prefix(prefix)?
         .strip_prefix('{')?
-        .strip_suffix("}:w")
+        .split_once("}:w")?;
+    match rest {
+        "" => Some((host, false)),
+        r if r.starts_with(':') => Some((host, true)),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -618,8 +636,12 @@ mod tests {
     fn a_channel_names_its_host_back() {
         let c = channel("m:", "a.example");
         assert_eq!(c, "m:{a.example}:w");
-        assert_eq!(host_of("m:", &c), Some("a.example"));
+        assert_eq!(host_of("m:", &c), Some(("a.example", false)));
         assert_eq!(host_of("other:", &c), None);
         assert_eq!(host_of("m:", "m:{a.example}:h"), None);
+        assert_eq!(host_of("m:", "m:{a.example}:wx"), None);
+        let own = own_channel("m:", "a.example", "box:12:ab");
+        assert_eq!(own, "m:{a.example}:w:box:12:ab");
+        assert_eq!(host_of("m:", &own), Some(("a.example", true)));
     }
 }

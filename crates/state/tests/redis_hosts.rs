@@ -390,9 +390,10 @@ async fn a_start_reserves_the_next_requests_slot_in_the_same_call() {
     assert!(wb > w, "b's slot ({wb:?}) comes after a's next ({w:?})");
 }
 
-/// Another proxy's change, heard on the host's channel, replaces this
-/// proxy's copy: its next step is stored in one round, where it would have
-/// found the copy changed and decided again.
+/// Another proxy's change, told to this proxy as the next to act on the
+/// host (its request waits for its slot), replaces this proxy's copy: its
+/// next step is stored in one round, where it would have found the copy
+/// changed and decided again.
 #[tokio::test]
 async fn a_change_heard_from_another_proxy_spares_the_next_step_a_lost_round() {
     let Some(server) =
@@ -422,14 +423,29 @@ async fn a_change_heard_from_another_proxy_spares_the_next_step_a_lost_round() {
     }
     assert!(wakes.is_live(), "the subscriber never came up");
     b.listen_with(wakes.waiters());
-    let hearings = [HOST, "marker"].map(|h| wakes.waiters().hear(h));
+    let hearings = [
+        b.hear(HOST).expect("a subscriber"),
+        wakes.waiters().hear("marker"),
+    ];
     for h in &hearings {
         assert!(h.ready(Duration::from_secs(10)).await, "subscribed");
     }
     let hold = a.params(HOST).max_hold();
-    // Both proxies call the host: it is shared.
+    // Both proxies call the host: it is shared; `b`'s request waits for
+    // its slot, the next to come.
     send(&a, 200, None).await;
-    let _ = b.admit(HOST, Instant::now(), SystemTime::now(), hold).await;
+    // (Admits that are never kept unstored: a wait is registered in the
+    // call that decides it.)
+    let mut waits = b
+        .admit_own(HOST, Instant::now(), SystemTime::now(), hold)
+        .await;
+    if waits.value == Reservation::Go {
+        // The host's first slot was free: the next one waits.
+        waits = b
+            .admit_own(HOST, Instant::now(), SystemTime::now(), hold)
+            .await;
+    }
+    assert!(matches!(waits.value, Reservation::Wait(_)), "{waits:?}");
     // Messages come in order on the one connection: past a marker sent
     // now, every change told so far has been taken in.
     server.cli(&["PUBLISH", "test:{marker}:w", ""]);
@@ -442,7 +458,8 @@ async fn a_change_heard_from_another_proxy_spares_the_next_step_a_lost_round() {
     let conflicts = || b.stats().conflicts.load(Ordering::Relaxed);
     let before = conflicts();
 
-    // `a` reserves a slot; `b` hears the new copy before its own step.
+    // `a` reserves a slot, after `b`'s; `b`, which acts first, is told
+    // the new copy before its own step.
     let _ = a.admit(HOST, Instant::now(), SystemTime::now(), hold).await;
     let heard = tokio::time::timeout(Duration::from_secs(10), rx.recv())
         .await
@@ -461,23 +478,59 @@ async fn a_change_heard_from_another_proxy_spares_the_next_step_a_lost_round() {
 /// every host by one pattern and publish every change plainly.
 const EARLIER_SCRIPT: &str = include_str!("fixtures/op_before_issue_49.lua");
 
-/// A rolling upgrade on one Redis node: a proxy of the earlier scheme
-/// (one pattern subscription, the earlier script) and one of this scheme
-/// (a channel per waited-on host) hear each other's released slots.
+/// A rolling upgrade on one Redis node. Proxies of the earlier schemes
+/// listen on the host's channel: by one pattern over every host (the
+/// first), or by a subscription per waited-on host (the second). This
+/// scheme's script still tells them every release there while one
+/// listens. The other way, an earlier script tells only the host's
+/// channel, where no proxy of this scheme listens: this scheme's waiter
+/// takes the slot at its next look (docs/cluster.md, "Upgrading").
 #[tokio::test]
-async fn earlier_and_current_wake_schemes_side_by_side_hear_each_others_releases() {
+async fn earlier_wake_schemes_still_hear_releases_and_current_waiters_look_again() {
     let Some(server) = RedisServer::start(
-        "earlier_and_current_wake_schemes_side_by_side_hear_each_others_releases",
+        "earlier_wake_schemes_still_hear_releases_and_current_waiters_look_again",
     ) else {
         return;
     };
-    // The earlier proxy's subscriber, as it was.
     let client = redis::Client::open(server.url()).expect("client");
-    let mut earlier = client.get_async_pubsub().await.expect("pubsub");
-    earlier.psubscribe("test:{*}:w").await.expect("psubscribe");
-    let mut earlier = earlier.into_on_message();
-    // The current proxy, waiting on HOST.
-    let current = std::sync::Arc::new(store(&server, Duration::from_secs(30)));
+    let mut first = client.get_async_pubsub().await.expect("pubsub");
+    first.psubscribe("test:{*}:w").await.expect("psubscribe");
+    let mut second = client.get_async_pubsub().await.expect("pubsub");
+    second
+        .subscribe("test:{example.com}:w")
+        .await
+        .expect("subscribe");
+    let (mut first, mut second) = (first.into_on_message(), second.into_on_message());
+
+    // Current -> earlier: a release by a current proxy reaches both.
+    let other = store(&server, Duration::from_secs(30));
+    let now = Instant::now();
+    let hold = other.params(HOST).max_hold();
+    let st = other
+        .try_start_since(HOST, now, SystemTime::now(), hold, now)
+        .await;
+    let (Start::Go, Some(lease)) = st.value else {
+        panic!("expected to start, got {:?}", st.value);
+    };
+    other
+        .finish(HOST, &lease, Instant::now(), SystemTime::now())
+        .await;
+    for earlier in [&mut first, &mut second] {
+        let channel = next_release(earlier).await;
+        assert_eq!(channel, "test:{example.com}:w");
+    }
+
+    // Earlier -> current: the current proxy waits for the one slot the
+    // earlier script holds, listening on its own channel.
+    let mut s = RedisSettings::new(server.url());
+    s.key_prefix = String::from("test:");
+    s.command_timeout = Duration::from_secs(2);
+    let one_slot = BudgetParams {
+        concurrency: 1,
+        ..BudgetParams::default()
+    };
+    let current =
+        std::sync::Arc::new(RedisHosts::new(one_slot, s, SystemTime::now()).expect("store"));
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let hears = current.clone();
     let wakes = mannerly_state::wake::Wakes::subscribe(
@@ -491,88 +544,91 @@ async fn earlier_and_current_wake_schemes_side_by_side_hear_each_others_releases
     )
     .expect("subscriber");
     current.listen_with(wakes.waiters());
-
-    // Current -> earlier: a release by a current proxy no one of its own
-    // scheme listens for still reaches the pattern.
-    let other = store(&server, Duration::from_secs(30));
-    let now = Instant::now();
-    let hold = other.params(HOST).max_hold();
-    let st = other
-        .try_start_since(HOST, now, SystemTime::now(), hold, now)
-        .await;
-    let (Start::Go, Some(lease)) = st.value else {
-        panic!("expected to start, got {:?}", st.value);
+    let hearings = [
+        current.hear(HOST).expect("a subscriber"),
+        wakes.waiters().hear("marker"),
+    ];
+    for h in &hearings {
+        assert!(h.ready(Duration::from_secs(10)).await, "subscribed");
+    }
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connection");
+    earlier_lease(&mut conn, "+").await;
+    let look = || async {
+        let now = Instant::now();
+        current
+            .try_start_since(HOST, now, SystemTime::now(), hold, now)
+            .await
+            .value
     };
-    other
+    assert_eq!(look().await.0, Start::WaitConcurrency);
+    earlier_lease(&mut conn, "-").await;
+    // Told nothing on its own channel (the marker comes first) ...
+    server.cli(&["PUBLISH", "test:{marker}:w", ""]);
+    let (host, _) = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .expect("the marker comes")
+        .expect("the subscriber lives");
+    assert_eq!(host, "marker");
+    // ... its next look finds the slot free.
+    let (Start::Go, Some(lease)) = look().await else {
+        panic!("the current proxy takes the slot the earlier one gave back");
+    };
+    current
         .finish(HOST, &lease, Instant::now(), SystemTime::now())
         .await;
-    let msg = tokio::time::timeout(Duration::from_secs(10), async {
-        loop {
-            let m = std::future::poll_fn(|cx| {
-                futures_core::Stream::poll_next(std::pin::Pin::new(&mut earlier), cx)
-            })
-            .await
-            .expect("the earlier subscriber lives");
-            let payload: Vec<u8> = m.get_payload_bytes().to_vec();
-            if payload.starts_with(b"-") {
-                return (m.get_channel_name().to_string(), payload);
-            }
-        }
-    })
-    .await
-    .expect("the earlier proxy hears the release");
-    assert_eq!(msg.0, "test:{example.com}:w");
+}
 
-    // Earlier -> current: a lease taken and given back by the earlier
-    // script wakes the current proxy's waiter.
-    let hearing = wakes.waiters().hear(HOST);
-    assert!(hearing.ready(Duration::from_secs(10)).await, "subscribed");
+/// The earlier script takes (`+`) or gives back (`-`) its lease on `HOST`.
+async fn earlier_lease(conn: &mut redis::aio::MultiplexedConnection, sign: &str) {
     let (h, l, c) = (
         "test:{example.com}:h",
         "test:{example.com}:l",
         "test:{example.com}:c",
     );
-    let mut conn = client
-        .get_multiplexed_async_connection()
+    let budget: Option<Vec<u8>> = redis::cmd("GET")
+        .arg(h)
+        .query_async(conn)
         .await
-        .expect("connection");
-    let script = redis::Script::new(EARLIER_SCRIPT);
-    for sign in ["+", "-"] {
-        let budget: Option<Vec<u8>> = redis::cmd("GET")
-            .arg(h)
-            .query_async(&mut conn)
-            .await
-            .expect("GET");
-        let _: redis::Value = script
-            .key(h)
-            .key(l)
-            .key(c)
-            .arg(budget.unwrap_or_default())
-            .arg("")
-            .arg("")
-            .arg(60_000)
-            .arg(sign)
-            .arg("earlier-lease")
-            .arg(30_000)
-            .arg("test:{example.com}:w")
-            .arg("earlier-proxy")
-            .arg("")
-            .arg(10_000)
-            .invoke_async(&mut conn)
-            .await
-            .expect("the earlier script runs");
-    }
-    let released = tokio::time::timeout(Duration::from_secs(10), async {
+        .expect("GET");
+    let _: redis::Value = redis::Script::new(EARLIER_SCRIPT)
+        .key(h)
+        .key(l)
+        .key(c)
+        .arg(budget.unwrap_or_default())
+        .arg("")
+        .arg("")
+        .arg(60_000)
+        .arg(sign)
+        .arg("earlier-lease")
+        .arg(30_000)
+        .arg("test:{example.com}:w")
+        .arg("earlier-proxy")
+        .arg("")
+        .arg(10_000)
+        .invoke_async(conn)
+        .await
+        .expect("the earlier script runs");
+}
+
+/// The channel of the next release an earlier-scheme subscriber hears.
+async fn next_release(
+    earlier: &mut (impl futures_core::Stream<Item = redis::Msg> + Unpin),
+) -> String {
+    tokio::time::timeout(Duration::from_secs(10), async {
         loop {
-            let (host, heard) = rx.recv().await.expect("the subscriber lives");
-            if host == HOST && heard.released {
-                return;
+            let m = std::future::poll_fn(|cx| {
+                futures_core::Stream::poll_next(std::pin::Pin::new(&mut *earlier), cx)
+            })
+            .await
+            .expect("the earlier subscriber lives");
+            if m.get_payload_bytes().starts_with(b"-") {
+                return m.get_channel_name().to_string();
             }
         }
     })
-    .await;
-    assert!(
-        released.is_ok(),
-        "the current proxy hears the earlier one's release"
-    );
+    .await
+    .expect("the earlier proxy hears the release")
 }

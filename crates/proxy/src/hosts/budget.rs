@@ -3,8 +3,9 @@
 //! sleeps until the decided time or until another request to the same host
 //! frees a concurrency slot. No polling: one timer or one notification per
 //! wait — except with the shared (redis) backend, where a slot freed by
-//! another proxy arrives as a message on the host's channel
-//! (`mannerly_state::wake`), and a concurrency waiter also looks again every
+//! another proxy arrives as a message on this proxy's own channel of the
+//! host, told to the earliest waiter only (`mannerly_state::wake`), and a
+//! concurrency waiter also looks again every
 //! [`SHARED_SLOT_RECHECK`], or every [`SHARED_SLOT_RECHECK_UNHEARD`] while
 //! the subscription is down (a lease that expired sends no message either).
 //! A pause that ends early (an operator's reset, here or heard from another
@@ -99,8 +100,8 @@ pub(crate) struct Permit {
     /// When it was let go: a request abandoned later is a time to first
     /// byte at least that long.
     since: Instant,
-    /// The host's channel, listened on while the request is out when
-    /// other proxies share the host or it waited on one.
+    /// This proxy's own channel of the host, listened on while the request
+    /// is out when other proxies share the host or it waited on one.
     _hearing: Option<mannerly_state::wake::Hearing>,
 }
 

@@ -7,9 +7,10 @@
 //! current (compare-and-set) and otherwise answers with the current one to
 //! decide again. So a step costs one round trip while the copy is current,
 //! and one more each time another proxy changed it meanwhile. Other
-//! proxies' changes of a host they share with this one are published with
-//! the new copy and taken in by [`RedisHosts::heard`], so the copy is
-//! mostly current when the step comes.
+//! proxies' changes of a host they share with this one are told, with the
+//! new copy, to the proxy whose request acts next on it (`op.lua`), and
+//! taken in by [`RedisHosts::heard`], so that proxy's copy is current when
+//! its step comes; the others' next step may lose one round.
 //!
 //! When Redis does not answer within the command timeout the store decides
 //! alone ("degraded") on a local copy at the host's last known shared rate
@@ -61,6 +62,7 @@ pub use script::SCRIPT;
 pub use settings::{RedisHostsError, RedisSettings};
 
 use fallback::Fallback;
+use script::Waiting;
 
 /// Compare-and-set rounds before an operation gives up on the shared copy
 /// (only reached when other proxies keep changing one host's budget). The
@@ -110,8 +112,8 @@ pub struct RedisHosts {
     /// the next request of the host's line to pick up (`early.rs`).
     early_admits: DashMap<Box<str>, early::EarlyAdmit>,
     stats: RedisStats,
-    /// This proxy's subscriber, once there is one: which host channels it
-    /// listens on (the script tells its changes only to other listeners).
+    /// This proxy's subscriber, once there is one: its hearings of its own
+    /// channels.
     hearing: std::sync::OnceLock<crate::wake::Waiters>,
 }
 
@@ -126,7 +128,7 @@ struct Seen {
     /// copy, or Redis went away): the next start must reserve again.
     voided: bool,
     /// When another proxy was last seen changing the copy (a lost
-    /// compare-and-set, or its change heard on the host's channel).
+    /// compare-and-set, or its change told on this proxy's channel).
     conflict_at: Option<Instant>,
     /// When the script last told that another proxy calls the host too.
     shared_at: Option<Instant>,
@@ -228,37 +230,6 @@ impl RedisHosts {
         &self.stats
     }
 
-    /// Tells the store which host channels this proxy listens on (its
-    /// subscriber's [`Waiters`](crate::wake::Waiters)): the budget script
-    /// then leaves this proxy out of the listeners a change is told to.
-    pub fn listen_with(&self, waiters: crate::wake::Waiters) {
-        let _ = self.hearing.set(waiters);
-    }
-
-    /// Whether this proxy listens on `key`'s channel now (confirmed).
-    fn hears(&self, key: &str) -> bool {
-        self.hearing.get().is_some_and(|w| w.hears(key))
-    }
-
-    /// Whether another proxy has called or changed `key` within the
-    /// sharing window: its changes are worth hearing.
-    pub fn shared_lately(&self, key: &str, now: Instant) -> bool {
-        self.seen.get(key).is_some_and(|s| {
-            [s.conflict_at, s.shared_at]
-                .into_iter()
-                .flatten()
-                .any(|t| now.saturating_duration_since(t) < QUIET)
-        })
-    }
-
-    fn mark_shared(&self, key: &str, shared: bool, now: Instant) {
-        if shared {
-            if let Some(mut s) = self.seen.get_mut(key) {
-                s.shared_at = Some(now);
-            }
-        }
-    }
-
     /// Whether the store is deciding alone right now.
     pub fn is_degraded(&self) -> bool {
         self.fallback.is_degraded()
@@ -305,10 +276,11 @@ impl RedisHosts {
                     let mut started = b.clone();
                     if started.try_start_since(p, now, hold_left, now) == Start::Go {
                         *b = started;
-                        return (r, true);
+                        return (r, true, Waiting::Left);
                     }
                 }
-                (r, false)
+                let waiting = Waiting::after_admit(&r);
+                (r, false, waiting)
             })
             .await;
         if let Some(lease) = d.value.1 {
@@ -400,7 +372,8 @@ impl RedisHosts {
                 let next = next_hold
                     .filter(|_| go)
                     .and_then(|h| early::admit_next(b, p, now, h));
-                ((s, next), go)
+                let waiting = Waiting::after_start(&s, next);
+                ((s, next), go, waiting)
             })
             .await;
         if let Some(mut s) = self.seen.get_mut(key.as_ref()) {
@@ -449,7 +422,7 @@ impl RedisHosts {
                 ttfb_ms,
                 jitter,
             );
-            (r, false)
+            (r, false, Waiting::Unchanged)
         })
         .await
         .map(|(r, _)| r)
@@ -472,7 +445,11 @@ impl RedisHosts {
             Lease::Local => LeaseAction::ReleaseLocal,
         };
         self.run(host, now, wall, action, |b, p, _| {
-            (b.on_failure(p, now, failure, jitter), false)
+            (
+                b.on_failure(p, now, failure, jitter),
+                false,
+                Waiting::Unchanged,
+            )
         })
         .await
         .map(|(r, _)| r)
@@ -486,7 +463,7 @@ impl RedisHosts {
             }
             Lease::Shared(id) => {
                 self.run(host, now, wall, LeaseAction::Release(id), |b, p, _| {
-                    (b.finish(p, now), false)
+                    (b.finish(p, now), false, Waiting::Unchanged)
                 })
                 .await;
             }
@@ -518,7 +495,11 @@ impl RedisHosts {
         // this delay: that request reserves its own.
         self.early_admits.remove(key.as_ref());
         self.run(&key, now, wall, LeaseAction::None, |b, p, _| {
-            (b.set_crawl_delay(p, now, delay_secs), false)
+            (
+                b.set_crawl_delay(p, now, delay_secs),
+                false,
+                Waiting::Unchanged,
+            )
         })
         .await;
     }
@@ -530,7 +511,7 @@ impl RedisHosts {
         // here for the next request.
         self.early_admits.remove(host_key(host).as_ref());
         self.run(host, now, wall, LeaseAction::Announce, |b, p, _| {
-            (b.reset(p, now), false)
+            (b.reset(p, now), false, Waiting::Unchanged)
         })
         .await
         .map(|(r, _)| r)
@@ -550,7 +531,7 @@ impl RedisHosts {
         now: Instant,
         wall: SystemTime,
         action: LeaseAction<'_>,
-        mut decide: impl FnMut(&mut HostBudget, &HostParams, bool) -> (R, bool),
+        mut decide: impl FnMut(&mut HostBudget, &HostParams, bool) -> (R, bool, Waiting),
     ) -> Decided<(R, Option<Lease>)> {
         self.stats.ops.fetch_add(1, Ordering::Relaxed);
         let key = host_key(host);
@@ -592,7 +573,7 @@ impl RedisHosts {
         // The stand-in is made from the stored copy: a reservation kept
         // unstored is not in it.
         let lost = self.void_pending(&key);
-        let (r, lease) = self.local(&key, now, |b, p| decide(b, p, lost));
+        let (r, lease, _) = self.local(&key, now, |b, p| decide(b, p, lost));
         let lease = (lease && matches!(action, LeaseAction::Take)).then_some(Lease::Local);
         Decided {
             value: (r, lease),

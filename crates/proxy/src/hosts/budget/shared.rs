@@ -1,6 +1,6 @@
 //! The budgets of a cluster's proxies sharing Redis: how the store is made
-//! from `[state]`, and what comes from the other proxies on the hosts'
-//! channels (`mannerly_state::wake`).
+//! from `[state]`, and what comes from the other proxies on this proxy's
+//! own channels of the hosts it waits on (`mannerly_state::wake`).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -17,8 +17,8 @@ use crate::config::Config;
 use crate::error::ConfigError;
 
 impl Budgets {
-    /// The budgets of `state.backend = "redis"`, subscribed to the hosts'
-    /// channels. Must run inside the runtime.
+    /// The budgets of `state.backend = "redis"`, with a subscriber for the
+    /// channels its waiters listen on. Must run inside the runtime.
     pub(super) fn shared_from_config(
         cfg: &Config,
         clock: Clock,
@@ -101,8 +101,9 @@ impl Budgets {
         ))
     }
 
-    /// A message on a host's channel (another proxy's change): refreshes
-    /// the copy seen last and wakes the waiters it concerns.
+    /// A message of a host (another proxy's change, told to this proxy as
+    /// the next to act on it): refreshes the copy seen last and wakes the
+    /// waiters it concerns.
     fn heard(&self, host: &str, payload: &[u8]) {
         let Backend::Redis(r) = &self.backend else {
             return;
@@ -121,14 +122,18 @@ impl Budgets {
         }
     }
 
-    /// Listens on `key`'s channel while the hearing is held (shared
-    /// budgets with a subscriber only).
+    /// Listens on this proxy's own channel for `key` while the hearing is
+    /// held, where the budget script tells it the changes it acts on next
+    /// (shared budgets with a subscriber only).
     pub(super) fn hear(&self, key: &str) -> Option<Hearing> {
-        self.wakes.get().map(|w| w.waiters().hear(key))
+        match &self.backend {
+            Backend::Redis(r) => r.hear(key),
+            Backend::Memory(_) => None,
+        }
     }
 
-    /// A hearing of `key` when another proxy shares it lately: its changes
-    /// keep this proxy's copy current.
+    /// A hearing of `key` when another proxy shares it lately: the changes
+    /// told to this proxy as the next to act keep its copy current.
     pub(super) fn hear_if_shared(&self, key: &str) -> Option<Hearing> {
         let Backend::Redis(r) = &self.backend else {
             return None;

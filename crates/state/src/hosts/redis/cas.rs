@@ -5,7 +5,7 @@ use std::time::{Instant, SystemTime};
 
 use mannerly_policy::budget::{HostBudget, HostParams};
 
-use super::script::{self, Answer, Ask, LeaseChange};
+use super::script::{self, Answer, Ask, LeaseChange, Waiting};
 use super::{decode_or_new, Lease, LeaseAction, Miss, RedisHosts, Seen, MAX_ROUNDS};
 
 impl RedisHosts {
@@ -18,7 +18,7 @@ impl RedisHosts {
         now: Instant,
         wall: SystemTime,
         action: &LeaseAction<'_>,
-        decide: &mut impl FnMut(&mut HostBudget, &HostParams, bool) -> (R, bool),
+        decide: &mut impl FnMut(&mut HostBudget, &HostParams, bool) -> (R, bool, Waiting),
     ) -> Result<(R, Option<Lease>), Miss> {
         let releasing_shared = matches!(action, LeaseAction::Release(_));
         // The slot being given back is in flight until the decision frees it.
@@ -50,7 +50,7 @@ impl RedisHosts {
                 None => decode_or_new(p, &bytes, now, wall),
             };
             budget.set_in_flight(leases + u32::from(releasing));
-            let (value, wants_lease) = decide(&mut budget, p, lost);
+            let (value, wants_lease, waiting) = decide(&mut budget, p, lost);
             let take = wants_lease && matches!(action, LeaseAction::Take);
             let new_bytes = budget.encode(now, wall);
             let changed = new_bytes != bytes;
@@ -66,7 +66,7 @@ impl RedisHosts {
                 lease: &lease,
                 instance: &self.instance,
                 announce: matches!(action, LeaseAction::Announce),
-                hears: self.hears(key),
+                waiting,
             };
             self.stats.round_trips.fetch_add(1, Ordering::Relaxed);
             let answer = script::call(&self.script, &self.conn, &self.settings, ask).await;
@@ -131,7 +131,7 @@ impl RedisHosts {
     /// Keeps `bytes` as the shared copy of `key` seen last, decoded as
     /// `budget`, with `leases` live, as of server time `version`;
     /// `voided` when a reservation kept unstored did not make it into it.
-    /// A newer copy heard meanwhile on the host's channel stays. A new
+    /// A newer copy told meanwhile by message stays. A new
     /// host may push the least recently used ones out (`hold_seen`).
     #[allow(clippy::too_many_arguments)]
     fn remember(

@@ -1,13 +1,18 @@
-//! Changes heard on a host's channel: `op.lua` publishes every change of a
-//! host's copy with the copy itself, so a proxy's copy seen last is current
-//! when its next step comes, and that step's compare-and-set succeeds in
-//! one round trip where it would have found the copy changed.
+//! Changes told on this proxy's own channel of a host: `op.lua` tells each
+//! change of a shared host's copy, with the copy itself, to the proxy that
+//! acts next on it, so that proxy's copy seen last is current when its
+//! step comes, and that step's compare-and-set succeeds in one round trip
+//! where it would have found the copy changed. (Messages of the earlier
+//! schemes, on the host's channel, have the same form.) Also where this
+//! proxy listens ([`RedisHosts::hear`]) and when a host counts as shared.
 
 use std::time::{Instant, SystemTime};
 
-use super::{decode_or_new, RedisHosts};
+use mannerly_policy::budget::host_key;
 
-/// What a message on a host's channel told.
+use super::{decode_or_new, RedisHosts, QUIET};
+
+/// What a message of a host's budget told.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Heard {
     /// Another proxy gave a lease back: a concurrency waiter may go.
@@ -18,6 +23,40 @@ pub struct Heard {
 }
 
 impl RedisHosts {
+    /// Gives the store this proxy's subscriber ([`Waiters`](crate::wake::Waiters)),
+    /// for [`RedisHosts::hear`].
+    pub fn listen_with(&self, waiters: crate::wake::Waiters) {
+        let _ = self.hearing.set(waiters);
+    }
+
+    /// Listens, while the hearing is held, on this proxy's own channel for
+    /// `host` ([`own_channel`](crate::wake::own_channel)): the budget
+    /// script tells a change there when this proxy is the one to act on
+    /// it next. `None` without a subscriber ([`RedisHosts::listen_with`]).
+    pub fn hear(&self, host: &str) -> Option<crate::wake::Hearing> {
+        let w = self.hearing.get()?;
+        Some(w.hear_own(&host_key(host), &self.instance))
+    }
+
+    /// Whether another proxy has called or changed `key` within the
+    /// sharing window: its changes are worth hearing.
+    pub fn shared_lately(&self, key: &str, now: Instant) -> bool {
+        self.seen.get(key).is_some_and(|s| {
+            [s.conflict_at, s.shared_at]
+                .into_iter()
+                .flatten()
+                .any(|t| now.saturating_duration_since(t) < QUIET)
+        })
+    }
+
+    pub(super) fn mark_shared(&self, key: &str, shared: bool, now: Instant) {
+        if shared {
+            if let Some(mut s) = self.seen.get_mut(key) {
+                s.shared_at = Some(now);
+            }
+        }
+    }
+
     /// Takes in a message of `host`'s channel (its `payload`, see
     /// `op.lua`): a copy newer than the one seen last replaces it (and
     /// voids a reservation kept unstored on the old one), and marks the

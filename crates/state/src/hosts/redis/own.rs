@@ -4,6 +4,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use mannerly_policy::budget::Reservation;
 
+use super::script::Waiting;
 use super::{host_key, Decided, LeaseAction, RedisHosts};
 
 impl RedisHosts {
@@ -19,7 +20,9 @@ impl RedisHosts {
         let key = host_key(host);
         let d = self
             .run(&key, now, wall, LeaseAction::None, |b, p, _| {
-                (b.admit_own_within(p, now, hold_left), false)
+                let r = b.admit_own_within(p, now, hold_left);
+                let waiting = Waiting::after_admit(&r);
+                (r, false, waiting)
             })
             .await;
         Decided {

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use mannerly_policy::budget::{Reservation, Start};
 use redis::Value;
 
 use super::settings::RedisSettings;
@@ -26,6 +27,50 @@ pub(super) enum LeaseChange {
     Release(String),
 }
 
+/// What the request at the head of the caller's line for the host does
+/// after a decision: the script registers it as a waiter, to be told the
+/// changes it acts on next (see `op.lua`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Waiting {
+    /// Not a step of the line's head (a response): as it was.
+    Unchanged,
+    /// It went, or gave up: no longer a waiter.
+    Left,
+    /// It waits for a concurrency slot.
+    Slot,
+    /// It waits this long for its slot's time.
+    Time(Duration),
+}
+
+impl Waiting {
+    /// After an admit answered `r`.
+    pub(crate) fn after_admit(r: &Reservation) -> Waiting {
+        match r {
+            Reservation::Wait(d) => Waiting::Time(*d),
+            Reservation::Go | Reservation::Refuse(_) => Waiting::Left,
+        }
+    }
+
+    /// After a start answered `s`, with the next request's admit decided
+    /// in the same call (`next`: its wait) when one waits in line.
+    pub(crate) fn after_start(s: &Start, next: Option<Duration>) -> Waiting {
+        match (*s, next) {
+            (Start::Go, Some(d)) | (Start::Wait(d), _) => Waiting::Time(d),
+            (Start::WaitConcurrency, _) => Waiting::Slot,
+            (Start::Go | Start::Refuse(_), _) => Waiting::Left,
+        }
+    }
+
+    fn arg(self) -> String {
+        match self {
+            Waiting::Unchanged => String::new(),
+            Waiting::Left => String::from("x"),
+            Waiting::Slot => String::from("c"),
+            Waiting::Time(d) => format!("t{}", d.as_millis()),
+        }
+    }
+}
+
 /// One call: the copy the caller decided on, and what it decided.
 pub(super) struct Ask<'a> {
     /// The host's budget key.
@@ -43,9 +88,8 @@ pub(super) struct Ask<'a> {
     pub(super) instance: &'a str,
     /// The decision ends a pause early: waiters elsewhere ask again.
     pub(super) announce: bool,
-    /// This proxy listens on the host's channel (confirmed): the
-    /// script counts it out of the listeners a change is told to.
-    pub(super) hears: bool,
+    /// What the request at the head of this proxy's line does now.
+    pub(super) waiting: Waiting,
 }
 
 /// What the script answered.
@@ -79,10 +123,13 @@ pub(super) async fn call(
         LeaseChange::Take(id) => ("+", id.as_str()),
         LeaseChange::Release(id) => ("-", id.as_str()),
     };
-    // Both keys carry the host as hash tag: one slot on a Redis Cluster.
+    // Every key and channel carries the host as hash tag: one slot on a
+    // Redis Cluster.
     let mut inv = script.key(tagged(&settings.key_prefix, ask.host, "h"));
     inv.key(tagged(&settings.key_prefix, ask.host, "l"))
         .key(tagged(&settings.key_prefix, ask.host, "c"))
+        .key(tagged(&settings.key_prefix, ask.host, "ws"))
+        .key(tagged(&settings.key_prefix, ask.host, "wt"))
         .arg(ask.seen)
         .arg(ask.leases.map(|n| n.to_string()).unwrap_or_default())
         .arg(ask.new.unwrap_or(&[]))
@@ -95,7 +142,8 @@ pub(super) async fn call(
         .arg(if ask.announce { "r" } else { "" })
         .arg(ms(SHARING))
         .arg(if conn.is_cluster() { "s" } else { "" })
-        .arg(if ask.hears { "1" } else { "0" });
+        .arg(crate::wake::own_channel(&settings.key_prefix, ask.host, ""))
+        .arg(ask.waiting.arg());
     let mut conn = conn.clone();
     let answer: Vec<Value> =
         match tokio::time::timeout(settings.command_timeout, inv.invoke_async(&mut conn)).await {

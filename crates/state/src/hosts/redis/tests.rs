@@ -10,6 +10,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use mannerly_policy::budget::{BudgetParams, HostBudget, HostView, Reaction, Reservation, Start};
 
+use std::sync::Arc;
+
 use super::*;
 
 use mannerly_test_support::redis_server;
@@ -204,99 +206,136 @@ async fn a_request_started_under_contention_teaches_the_cluster_its_429() {
     assert!(stand_in(&a).is_none());
 }
 
+/// One slot on `HOT` (concurrency 1), held by `a`; `d`, `b` and `c` wait
+/// for it, in that order, `d` without listening. Each release is told to
+/// one waiter only, the earliest that listens: `a`'s to `b` (`d` is passed
+/// over and dropped: it looks again by itself), `b`'s to `c`.
 #[tokio::test]
-async fn a_lease_given_back_on_one_proxy_wakes_the_other_by_message() {
+async fn a_released_slot_is_told_to_the_earliest_listening_waiter_only() {
     let Some(server) =
-        RedisServer::start("a_lease_given_back_on_one_proxy_wakes_the_other_by_message")
+        RedisServer::start("a_released_slot_is_told_to_the_earliest_listening_waiter_only")
     else {
         return;
     };
-    let a = store(&server);
-    let other = std::sync::Arc::new(store(&server));
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, super::Heard)>();
-    let hears = other.clone();
-    let b = crate::wake::Wakes::subscribe(&server.url(), "test:", Duration::from_secs(2), {
+    // Waiters registered in one millisecond are ordered by instance id,
+    // which grows with the start time.
+    let t0 = SystemTime::now();
+    let one = |k: u64| Arc::new(store_at(&server, t0 + Duration::from_secs(k)));
+    let (a, d, b, c) = (one(0), one(1), one(2), one(3));
+    let (_wb, mut rb, _mb) = listener(&server, &b, "marker-b").await;
+    let (_wc, mut rc, _mc) = listener(&server, &c, "marker-c").await;
+    let hearings: Vec<_> = [&b, &c].iter().filter_map(|s| s.hear(HOT)).collect();
+    for h in &hearings {
+        assert!(h.ready(Duration::from_secs(10)).await, "subscribed");
+    }
+    let start = |s: &Arc<RedisHosts>| {
+        let s = s.clone();
+        async move {
+            let now = Instant::now();
+            s.try_start_since(HOT, now, SystemTime::now(), HOLD, now)
+                .await
+                .value
+        }
+    };
+    let (Start::Go, Some(held)) = start(&a).await else {
+        panic!("a takes the slot");
+    };
+    for s in [&d, &b, &c] {
+        assert_eq!(start(s).await.0, Start::WaitConcurrency);
+    }
+
+    a.finish(HOT, &held, Instant::now(), SystemTime::now())
+        .await;
+    let releases = |got: Vec<Heard>| got.iter().filter(|h| h.released).count();
+    assert_eq!(
+        releases(until_marker(&server, &mut rb, "marker-b").await),
+        1,
+        "b is told"
+    );
+    assert_eq!(
+        releases(until_marker(&server, &mut rc, "marker-c").await),
+        0,
+        "c is not"
+    );
+    // `d` was passed over and dropped, `b` taken out as it went to look.
+    let slot_waiters = server.cli(&["ZRANGE", "test:{hot.example}:ws", "0", "-1"]);
+    assert_eq!(slot_waiters.lines().count(), 1, "{slot_waiters}");
+
+    let (Start::Go, Some(held)) = start(&b).await else {
+        panic!("b takes the slot it was told of");
+    };
+    b.finish(HOT, &held, Instant::now(), SystemTime::now())
+        .await;
+    assert_eq!(
+        releases(until_marker(&server, &mut rc, "marker-c").await),
+        1,
+        "c is told"
+    );
+    assert_eq!(
+        releases(until_marker(&server, &mut rb, "marker-b").await),
+        0
+    );
+    for s in [&c, &d] {
+        let (Start::Go, Some(held)) = start(s).await else {
+            panic!("every waiter goes in turn");
+        };
+        s.finish(HOT, &held, Instant::now(), SystemTime::now())
+            .await;
+    }
+}
+
+/// A store on `server` at concurrency 1, started at `wall`.
+fn store_at(server: &RedisServer, wall: SystemTime) -> RedisHosts {
+    let mut s = RedisSettings::new(server.url());
+    s.key_prefix = String::from("test:");
+    s.command_timeout = Duration::from_secs(2);
+    let params = BudgetParams {
+        concurrency: 1,
+        ..BudgetParams::default()
+    };
+    RedisHosts::new(params, s, wall).expect("store")
+}
+
+type Told = tokio::sync::mpsc::UnboundedReceiver<(String, Heard)>;
+
+/// A subscriber for `s`, listening on the channel of `marker` (while the
+/// hearing returned is held); what it hears is taken in by `s` and handed
+/// on.
+async fn listener(
+    server: &RedisServer,
+    s: &Arc<RedisHosts>,
+    marker: &str,
+) -> (crate::wake::Wakes, Told, crate::wake::Hearing) {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let hears = s.clone();
+    let w = crate::wake::Wakes::subscribe(&server.url(), "test:", Duration::from_secs(2), {
         move |host, payload| {
             let heard = hears.heard(host, payload, Instant::now(), SystemTime::now());
             let _ = tx.send((host.to_string(), heard));
         }
     })
     .expect("subscriber");
-    // Bounded so that a subscriber that never comes up fails, not hangs.
-    for _ in 0..200 {
-        if b.is_live() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(b.is_live(), "the subscriber never came up");
-    other.listen_with(b.waiters());
-    // The other proxy listens on both hosts' channels (as a waiting
-    // request makes it); `a` listens on none.
-    let hearings = [HOT, COLD].map(|h| b.waiters().hear(h));
-    for h in &hearings {
-        assert!(h.ready(Duration::from_secs(10)).await, "subscribed");
-    }
-
-    let hold = a.params(HOT).max_hold();
-    // The other proxy alone on the host: its change is told to no one.
-    let admitted = other
-        .admit(HOT, Instant::now(), SystemTime::now(), hold)
-        .await;
-    assert_eq!(admitted.basis, Basis::Shared);
-    let now = Instant::now();
-    let st = a
-        .try_start_since(HOT, now, SystemTime::now(), hold, now)
-        .await;
-    let (Start::Go, Some(lease)) = st.value else {
-        panic!("expected to start, got {:?}", st.value);
-    };
-    assert!(matches!(lease, Lease::Shared(_)));
-    // Now two proxies share it: taking a lease is told, frees nothing, and
-    // the other proxy's copy has it in flight without asking.
-    let (host, heard) = next(&mut rx).await;
-    assert_eq!((host.as_str(), heard), (HOT, super::Heard::default()));
-    // (Its own admit's slot was now: it started too, and holds a lease.)
-    let seen = other.view(HOT, Instant::now()).expect("seen");
-    assert_eq!(seen.in_flight, 2);
-
-    a.finish(HOT, &lease, Instant::now(), SystemTime::now())
-        .await;
-    let (host, heard) = next(&mut rx).await;
-    assert_eq!(host, HOT);
-    assert!(heard.released, "the freed slot is told");
-    assert_eq!(b.messages(), 2);
-    // Giving the same lease back again removes nothing and tells no one.
-    a.finish(HOT, &lease, Instant::now(), SystemTime::now())
-        .await;
-    // A host `a` drives alone: only the release is told.
-    let cold = a
-        .try_start_since(
-            COLD,
-            Instant::now(),
-            SystemTime::now(),
-            hold,
-            Instant::now(),
-        )
-        .await;
-    let (Start::Go, Some(cold_lease)) = cold.value else {
-        panic!("expected to start, got {:?}", cold.value);
-    };
-    a.finish(COLD, &cold_lease, Instant::now(), SystemTime::now())
-        .await;
-    let (host, heard) = next(&mut rx).await;
-    assert_eq!(host, COLD, "no third message for HOT");
-    assert!(heard.released, "COLD's take was told to no one");
-    assert_eq!(b.messages(), 3);
+    s.listen_with(w.waiters());
+    let hearing = w.waiters().hear(marker);
+    assert!(hearing.ready(Duration::from_secs(10)).await, "subscribed");
+    (w, rx, hearing)
 }
 
-async fn next(
-    rx: &mut tokio::sync::mpsc::UnboundedReceiver<(String, super::Heard)>,
-) -> (String, super::Heard) {
-    tokio::time::timeout(Duration::from_secs(10), rx.recv())
-        .await
-        .expect("a message")
-        .expect("the subscriber lives")
+/// What `rx` heard before `marker` published now: messages come in order
+/// on one connection, so everything told it so far.
+async fn until_marker(server: &RedisServer, rx: &mut Told, marker: &str) -> Vec<Heard> {
+    server.cli(&["PUBLISH", &crate::wake::channel("test:", marker), ""]);
+    let mut got = Vec::new();
+    loop {
+        let (host, heard) = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .expect("the marker comes")
+            .expect("the subscriber lives");
+        if host == marker {
+            return got;
+        }
+        got.push(heard);
+    }
 }
 
 #[tokio::test]
