@@ -5,6 +5,7 @@
 
 mod address;
 mod audit;
+pub mod answer;
 pub mod budget;
 mod cidr;
 pub mod conditional;
