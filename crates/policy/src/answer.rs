@@ -167,7 +167,12 @@ pub fn read(status: StatusCode, headers: &HeaderMap, sent: &Sent, wall: SystemTi
 fn learn(status: StatusCode, headers: &HeaderMap, sent: &Sent) -> Learn {
     let challenge = sent.signing.then(|| {
         let field = headers.get("accept-signature").map(|v| v.as_bytes());
-        identity::challenge(status.as_u16(), field, sent.resendable, sent.signed_as_asked)
+        identity::challenge(
+            status.as_u16(),
+            field,
+            sent.resendable,
+            sent.signed_as_asked,
+        )
     });
     let challenge = challenge.flatten();
     let throttle_veto = match challenge {

@@ -4,8 +4,8 @@
 #![warn(unreachable_pub)]
 
 mod address;
-mod audit;
 pub mod answer;
+mod audit;
 pub mod budget;
 mod cidr;
 pub mod conditional;

@@ -94,9 +94,7 @@ pub fn plan(
         return Pay::Pass;
     }
     match asked {
-        Asked::PayPerCrawl(price) if params.offer == Offer::ExactPrice => {
-            Pay::Exact(price.clone())
-        }
+        Asked::PayPerCrawl(price) if params.offer == Offer::ExactPrice => Pay::Exact(price.clone()),
         Asked::X402 {
             version,
             accepts,

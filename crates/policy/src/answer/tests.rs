@@ -121,7 +121,10 @@ fn retry_after_that_is_not_text_is_not_heard() {
 
 #[test]
 fn a_sites_crawler_error_wins_over_everything_even_a_402() {
-    let h = head(&[("crawler-error", "PaymentFailed"), ("crawler-price", "USD 0.01")]);
+    let h = head(&[
+        ("crawler-error", "PaymentFailed"),
+        ("crawler-price", "USD 0.01"),
+    ]);
     let r = read(StatusCode::PAYMENT_REQUIRED, &h, &get(), wall());
     assert_eq!(r.route, Route::PaymentFailed("PaymentFailed".into()));
     let r = read(StatusCode::OK, &h, &get(), wall());
@@ -138,7 +141,10 @@ fn a_402_may_be_paid_once_and_only_with_its_body_there() {
         ..get()
     };
     assert_eq!(at(paid), Route::PaymentRequired { may_pay: false });
-    assert_eq!(at(Sent::default()), Route::PaymentRequired { may_pay: false });
+    assert_eq!(
+        at(Sent::default()),
+        Route::PaymentRequired { may_pay: false }
+    );
 }
 
 #[test]
@@ -192,7 +198,10 @@ fn a_throttle_is_not_sent_again_without_its_body() {
 
 #[test]
 fn accept_signature_is_read_only_when_we_sign() {
-    let h = head(&[("accept-signature", r#"sig1=("@method" "@authority");nonce="n1""#)]);
+    let h = head(&[(
+        "accept-signature",
+        r#"sig1=("@method" "@authority");nonce="n1""#,
+    )]);
     let unsigned = learned(read(status(403), &h, &get(), wall()));
     assert_eq!(unsigned.challenge, None);
     assert_eq!(unsigned.then, Then::Page { targets_page: true });
@@ -265,7 +274,10 @@ fn the_price_field_joins_the_signed_components_once() {
     assert_eq!(with.components, ["@method", "crawler-exact-price"]);
     assert_eq!(with.nonce.as_deref(), Some("n"));
     // Asked for already: not twice.
-    assert_eq!(signed_as(Some(&with), Some("crawler-exact-price")), Some(with));
+    assert_eq!(
+        signed_as(Some(&with), Some("crawler-exact-price")),
+        Some(with)
+    );
 }
 
 // === paying ===
@@ -345,14 +357,20 @@ fn a_402_is_paid_only_to_a_paid_host_once_and_as_the_offer_says() {
     let max = paid(Offer::MaxPrice);
     assert_eq!(plan(&max, "paid.example", &ppc, true, true), Pay::Pass);
     let unpriced = Asked::Unpriced("none".into());
-    assert_eq!(plan(&exact, "paid.example", &unpriced, true, true), Pay::Pass);
+    assert_eq!(
+        plan(&exact, "paid.example", &unpriced, true, true),
+        Pay::Pass
+    );
 }
 
 #[test]
 fn x402_is_paid_with_a_signer_in_an_asset_the_limits_price() {
     let mut p = paid(Offer::MaxPrice);
     let asked = x402("20000");
-    assert_eq!(pay::plan(&p, "paid.example", &asked, true, false), Pay::Pass);
+    assert_eq!(
+        pay::plan(&p, "paid.example", &asked, true, false),
+        Pay::Pass
+    );
     assert_eq!(
         pay::plan(&p, "paid.example", &asked, true, true),
         Pay::Refuse(Over::NotPayable(
@@ -429,7 +447,12 @@ fn pay_per_crawl_counts_its_charge_and_an_unreadable_one_as_the_most_offered() {
         }
     );
     assert_eq!(
-        pay::charge(Scheme::PayPerCrawl, StatusCode::OK, &HeaderMap::new(), &held),
+        pay::charge(
+            Scheme::PayPerCrawl,
+            StatusCode::OK,
+            &HeaderMap::new(),
+            &held
+        ),
         Charge::default()
     );
 }

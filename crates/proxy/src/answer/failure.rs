@@ -12,6 +12,7 @@ use mannerly_policy::Outcome;
 
 use super::Stop;
 use crate::error::{find_in_chain, ClientBodyError, ConnectError, Source};
+use crate::payments::Refused;
 
 /// An error of the upstream client (hyper-util's, wrapping ours), read
 /// down its chain: the client's body, our connector, TLS, else the origin.
@@ -266,6 +267,23 @@ pub(crate) fn tdmrep_unavailable(reason: &str, retry_in: Duration, purpose: &str
     .detail("file", "tdmrep.json")
     .detail("purpose", purpose)
     .retry_after(secs)
+}
+
+/// A price no limit covers (the operator's rule), or a ledger that cannot
+/// hold it (ours): answered 402 by the proxy, nothing sent.
+pub(crate) fn payment_refused(r: &Refused, price: &str) -> Stop {
+    let source = match r {
+        Refused::Over(_) => Source::Policy,
+        Refused::Ledger(_) => Source::Internal,
+    };
+    Stop::new(Outcome::PaymentRefused, source, r.to_string())
+        .detail("limit", r.limit())
+        .detail("price", price)
+}
+
+/// The operator's x402 signer did not sign a payment the limits cover.
+pub(crate) fn payment_unsigned(why: String, price: String) -> Stop {
+    Stop::new(Outcome::PaymentFailed, Source::Internal, why).detail("price", price)
 }
 
 /// The audit log cannot be written, so nothing is answered.
