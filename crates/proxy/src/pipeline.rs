@@ -641,7 +641,7 @@ impl Exchange {
         match refusal {
             Some(stop) if self.enforce => Err(stop),
             Some(stop) => {
-                self.rec.would = Some(stop.outcome);
+                self.rec.would = Some(stop.outcome());
                 Ok(())
             }
             None => Ok(()),
