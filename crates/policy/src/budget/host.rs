@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use super::decision::{HostView, Reaction, Refusal, Reservation, Start};
+use super::decision::{Reaction, Refusal, Reservation, Start};
 use super::limit::Outcome;
 use super::params::{millis, HostParams, MAX_BREAKER_THRESHOLD};
 use super::Distress;
@@ -14,6 +14,7 @@ pub(super) mod sends;
 mod shared;
 mod throttle;
 mod turn;
+mod view;
 use pace::{GAP_NONE, MAX_SEND_GAP_MS};
 pub use shared::{DecodeError, ENCODED_LEN};
 
@@ -414,38 +415,6 @@ impl HostBudget {
                 let next = sent + u64::from(self.crawl_delay_ms) + self.tau_ms(p, n);
                 self.tat = put(get(self.tat).unwrap_or(0).max(next));
             }
-        }
-    }
-
-    /// The host as seen at `now`.
-    pub fn view(&self, p: &HostParams, now: Instant) -> HostView {
-        let n = self.ms(now);
-        let paused = get(self.pause)
-            .filter(|&u| u > n)
-            .map(|u| self.at(u).saturating_duration_since(now));
-        HostView {
-            rate: f(self.rate_u(p, n)),
-            ceiling: f(self.shown_ceiling_u(p, n)),
-            concurrency: u32::from(self.concurrency_limit(p)),
-            in_flight: u32::from(self.in_flight),
-            queued: u32::try_from(self.queued(p, n)).unwrap_or(u32::MAX),
-            paused_for: paused,
-            breaker_open_for: paused.filter(|_| self.breaker()),
-            crawl_delay: (self.crawl_delay_ms > 0)
-                .then(|| Duration::from_millis(u64::from(self.crawl_delay_ms))),
-            announced_rate: (self.announced > 0).then(|| f(self.announced)),
-            recent_throttles: self.recent_throttles(p, n),
-            throttles_last_hour: self.throttles_within(n, 3_600_000),
-            ceiling_relaxes_in: self.ceiling_relaxes_in(p, n),
-            distress: paused
-                .filter(|_| self.flags & DISTRESS != 0)
-                .and(Distress::from_code(self.event)),
-            last_distress: Distress::from_code(self.event),
-            recent_distress: self.recent_distress(p, n),
-            latency_baseline_ms: (self.latency_base > 0).then_some(u32::from(self.latency_base)),
-            latency_ms: (self.latency_fast > 0).then_some(u32::from(self.latency_fast)),
-            next_slot_in: Duration::from_millis(self.next_slot(p, n).saturating_sub(n)),
-            free_slots: self.free_slots(p, n),
         }
     }
 

@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use mannerly_policy::budget::{BudgetParams, HostBudget, Reaction, Reservation, Start};
+use mannerly_policy::budget::{BudgetParams, HostBudget, HostView, Reaction, Reservation, Start};
 
 use super::*;
 
