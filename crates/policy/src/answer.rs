@@ -85,7 +85,12 @@ pub struct ForBudget {
 pub enum Route {
     /// The site's `crawler-error` (`PaymentFailed`, …): passed on as it
     /// came, never sent again.
-    PaymentFailed(String),
+    PaymentFailed {
+        /// The error code, as [`payment::crawler_error`] cleans it.
+        code: String,
+        /// The Pay Per Crawl price the answer names, as text, if it does.
+        price: Option<String>,
+    },
     /// A 402: paid and sent again when it may be (and the limits cover
     /// its price; see [`pay::plan`]), else passed on with its price.
     PaymentRequired {
@@ -131,6 +136,28 @@ pub enum Then {
     },
 }
 
+/// What the store does with a page passed on ([`Then::Page`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Keep {
+    /// Drop what is stored for the URL now.
+    pub drop_stored: bool,
+    /// Store the page, if the cache rules let it be stored.
+    pub store: bool,
+}
+
+/// What the store does with a page that is the target's own or not
+/// (`targets_page`), when the site allows only use without storing
+/// (`immediate`, `use=immediate`) or not, and something `had_entry` for
+/// its key: a page the site wants used at once is neither kept nor left
+/// kept from before; a provider's answer around a target's error is not
+/// the page.
+pub fn keep(targets_page: bool, immediate: bool, had_entry: bool) -> Keep {
+    Keep {
+        drop_stored: immediate && had_entry,
+        store: targets_page && !immediate,
+    }
+}
+
 /// What a 304 to our validators that is not for the stored page leads to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Unmatched {
@@ -152,7 +179,10 @@ pub fn read(status: StatusCode, headers: &HeaderMap, sent: &Sent, wall: SystemTi
         announced: Announced::from_headers(headers, wall),
     };
     let route = if let Some(code) = payment::crawler_error(headers) {
-        Route::PaymentFailed(code)
+        let price = headers
+            .get("crawler-price")
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+        Route::PaymentFailed { code, price }
     } else if status == StatusCode::PAYMENT_REQUIRED {
         Route::PaymentRequired {
             may_pay: sent.resendable && !sent.paid_again,

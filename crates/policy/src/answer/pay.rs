@@ -3,13 +3,42 @@
 //! hold, the signer and the send are the proxy's; the prices and limits
 //! are [`crate::payment`]'s.
 
-use http::{HeaderMap, StatusCode};
+use http::{HeaderMap, HeaderName, StatusCode};
 
-use crate::payment::{self, Asked, Money, Offer, Over, PaymentParams, CRAWLER_CHARGED};
+use crate::payment::{
+    self, Asked, Money, Offer, Over, PaymentParams, CRAWLER_CHARGED, CRAWLER_EXACT_PRICE,
+    CRAWLER_MAX_PRICE, PAYMENT_SIGNATURE, X_PAYMENT,
+};
 
 /// An x402 v1 price is in the body; a 402 body larger than this is not read
 /// for one (it is passed on as it comes).
 pub const PRICE_BODY_MAX: usize = 64 * 1024;
+
+/// Fields a client may not send: a price or payment the proxy did not hold
+/// in its ledger would be spent without being counted.
+const PAYING_FIELDS: [HeaderName; 4] = [
+    HeaderName::from_static(CRAWLER_MAX_PRICE),
+    HeaderName::from_static(CRAWLER_EXACT_PRICE),
+    HeaderName::from_static(PAYMENT_SIGNATURE),
+    HeaderName::from_static(X_PAYMENT),
+];
+
+/// Takes a client's price and payment fields off its request: only what
+/// the proxy holds in its ledger is offered or paid.
+pub fn strip_paying_fields(headers: &mut HeaderMap) {
+    for name in PAYING_FIELDS {
+        headers.remove(name);
+    }
+}
+
+/// A stored page that was bought, served again: its `crawler-charged`
+/// comes off (nothing was charged this time), and what paying again would
+/// have cost is returned for the line, as money when it reads as money.
+pub fn saved_charge(headers: &mut HeaderMap) -> Option<String> {
+    let v = headers.remove(CRAWLER_CHARGED)?;
+    let text = String::from_utf8_lossy(v.as_bytes()).into_owned();
+    Some(Money::parse(&text).map_or(text, |m| m.to_string()))
+}
 
 /// How a request is paid for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

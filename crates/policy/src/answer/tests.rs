@@ -126,9 +126,21 @@ fn a_sites_crawler_error_wins_over_everything_even_a_402() {
         ("crawler-price", "USD 0.01"),
     ]);
     let r = read(StatusCode::PAYMENT_REQUIRED, &h, &get(), wall());
-    assert_eq!(r.route, Route::PaymentFailed("PaymentFailed".into()));
+    let failed = Route::PaymentFailed {
+        code: "PaymentFailed".into(),
+        price: Some("USD 0.01".into()),
+    };
+    assert_eq!(r.route, failed);
     let r = read(StatusCode::OK, &h, &get(), wall());
-    assert_eq!(r.route, Route::PaymentFailed("PaymentFailed".into()));
+    assert_eq!(r.route, failed);
+    let h = head(&[("crawler-error", "InvalidCrawlerMaxPrice")]);
+    assert_eq!(
+        read(StatusCode::BAD_REQUEST, &h, &get(), wall()).route,
+        Route::PaymentFailed {
+            code: "InvalidCrawlerMaxPrice".into(),
+            price: None,
+        }
+    );
 }
 
 #[test]
@@ -475,4 +487,62 @@ fn x402_counts_what_was_paid_on_success_only() {
         pay::charge(Scheme::X402, StatusCode::PAYMENT_REQUIRED, &h, &held),
         Charge::default()
     );
+}
+
+#[test]
+fn a_page_is_stored_when_it_is_the_targets_and_the_site_allows_keeping_it() {
+    let keep = |own, immediate, had| keep(own, immediate, had);
+    assert_eq!(
+        keep(true, false, true),
+        Keep {
+            drop_stored: false,
+            store: true
+        }
+    );
+    // use=immediate: not kept, and what was kept before goes.
+    assert_eq!(
+        keep(true, true, true),
+        Keep {
+            drop_stored: true,
+            store: false
+        }
+    );
+    assert_eq!(
+        keep(true, true, false),
+        Keep {
+            drop_stored: false,
+            store: false
+        }
+    );
+    // A provider's answer around the target's error is not the page.
+    assert_eq!(
+        keep(false, false, true),
+        Keep {
+            drop_stored: false,
+            store: false
+        }
+    );
+}
+
+#[test]
+fn a_client_cannot_send_a_price_or_payment_of_its_own() {
+    let mut h = head(&[
+        ("crawler-max-price", "USD 9"),
+        ("crawler-exact-price", "USD 9"),
+        ("payment-signature", "x"),
+        ("x-payment", "y"),
+        ("accept", "*/*"),
+    ]);
+    pay::strip_paying_fields(&mut h);
+    assert_eq!(h, head(&[("accept", "*/*")]));
+}
+
+#[test]
+fn a_bought_page_served_stored_drops_its_charge_and_says_what_it_saved() {
+    let mut h = head(&[("crawler-charged", "usd 0.010"), ("etag", "\"a\"")]);
+    assert_eq!(pay::saved_charge(&mut h), Some("USD 0.01".into()));
+    assert_eq!(h, head(&[("etag", "\"a\"")]));
+    let mut odd = head(&[("crawler-charged", "free")]);
+    assert_eq!(pay::saved_charge(&mut odd), Some("free".into()));
+    assert_eq!(pay::saved_charge(&mut HeaderMap::new()), None);
 }

@@ -46,9 +46,9 @@ impl Exchange {
         self.invalidate(parts, status, &resp).await;
         self.account(&resp).await;
         let learned = match route {
-            Route::PaymentFailed(code) => {
+            Route::PaymentFailed { code, price } => {
                 self.rec.cache(cache.outcome);
-                return Ok(Learned::Answer(self.crawler_failed(resp, code)));
+                return Ok(Learned::Answer(self.crawler_failed(resp, code, price)));
             }
             Route::PaymentRequired { may_pay } => {
                 self.rec.cache(cache.outcome);
@@ -231,13 +231,12 @@ impl Exchange {
             return Ok(Learned::Answer(self.forward(resp, Outcome::Unchanged)));
         };
         let shared = self.shared.clone();
-        // A site that allows only `use=immediate` (use without storing):
-        // the page is not kept, and a copy kept before is dropped.
         let immediate = self.rec.prefs.as_ref().is_some_and(|p| p.forbids_storing());
-        if let Some(key) = cache.key.clone().filter(|_| immediate && cache.had_entry) {
+        let keep = answer::keep(own, immediate, cache.had_entry);
+        if let Some(key) = cache.key.clone().filter(|_| keep.drop_stored) {
             shared.cache.remove_later(key);
         }
-        let Some(key) = cache.key.clone().filter(|_| own && !immediate) else {
+        let Some(key) = cache.key.clone().filter(|_| keep.store) else {
             return Ok(Learned::Answer(self.forward(resp, Outcome::Fetched)));
         };
         let (head, body) = resp.into_parts();

@@ -16,7 +16,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, Response};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use mannerly_policy::answer::pay::{self, Pay, Scheme, Unheld, PRICE_BODY_MAX};
-use mannerly_policy::payment::{self, Asked, Money, Settled};
+use mannerly_policy::payment::{self, Asked, Settled};
 use mannerly_policy::Outcome;
 
 use super::{CacheStep, Exchange, Learned, Step};
@@ -24,15 +24,6 @@ use crate::answer::{failure, header_text, Stop};
 use crate::body::ProxyBody;
 use crate::payments::{Held, Refused};
 use crate::upstream::conns::{ConnHandle, ReleaseOnEnd};
-
-/// Fields a client may not send: a price or payment the proxy did not hold
-/// in its ledger would be spent without being counted.
-const PAYING_FIELDS: [HeaderName; 4] = [
-    HeaderName::from_static(payment::CRAWLER_MAX_PRICE),
-    HeaderName::from_static(payment::CRAWLER_EXACT_PRICE),
-    HeaderName::from_static(payment::PAYMENT_SIGNATURE),
-    HeaderName::from_static(payment::X_PAYMENT),
-];
 
 /// A request on its way to be paid for.
 pub(super) struct Paying {
@@ -59,9 +50,7 @@ impl Paying {
 
 /// Takes the client's paying fields off, and puts ours on.
 pub(super) fn put_offer(headers: &mut HeaderMap, paying: Option<&Paying>) {
-    for name in PAYING_FIELDS {
-        headers.remove(name);
-    }
+    pay::strip_paying_fields(headers);
     if let Some(p) = paying {
         headers.insert(p.field.clone(), p.value.clone());
     }
@@ -142,9 +131,10 @@ impl Exchange {
         &mut self,
         resp: Response<Incoming>,
         code: String,
+        price: Option<String>,
     ) -> Response<ProxyBody> {
-        if let Some(price) = resp.headers().get("crawler-price") {
-            self.rec.price = Some(String::from_utf8_lossy(price.as_bytes()).into());
+        if price.is_some() {
+            self.rec.price = price;
             self.rec.pay_scheme = Some("pay-per-crawl");
         }
         self.rec.pay_error = Some(code.clone());
@@ -271,9 +261,8 @@ impl Exchange {
     /// `crawler-charged` of its purchase (nothing was charged this time),
     /// and the line says what paying again would have cost.
     pub(super) fn saved_charge(&mut self, headers: &mut HeaderMap) {
-        if let Some(v) = headers.remove(payment::CRAWLER_CHARGED) {
-            let text = String::from_utf8_lossy(v.as_bytes()).into_owned();
-            self.rec.saved_charge = Some(Money::parse(&text).map_or(text, |m| m.to_string()));
+        if let Some(saved) = pay::saved_charge(headers) {
+            self.rec.saved_charge = Some(saved);
         }
     }
 }
