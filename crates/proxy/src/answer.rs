@@ -277,4 +277,87 @@ mod tests {
         assert_eq!(v, "fetched; waited_ms=0");
         assert_eq!(header_text("ü\n"), "??");
     }
+
+    #[test]
+    fn a_blocked_port_says_what_a_blocked_address_says() {
+        let port = failure::port_not_allowed(8080);
+        let why = "CONNECT to port 8080 is not allowed (proxy.connect_ports)";
+        assert_eq!(
+            (port.outcome, port.status, port.source),
+            (Outcome::Blocked, 403, Source::Policy)
+        );
+        assert_eq!(port.reason, why);
+        assert_eq!(port.details, vec![("reason", why.to_string())]);
+        let resp = port.into_response("id1");
+        assert_eq!(resp.status(), 403);
+        assert_eq!(
+            resp.headers()[DECISION],
+            format!("blocked; reason=\"{why}\"")
+        );
+    }
+
+    #[test]
+    fn the_loop_and_a_bad_target_are_answered_and_close() {
+        let looped = failure::proxy_loop();
+        assert_eq!(
+            (looped.outcome, looped.status, looped.source, looped.close),
+            (Outcome::Error, 508, Source::Client, true)
+        );
+        let mut rec = AuditRecord::default();
+        looped.record(&mut rec);
+        assert_eq!(
+            (rec.status, rec.source, rec.bytes),
+            (
+                Some(508),
+                Some("client"),
+                Some(looped.body_text().len() as u64)
+            )
+        );
+        let resp = looped.into_response("id2");
+        assert_eq!(resp.headers()[CONNECTION], "close");
+        assert_eq!(resp.headers()[DECISION], "error");
+        let bad = failure::bad_target("CONNECT needs host:port");
+        assert_eq!((bad.status, bad.close), (400, true));
+    }
+
+    #[test]
+    fn proxy_auth_challenges_with_basic() {
+        let stop = failure::proxy_auth_required("proxy authentication required");
+        assert_eq!((stop.outcome, stop.status), (Outcome::Denied, 407));
+        let resp = stop.into_response("id3");
+        assert_eq!(
+            resp.headers()[http::header::PROXY_AUTHENTICATE],
+            "Basic realm=\"mannerly\", charset=\"UTF-8\""
+        );
+        let twice = failure::proxy_auth_twice();
+        assert_eq!((twice.status, twice.close), (400, true));
+        let ip = std::net::IpAddr::from([192, 0, 2, 7]);
+        let outside = failure::client_not_allowed(ip);
+        assert_eq!(
+            outside.reason,
+            "client address 192.0.2.7 is not in proxy.allow"
+        );
+        assert_eq!((outside.status, outside.close), (403, true));
+    }
+
+    #[test]
+    fn a_failure_no_answer_told_has_no_status_on_its_line() {
+        let mut rec = AuditRecord::default();
+        failure::client_gone(true).record(&mut rec);
+        assert_eq!(rec.outcome, Some(Outcome::Error));
+        assert_eq!(rec.status, None);
+        assert_eq!(rec.bytes, Some(0));
+        assert_eq!(rec.source, Some("client"));
+        assert_eq!(
+            rec.reason.as_deref(),
+            Some("client went away while the request was at the origin")
+        );
+        let mut rec = AuditRecord::default();
+        failure::no_leaf("a.example", &"no key").record(&mut rec);
+        assert_eq!((rec.status, rec.source), (None, Some("internal")));
+        assert_eq!(
+            rec.reason.as_deref(),
+            Some("no leaf certificate for a.example: no key")
+        );
+    }
 }
