@@ -4,6 +4,7 @@
 #![warn(unreachable_pub)]
 
 mod address;
+pub mod answer;
 mod audit;
 pub mod budget;
 mod cidr;

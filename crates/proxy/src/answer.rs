@@ -69,29 +69,51 @@ pub(crate) fn decision_value(outcome: Outcome, details: &[(&str, String)]) -> He
 
 /// A decision that ends a request's walk: a refusal or a failure, before
 /// it becomes the client's answer and the request's audit line.
+///
+/// Sealed: its fields are private and it is built only here, one
+/// constructor per row of [`failure`], so a kind of failure says the same
+/// wherever it happens and no step makes up a status, source or outcome of
+/// its own. Everything else reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Stop {
     /// What was decided.
-    pub outcome: Outcome,
+    outcome: Outcome,
     /// Whose doing it is, for the audit line's `source`.
-    pub source: Source,
+    source: Source,
     /// Status to send.
-    pub status: u16,
+    status: u16,
     /// Why, in plain words.
-    pub reason: String,
+    reason: String,
     /// Extra `; key=value` details for the decision header.
-    pub details: Vec<(&'static str, String)>,
+    details: Vec<(&'static str, String)>,
     /// Seconds after which the client may try again.
-    pub retry_after: Option<u64>,
+    retry_after: Option<u64>,
     /// Close the client connection after answering (bad input).
-    pub close: bool,
+    close: bool,
     /// Extra headers (`Proxy-Authenticate`).
-    pub headers: Vec<(http::HeaderName, HeaderValue)>,
+    headers: Vec<(http::HeaderName, HeaderValue)>,
+    /// How the client hears of it.
+    told: Told,
 }
+
+/// How the client hears of a [`Stop`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Told {
+    /// Our plain-text answer (`Stop::into_response`).
+    Answer,
+    /// hyper's own answer to a head it could not parse, with the stop's
+    /// status; none of its body is ours to count.
+    ByServer,
+    /// Not at all: the client is gone, or its TLS never opened. The line
+    /// has no status and counts no byte sent.
+    Never,
+}
+
+// === impl Stop: the rows build it ===
 
 impl Stop {
     /// A stop with the outcome's usual status.
-    pub(crate) fn new(outcome: Outcome, source: Source, reason: impl Into<String>) -> Self {
+    fn new(outcome: Outcome, source: Source, reason: impl Into<String>) -> Self {
         Stop {
             outcome,
             source,
@@ -101,37 +123,63 @@ impl Stop {
             retry_after: None,
             close: false,
             headers: Vec::new(),
+            told: Told::Answer,
         }
     }
 
     /// Adds a header to the answer.
-    pub(crate) fn header(mut self, name: http::HeaderName, value: HeaderValue) -> Self {
+    fn with_header(mut self, name: http::HeaderName, value: HeaderValue) -> Self {
         self.headers.push((name, value));
         self
     }
 
     /// Sets the status.
-    pub(crate) fn status(mut self, status: u16) -> Self {
+    fn with_status(mut self, status: u16) -> Self {
         self.status = status;
         self
     }
 
     /// Adds Retry-After.
-    pub(crate) fn retry_after(mut self, secs: u64) -> Self {
+    fn with_retry_after(mut self, secs: u64) -> Self {
         self.retry_after = Some(secs);
         self
     }
 
     /// Adds a detail to the decision header.
-    pub(crate) fn detail(mut self, key: &'static str, value: impl Into<String>) -> Self {
+    fn with_detail(mut self, key: &'static str, value: impl Into<String>) -> Self {
         self.details.push((key, value.into()));
         self
     }
 
     /// Closes the connection after the answer.
-    pub(crate) fn close(mut self) -> Self {
+    fn closing(mut self) -> Self {
         self.close = true;
         self
+    }
+
+    /// Told the client some other way than by our answer.
+    fn told(mut self, told: Told) -> Self {
+        self.told = told;
+        self
+    }
+}
+
+// === impl Stop: what the rest reads ===
+
+impl Stop {
+    /// What was decided.
+    pub(crate) fn outcome(&self) -> Outcome {
+        self.outcome
+    }
+
+    /// Whose doing it is.
+    pub(crate) fn source(&self) -> Source {
+        self.source
+    }
+
+    /// Why, in plain words.
+    pub(crate) fn reason(&self) -> &str {
+        &self.reason
     }
 
     /// The plain-text body.
@@ -145,14 +193,22 @@ impl Stop {
 
     /// Writes the stop's audit fields into `rec`.
     pub(crate) fn record(&self, rec: &mut AuditRecord) {
-        let body = self.body_text().len() as u64;
-        rec.refused(
-            self.outcome,
-            self.status,
-            &self.reason,
-            self.source.as_str(),
-            body,
-        );
+        let (outcome, source) = (self.outcome, self.source.as_str());
+        match self.told {
+            Told::Answer => {
+                let body = self.body_text().len() as u64;
+                rec.refused(outcome, self.status, &self.reason, source, body);
+            }
+            Told::ByServer => {
+                rec.decided(outcome, self.status);
+                rec.reason = Some(self.reason.clone());
+                rec.source = Some(source);
+            }
+            Told::Never => {
+                rec.refused(outcome, 0, &self.reason, source, 0);
+                rec.status = None;
+            }
+        }
     }
 
     /// Builds the response.
@@ -181,6 +237,31 @@ impl Stop {
     }
 }
 
+/// What the steps' unit tests read of a stop; the rest of the proxy
+/// only records and answers it.
+#[cfg(test)]
+impl Stop {
+    /// The status the client gets.
+    pub(crate) fn status(&self) -> u16 {
+        self.status
+    }
+
+    /// The decision header's `; key=value` details.
+    pub(crate) fn details(&self) -> &[(&'static str, String)] {
+        &self.details
+    }
+
+    /// Seconds after which the client may try again.
+    pub(crate) fn retry_after(&self) -> Option<u64> {
+        self.retry_after
+    }
+
+    /// The connection closes after the answer.
+    pub(crate) fn closes(&self) -> bool {
+        self.close
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,5 +276,88 @@ mod tests {
         let v = decision_value(Outcome::Fetched, &[("waited_ms", "0".into())]);
         assert_eq!(v, "fetched; waited_ms=0");
         assert_eq!(header_text("ü\n"), "??");
+    }
+
+    #[test]
+    fn a_blocked_port_says_what_a_blocked_address_says() {
+        let port = failure::port_not_allowed(8080);
+        let why = "CONNECT to port 8080 is not allowed (proxy.connect_ports)";
+        assert_eq!(
+            (port.outcome, port.status, port.source),
+            (Outcome::Blocked, 403, Source::Policy)
+        );
+        assert_eq!(port.reason, why);
+        assert_eq!(port.details, vec![("reason", why.to_string())]);
+        let resp = port.into_response("id1");
+        assert_eq!(resp.status(), 403);
+        assert_eq!(
+            resp.headers()[DECISION],
+            format!("blocked; reason=\"{why}\"")
+        );
+    }
+
+    #[test]
+    fn the_loop_and_a_bad_target_are_answered_and_close() {
+        let looped = failure::proxy_loop();
+        assert_eq!(
+            (looped.outcome, looped.status, looped.source, looped.close),
+            (Outcome::Error, 508, Source::Client, true)
+        );
+        let mut rec = AuditRecord::default();
+        looped.record(&mut rec);
+        assert_eq!(
+            (rec.status, rec.source, rec.bytes),
+            (
+                Some(508),
+                Some("client"),
+                Some(looped.body_text().len() as u64)
+            )
+        );
+        let resp = looped.into_response("id2");
+        assert_eq!(resp.headers()[CONNECTION], "close");
+        assert_eq!(resp.headers()[DECISION], "error");
+        let bad = failure::bad_target("CONNECT needs host:port");
+        assert_eq!((bad.status, bad.close), (400, true));
+    }
+
+    #[test]
+    fn proxy_auth_challenges_with_basic() {
+        let stop = failure::proxy_auth_required("proxy authentication required");
+        assert_eq!((stop.outcome, stop.status), (Outcome::Denied, 407));
+        let resp = stop.into_response("id3");
+        assert_eq!(
+            resp.headers()[http::header::PROXY_AUTHENTICATE],
+            "Basic realm=\"mannerly\", charset=\"UTF-8\""
+        );
+        let twice = failure::proxy_auth_twice();
+        assert_eq!((twice.status, twice.close), (400, true));
+        let ip = std::net::IpAddr::from([192, 0, 2, 7]);
+        let outside = failure::client_not_allowed(ip);
+        assert_eq!(
+            outside.reason,
+            "client address 192.0.2.7 is not in proxy.allow"
+        );
+        assert_eq!((outside.status, outside.close), (403, true));
+    }
+
+    #[test]
+    fn a_failure_no_answer_told_has_no_status_on_its_line() {
+        let mut rec = AuditRecord::default();
+        failure::client_gone(true).record(&mut rec);
+        assert_eq!(rec.outcome, Some(Outcome::Error));
+        assert_eq!(rec.status, None);
+        assert_eq!(rec.bytes, Some(0));
+        assert_eq!(rec.source, Some("client"));
+        assert_eq!(
+            rec.reason.as_deref(),
+            Some("client went away while the request was at the origin")
+        );
+        let mut rec = AuditRecord::default();
+        failure::no_leaf("a.example", &"no key").record(&mut rec);
+        assert_eq!((rec.status, rec.source), (None, Some("internal")));
+        assert_eq!(
+            rec.reason.as_deref(),
+            Some("no leaf certificate for a.example: no key")
+        );
     }
 }

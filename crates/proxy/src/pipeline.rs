@@ -19,6 +19,7 @@ use http::uri::PathAndQuery;
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body::Body as _;
 use hyper::body::Incoming;
+use mannerly_policy::answer;
 use mannerly_policy::budget::{Distress, Failure, Refusal};
 use mannerly_policy::conditional::{self, Admission, CacheKey, CacheOutcome, Plan};
 use mannerly_policy::encoding;
@@ -568,17 +569,8 @@ impl Exchange {
         if let Some(signer) = &self.shared.identity {
             let now = self.shared.clock.wall();
             let authority = self.target.authority();
-            // A Pay Per Crawl price is one of the signed components.
-            let asked = match self.paying.as_ref().and_then(|p| p.signed_field()) {
-                Some(field) => {
-                    let mut asked = self.asked.clone().unwrap_or_default();
-                    if !asked.components.iter().any(|c| c == field) {
-                        asked.components.push(field.to_string());
-                    }
-                    Some(asked)
-                }
-                None => self.asked.clone(),
-            };
+            let price = self.paying.as_ref().and_then(|p| p.signed_field());
+            let asked = answer::signed_as(self.asked.as_ref(), price);
             let keyid = match &asked {
                 None => signer.sign_headers(out.headers_mut(), authority, now),
                 Some(asked) => {
@@ -649,7 +641,7 @@ impl Exchange {
         match refusal {
             Some(stop) if self.enforce => Err(stop),
             Some(stop) => {
-                self.rec.would = Some(stop.outcome);
+                self.rec.would = Some(stop.outcome());
                 Ok(())
             }
             None => Ok(()),

@@ -10,10 +10,10 @@ use std::time::UNIX_EPOCH;
 use http::Response;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use hyper_util::server::conn::auto;
-use mannerly_policy::{AuditRecord, Outcome};
+use mannerly_policy::AuditRecord;
 use tokio::sync::{watch, Notify};
 
-use crate::answer::Stop;
+use crate::answer::{failure, Stop};
 use crate::audit::AuditSink;
 use crate::body::ProxyBody;
 use crate::cache::Cache;
@@ -21,7 +21,7 @@ use crate::clients::heads::Limits;
 use crate::clients::intake::BadHead;
 use crate::clock::Clock;
 use crate::config::Config;
-use crate::error::{ConfigError, Source, StartError};
+use crate::error::{ConfigError, StartError};
 use crate::flights::Flights;
 use crate::hosts::budget::Budgets;
 use crate::hosts::robots::RobotsCache;
@@ -283,10 +283,7 @@ impl Shared {
     /// its audit line; the connection closes after it.
     pub(crate) fn refuse_head(&self, bad: BadHead, peer: SocketAddr) -> Response<ProxyBody> {
         let rec = self.record(&bad.method, &bad.target, "", peer);
-        let stop = Stop::new(Outcome::Error, Source::Client, bad.reason)
-            .status(bad.status)
-            .close();
-        self.stop(rec, stop)
+        self.stop(rec, failure::bad_head(bad.status, bad.reason))
     }
 
     /// The HTTP server settings for client connections. A head is timed by

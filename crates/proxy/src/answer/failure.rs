@@ -5,13 +5,19 @@
 //! one row.
 
 use std::error::Error;
+use std::net::IpAddr;
 use std::time::Duration;
 
+use http::header::PROXY_AUTHENTICATE;
+use http::HeaderValue;
 use mannerly_policy::budget::{Distress, Failure, Refusal as BudgetRefusal};
+use mannerly_policy::prefs::{Place, PrefsRefusal, TDMREP_PATH};
+use mannerly_policy::robots::Verdict;
 use mannerly_policy::Outcome;
 
-use super::Stop;
+use super::{Stop, Told};
 use crate::error::{find_in_chain, ClientBodyError, ConnectError, Source};
+use crate::payments::Refused;
 
 /// An error of the upstream client (hyper-util's, wrapping ours), read
 /// down its chain: the client's body, our connector, TLS, else the origin.
@@ -52,23 +58,19 @@ pub(crate) fn upstream(err: &(dyn Error + 'static)) -> Stop {
 pub(crate) fn connect(e: &ConnectError) -> Stop {
     let why = e.to_string();
     match e {
-        // curl and most clients show only a CONNECT answer's headers, so
-        // the reason is a detail too.
-        ConnectError::Blocked { .. } => {
-            Stop::new(Outcome::Blocked, Source::Policy, why.clone()).detail("reason", why)
-        }
+        ConnectError::Blocked { .. } => blocked(why),
         // A name that does not resolve is the request's own error, not a
         // robots.txt that cannot be fetched.
         ConnectError::Resolve { .. } => Stop::new(Outcome::Error, Source::Upstream, why)
-            .status(502)
-            .detail("reason", "name not resolved"),
+            .with_status(502)
+            .with_detail("reason", "name not resolved"),
         ConnectError::Timeout { .. } => origin(504, why),
         ConnectError::Parent { why } => parent(why),
         // The proxy at its own limits (descriptors, connections being
         // opened): not the origin's fault, and soon over.
         ConnectError::ProxyBusy { .. } => Stop::new(Outcome::Error, Source::Proxy, why)
-            .status(503)
-            .retry_after(1),
+            .with_status(503)
+            .with_retry_after(1),
         ConnectError::Io { .. } | ConnectError::NoHost(_) => origin(502, why),
     }
 }
@@ -109,12 +111,27 @@ pub(crate) fn distress(err: &(dyn Error + 'static)) -> Failure {
     }
 }
 
+/// A target the operator's rules do not let the proxy reach: 403,
+/// `source: policy`. curl and most clients show only a CONNECT answer's
+/// headers, so the reason is a detail too.
+fn blocked(why: String) -> Stop {
+    Stop::new(Outcome::Blocked, Source::Policy, why.clone()).with_detail("reason", why)
+}
+
+/// A pass-through tunnel to a port `proxy.connect_ports` does not list:
+/// the "blocked" row, as a blocked address is.
+pub(crate) fn port_not_allowed(port: u16) -> Stop {
+    blocked(format!(
+        "CONNECT to port {port} is not allowed (proxy.connect_ports)"
+    ))
+}
+
 /// The origin failed or misbehaved.
 pub(crate) fn origin(status: u16, why: impl Into<String>) -> Stop {
     let why = why.into();
     Stop::new(Outcome::Error, Source::Upstream, why.clone())
-        .status(status)
-        .detail("reason", why)
+        .with_status(status)
+        .with_detail("reason", why)
 }
 
 /// The origin sent no response head in time.
@@ -129,29 +146,140 @@ pub(crate) fn no_first_byte(within: Duration) -> Stop {
 /// never asked.
 pub(crate) fn parent(why: &str) -> Stop {
     Stop::new(Outcome::Error, Source::Parent, why)
-        .status(502)
-        .detail("reason", why)
+        .with_status(502)
+        .with_detail("reason", why)
 }
 
 /// The client's request body went silent or broke: its own error, and the
 /// connection closes; or it could not be spooled: ours.
 pub(crate) fn client_body(e: &ClientBodyError) -> Stop {
     Stop::new(Outcome::Error, e.source(), e.to_string())
-        .status(e.status())
-        .close()
+        .with_status(e.status())
+        .closing()
 }
 
 /// The client's User-Agent is refused by the crawler's policy
 /// (`crawler.user_agent_mode = "require"`, `browser_user_agent = "refuse"`).
 pub(crate) fn user_agent_refused(why: String) -> Stop {
     Stop::new(Outcome::Blocked, Source::Policy, why.clone())
-        .status(403)
-        .detail("reason", why)
+        .with_status(403)
+        .with_detail("reason", why)
 }
 
 /// The client's request cannot be made into the origin's.
 pub(crate) fn bad_request(why: impl Into<String>) -> Stop {
-    Stop::new(Outcome::Error, Source::Client, why).status(400)
+    Stop::new(Outcome::Error, Source::Client, why).with_status(400)
+}
+
+/// A request whose target cannot be read (a CONNECT without `host:port`,
+/// a URI that is not absolute): 400, and the connection closes, since
+/// what else it carries cannot be trusted either.
+pub(crate) fn bad_target(why: impl Into<String>) -> Stop {
+    bad_request(why).closing()
+}
+
+/// A request head refused before it is parsed (framing, size, time): its
+/// status, the client's error, and the connection closes.
+pub(crate) fn bad_head(status: u16, why: String) -> Stop {
+    Stop::new(Outcome::Error, Source::Client, why)
+        .with_status(status)
+        .closing()
+}
+
+/// A request that came round through this proxy again (its own `Via`):
+/// 508, and the connection closes.
+pub(crate) fn proxy_loop() -> Stop {
+    let why = "this request has already passed through this proxy (its own Via): a proxy loop";
+    Stop::new(Outcome::Error, Source::Client, why)
+        .with_status(508)
+        .closing()
+}
+
+/// A client whose address `proxy.allow` does not list: 403, closed.
+pub(crate) fn client_not_allowed(ip: IpAddr) -> Stop {
+    let why = format!("client address {ip} is not in proxy.allow");
+    Stop::new(Outcome::Denied, Source::Client, why)
+        .with_status(403)
+        .closing()
+}
+
+/// Proxy credentials missing or wrong: 407 with the Basic challenge.
+pub(crate) fn proxy_auth_required(why: &str) -> Stop {
+    const CHALLENGE: &str = "Basic realm=\"mannerly\", charset=\"UTF-8\"";
+    Stop::new(Outcome::Denied, Source::Client, why)
+        .with_status(407)
+        .with_header(PROXY_AUTHENTICATE, HeaderValue::from_static(CHALLENGE))
+}
+
+/// More than one `Proxy-Authorization`: which one decides differs between
+/// proxies in a chain, so the request is refused rather than judged by
+/// one of them; 400, closed.
+pub(crate) fn proxy_auth_twice() -> Stop {
+    let why = "more than one Proxy-Authorization field";
+    Stop::new(Outcome::Denied, Source::Client, why)
+        .with_status(400)
+        .closing()
+}
+
+/// robots.txt disallows the URL for the agent: the deciding rule, its
+/// line, its group and, when the request names one, the agent token as
+/// details.
+pub(crate) fn disallowed(verdict: &Verdict<'_>, agent: Option<&str>) -> Stop {
+    let mut r = Stop::new(
+        Outcome::Disallowed,
+        Source::Policy,
+        format!("robots.txt: {verdict}"),
+    );
+    if let Some(rule) = verdict.rule {
+        r = r
+            .with_detail("rule", rule.to_string())
+            .with_detail("line", rule.line.to_string());
+    }
+    if let Some(group) = verdict.group {
+        r = r.with_detail("group", group);
+    }
+    if let Some(token) = agent {
+        r = r.with_detail("agent", token);
+    }
+    r
+}
+
+/// A purpose or use robots.txt's usage preferences refuse.
+pub(crate) fn refused_in_robots(refusal: &PrefsRefusal<'_>) -> Stop {
+    let stop = refused_use(format!("robots.txt: {refusal}"), refusal);
+    match refusal.said().place {
+        Place::RobotsLine(line) => stop.with_detail("line", line.to_string()),
+        _ => stop,
+    }
+}
+
+/// A response whose preferences (headers, `<meta>`) refuse the crawl, and
+/// `policy.response_preferences = "withhold"`: not passed on.
+pub(crate) fn withheld(refusal: &PrefsRefusal<'_>) -> Stop {
+    refused_use(format!("the response is withheld: {refusal}"), refusal)
+}
+
+/// `signal_refused` naming the purpose or the use refused.
+fn refused_use(why: String, refusal: &PrefsRefusal<'_>) -> Stop {
+    let stop = Stop::new(Outcome::SignalRefused, Source::Policy, why);
+    match refusal {
+        PrefsRefusal::Purpose { purpose, .. } => stop.with_detail("purpose", purpose.as_str()),
+        PrefsRefusal::Use { declared, .. } => stop.with_detail("use", declared.as_str()),
+    }
+}
+
+/// A text-and-data-mining purpose `tdmrep.json` reserves for the path.
+pub(crate) fn refused_in_tdmrep(refusal: &PrefsRefusal<'_>) -> Stop {
+    let stop = Stop::new(
+        Outcome::SignalRefused,
+        Source::Policy,
+        format!("{TDMREP_PATH}: {refusal}"),
+    )
+    .with_detail("purpose", refusal.what());
+    match refusal.said().place {
+        Place::TdmRepRule(n) => stop.with_detail("rule", n.to_string()),
+        _ => stop,
+    }
 }
 
 /// A request the budget will not hold; `prefix` names what was waiting
@@ -188,16 +316,16 @@ pub(crate) fn budget(r: &BudgetRefusal, prefix: &str, origin: Option<&str>) -> S
     };
     if let BudgetRefusal::Distressed { event, .. } = r {
         return Stop::new(r.outcome(), Source::Policy, why)
-            .status(r.status())
-            .retry_after(wait)
-            .detail("distress", event.as_str());
+            .with_status(r.status())
+            .with_retry_after(wait)
+            .with_detail("distress", event.as_str());
     }
     let stop = Stop::new(r.outcome(), Source::Policy, why)
-        .status(r.status())
-        .retry_after(wait);
+        .with_status(r.status())
+        .with_retry_after(wait);
     match (r, origin) {
         (BudgetRefusal::QueueFull { .. }, _) | (_, None) => stop,
-        (_, Some(o)) => stop.detail("origin", o),
+        (_, Some(o)) => stop.with_detail("origin", o),
     }
 }
 
@@ -218,10 +346,10 @@ pub(crate) fn not_waited(stop: Stop, wait: u64, by: &'static str) -> Stop {
     );
     Stop {
         reason,
-        ..stop.status(503)
+        ..stop.with_status(503)
     }
-    .detail("wait", wait.to_string())
-    .detail("wait_by", by)
+    .with_detail("wait", wait.to_string())
+    .with_detail("wait_by", by)
 }
 
 /// The host is closed now (its robots.txt `Visit-time`, the operator's
@@ -234,7 +362,7 @@ pub(crate) fn outside_window(why: &str, opens_in: Duration) -> Stop {
         Source::Policy,
         format!("the host is not visited now: {why}; it opens in {secs} s"),
     )
-    .retry_after(secs)
+    .with_retry_after(secs)
 }
 
 /// The site's robots.txt cannot be known now: nothing is fetched.
@@ -245,7 +373,7 @@ pub(crate) fn robots_unavailable(reason: &str, retry_in: Duration) -> Stop {
         Source::Policy,
         format!("{reason}; the site's rules cannot be known, so nothing is fetched"),
     )
-    .retry_after(secs)
+    .with_retry_after(secs)
 }
 
 /// `/.well-known/tdmrep.json` could not be read (429, 5xx, unreachable),
@@ -263,9 +391,26 @@ pub(crate) fn tdmrep_unavailable(reason: &str, retry_in: Duration, purpose: &str
              so nothing is fetched for {purpose}"
         ),
     )
-    .detail("file", "tdmrep.json")
-    .detail("purpose", purpose)
-    .retry_after(secs)
+    .with_detail("file", "tdmrep.json")
+    .with_detail("purpose", purpose)
+    .with_retry_after(secs)
+}
+
+/// A price no limit covers (the operator's rule), or a ledger that cannot
+/// hold it (ours): answered 402 by the proxy, nothing sent.
+pub(crate) fn payment_refused(r: &Refused, price: &str) -> Stop {
+    let source = match r {
+        Refused::Over(_) => Source::Policy,
+        Refused::Ledger(_) => Source::Internal,
+    };
+    Stop::new(Outcome::PaymentRefused, source, r.to_string())
+        .with_detail("limit", r.limit())
+        .with_detail("price", price)
+}
+
+/// The operator's x402 signer did not sign a payment the limits cover.
+pub(crate) fn payment_unsigned(why: String, price: String) -> Stop {
+    Stop::new(Outcome::PaymentFailed, Source::Internal, why).with_detail("price", price)
 }
 
 /// The audit log cannot be written, so nothing is answered.
@@ -275,8 +420,50 @@ pub(crate) fn audit_unwritable() -> Stop {
         Source::Internal,
         "the audit log cannot be written, so nothing is answered",
     )
-    .status(503)
-    .close()
+    .with_status(503)
+    .closing()
+}
+
+/// The client went away (closed, or reset its stream) before its answer:
+/// no answer, and its line says where the request was.
+pub(crate) fn client_gone(at_origin: bool) -> Stop {
+    let why = if at_origin {
+        "client went away while the request was at the origin"
+    } else {
+        "client went away before the request was sent"
+    };
+    Stop::new(Outcome::Error, Source::Client, why).told(Told::Never)
+}
+
+/// A client that broke off the TLS handshake of an intercepted tunnel
+/// after seeing our certificate: almost always one that does not trust
+/// mannerly's CA. No answer: no request got through.
+pub(crate) fn client_tls(name: &str, e: &std::io::Error) -> Stop {
+    let alert = e.to_string();
+    let why = if alert.contains("alert") || e.kind() == std::io::ErrorKind::UnexpectedEof {
+        format!("client rejected our certificate for {name} ({alert})")
+    } else {
+        format!("TLS handshake with the client failed for {name}: {alert}")
+    };
+    Stop::new(Outcome::Error, Source::Client, why).told(Told::Never)
+}
+
+/// No leaf certificate could be made for an intercepted tunnel: ours, and
+/// no answer, since the client's TLS never opens.
+pub(crate) fn no_leaf(name: &str, e: &dyn std::fmt::Display) -> Stop {
+    let why = format!("no leaf certificate for {name}: {e}");
+    Stop::new(Outcome::Error, Source::Internal, why).told(Told::Never)
+}
+
+/// A later request on a kept-alive connection that hyper's parser
+/// rejected: hyper answers it (431 for a head too large, else 400) and
+/// closes; the line says so.
+pub(crate) fn malformed_kept_alive(h: &hyper::Error) -> Stop {
+    let status = if h.is_parse_too_large() { 431 } else { 400 };
+    let why = format!("malformed request on a kept-alive connection: {h}");
+    Stop::new(Outcome::Error, Source::Client, why)
+        .with_status(status)
+        .told(Told::ByServer)
 }
 
 fn tls_words(e: &rustls::Error) -> String {

@@ -12,15 +12,14 @@ use std::sync::Mutex;
 use argon2::password_hash::{rand_core::OsRng, PasswordHash, PasswordHasher, SaltString};
 use argon2::{Argon2, PasswordVerifier};
 use base64::Engine as _;
-use http::header::{HeaderValue, PROXY_AUTHENTICATE, PROXY_AUTHORIZATION};
+use http::header::{HeaderValue, PROXY_AUTHORIZATION};
 use http::HeaderMap;
-use mannerly_policy::Outcome;
 use sha2::{Digest, Sha256};
 
-use crate::answer::Stop as Refusal;
+use crate::answer::{failure, Stop};
 use crate::config::{Config, ProxyAuth};
 use crate::datadir;
-use crate::error::{AuthError, ConfigError, Source};
+use crate::error::{AuthError, ConfigError};
 
 pub use mannerly_policy::Cidr;
 
@@ -95,40 +94,23 @@ impl Gate {
         &self,
         headers: &HeaderMap,
         peer: SocketAddr,
-    ) -> Result<Option<String>, Refusal> {
+    ) -> Result<Option<String>, Stop> {
         if !self.allow.is_empty() && !self.allow.iter().any(|c| c.contains(peer.ip())) {
-            return Err(Refusal::new(
-                Outcome::Denied,
-                Source::Client,
-                format!("client address {} is not in proxy.allow", peer.ip()),
-            )
-            .status(403)
-            .close());
+            return Err(failure::client_not_allowed(peer.ip()));
         }
         let Some(users) = &self.users else {
             return Ok(None);
         };
-        let challenge = |why: &str| {
-            Refusal::new(Outcome::Denied, Source::Client, why)
-                .status(407)
-                .header(
-                    PROXY_AUTHENTICATE,
-                    HeaderValue::from_static("Basic realm=\"mannerly\", charset=\"UTF-8\""),
-                )
-        };
         let mut given = headers.get_all(PROXY_AUTHORIZATION).iter();
         let Some(value) = given.next() else {
-            return Err(challenge(
+            return Err(failure::proxy_auth_required(
                 "proxy authentication required (Proxy-Authorization: Basic)",
             ));
         };
         if given.next().is_some() {
             // Which one decides differs between proxies in a chain: the
             // request is refused rather than judged by one of them.
-            let why = "more than one Proxy-Authorization field";
-            return Err(Refusal::new(Outcome::Denied, Source::Client, why)
-                .status(400)
-                .close());
+            return Err(failure::proxy_auth_twice());
         }
         let digest: [u8; 32] = Sha256::digest(value.as_bytes()).into();
         if let Some(u) = self
@@ -140,7 +122,9 @@ impl Gate {
             return Ok(Some(u));
         }
         let Some((name, password)) = basic_credentials(value) else {
-            return Err(challenge("Proxy-Authorization is not Basic user:password"));
+            return Err(failure::proxy_auth_required(
+                "Proxy-Authorization is not Basic user:password",
+            ));
         };
         let hash = users
             .get(&name)
@@ -154,7 +138,9 @@ impl Gate {
             Err(_) => false,
         };
         if !(ok && known) {
-            return Err(challenge("unknown user or wrong password"));
+            return Err(failure::proxy_auth_required(
+                "unknown user or wrong password",
+            ));
         }
         if let Ok(mut v) = self.verified.lock() {
             if v.len() >= VERIFIED_CAP {

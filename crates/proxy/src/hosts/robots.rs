@@ -390,7 +390,7 @@ pub(crate) fn fetch_record<F: SiteFile>(
     rec.retry_after = r.retry_after.clone();
     rec.signed = r.keyid.is_some();
     rec.keyid = r.keyid.as_ref().map(|k| k.to_string());
-    rec.source = r.stop.as_ref().map(|s| s.source.as_str());
+    rec.source = r.stop.as_ref().map(|s| s.source().as_str());
     rec.reason = fetch_reason_of::<F>(&r.result);
     if r.result == FetchResult::NotModified {
         rec.cache(CacheOutcome::Revalidated);

@@ -5,12 +5,10 @@
 use std::future::Future;
 use std::net::SocketAddr;
 
+use crate::answer::failure;
+use crate::shared::Shared;
 use hyper::body::Incoming;
 use hyper_util::server::conn::auto;
-use mannerly_policy::Outcome;
-
-use crate::error::Source;
-use crate::shared::Shared;
 
 /// Runs a connection to its end; on shutdown lets its current request
 /// finish and then closes it.
@@ -40,10 +38,7 @@ where
         if let Some(h) = err.downcast_ref::<hyper::Error>() {
             if h.is_parse() || h.is_parse_too_large() {
                 let mut rec = shared.record("", "", "", peer);
-                rec.outcome = Some(Outcome::Error);
-                rec.status = Some(if h.is_parse_too_large() { 431 } else { 400 });
-                rec.reason = Some(format!("malformed request on a kept-alive connection: {h}"));
-                rec.source = Some(Source::Client.as_str());
+                failure::malformed_kept_alive(h).record(&mut rec);
                 shared.audit.send(rec);
             }
         }

@@ -13,7 +13,6 @@ use http::{Method, Request, Response};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use mannerly_policy::Outcome;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
@@ -26,7 +25,7 @@ use crate::clients::intake::{read_head, Intake};
 use crate::clients::interim::Interim;
 use crate::clock::Clock;
 use crate::config::Config;
-use crate::error::{Source, StartError};
+use crate::error::StartError;
 use crate::listen::connection::drive;
 use crate::listen::shards::Shards;
 use crate::listen::tunnel;
@@ -425,7 +424,7 @@ async fn dispatch(
                 let mut rec =
                     shared.record(req.method().as_str(), &req.uri().to_string(), "", peer);
                 rec.user = user;
-                shared.stop(rec, failure::bad_request(why).close())
+                shared.stop(rec, failure::bad_target(why))
             }
         }
     };
@@ -448,10 +447,7 @@ async fn admit<B>(
 ) -> Result<Option<String>, Stop> {
     let user = shared.auth.check(req.headers(), peer).await?;
     if shared.via.is_loop(req.headers()) {
-        let why = "this request has already passed through this proxy (its own Via): a proxy loop";
-        return Err(Stop::new(Outcome::Error, Source::Client, why)
-            .status(508)
-            .close());
+        return Err(failure::proxy_loop());
     }
     Ok(user)
 }

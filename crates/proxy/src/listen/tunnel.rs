@@ -16,12 +16,11 @@ use mannerly_policy::Outcome;
 use tokio::io::AsyncReadExt;
 use tokio_rustls::LazyConfigAcceptor;
 
-use crate::answer::{failure, Stop, DECISION};
+use crate::answer::{failure, DECISION};
 use crate::body::{empty, ProxyBody};
 use crate::clients::heads::{Heads, Refused};
 use crate::clients::intake::Prefixed;
 use crate::clients::interim::{Interim, Lane};
-use crate::error::Source;
 use crate::listen::connection::drive;
 use crate::pipeline;
 use crate::shared::Shared;
@@ -38,8 +37,7 @@ pub(crate) async fn connect(
     let url = req.uri().to_string();
     let Some(authority) = authority else {
         let rec = shared.record("CONNECT", &url, "", peer);
-        let stop = failure::bad_request("CONNECT needs host:port").close();
-        return shared.stop(rec, stop);
+        return shared.stop(rec, failure::bad_target("CONNECT needs host:port"));
     };
     let host = authority.host().to_ascii_lowercase();
     let port = authority
@@ -51,10 +49,7 @@ pub(crate) async fn connect(
     // first bytes decide; anything else fails to parse), so only an opaque
     // pass-through tunnel is held to the port list.
     if !shared.cfg.proxy.intercept && !shared.cfg.proxy.connect_ports.contains(&port) {
-        let why = format!("CONNECT to port {port} is not allowed (proxy.connect_ports)");
-        // curl and most clients show only the CONNECT answer's headers.
-        let stop = Stop::new(Outcome::Blocked, Source::Policy, why.clone()).detail("reason", why);
-        return shared.stop(rec, stop);
+        return shared.stop(rec, failure::port_not_allowed(port));
     }
     let addrs = match shared.guard.resolve(&host, port).await {
         Ok(a) => a,
@@ -232,9 +227,7 @@ where
         Ok(c) => c,
         Err(e) => {
             let mut rec = shared.record("CONNECT", &target.url(None), &target.host, peer.addr);
-            rec.outcome = Some(Outcome::Error);
-            rec.source = Some(Source::Internal.as_str());
-            rec.reason = Some(format!("no leaf certificate for {name}: {e}"));
+            failure::no_leaf(&name, &e).record(&mut rec);
             shared.audit.send(rec);
             return;
         }
@@ -275,19 +268,14 @@ fn client_rejected(
     peer: SocketAddr,
     e: &std::io::Error,
 ) {
-    let alert = e.to_string();
-    let why = if alert.contains("alert") || e.kind() == std::io::ErrorKind::UnexpectedEof {
-        format!("client rejected our certificate for {name} ({alert})")
-    } else {
-        format!("TLS handshake with the client failed for {name}: {alert}")
-    };
+    let stop = failure::client_tls(name, e);
     tracing::warn!(
-        "{why}: the client must trust mannerly's CA ({}; `mannerly ca export` prints it)",
+        "{}: the client must trust mannerly's CA ({}; `mannerly ca export` prints it)",
+        stop.reason(),
         shared.ca.cert_path().display()
     );
     let mut rec = shared.record("CONNECT", &target.url(None), &target.host, peer);
-    rec.refused(Outcome::Error, 0, &why, Source::Client.as_str(), 0);
-    rec.status = None;
+    stop.record(&mut rec);
     shared.audit.send(rec);
 }
 

@@ -11,12 +11,11 @@ use mannerly_policy::encoding;
 use mannerly_policy::{strip_hop_by_hop, AuditRecord, Outcome};
 
 use super::{Exchange, Stage, StoredPage};
-use crate::answer::{decision_value, header_text, Stop, DECISION, ID};
+use crate::answer::{decision_value, failure, header_text, Stop, DECISION, ID};
 use crate::audit::AuditedBody;
 use crate::body::{boxed, full, ProxyBody};
 use crate::cache::Tee;
 use crate::decode::{decode_all, decoded};
-use crate::error::Source;
 use crate::upstream::conns::{ConnHandle, ReleaseOnEnd};
 
 impl Exchange {
@@ -224,12 +223,7 @@ impl Drop for Exchange {
             return;
         }
         let mut rec = std::mem::take(&mut self.rec);
-        let why = match self.at {
-            Stage::AtOrigin => "client went away while the request was at the origin",
-            _ => "client went away before the request was sent",
-        };
-        rec.refused(Outcome::Error, 0, why, Source::Client.as_str(), 0);
-        rec.status = None;
+        failure::client_gone(self.at == Stage::AtOrigin).record(&mut rec);
         rec.received = Some(self.received.get());
         self.shared.audit.send(rec);
     }

@@ -6,9 +6,10 @@ use http::header::RETRY_AFTER;
 use http::request::Parts;
 use http::{HeaderValue, Response, StatusCode};
 use hyper::body::Incoming;
-use mannerly_policy::budget::{Announced, HostParams, Reaction, Refusal, Throttle};
+use mannerly_policy::answer::{self, ForBudget, Reading, Route, Sent, Then, Unmatched};
+use mannerly_policy::budget::{HostParams, Reaction, Refusal, Throttle};
 use mannerly_policy::conditional::{self, CacheOutcome, WriteBack};
-use mannerly_policy::identity::{self, AskedSignature, Challenge};
+use mannerly_policy::identity::{AskedSignature, Challenge};
 use mannerly_policy::Outcome;
 
 use super::{CacheStep, Exchange, Learned, Step, StoredPage};
@@ -20,7 +21,8 @@ use crate::hosts::budget::Permit;
 impl Exchange {
     /// The budget learns from every answer; a throttle is waited out and
     /// sent again when it may be; a 304 to our validators is the stored
-    /// page; any other answer may become the stored page.
+    /// page; any other answer may become the stored page. What the answer
+    /// means is `mannerly_policy::answer::read`'s; this step acts on it.
     pub(super) async fn learn(
         &mut self,
         parts: &Parts,
@@ -29,87 +31,87 @@ impl Exchange {
         resp: Response<Incoming>,
         resendable: bool,
     ) -> Step<Learned> {
-        let retry_after = resp
-            .headers()
-            .get(RETRY_AFTER)
-            .and_then(|v| v.to_str().ok());
-        let announced = Announced::from_headers(resp.headers(), self.shared.clock.wall());
-        let reaction = match permit {
-            // Behind a provider, the target's status as it carried it.
-            Some(p) => {
-                let status = self.rec.target_status.unwrap_or(resp.status().as_u16());
-                let ttfb = self.rec.upstream_ms;
-                Some(
-                    p.respond(status, retry_after, announced.as_ref(), ttfb)
-                        .await,
-                )
-            }
-            None => None,
+        let sent = Sent {
+            target_status: self.rec.target_status,
+            resendable,
+            paid_again: self.paid_again,
+            revalidating: cache.validators.is_some(),
+            signing: self.shared.identity.is_some(),
+            signed_as_asked: self.asked.is_some(),
         };
-        self.rec.announced = announced;
-        if let Some(r) = &reaction {
-            self.rec.budget(r);
-            let host = self.shared.budgets.view(&self.target.host);
-            self.rec.baseline_ms = host.and_then(|v| v.latency_baseline_ms);
-        }
-        self.invalidate(parts, &resp).await;
-        if let Some(code) = self.account(&resp).await {
-            self.rec.cache(cache.outcome);
-            return Ok(Learned::Answer(self.crawler_failed(resp, code)));
-        }
-        if resp.status() == StatusCode::PAYMENT_REQUIRED {
-            self.rec.cache(cache.outcome);
-            let may_pay = resendable && !self.paid_again;
-            // Boxed: the rare 402's future would otherwise size (and be
-            // copied with) every response's step.
-            return Box::pin(self.payment_required(resp, may_pay)).await;
-        }
-        let challenge = self.challenge(&resp, resendable);
+        let wall = self.shared.clock.wall();
+        let Reading { budget, route } = answer::read(resp.status(), resp.headers(), &sent, wall);
+        let status = budget.status;
+        let reaction = self.hear(permit, budget).await;
+        self.invalidate(parts, status, &resp).await;
+        self.account(&resp).await;
+        let learned = match route {
+            Route::PaymentFailed { code, price } => {
+                self.rec.cache(cache.outcome);
+                return Ok(Learned::Answer(self.crawler_failed(resp, code, price)));
+            }
+            Route::PaymentRequired { may_pay } => {
+                self.rec.cache(cache.outcome);
+                // Boxed: the rare 402's future would otherwise size (and be
+                // copied with) every response's step.
+                return Box::pin(self.payment_required(resp, may_pay)).await;
+            }
+            Route::Learn(learned) => learned,
+        };
+        self.challenged(learned.challenge);
         match reaction {
             Some(Reaction::Throttled(t)) => {
                 // The pause is on disk before it counts: before the 429 is
                 // answered or the request waits to be sent again, so a
                 // `kill -9` the moment after still finds the host paused.
                 self.shared.save_budgets_now().await;
-                let veto = match challenge {
-                    Some(Challenge::AskedAgain) => Some(ASKED_AGAIN),
-                    _ if !resendable => Some("the request's body cannot be sent again"),
-                    _ => None,
-                };
+                let veto = learned.throttle_veto;
                 Ok(self.throttled(parts, resp, &t, cache.outcome, veto))
             }
-            _ if matches!(challenge, Some(Challenge::Resend(_))) => Ok(Learned::SignAsAsked),
-            _ => self.learn_page(parts, cache, resp, resendable).await,
+            _ => self.learn_page(parts, cache, resp, learned.then).await,
         }
     }
 
-    /// An origin's `Accept-Signature` with a 401, 403 or 429, when we sign:
-    /// the line says what it asked and whether it is answered; a request
-    /// answered so is signed as asked from its next send on.
-    fn challenge(&mut self, resp: &Response<Incoming>, replayable: bool) -> Option<Challenge> {
-        self.shared.identity.as_ref()?;
-        let field = resp.headers().get("accept-signature").map(|v| v.as_bytes());
-        let status = resp.status().as_u16();
-        let found = identity::challenge(status, field, replayable, self.asked.is_some())?;
-        match &found {
-            Challenge::Resend(asked) => {
-                self.rec.signature_asked = Some(asked_text(asked));
-                self.asked = Some(asked.clone());
+    /// The host's budget hears the answer, when the request held its turn;
+    /// the line says what it made of it.
+    async fn hear(&mut self, permit: Option<Permit>, told: ForBudget) -> Option<Reaction> {
+        let reaction = match permit {
+            Some(p) => {
+                let (retry_after, ttfb) = (told.retry_after.as_deref(), self.rec.upstream_ms);
+                let announced = told.announced.as_ref();
+                Some(p.respond(told.status, retry_after, announced, ttfb).await)
             }
-            Challenge::AskedAgain => self.rec.signature_not_resent = Some(ASKED_AGAIN.into()),
-            Challenge::PassOn(why) => self.rec.signature_not_resent = Some(why.clone()),
+            None => None,
+        };
+        self.rec.announced = told.announced;
+        if let Some(r) = &reaction {
+            self.rec.budget(r);
+            let host = self.shared.budgets.view(&self.target.host);
+            self.rec.baseline_ms = host.and_then(|v| v.latency_baseline_ms);
         }
-        Some(found)
+        reaction
+    }
+
+    /// What an origin's `Accept-Signature` asked, on the line; a request
+    /// answered so is signed as asked from its next send on.
+    fn challenged(&mut self, found: Option<Challenge>) {
+        match found {
+            Some(Challenge::Resend(asked)) => {
+                self.rec.signature_asked = Some(asked_text(&asked));
+                self.asked = Some(asked);
+            }
+            Some(Challenge::AskedAgain) => {
+                self.rec.signature_not_resent = Some(answer::ASKED_AGAIN.into());
+            }
+            Some(Challenge::PassOn(why)) => self.rec.signature_not_resent = Some(why),
+            None => {}
+        }
     }
 
     /// An unsafe method's success makes stale what is stored for its target
     /// (and its `Location` / `Content-Location` on the same origin).
-    async fn invalidate(&mut self, parts: &Parts, resp: &Response<Incoming>) {
-        let status = self
-            .rec
-            .target_status
-            .and_then(|s| StatusCode::from_u16(s).ok())
-            .unwrap_or(resp.status());
+    async fn invalidate(&mut self, parts: &Parts, status: u16, resp: &Response<Incoming>) {
+        let status = StatusCode::from_u16(status).unwrap_or(resp.status());
         let cache = &self.shared.cache;
         let keys =
             conditional::invalidated_by(parts, &self.url, status, resp.headers(), cache.params());
@@ -211,32 +213,30 @@ impl Exchange {
         parts: &Parts,
         cache: &mut CacheStep,
         resp: Response<Incoming>,
-        resendable: bool,
+        then: Then,
     ) -> Step<Learned> {
-        if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
-            // Upgrade is a hop-by-hop field we never forward, so no 101 was
-            // asked for: the origin is speaking something else.
-            let why = "the origin switched protocols (101) without being asked to";
-            return Err(failure::origin(502, why));
-        }
-        if resp.status() == StatusCode::NOT_MODIFIED && cache.validators.is_some() {
-            return self.not_modified(parts, cache, resp, resendable);
-        }
+        let own = match then {
+            Then::SignAsAsked => return Ok(Learned::SignAsAsked),
+            Then::Fail(status, why) => return Err(failure::origin(status, why)),
+            Then::Revalidated { unmatched } => {
+                return self.not_modified(parts, cache, resp, unmatched)
+            }
+            Then::Unchanged => None,
+            Then::Page { targets_page } => Some(targets_page),
+        };
         let resp = self.preferences(resp).await?;
         self.rec.cache(cache.outcome);
-        if resp.status() == StatusCode::NOT_MODIFIED {
+        let Some(own) = own else {
             // The client's own validators: its 304 goes back as is.
             return Ok(Learned::Answer(self.forward(resp, Outcome::Unchanged)));
-        }
-        let own = conditional::is_targets_page(self.rec.target_status, resp.status());
+        };
         let shared = self.shared.clone();
-        // A site that allows only `use=immediate` (use without storing):
-        // the page is not kept, and a copy kept before is dropped.
         let immediate = self.rec.prefs.as_ref().is_some_and(|p| p.forbids_storing());
-        if let Some(key) = cache.key.clone().filter(|_| immediate && cache.had_entry) {
+        let keep = answer::keep(own, immediate, cache.had_entry);
+        if let Some(key) = cache.key.clone().filter(|_| keep.drop_stored) {
             shared.cache.remove_later(key);
         }
-        let Some(key) = cache.key.clone().filter(|_| own && !immediate) else {
+        let Some(key) = cache.key.clone().filter(|_| keep.store) else {
             return Ok(Learned::Answer(self.forward(resp, Outcome::Fetched)));
         };
         let (head, body) = resp.into_parts();
@@ -266,7 +266,7 @@ impl Exchange {
         parts: &Parts,
         cache: &mut CacheStep,
         resp: Response<Incoming>,
-        resendable: bool,
+        unmatched: Unmatched,
     ) -> Step<Learned> {
         let shared = self.shared.clone();
         let (params, now) = (shared.cache.params(), shared.clock.wall());
@@ -295,23 +295,19 @@ impl Exchange {
                 };
                 Ok(Learned::Answer(self.stored_answer(page)))
             }
-            _ if !resendable => Err(failure::origin(
-                502,
-                "the origin's 304 does not match the stored page, and the request cannot be sent again",
-            )),
-            _ => {
-                if let Some(key) = cache.key.clone() {
-                    shared.cache.remove_later(key);
+            _ => match unmatched {
+                Unmatched::Fail(status, why) => Err(failure::origin(status, why)),
+                Unmatched::Refetch => {
+                    if let Some(key) = cache.key.clone() {
+                        shared.cache.remove_later(key);
+                    }
+                    cache.had_entry = false;
+                    Ok(Learned::RefetchWithoutValidators)
                 }
-                cache.had_entry = false;
-                Ok(Learned::RefetchWithoutValidators)
-            }
+            },
         }
     }
 }
-
-/// Why a second `Accept-Signature` is passed on.
-const ASKED_AGAIN: &str = "Accept-Signature asked again after its one signed resend: passed on";
 
 /// The audit line's `signature_asked`: the components asked, and `nonce`.
 fn asked_text(asked: &AskedSignature) -> String {

@@ -5,7 +5,9 @@
 //! without sending again, and a 402 either paid within limits (sent once
 //! more with `crawler-exact-price`, or an x402 payment from the operator's
 //! signer) or passed on with its price. The rules are
-//! `mannerly_policy::payment`; the ledger and signer are `crate::payments`.
+//! `mannerly_policy::answer::pay` (what is offered, paid and counted) and
+//! `mannerly_policy::payment` (prices and limits); the ledger and signer
+//! are `crate::payments`. Here: hold, sign, send, record.
 
 use std::time::Duration;
 
@@ -13,28 +15,15 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Response};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
-use mannerly_policy::payment::{self, Asked, Money, Offer, Settled};
+use mannerly_policy::answer::pay::{self, Pay, Scheme, Unheld, PRICE_BODY_MAX};
+use mannerly_policy::payment::{self, Asked, Settled};
 use mannerly_policy::Outcome;
 
 use super::{CacheStep, Exchange, Learned, Step};
-use crate::answer::{header_text, Stop};
+use crate::answer::{failure, header_text, Stop};
 use crate::body::ProxyBody;
-use crate::error::Source;
 use crate::payments::{Held, Refused};
 use crate::upstream::conns::{ConnHandle, ReleaseOnEnd};
-
-/// An x402 v1 price is in the body; a 402 body larger than this is not read
-/// for one (it is passed on as it comes).
-const PRICE_BODY_MAX: usize = 64 * 1024;
-
-/// Fields a client may not send: a price or payment the proxy did not hold
-/// in its ledger would be spent without being counted.
-const PAYING_FIELDS: [HeaderName; 4] = [
-    HeaderName::from_static(payment::CRAWLER_MAX_PRICE),
-    HeaderName::from_static(payment::CRAWLER_EXACT_PRICE),
-    HeaderName::from_static(payment::PAYMENT_SIGNATURE),
-    HeaderName::from_static(payment::X_PAYMENT),
-];
 
 /// A request on its way to be paid for.
 pub(super) struct Paying {
@@ -43,12 +32,6 @@ pub(super) struct Paying {
     field: HeaderName,
     value: HeaderValue,
     scheme: Scheme,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Scheme {
-    PayPerCrawl,
-    X402,
 }
 
 impl Paying {
@@ -67,9 +50,7 @@ impl Paying {
 
 /// Takes the client's paying fields off, and puts ours on.
 pub(super) fn put_offer(headers: &mut HeaderMap, paying: Option<&Paying>) {
-    for name in PAYING_FIELDS {
-        headers.remove(name);
-    }
+    pay::strip_paying_fields(headers);
     if let Some(p) = paying {
         headers.insert(p.field.clone(), p.value.clone());
     }
@@ -85,13 +66,10 @@ impl Exchange {
             return Ok(());
         }
         let payments = self.shared.payments.clone();
-        let Some(max) = payments.params.standing_offer(&self.target.host).cloned() else {
+        let (host, path) = (&self.target.host, &self.path);
+        let Some(max) = pay::standing_offer(&payments.params, host, path).cloned() else {
             return Ok(());
         };
-        // Pay Per Crawl never charges robots.txt.
-        if mannerly_policy::url::is_robots_txt(&self.path) {
-            return Ok(());
-        }
         // Boxed: only a host priced by a standing offer gets here, and the
         // hold's future would otherwise size every request's step.
         match Box::pin(payments.hold(&self.target.host, &max)).await {
@@ -105,42 +83,30 @@ impl Exchange {
                 });
                 Ok(())
             }
-            Err(_) if cache.validators.is_some() => Ok(()),
-            Err(r) => Err(self.refused(&r, &max.to_string())),
+            Err(r) => match pay::unheld(cache.validators.is_some()) {
+                Unheld::SendWithout => Ok(()),
+                Unheld::Refuse => Err(self.refused(&r, &max.to_string())),
+            },
         }
     }
 
     /// After the send: the hold ends with what the site charged (or
-    /// nothing), and the site's `crawler-error`, if any, is returned.
-    pub(super) async fn account(&mut self, resp: &Response<Incoming>) -> Option<String> {
-        let headers = resp.headers();
-        let error = payment::crawler_error(headers);
+    /// nothing), as `pay::charge` counts it.
+    pub(super) async fn account(&mut self, resp: &Response<Incoming>) {
         let Some(p) = self.paying.take() else {
-            return error;
+            return;
         };
-        let charged = match p.scheme {
-            Scheme::PayPerCrawl => payment::charged(headers),
-            Scheme::X402 if resp.status().is_success() => Some(Ok(p.held.amount.clone())),
-            Scheme::X402 => None,
-        };
-        if p.scheme == Scheme::X402 && resp.status().is_success() {
-            self.rec.pay_tx = payment::x402_transaction(headers);
+        let charge = pay::charge(p.scheme, resp.status(), resp.headers(), &p.held.amount);
+        if charge.charged.is_some() {
+            self.rec.charged = charge.charged;
         }
-        let settled = match charged {
-            Some(Ok(m)) => {
-                self.rec.charged = Some(m.to_string());
-                Some(m)
-            }
-            Some(Err(why)) => {
-                // Charged, but not in words we can add up: the most that
-                // was offered is counted, so the limit stays on the safe side.
-                let raw = headers.get(payment::CRAWLER_CHARGED);
-                self.rec.charged = raw.map(|v| String::from_utf8_lossy(v.as_bytes()).into());
-                self.rec.pay_error = Some(why);
-                Some(p.held.amount.clone())
-            }
-            None => None,
-        };
+        if charge.error.is_some() {
+            self.rec.pay_error = charge.error;
+        }
+        if charge.transaction.is_some() {
+            self.rec.pay_tx = charge.transaction;
+        }
+        let settled = charge.settled;
         let held = p.held.amount.clone();
         match p.held.settle(settled).await {
             Ok(Settled::Counted) => {}
@@ -157,7 +123,6 @@ impl Exchange {
             }
             Err(why) => self.rec.pay_error = Some(format!("{why}; paying is stopped")),
         }
-        error
     }
 
     /// A site's `crawler-error` (`PaymentFailed`, `InvalidCrawlerMaxPrice`,
@@ -166,9 +131,10 @@ impl Exchange {
         &mut self,
         resp: Response<Incoming>,
         code: String,
+        price: Option<String>,
     ) -> Response<ProxyBody> {
-        if let Some(price) = resp.headers().get("crawler-price") {
-            self.rec.price = Some(String::from_utf8_lossy(price.as_bytes()).into());
+        if price.is_some() {
+            self.rec.price = price;
             self.rec.pay_scheme = Some("pay-per-crawl");
         }
         self.rec.pay_error = Some(code.clone());
@@ -184,7 +150,8 @@ impl Exchange {
         may_pay: bool,
     ) -> Step<Learned> {
         let asked = payment::asked(resp.headers(), None);
-        if !matches!(asked, Asked::Unpriced(_)) || !small(&resp) {
+        let upper = http_body::Body::size_hint(resp.body()).upper();
+        if !pay::price_in_body(&asked, upper) {
             return self.pay_or_pass(resp, asked, may_pay).await;
         }
         // No price in the head: an x402 v1 site says it in the JSON body.
@@ -209,58 +176,53 @@ impl Exchange {
         asked: Asked,
         may_pay: bool,
     ) -> Step<Learned> {
-        self.rec.price = Some(asked.to_string());
+        let price = asked.to_string();
+        self.rec.price = Some(price.clone());
         self.rec.pay_scheme = Some(asked.scheme());
         let payments = self.shared.payments.clone();
         let host = self.target.host.clone();
-        let pays = may_pay && payments.params.may_pay(&host);
-        match &asked {
-            Asked::PayPerCrawl(price) if pays && payments.params.offer == Offer::ExactPrice => {
-                let held = payments
-                    .hold(&host, price)
-                    .await
-                    .map_err(|r| self.refused(&r, &price.to_string()))?;
-                self.pay_with(
-                    held,
-                    payment::CRAWLER_EXACT_PRICE,
-                    header_text(&price.to_string()),
-                    Scheme::PayPerCrawl,
-                );
-                return Ok(Learned::PayAndRetry);
-            }
-            Asked::X402 {
-                version,
-                accepts,
-                resource,
-            } if pays => {
-                let Some(signer) = payments.signer.as_ref() else {
-                    return self.pass(resp, &asked);
-                };
-                let price_text = asked.to_string();
-                let (r, money) = payment::x402_choice(&payments.params, accepts)
-                    .map_err(|o| self.refused(&Refused::Over(o), &price_text))?;
+        let signer = payments.signer.as_ref();
+        match pay::plan(&payments.params, &host, &asked, may_pay, signer.is_some()) {
+            Pay::Pass => self.pass(resp, &asked),
+            Pay::Refuse(over) => Err(self.refused(&Refused::Over(over), &price)),
+            Pay::Exact(money) => {
                 let held = payments
                     .hold(&host, &money)
                     .await
-                    .map_err(|r| self.refused(&r, &price_text))?;
-                let input = payment::x402_signer_input(*version, resource, r);
+                    .map_err(|r| self.refused(&r, &price))?;
+                let value = header_text(&money.to_string());
+                self.pay_with(
+                    held,
+                    payment::CRAWLER_EXACT_PRICE,
+                    value,
+                    Scheme::PayPerCrawl,
+                );
+                Ok(Learned::PayAndRetry)
+            }
+            Pay::X402 {
+                money,
+                field,
+                input,
+            } => {
+                let Some(signer) = signer else {
+                    return self.pass(resp, &asked);
+                };
+                let held = payments
+                    .hold(&host, &money)
+                    .await
+                    .map_err(|r| self.refused(&r, &price))?;
                 match signer.sign(&input).await {
                     Ok(value) => {
-                        let field = payment::x402_payment_header(*version);
                         self.pay_with(held, field, value, Scheme::X402);
-                        return Ok(Learned::PayAndRetry);
+                        Ok(Learned::PayAndRetry)
                     }
                     Err(why) => {
                         self.rec.pay_error = Some(why.clone());
-                        let stop = Stop::new(Outcome::PaymentFailed, Source::Internal, why)
-                            .detail("price", price_text);
-                        return Err(stop);
+                        Err(failure::payment_unsigned(why, price))
                     }
                 }
             }
-            _ => {}
         }
-        self.pass(resp, &asked)
     }
 
     /// The 402 passed on unpaid, with what it asked.
@@ -269,18 +231,7 @@ impl Exchange {
         resp: Response<B>,
         asked: &Asked,
     ) -> Step<Learned> {
-        let mut details = vec![
-            ("price", asked.to_string()),
-            ("scheme", asked.scheme().to_string()),
-        ];
-        if let Asked::X402 { accepts, .. } = asked {
-            if let Some(r) = accepts.first() {
-                details.push(("amount", r.amount.clone()));
-                details.push(("asset", r.asset.clone()));
-                details.push(("network", r.network.clone()));
-                details.push(("pay_to", r.pay_to.clone()));
-            }
-        }
+        let details = pay::passed(asked);
         Ok(Learned::Answer(self.forward_with(
             resp,
             Outcome::PaymentRequired,
@@ -303,29 +254,15 @@ impl Exchange {
     fn refused(&mut self, r: &Refused, price: &str) -> Stop {
         self.rec.pay_limit = Some(r.limit());
         self.rec.price = Some(price.to_string());
-        let source = match r {
-            Refused::Over(_) => Source::Policy,
-            Refused::Ledger(_) => Source::Internal,
-        };
-        Stop::new(Outcome::PaymentRefused, source, r.to_string())
-            .detail("limit", r.limit())
-            .detail("price", price)
+        failure::payment_refused(r, price)
     }
 
     /// A stored page that was bought: the client gets it without the
     /// `crawler-charged` of its purchase (nothing was charged this time),
     /// and the line says what paying again would have cost.
     pub(super) fn saved_charge(&mut self, headers: &mut HeaderMap) {
-        if let Some(v) = headers.remove(payment::CRAWLER_CHARGED) {
-            let text = String::from_utf8_lossy(v.as_bytes()).into_owned();
-            self.rec.saved_charge = Some(Money::parse(&text).map_or(text, |m| m.to_string()));
+        if let Some(saved) = pay::saved_charge(headers) {
+            self.rec.saved_charge = Some(saved);
         }
     }
-}
-
-/// Whether the 402's body is known to be small enough to read for a price.
-fn small(resp: &Response<Incoming>) -> bool {
-    http_body::Body::size_hint(resp.body())
-        .upper()
-        .is_some_and(|n| n <= PRICE_BODY_MAX as u64)
 }

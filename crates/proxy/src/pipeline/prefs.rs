@@ -14,17 +14,15 @@ use mannerly_policy::prefs::page::{
     judge_page, MetaScan, MetaTag, Origin, Statement, ROBOTS_FIELDS,
 };
 use mannerly_policy::prefs::{
-    judge_response, judge_tdm, PrefsRecord, PrefsRefusal, ResponsePreferences, TdmFile,
-    TDMREP_PATH, TDM_PURPOSES,
+    judge_response, judge_tdm, PrefsRecord, ResponsePreferences, TdmFile, TDMREP_PATH, TDM_PURPOSES,
 };
 use mannerly_policy::robots::{Purpose, Robots};
 use mannerly_policy::robots_cache::Rules;
-use mannerly_policy::{AuditRecord, Outcome};
+use mannerly_policy::AuditRecord;
 
 use super::{Exchange, Step};
 use crate::answer::{failure, header_text, Stop};
 use crate::config::Config;
-use crate::error::Source;
 use crate::hosts::robots::Unfetched;
 use crate::pipeline::request::Identities;
 
@@ -53,19 +51,7 @@ pub(crate) fn robots_refusal(
     let refusal = refused?;
     let said = refusal.said();
     rec.rule = Some(said.to_string());
-    let mut answer = Stop::new(
-        Outcome::SignalRefused,
-        Source::Policy,
-        format!("robots.txt: {refusal}"),
-    );
-    answer = match refusal {
-        PrefsRefusal::Purpose { purpose, .. } => answer.detail("purpose", purpose.as_str()),
-        PrefsRefusal::Use { declared, .. } => answer.detail("use", declared.as_str()),
-    };
-    if let mannerly_policy::prefs::Place::RobotsLine(line) = said.place {
-        answer = answer.detail("line", line.to_string());
-    }
-    Some(answer)
+    Some(failure::refused_in_robots(&refusal))
 }
 
 /// What the learn step does with a response, by its preference headers.
@@ -136,18 +122,7 @@ pub(crate) fn judge(
         ResponsePreferences::Annotate => {
             OnResponse::Annotate(header_text(&format!("refused; {refusal}")))
         }
-        ResponsePreferences::Withhold => {
-            let answer = Stop::new(
-                Outcome::SignalRefused,
-                Source::Policy,
-                format!("the response is withheld: {refusal}"),
-            );
-            let answer = match refusal {
-                PrefsRefusal::Purpose { purpose, .. } => answer.detail("purpose", purpose.as_str()),
-                PrefsRefusal::Use { declared, .. } => answer.detail("use", declared.as_str()),
-            };
-            OnResponse::Withhold(answer)
-        }
+        ResponsePreferences::Withhold => OnResponse::Withhold(failure::withheld(&refusal)),
     }
 }
 
@@ -223,17 +198,10 @@ fn tdm_file_refusal(
     note(rec, &judged.record);
     let refusal = judged.refusal?;
     rec.rule = Some(refusal.said().to_string());
-    let answer = Stop::new(
-        Outcome::SignalRefused,
-        Source::Policy,
-        format!("{TDMREP_PATH}: {refusal}"),
-    )
-    .detail("purpose", refusal.what());
-    let answer = match refusal.said().place {
-        mannerly_policy::prefs::Place::TdmRepRule(n) => answer.detail("rule", n.to_string()),
-        _ => answer,
-    };
-    Some((answer, format!("refused; {refusal}")))
+    Some((
+        failure::refused_in_tdmrep(&refusal),
+        format!("refused; {refusal}"),
+    ))
 }
 
 mod head;

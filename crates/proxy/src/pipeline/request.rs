@@ -10,12 +10,11 @@ use std::borrow::Cow;
 use mannerly_policy::robots::agents::{speaking_for, Agent};
 use mannerly_policy::robots::Purpose;
 use mannerly_policy::robots_cache::Rules;
-use mannerly_policy::{strip_hop_by_hop, AuditRecord, Outcome};
+use mannerly_policy::{strip_hop_by_hop, AuditRecord};
 
 use crate::answer::{failure, Stop};
 use crate::body::ProxyBody;
 use crate::config::Config;
-use crate::error::Source;
 use crate::pipeline::prefs;
 use crate::shared::Shared;
 
@@ -68,23 +67,8 @@ fn judge(
         said.push(("agent", token.to_string()));
     }
     if !verdict.allowed {
-        let mut r = Stop::new(
-            Outcome::Disallowed,
-            Source::Policy,
-            format!("robots.txt: {verdict}"),
-        );
-        if let Some(rule) = verdict.rule {
-            r = r
-                .detail("rule", rule.to_string())
-                .detail("line", rule.line.to_string());
-        }
-        if let Some(group) = verdict.group {
-            r = r.detail("group", group);
-        }
-        if ids.named() {
-            r = r.detail("agent", token);
-        }
-        return Some(r);
+        let agent = ids.named().then_some(token);
+        return Some(failure::disallowed(&verdict, agent));
     }
     prefs::robots_refusal(live, robots, ids, path, rec)
 }

@@ -175,7 +175,7 @@ fn stopped<T>(step: Step<T>, outcome: Outcome, status: u16, source: Source) -> S
         panic!("the step went on");
     };
     assert_eq!(
-        (stop.outcome, stop.status, stop.source),
+        (stop.outcome(), stop.status(), stop.source()),
         (outcome, status, source),
         "{stop:?}"
     );

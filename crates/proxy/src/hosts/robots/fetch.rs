@@ -212,9 +212,9 @@ async fn fetch_hop(
         Ok(r) => r,
         Err(e) => {
             let stop = failure::upstream(&e);
-            let mut r = report(url, None, FetchResult::Failed(stop.reason.clone()));
+            let mut r = report(url, None, FetchResult::Failed(stop.reason().to_string()));
             // Any other failure is the site's rules being unknown.
-            let own = stop.outcome == Outcome::Blocked || stop.source == Source::Parent;
+            let own = stop.outcome() == Outcome::Blocked || stop.source() == Source::Parent;
             r.stop = own.then_some(stop);
             return Hop::Done(Box::new(r));
         }

@@ -38,9 +38,9 @@ async fn the_wait_is_recorded_and_a_long_pause_is_answered_429() {
 
     let mut fourth = f.exchange(Method::GET, "http://example.org/d");
     let stop = stopped(fourth.budget().await, Outcome::Paused, 429, Source::Policy);
-    assert_eq!(stop.retry_after, Some(600));
+    assert_eq!(stop.retry_after(), Some(600));
     assert_eq!(
-        stop.reason,
+        stop.reason(),
         "the host is paused for 600 s after the origin asked to slow down"
     );
 }
@@ -78,9 +78,9 @@ async fn prefer_wait_caps_the_hold_and_a_turn_past_it_is_the_clients_503() {
     let t0 = Instant::now();
     let stop = stopped(x.budget().await, Outcome::QueueFull, 503, Source::Policy);
     assert_eq!(Instant::now(), t0, "answered at once, not held to the cap");
-    assert_eq!(stop.retry_after, Some(5));
+    assert_eq!(stop.retry_after(), Some(5));
     assert_eq!(
-        stop.details,
+        stop.details(),
         [("wait", "2".to_string()), ("wait_by", "client".to_string())]
     );
     // A preference as long as the turn waits for it, and says nothing.

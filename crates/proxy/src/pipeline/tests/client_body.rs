@@ -64,6 +64,6 @@ async fn a_body_silent_past_the_idle_limit_is_the_clients_408() {
     let read = x.client_body(trickle).await;
     let stop = stopped(read, Outcome::Error, 408, Source::Client);
     assert_eq!(Instant::now() - t0, Duration::from_secs(4));
-    assert_eq!(stop.reason, "no request body data from the client for 4s");
-    assert!(stop.close, "a client that stalls loses its connection");
+    assert_eq!(stop.reason(), "no request body data from the client for 4s");
+    assert!(stop.closes(), "a client that stalls loses its connection");
 }

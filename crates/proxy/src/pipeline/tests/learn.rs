@@ -161,7 +161,7 @@ async fn a_304_for_another_version_that_cannot_be_resent_is_a_502() {
     let learned = sent.learn(&not_modified("\"v2\""), false).await;
     let stop = stopped(learned, Outcome::Error, 502, Source::Upstream);
     assert_eq!(
-        stop.reason,
+        stop.reason(),
         "the origin's 304 does not match the stored page, and the request cannot be sent again"
     );
 }
@@ -183,7 +183,7 @@ async fn an_unasked_switch_of_protocols_is_a_502() {
     let learned = sent.learn(switch, true).await;
     let stop = stopped(learned, Outcome::Error, 502, Source::Upstream);
     assert_eq!(
-        stop.reason,
+        stop.reason(),
         "the origin switched protocols (101) without being asked to"
     );
 }
@@ -224,8 +224,11 @@ async fn a_page_refusing_the_declared_purpose_is_withheld() {
     let key = sent.cache.key.clone().expect("key");
     let learned = sent.learn(&refusing_page(), true).await;
     let stop = stopped(learned, Outcome::SignalRefused, 403, Source::Policy);
-    assert_eq!(stop.reason, format!("the response is withheld: {REFUSED}"));
-    assert_eq!(stop.details, vec![("purpose", "ai-train".to_string())]);
+    assert_eq!(
+        stop.reason(),
+        format!("the response is withheld: {REFUSED}")
+    );
+    assert_eq!(stop.details(), vec![("purpose", "ai-train".to_string())]);
     assert_eq!(f.stored(&key).await, None, "neither delivered nor stored");
 }
 

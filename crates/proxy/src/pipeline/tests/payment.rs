@@ -149,9 +149,9 @@ async fn without_a_signer_or_with_a_failing_one_nothing_is_paid() {
     let Err(stop) = learned else {
         panic!("a failed signature is a stop");
     };
-    assert_eq!(stop.outcome, Outcome::PaymentFailed);
+    assert_eq!(stop.outcome(), Outcome::PaymentFailed);
     assert_eq!(
-        stop.reason,
+        stop.reason(),
         "payment signer failed (exit status: 1): locked"
     );
     // The hold was given back (in the background, as the request ended).

@@ -50,7 +50,7 @@ async fn a_disallowed_path_is_refused_with_its_rule_and_an_allowed_one_passes() 
     let (x, checked) = check(&f, &origin, "/private/report").await;
     let stop = stopped(checked, Outcome::Disallowed, 403, Source::Policy);
     assert_eq!(
-        stop.reason,
+        stop.reason(),
         "robots.txt: disallowed by Disallow: /private (line 2, group *)"
     );
     let details = vec![
@@ -58,7 +58,7 @@ async fn a_disallowed_path_is_refused_with_its_rule_and_an_allowed_one_passes() 
         ("line", "2".to_string()),
         ("group", "*".to_string()),
     ];
-    assert_eq!(stop.details, details);
+    assert_eq!(stop.details(), details);
     assert_eq!(
         x.rec.rule.as_deref(),
         Some("disallowed by Disallow: /private (line 2, group *)")
@@ -97,12 +97,12 @@ async fn a_robots_txt_that_fails_refuses_everything_until_its_retry() {
     let (_, checked) = check(&f, &origin, "/page").await;
     let stop = stopped(checked, Outcome::RobotsUnavailable, 503, Source::Policy);
     let retry = f.shared.cfg.robots.retry_min_secs;
-    assert_eq!(stop.retry_after, Some(retry as u64));
+    assert_eq!(stop.retry_after(), Some(retry as u64));
     assert!(
-        stop.reason
+        stop.reason()
             .ends_with("; the site's rules cannot be known, so nothing is fetched"),
         "{}",
-        stop.reason
+        stop.reason()
     );
 }
 
@@ -128,7 +128,7 @@ async fn a_content_signal_refusing_the_declared_purpose_is_refused() {
         ("purpose", "ai-train".to_string()),
         ("line", "2".to_string()),
     ];
-    assert_eq!(stop.details, details);
+    assert_eq!(stop.details(), details);
     assert!(
         x.rec.prefs.is_some(),
         "the site's preferences are on the line"

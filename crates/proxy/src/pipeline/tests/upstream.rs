@@ -49,8 +49,8 @@ async fn an_origin_silent_past_the_first_byte_timeout_is_a_504() {
     let f = Fixture::local(cfg).await;
     let (x, sent) = send(&f, &origin.url("/slow")).await;
     let stop = stopped(sent, Outcome::Error, 504, Source::Upstream);
-    assert_eq!(stop.reason, "no response from the origin within 5s");
-    assert_eq!(stop.details, vec![("reason", stop.reason.clone())]);
+    assert_eq!(stop.reason(), "no response from the origin within 5s");
+    assert_eq!(stop.details(), vec![("reason", stop.reason().to_string())]);
     assert_eq!(x.rec.upstream_ms, Some(5_000));
 }
 
@@ -65,11 +65,11 @@ async fn a_refused_connection_is_the_origins_502() {
     let (_, sent) = send(&f, &format!("http://{addr}/page")).await;
     let stop = stopped(sent, Outcome::Error, 502, Source::Upstream);
     assert!(
-        stop.reason.starts_with("connect to 127.0.0.1: "),
+        stop.reason().starts_with("connect to 127.0.0.1: "),
         "{}",
-        stop.reason
+        stop.reason()
     );
-    assert!(stop.reason.contains("refused"), "{}", stop.reason);
+    assert!(stop.reason().contains("refused"), "{}", stop.reason());
 }
 
 /// A fixture sending everything through `parent`.
@@ -90,7 +90,7 @@ async fn a_parents_own_refusal_is_the_parents_error() {
     let (_, sent) = send(&f, "http://example.org/page").await;
     let stop = stopped(sent, Outcome::Error, 502, Source::Parent);
     let why = "the parent proxy refused our credentials (407 Proxy Authentication Required); check the user and password in upstream.proxy";
-    assert_eq!(stop.reason, why);
+    assert_eq!(stop.reason(), why);
     let head = &parent.heads()[0];
     assert!(
         head.starts_with("GET http://example.org/page HTTP/1.1\r\n"),

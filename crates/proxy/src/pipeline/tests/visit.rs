@@ -50,12 +50,12 @@ async fn a_window_opening_past_the_hold_is_answered_with_when() {
         .await
         .expect("closed");
     assert_eq!(start.elapsed(), Duration::ZERO, "nothing is waited for");
-    assert_eq!((stop.outcome, stop.status), (Outcome::Paced, 503));
-    assert_eq!(stop.retry_after, Some(40));
+    assert_eq!((stop.outcome(), stop.status()), (Outcome::Paced, 503));
+    assert_eq!(stop.retry_after(), Some(40));
     assert!(
-        stop.reason.contains("Visit-time: 2214-2300"),
+        stop.reason().contains("Visit-time: 2214-2300"),
         "{}",
-        stop.reason
+        stop.reason()
     );
 }
 
@@ -72,9 +72,9 @@ async fn quiet_hours_close_the_hosts_they_name_and_observe_mode_only_says_so() {
     let mut x = f.exchange(Method::GET, URL);
     let stop = x.visit(&none).await.expect("quiet");
     // 22:13:20 to 23:00.
-    assert_eq!(stop.retry_after, Some(2800));
+    assert_eq!(stop.retry_after(), Some(2800));
     assert!(stop
-        .reason
+        .reason()
         .contains("budget.quiet_hours[0] (22:00-23:00 UTC)"));
     let mut other = f.exchange(Method::GET, "http://a.example/page");
     assert_eq!(other.visit(&none).await, None, "not a host it names");
