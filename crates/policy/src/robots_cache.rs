@@ -18,7 +18,7 @@ use crate::{Outcome, ParamError};
 
 mod head;
 
-pub use head::{declared_age, Head, MIN_AGE};
+pub use head::{declared_age, Head, Validators, MAX_VALIDATOR, MIN_AGE};
 
 /// A file a site keeps at a fixed path of its origin to say what it wants,
 /// cached per origin by the rules of this module.
@@ -169,6 +169,16 @@ impl RobotsParams {
     }
 }
 
+// The cap is a parameter of this module, so the rule that applies it lives
+// here: `head.rs` reads an answer and knows nothing of configuration.
+impl Head {
+    /// How long the copy is used at most under `params`.
+    pub fn fresh_for(&self, params: &RobotsParams) -> Duration {
+        let cap = params.max_age();
+        self.declared_age.map_or(cap, |a| a.min(cap))
+    }
+}
+
 /// How a fetch of robots.txt ended, as the proxy saw it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FetchResult {
@@ -185,40 +195,6 @@ pub enum FetchResult {
     /// a fetch without validators is a `Status(304)`, which says nothing.
     NotModified,
 }
-
-/// The validators of a robots.txt copy (RFC 9110 §8.8), sent with the next
-/// fetch once the copy's age has run out.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Validators {
-    /// `ETag`, as the origin wrote it (sent as `If-None-Match`).
-    pub etag: Option<String>,
-    /// `Last-Modified`, as the origin wrote it (sent as `If-Modified-Since`).
-    pub last_modified: Option<String>,
-}
-
-impl Validators {
-    /// The validators of a 2xx head; a value longer than [`MAX_VALIDATOR`]
-    /// bytes is not kept (it would be sent back on every revalidation).
-    pub fn read(etag: Option<&str>, last_modified: Option<&str>) -> Validators {
-        let keep = |v: Option<&str>| {
-            v.map(str::trim)
-                .filter(|v| !v.is_empty() && v.len() <= MAX_VALIDATOR)
-                .map(str::to_string)
-        };
-        Validators {
-            etag: keep(etag),
-            last_modified: keep(last_modified),
-        }
-    }
-
-    /// Neither validator: a fetch is unconditional.
-    pub fn is_empty(&self) -> bool {
-        self.etag.is_none() && self.last_modified.is_none()
-    }
-}
-
-/// The longest validator kept.
-pub const MAX_VALIDATOR: usize = 1024;
 
 impl FetchResult {
     /// A 4xx other than 429: the site has no robots.txt, so there are no

@@ -21,14 +21,14 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::AtomicU64;
-use std::sync::{mpsc, Arc, Mutex, MutexGuard, TryLockError};
+use std::sync::atomic::AtomicBool;
+use std::sync::{mpsc, Arc, Mutex, MutexGuard, OnceLock, TryLockError};
 use std::task::{Context, Poll};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use http::Response;
 use mannerly_policy::{AuditRecord, FileTrees, SealReason, GENESIS};
+use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
 use crate::clock::Clock;
@@ -47,13 +47,11 @@ pub use files::rotated_files;
 use files::{open_file, rebuild};
 pub use witness::fetch_heads as fetch_witness_heads;
 use witness::Witness;
-use writer::{Out, Writer};
+use writer::{Out, Queued, Writer};
 
-pub(crate) use body::{AuditedBody, FinishHook};
+pub(crate) use body::{gate, line_written, AuditedBody, FinishHook};
 pub use key::{key_path, load as load_key, load_or_create as load_or_create_key};
-
-/// A record and, if an answer waits for its line, who to tell.
-type Queued = (Box<AuditRecord>, Option<oneshot::Sender<bool>>);
+pub(crate) use writer::AuditStats;
 
 /// Messages to the timer thread.
 enum Msg {
@@ -72,7 +70,16 @@ struct Log {
     /// thread), so records are handed to the timer thread instead. A file
     /// takes a `write` without waiting for anyone.
     handoff: Option<mpsc::Sender<Msg>>,
-    soon: soon::Soon,
+    soon: Soon,
+}
+
+/// Where flushes go for records queued off the runtime's threads
+/// (`soon.rs`, which implements the flushing on [`Log`]).
+#[derive(Default)]
+struct Soon {
+    runtime: OnceLock<Handle>,
+    /// A flush spawned from a thread with no runtime has not run yet.
+    remote_due: Arc<AtomicBool>,
 }
 
 impl Log {
@@ -162,15 +169,6 @@ struct Sink {
     ctl: mpsc::Sender<Msg>,
     stats: Arc<AuditStats>,
     observer: Option<Observer>,
-}
-
-/// Counters of the writer, for `/metrics`.
-#[derive(Debug, Default)]
-pub(crate) struct AuditStats {
-    /// Lines written (checkpoints included).
-    pub written: AtomicU64,
-    /// Failed writes.
-    pub errors: AtomicU64,
 }
 
 impl AuditSink {
@@ -276,36 +274,6 @@ impl Future for Written {
     }
 }
 
-/// A line an answer's head must wait for (refusals, bodiless answers), kept
-/// in the response's extensions until the connection code awaits it.
-#[derive(Clone)]
-pub(crate) struct LineGate(Arc<Mutex<Option<Written>>>);
-
-/// Makes `resp` wait for `written` before it is sent.
-pub(crate) fn gate<B>(resp: &mut Response<B>, written: Written) {
-    resp.extensions_mut()
-        .insert(LineGate(Arc::new(Mutex::new(Some(written)))));
-}
-
-/// Waits for the line `resp` records, if it has one to wait for. If the
-/// line could not be written the answer becomes a 503: nothing is answered
-/// without its line.
-pub(crate) async fn line_written(resp: &mut Response<crate::body::ProxyBody>) {
-    let pending = resp
-        .extensions_mut()
-        .remove::<LineGate>()
-        .and_then(|g| g.0.lock().ok().and_then(|mut w| w.take()));
-    if let Some(w) = pending {
-        if !w.await {
-            *resp = crate::answer::failure::audit_unwritable().into_response("");
-            return;
-        }
-    }
-    if let Some(ahead) = resp.extensions_mut().remove::<body::Ahead>() {
-        body::read_ahead(resp, ahead).await;
-    }
-}
-
 /// The writer thread; [`AuditWriter::close`] seals, flushes and joins it.
 pub struct AuditWriter {
     tx: mpsc::Sender<Msg>,
@@ -388,7 +356,7 @@ pub fn open(cfg: &Config) -> Result<(AuditSink, AuditWriter), AuditError> {
         writer: Mutex::new(w),
         queue: Mutex::new(Vec::new()),
         handoff: stdout.then(|| ctl.clone()),
-        soon: soon::Soon::default(),
+        soon: Soon::default(),
     });
     let timers = log.clone();
     let thread = std::thread::Builder::new()

@@ -45,6 +45,7 @@ use crate::upstream::conns::{ConnHandle, Conns};
 mod agent;
 mod answers;
 mod chained;
+mod identities;
 mod learn;
 mod payment;
 pub(crate) mod prefs;

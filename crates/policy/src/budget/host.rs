@@ -15,11 +15,15 @@ mod shared;
 mod throttle;
 mod turn;
 mod view;
-use pace::{GAP_NONE, MAX_SEND_GAP_MS};
 pub use shared::{DecodeError, ENCODED_LEN};
 
 /// Marks an empty time slot in the compact clock.
 const NONE: u32 = u32::MAX;
+/// Longest gap between two sends that counts towards the short read
+/// (`pace.rs`).
+const MAX_SEND_GAP_MS: u64 = 10_000;
+/// Marks an unknown gap between sends.
+const GAP_NONE: u16 = u16::MAX;
 /// Earlier throttles remembered besides the last one.
 const RING: usize = MAX_BREAKER_THRESHOLD as usize - 1;
 /// The compact clock counts u32 milliseconds from `base`; well before it
@@ -629,24 +633,6 @@ impl HostBudget {
         let next = n.max(tat.saturating_sub(tau)).max(pause);
         let ahead = (next - n.max(pause)).div_ceil(interval) + u64::from(pause > n);
         ahead.saturating_sub(1)
-    }
-
-    fn recent_throttles(&self, p: &HostParams, n: u64) -> u32 {
-        let Some(last) = get(self.throttled) else {
-            return 0;
-        };
-        let window = p.window_ms();
-        let age = n.saturating_sub(last);
-        if age >= window {
-            return 0;
-        }
-        let earlier = self
-            .history
-            .iter()
-            .filter_map(|&h| history::uncounted(h))
-            .filter(|&h| age + h < window)
-            .count();
-        1 + earlier as u32
     }
 }
 

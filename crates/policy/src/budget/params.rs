@@ -5,8 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::site::{GroupBy, NamedGroup};
-use crate::ParamError;
+use crate::{Cidr, ParamError};
 
 /// The most 429s the breaker can be set to count: the throttle history per
 /// host is a fixed ring of this many entries, to keep a host at 88 bytes.
@@ -529,6 +528,48 @@ fn secs_within(s: f64, max: f64) -> bool {
 
 fn secs(s: f64) -> Duration {
     Duration::from_millis(millis(s))
+}
+
+// The `[budget]` tables' own types live with them; which group a name
+// falls in is `site.rs`'s, which reads these.
+
+/// What a budget is shared by, when no named group claims the request.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GroupBy {
+    /// The registrable domain (eTLD+1 by the Public Suffix List, private
+    /// section included).
+    #[default]
+    Site,
+    /// The host name (one budget per name).
+    Host,
+    /// The address the name resolves to (the lowest, when several).
+    Ip,
+}
+
+/// `[budget.groups.NAME]`: hosts and address blocks that share one budget,
+/// with their own numbers.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NamedGroup {
+    /// Host names (`shop.example.com`) or every name under a domain
+    /// (`*.example.com`, any depth, not the domain itself).
+    pub hosts: Vec<String>,
+    /// Address blocks (`192.0.2.0/24`, `2001:db8::/32`, one address): a
+    /// name resolving into one belongs to the group.
+    pub addresses: Vec<String>,
+    /// The group's start rate, requests/s (default: `budget.start_rate`).
+    pub start_rate: Option<f64>,
+    /// The group's highest rate, requests/s (default: `budget.max_rate`).
+    pub max_rate: Option<f64>,
+    /// Requests in flight at once to the whole group (default:
+    /// `budget.concurrency`).
+    pub concurrency: Option<u32>,
+    /// Requests that may go back to back (default: `budget.burst`).
+    pub burst: Option<u32>,
+    /// `addresses`, read (by `site.rs`, which checks and matches them).
+    #[serde(skip)]
+    pub(super) nets: Vec<Cidr>,
 }
 
 #[cfg(test)]

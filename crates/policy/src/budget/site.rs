@@ -26,53 +26,15 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::net::IpAddr;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
+pub use super::params::{GroupBy, NamedGroup};
 use super::{host_key, BudgetParams, HostOverride};
 use crate::{parse_host_ip, Cidr, ParamError};
 
 /// The prefix of a named group's key: no host name has a colon outside
 /// IPv6 brackets, so it never meets a host's or a site's key.
 pub const NAMED_PREFIX: &str = "group:";
-
-/// What a budget is shared by, when no named group claims the request.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum GroupBy {
-    /// The registrable domain (eTLD+1 by the Public Suffix List, private
-    /// section included).
-    #[default]
-    Site,
-    /// The host name (one budget per name).
-    Host,
-    /// The address the name resolves to (the lowest, when several).
-    Ip,
-}
-
-/// `[budget.groups.NAME]`: hosts and address blocks that share one budget,
-/// with their own numbers.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct NamedGroup {
-    /// Host names (`shop.example.com`) or every name under a domain
-    /// (`*.example.com`, any depth, not the domain itself).
-    pub hosts: Vec<String>,
-    /// Address blocks (`192.0.2.0/24`, `2001:db8::/32`, one address): a
-    /// name resolving into one belongs to the group.
-    pub addresses: Vec<String>,
-    /// The group's start rate, requests/s (default: `budget.start_rate`).
-    pub start_rate: Option<f64>,
-    /// The group's highest rate, requests/s (default: `budget.max_rate`).
-    pub max_rate: Option<f64>,
-    /// Requests in flight at once to the whole group (default:
-    /// `budget.concurrency`).
-    pub concurrency: Option<u32>,
-    /// Requests that may go back to back (default: `budget.burst`).
-    pub burst: Option<u32>,
-    /// `addresses`, read.
-    #[serde(skip)]
-    nets: Vec<Cidr>,
-}
 
 /// What a group's key names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

@@ -6,8 +6,6 @@ use std::time::Duration;
 
 use http::header::{HeaderMap, AGE, CACHE_CONTROL, ETAG, LAST_MODIFIED};
 
-use super::{RobotsParams, Validators};
-
 /// The shortest age a copy is given whatever its head says: `no-store`,
 /// `no-cache` or `max-age=0` on robots.txt would otherwise make every
 /// request to the site fetch it again, which costs the site more than the
@@ -51,13 +49,41 @@ impl Head {
             declared_age: fresh.declared_age.or(self.declared_age),
         }
     }
+}
 
-    /// How long the copy is used at most under `params`.
-    pub fn fresh_for(&self, params: &RobotsParams) -> Duration {
-        let cap = params.max_age();
-        self.declared_age.map_or(cap, |a| a.min(cap))
+/// The validators of a robots.txt copy (RFC 9110 §8.8), sent with the next
+/// fetch once the copy's age has run out.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Validators {
+    /// `ETag`, as the origin wrote it (sent as `If-None-Match`).
+    pub etag: Option<String>,
+    /// `Last-Modified`, as the origin wrote it (sent as `If-Modified-Since`).
+    pub last_modified: Option<String>,
+}
+
+impl Validators {
+    /// The validators of a 2xx head; a value longer than [`MAX_VALIDATOR`]
+    /// bytes is not kept (it would be sent back on every revalidation).
+    pub fn read(etag: Option<&str>, last_modified: Option<&str>) -> Validators {
+        let keep = |v: Option<&str>| {
+            v.map(str::trim)
+                .filter(|v| !v.is_empty() && v.len() <= MAX_VALIDATOR)
+                .map(str::to_string)
+        };
+        Validators {
+            etag: keep(etag),
+            last_modified: keep(last_modified),
+        }
+    }
+
+    /// Neither validator: a fetch is unconditional.
+    pub fn is_empty(&self) -> bool {
+        self.etag.is_none() && self.last_modified.is_none()
     }
 }
+
+/// The longest validator kept.
+pub const MAX_VALIDATOR: usize = 1024;
 
 /// The freshness `Cache-Control` gives an answer, less its `Age`:
 /// `no-store` and `no-cache` give [`MIN_AGE`], as does a `max-age` that is

@@ -101,27 +101,7 @@ pub(crate) fn entry(
     let now_ms = unix_ms(now);
     let secs = |d: Option<std::time::Duration>| d.map(|d| round(d.as_secs_f64()));
     let relaxes = secs(v.ceiling_relaxes_in);
-    let pause_reason = match (v.breaker_open_for, v.paused_for) {
-        (_, Some(_)) if v.distress.is_some() => Some(format!(
-            "the site shows distress ({}) without asking to slow down",
-            v.distress.map_or("", Distress::as_str)
-        )),
-        (Some(_), _) => Some(format!(
-            "breaker open: {} throttles within {} s",
-            p.breaker_threshold, p.breaker_window_secs
-        )),
-        (None, Some(_)) => Some(match a.and_then(|a| a.last_throttle.as_ref()) {
-            Some(t) => {
-                let status = t.status.map_or("throttle".into(), |s| s.to_string());
-                match &t.retry_after {
-                    Some(ra) => format!("origin answered {status} with Retry-After: {ra}"),
-                    None => format!("origin answered {status} without Retry-After (backoff)"),
-                }
-            }
-            None => "paused (restored from saved state)".into(),
-        }),
-        (None, None) => None,
-    };
+    let pause_reason = pause_reason(v, p, a);
     let turn = v.next_turn();
     HostEntry {
         next_turn_at: rfc3339(now_ms + u64::try_from(turn.in_.as_millis()).unwrap_or(0)),
@@ -170,6 +150,32 @@ pub(crate) fn entry(
         history: a
             .map(|a| a.history.iter().copied().collect())
             .unwrap_or_default(),
+    }
+}
+
+/// Why the host is paused, in words: distress, the breaker, or the last
+/// throttle the audit stream saw (`None`: not paused).
+fn pause_reason(v: &HostView, p: &HostParams, a: Option<&HostActivity>) -> Option<String> {
+    match (v.breaker_open_for, v.paused_for) {
+        (_, Some(_)) if v.distress.is_some() => Some(format!(
+            "the site shows distress ({}) without asking to slow down",
+            v.distress.map_or("", Distress::as_str)
+        )),
+        (Some(_), _) => Some(format!(
+            "breaker open: {} throttles within {} s",
+            p.breaker_threshold, p.breaker_window_secs
+        )),
+        (None, Some(_)) => Some(match a.and_then(|a| a.last_throttle.as_ref()) {
+            Some(t) => {
+                let status = t.status.map_or("throttle".into(), |s| s.to_string());
+                match &t.retry_after {
+                    Some(ra) => format!("origin answered {status} with Retry-After: {ra}"),
+                    None => format!("origin answered {status} without Retry-After (backoff)"),
+                }
+            }
+            None => "paused (restored from saved state)".into(),
+        }),
+        (None, None) => None,
     }
 }
 

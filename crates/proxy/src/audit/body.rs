@@ -8,11 +8,13 @@
 //! answer whose whole body is already at hand (a page from the store, a
 //! small page from the origin) then ends there, its line is written with
 //! the others of the runtime's turn (`soon.rs`), and hyper gets the head
-//! and the whole body at once, one `write` to the client.
+//! and the whole body at once, one `write` to the client. A head with no
+//! body to hold back waits for its line at its [`gate`]; the connection
+//! code awaits both through [`line_written`].
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -21,7 +23,7 @@ use http_body::{Body, Frame, SizeHint};
 use mannerly_policy::AuditRecord;
 use tokio::time::Sleep;
 
-use super::{gate, AuditSink, Committer, Written};
+use super::{AuditSink, Committer, Written};
 use crate::body::{boxed, empty, BoxError, ProxyBody};
 
 #[derive(Debug, thiserror::Error)]
@@ -264,6 +266,36 @@ impl Ahead {
             self.0.held.store(true, Ordering::Relaxed);
         }
         reading
+    }
+}
+
+/// A line an answer's head must wait for (refusals, bodiless answers), kept
+/// in the response's extensions until the connection code awaits it.
+#[derive(Clone)]
+pub(crate) struct LineGate(Arc<Mutex<Option<Written>>>);
+
+/// Makes `resp` wait for `written` before it is sent.
+pub(crate) fn gate<B>(resp: &mut http::Response<B>, written: Written) {
+    resp.extensions_mut()
+        .insert(LineGate(Arc::new(Mutex::new(Some(written)))));
+}
+
+/// Waits for the line `resp` records, if it has one to wait for. If the
+/// line could not be written the answer becomes a 503: nothing is answered
+/// without its line.
+pub(crate) async fn line_written(resp: &mut http::Response<ProxyBody>) {
+    let pending = resp
+        .extensions_mut()
+        .remove::<LineGate>()
+        .and_then(|g| g.0.lock().ok().and_then(|mut w| w.take()));
+    if let Some(w) = pending {
+        if !w.await {
+            *resp = crate::answer::failure::audit_unwritable().into_response("");
+            return;
+        }
+    }
+    if let Some(ahead) = resp.extensions_mut().remove::<Ahead>() {
+        read_ahead(resp, ahead).await;
     }
 }
 

@@ -22,7 +22,7 @@
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use tokio::runtime::Handle;
 
@@ -33,14 +33,6 @@ thread_local! {
     /// run yet; the flag is shared with the flush, which may run (and
     /// clear it) on another thread of a work-stealing runtime.
     static DUE: RefCell<Vec<(usize, Arc<AtomicBool>)>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Where flushes go for records queued off the runtime's threads.
-#[derive(Default)]
-pub(super) struct Soon {
-    pub(super) runtime: OnceLock<Handle>,
-    /// A flush spawned from a thread with no runtime has not run yet.
-    remote_due: Arc<AtomicBool>,
 }
 
 impl Log {

@@ -3,21 +3,32 @@
 
 use std::fs::File;
 use std::io::{self, Write};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mannerly_policy::{
-    chain_line, chain_onto, Checkpoint, Commits, FileTrees, SealReason, SigningKey,
+    chain_line, chain_onto, AuditRecord, Checkpoint, Commits, FileTrees, SealReason, SigningKey,
 };
 use tokio::sync::oneshot;
 
 use super::files::{now_rfc3339, rebuild, rotated_name, scan};
 use super::witness::Witness;
-use super::{AuditStats, Queued};
 use crate::clock::Clock;
 use crate::config::{AuditConfig, AuditSync, AuditTarget};
 use crate::datadir;
+
+/// A record and, if an answer waits for its line, who to tell.
+pub(super) type Queued = (Box<AuditRecord>, Option<oneshot::Sender<bool>>);
+
+/// Counters of the writer, for `/metrics`.
+#[derive(Debug, Default)]
+pub(crate) struct AuditStats {
+    /// Lines written (checkpoints included).
+    pub written: AtomicU64,
+    /// Failed writes.
+    pub errors: AtomicU64,
+}
 
 pub(super) enum Out {
     File(File),

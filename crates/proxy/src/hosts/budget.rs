@@ -607,6 +607,7 @@ enum Loan {
     Not,
 }
 
+mod by_group;
 mod groups;
 mod turn;
 pub(crate) use groups::Members;

@@ -25,36 +25,8 @@ use crate::body::ProxyBody;
 use crate::payments::{Held, Refused};
 use crate::upstream::conns::{ConnHandle, ReleaseOnEnd};
 
-/// A request on its way to be paid for.
-pub(super) struct Paying {
-    held: Held,
-    /// The field that carries the offer or the payment.
-    field: HeaderName,
-    value: HeaderValue,
-    scheme: Scheme,
-}
-
-impl Paying {
-    /// The request is on its way to the site: its hold now outlives an
-    /// abandoning client.
-    pub(super) fn sent(&mut self) {
-        self.held.sent();
-    }
-
-    /// The Pay Per Crawl price field, which the Web Bot Auth signature
-    /// must cover.
-    pub(super) fn signed_field(&self) -> Option<&str> {
-        (self.scheme == Scheme::PayPerCrawl).then(|| self.field.as_str())
-    }
-}
-
-/// Takes the client's paying fields off, and puts ours on.
-pub(super) fn put_offer(headers: &mut HeaderMap, paying: Option<&Paying>) {
-    pay::strip_paying_fields(headers);
-    if let Some(p) = paying {
-        headers.insert(p.field.clone(), p.value.clone());
-    }
-}
+mod paying;
+pub(super) use paying::{put_offer, Paying};
 
 impl Exchange {
     /// Before the budget's turn: a host the operator pays with a standing

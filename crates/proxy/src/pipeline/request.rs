@@ -5,17 +5,15 @@
 use http::header::{HOST, USER_AGENT};
 use http::request::Parts;
 use http::{HeaderMap, HeaderValue, Request, Uri, Version};
-use std::borrow::Cow;
 
-use mannerly_policy::robots::agents::{speaking_for, Agent};
-use mannerly_policy::robots::Purpose;
 use mannerly_policy::robots_cache::Rules;
 use mannerly_policy::{strip_hop_by_hop, AuditRecord};
 
+use super::identities::Identities;
+use super::prefs;
 use crate::answer::{failure, Stop};
 use crate::body::ProxyBody;
 use crate::config::Config;
-use crate::pipeline::prefs;
 use crate::shared::Shared;
 
 /// What robots.txt says about this request: `None` to go on, or the
@@ -71,66 +69,6 @@ fn judge(
         return Some(failure::disallowed(&verdict, agent));
     }
     prefs::robots_refusal(live, robots, ids, path, rec)
-}
-
-/// The identities a request speaks for: `crawler.agents` as the client's
-/// token selects them, else the one token decisions are made for with
-/// `crawler.purposes`.
-#[derive(Clone, Copy)]
-pub(crate) struct Identities<'a> {
-    one: Option<(&'a str, &'a [Purpose])>,
-    agents: &'a [Agent],
-}
-
-impl<'a> Identities<'a> {
-    /// For a request whose token (see [`agent`]) is `agent`.
-    pub(crate) fn of(live: &'a Config, agent: &'a str) -> Identities<'a> {
-        let c = &live.crawler;
-        if c.agents.is_empty() {
-            return Identities {
-                one: Some((agent, &c.purposes)),
-                agents: &[],
-            };
-        }
-        Identities {
-            one: None,
-            agents: speaking_for(&c.agents, agent),
-        }
-    }
-
-    /// Each token with its purposes.
-    pub(crate) fn iter(self) -> impl Iterator<Item = (&'a str, &'a [Purpose])> {
-        let agents = self.agents.iter();
-        let agents = agents.map(|a| (a.token.as_str(), a.purposes.as_slice()));
-        self.one.into_iter().chain(agents)
-    }
-
-    pub(crate) fn tokens(self) -> impl Iterator<Item = &'a str> {
-        self.iter().map(|(t, _)| t)
-    }
-
-    /// Every purpose the request is for, each once.
-    pub(crate) fn purposes(self) -> Cow<'a, [Purpose]> {
-        match (self.one, self.agents) {
-            (Some((_, p)), _) => Cow::Borrowed(p),
-            (None, [one]) => Cow::Borrowed(&one.purposes),
-            _ => {
-                let mut all: Vec<Purpose> = Vec::new();
-                for p in self.iter().flat_map(|(_, p)| p) {
-                    if !all.contains(p) {
-                        all.push(*p);
-                    }
-                }
-                Cow::Owned(all)
-            }
-        }
-    }
-
-    /// Whether the tokens are the operator's `crawler.agents`: then the
-    /// answer names the one that bound it.
-    pub(crate) fn named(self) -> bool {
-        self.one.is_none()
-    }
 }
 
 /// The product token decisions are made for: configured, else the

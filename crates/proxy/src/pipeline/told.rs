@@ -9,68 +9,21 @@
 //! that honours the strictest member honours both. Ours are the stricter
 //! in practice: the budget paces under any limit the origin announces.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use http::header::{HeaderName, HeaderValue};
-use http::{HeaderMap, Response};
-use mannerly_policy::budget::{prefer_wait, Refusal, Told, FIELD_NAMES};
+use http::Response;
+use mannerly_policy::budget::{Refusal, Told, FIELD_NAMES};
 
 use super::Exchange;
 use crate::answer::{failure, Stop};
 use crate::body::ProxyBody;
-use crate::config::Config;
 
 /// RFC 7240 §3.
-const PREFER: HeaderName = HeaderName::from_static("prefer");
 const PREFERENCE_APPLIED: HeaderName = HeaderName::from_static("preference-applied");
 
-/// How long a request prefers to be held at most, and who chose it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Wait {
-    pub secs: u64,
-    pub by: WaitBy,
-}
-
-/// Who chose a [`Wait`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum WaitBy {
-    /// The request's `Prefer: wait=N`.
-    Client,
-    /// `proxy.prefer_wait` for the client (its user name or address, or `*`).
-    Config,
-}
-
-impl WaitBy {
-    fn as_str(self) -> &'static str {
-        match self {
-            WaitBy::Client => "client",
-            WaitBy::Config => "config",
-        }
-    }
-}
-
-/// The request's own `wait` preference, else the configured default of
-/// its client: by user name, then by address, then `*`.
-pub(super) fn preferred(
-    live: &Config,
-    headers: &HeaderMap,
-    client: SocketAddr,
-    user: Option<&str>,
-) -> Option<Wait> {
-    let asked = prefer_wait(headers.get_all(PREFER).iter().map(HeaderValue::as_bytes));
-    if let Some(secs) = asked {
-        let by = WaitBy::Client;
-        return Some(Wait { secs, by });
-    }
-    let table = &live.proxy.prefer_wait;
-    let by_user = user.and_then(|u| table.get(u));
-    let secs = by_user
-        .or_else(|| table.get(&client.ip().to_string()))
-        .or_else(|| table.get("*"))?;
-    let by = WaitBy::Config;
-    Some(Wait { secs: *secs, by })
-}
+mod wait;
+pub(super) use wait::{preferred, Wait, WaitBy};
 
 impl Exchange {
     /// The hold a request gets: the budget's, or shorter when it prefers;

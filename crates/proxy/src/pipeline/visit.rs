@@ -9,7 +9,7 @@
 use mannerly_policy::robots::Robots;
 use mannerly_policy::visit::{self, Stated, Visit};
 
-use super::request::Identities;
+use super::identities::Identities;
 use super::Exchange;
 use crate::answer::{failure, Stop};
 

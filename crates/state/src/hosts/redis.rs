@@ -62,17 +62,13 @@ pub use script::SCRIPT;
 pub use settings::{RedisHostsError, RedisSettings};
 
 use fallback::Fallback;
-use script::Waiting;
+use script::{Waiting, QUIET};
 
 /// Compare-and-set rounds before an operation gives up on the shared copy
 /// (only reached when other proxies keep changing one host's budget). The
 /// operation is then decided locally ([`Basis::Contended`]); other hosts and
 /// later operations still go to Redis.
 const MAX_ROUNDS: u32 = 8;
-
-/// An admit that must wait is kept unstored only on a host whose copy no
-/// other proxy changed under this one for this long.
-const QUIET: Duration = Duration::from_secs(10);
 
 /// Counters for metrics and the benchmark.
 #[derive(Debug, Default)]

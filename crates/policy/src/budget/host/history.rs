@@ -4,6 +4,7 @@
 //! must not open it again when it closes) but is still on the record, so
 //! what opened a breaker survives a restart with it.
 
+use super::super::params::HostParams;
 use super::{get, HostBudget, NONE};
 
 /// Set on an entry counted in a breaker opening.
@@ -58,6 +59,27 @@ impl HostBudget {
             .iter()
             .filter_map(|&h| entry(h))
             .filter(|&(d, _)| age + d < span_ms)
+            .count();
+        1 + earlier as u32
+    }
+
+    /// Throttles inside the breaker window before `n` that still count
+    /// towards opening it (the last one, and the earlier ones not yet
+    /// counted in an opening).
+    pub(super) fn recent_throttles(&self, p: &HostParams, n: u64) -> u32 {
+        let Some(last) = get(self.throttled) else {
+            return 0;
+        };
+        let window = p.window_ms();
+        let age = n.saturating_sub(last);
+        if age >= window {
+            return 0;
+        }
+        let earlier = self
+            .history
+            .iter()
+            .filter_map(|&h| uncounted(h))
+            .filter(|&h| age + h < window)
             .count();
         1 + earlier as u32
     }

@@ -28,12 +28,7 @@
 //! is what it let through.
 
 use super::super::params::HostParams;
-use super::{get, put, HostBudget, LOAN_SENT, NONE, ON_LOAN};
-
-/// Longest gap between two sends that counts towards the short read.
-pub(super) const MAX_SEND_GAP_MS: u64 = 10_000;
-/// Marks an unknown gap between sends.
-pub(super) const GAP_NONE: u16 = u16::MAX;
+use super::{get, put, HostBudget, GAP_NONE, LOAN_SENT, MAX_SEND_GAP_MS, NONE, ON_LOAN};
 /// The short read looks this far back.
 const SHORT_WINDOW_MS: u64 = 1_000;
 /// The long read's window starts afresh after this long.

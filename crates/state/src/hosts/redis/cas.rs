@@ -23,23 +23,7 @@ impl RedisHosts {
         let releasing_shared = matches!(action, LeaseAction::Release(_));
         // The slot being given back is in flight until the decision frees it.
         let releasing = releasing_shared || matches!(action, LeaseAction::ReleaseLocal);
-        let (mut bytes, mut leases, mut pending, mut lost) = match self.seen.get_mut(key) {
-            // Our own release leaves one lease fewer.
-            Some(mut s) => {
-                s.used = self.bound.stamp();
-                let pending = s.pending.take();
-                let voided = s.voided;
-                // Lost unless a round stores it (which says so again).
-                s.voided |= pending.is_some();
-                (
-                    s.bytes.clone(),
-                    s.leases.saturating_sub(u32::from(releasing_shared)),
-                    pending,
-                    voided,
-                )
-            }
-            None => (Vec::new(), 0, None, false),
-        };
+        let (mut bytes, mut leases, mut pending, mut lost) = self.start(key, releasing_shared);
         let had_pending = pending.is_some();
         let mut last_version = 0;
         for _ in 0..MAX_ROUNDS {
@@ -80,11 +64,7 @@ impl RedisHosts {
                     let bytes = if changed { new_bytes } else { bytes };
                     self.remember(key, bytes, leases, budget, lost, version, now);
                     self.mark_shared(key, shared, now);
-                    let lease = match lease {
-                        LeaseChange::Take(id) => Some(Lease::Shared(id)),
-                        _ => None,
-                    };
-                    return Ok((value, lease));
+                    return Ok((value, taken(lease)));
                 }
                 Answer::Changed {
                     leases: now_leases,
@@ -93,11 +73,7 @@ impl RedisHosts {
                     shared,
                 } => {
                     last_version = version;
-                    self.mark_shared(key, shared, now);
-                    self.stats.conflicts.fetch_add(1, Ordering::Relaxed);
-                    if let Some(mut s) = self.seen.get_mut(key) {
-                        s.conflict_at = Some(now);
-                    }
+                    self.conflicted(key, shared, now);
                     // Any reservation kept unstored is not in `current`.
                     lost |= had_pending;
                     bytes = current;
@@ -112,6 +88,39 @@ impl RedisHosts {
         budget.set_in_flight(leases);
         self.remember(key, bytes, leases, budget, lost, last_version, now);
         Err(Miss::Contended)
+    }
+
+    /// Where a run of rounds on `key` starts: the copy seen last, its live
+    /// leases (one fewer when `releasing_shared`: our own release), the
+    /// reservation kept unstored, and whether one was lost before.
+    fn start(&self, key: &str, releasing_shared: bool) -> (Vec<u8>, u32, Option<HostBudget>, bool) {
+        match self.seen.get_mut(key) {
+            Some(mut s) => {
+                s.used = self.bound.stamp();
+                let pending = s.pending.take();
+                let voided = s.voided;
+                // Lost unless a round stores it (which says so again).
+                s.voided |= pending.is_some();
+                (
+                    s.bytes.clone(),
+                    s.leases.saturating_sub(u32::from(releasing_shared)),
+                    pending,
+                    voided,
+                )
+            }
+            None => (Vec::new(), 0, None, false),
+        }
+    }
+
+    /// A round lost to another proxy's write: counted, and its time kept
+    /// because a host others change is one whose changes are worth hearing
+    /// (`shared_lately`).
+    fn conflicted(&self, key: &str, shared: bool, now: Instant) {
+        self.mark_shared(key, shared, now);
+        self.stats.conflicts.fetch_add(1, Ordering::Relaxed);
+        if let Some(mut s) = self.seen.get_mut(key) {
+            s.conflict_at = Some(now);
+        }
     }
 
     /// What one round does to the host's leases: gives back the one being
@@ -168,5 +177,13 @@ impl RedisHosts {
             },
         );
         self.hold_seen(now);
+    }
+}
+
+/// The lease a stored round gave this operation, if it took one.
+fn taken(lease: LeaseChange) -> Option<Lease> {
+    match lease {
+        LeaseChange::Take(id) => Some(Lease::Shared(id)),
+        _ => None,
     }
 }

@@ -13,37 +13,12 @@
 
 use std::time::{Duration, Instant};
 
-use mannerly_policy::budget::{host_key, HostBudget, HostParams, Refusal, Reservation};
+use mannerly_policy::budget::{host_key, Refusal, Reservation};
 
 use super::{Basis, Decided, RedisHosts};
 
-/// An admit decided ahead for the host's next request.
-pub(super) struct EarlyAdmit {
-    /// When its slot comes.
-    pub(super) slot: Instant,
-    /// When it was reserved.
-    made: Instant,
-    basis: Basis,
-}
-
-/// Reserves the next request's slot on `b` when it must wait (a slot that
-/// is now is left to that request's own admit, which starts it in the
-/// same call); the wait, or `None` with `b` untouched.
-pub(super) fn admit_next(
-    b: &mut HostBudget,
-    p: &HostParams,
-    now: Instant,
-    hold: Duration,
-) -> Option<Duration> {
-    let mut next = b.clone();
-    match next.admit_within(p, now, hold) {
-        Reservation::Wait(d) => {
-            *b = next;
-            Some(d)
-        }
-        Reservation::Go | Reservation::Refuse(_) => None,
-    }
-}
+mod ahead;
+pub(super) use ahead::{admit_next, EarlyAdmit};
 
 impl RedisHosts {
     pub(super) fn keep_early_admit(&self, key: &str, now: Instant, wait: Duration, basis: Basis) {

@@ -10,7 +10,8 @@ use std::time::{Instant, SystemTime};
 
 use mannerly_policy::budget::host_key;
 
-use super::{decode_or_new, RedisHosts, QUIET};
+use super::script::QUIET;
+use super::{decode_or_new, RedisHosts};
 
 /// What a message of a host's budget told.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -13,10 +13,16 @@ use crate::link::{tagged, Link};
 /// The Lua script every budget operation runs (see the file for its contract).
 pub const SCRIPT: &str = include_str!("op.lua");
 
+/// An admit that must wait is kept unstored only on a host whose copy no
+/// other proxy changed under this one for this long. Defined here, not in
+/// `redis.rs` which applies it, because the script's sharing window is the
+/// same spell and the script must not read its parent.
+pub(super) const QUIET: Duration = Duration::from_secs(10);
+
 /// A proxy that called a host this recently shares it: the host's changes
 /// are published for it to keep its copy current. As long as the quiet
-/// spell after which an admit may be kept unstored (`QUIET`).
-const SHARING: Duration = super::QUIET;
+/// spell after which an admit may be kept unstored ([`QUIET`]).
+const SHARING: Duration = QUIET;
 
 /// What a call does to the host's leases.
 pub(super) enum LeaseChange {
