@@ -173,7 +173,7 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
 /// `name`'s value summed over `text` (Prometheus text).
 fn series(text: &str, name: &str) -> f64 {
     text.lines()
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(|c| " {".contains(c)))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
@@ -238,6 +238,51 @@ struct Row {
     numpat: u64,
 }
 
+/// One client through each proxy.
+fn clients(procs: &[Process]) -> Vec<reqwest::Client> {
+    procs
+        .iter()
+        .map(|p| {
+            reqwest::Client::builder()
+                .proxy(reqwest::Proxy::all(format!("http://{}", p.addr)).expect("proxy url"))
+                .timeout(Duration::from_secs(300))
+                .build()
+                .expect("client")
+        })
+        .collect()
+}
+
+/// Every GET at once; pages delivered, failed, and `PUBSUB NUMPAT` over the
+/// masters read while the proxies crawl.
+async fn crawl(
+    cluster: &RedisCluster,
+    gets: Vec<(reqwest::Client, String)>,
+) -> (usize, usize, u64) {
+    let tasks: Vec<_> = gets
+        .into_iter()
+        .map(|(c, url)| {
+            tokio::spawn(
+                async move { matches!(c.get(url).send().await, Ok(r) if r.status() == 200) },
+            )
+        })
+        .collect();
+    // The proxies are crawling: none listens to every host.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let numpat: u64 = masters(cluster, &["PUBSUB", "NUMPAT"])
+        .iter()
+        .filter_map(|a| a.trim().parse::<u64>().ok())
+        .sum();
+    let (mut pages, mut failed) = (0, 0);
+    for t in tasks {
+        if t.await.unwrap_or(false) {
+            pages += 1;
+        } else {
+            failed += 1;
+        }
+    }
+    (pages, failed, numpat)
+}
+
 async fn run(cluster: &RedisCluster, origin: SocketAddr, n: usize, contended: bool) -> Row {
     let pages_each: usize = env_or("FLEET_PAGES", 60);
     let tag = format!("{}{}", if contended { "c" } else { "o" }, n);
@@ -254,16 +299,7 @@ async fn run(cluster: &RedisCluster, origin: SocketAddr, n: usize, contended: bo
         };
         format!("{owner}-h{}-{tag}.{DOMAIN}", k % HOSTS)
     };
-    let clients: Vec<reqwest::Client> = procs
-        .iter()
-        .map(|p| {
-            reqwest::Client::builder()
-                .proxy(reqwest::Proxy::all(format!("http://{}", p.addr)).expect("proxy url"))
-                .timeout(Duration::from_secs(300))
-                .build()
-                .expect("client")
-        })
-        .collect();
+    let clients = clients(&procs);
     let port = origin.port();
     // robots.txt of every host stored, and the scripts loaded, before counting.
     for (i, c) in clients.iter().enumerate() {
@@ -281,30 +317,10 @@ async fn run(cluster: &RedisCluster, origin: SocketAddr, n: usize, contended: bo
         heard(&procs).await,
     );
     let start = Instant::now();
-    let mut tasks = Vec::new();
-    for (i, c) in clients.iter().enumerate() {
-        for k in 0..pages_each {
-            let (c, url) = (c.clone(), format!("http://{}:{port}/p/{i}/{k}", host(i, k)));
-            tasks.push(tokio::spawn(async move {
-                matches!(c.get(url).send().await, Ok(r) if r.status() == 200)
-            }));
-        }
-    }
-    // The proxies are crawling: none listens to every host.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let numpat: u64 = masters(cluster, &["PUBSUB", "NUMPAT"])
-        .iter()
-        .filter_map(|a| a.trim().parse::<u64>().ok())
-        .sum();
-    let mut pages = 0;
-    let mut failed = 0;
-    for t in tasks {
-        if t.await.unwrap_or(false) {
-            pages += 1;
-        } else {
-            failed += 1;
-        }
-    }
+    let urls = clients.iter().enumerate().flat_map(|(i, c)| {
+        (0..pages_each).map(move |k| (c.clone(), format!("http://{}:{port}/p/{i}/{k}", host(i, k))))
+    });
+    let (pages, failed, numpat) = crawl(cluster, urls.collect()).await;
     let (secs, heard1) = (start.elapsed().as_secs_f64(), heard(&procs).await);
     Row {
         pages,
