@@ -190,6 +190,7 @@ fn start_mannerly(origin: &Origin, extra: &[(&str, &str)]) -> Result<Mannerly, E
          [upstream]\nallow_private = true\nextra_roots = [{roots:?}]\n\
          [upstream.resolve]\n\"*.{DOMAIN}:{http_port}\" = \"{http}\"\n\"*.{DOMAIN}:{https_port}\" = \"{https}\"\n\
          [budget]\ngroup_by = \"host\"\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\n\
          [audit]\npath = {audit:?}\n",
         dir = dir.display().to_string(),
         roots = roots.display().to_string(),

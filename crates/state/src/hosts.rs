@@ -57,7 +57,7 @@ impl BudgetTable {
     }
 }
 
-pub use bound::Evicted;
+pub use bound::{Bound, Evicted, Tier};
 pub use memory::MemoryHosts;
 pub use redis::{
     Basis, Decided, Heard, Lease, RedisHosts, RedisHostsError, RedisSettings, RedisStats, SCRIPT,

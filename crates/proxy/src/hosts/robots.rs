@@ -322,7 +322,9 @@ impl<F: SiteFile> RobotsCache<F> {
     }
 
     // Stale entries go first; if every entry is live, the least recently
-    // used half goes, which bounds memory at the cost of refetches. The
+    // used go until an eighth of the cap is free (not half: a crawl of ever
+    // new origins would see memory drop by half and climb back, and the
+    // allocator keep the peaks). The
     // byte bound works the same way, on the bodies' sizes, and then goes on
     // (least recently used first) while the bodies left still pass it.
     // `keep` is the entry being installed: its slot holds no live entry yet,
@@ -354,9 +356,10 @@ impl<F: SiteFile> RobotsCache<F> {
             .map(|e| (e.value().used.load(Ordering::Relaxed), e.key().clone()))
             .collect();
         by_use.sort_unstable();
-        let half = self.slots.len() / 2 + 1;
+        let max = self.params.max_entries;
+        let need = self.slots.len().saturating_sub(max - max / 8).max(1);
         let mut oldest = by_use.into_iter().map(|(_, key)| key);
-        for k in oldest.by_ref().take(half) {
+        for k in oldest.by_ref().take(need) {
             self.remove(&k);
         }
         // Ends under the cap: the entry kept is one body, at most

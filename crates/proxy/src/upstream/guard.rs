@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mannerly_policy::{classify_ip, parse_host_ip};
+use mannerly_state::hosts::{Bound, Tier};
 use tokio::net::TcpStream;
 
 use super::resolve::Overrides;
@@ -29,14 +30,16 @@ pub(crate) struct Guard {
     /// Names that recently resolved to allowed addresses only, for the early
     /// check of each request; the connector still checks every address it
     /// connects to, so a name that changes meanwhile is caught there.
-    vetted: Arc<dashmap::DashMap<(String, u16), tokio::time::Instant>>,
+    /// With when each passed and a `bound` stamp of it.
+    vetted: Arc<dashmap::DashMap<(String, u16), (tokio::time::Instant, u64)>>,
+    bound: Arc<Bound>,
     clock: Clock,
 }
 
 /// How long a name that passed the guard is not resolved again for the
 /// early check.
 const VETTED_FOR: Duration = Duration::from_secs(30);
-/// Names remembered as vetted; the map is cleared when it grows past this.
+/// Names remembered as vetted; past this the longest vetted go first.
 const VETTED_MAX: usize = 100_000;
 
 impl Guard {
@@ -48,6 +51,7 @@ impl Guard {
             allow_private: cfg.allow_private,
             overrides: Arc::new(overrides),
             vetted: Arc::new(dashmap::DashMap::new()),
+            bound: Arc::default(),
             clock,
         }
     }
@@ -60,15 +64,14 @@ impl Guard {
         if self
             .vetted
             .get(&key)
-            .is_some_and(|at| now < *at + VETTED_FOR)
+            .is_some_and(|at| now < at.0 + VETTED_FOR)
         {
             return Ok(());
         }
         self.resolve(host, port).await?;
-        if self.vetted.len() >= VETTED_MAX {
-            self.vetted.clear();
-        }
-        self.vetted.insert(key, now);
+        self.vetted.insert(key, (now, self.bound.stamp()));
+        self.bound
+            .hold(&self.vetted, VETTED_MAX, |_, at| Some((Tier::Idle, at.1)));
         Ok(())
     }
 

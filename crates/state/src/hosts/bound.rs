@@ -1,10 +1,13 @@
-//! Per-host maps held to `budget.max_hosts` entries, least recently used
-//! first.
+//! Per-host maps held to a bound (`budget.max_hosts` for the budgets; the
+//! proxy's own host-keyed caches too), least recently used first.
 //!
 //! Every entry carries a stamp from one counter, renewed each time its host
 //! is used. When a map passes its bound, one pass drops the least recently
 //! used entries that may go until an eighth of the bound is free again, so
 //! the scan of the map is paid once per `max/8` new hosts, not on each.
+//! No map is cleared whole, or halved: a crawl of ever new hosts would see
+//! the memory they hold fall and climb again by that much, and the
+//! allocator keep the peaks.
 //!
 //! What may go, and in which order, is the map's own say (a [`Tier`] per
 //! entry): first a host with nothing to remember (a fresh budget is the
@@ -14,6 +17,7 @@
 //! `max_pause_secs`, so they cannot pile up without end either). Each
 //! host dropped is counted by its tier ([`Evicted`]).
 
+use std::hash::Hash;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
@@ -22,7 +26,7 @@ use mannerly_policy::budget::{HostBudget, HostParams};
 
 /// Which entries go first when a map is over its bound.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum Tier {
+pub enum Tier {
     /// Nothing to remember: a fresh entry would be the same.
     Idle,
     /// Something learned that is re-read (Redis) or learned again (a lowered
@@ -54,7 +58,7 @@ impl std::ops::Add for Evicted {
 
 /// The recency counter and eviction tallies of one map.
 #[derive(Debug, Default)]
-pub(crate) struct Bound {
+pub struct Bound {
     clock: AtomicU64,
     /// One pass at a time; a thread that finds one running leaves it be.
     busy: AtomicBool,
@@ -70,7 +74,7 @@ pub(crate) struct Bound {
 
 impl Bound {
     /// A stamp later than every one handed out before.
-    pub(crate) fn stamp(&self) -> u64 {
+    pub fn stamp(&self) -> u64 {
         self.clock.fetch_add(1, Ordering::Relaxed) + 1
     }
 
@@ -87,11 +91,23 @@ impl Bound {
     /// `class` gives an entry's tier and stamp, `None` for one that stays.
     /// When too few may go, the next pass waits until `max/8` more entries
     /// came. Call it with no guard of `map` held. Returns how many went.
-    pub(crate) fn hold<V>(
+    pub fn hold<K: Eq + Hash + Clone, V>(
         &self,
-        map: &DashMap<Box<str>, V>,
+        map: &DashMap<K, V>,
         max: usize,
-        class: impl Fn(&str, &V) -> Option<(Tier, u64)>,
+        class: impl Fn(&K, &V) -> Option<(Tier, u64)>,
+    ) -> usize {
+        self.hold_then(map, max, class, |_, _| {})
+    }
+
+    /// [`Bound::hold`], handing each entry dropped to `gone` (to undo what
+    /// another map holds about it), with no guard of `map` held.
+    pub fn hold_then<K: Eq + Hash + Clone, V>(
+        &self,
+        map: &DashMap<K, V>,
+        max: usize,
+        class: impl Fn(&K, &V) -> Option<(Tier, u64)>,
+        mut gone_to: impl FnMut(K, V),
     ) -> usize {
         let len = map.len();
         if len <= max.max(self.next_at.load(Ordering::Relaxed))
@@ -100,7 +116,7 @@ impl Bound {
             return 0;
         }
         let need = map.len().saturating_sub(max - max / 8);
-        let mut order: Vec<(Tier, u64, Box<str>)> = map
+        let mut order: Vec<(Tier, u64, K)> = map
             .iter()
             .filter_map(|e| class(e.key(), e.value()).map(|(t, u)| (t, u, e.key().clone())))
             .collect();
@@ -111,10 +127,9 @@ impl Bound {
         let mut gone = 0;
         for (tier, used, key) in order.into_iter().take(need) {
             // A host used since the scan (a newer stamp) stays.
-            let went = map
-                .remove_if(&key, |k, v| class(k, v).is_some_and(|(_, u)| u == used))
-                .is_some();
-            if went {
+            let went = map.remove_if(&key, |k, v| class(k, v).is_some_and(|(_, u)| u == used));
+            if let Some((k, v)) = went {
+                gone_to(k, v);
                 gone += 1;
                 let tally = match tier {
                     Tier::Idle => &self.idle,
@@ -160,7 +175,7 @@ mod tests {
         m
     }
 
-    fn keep(_: &str, v: &(Tier, u64)) -> Option<(Tier, u64)> {
+    fn keep(_: &Box<str>, v: &(Tier, u64)) -> Option<(Tier, u64)> {
         Some(*v)
     }
 
@@ -207,7 +222,7 @@ mod tests {
         let b = Bound::default();
         let m = map(3, &b);
         m.insert("h0".into(), (Tier::Learned, 1));
-        let paused = |k: &str, v: &(Tier, u64)| (k != "h1").then_some(*v);
+        let paused = |k: &Box<str>, v: &(Tier, u64)| (&**k != "h1").then_some(*v);
         // h1 (oldest idle) is kept; the idle h2 and h3 go before the
         // learned h0, older as it is.
         m.insert("h3".into(), (Tier::Idle, b.stamp()));
@@ -234,7 +249,7 @@ mod tests {
         let b = Bound::default();
         let m = map(17, &b);
         let scans = std::cell::Cell::new(0);
-        let busy = |_: &str, _: &(Tier, u64)| {
+        let busy = |_: &Box<str>, _: &(Tier, u64)| {
             scans.set(scans.get() + 1);
             None
         };

@@ -4,25 +4,31 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use dashmap::DashMap;
 use mannerly_policy::budget::{host_key, BudgetParams};
 use mannerly_policy::site::{Group, GroupKind};
+use mannerly_state::hosts::{Bound, Tier};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-/// Hosts remembered with their group; the map is cleared past this (a host
-/// not remembered is placed again by its name, and by its address at its
-/// next request's guard step).
+/// Hosts remembered with their group, least recently placed dropped first
+/// past this (a host not remembered is placed again by its name, and by its
+/// address at its next request's guard step).
 const PLACED_MAX: usize = 100_000;
 
 /// The grouping rules and where each host went.
 pub(super) struct Groups {
     params: RwLock<Arc<BudgetParams>>,
-    /// Host key → its group, as its last request was placed.
-    placed: DashMap<String, Group>,
+    /// Host key → its group, as its last request was placed, and when
+    /// (a `bound` stamp).
+    placed: DashMap<String, (Group, AtomicU64)>,
+    bound: Bound,
+    /// `PLACED_MAX` but in tests.
+    placed_max: usize,
     /// Group key → the hosts `placed` holds in it: one group's members
     /// without a walk over every host (`/hosts/{host}`, asked per dispatch).
     held: DashMap<String, Vec<String>>,
@@ -45,12 +51,12 @@ pub(crate) struct Members {
 pub(super) struct Spacing {
     /// The host's last send; held while a request of the host waits.
     pub(super) last: Mutex<Option<Instant>>,
-    delay_ms: std::sync::atomic::AtomicU64,
+    delay_ms: AtomicU64,
 }
 
 impl Spacing {
     pub(super) fn delay(&self) -> Duration {
-        Duration::from_millis(self.delay_ms.load(std::sync::atomic::Ordering::Relaxed))
+        Duration::from_millis(self.delay_ms.load(Ordering::Relaxed))
     }
 }
 
@@ -59,6 +65,8 @@ impl Groups {
         Groups {
             params: RwLock::new(Arc::new(params)),
             placed: DashMap::new(),
+            bound: Bound::default(),
+            placed_max: PLACED_MAX,
             held: DashMap::new(),
             spaced: DashMap::new(),
         }
@@ -99,30 +107,42 @@ impl Groups {
     pub(super) fn place(&self, host: &str, addr: Option<IpAddr>) -> Group {
         let group = self.params().group_of(host, addr);
         let key = host_key(host);
-        if self.placed.get(key.as_ref()).is_some_and(|g| *g == group) {
+        if let Some(p) = self.placed.get(key.as_ref()).filter(|p| p.0 == group) {
+            p.1.store(self.bound.stamp(), Ordering::Relaxed);
             return group;
         }
-        if self.placed.len() >= PLACED_MAX {
-            self.forget_placed();
-        }
         let key = key.into_owned();
-        if let Some(old) = self.placed.insert(key.clone(), group.clone()) {
-            if let Some(mut hosts) = self.held.get_mut(&old.key) {
-                hosts.retain(|h| *h != key);
-            }
+        let placed = (group.clone(), AtomicU64::new(self.bound.stamp()));
+        if let Some((old, _)) = self.placed.insert(key.clone(), placed) {
+            self.unhold(&old.key, &key);
         }
         let mut hosts = self.held.entry(group.key.clone()).or_default();
         if let Err(at) = hosts.binary_search(&key) {
             hosts.insert(at, key);
         }
         drop(hosts);
+        self.bound.hold_then(
+            &self.placed,
+            self.placed_max,
+            |_, (_, used)| Some((Tier::Idle, used.load(Ordering::Relaxed))),
+            |host, (old, _)| self.unhold(&old.key, &host),
+        );
         group
+    }
+
+    /// Takes `host` out of the members of group `key`, and the group out of
+    /// `held` once it has none.
+    fn unhold(&self, key: &str, host: &str) {
+        if let Some(mut hosts) = self.held.get_mut(key) {
+            hosts.retain(|h| h != host);
+        }
+        self.held.remove_if(key, |_, hosts| hosts.is_empty());
     }
 
     /// One group's members, as [`Groups::members`] shows each.
     pub(super) fn members_of(&self, key: &str) -> Option<Members> {
         let hosts = self.held.get(key)?.clone();
-        let kind = self.placed.get(hosts.first()?)?.kind;
+        let kind = self.placed.get(hosts.first()?)?.0.kind;
         let crawl_delay = hosts
             .iter()
             .filter_map(|h| self.spaced.get(h).map(|s| s.delay()))
@@ -138,7 +158,7 @@ impl Groups {
     /// remembered: only a request's guard step places a host).
     pub(super) fn of(&self, host: &str) -> Group {
         match self.placed.get(host_key(host).as_ref()) {
-            Some(g) => g.clone(),
+            Some(p) => p.0.clone(),
             None => self.params().group_of(host, None),
         }
     }
@@ -148,7 +168,7 @@ impl Groups {
     pub(super) fn members(&self) -> HashMap<String, Members> {
         let mut out: HashMap<String, Members> = HashMap::new();
         for e in self.placed.iter() {
-            let g = e.value();
+            let g = &e.value().0;
             let entry = out.entry(g.key.clone()).or_insert(Members {
                 kind: g.kind,
                 hosts: Vec::new(),
@@ -185,10 +205,10 @@ impl Groups {
                 let s = self.spaced.entry(key.into_owned()).or_insert_with(|| {
                     Arc::new(Spacing {
                         last: Mutex::new(None),
-                        delay_ms: std::sync::atomic::AtomicU64::new(ms),
+                        delay_ms: AtomicU64::new(ms),
                     })
                 });
-                s.delay_ms.store(ms, std::sync::atomic::Ordering::Relaxed);
+                s.delay_ms.store(ms, Ordering::Relaxed);
             }
         }
     }
@@ -199,5 +219,48 @@ impl Groups {
             return None;
         }
         self.spaced.get(host_key(host).as_ref()).map(|s| s.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mannerly_policy::site::GroupBy;
+
+    #[test]
+    fn past_the_bound_the_least_recently_placed_go_and_leave_their_groups() {
+        let mut g = Groups::new(BudgetParams::default());
+        g.placed_max = 16;
+        for i in 0..16 {
+            g.place(&format!("www{i}.example.com"), None);
+            g.place(&format!("h{i}.site{i}.test"), None);
+        }
+        // 32 hosts placed past a bound of 16: down to 14, then the last ones.
+        assert!(g.placed.len() <= 16, "{} hosts placed", g.placed.len());
+        let members: usize = g.held.iter().map(|h| h.len()).sum();
+        assert_eq!(members, g.placed.len(), "held lists exactly the placed hosts");
+        assert!(g.held.iter().all(|h| !h.is_empty()), "no empty group is held");
+        // The most recent stay; the first went.
+        assert!(g.placed.contains_key("h15.site15.test"));
+        assert!(!g.placed.contains_key("www0.example.com"));
+        assert_eq!(g.of("www0.example.com").key, "example.com");
+    }
+
+    #[test]
+    fn a_host_placed_again_is_the_most_recent() {
+        let mut g = Groups::new(BudgetParams {
+            group_by: GroupBy::Host,
+            ..BudgetParams::default()
+        });
+        g.placed_max = 8;
+        for i in 0..8 {
+            g.place(&format!("h{i}.test"), None);
+        }
+        g.place("h0.test", None);
+        g.place("new.test", None);
+        // 8 + 1 > 8: one goes, the least recently placed (h1, not h0).
+        assert!(g.placed.contains_key("h0.test"));
+        assert!(!g.placed.contains_key("h1.test"));
+        assert!(g.held.get("h1.test").is_none());
     }
 }
