@@ -362,10 +362,14 @@ impl Tracker {
 }
 
 /// Which origin last throttled each budget (memory only, and bounded: past
-/// [`ThrottledBy::MAX`] hosts it starts again, and a paused answer then
-/// names no origin).
+/// [`ThrottledBy::MAX`] hosts the least recently throttled are forgotten,
+/// and a paused answer of theirs then names no origin).
 #[derive(Default)]
-pub(crate) struct ThrottledBy(dashmap::DashMap<String, String>);
+pub(crate) struct ThrottledBy {
+    /// Budget → the origin, with a `bound` stamp of when.
+    by: dashmap::DashMap<String, (String, u64)>,
+    bound: mannerly_state::hosts::Bound,
+}
 
 impl ThrottledBy {
     const MAX: usize = 100_000;
@@ -373,15 +377,16 @@ impl ThrottledBy {
     /// `origin` throttled the budget `host` (a group's key: a pause is
     /// the group's, whichever member drew it).
     pub(crate) fn note(&self, host: &str, origin: String) {
-        if self.0.len() >= Self::MAX {
-            self.0.clear();
-        }
-        self.0.insert(host.to_ascii_lowercase(), origin);
+        let stamp = self.bound.stamp();
+        self.by.insert(host.to_ascii_lowercase(), (origin, stamp));
+        let idle = mannerly_state::hosts::Tier::Idle;
+        self.bound
+            .hold(&self.by, Self::MAX, |_, o| Some((idle, o.1)));
     }
 
     /// The origin that last throttled `host`, if known.
     pub(crate) fn get(&self, host: &str) -> Option<String> {
-        self.0.get(&host.to_ascii_lowercase()).map(|o| o.clone())
+        self.by.get(&host.to_ascii_lowercase()).map(|o| o.0.clone())
     }
 }
 

@@ -17,6 +17,8 @@ use rustls::ServerConfig;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use sha2::{Digest, Sha256};
 
+use mannerly_state::hosts::{Bound, Tier};
+
 use crate::datadir;
 use crate::error::{CaError, DataDirError};
 
@@ -34,7 +36,9 @@ pub struct CertificateAuthority {
     // One key for every leaf: minting stays cheap (no key generation per
     // host) and the leaves are worthless without the CA key anyway.
     leaf_key: KeyPair,
-    leaves: DashMap<String, Arc<ServerConfig>>,
+    /// Each leaf with a `minted` stamp.
+    leaves: DashMap<String, (Arc<ServerConfig>, u64)>,
+    minted: Bound,
     leaf_cap: usize,
     serial: AtomicU64,
 }
@@ -113,6 +117,7 @@ impl CertificateAuthority {
             issuer_key: key,
             leaf_key: KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?,
             leaves: DashMap::new(),
+            minted: Bound::default(),
             leaf_cap,
             serial: AtomicU64::new(0),
         })
@@ -132,16 +137,16 @@ impl CertificateAuthority {
     /// an IP literal), minted on first use.
     pub fn server_config(&self, name: &str) -> Result<Arc<ServerConfig>, CaError> {
         let name = name.trim_end_matches('.').to_ascii_lowercase();
-        if let Some(cfg) = self.leaves.get(&name) {
-            return Ok(cfg.clone());
+        if let Some(leaf) = self.leaves.get(&name) {
+            return Ok(leaf.0.clone());
         }
         let cfg = Arc::new(self.mint(&name)?);
-        if self.leaves.len() >= self.leaf_cap {
-            // Crude but bounded: minting is cheap, so forgetting everything
-            // beats tracking recency on every handshake.
-            self.leaves.clear();
-        }
-        self.leaves.insert(name, cfg.clone());
+        self.leaves.insert(name, (cfg.clone(), self.minted.stamp()));
+        // The earliest minted go first, an eighth of the cap at a time:
+        // minting is cheap, so recency is not tracked on every handshake,
+        // and no clearing of the whole map makes memory fall and climb.
+        self.minted
+            .hold(&self.leaves, self.leaf_cap, |_, l| Some((Tier::Idle, l.1)));
         Ok(cfg)
     }
 
@@ -227,6 +232,8 @@ mod tests {
             a.server_config(&format!("h{i}.test")).unwrap();
         }
         assert!(a.leaves.len() <= 4);
+        // The earliest minted went; the last one is kept.
+        assert!(a.leaves.contains_key("h9.test") && !a.leaves.contains_key("h0.test"));
         a.server_config("127.0.0.1").unwrap();
         a.server_config("[::1]").unwrap();
         let _ = fs::remove_dir_all(&dir);

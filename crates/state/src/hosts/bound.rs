@@ -175,7 +175,7 @@ mod tests {
         m
     }
 
-    fn keep(_: &Box<str>, v: &(Tier, u64)) -> Option<(Tier, u64)> {
+    fn keep<K>(_: &K, v: &(Tier, u64)) -> Option<(Tier, u64)> {
         Some(*v)
     }
 
@@ -222,17 +222,19 @@ mod tests {
         let b = Bound::default();
         let m = map(3, &b);
         m.insert("h0".into(), (Tier::Learned, 1));
-        let paused = |k: &Box<str>, v: &(Tier, u64)| (&**k != "h1").then_some(*v);
+        fn paused(k: &str, v: &(Tier, u64)) -> Option<(Tier, u64)> {
+            (k != "h1").then_some(*v)
+        }
         // h1 (oldest idle) is kept; the idle h2 and h3 go before the
         // learned h0, older as it is.
         m.insert("h3".into(), (Tier::Idle, b.stamp()));
         m.insert("h4".into(), (Tier::Idle, b.stamp()));
-        assert_eq!(b.hold(&m, 3, paused), 2);
+        assert_eq!(b.hold(&m, 3, |k, v| paused(k, v)), 2);
         let mut left: Vec<_> = m.iter().map(|e| e.key().to_string()).collect();
         left.sort();
         assert_eq!(left, ["h0", "h1", "h4"]);
         // Down to one: the idle h4, then h0; h1 stays.
-        assert_eq!(b.hold(&m, 1, paused), 2);
+        assert_eq!(b.hold(&m, 1, |k, v| paused(k, v)), 2);
         let left: Vec<_> = m.iter().map(|e| e.key().to_string()).collect();
         assert_eq!(left, ["h1"]);
         assert_eq!(
@@ -249,7 +251,7 @@ mod tests {
         let b = Bound::default();
         let m = map(17, &b);
         let scans = std::cell::Cell::new(0);
-        let busy = |_: &Box<str>, _: &(Tier, u64)| {
+        let busy = |_: &_, _: &(Tier, u64)| {
             scans.set(scans.get() + 1);
             None
         };

@@ -238,8 +238,15 @@ mod tests {
         // 32 hosts placed past a bound of 16: down to 14, then the last ones.
         assert!(g.placed.len() <= 16, "{} hosts placed", g.placed.len());
         let members: usize = g.held.iter().map(|h| h.len()).sum();
-        assert_eq!(members, g.placed.len(), "held lists exactly the placed hosts");
-        assert!(g.held.iter().all(|h| !h.is_empty()), "no empty group is held");
+        assert_eq!(
+            members,
+            g.placed.len(),
+            "held lists exactly the placed hosts"
+        );
+        assert!(
+            g.held.iter().all(|h| !h.is_empty()),
+            "no empty group is held"
+        );
         // The most recent stay; the first went.
         assert!(g.placed.contains_key("h15.site15.test"));
         assert!(!g.placed.contains_key("www0.example.com"));

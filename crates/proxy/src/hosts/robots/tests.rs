@@ -135,7 +135,11 @@ fn the_entry_cap_frees_an_eighth_least_recently_used_first() {
     // 16 - 16/8 = 14 stay, then the new one: o1 and o2 went, not half.
     assert_eq!(c.slots.len(), 15);
     for i in 0..16 {
-        assert_eq!(held(&c, &format!("http://o{i}.test/")), i != 1 && i != 2, "o{i}");
+        assert_eq!(
+            held(&c, &format!("http://o{i}.test/")),
+            i != 1 && i != 2,
+            "o{i}"
+        );
     }
     assert!(held(&c, "http://new.test/"));
     // The next pass waits for the cap again: one more origin evicts none.
