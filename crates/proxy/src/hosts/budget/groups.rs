@@ -34,6 +34,8 @@ pub(super) struct Groups {
     held: DashMap<String, Vec<String>>,
     /// Hosts with a Crawl-delay of their own inside a shared group.
     spaced: DashMap<String, Arc<Spacing>>,
+    /// Orders `spaced` by when each delay was last set.
+    spaced_bound: Bound,
 }
 
 /// A group as `/hosts` shows it.
@@ -52,6 +54,8 @@ pub(super) struct Spacing {
     /// The host's last send; held while a request of the host waits.
     pub(super) last: Mutex<Option<Instant>>,
     delay_ms: AtomicU64,
+    /// When the delay was last set (a `spaced_bound` stamp).
+    set: AtomicU64,
 }
 
 impl Spacing {
@@ -69,6 +73,7 @@ impl Groups {
             placed_max: PLACED_MAX,
             held: DashMap::new(),
             spaced: DashMap::new(),
+            spaced_bound: Bound::default(),
         }
     }
 
@@ -199,16 +204,20 @@ impl Groups {
                 }
             }
             Some(ms) => {
-                if self.spaced.len() >= PLACED_MAX {
-                    self.spaced.clear();
-                }
                 let s = self.spaced.entry(key.into_owned()).or_insert_with(|| {
                     Arc::new(Spacing {
                         last: Mutex::new(None),
                         delay_ms: AtomicU64::new(ms),
+                        set: AtomicU64::new(0),
                     })
                 });
                 s.delay_ms.store(ms, Ordering::Relaxed);
+                s.set.store(self.spaced_bound.stamp(), Ordering::Relaxed);
+                drop(s);
+                self.spaced_bound
+                    .hold(&self.spaced, self.placed_max, |_, s| {
+                        Some((Tier::Idle, s.set.load(Ordering::Relaxed)))
+                    });
             }
         }
     }
