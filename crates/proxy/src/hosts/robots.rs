@@ -347,6 +347,7 @@ impl<F: SiteFile> RobotsCache<F> {
         });
         let over_bytes = || self.bytes.load(Ordering::Relaxed) > self.params.max_bytes;
         if self.slots.len() < self.params.max_entries && !over_bytes() {
+            self.slots.shrink_to_fit();
             return;
         }
         let mut by_use: Vec<(u64, String)> = self
@@ -370,6 +371,9 @@ impl<F: SiteFile> RobotsCache<F> {
             }
             self.remove(&k);
         }
+        // As `Bound::hold` (state): the tables would otherwise double to
+        // hold the removals' tombstones.
+        self.slots.shrink_to_fit();
     }
 
     fn remove(&self, key: &str) {

@@ -138,6 +138,13 @@ impl Bound {
                 tally.fetch_add(1, Ordering::Relaxed);
             }
         }
+        if gone > 0 {
+            // Each removal leaves a tombstone, and a table over half full
+            // doubles rather than clean them up in place: without this, every
+            // table of a map past its bound ends at twice the buckets its
+            // entries need, some time after the bound is first reached.
+            map.shrink_to_fit();
+        }
         let left = map.len();
         let next_at = if left > max {
             left + (max / 8).max(1)
@@ -243,6 +250,25 @@ mod tests {
                 idle: 3,
                 learned: 1
             }
+        );
+    }
+
+    #[test]
+    fn churn_past_the_bound_does_not_double_the_tables() {
+        let b = Bound::default();
+        let max = 4096;
+        let m = map(max, &b);
+        let filled = m.capacity();
+        // Ten times the bound in new hosts, held to it as they come.
+        for i in max..11 * max {
+            m.insert(format!("h{i}").into(), (Tier::Idle, b.stamp()));
+            b.hold(&m, max, keep);
+        }
+        assert!(m.len() <= max);
+        assert!(
+            m.capacity() <= filled,
+            "{} buckets' room after the churn, {filled} when first filled",
+            m.capacity()
         );
     }
 
