@@ -273,6 +273,8 @@ fn usage(pid: u32) -> Usage {
 struct Sampler {
     stop: Arc<AtomicBool>,
     peak: Arc<Mutex<Usage>>,
+    /// Every RSS sample, for the median.
+    rss_kb: Arc<Mutex<Vec<u64>>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -280,7 +282,8 @@ impl Sampler {
     fn start(pid: u32) -> Sampler {
         let stop = Arc::new(AtomicBool::new(false));
         let peak = Arc::new(Mutex::new(Usage::default()));
-        let (s, p) = (stop.clone(), peak.clone());
+        let rss_kb = Arc::new(Mutex::new(Vec::new()));
+        let (s, p, all) = (stop.clone(), peak.clone(), rss_kb.clone());
         let thread = std::thread::spawn(move || {
             while !s.load(Ordering::Relaxed) {
                 let u = usage(pid);
@@ -288,22 +291,36 @@ impl Sampler {
                     p.fds = p.fds.max(u.fds);
                     p.rss_kb = p.rss_kb.max(u.rss_kb);
                 }
+                if let Ok(mut all) = all.lock() {
+                    all.push(u.rss_kb);
+                }
                 std::thread::sleep(Duration::from_millis(20));
             }
         });
         Sampler {
             stop,
             peak,
+            rss_kb,
             thread: Some(thread),
         }
     }
 
-    fn finish(mut self) -> Usage {
+    fn finish(self) -> Usage {
+        self.finish_with_median().0
+    }
+
+    /// The peaks, and the median RSS over the samples: what the process
+    /// held through the run, where one sample at its end catches the
+    /// allocator wherever its last round of work left it.
+    fn finish_with_median(mut self) -> (Usage, u64) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        self.peak.lock().map(|p| *p).unwrap_or_default()
+        let mut all = self.rss_kb.lock().map(|a| a.clone()).unwrap_or_default();
+        all.sort_unstable();
+        let median = all.get(all.len() / 2).copied().unwrap_or(0);
+        (self.peak.lock().map(|p| *p).unwrap_or_default(), median)
     }
 }
 
@@ -506,14 +523,17 @@ async fn rss(origin: &Origin, hosts: usize) -> Result<(), Error> {
     let ca_pem = std::fs::read_to_string(m.dir.join("ca.pem"))?;
     let through = through(&m.addr, &ca_pem)?;
     let port = origin.http.port();
-    println!("| hosts crawled | pages/s (this step) | failed | RSS MB | RSS MB 3 s idle | peak RSS MB (this step) |");
-    println!("| --- | --- | --- | --- | --- | --- |");
+    println!(
+        "| hosts crawled | pages/s (this step) | failed | RSS MB | RSS MB 3 s idle | \
+         median RSS MB (this step) | peak RSS MB (this step) |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
     let mut done = 0;
     while done < hosts {
         let n = STEP.min(hosts - done);
         let sampler = Sampler::start(pid);
         let c = crawl(through.clone(), Scheme::Http, port, done, n, 64).await;
-        let peak = sampler.finish();
+        let (peak, median_kb) = sampler.finish_with_median();
         done += n;
         let at_end = usage(pid).rss_kb;
         // What the crawl still had under way (audit lines queued for the
@@ -521,11 +541,12 @@ async fn rss(origin: &Origin, hosts: usize) -> Result<(), Error> {
         // what remains is what the proxy holds.
         tokio::time::sleep(Duration::from_secs(3)).await;
         println!(
-            "| {done} | {:.0} | {} | {:.1} | {:.1} | {:.1} |",
+            "| {done} | {:.0} | {} | {:.1} | {:.1} | {:.1} | {:.1} |",
             c.pages_per_s,
             c.failed,
             at_end as f64 / 1024.0,
             usage(pid).rss_kb as f64 / 1024.0,
+            median_kb as f64 / 1024.0,
             peak.rss_kb as f64 / 1024.0
         );
     }
