@@ -21,7 +21,7 @@ use mannerly_policy::budget::{
     host_key, Announced, BudgetParams, Failure, HostParams, HostView, PersistedHost, Reaction,
     Refusal, Reservation, ResetReport, Start, Strain, QUEUE_RETRY_AFTER,
 };
-use mannerly_state::hosts::{Basis, HostStore, Lease, MemoryHosts, RedisHosts};
+use mannerly_state::hosts::{Basis, Bound, HostStore, Lease, MemoryHosts, RedisHosts, Tier};
 use mannerly_state::responses::{ResponseStore, StoreError};
 use mannerly_state::wake::Wakes;
 use tokio::sync::{Mutex, Notify};
@@ -38,6 +38,10 @@ pub(crate) const SHARED_SLOT_RECHECK: Duration = Duration::from_secs(1);
 /// The same while the subscription to other proxies' releases is down.
 pub(crate) const SHARED_SLOT_RECHECK_UNHEARD: Duration = Duration::from_millis(100);
 
+/// Lines no request holds kept for hosts asked again soon (past it the
+/// least recently used go, an eighth at a time).
+const LINES_MAX: usize = 4096;
+
 /// The budgets of all groups of hosts and the wake-ups of their waiters.
 /// A budget is keyed by its group (`groups.rs`): below the public methods,
 /// `key` is a group's key, `host` a host name.
@@ -46,6 +50,8 @@ pub(crate) struct Budgets {
     clock: Clock,
     groups: groups::Groups,
     lines: DashMap<String, Arc<Line>>,
+    /// Holds `lines` to `LINES_MAX` besides those in use (see `line`).
+    lines_bound: Bound,
     seed: AtomicU64,
     /// Crawl-delays to apply to shared budgets before the next request.
     crawl_delays: DashMap<String, Option<f64>>,
@@ -85,6 +91,8 @@ struct Line {
     changed: Notify,
     /// Such ends heard from other proxies.
     resets_heard: AtomicU64,
+    /// When a request last took the line (a `lines_bound` stamp).
+    used: AtomicU64,
 }
 
 /// An in-flight slot of a host. Released by [`Permit::respond`], or on drop
@@ -120,6 +128,7 @@ impl Budgets {
             clock,
             groups: groups::Groups::new(params),
             lines: DashMap::new(),
+            lines_bound: Bound::default(),
             seed: AtomicU64::new(0x9e37_79b9_7f4a_7c15),
             crawl_delays: DashMap::new(),
             wakes: std::sync::OnceLock::new(),
@@ -364,9 +373,11 @@ impl Budgets {
 
     fn line(&self, key: &str) -> Arc<Line> {
         if let Some(l) = self.lines.get(key) {
+            l.used.store(self.lines_bound.stamp(), Ordering::Relaxed);
             return l.clone();
         }
-        self.lines
+        let line = self
+            .lines
             .entry(key.to_string())
             .or_insert_with(|| {
                 Arc::new(Line {
@@ -376,9 +387,18 @@ impl Budgets {
                     heard: AtomicU64::new(0),
                     changed: Notify::new(),
                     resets_heard: AtomicU64::new(0),
+                    used: AtomicU64::new(self.lines_bound.stamp()),
                 })
             })
-            .clone()
+            .clone();
+        // A line no request holds is the same as a new one; the minute's
+        // sweep drops those, but a broad crawl makes thousands a second,
+        // and a minute's worth is a table that grows and empties with the
+        // crawl's pace. Past the bound, the least recently used of them go.
+        self.lines_bound.hold(&self.lines, LINES_MAX, |_, l| {
+            (Arc::strong_count(l) == 1).then(|| (Tier::Idle, l.used.load(Ordering::Relaxed)))
+        });
+        line
     }
 
     fn wake(&self, key: &str) {

@@ -199,3 +199,24 @@ async fn a_crawl_delay_inside_a_group_spaces_its_host_only() {
     let group = &b.members()["example.org"];
     assert_eq!(group.crawl_delay, Some(Duration::from_secs(60)));
 }
+
+#[tokio::test(start_paused = true)]
+async fn lines_no_request_holds_are_bounded_and_a_held_one_stays() {
+    let b = budgets(BudgetParams::default());
+    let held = b.line("held.test");
+    for i in 0..3 * super::LINES_MAX {
+        drop(b.line(&format!("h{i}.test")));
+    }
+    assert!(
+        b.lines.len() <= super::LINES_MAX + 1,
+        "{} lines kept",
+        b.lines.len()
+    );
+    // The line a request holds was never dropped: it is still the one
+    // the next request of its host takes.
+    assert!(Arc::ptr_eq(&held, &b.line("held.test")));
+    // A real request through it leaves no line behind it past the bound.
+    let p = b.acquire("example.org", hold(30)).await.expect("admitted");
+    p.respond(200, None, None, None).await;
+    assert!(b.lines.len() <= super::LINES_MAX + 1);
+}
