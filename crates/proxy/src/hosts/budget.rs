@@ -500,6 +500,7 @@ impl Budgets {
             Backend::Redis(r) => r.sweep(now),
         };
         self.lines.retain(|_, l| Arc::strong_count(l) > 1);
+        self.lines.shrink_to_fit();
         dropped
     }
 }

@@ -256,7 +256,13 @@ impl HostStore for MemoryHosts {
         let before = self.hosts.len();
         self.hosts
             .retain(|host, b| !b.forgettable(&self.table().for_host(host), now));
-        before.saturating_sub(self.hosts.len())
+        let dropped = before.saturating_sub(self.hosts.len());
+        if dropped > 0 {
+            // As after a bound's pass (`bound.rs`): no table left at twice
+            // what its entries need.
+            self.hosts.shrink_to_fit();
+        }
+        dropped
     }
 
     fn persisted(&self, now: Instant, wall: SystemTime) -> Vec<(String, PersistedHost)> {
