@@ -18,6 +18,7 @@ use crate::Outcome;
 mod checkpoint;
 mod evidence;
 mod merkle;
+mod midstate;
 mod trees;
 mod verify;
 

@@ -13,13 +13,19 @@ use serde::{Deserialize, Serialize};
 
 use super::checkpoint::{hex, unhex, Checkpoint, SealReason};
 use super::merkle::{leaf_hash, verify_inclusion, Hash, Tree};
+use super::midstate::{chain_from_state, chain_state};
 use super::trees::{
-    encloses, host_key, host_leaf, is_checkpoint, linked_leaf, FileTrees, HostEntry,
+    chain_leaf, encloses, host_key, host_leaf, is_checkpoint, linked_leaf, FileTrees, HostEntry,
 };
 use super::{digest, split_line, GENESIS};
 
-/// What the evidence file says it is.
-pub(crate) const EVIDENCE_FORMAT: &str = "mannerly-evidence-1";
+/// What the evidence file says it is: 2 since lines under format-5
+/// checkpoints carry their [`ProvenLine::state`].
+pub(crate) const EVIDENCE_FORMAT: &str = "mannerly-evidence-2";
+
+/// Evidence files this version reads (1 has no `state`, and no format-5
+/// checkpoints).
+const READS: [&str; 2] = ["mannerly-evidence-1", EVIDENCE_FORMAT];
 
 /// The evidence for one host, as written to the file.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -73,6 +79,12 @@ pub struct ProvenLine {
     pub line: String,
     /// The audit path, bottom up, hex.
     pub proof: Vec<String>,
+    /// Under a format-5 checkpoint (whose line tree has the chain values
+    /// as leaves): SHA-256's state after the chain value before this line,
+    /// hex, from which this line's chain is recomputed without showing
+    /// that value (`audit/midstate.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
 }
 
 /// The host's leaf in the host tree and its audit path.
@@ -262,10 +274,16 @@ pub struct EvidenceBuilder {
 
 struct Building {
     name: String,
+    /// The line tree's leaves: from format 5 the chain values'.
     leaves: Vec<Hash>,
+    /// The leaves of formats 3 and 4: the lines' text.
+    texts: Vec<Hash>,
     trees: FileTrees,
-    /// The host's lines: index and text.
-    mine: Vec<(u64, String)>,
+    /// The chain value of the line before the next one; none before the
+    /// file's first (a checkpoint's `continues` says it).
+    prev: Option<String>,
+    /// The host's lines: index, text, the chain value before it.
+    mine: Vec<(u64, String, Option<String>)>,
     /// The last checkpoint seen: index, line, the host's leaf then (or
     /// the proof that it has none).
     last: Option<(IndexedLine, Option<HostProof>, Option<AbsentProof>)>,
@@ -288,7 +306,9 @@ impl EvidenceBuilder {
         self.cur = Some(Building {
             name: name.to_string(),
             leaves: Vec::new(),
+            texts: Vec::new(),
             trees: FileTrees::verifying(),
+            prev: None,
             mine: Vec::new(),
             last: None,
         });
@@ -310,7 +330,8 @@ impl EvidenceBuilder {
         if is_checkpoint(&content) {
             let cp: Checkpoint = serde_json::from_str(&content)
                 .map_err(|e| format!("{}: checkpoint does not parse: {e}", at(&b.name)))?;
-            if cp.format >= 3 && cp.tree.as_deref() != Some(hex(&b.trees.heads().tree).as_str()) {
+            let head = b.trees.line_head(cp.format);
+            if cp.format >= 3 && cp.tree.as_deref() != Some(hex(&head).as_str()) {
                 return Err(format!(
                     "{}: the checkpoint's tree head is not that of the lines before it; run `mannerly audit verify`",
                     at(&b.name)
@@ -326,11 +347,13 @@ impl EvidenceBuilder {
                 leaf,
                 absent,
             ));
-            b.trees.checkpoint(text);
+            b.trees.checkpoint(text, chain);
         } else if b.trees.line(text, &content, chain).as_deref() == Some(host.as_str()) {
-            b.mine.push((index, text.to_string()));
+            b.mine.push((index, text.to_string(), b.prev.clone()));
         }
-        b.leaves.push(leaf_hash(text.as_bytes()));
+        b.leaves.push(chain_leaf(chain));
+        b.texts.push(leaf_hash(text.as_bytes()));
+        b.prev = Some(chain.to_string());
         Ok(())
     }
 
@@ -353,19 +376,29 @@ impl EvidenceBuilder {
                 checkpoint.index + 1
             ));
         }
-        let sealed = checkpoint.index;
-        let mut tree = Tree::from_leaves(b.leaves[..sealed as usize].to_vec());
+        let sealed = checkpoint.index as usize;
+        let (format, continues) = cp.map_or((0, None), |c| (c.format, c.continues));
+        let leaves = if format >= 5 { b.leaves } else { b.texts };
+        let mut tree = Tree::from_leaves(leaves[..sealed].to_vec());
         let lines = b
             .mine
             .iter()
-            .filter(|(i, _)| *i < sealed)
-            .map(|(i, l)| ProvenLine {
+            .filter(|(i, ..)| *i < sealed as u64)
+            .map(|(i, l, prev)| ProvenLine {
                 index: *i,
                 line: l.clone(),
                 proof: tree.proof(*i as usize).iter().map(|h| hex(h)).collect(),
+                state: (format >= 5)
+                    .then(|| {
+                        prev.as_ref()
+                            .or(continues.as_ref())
+                            .and_then(|p| chain_state(p))
+                    })
+                    .flatten()
+                    .map(|s| hex(&s)),
             })
             .collect();
-        let unsealed = b.mine.iter().filter(|(i, _)| *i > sealed).count() as u64;
+        let unsealed = b.mine.iter().filter(|(i, ..)| *i > sealed as u64).count() as u64;
         self.files.push(EvidenceFile {
             name: b.name,
             checkpoint,
@@ -424,6 +457,18 @@ fn proofs(
     (None, absent)
 }
 
+/// A proven line's leaf in the line tree of a checkpoint of `format`:
+/// from format 5 its chain value, once finishing the hash from its
+/// `state` over its content gives the chain it carries; before, its text.
+fn line_leaf(pl: &ProvenLine, format: u32, content: &str, chain: &str) -> Option<Hash> {
+    if format < 5 {
+        return Some(leaf_hash(pl.line.as_bytes()));
+    }
+    let state = unhex::<32>(pl.state.as_deref()?)?;
+    let ours = chain_from_state(&state, content.as_bytes());
+    (hex(&ours) == chain).then(|| chain_leaf(chain))
+}
+
 fn hashes(list: &[String]) -> Option<Vec<Hash>> {
     list.iter().map(|h| unhex::<32>(h)).collect()
 }
@@ -431,7 +476,7 @@ fn hashes(list: &[String]) -> Option<Vec<Hash>> {
 impl Evidence {
     /// Checks every proof against checkpoints signed with `key`.
     pub fn verify(&self, key: &VerifyingKey) -> Result<EvidenceSummary, EvidenceProblem> {
-        if self.format != EVIDENCE_FORMAT {
+        if !READS.contains(&self.format.as_str()) {
             return Err(EvidenceProblem::Format(self.format.clone()));
         }
         let mut summary = EvidenceSummary {
@@ -567,14 +612,10 @@ impl Evidence {
             let id = v["id"].as_str().unwrap_or("?").to_string();
             let in_order = last.as_ref().is_none_or(|(i, _)| pl.index > *i);
             let proven = in_order
-                && hashes(&pl.proof).is_some_and(|path| {
-                    verify_inclusion(
-                        pl.index,
-                        cp.lines,
-                        &leaf_hash(pl.line.as_bytes()),
-                        &path,
-                        tree,
-                    )
+                && line_leaf(pl, cp.format, &content, chain).is_some_and(|leaf| {
+                    hashes(&pl.proof).is_some_and(|path| {
+                        verify_inclusion(pl.index, cp.lines, &leaf, &path, tree)
+                    })
                 });
             if !proven {
                 return Err(EvidenceProblem::NotInLog {

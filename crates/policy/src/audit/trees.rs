@@ -21,6 +21,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
+use super::checkpoint::unhex;
 use super::merkle::{leaf_hash, leaf_hash_of, Frontier, Hash, Tree};
 
 /// A host's entry in the host tree.
@@ -95,6 +96,18 @@ pub(crate) fn is_checkpoint(content: &str) -> bool {
     content.contains("\"outcome\":\"checkpoint\"")
 }
 
+/// The format-5 leaf of a line: its chain value (which hashed the line
+/// after the chain before it), as a leaf. One block to hash, where the
+/// line itself was a dozen: the chain already covers every byte of it.
+pub(crate) fn chain_leaf(chain: &str) -> Hash {
+    match unhex::<32>(chain) {
+        Some(raw) => leaf_hash(&raw),
+        // Not a chain value (a line `split_line` refused never gets here):
+        // a leaf no chain value has.
+        None => leaf_hash_of(&[b"not a chain value\n", chain.as_bytes()]),
+    }
+}
+
 /// The heads a checkpoint signs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Heads {
@@ -109,7 +122,11 @@ pub struct Heads {
 /// The trees of one file, fed its lines in order.
 #[derive(Clone, Debug, Default)]
 pub struct FileTrees {
+    /// The line tree (format 5): a leaf per line, its chain value.
     lines: Frontier,
+    /// Formats 3 and 4's line tree (a leaf per line, its text), kept
+    /// only where old checkpoints are checked.
+    texts: Option<Frontier>,
     /// Position of each host's entry.
     names: HashMap<String, usize>,
     entries: Vec<HostEntry>,
@@ -132,6 +149,7 @@ impl FileTrees {
     /// an older version sealed.
     pub fn verifying() -> FileTrees {
         FileTrees {
+            texts: Some(Frontier::default()),
             format3: Some(Tree::default()),
             ..FileTrees::default()
         }
@@ -145,7 +163,7 @@ impl FileTrees {
     /// Adds a record line of `host` (as written, with its chain value).
     pub fn record(&mut self, host: &str, line: impl AsRef<[u8]>, chain: &str) {
         let index = self.lines.size();
-        self.lines.push(leaf_hash(line.as_ref()));
+        self.push_line(line.as_ref(), chain);
         let seq = self.next_seq(host);
         let entry = host_leaf(host, seq, index, chain);
         let position = match self.names.get(host) {
@@ -199,16 +217,23 @@ impl FileTrees {
         position
     }
 
-    /// Adds a checkpoint line (in the line tree only).
-    pub fn checkpoint(&mut self, line: &str) {
-        self.lines.push(leaf_hash(line.as_bytes()));
+    /// Adds a checkpoint line, with its chain value (in the line tree only).
+    pub fn checkpoint(&mut self, line: &str, chain: &str) {
+        self.push_line(line.as_bytes(), chain);
+    }
+
+    fn push_line(&mut self, line: &[u8], chain: &str) {
+        self.lines.push(chain_leaf(chain));
+        if let Some(t) = self.texts.as_mut() {
+            t.push(leaf_hash(line));
+        }
     }
 
     /// Adds a line read back from a file: a checkpoint or a record.
     /// `chain` is the line's chain value. Returns the host of a record.
     pub fn line(&mut self, line: &str, content: &str, chain: &str) -> Option<String> {
         if is_checkpoint(content) {
-            self.checkpoint(line);
+            self.checkpoint(line, chain);
             return None;
         }
         let host = serde_json::from_str::<HostOf<'_>>(content)
@@ -267,7 +292,18 @@ impl FileTrees {
         self.format3.as_mut().map(Tree::root)
     }
 
-    /// The heads over everything so far.
+    /// The head of the line tree a checkpoint of `format` signs: from
+    /// format 5 over the lines' chain values, before over their text
+    /// (kept by [`FileTrees::verifying`] alone).
+    pub fn line_head(&self, format: u32) -> Hash {
+        match (&self.texts, format) {
+            (Some(t), ..=4) => t.root(),
+            (None, ..=4) => super::merkle::empty_root(),
+            _ => self.lines.root(),
+        }
+    }
+
+    /// The heads over everything so far, as this version signs them.
     pub fn heads(&mut self) -> Heads {
         Heads {
             tree: self.lines.root(),
@@ -303,7 +339,7 @@ mod tests {
         t.record("b.test", "l1", "c1");
         assert_eq!(t.next_seq("a.test"), 2);
         t.record("a.test", "l2", "c2");
-        t.checkpoint("cp");
+        t.checkpoint("cp", "c3");
         let heads = t.heads();
         assert_eq!(heads.hosts, 2);
         let a = t.host("a.test").cloned().unwrap();
