@@ -135,7 +135,17 @@ pub struct FileTrees {
     host_tree: Tree,
     /// Format 3's host tree, kept only where old checkpoints are checked.
     format3: Option<Tree>,
+    /// Hosts with lines since their leaf was last made: position, name
+    /// and last chain value. A leaf is made when a head or proof is asked
+    /// for ([`FileTrees::settle`]): a busy host's lines between two
+    /// checkpoints cost its leaf once, not once per line.
+    stale: Vec<(usize, String, String)>,
+    /// Per host position: its place in `stale`, or [`FRESH`].
+    stale_at: Vec<u32>,
 }
+
+/// A host whose leaf is up to date (see `FileTrees::stale_at`).
+const FRESH: u32 = u32::MAX;
 
 /// The fields of a record line the trees need.
 #[derive(Deserialize)]
@@ -165,17 +175,39 @@ impl FileTrees {
         let index = self.lines.size();
         self.push_line(line.as_ref(), chain);
         let seq = self.next_seq(host);
-        let entry = host_leaf(host, seq, index, chain);
         let position = match self.names.get(host) {
             Some(&p) => p,
             None => self.add_host(host),
         };
         let e = &mut self.entries[position];
-        (e.seq, e.last_index, e.entry) = (seq, index, entry);
-        self.host_tree
-            .set(position, linked_leaf(&e.key, &e.next, &entry));
-        if let Some(t) = self.format3.as_mut() {
-            t.set(position, entry);
+        (e.seq, e.last_index) = (seq, index);
+        match self.stale_at[position] {
+            FRESH => {
+                self.stale_at[position] = self.stale.len() as u32;
+                self.stale
+                    .push((position, host.to_string(), chain.to_string()));
+            }
+            at => {
+                let last = &mut self.stale[at as usize].2;
+                last.clear();
+                last.push_str(chain);
+            }
+        }
+    }
+
+    /// Makes the leaves of the hosts with lines since they were last made:
+    /// their entries, and their leaves in the host trees.
+    fn settle(&mut self) {
+        for (position, host, chain) in std::mem::take(&mut self.stale) {
+            let e = &mut self.entries[position];
+            let entry = host_leaf(&host, e.seq, e.last_index, &chain);
+            e.entry = entry;
+            self.host_tree
+                .set(position, linked_leaf(&e.key, &e.next, &entry));
+            if let Some(t) = self.format3.as_mut() {
+                t.set(position, entry);
+            }
+            self.stale_at[position] = FRESH;
         }
     }
 
@@ -209,6 +241,7 @@ impl FileTrees {
             entry: [0; 32],
         });
         self.host_tree.push([0; 32]);
+        self.stale_at.push(FRESH);
         if let Some(t) = self.format3.as_mut() {
             t.push([0; 32]);
         }
@@ -253,17 +286,19 @@ impl FileTrees {
         self.entries.len()
     }
 
-    /// A host's entry.
+    /// A host's entry; its `entry` hash is that of the last head or proof
+    /// asked for (the other fields are up to date).
     pub fn host(&self, host: &str) -> Option<&HostEntry> {
         self.names.get(host).map(|&p| &self.entries[p])
     }
 
     /// The entry of the host whose leaf encloses `host`'s key (format 4),
     /// which proves `host` has no line in the file; `None` when it has.
-    pub fn enclosing(&self, host: &str) -> Option<&HostEntry> {
+    pub fn enclosing(&mut self, host: &str) -> Option<&HostEntry> {
         if self.names.contains_key(host) {
             return None;
         }
+        self.settle();
         let key = host_key(host);
         let p = self
             .order
@@ -276,12 +311,14 @@ impl FileTrees {
 
     /// The audit path of a host's leaf in the host tree as it stands.
     pub fn host_proof(&mut self, position: usize) -> Vec<Hash> {
+        self.settle();
         self.host_tree.proof(position)
     }
 
     /// The audit path of a host's leaf in format 3's host tree, where it
     /// is kept ([`FileTrees::verifying`]).
     pub fn format3_proof(&mut self, position: usize) -> Vec<Hash> {
+        self.settle();
         self.format3
             .as_mut()
             .map_or_else(Vec::new, |t| t.proof(position))
@@ -289,6 +326,7 @@ impl FileTrees {
 
     /// Head of format 3's host tree, where it is kept.
     pub fn format3_head(&mut self) -> Option<Hash> {
+        self.settle();
         self.format3.as_mut().map(Tree::root)
     }
 
@@ -305,6 +343,7 @@ impl FileTrees {
 
     /// The heads over everything so far, as this version signs them.
     pub fn heads(&mut self) -> Heads {
+        self.settle();
         Heads {
             tree: self.lines.root(),
             hosts: self.host_tree.size() as u64,
