@@ -20,7 +20,9 @@
 #            200); the other peers forward it as they do fresh URLs
 #   https    HTTPS through interception, keep-alive, the same page again
 #            (origin: nginx with TLS; validators on, so mannerly revalidates):
-#            direct, relay, stack, mannerly and mitmproxy, with
+#            direct, relay, stack, squidbump (squid-openssl bumping every
+#            CONNECT with its own CA, storing as squiddisk does), mannerly
+#            and mitmproxy, with
 #            examples/https_load (16 connections, HTTP/1.1) as the client,
 #            since wrk cannot tunnel
 #
@@ -29,12 +31,15 @@
 # The origin is Debian's nginx (static 1 KiB file with ETag for reval/fresh,
 # a `return 200` 1 KiB body without validators for plain). wrk -t2 -c32, 1
 # KiB pages. Prints req/s, p50, p99 and CPU µs per request per path and peer,
-# and each peer's ratio to squid and to squiddisk. mannerly runs with the whole pipeline (robots.txt cached,
+# and each peer's ratio to squid and to squiddisk (squidbump on https); then
+# the goals of issue 52 round by round (each ratio taken within a round, its
+# median and range, and in how many rounds it held). mannerly runs with the whole pipeline (robots.txt cached,
 # audit on, store on) in observe mode, so its per-host budget does not pace
 # the one host (the point of the budget is to pace it).
 #
 # Installs nothing: needs nginx, squid, tinyproxy, wrk, curl, openssl (Debian:
-# apt-get install -y nginx-light squid tinyproxy wrk curl openssl), and for
+# apt-get install -y nginx-light squid-openssl tinyproxy wrk curl openssl; a
+# squid without OpenSSL runs every row but squidbump), and for
 # the https path mitmdump (pip install mitmproxy; MITMDUMP=/path/to/mitmdump
 # if it is not on PATH; without it the mitmproxy row is skipped).
 # BENCH_ROUNDS (default 3: every HTTP path runs each peer this many times,
@@ -45,8 +50,8 @@
 # BENCH_MANNERLY_ENV="MANNERLY_CACHE__SYNC=none ..." (extra settings). BENCH_DURATION
 # (default 6 s per run), BENCH_SKIP_BUILD=1, BENCH_KEEP=1,
 # BENCH_PATHS="plain reval fresh https" and BENCH_PEERS="direct relay stack
-# squid squiddisk tinyproxy mannerly" (subsets run fewer; squid and squiddisk are
-# the ratios' bases), BENCH_SQUID_STORE (squiddisk's cache_dir type: aufs,
+# squid squiddisk squidbump tinyproxy mannerly" (subsets run fewer; squid,
+# squiddisk and squidbump are the ratios' bases), BENCH_SQUID_STORE (squiddisk's cache_dir type: aufs,
 # the default, ufs or rock), BENCH_SQUID_LOG=1 (squiddisk writes an access
 # log, to check its result codes; off for figures), BENCH_PIN=1 (the proxy under test on CPU 0,
 # wrk, curl and the origin on CPU 1, with taskset; each row also says how
