@@ -51,7 +51,9 @@
 # (default 6 s per run), BENCH_SKIP_BUILD=1, BENCH_KEEP=1,
 # BENCH_PATHS="plain reval fresh https" and BENCH_PEERS="direct relay stack
 # squid squiddisk squidbump tinyproxy mannerly" (subsets run fewer; squid,
-# squiddisk and squidbump are the ratios' bases), BENCH_SQUID_STORE (squiddisk's cache_dir type: aufs,
+# squiddisk and squidbump are the ratios' bases), BENCH_BEFORE=/path/to/mannerly
+# (an older build as the peer "before", run as mannerly is: "no path slower
+# than before", round by round), BENCH_SQUID_STORE (squiddisk's cache_dir type: aufs,
 # the default, ufs or rock), BENCH_SQUID_LOG=1 (squiddisk writes an access
 # log, to check its result codes; off for figures), BENCH_PIN=1 (the proxy under test on CPU 0,
 # wrk, curl and the origin on CPU 1, with taskset; each row also says how
@@ -67,7 +69,7 @@ TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 DURATION=${BENCH_DURATION:-6}
 CONNS=32
 ROUNDS=${BENCH_ROUNDS:-3}
-PEERS=${BENCH_PEERS:-direct relay stack squid squiddisk squidbump tinyproxy mannerly}
+PEERS=${BENCH_PEERS:-direct relay stack squid squiddisk squidbump tinyproxy mannerly${BENCH_BEFORE:+ before}}
 # The peers of the plain-HTTP paths (squidbump is squiddisk there: it runs
 # on https alone).
 HTTP_PEERS=$(echo " $PEERS " | sed 's/ squidbump / /; s/^ //; s/ $//')
@@ -96,6 +98,7 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 ORIGIN_PORT=$(free_port); SQUID_PORT=$(free_port); TINY_PORT=$(free_port); MANNERLY_PORT=$(free_port)
 TLS_PORT=$(free_port); MITM_PORT=$(free_port); RELAY_PORT=$(free_port); RELAY_TLS_PORT=$(free_port)
 SQUIDDISK_PORT=$(free_port); STACK_PORT=$(free_port); STACK_TLS_PORT=$(free_port); BUMP_PORT=$(free_port)
+BEFORE_PORT=$(free_port)
 MITMDUMP=${MITMDUMP:-$(command -v mitmdump || true)}
 
 # Profiles want line tables: the profiling build has them, release not.
@@ -345,6 +348,22 @@ MANNERLY_POLICY__ENFORCE=false MANNERLY_UPSTREAM__POOL_MAX_IDLE_PER_HOST=${BENCH
   "${ON_PROXY_CPU[@]}" env ${BENCH_MANNERLY_ENV:-} "$MANNERLY" run >"$WORK/mannerly.out" 2>"$WORK/mannerly.log" & PIDS+=($!)
 MANNERLY_PID=$!
 
+# --- before: another mannerly build, the same way (BENCH_BEFORE=path) --------
+# A build from before a change, run as a peer of its own: its rounds
+# alternate with the others', so "no path slower than before" is read
+# within each round, as the goals are.
+BEFORE_PID=
+if [[ " $PEERS " == *" before "* ]]; then
+  [[ -x ${BENCH_BEFORE:-} ]] || die "the before peer needs BENCH_BEFORE=/path/to/mannerly"
+  mkdir -m 700 "$WORK/data-before"
+  MANNERLY_DATA_DIR=$WORK/data-before MANNERLY_PROXY__LISTEN=127.0.0.1:$BEFORE_PORT \
+  MANNERLY_ADMIN__LISTEN= MANNERLY_UPSTREAM__ALLOW_PRIVATE=true \
+  MANNERLY_UPSTREAM__EXTRA_ROOTS=$WORK/origin-ca.pem MANNERLY_PROXY__CONNECT_PORTS=$TLS_PORT \
+  MANNERLY_POLICY__ENFORCE=false MANNERLY_UPSTREAM__POOL_MAX_IDLE_PER_HOST=${BENCH_POOL:-32} \
+    "${ON_PROXY_CPU[@]}" env ${BENCH_MANNERLY_ENV:-} "$BENCH_BEFORE" run >"$WORK/before.out" 2>"$WORK/before.log" & PIDS+=($!)
+  BEFORE_PID=$!
+fi
+
 # --- mitmproxy (https path only) --------------------------------------------
 if [[ -n $MITMDUMP ]]; then
   "${ON_PROXY_CPU[@]}" "$MITMDUMP" -q --listen-host 127.0.0.1 --listen-port "$MITM_PORT" --set confdir="$WORK/mitm" \
@@ -355,6 +374,7 @@ fi
 
 wait_port "$SQUID_PORT"; wait_port "$SQUIDDISK_PORT"; wait_port "$TINY_PORT"; wait_port "$MANNERLY_PORT"; wait_port "$RELAY_PORT"
 wait_port "$STACK_PORT"; wait_port "$STACK_TLS_PORT"
+[[ -n $BEFORE_PID ]] && wait_port "$BEFORE_PORT"
 if [[ -n $BUMP_PID ]]; then
   wait_port "$BUMP_PORT"
   code=$(curl -sS -x "http://127.0.0.1:$BUMP_PORT" --cacert "$WORK/bump-ca.pem" -o /dev/null -w '%{http_code}' \
@@ -362,7 +382,7 @@ if [[ -n $BUMP_PID ]]; then
   [[ $code == 200 ]] || die "squidbump answered $code"
 fi
 ORIGIN=http://127.0.0.1:$ORIGIN_PORT
-for p in "$SQUID_PORT" "$SQUIDDISK_PORT" "$TINY_PORT" "$MANNERLY_PORT"; do
+for p in "$SQUID_PORT" "$SQUIDDISK_PORT" "$TINY_PORT" "$MANNERLY_PORT" ${BEFORE_PID:+"$BEFORE_PORT"}; do
   code=$(curl -sS -x "http://127.0.0.1:$p" -o /dev/null -w '%{http_code}' "$ORIGIN/etag/page.html") || die "proxy on $p failed"
   [[ $code == 200 ]] || die "proxy on $p answered $code"
 done
@@ -382,8 +402,10 @@ run() { # name, proxy port (or 'direct'), url, unique, [tag, seconds]
       -s "$ROOT/bench/peers.lua" "http://127.0.0.1:$port" >"$out"
   fi
 }
-# Audit lines with an outcome, so far.
-outcomes() { grep -c "\"outcome\":\"$1\"" "$WORK/data/audit.jsonl" 2>/dev/null || true; }
+# Audit lines with an outcome, so far, in the current file and the ones it
+# rotated from (audit.jsonl.<time>): a count of the current file alone
+# went down at a rotation.
+outcomes() { cat "$WORK"/data/audit.jsonl* 2>/dev/null | grep -c "\"outcome\":\"$1\"" || true; }
 ms() { awk -v q="$2" '$1 == q {
   v = $2; u = v; sub(/[0-9.]+/, "", u); sub(/[a-z]+$/, "", v)
   m = (u == "us") ? 0.001 : (u == "ms") ? 1 : (u == "s") ? 1000 : -1
@@ -425,7 +447,8 @@ bad() { awk -F: '/Non-2xx or 3xx/ {gsub(/ /,"",$2); print $2}' "$WORK/wrk-$1.txt
 declare -A URL=([plain]=$ORIGIN/plain [reval]=$ORIGIN/etag/page.html [fresh]=$ORIGIN/etag/page.html
   [recrawl]=$ORIGIN/etag/page.html)
 declare -A UNIQ=([plain]=0 [reval]=0 [fresh]=1 [recrawl]=1)
-PEER_PID=([relay]=$RELAY_PID [stack]=$STACK_PID [squid]=$SQUID_PID [squiddisk]=$SQUIDDISK_PID [tinyproxy]=$TINY_PID [mannerly]=$MANNERLY_PID)
+PEER_PID=([relay]=$RELAY_PID [stack]=$STACK_PID [squid]=$SQUID_PID [squiddisk]=$SQUIDDISK_PID [tinyproxy]=$TINY_PID [mannerly]=$MANNERLY_PID
+  [before]=$BEFORE_PID)
 declare -A USED UUSED SYSCALLS RECRAWL SQUID_DID IDLE
 # squiddisk's own count of what it did, from its cache manager: requests,
 # answers from its store (a hit, or a 304 from the origin and the stored
@@ -460,7 +483,7 @@ for path in $PATHS; do
     for peer in $HTTP_PEERS; do
       case $peer in
         direct | relay | stack) port=direct ;; squid) port=$SQUID_PORT ;; squiddisk) port=$SQUIDDISK_PORT ;;
-        tinyproxy) port=$TINY_PORT ;; mannerly) port=$MANNERLY_PORT ;;
+        tinyproxy) port=$TINY_PORT ;; mannerly) port=$MANNERLY_PORT ;; before) port=$BEFORE_PORT ;;
       esac
       url=${URL[$path]}
       [[ $peer == relay ]] && url=${url/:$ORIGIN_PORT/:$RELAY_PORT}
@@ -473,6 +496,10 @@ for path in $PATHS; do
         tag=fill-$round
         run "$tag" "$port" "$url" 1 "$tag" "${BENCH_RECRAWL_FILL:-$((DURATION * 3))}"
         revalidated=$(outcomes revalidated) fetched=$(outcomes fetched)
+      fi
+      if [[ $path == recrawl && $peer == before ]]; then
+        tag=fill-before-$round
+        run "$tag" "$port" "$url" 1 "$tag" "${BENCH_RECRAWL_FILL:-$((DURATION * 3))}"
       fi
       if [[ $path == recrawl && $peer == squiddisk ]]; then
         # squid's fill, the same length as mannerly's: pages on its disk.
@@ -584,6 +611,9 @@ if [[ " $PATHS " == *" https "* ]]; then
     fi
     HTTPS_PID=$MANNERLY_PID https_run "mannerly-$round" "$N" "$TLS_PORT" "$WORK/data/ca.pem" "127.0.0.1:$MANNERLY_PORT"
     [[ -n $perf_pid ]] && { kill -INT "$perf_pid"; wait "$perf_pid" || true; }
+    if [[ -n $BEFORE_PID ]]; then
+      HTTPS_PID=$BEFORE_PID https_run "before-$round" "$N" "$TLS_PORT" "$WORK/data-before/ca.pem" "127.0.0.1:$BEFORE_PORT"
+    fi
     if [[ -n $BUMP_PID ]]; then
       # squid counts a bumped tunnel's CONNECT and each request inside it;
       # a tunnel it did not bump would show the CONNECTs alone, and none
@@ -604,7 +634,7 @@ if [[ " $PATHS " == *" https "* ]]; then
   rl=$(https_median relay | awk '{print $2}')
   sb=$(https_median squidbump | awk '{print $2}'); sb=${sb:-0}
   m=$(https_median mitmproxy | awk '{print $2}'); m=${m:-0}
-  for peer in direct relay stack squidbump mannerly mitmproxy; do
+  for peer in direct relay stack squidbump mannerly before mitmproxy; do
     line=$(https_median "$peer"); [[ -n $line ]] || continue
     read -r _ r p50 p99 bad cpu idle <<<"$line"
     [[ $idle != - && -n $idle ]] && cpu="$cpu (CPU 1 idle $idle%)"
@@ -660,6 +690,9 @@ if [[ " $PEERS " == *" mannerly "* ]]; then
     case $path in plain | reval) goal "$path" cpu mannerly stack le 1.6 ;; https) goal https cpu mannerly stack le 1.3 ;; esac
     goal "$path" rps mannerly "$base" ge 2
     goal "$path" p99 mannerly "$base" le 1
+    # No path slower than before (BENCH_BEFORE).
+    goal "$path" rps mannerly before ge 1
+    goal "$path" cpu mannerly before le 1
   done
 fi
 
@@ -672,8 +705,8 @@ if [[ ${BENCH_PERF:-0} == 1 ]]; then
 fi
 echo
 [[ " $PEERS " == *" squiddisk "* ]] && echo "squiddisk: $(squid_objects) objects on disk ($SQUID_STORE)"
-echo "mannerly audit: $(outcomes revalidated) revalidated, $(grep -c '"cache":"stored"' "$WORK/data/audit.jsonl" || true) stored, $(wc -l <"$WORK/data/audit.jsonl") lines"
-"$MANNERLY" audit verify "$WORK/data/audit.jsonl" >/dev/null 2>&1 && echo "audit chain: intact" || echo "audit chain: see mannerly audit verify (end unsealed while running is expected)"
+echo "mannerly audit: $(outcomes revalidated) revalidated, $(cat "$WORK"/data/audit.jsonl* | grep -c '"cache":"stored"' || true) stored, $(cat "$WORK"/data/audit.jsonl* | wc -l) lines in $(ls "$WORK"/data/audit.jsonl* | wc -l) file(s)"
+"$MANNERLY" audit verify "$WORK/data" >/dev/null 2>&1 && echo "audit chain: intact" || echo "audit chain: see mannerly audit verify (end unsealed while running is expected)"
 if [[ ${BENCH_PIN:-0} == 1 ]]; then
   echo "(pinned: proxy under test on CPU 0, wrk/curl and the origin on CPU 1; ${DURATION}s per run, $CONNS connections, median of $ROUNDS rounds)"
 else
