@@ -21,8 +21,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use super::checkpoint::unhex;
-use super::merkle::{leaf_hash, leaf_hash_of, Frontier, Hash, Tree};
+use super::merkle::{chain_leaf, leaf_hash, leaf_hash_of, Frontier, Hash, Tree};
 
 /// A host's entry in the host tree.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -94,18 +93,6 @@ pub(crate) fn encloses(key: &Hash, next: &Hash, x: &Hash) -> bool {
 /// their quotes escaped, so only a checkpoint has this field).
 pub(crate) fn is_checkpoint(content: &str) -> bool {
     content.contains("\"outcome\":\"checkpoint\"")
-}
-
-/// The format-5 leaf of a line: its chain value (which hashed the line
-/// after the chain before it), as a leaf. One block to hash, where the
-/// line itself was a dozen: the chain already covers every byte of it.
-pub(crate) fn chain_leaf(chain: &str) -> Hash {
-    match unhex::<32>(chain) {
-        Some(raw) => leaf_hash(&raw),
-        // Not a chain value (a line `split_line` refused never gets here):
-        // a leaf no chain value has.
-        None => leaf_hash_of(&[b"not a chain value\n", chain.as_bytes()]),
-    }
 }
 
 /// The heads a checkpoint signs.
