@@ -62,7 +62,7 @@ fn full(i: usize) -> AuditRecord {
         saved_bytes: Some(1024),
         cache: Some("revalidated"),
         prefs: Some(robots.preferences("x", "/").record()),
-        signed: i % 2 == 0,
+        signed: i.is_multiple_of(2),
         state: Some("shared"),
         announced: Some(Announced {
             by: AnnouncedBy::Ratelimit,
