@@ -20,7 +20,9 @@
 #            200); the other peers forward it as they do fresh URLs
 #   https    HTTPS through interception, keep-alive, the same page again
 #            (origin: nginx with TLS; validators on, so mannerly revalidates):
-#            direct, relay, stack, mannerly and mitmproxy, with
+#            direct, relay, stack, squidbump (squid-openssl bumping every
+#            CONNECT with its own CA, storing as squiddisk does), mannerly
+#            and mitmproxy, with
 #            examples/https_load (16 connections, HTTP/1.1) as the client,
 #            since wrk cannot tunnel
 #
@@ -29,12 +31,15 @@
 # The origin is Debian's nginx (static 1 KiB file with ETag for reval/fresh,
 # a `return 200` 1 KiB body without validators for plain). wrk -t2 -c32, 1
 # KiB pages. Prints req/s, p50, p99 and CPU µs per request per path and peer,
-# and each peer's ratio to squid and to squiddisk. mannerly runs with the whole pipeline (robots.txt cached,
+# and each peer's ratio to squid and to squiddisk (squidbump on https); then
+# the goals of issue 52 round by round (each ratio taken within a round, its
+# median and range, and in how many rounds it held). mannerly runs with the whole pipeline (robots.txt cached,
 # audit on, store on) in observe mode, so its per-host budget does not pace
 # the one host (the point of the budget is to pace it).
 #
 # Installs nothing: needs nginx, squid, tinyproxy, wrk, curl, openssl (Debian:
-# apt-get install -y nginx-light squid tinyproxy wrk curl openssl), and for
+# apt-get install -y nginx-light squid-openssl tinyproxy wrk curl openssl; a
+# squid without OpenSSL runs every row but squidbump), and for
 # the https path mitmdump (pip install mitmproxy; MITMDUMP=/path/to/mitmdump
 # if it is not on PATH; without it the mitmproxy row is skipped).
 # BENCH_ROUNDS (default 3: every HTTP path runs each peer this many times,
@@ -45,8 +50,10 @@
 # BENCH_MANNERLY_ENV="MANNERLY_CACHE__SYNC=none ..." (extra settings). BENCH_DURATION
 # (default 6 s per run), BENCH_SKIP_BUILD=1, BENCH_KEEP=1,
 # BENCH_PATHS="plain reval fresh https" and BENCH_PEERS="direct relay stack
-# squid squiddisk tinyproxy mannerly" (subsets run fewer; squid and squiddisk are
-# the ratios' bases), BENCH_SQUID_STORE (squiddisk's cache_dir type: aufs,
+# squid squiddisk squidbump tinyproxy mannerly" (subsets run fewer; squid,
+# squiddisk and squidbump are the ratios' bases), BENCH_BEFORE=/path/to/mannerly
+# (an older build as the peer "before", run as mannerly is: "no path slower
+# than before", round by round), BENCH_SQUID_STORE (squiddisk's cache_dir type: aufs,
 # the default, ufs or rock), BENCH_SQUID_LOG=1 (squiddisk writes an access
 # log, to check its result codes; off for figures), BENCH_PIN=1 (the proxy under test on CPU 0,
 # wrk, curl and the origin on CPU 1, with taskset; each row also says how
@@ -61,6 +68,11 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 DURATION=${BENCH_DURATION:-6}
 CONNS=32
+ROUNDS=${BENCH_ROUNDS:-3}
+PEERS=${BENCH_PEERS:-direct relay stack squid squiddisk squidbump tinyproxy mannerly${BENCH_BEFORE:+ before}}
+# The peers of the plain-HTTP paths (squidbump is squiddisk there: it runs
+# on https alone).
+HTTP_PEERS=$(echo " $PEERS " | sed 's/ squidbump / /; s/^ //; s/ $//')
 THREADS=2
 die() { echo "peers.sh: $*" >&2; exit 1; }
 for t in nginx squid tinyproxy wrk curl; do
@@ -85,7 +97,8 @@ fi
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 ORIGIN_PORT=$(free_port); SQUID_PORT=$(free_port); TINY_PORT=$(free_port); MANNERLY_PORT=$(free_port)
 TLS_PORT=$(free_port); MITM_PORT=$(free_port); RELAY_PORT=$(free_port); RELAY_TLS_PORT=$(free_port)
-SQUIDDISK_PORT=$(free_port); STACK_PORT=$(free_port); STACK_TLS_PORT=$(free_port)
+SQUIDDISK_PORT=$(free_port); STACK_PORT=$(free_port); STACK_TLS_PORT=$(free_port); BUMP_PORT=$(free_port)
+BEFORE_PORT=$(free_port)
 MITMDUMP=${MITMDUMP:-$(command -v mitmdump || true)}
 
 # Profiles want line tables: the profiling build has them, release not.
@@ -263,6 +276,57 @@ CONF
 "${ON_PROXY_CPU[@]}" "$SQUID" -N -f "$WORK/squiddisk.conf" 2>"$WORK/squiddisk.err" & PIDS+=($!)
 SQUIDDISK_PID=$!
 
+# --- squidbump: squid intercepting TLS as mannerly does (ssl-bump) -----------
+# The peer of the https path: every CONNECT is bumped with squid's own CA
+# (a leaf per host made by security_file_certgen, as mannerly makes its
+# own), and the requests inside are stored and revalidated as squiddisk
+# does (disk cache, every page stale at once, a 304 answered from disk).
+# Needs squid built with OpenSSL (Debian: squid-openssl, which replaces
+# squid); without it the row is skipped.
+BUMP_PID=
+SQUID_CERTGEN=${SQUID_CERTGEN:-/usr/lib/squid/security_file_certgen}
+if [[ " ${BENCH_PATHS:-https} " == *" https "* && " $PEERS " == *" squidbump "* ]]; then
+  if ! "$SQUID" -v | grep -q -- --with-openssl || [[ ! -x $SQUID_CERTGEN ]]; then
+    echo "peers.sh: squid without OpenSSL (apt-get install -y squid-openssl): no squidbump row" >&2
+  else
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=peers-squid-bump-ca \
+      -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign \
+      -keyout "$WORK/bump-ca.key" -out "$WORK/bump-ca.pem" 2>/dev/null
+    mkdir -p "$WORK/bump-cache"
+    "$SQUID_CERTGEN" -c -s "$WORK/bump-certs" -M 16MB >/dev/null
+    [[ -n $SQUID_USER ]] && chown -R "$SQUID_USER" "$WORK/bump-cache" "$WORK/bump-certs"
+    cat > "$WORK/squidbump.conf" <<CONF
+http_port 127.0.0.1:$BUMP_PORT ssl-bump generate-host-certificates=on dynamic_cert_mem_cache_size=16MB tls-cert=$WORK/bump-ca.pem tls-key=$WORK/bump-ca.key
+sslcrtd_program $SQUID_CERTGEN -s $WORK/bump-certs -M 16MB
+sslcrtd_children 2 startup=1 idle=1
+acl step1 at_step SslBump1
+ssl_bump peek step1
+ssl_bump bump all
+tls_outgoing_options cafile=$WORK/origin-ca.pem
+acl localnet src 127.0.0.1/32
+http_access allow localnet
+http_access deny all
+cache_mem 0 MB
+memory_cache_mode disk
+cache_dir $SQUID_STORE $WORK/bump-cache 4096$([[ $SQUID_STORE == rock ]] || echo " 16 256")
+maximum_object_size 1 MB
+refresh_pattern . 0 0% 0
+access_log $([[ ${BENCH_SQUID_LOG:-0} == 1 ]] && echo "stdio:$WORK/bump-cache/access.log" || echo none)
+cache_store_log none
+cache_log $WORK/bump-cache/cache.log
+$([[ -n $SQUID_USER ]] && echo "cache_effective_user $SQUID_USER")
+logfile_rotate 0
+pid_filename $WORK/squidbump.pid
+coredump_dir $WORK
+shutdown_lifetime 0 seconds
+CONF
+    "$SQUID" -N -z -f "$WORK/squidbump.conf" >"$WORK/squidbump-z.err" 2>&1 ||
+      die "squid -z (squidbump) failed: $(tail -n 3 "$WORK/squidbump-z.err")"
+    "${ON_PROXY_CPU[@]}" "$SQUID" -N -f "$WORK/squidbump.conf" 2>"$WORK/squidbump.err" & PIDS+=($!)
+    BUMP_PID=$!
+  fi
+fi
+
 # --- tinyproxy: logging down to criticals --------------------------------
 cat > "$WORK/tinyproxy.conf" <<CONF
 Port $TINY_PORT
@@ -284,6 +348,22 @@ MANNERLY_POLICY__ENFORCE=false MANNERLY_UPSTREAM__POOL_MAX_IDLE_PER_HOST=${BENCH
   "${ON_PROXY_CPU[@]}" env ${BENCH_MANNERLY_ENV:-} "$MANNERLY" run >"$WORK/mannerly.out" 2>"$WORK/mannerly.log" & PIDS+=($!)
 MANNERLY_PID=$!
 
+# --- before: another mannerly build, the same way (BENCH_BEFORE=path) --------
+# A build from before a change, run as a peer of its own: its rounds
+# alternate with the others', so "no path slower than before" is read
+# within each round, as the goals are.
+BEFORE_PID=
+if [[ " $PEERS " == *" before "* ]]; then
+  [[ -x ${BENCH_BEFORE:-} ]] || die "the before peer needs BENCH_BEFORE=/path/to/mannerly"
+  mkdir -m 700 "$WORK/data-before"
+  MANNERLY_DATA_DIR=$WORK/data-before MANNERLY_PROXY__LISTEN=127.0.0.1:$BEFORE_PORT \
+  MANNERLY_ADMIN__LISTEN= MANNERLY_UPSTREAM__ALLOW_PRIVATE=true \
+  MANNERLY_UPSTREAM__EXTRA_ROOTS=$WORK/origin-ca.pem MANNERLY_PROXY__CONNECT_PORTS=$TLS_PORT \
+  MANNERLY_POLICY__ENFORCE=false MANNERLY_UPSTREAM__POOL_MAX_IDLE_PER_HOST=${BENCH_POOL:-32} \
+    "${ON_PROXY_CPU[@]}" env ${BENCH_MANNERLY_ENV:-} "$BENCH_BEFORE" run >"$WORK/before.out" 2>"$WORK/before.log" & PIDS+=($!)
+  BEFORE_PID=$!
+fi
+
 # --- mitmproxy (https path only) --------------------------------------------
 if [[ -n $MITMDUMP ]]; then
   "${ON_PROXY_CPU[@]}" "$MITMDUMP" -q --listen-host 127.0.0.1 --listen-port "$MITM_PORT" --set confdir="$WORK/mitm" \
@@ -294,8 +374,15 @@ fi
 
 wait_port "$SQUID_PORT"; wait_port "$SQUIDDISK_PORT"; wait_port "$TINY_PORT"; wait_port "$MANNERLY_PORT"; wait_port "$RELAY_PORT"
 wait_port "$STACK_PORT"; wait_port "$STACK_TLS_PORT"
+[[ -n $BEFORE_PID ]] && wait_port "$BEFORE_PORT"
+if [[ -n $BUMP_PID ]]; then
+  wait_port "$BUMP_PORT"
+  code=$(curl -sS -x "http://127.0.0.1:$BUMP_PORT" --cacert "$WORK/bump-ca.pem" -o /dev/null -w '%{http_code}' \
+    "https://localhost:$TLS_PORT/etag/page.html") || die "squidbump failed (logs in $WORK/bump-cache)"
+  [[ $code == 200 ]] || die "squidbump answered $code"
+fi
 ORIGIN=http://127.0.0.1:$ORIGIN_PORT
-for p in "$SQUID_PORT" "$SQUIDDISK_PORT" "$TINY_PORT" "$MANNERLY_PORT"; do
+for p in "$SQUID_PORT" "$SQUIDDISK_PORT" "$TINY_PORT" "$MANNERLY_PORT" ${BEFORE_PID:+"$BEFORE_PORT"}; do
   code=$(curl -sS -x "http://127.0.0.1:$p" -o /dev/null -w '%{http_code}' "$ORIGIN/etag/page.html") || die "proxy on $p failed"
   [[ $code == 200 ]] || die "proxy on $p answered $code"
 done
@@ -315,8 +402,10 @@ run() { # name, proxy port (or 'direct'), url, unique, [tag, seconds]
       -s "$ROOT/bench/peers.lua" "http://127.0.0.1:$port" >"$out"
   fi
 }
-# Audit lines with an outcome, so far.
-outcomes() { grep -c "\"outcome\":\"$1\"" "$WORK/data/audit.jsonl" 2>/dev/null || true; }
+# Audit lines with an outcome, so far, in the current file and the ones it
+# rotated from (audit.jsonl.<time>): a count of the current file alone
+# went down at a rotation.
+outcomes() { cat "$WORK"/data/audit.jsonl* 2>/dev/null | grep -c "\"outcome\":\"$1\"" || true; }
 ms() { awk -v q="$2" '$1 == q {
   v = $2; u = v; sub(/[0-9.]+/, "", u); sub(/[a-z]+$/, "", v)
   m = (u == "us") ? 0.001 : (u == "ms") ? 1 : (u == "s") ? 1000 : -1
@@ -358,18 +447,19 @@ bad() { awk -F: '/Non-2xx or 3xx/ {gsub(/ /,"",$2); print $2}' "$WORK/wrk-$1.txt
 declare -A URL=([plain]=$ORIGIN/plain [reval]=$ORIGIN/etag/page.html [fresh]=$ORIGIN/etag/page.html
   [recrawl]=$ORIGIN/etag/page.html)
 declare -A UNIQ=([plain]=0 [reval]=0 [fresh]=1 [recrawl]=1)
-PEER_PID=([relay]=$RELAY_PID [stack]=$STACK_PID [squid]=$SQUID_PID [squiddisk]=$SQUIDDISK_PID [tinyproxy]=$TINY_PID [mannerly]=$MANNERLY_PID)
+PEER_PID=([relay]=$RELAY_PID [stack]=$STACK_PID [squid]=$SQUID_PID [squiddisk]=$SQUIDDISK_PID [tinyproxy]=$TINY_PID [mannerly]=$MANNERLY_PID
+  [before]=$BEFORE_PID)
 declare -A USED UUSED SYSCALLS RECRAWL SQUID_DID IDLE
 # squiddisk's own count of what it did, from its cache manager: requests,
 # answers from its store (a hit, or a 304 from the origin and the stored
 # body: TCP_REFRESH_UNMODIFIED counts as a hit), requests sent to the origin.
-squid_counters() {
-  curl -sS "http://127.0.0.1:$SQUIDDISK_PORT/squid-internal-mgr/counters" 2>/dev/null \
+squid_counters() { # [port: squiddisk's by default]
+  curl -sS "http://127.0.0.1:${1:-$SQUIDDISK_PORT}/squid-internal-mgr/counters" 2>/dev/null \
     | awk -F' = ' '$1 == "client_http.requests" {r = $2} $1 == "client_http.hits" {h = $2}
         $1 == "server.http.requests" {s = $2} END {print r + 0, h + 0, s + 0}'
 }
-squid_objects() {
-  curl -sS "http://127.0.0.1:$SQUIDDISK_PORT/squid-internal-mgr/info" 2>/dev/null \
+squid_objects() { # [port: squiddisk's by default]
+  curl -sS "http://127.0.0.1:${1:-$SQUIDDISK_PORT}/squid-internal-mgr/info" 2>/dev/null \
     | awk -F'\t' '/on-disk objects/ {gsub(/[^0-9]/, "", $2); print $2 + 0}'
 }
 # The difference of two squid_counters lines, as words.
@@ -377,8 +467,6 @@ squid_did() { # before, after
   read -r r0 h0 s0 <<<"$1"; read -r r1 h1 s1 <<<"$2"
   echo "$((r1 - r0)) requests, $((h1 - h0)) answered from its store, $((s1 - s0)) sent to the origin"
 }
-ROUNDS=${BENCH_ROUNDS:-3}
-PEERS=${BENCH_PEERS:-direct relay stack squid squiddisk tinyproxy mannerly}
 # The median of a peer's rounds: the run whose req/s is the middle one (its
 # p50 and p99 are reported with it).
 median_run() { # path, peer
@@ -392,10 +480,10 @@ for path in $PATHS; do
   # Rounds take the peers in turn, so that a slow spell of the shared
   # machine falls on every peer, and the median of each is reported.
   for ((round = 1; round <= ROUNDS; round++)); do
-    for peer in $PEERS; do
+    for peer in $HTTP_PEERS; do
       case $peer in
         direct | relay | stack) port=direct ;; squid) port=$SQUID_PORT ;; squiddisk) port=$SQUIDDISK_PORT ;;
-        tinyproxy) port=$TINY_PORT ;; mannerly) port=$MANNERLY_PORT ;;
+        tinyproxy) port=$TINY_PORT ;; mannerly) port=$MANNERLY_PORT ;; before) port=$BEFORE_PORT ;;
       esac
       url=${URL[$path]}
       [[ $peer == relay ]] && url=${url/:$ORIGIN_PORT/:$RELAY_PORT}
@@ -408,6 +496,10 @@ for path in $PATHS; do
         tag=fill-$round
         run "$tag" "$port" "$url" 1 "$tag" "${BENCH_RECRAWL_FILL:-$((DURATION * 3))}"
         revalidated=$(outcomes revalidated) fetched=$(outcomes fetched)
+      fi
+      if [[ $path == recrawl && $peer == before ]]; then
+        tag=fill-before-$round
+        run "$tag" "$port" "$url" 1 "$tag" "${BENCH_RECRAWL_FILL:-$((DURATION * 3))}"
       fi
       if [[ $path == recrawl && $peer == squiddisk ]]; then
         # squid's fill, the same length as mannerly's: pages on its disk.
@@ -445,7 +537,7 @@ for path in $PATHS; do
   s=0 sd=0
   [[ " $PEERS " == *" squid "* ]] && s=$(rps "$path-squid-$(median_run "$path" squid)")
   [[ " $PEERS " == *" squiddisk "* ]] && sd=$(rps "$path-squiddisk-$(median_run "$path" squiddisk)")
-  for peer in $PEERS; do
+  for peer in $HTTP_PEERS; do
     m=$path-$peer-$(median_run "$path" "$peer")
     r=$(rps "$m")
     cpu=-; [[ -n ${PEER_PID[$peer]:-} ]] && cpu="$(cpu_us "$m" "${USED[$m]}") ($(cpu_us "$m" "${UUSED[$m]}") user$(
@@ -519,6 +611,17 @@ if [[ " $PATHS " == *" https "* ]]; then
     fi
     HTTPS_PID=$MANNERLY_PID https_run "mannerly-$round" "$N" "$TLS_PORT" "$WORK/data/ca.pem" "127.0.0.1:$MANNERLY_PORT"
     [[ -n $perf_pid ]] && { kill -INT "$perf_pid"; wait "$perf_pid" || true; }
+    if [[ -n $BEFORE_PID ]]; then
+      HTTPS_PID=$BEFORE_PID https_run "before-$round" "$N" "$TLS_PORT" "$WORK/data-before/ca.pem" "127.0.0.1:$BEFORE_PORT"
+    fi
+    if [[ -n $BUMP_PID ]]; then
+      # squid counts a bumped tunnel's CONNECT and each request inside it;
+      # a tunnel it did not bump would show the CONNECTs alone, and none
+      # answered from its store.
+      sq_before=$(squid_counters "$BUMP_PORT")
+      HTTPS_PID=$BUMP_PID https_run "squidbump-$round" "$N" "$TLS_PORT" "$WORK/bump-ca.pem" "127.0.0.1:$BUMP_PORT"
+      SQUID_DID[https-$round]=$(squid_did "$sq_before" "$(squid_counters "$BUMP_PORT")")
+    fi
     if [[ -n $MITMDUMP ]]; then
       HTTPS_PID=$MITM_PID https_run "mitmproxy-$round" $((N / 10)) "$TLS_PORT" "$WORK/mitm/mitmproxy-ca-cert.pem" "127.0.0.1:$MITM_PORT"
     fi
@@ -526,17 +629,70 @@ if [[ " $PATHS " == *" https "* ]]; then
   # The median round of each peer, by req/s.
   https_median() { { cat "$WORK"/https-"$1"-*.sum 2>/dev/null || true; } | sort -k2,2n | awk -v m=$(((ROUNDS + 1) / 2)) 'NR == m'; }
   echo
-  printf '%-6s %-9s %9s %9s %9s %8s %9s %9s %12s %11s %s\n' path peer req/s p50_ms p99_ms failed vs_direct vs_relay vs_mitmproxy cpu_us/req "rounds (req/s)"
+  printf '%-6s %-9s %9s %9s %9s %8s %9s %9s %9s %12s %11s %s\n' path peer req/s p50_ms p99_ms failed vs_direct vs_relay vs_sqbump vs_mitmproxy cpu_us/req "rounds (req/s)"
   d=$(https_median direct | awk '{print $2}')
   rl=$(https_median relay | awk '{print $2}')
+  sb=$(https_median squidbump | awk '{print $2}'); sb=${sb:-0}
   m=$(https_median mitmproxy | awk '{print $2}'); m=${m:-0}
-  for peer in direct relay stack mannerly mitmproxy; do
+  for peer in direct relay stack squidbump mannerly before mitmproxy; do
     line=$(https_median "$peer"); [[ -n $line ]] || continue
     read -r _ r p50 p99 bad cpu idle <<<"$line"
     [[ $idle != - && -n $idle ]] && cpu="$cpu (CPU 1 idle $idle%)"
     all=$(for ((round = 1; round <= ROUNDS; round++)); do awk '{print $2}' "$WORK/https-$peer-$round.sum"; done | paste -sd/)
-    printf '%-6s %-9s %9s %9s %9s %8s %9s %9s %12s %11s %s\n' https "$peer" "$r" "$p50" "$p99" "$bad" \
-      "$(ratio "$r" "$d")" "$(ratio "$r" "${rl:-0}")" "$(ratio "$r" "$m")" "$cpu" "$all"
+    printf '%-6s %-9s %9s %9s %9s %8s %9s %9s %9s %12s %11s %s\n' https "$peer" "$r" "$p50" "$p99" "$bad" \
+      "$(ratio "$r" "$d")" "$(ratio "$r" "${rl:-0}")" "$(ratio "$r" "$sb")" "$(ratio "$r" "$m")" "$cpu" "$all"
+  done
+  if [[ -n $BUMP_PID ]]; then
+    for ((round = 1; round <= ROUNDS; round++)); do
+      echo "https, squidbump round $round: ${SQUID_DID[https-$round]} (CONNECTs included)"
+    done
+    echo "squidbump: $(find "$WORK/bump-certs/certs" -name '*.pem' | wc -l) host certificate(s) made by its CA, $(squid_objects "$BUMP_PORT") objects on disk ($SQUID_STORE)"
+  fi
+fi
+
+# --- the issue's goals, run by run ------------------------------------------
+# A ratio of two peers is taken within each round (the peers ran one after
+# the other in it), so a goal is met when it holds in every round, not in
+# the medians alone. One line per goal: each round's ratio, their median
+# and range, and in how many rounds it held.
+val() { # path peer round rps|p99|cpu
+  local f
+  if [[ $1 == https ]]; then
+    f=$WORK/https-$2-$3.sum
+    [[ -f $f ]] || return 0
+    case $4 in rps) awk '{print $2}' "$f" ;; p99) awk '{print $4}' "$f" ;; cpu) awk '{print $6}' "$f" ;; esac
+  else
+    [[ -f $WORK/wrk-$1-$2-$3.txt ]] || return 0
+    case $4 in rps) rps "$1-$2-$3" ;; p99) ms "$1-$2-$3" 99% ;; cpu) cpu_us "$1-$2-$3" "${USED[$1-$2-$3]:-0}" ;; esac
+  fi
+}
+goal() { # path what peer base le|ge limit
+  local path=$1 what=$2 peer=$3 base=$4 op=$5 limit=$6 r a b ratios=()
+  for ((r = 1; r <= ROUNDS; r++)); do
+    a=$(val "$path" "$peer" "$r" "$what"); b=$(val "$path" "$base" "$r" "$what")
+    [[ -n $a && -n $b && $a != - && $b != - ]] || return 0
+    ratios+=("$(awk -v a="$a" -v b="$b" 'BEGIN{ if (b > 0) printf "%.2f", a / b; else print "inf" }')")
+  done
+  # Sorted for the median and range (mawk has no asort); the rounds in
+  # order come first, on one line.
+  { echo "${ratios[*]}"; printf '%s\n' "${ratios[@]}" | sort -g; } | awk -v path="$path" -v what="$what" \
+    -v name="$peer/$base" -v op="$op" -v limit="$limit" '
+    NR == 1 { line = $0; next }
+    { n++; s[n] = $1; if ((op == "le" && $1 <= limit) || (op == "ge" && $1 >= limit)) met++ }
+    END {
+      printf "%-7s %-4s %-20s %-16s median %5s  range %s-%s  goal %s %s: met in %d of %d\n", path, what, name, line,
+        s[int((n + 1) / 2)], s[1], s[n], (op == "le" ? "<=" : ">="), limit, met + 0, n }'
+}
+if [[ " $PEERS " == *" mannerly "* ]]; then
+  echo; echo "goals (issue 52), per round:"
+  for path in $PATHS; do
+    case $path in plain | reval) base=squid ;; fresh | recrawl) base=squiddisk ;; https) base=squidbump ;; esac
+    case $path in plain | reval) goal "$path" cpu mannerly stack le 1.6 ;; https) goal https cpu mannerly stack le 1.3 ;; esac
+    goal "$path" rps mannerly "$base" ge 2
+    goal "$path" p99 mannerly "$base" le 1
+    # No path slower than before (BENCH_BEFORE).
+    goal "$path" rps mannerly before ge 1
+    goal "$path" cpu mannerly before le 1
   done
 fi
 
@@ -549,8 +705,8 @@ if [[ ${BENCH_PERF:-0} == 1 ]]; then
 fi
 echo
 [[ " $PEERS " == *" squiddisk "* ]] && echo "squiddisk: $(squid_objects) objects on disk ($SQUID_STORE)"
-echo "mannerly audit: $(outcomes revalidated) revalidated, $(grep -c '"cache":"stored"' "$WORK/data/audit.jsonl" || true) stored, $(wc -l <"$WORK/data/audit.jsonl") lines"
-"$MANNERLY" audit verify "$WORK/data/audit.jsonl" >/dev/null 2>&1 && echo "audit chain: intact" || echo "audit chain: see mannerly audit verify (end unsealed while running is expected)"
+echo "mannerly audit: $(outcomes revalidated) revalidated, $(cat "$WORK"/data/audit.jsonl* | grep -c '"cache":"stored"' || true) stored, $(cat "$WORK"/data/audit.jsonl* | wc -l) lines in $(ls "$WORK"/data/audit.jsonl* | wc -l) file(s)"
+"$MANNERLY" audit verify "$WORK/data" >/dev/null 2>&1 && echo "audit chain: intact" || echo "audit chain: see mannerly audit verify (end unsealed while running is expected)"
 if [[ ${BENCH_PIN:-0} == 1 ]]; then
   echo "(pinned: proxy under test on CPU 0, wrk/curl and the origin on CPU 1; ${DURATION}s per run, $CONNS connections, median of $ROUNDS rounds)"
 else

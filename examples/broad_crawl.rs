@@ -206,6 +206,9 @@ fn start_mannerly(origin: &Origin, extra: &[(&str, &str)]) -> Result<Mannerly, E
     cmd.arg("run")
         .arg("--config")
         .arg(&cfg_path)
+        // This example's own knob: the proxy reads every MANNERLY_* as a
+        // config key and refuses an unknown one.
+        .env_remove("MANNERLY_BIN")
         .env("MANNERLY_LOG", "warn")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());

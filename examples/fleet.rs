@@ -118,6 +118,9 @@ fn start(
         .arg("run")
         .arg("--config")
         .arg(&cfg_path)
+        // This example's own knob: the proxy reads every MANNERLY_* as a
+        // config key and refuses an unknown one.
+        .env_remove("MANNERLY_BIN")
         .env("MANNERLY_LOG", "warn")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::inherit())

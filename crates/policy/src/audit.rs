@@ -17,7 +17,9 @@ use crate::Outcome;
 
 mod checkpoint;
 mod evidence;
+mod json;
 mod merkle;
+mod midstate;
 mod trees;
 mod verify;
 
@@ -279,15 +281,6 @@ impl AuditRecord {
         // Serialising a struct of strings, numbers and options cannot fail;
         // an empty object keeps the chain intact should that ever change.
         serde_json::to_string(self).unwrap_or_else(|_| String::from("{}"))
-    }
-
-    /// [`AuditRecord::to_json`], appended to `out`: the same bytes.
-    pub fn write_json(&self, out: &mut Vec<u8>) {
-        let start = out.len();
-        if serde_json::to_writer(&mut *out, self).is_err() {
-            out.truncate(start);
-            out.extend_from_slice(b"{}");
-        }
     }
 }
 

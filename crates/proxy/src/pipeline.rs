@@ -198,6 +198,9 @@ struct StoredPage {
     status: StatusCode,
     headers: HeaderMap,
     body: Bytes,
+    /// The store's entry the body is from, whose `<meta>` tags are read
+    /// once for every time it is served.
+    entry: Option<Arc<StoredResponse>>,
 }
 
 /// What step 3 found, carried to step 6.
@@ -428,12 +431,13 @@ impl Exchange {
                 mut headers,
             } => {
                 self.saved_charge(&mut headers);
-                let body = found.map(|f| f.body.clone()).unwrap_or_default();
+                let body = found.as_ref().map(|f| f.body.clone()).unwrap_or_default();
                 self.rec.cache(CacheOutcome::Hit);
                 let page = StoredPage {
                     status,
                     headers,
                     body,
+                    entry: found,
                 };
                 return Ok(Lookup::Stored(page));
             }
@@ -468,6 +472,7 @@ impl Exchange {
             status: page.status,
             headers: page.headers.clone(),
             body: page.body.clone(),
+            entry: None,
         })
     }
 

@@ -27,7 +27,7 @@ pub enum SealReason {
 }
 
 /// The checkpoint format this version writes (see [`Checkpoint::format`]).
-pub(crate) const FORMAT: u32 = 4;
+pub(crate) const FORMAT: u32 = 5;
 
 /// What a format-3 checkpoint commits to beyond the chain.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -66,16 +66,19 @@ pub struct Checkpoint {
     /// stopped cleanly, or was cut; 1 (checkpoints without the field)
     /// skipped that checkpoint when nothing followed an interval one; 3
     /// also signs the fields below, so that single lines can be proven to
-    /// be in the file; 4 (now) links the host tree's leaves by key, so a
-    /// host's absence from a file can be proven too.
+    /// be in the file; 4 links the host tree's leaves by key, so a host's
+    /// absence from a file can be proven too; 5 (now) makes the line
+    /// tree's leaves of the lines' chain values instead of their text (the
+    /// chain covers the text: one hash per line where there were two).
     #[serde(default = "format_one")]
     pub format: u32,
     /// Format 3: the chain value the file's first line continues.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub continues: Option<String>,
     /// Format 3: the RFC 9162 Merkle tree head over the file's `lines`
-    /// lines before this checkpoint (each line as written, without its
-    /// newline), hex.
+    /// lines before this checkpoint (formats 3 and 4: each line as
+    /// written, without its newline; from format 5: each line's chain
+    /// value, 32 bytes), hex.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tree: Option<String>,
     /// Format 3: hosts with lines in the file so far.

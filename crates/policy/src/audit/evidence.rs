@@ -12,14 +12,18 @@ use ed25519_dalek::VerifyingKey;
 use serde::{Deserialize, Serialize};
 
 use super::checkpoint::{hex, unhex, Checkpoint, SealReason};
-use super::merkle::{leaf_hash, verify_inclusion, Hash, Tree};
-use super::trees::{
-    encloses, host_key, host_leaf, is_checkpoint, linked_leaf, FileTrees, HostEntry,
-};
+use super::merkle::{chain_leaf, leaf_hash, verify_inclusion, Hash};
+use super::midstate::chain_from_state;
+use super::trees::{encloses, host_key, host_leaf, linked_leaf, FileTrees};
 use super::{digest, split_line, GENESIS};
 
-/// What the evidence file says it is.
-pub(crate) const EVIDENCE_FORMAT: &str = "mannerly-evidence-1";
+/// What the evidence file says it is: 2 since lines under format-5
+/// checkpoints carry their [`ProvenLine::state`].
+pub(crate) const EVIDENCE_FORMAT: &str = "mannerly-evidence-2";
+
+/// Evidence files this version reads (1 has no `state`, and no format-5
+/// checkpoints).
+const READS: [&str; 2] = ["mannerly-evidence-1", EVIDENCE_FORMAT];
 
 /// The evidence for one host, as written to the file.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -73,6 +77,12 @@ pub struct ProvenLine {
     pub line: String,
     /// The audit path, bottom up, hex.
     pub proof: Vec<String>,
+    /// Under a format-5 checkpoint (whose line tree has the chain values
+    /// as leaves): SHA-256's state after the chain value before this line,
+    /// hex, from which this line's chain is recomputed without showing
+    /// that value (`audit/midstate.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
 }
 
 /// The host's leaf in the host tree and its audit path.
@@ -262,166 +272,31 @@ pub struct EvidenceBuilder {
 
 struct Building {
     name: String,
+    /// The line tree's leaves: from format 5 the chain values'.
     leaves: Vec<Hash>,
+    /// The leaves of formats 3 and 4: the lines' text.
+    texts: Vec<Hash>,
     trees: FileTrees,
-    /// The host's lines: index and text.
-    mine: Vec<(u64, String)>,
+    /// The chain value of the line before the next one; none before the
+    /// file's first (a checkpoint's `continues` says it).
+    prev: Option<String>,
+    /// The host's lines: index, text, the chain value before it.
+    mine: Vec<(u64, String, Option<String>)>,
     /// The last checkpoint seen: index, line, the host's leaf then (or
     /// the proof that it has none).
     last: Option<(IndexedLine, Option<HostProof>, Option<AbsentProof>)>,
 }
 
-impl EvidenceBuilder {
-    /// A builder for `host`.
-    pub fn new(host: &str) -> EvidenceBuilder {
-        EvidenceBuilder {
-            host: host.to_string(),
-            key: None,
-            files: Vec::new(),
-            cur: None,
-        }
+/// A proven line's leaf in the line tree of a checkpoint of `format`:
+/// from format 5 its chain value, once finishing the hash from its
+/// `state` over its content gives the chain it carries; before, its text.
+fn line_leaf(pl: &ProvenLine, format: u32, content: &str, chain: &str) -> Option<Hash> {
+    if format < 5 {
+        return Some(leaf_hash(pl.line.as_bytes()));
     }
-
-    /// Begins the next file of the log.
-    pub fn start_file(&mut self, name: &str) -> Result<(), String> {
-        self.end_file()?;
-        self.cur = Some(Building {
-            name: name.to_string(),
-            leaves: Vec::new(),
-            trees: FileTrees::verifying(),
-            mine: Vec::new(),
-            last: None,
-        });
-        Ok(())
-    }
-
-    /// Reads one line (without its newline). The log is taken as it is:
-    /// `audit verify` is what checks it; a line the trees cannot take is
-    /// an error naming it.
-    pub fn line(&mut self, text: &str) -> Result<(), String> {
-        let host = self.host.clone();
-        let Some(b) = self.cur.as_mut() else {
-            return Err("no file started".into());
-        };
-        let index = b.leaves.len() as u64;
-        let at = |name: &str| format!("{name}: line {}", index + 1);
-        let (content, chain) =
-            split_line(text).ok_or_else(|| format!("{}: not an audit line", at(&b.name)))?;
-        if is_checkpoint(&content) {
-            let cp: Checkpoint = serde_json::from_str(&content)
-                .map_err(|e| format!("{}: checkpoint does not parse: {e}", at(&b.name)))?;
-            if cp.format >= 3 && cp.tree.as_deref() != Some(hex(&b.trees.heads().tree).as_str()) {
-                return Err(format!(
-                    "{}: the checkpoint's tree head is not that of the lines before it; run `mannerly audit verify`",
-                    at(&b.name)
-                ));
-            }
-            let (leaf, absent) = proofs(&mut b.trees, &host, cp.format);
-            self.key = Some(cp.key.clone());
-            b.last = Some((
-                IndexedLine {
-                    index,
-                    line: text.to_string(),
-                },
-                leaf,
-                absent,
-            ));
-            b.trees.checkpoint(text);
-        } else if b.trees.line(text, &content, chain).as_deref() == Some(host.as_str()) {
-            b.mine.push((index, text.to_string()));
-        }
-        b.leaves.push(leaf_hash(text.as_bytes()));
-        Ok(())
-    }
-
-    fn end_file(&mut self) -> Result<(), String> {
-        let Some(b) = self.cur.take() else {
-            return Ok(());
-        };
-        let Some((checkpoint, host_leaf, absent)) = b.last else {
-            return Err(format!(
-                "{}: no checkpoint: nothing in it is sealed",
-                b.name
-            ));
-        };
-        let cp: Option<Checkpoint> =
-            split_line(&checkpoint.line).and_then(|(c, _)| serde_json::from_str(&c).ok());
-        if cp.as_ref().map_or(0, |c| c.format) < 3 {
-            return Err(format!(
-                "{}: its last checkpoint (line {}) has no Merkle heads (written before checkpoint format 3); evidence can be given for files sealed since",
-                b.name,
-                checkpoint.index + 1
-            ));
-        }
-        let sealed = checkpoint.index;
-        let mut tree = Tree::from_leaves(b.leaves[..sealed as usize].to_vec());
-        let lines = b
-            .mine
-            .iter()
-            .filter(|(i, _)| *i < sealed)
-            .map(|(i, l)| ProvenLine {
-                index: *i,
-                line: l.clone(),
-                proof: tree.proof(*i as usize).iter().map(|h| hex(h)).collect(),
-            })
-            .collect();
-        let unsealed = b.mine.iter().filter(|(i, _)| *i > sealed).count() as u64;
-        self.files.push(EvidenceFile {
-            name: b.name,
-            checkpoint,
-            lines,
-            host_leaf,
-            absent,
-            unsealed,
-        });
-        Ok(())
-    }
-
-    /// The evidence.
-    pub fn finish(mut self) -> Result<Evidence, String> {
-        self.end_file()?;
-        Ok(Evidence {
-            format: EVIDENCE_FORMAT.to_string(),
-            host: self.host,
-            key: self.key.unwrap_or_default(),
-            files: self.files,
-        })
-    }
-}
-
-/// The host's leaf and its audit path in the host tree of a checkpoint
-/// of `format`, or, from format 4, the leaf that proves it has none.
-fn proofs(
-    trees: &mut FileTrees,
-    host: &str,
-    format: u32,
-) -> (Option<HostProof>, Option<AbsentProof>) {
-    let path = |trees: &mut FileTrees, e: &HostEntry| -> Vec<String> {
-        let path = match format {
-            3 => trees.format3_proof(e.position),
-            _ => trees.host_proof(e.position),
-        };
-        path.iter().map(|h| hex(h)).collect()
-    };
-    if let Some(e) = trees.host(host).cloned() {
-        let leaf = HostProof {
-            position: e.position as u64,
-            seq: e.seq,
-            last_index: e.last_index,
-            proof: path(trees, &e),
-            next: (format >= 4).then(|| hex(&e.next)),
-        };
-        return (Some(leaf), None);
-    }
-    let absent = trees.enclosing(host).cloned().filter(|_| format >= 4);
-    let absent = absent.map(|e| AbsentProof {
-        position: e.position as u64,
-        key: hex(&e.key),
-        next: hex(&e.next),
-        entry: hex(&e.entry),
-        proof: path(trees, &e),
-    });
-    (None, absent)
+    let state = unhex::<32>(pl.state.as_deref()?)?;
+    let ours = chain_from_state(&state, content.as_bytes());
+    (hex(&ours) == chain).then(|| chain_leaf(chain))
 }
 
 fn hashes(list: &[String]) -> Option<Vec<Hash>> {
@@ -431,7 +306,7 @@ fn hashes(list: &[String]) -> Option<Vec<Hash>> {
 impl Evidence {
     /// Checks every proof against checkpoints signed with `key`.
     pub fn verify(&self, key: &VerifyingKey) -> Result<EvidenceSummary, EvidenceProblem> {
-        if self.format != EVIDENCE_FORMAT {
+        if !READS.contains(&self.format.as_str()) {
             return Err(EvidenceProblem::Format(self.format.clone()));
         }
         let mut summary = EvidenceSummary {
@@ -567,14 +442,10 @@ impl Evidence {
             let id = v["id"].as_str().unwrap_or("?").to_string();
             let in_order = last.as_ref().is_none_or(|(i, _)| pl.index > *i);
             let proven = in_order
-                && hashes(&pl.proof).is_some_and(|path| {
-                    verify_inclusion(
-                        pl.index,
-                        cp.lines,
-                        &leaf_hash(pl.line.as_bytes()),
-                        &path,
-                        tree,
-                    )
+                && line_leaf(pl, cp.format, &content, chain).is_some_and(|leaf| {
+                    hashes(&pl.proof).is_some_and(|path| {
+                        verify_inclusion(pl.index, cp.lines, &leaf, &path, tree)
+                    })
                 });
             if !proven {
                 return Err(EvidenceProblem::NotInLog {
@@ -683,6 +554,7 @@ impl Evidence {
     }
 }
 
+mod builder;
 mod witnessed;
 
 #[cfg(test)]

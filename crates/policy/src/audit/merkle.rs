@@ -30,6 +30,32 @@ pub(crate) fn leaf_hash_of(parts: &[&[u8]]) -> Hash {
     h.finalize().into()
 }
 
+/// The format-5 leaf of a line: its chain value (which hashed the line
+/// after the chain before it), as a leaf. One block to hash, where the
+/// line itself was a dozen: the chain already covers every byte of it.
+pub(crate) fn chain_leaf(chain: &str) -> Hash {
+    let b = chain.as_bytes();
+    let nibble = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    let mut raw = [0u8; 32];
+    let decoded = b.len() == 64
+        && raw.iter_mut().enumerate().all(|(i, out)| {
+            match (nibble(b[2 * i]), nibble(b[2 * i + 1])) {
+                (Some(hi), Some(lo)) => {
+                    *out = hi << 4 | lo;
+                    true
+                }
+                _ => false,
+            }
+        });
+    if decoded {
+        leaf_hash(&raw)
+    } else {
+        // Not a chain value (a line `split_line` refused never gets here):
+        // a leaf no chain value has.
+        leaf_hash_of(&[b"not a chain value\n", b])
+    }
+}
+
 /// The hash of an inner node.
 pub(crate) fn node_hash(left: &Hash, right: &Hash) -> Hash {
     let mut h = Sha256::new();

@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use super::merkle::{leaf_hash, leaf_hash_of, Frontier, Hash, Tree};
+use super::merkle::{chain_leaf, leaf_hash, leaf_hash_of, Frontier, Hash, Tree};
 
 /// A host's entry in the host tree.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -109,7 +109,11 @@ pub struct Heads {
 /// The trees of one file, fed its lines in order.
 #[derive(Clone, Debug, Default)]
 pub struct FileTrees {
+    /// The line tree (format 5): a leaf per line, its chain value.
     lines: Frontier,
+    /// Formats 3 and 4's line tree (a leaf per line, its text), kept
+    /// only where old checkpoints are checked.
+    texts: Option<Frontier>,
     /// Position of each host's entry.
     names: HashMap<String, usize>,
     entries: Vec<HostEntry>,
@@ -118,7 +122,17 @@ pub struct FileTrees {
     host_tree: Tree,
     /// Format 3's host tree, kept only where old checkpoints are checked.
     format3: Option<Tree>,
+    /// Hosts with lines since their leaf was last made: position, name
+    /// and last chain value. A leaf is made when a head or proof is asked
+    /// for ([`FileTrees::settle`]): a busy host's lines between two
+    /// checkpoints cost its leaf once, not once per line.
+    stale: Vec<(usize, String, String)>,
+    /// Per host position: its place in `stale`, or [`FRESH`].
+    stale_at: Vec<u32>,
 }
+
+/// A host whose leaf is up to date (see `FileTrees::stale_at`).
+const FRESH: u32 = u32::MAX;
 
 /// The fields of a record line the trees need.
 #[derive(Deserialize)]
@@ -132,6 +146,7 @@ impl FileTrees {
     /// an older version sealed.
     pub fn verifying() -> FileTrees {
         FileTrees {
+            texts: Some(Frontier::default()),
             format3: Some(Tree::default()),
             ..FileTrees::default()
         }
@@ -145,19 +160,41 @@ impl FileTrees {
     /// Adds a record line of `host` (as written, with its chain value).
     pub fn record(&mut self, host: &str, line: impl AsRef<[u8]>, chain: &str) {
         let index = self.lines.size();
-        self.lines.push(leaf_hash(line.as_ref()));
+        self.push_line(line.as_ref(), chain);
         let seq = self.next_seq(host);
-        let entry = host_leaf(host, seq, index, chain);
         let position = match self.names.get(host) {
             Some(&p) => p,
             None => self.add_host(host),
         };
         let e = &mut self.entries[position];
-        (e.seq, e.last_index, e.entry) = (seq, index, entry);
-        self.host_tree
-            .set(position, linked_leaf(&e.key, &e.next, &entry));
-        if let Some(t) = self.format3.as_mut() {
-            t.set(position, entry);
+        (e.seq, e.last_index) = (seq, index);
+        match self.stale_at[position] {
+            FRESH => {
+                self.stale_at[position] = self.stale.len() as u32;
+                self.stale
+                    .push((position, host.to_string(), chain.to_string()));
+            }
+            at => {
+                let last = &mut self.stale[at as usize].2;
+                last.clear();
+                last.push_str(chain);
+            }
+        }
+    }
+
+    /// Makes the leaves of the hosts with lines since they were last made:
+    /// their entries, and their leaves in the host trees.
+    fn settle(&mut self) {
+        for (position, host, chain) in std::mem::take(&mut self.stale) {
+            let e = &mut self.entries[position];
+            let entry = host_leaf(&host, e.seq, e.last_index, &chain);
+            e.entry = entry;
+            self.host_tree
+                .set(position, linked_leaf(&e.key, &e.next, &entry));
+            if let Some(t) = self.format3.as_mut() {
+                t.set(position, entry);
+            }
+            self.stale_at[position] = FRESH;
         }
     }
 
@@ -191,6 +228,7 @@ impl FileTrees {
             entry: [0; 32],
         });
         self.host_tree.push([0; 32]);
+        self.stale_at.push(FRESH);
         if let Some(t) = self.format3.as_mut() {
             t.push([0; 32]);
         }
@@ -199,16 +237,23 @@ impl FileTrees {
         position
     }
 
-    /// Adds a checkpoint line (in the line tree only).
-    pub fn checkpoint(&mut self, line: &str) {
-        self.lines.push(leaf_hash(line.as_bytes()));
+    /// Adds a checkpoint line, with its chain value (in the line tree only).
+    pub fn checkpoint(&mut self, line: &str, chain: &str) {
+        self.push_line(line.as_bytes(), chain);
+    }
+
+    fn push_line(&mut self, line: &[u8], chain: &str) {
+        self.lines.push(chain_leaf(chain));
+        if let Some(t) = self.texts.as_mut() {
+            t.push(leaf_hash(line));
+        }
     }
 
     /// Adds a line read back from a file: a checkpoint or a record.
     /// `chain` is the line's chain value. Returns the host of a record.
     pub fn line(&mut self, line: &str, content: &str, chain: &str) -> Option<String> {
         if is_checkpoint(content) {
-            self.checkpoint(line);
+            self.checkpoint(line, chain);
             return None;
         }
         let host = serde_json::from_str::<HostOf<'_>>(content)
@@ -228,17 +273,19 @@ impl FileTrees {
         self.entries.len()
     }
 
-    /// A host's entry.
+    /// A host's entry; its `entry` hash is that of the last head or proof
+    /// asked for (the other fields are up to date).
     pub fn host(&self, host: &str) -> Option<&HostEntry> {
         self.names.get(host).map(|&p| &self.entries[p])
     }
 
     /// The entry of the host whose leaf encloses `host`'s key (format 4),
     /// which proves `host` has no line in the file; `None` when it has.
-    pub fn enclosing(&self, host: &str) -> Option<&HostEntry> {
+    pub fn enclosing(&mut self, host: &str) -> Option<&HostEntry> {
         if self.names.contains_key(host) {
             return None;
         }
+        self.settle();
         let key = host_key(host);
         let p = self
             .order
@@ -251,12 +298,14 @@ impl FileTrees {
 
     /// The audit path of a host's leaf in the host tree as it stands.
     pub fn host_proof(&mut self, position: usize) -> Vec<Hash> {
+        self.settle();
         self.host_tree.proof(position)
     }
 
     /// The audit path of a host's leaf in format 3's host tree, where it
     /// is kept ([`FileTrees::verifying`]).
     pub fn format3_proof(&mut self, position: usize) -> Vec<Hash> {
+        self.settle();
         self.format3
             .as_mut()
             .map_or_else(Vec::new, |t| t.proof(position))
@@ -264,11 +313,24 @@ impl FileTrees {
 
     /// Head of format 3's host tree, where it is kept.
     pub fn format3_head(&mut self) -> Option<Hash> {
+        self.settle();
         self.format3.as_mut().map(Tree::root)
     }
 
-    /// The heads over everything so far.
+    /// The head of the line tree a checkpoint of `format` signs: from
+    /// format 5 over the lines' chain values, before over their text
+    /// (kept by [`FileTrees::verifying`] alone).
+    pub fn line_head(&self, format: u32) -> Hash {
+        match (&self.texts, format) {
+            (Some(t), ..=4) => t.root(),
+            (None, ..=4) => super::merkle::empty_root(),
+            _ => self.lines.root(),
+        }
+    }
+
+    /// The heads over everything so far, as this version signs them.
     pub fn heads(&mut self) -> Heads {
+        self.settle();
         Heads {
             tree: self.lines.root(),
             hosts: self.host_tree.size() as u64,
@@ -303,7 +365,7 @@ mod tests {
         t.record("b.test", "l1", "c1");
         assert_eq!(t.next_seq("a.test"), 2);
         t.record("a.test", "l2", "c2");
-        t.checkpoint("cp");
+        t.checkpoint("cp", "c3");
         let heads = t.heads();
         assert_eq!(heads.hosts, 2);
         let a = t.host("a.test").cloned().unwrap();

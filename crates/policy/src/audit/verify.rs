@@ -348,7 +348,7 @@ impl Verifier {
                 });
                 return;
             }
-            self.trees.checkpoint(text);
+            self.trees.checkpoint(text, chain);
             let f = self.file();
             f.checkpoints += 1;
             f.sealed_through = n;
@@ -374,8 +374,9 @@ impl Verifier {
             3 => self.trees.format3_head().unwrap_or_default(),
             _ => heads.hosts_tree,
         };
+        let tree = self.trees.line_head(cp.format);
         cp.continues.as_deref() == self.file_start.as_deref()
-            && cp.tree.as_deref() == Some(hex(&heads.tree).as_str())
+            && cp.tree.as_deref() == Some(hex(&tree).as_str())
             && cp.hosts == Some(heads.hosts)
             && cp.hosts_tree.as_deref() == Some(hex(&hosts_tree).as_str())
     }
@@ -485,10 +486,14 @@ mod tests {
             cp.format = format;
             (cp.continues, cp.tree, cp.hosts, cp.hosts_tree) = (None, None, None, None);
             cp.sig = hex(&key.sign(cp.message().as_bytes()).to_bytes());
-        } else if format == 3 {
-            // Format 3's host tree: entries alone, unlinked.
+        } else if format < 5 {
+            // Formats 3 and 4's line tree: the lines' text.
             cp.format = format;
-            cp.hosts_tree = trees.format3_head().map(|h| hex(&h));
+            cp.tree = Some(hex(&trees.line_head(format)));
+            if format == 3 {
+                // Format 3's host tree: entries alone, unlinked.
+                cp.hosts_tree = trees.format3_head().map(|h| hex(&h));
+            }
             cp.sig = hex(&key.sign(cp.message().as_bytes()).to_bytes());
         }
         let (second, _) = chain_line(&chain, &cp.to_json());
@@ -502,18 +507,19 @@ mod tests {
     #[test]
     fn logs_of_every_format_verify_and_a_wrong_head_is_named() {
         let key = SigningKey::from_bytes(&[7; 32]);
-        for format in 1..=4 {
+        for format in 1..=5 {
             assert_eq!(
                 ends_on_interval(&key, format).problems,
                 vec![],
                 "format {format}"
             );
         }
-        // A format-3 checkpoint signed over a tree of other lines.
+        // A checkpoint signed over a tree of another line (another chain).
         let content = r#"{"ts":"2026-01-01T00:00:00.000Z","id":"a","host":"a.test"}"#;
         let (first, chain) = chain_line(GENESIS, content);
+        let (_, another) = chain_line(&chain, content);
         let mut other = FileTrees::default();
-        other.line("another line", content, &chain);
+        other.line(&first, content, &another);
         let c = commits(&mut other);
         let ts = "2026-01-01T00:00:01.000Z".to_string();
         let cp = Checkpoint::sign(&key, ts, SealReason::Shutdown, 1, &chain, 10, 60, &c);

@@ -99,7 +99,19 @@ fn ascii_name(host: &str) -> Option<String> {
 /// The group key of an address: as a host name would write it.
 fn ip_key(ip: IpAddr) -> String {
     match ip.to_canonical() {
-        IpAddr::V4(v4) => v4.to_string(),
+        // By hand rather than `to_string`: every request to an address
+        // takes one, and `Display` formats through `fmt` twice.
+        IpAddr::V4(v4) => {
+            let mut out = String::with_capacity(15);
+            let mut digits = itoa::Buffer::new();
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push('.');
+                }
+                out.push_str(digits.format(octet));
+            }
+            out
+        }
         IpAddr::V6(v6) => format!("[{v6}]"),
     }
 }

@@ -78,13 +78,28 @@ impl Told {
 
     /// The `RateLimit-Policy` member: `"host";q=2;w=1`.
     pub fn policy_item(&self) -> String {
-        format!("\"{POLICY_NAME}\";q={};w={}", self.quota, self.window_s)
+        item(["q=", ";w="], [self.quota, self.window_s])
     }
 
     /// The `RateLimit` member: `"host";r=1;t=0`.
     pub fn limit_item(&self) -> String {
-        format!("\"{POLICY_NAME}\";r={};t={}", self.remaining, self.reset_s)
+        item(["r=", ";t="], [self.remaining, self.reset_s])
     }
+}
+
+/// `"host";` and the two parameters: by hand rather than `format!`, as
+/// every answer carries both fields.
+fn item(names: [&str; 2], values: [u64; 2]) -> String {
+    let mut out = String::with_capacity(32);
+    out.push('"');
+    out.push_str(POLICY_NAME);
+    out.push_str("\";");
+    let mut digits = itoa::Buffer::new();
+    for (name, value) in names.into_iter().zip(values) {
+        out.push_str(name);
+        out.push_str(digits.format(value));
+    }
+    out
 }
 
 /// Whole seconds, rounded up, as Retry-After counts them (a turn 200 ms

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::key::CacheKey;
 use super::memo::{NotModifiedMemo, Plan};
+use crate::prefs::page::{scan_meta, MetaScan};
 
 /// Everything about a stored response except its body: the key it answers,
 /// its status and headers exactly as received (hop-by-hop fields removed),
@@ -40,9 +41,28 @@ pub struct CacheEntryMeta {
     /// refreshed entry.
     #[serde(skip)]
     pub(crate) not_modified: OnceLock<NotModifiedMemo>,
+    /// The `<meta>` tags of the body's first bytes, and how many bytes
+    /// were read for them (see [`CacheEntryMeta::body_meta`]); never
+    /// stored, empty again in a refreshed entry.
+    #[serde(skip)]
+    pub(crate) body_meta: OnceLock<(usize, MetaScan)>,
 }
 
 impl CacheEntryMeta {
+    /// The `<meta>` tags in the first `limit` bytes of `body`, this entry's
+    /// body ([`scan_meta`]): a page served from the store again and again
+    /// holds the same bytes, so they are read once per entry (again only
+    /// if `limit` changes).
+    pub fn body_meta(&self, body: &[u8], limit: usize) -> MetaScan {
+        if let Some((_, scan)) = self.body_meta.get().filter(|(read, _)| *read == limit) {
+            return scan.clone();
+        }
+        let seen = &body[..body.len().min(limit)];
+        let scan = scan_meta(seen, seen.len() == body.len());
+        let _ = self.body_meta.set((limit, scan.clone()));
+        scan
+    }
+
     /// The primary key (method + normalised URL).
     pub fn key(&self) -> &CacheKey {
         &self.key
@@ -187,5 +207,35 @@ mod status_serde {
 
     pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<StatusCode, D::Error> {
         StatusCode::from_u16(u16::deserialize(d)?).map_err(D::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod body_meta_tests {
+    use std::time::{Duration, SystemTime};
+
+    use super::*;
+    use crate::conditional::test_heads::{get, response, URL};
+    use crate::conditional::{admit, storable, Admission, CacheParams};
+
+    /// The memo gives what a fresh read gives, for the limit it is asked
+    /// with: a changed limit reads again.
+    #[test]
+    fn the_body_is_read_once_per_limit_and_as_scan_meta_reads_it() {
+        let params = CacheParams::default();
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let req = get(&[]);
+        let Admission::Lookup(key) = admit(&req, URL, &params) else {
+            panic!("a plain GET looks up");
+        };
+        let head = [("content-type", "text/html"), ("etag", "\"a\"")];
+        let meta = storable(&req, &key, &response(200, &head), &params, t0).expect("storable");
+        let body = b"<html><head><meta name=\"robots\" content=\"noindex\"></head><body>x</body>";
+        for limit in [4096, 4096, 20, 4096] {
+            let seen = &body[..body.len().min(limit)];
+            let fresh = scan_meta(seen, seen.len() == body.len());
+            assert_eq!(meta.body_meta(body, limit), fresh, "limit {limit}");
+        }
+        assert!(!meta.body_meta(body, 4096).tags.is_empty());
     }
 }

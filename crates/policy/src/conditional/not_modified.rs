@@ -218,6 +218,7 @@ fn refreshed_entry(
         policy,
         revalidation: OnceLock::new(),
         not_modified: OnceLock::new(),
+        body_meta: OnceLock::new(),
         ..stored.clone()
     }))
 }

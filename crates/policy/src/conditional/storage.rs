@@ -107,6 +107,7 @@ pub fn storable(
         policy,
         revalidation: OnceLock::new(),
         not_modified: OnceLock::new(),
+        body_meta: OnceLock::new(),
     })
 }
 

@@ -85,8 +85,8 @@ pub(super) fn rebuild(path: &Path) -> io::Result<(FileTrees, String)> {
                     trees.line(line, &content, chain);
                 }
                 // Such a line fails `audit verify` already; it still takes
-                // its place in the line tree, as written.
-                None => trees.checkpoint(line),
+                // its place in the line tree, as a leaf no chain value has.
+                None => trees.checkpoint(line, ""),
             }
         }
         buf.clear();

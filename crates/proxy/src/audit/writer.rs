@@ -159,7 +159,7 @@ impl Writer {
             },
         );
         let (line, chain) = chain_line(&self.prev, &cp.to_json());
-        self.trees.checkpoint(&line);
+        self.trees.checkpoint(&line, &chain);
         if self.witness.is_some() {
             self.unwitnessed.push(line.clone());
         }

@@ -109,8 +109,10 @@ impl Exchange {
             status,
             mut headers,
             mut body,
+            entry,
         } = page;
-        if let Err(stop) = self.stored_preferences(status, &mut headers, &body) {
+        let meta = entry.as_ref().map(|e| &e.meta);
+        if let Err(stop) = self.stored_preferences(status, &mut headers, &body, meta) {
             return self.stopped(stop);
         }
         let coding = encoding::to_decode(status.as_u16(), &headers);

@@ -292,6 +292,7 @@ impl Exchange {
                     status: fresh.status,
                     headers,
                     body,
+                    entry: Some(stored),
                 };
                 Ok(Learned::Answer(self.stored_answer(page)))
             }

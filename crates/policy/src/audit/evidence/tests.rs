@@ -56,7 +56,7 @@ impl Log {
         let ts = "2026-01-01T00:00:01.000Z".to_string();
         let cp = Checkpoint::sign(&self.key, ts, why, lines, &self.prev, 4, 10, &commits);
         let (line, chain) = chain_line(&self.prev, &cp.to_json());
-        self.trees.checkpoint(&line);
+        self.trees.checkpoint(&line, &chain);
         self.prev = chain;
         self.file().push(line);
     }
@@ -123,6 +123,48 @@ fn evidence_for_one_host_verifies_and_shows_no_other_host() {
     // Through its text form too, as the site owner gets it.
     let back: Evidence = serde_json::from_str(&text).unwrap();
     assert_eq!(back.verify(&key(&log)), Ok(summary));
+}
+
+/// Format 5 proves a line through the state after the chain value before
+/// it, not that value: the chain values of b.test's lines (whose host
+/// entry holds its last one) appear nowhere but where a checkpoint seals
+/// one, as they did before format 5.
+#[test]
+fn the_lines_states_show_no_chain_value_of_another_host() {
+    let log = crawl();
+    let ev = log.evidence("a.test", &[0, 1]);
+    assert!(ev
+        .files
+        .iter()
+        .flat_map(|f| &f.lines)
+        .all(|l| l.state.is_some()));
+    let sealed: Vec<String> = ev
+        .files
+        .iter()
+        .filter_map(|f| split_line(&f.checkpoint.line))
+        .filter_map(|(c, _)| serde_json::from_str::<Checkpoint>(&c).ok())
+        .map(|cp| cp.sealed)
+        .collect();
+    let text = serde_json::to_string(&ev).unwrap();
+    let others = log
+        .files
+        .iter()
+        .flatten()
+        .filter(|l| l.contains("\"host\":\"b.test\""));
+    for line in others {
+        let (_, chain) = split_line(line).unwrap();
+        assert!(
+            sealed.iter().any(|s| s == chain) || !text.contains(chain),
+            "{chain}"
+        );
+    }
+    // A state that is not the one before the line does not prove it.
+    let mut forged = ev.clone();
+    forged.files[0].lines[1].state = forged.files[0].lines[0].state.clone();
+    assert!(matches!(
+        forged.verify(&key(&log)),
+        Err(EvidenceProblem::NotInLog { .. })
+    ));
 }
 
 #[test]

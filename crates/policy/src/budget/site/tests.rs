@@ -237,3 +237,22 @@ fn a_hosts_crawl_delay_counts_from_its_own_last_send() {
     assert_eq!(crawl_delay_wait(Some(t0), s(5), t0 + s(2)), s(3));
     assert_eq!(crawl_delay_wait(Some(t0), s(5), t0 + s(7)), s(0));
 }
+
+#[test]
+fn an_address_key_is_what_display_writes() {
+    for a in [
+        "0.0.0.0",
+        "127.0.0.1",
+        "10.20.3.255",
+        "255.255.255.255",
+        "::ffff:192.0.2.7",
+    ] {
+        let ip: IpAddr = a.parse().unwrap();
+        let shown = match ip.to_canonical() {
+            IpAddr::V4(v4) => v4.to_string(),
+            IpAddr::V6(v6) => format!("[{v6}]"),
+        };
+        assert_eq!(ip_key(ip), shown, "{a}");
+    }
+    assert_eq!(ip_key("2001:db8::1".parse().unwrap()), "[2001:db8::1]");
+}

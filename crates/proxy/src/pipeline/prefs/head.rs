@@ -13,6 +13,7 @@ use http::Response;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
+use mannerly_policy::conditional::CacheEntryMeta;
 use mannerly_policy::prefs::page::{scan_meta, MetaScan};
 
 /// A body whose first frames were read already.
@@ -114,20 +115,24 @@ pub(crate) async fn read_meta(
 }
 
 /// The `<meta>` tags of a stored page, read as [`read_meta`] reads a
-/// fetched one's.
+/// fetched one's: once per store entry, when the body is `entry`'s.
 pub(crate) fn stored_meta(
     status: http::StatusCode,
     headers: &http::HeaderMap,
     body: &Bytes,
     limit: usize,
+    entry: Option<&CacheEntryMeta>,
 ) -> Option<MetaScan> {
     match readable(status, headers, limit) {
         Readable::No => None,
         Readable::Encoded(scan) => Some(scan),
-        Readable::Yes => {
-            let seen = &body[..body.len().min(limit)];
-            Some(scan_meta(seen, seen.len() == body.len()))
-        }
+        Readable::Yes => Some(match entry {
+            Some(e) => e.body_meta(body, limit),
+            None => {
+                let seen = &body[..body.len().min(limit)];
+                scan_meta(seen, seen.len() == body.len())
+            }
+        }),
     }
 }
 

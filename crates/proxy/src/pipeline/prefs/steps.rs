@@ -4,6 +4,7 @@
 
 use http::{HeaderMap, Request, Response};
 use hyper::body::Incoming;
+use mannerly_policy::conditional::CacheEntryMeta;
 use mannerly_policy::prefs::page::MetaScan;
 use mannerly_policy::prefs::{ResponsePreferences, TDMREP_PATH, TDM_PURPOSES};
 
@@ -41,9 +42,10 @@ impl Exchange {
         status: http::StatusCode,
         headers: &mut HeaderMap,
         body: &bytes::Bytes,
+        entry: Option<&CacheEntryMeta>,
     ) -> Step<()> {
         let limit = self.live.policy.meta_prefix_bytes;
-        let meta = head::stored_meta(status, headers, body, limit);
+        let meta = head::stored_meta(status, headers, body, limit, entry);
         self.decide_preferences(headers, meta.as_ref())
     }
 

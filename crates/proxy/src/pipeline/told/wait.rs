@@ -52,6 +52,10 @@ pub(crate) fn preferred(
         return Some(Wait { secs, by });
     }
     let table = &live.proxy.prefer_wait;
+    if table.is_empty() {
+        // No default to look up: the client's address is not written out.
+        return None;
+    }
     let by_user = user.and_then(|u| table.get(u));
     let secs = by_user
         .or_else(|| table.get(&client.ip().to_string()))
