@@ -267,6 +267,29 @@ proptest! {
         prop_assert!(run.ceiling <= kind.rate(), "{kind:?}: {}", run.ceiling);
     }
 
+    /// Once a window is learned the budget goes back to its pace at once,
+    /// not by halving and climbing again: the pause after the first 429 is
+    /// the learned window when the site gave no Retry-After (not a 3 s
+    /// backoff), and each of the twenty sends after it follows the one
+    /// before within the spacing of 80% of the limit.
+    #[test]
+    fn a_learned_window_is_resumed_at_its_pace_after_one_window(
+        kind in kind_strategy(),
+        latency_ms in 1u64..60,
+        retry_after in prop_oneof![Just(None), Just(Some("1"))],
+    ) {
+        let run = crawl(kind, 80, latency_ms, retry_after);
+        let first = run.first_refusal().expect("the climb meets the limit");
+        let pause = run.sent[first + 1].0 - run.sent[first].0;
+        prop_assert!(pause <= 1000 + latency_ms + 2, "{kind:?}: {pause} ms {:?}", run.sent);
+        let spacing = (1000.0 / (0.8 * kind.rate())).ceil() as u64 + 1;
+        let after = &run.sent[first + 1..(first + 21).min(run.sent.len())];
+        for pair in after.windows(2) {
+            let gap = pair[1].0 - pair[0].0;
+            prop_assert!(gap <= spacing, "{kind:?}: {gap} ms at {} {:?}", pair[1].0, run.sent);
+        }
+    }
+
     /// A fixed window (at any offset) lets the climb run past its rate
     /// where two windows meet, and the sends then fit faster limits too:
     /// at most three 429s, none in the last 40 of 80 sends, and a ceiling

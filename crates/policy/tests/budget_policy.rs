@@ -682,8 +682,10 @@ fn a_429_on_the_loan_is_two_requests_in_a_second() {
     send(&mut b, &p, t0, ms(15));
     let t = throttled(respond(&mut b, &p, t0, ms(20), 429, Some("1")));
     // The pace the origin saw is halved, not the rate (1.2/s) it never
-    // refused.
-    assert_eq!((t.rate_before, t.ceiling, t.rate), (2.0, 1.6, 1.0));
+    // refused; and the ceiling is left alone: the site refused a pair's
+    // spacing, not a rate, and 80% of 2/s would hold a site that allows
+    // 3/s at 1.6 for hours.
+    assert_eq!((t.rate_before, t.ceiling, t.rate), (2.0, 8.0, 1.0));
     // Nothing is lent again: the next page waits the pause's end.
     assert_eq!(b.admit(&p, t0 + ms(20)), Reservation::Wait(ms(1000)));
     assert_eq!(b.admit(&p, t0 + ms(20)), Reservation::Wait(ms(2000)));
@@ -834,8 +836,9 @@ fn a_pace_the_origin_accepted_before_is_judged_over_the_whole_window() {
     let t = sends_then_429(&mut b, &p, t0, &[0, 1000, 2000, 2250, 2500, 2750, 3000]);
     // The sends fit 2 per second too (two accepted in the second before
     // the refusal, at most four in any second accepted): the ceiling is
-    // 90% of that rather than 80% of the pace.
-    assert_eq!((t.rate_before, t.ceiling, t.rate), (2.0, 1.8, 1.0));
+    // 90% of that rather than 80% of the pace, and the rate goes back to
+    // it after the pause instead of halving and climbing again.
+    assert_eq!((t.rate_before, t.ceiling, t.rate), (2.0, 1.8, 1.8));
     // The same sends but the last pace never accepted before: it is the
     // pace that drew the 429.
     let mut b = HostBudget::new(&p, t0);
