@@ -949,3 +949,44 @@ fn the_throttles_that_opened_the_breaker_survive_a_restart_with_it() {
     let old: PersistedHost = serde_json::from_str(&old).unwrap();
     assert!(old.breaker_throttles_ms.is_empty());
 }
+
+#[test]
+fn a_send_late_on_its_slot_pushes_the_next_one_an_interval_after_it() {
+    // At 2/s robots.txt and the page on its loan go at once and the next
+    // slot is two intervals on, at 1000 ms; that request started 70 ms
+    // after its slot (a busy scheduler). The origin counts the sends: the
+    // next goes 500 ms after it went, not 430.
+    let p = with(|p| p.start_rate = 2.0);
+    let t0 = Instant::now();
+    let mut b = HostBudget::new(&p, t0);
+    for _ in 0..2 {
+        assert_eq!(b.admit(&p, t0), Reservation::Go);
+        send(&mut b, &p, t0, ms(0));
+        b.finish(&p, t0);
+    }
+    assert_eq!(b.admit(&p, t0), Reservation::Wait(ms(1000)));
+    send(&mut b, &p, t0, ms(1070));
+    b.finish(&p, t0 + ms(1070));
+    assert_eq!(b.admit(&p, t0 + ms(1070)), Reservation::Wait(ms(500)));
+}
+
+#[test]
+fn a_429_under_a_limit_already_learned_is_halved_from() {
+    // 2 per second learned (ceiling 1.8) and gone back to at once; a send
+    // that came too soon all the same (a late one before it) draws a
+    // second 429: the margin was not enough, so DESIGN's rule applies,
+    // the rate is halved and the ceiling is 80% of the pace that drew it.
+    let p = with(|p| p.start_rate = 4.0);
+    let t0 = Instant::now();
+    let mut b = HostBudget::new(&p, t0);
+    let t = sends_then_429(&mut b, &p, t0, &[0, 1000, 2000, 2250, 2500, 2750, 3000]);
+    assert_eq!((t.ceiling, t.rate), (1.8, 1.8));
+    for at in [5000, 5556, 6112, 6668] {
+        send(&mut b, &p, t0, ms(at));
+        ok_rate(respond(&mut b, &p, t0, ms(at), 200, None));
+    }
+    send(&mut b, &p, t0, ms(7100));
+    let t = throttled(respond(&mut b, &p, t0, ms(7100), 429, Some("1")));
+    assert!((t.rate - 0.9).abs() < 0.01, "{t:?}");
+    assert!(t.ceiling < 1.8 && t.ceiling >= 1.6, "{t:?}");
+}

@@ -283,6 +283,15 @@ impl HostBudget {
         }
         self.in_flight = self.in_flight.saturating_add(1);
         self.note_send(n);
+        // The origin counts sends, not slots: one late on its slot (a busy
+        // scheduler, a connection being opened, a concurrency wait) must not
+        // bring the next closer than an interval to it. nginx `limit_req`
+        // without a burst refuses a gap 20 ms short of its interval. A slot
+        // lent to the next request is left where it is.
+        if self.flags & LENT == 0 {
+            let next = n + self.interval_ms(p, n);
+            self.tat = put(get(self.tat).map_or(next, |t| t.max(next)));
+        }
         Start::Go
     }
 

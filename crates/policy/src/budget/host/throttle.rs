@@ -160,16 +160,21 @@ impl HostBudget {
         let floor = p.floor_u();
         let before = self.ceiling_u(p, n);
         let limit = get(self.sent).and_then(|sent| self.log.learned(sent));
+        let shown = limit.map(|l| scale(l.rate_u(), p.learned_share));
         let loan = self.flags & LOAN_SENT != 0;
-        let ceiling = match limit {
-            Some(l) => scale(l.rate_u(), p.learned_share),
-            None if loan => before,
-            None => scale(rate_before, p.ceiling_factor),
+        // A limit already held under (the ceiling, relaxing since, within
+        // 5% of its share) drew this 429 all the same: the share's margin
+        // was not enough, and DESIGN's rule applies.
+        let new = shown.filter(|&c| u64::from(c) * 100 < u64::from(before) * 95);
+        let ceiling = match (new, shown) {
+            (Some(c), _) => c,
+            (None, None) if loan => before,
+            _ => scale(rate_before, p.ceiling_factor),
         };
         // A burst of ours above a ceiling already learned reads high; it
         // says nothing new of the site's limit and must not lift it.
         let ceiling = ceiling.min(before).max(floor);
-        let learned = limit.filter(|l| l.rate_u() <= rate_before);
+        let learned = limit.filter(|l| new.is_some() && l.rate_u() <= rate_before);
         if learned.is_some() {
             return Verdict {
                 ceiling,
