@@ -142,6 +142,18 @@ fn params() -> HostParams {
 /// `sends` requests one after the other, each answered `latency_ms`
 /// after it went (429 with `retry_after` when refused).
 fn crawl(kind: Kind, sends: usize, latency_ms: u64, retry_after: Option<&str>) -> Run {
+    crawl_late(kind, sends, latency_ms, retry_after, &[0])
+}
+
+/// [`crawl`] with the `i`th send starting `late[i % late.len()]` ms after
+/// its slot came (a busy scheduler, a connection being opened).
+fn crawl_late(
+    kind: Kind,
+    sends: usize,
+    latency_ms: u64,
+    retry_after: Option<&str>,
+    late: &[u64],
+) -> Run {
     let p = params();
     #[allow(clippy::disallowed_methods)]
     let t0 = Instant::now();
@@ -156,6 +168,7 @@ fn crawl(kind: Kind, sends: usize, latency_ms: u64, retry_after: Option<&str>) -
             Reservation::Wait(d) => now += d.as_millis() as u64,
             Reservation::Refuse(r) => panic!("{r:?} at {now} ms"),
         }
+        now += late[sent.len() % late.len()];
         loop {
             match b.try_start(&p, at(now), hold) {
                 Start::Go => break,
@@ -288,6 +301,25 @@ proptest! {
             let gap = pair[1].0 - pair[0].0;
             prop_assert!(gap <= spacing, "{kind:?}: {gap} ms at {} {:?}", pair[1].0, run.sent);
         }
+    }
+
+    /// Sends that start up to 80 ms after their slot (a loaded machine)
+    /// do not bring the next one closer than an interval: against nginx's
+    /// `limit_req` without a burst (any gap under its interval refused)
+    /// and the sliding windows, at most two 429s, none in the last 40 of
+    /// 80 sends.
+    #[test]
+    fn late_sends_do_not_draw_429s_once_the_limit_is_learned(
+        kind in prop_oneof![
+            kind_strategy(),
+            (2u64..=3).prop_map(|r| Kind::Gcra { interval_ms: 1000 / r, burst: 1 }),
+        ],
+        latency_ms in 1u64..30,
+        late in proptest::collection::vec(0u64..80, 1..12),
+    ) {
+        let run = crawl_late(kind, 80, latency_ms, None, &late);
+        prop_assert!(run.refusals() <= 2, "{kind:?}: {:?}", run.sent);
+        prop_assert!(run.sent[40..].iter().all(|s| s.1), "{kind:?}: {:?}", run.sent);
     }
 
     /// A fixed window (at any offset) lets the climb run past its rate
