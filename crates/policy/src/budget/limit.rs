@@ -22,7 +22,8 @@
 //! the shortest when several fit: limiters count per whole seconds (or
 //! minutes), or space sends at 1/k s (k requests a second, no burst: then
 //! A is 1 and every accepted gap is at least the interval, since there is
-//! no calendar window to straddle). The limit learned is
+//! no calendar window to straddle; of the round intervals inside, the
+//! longest, the slowest limit the sends fit). The limit learned is
 //! the fastest of those, A/W; none is learned when no round window fits
 //! (the sends say too little yet, or the limiter counts otherwise).
 //!
@@ -119,9 +120,15 @@ pub fn estimate(sends: &[Sent]) -> Option<Learned> {
         let Some(lo) = at_least(&accepted, &refused, allowance) else {
             break;
         };
-        // An interval: one send each, every accepted gap at least one.
+        // An interval: one send each, every accepted gap at least one. The
+        // round intervals lie close together (250 and 333 ms, 4/s and 3/s),
+        // and a send late on its slot widens what fits: of those between
+        // the refused gap and the shortest accepted one, the longest is
+        // the one the sends have shown to be let through.
         if allowance == 1 {
-            fits.push(fit(&INTERVALS_MS, 1, lo, at_most(&accepted, 1)));
+            let hi = at_most(&accepted, 1);
+            let longest = hi.and_then(|hi| INTERVALS_MS.iter().rev().find(|&&w| w <= hi));
+            fits.push(longest.and_then(|&w| fit(&[w], 1, lo, hi)));
         }
         // A window: up to twice the allowance where two windows meet (one
         // per window is an interval, above).
