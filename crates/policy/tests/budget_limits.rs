@@ -306,8 +306,10 @@ proptest! {
     /// Sends that start up to 80 ms after their slot (a loaded machine)
     /// do not bring the next one closer than an interval: against nginx's
     /// `limit_req` without a burst (any gap under its interval refused)
-    /// and the sliding windows, at most two 429s, none in the last 40 of
-    /// 80 sends.
+    /// and the sliding windows, at most two 429s, none in the last 20 of
+    /// 80 sends. (A weighted counter lets a burst through where its
+    /// windows meet, so the first 429 can show a faster limit than its
+    /// own; the second, drawn under it, is halved from, as DESIGN says.)
     #[test]
     fn late_sends_do_not_draw_429s_once_the_limit_is_learned(
         kind in prop_oneof![
@@ -319,7 +321,7 @@ proptest! {
     ) {
         let run = crawl_late(kind, 80, latency_ms, None, &late);
         prop_assert!(run.refusals() <= 2, "{kind:?}: {:?}", run.sent);
-        prop_assert!(run.sent[40..].iter().all(|s| s.1), "{kind:?}: {:?}", run.sent);
+        prop_assert!(run.sent[60..].iter().all(|s| s.1), "{kind:?}: {:?}", run.sent);
     }
 
     /// A fixed window (at any offset) lets the climb run past its rate
