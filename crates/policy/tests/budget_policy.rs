@@ -805,10 +805,13 @@ fn the_rate_that_drew_a_429_is_the_pace_of_the_second_before_it() {
         (2.222222, 1.111111, 1.777778)
     );
     // Two gaps over more than a second: only the last is inside it, and
-    // it is what a limit without burst refuses (500 ms: 2/s).
+    // it is what a limit without burst refuses (500 ms: 2/s). A 500 ms
+    // gap refused after a 600 ms one was let through reads, within the
+    // slack for the limiter's own arrival times, as one send per 500 ms:
+    // the ceiling is 90% of it.
     let mut b = HostBudget::new(&p, t0);
     let t = sends_then_429(&mut b, &p, t0, &[0, 600, 1100]);
-    assert_eq!((t.rate_before, t.ceiling), (2.0, 1.6));
+    assert_eq!((t.rate_before, t.ceiling), (2.0, 1.8));
 }
 
 #[test]
@@ -852,13 +855,13 @@ fn a_429_never_lifts_a_ceiling_already_learned() {
     let t0 = Instant::now();
     let mut b = HostBudget::new(&p, t0);
     let t = sends_then_429(&mut b, &p, t0, &[0, 500, 1000]);
-    assert_eq!((t.rate_before, t.ceiling), (2.0, 1.6));
+    assert_eq!((t.rate_before, t.ceiling), (2.0, 1.8));
     // After the pause, two sends 100 ms apart (a burst of ours) draw
     // another: 10/s says nothing new of the site's limit.
     let t = sends_then_429(&mut b, &p, t0, &[5000, 5100]);
     assert_eq!(t.rate_before, 10.0);
     // The ceiling stays where it was, relaxed by 4.1 s of its 6 hours.
-    assert_eq!(t.ceiling, 1.601214);
+    assert!(t.ceiling > 1.8 && t.ceiling < 1.802, "{t:?}");
 }
 
 #[test]
