@@ -166,15 +166,22 @@ impl HostBudget {
         // 5% of its share) drew this 429 all the same: the share's margin
         // was not enough, and DESIGN's rule applies.
         let new = shown.filter(|&c| u64::from(c) * 100 < u64::from(before) * 95);
+        // A limit faster than the pace that drew the 429 does not explain
+        // it (a token bucket's burst let the climb run past its rate, and
+        // the sends fit a faster limit): DESIGN's 80% of that pace bounds
+        // it, and the rate is halved.
+        let explains = limit.is_some_and(|l| l.rate_u() <= rate_before);
+        let drawn = scale(rate_before, p.ceiling_factor);
         let ceiling = match (new, shown) {
-            (Some(c), _) => c,
+            (Some(c), _) if explains => c,
+            (Some(c), _) => c.min(drawn),
             (None, None) if loan => before,
-            _ => scale(rate_before, p.ceiling_factor),
+            _ => drawn,
         };
         // A burst of ours above a ceiling already learned reads high; it
         // says nothing new of the site's limit and must not lift it.
         let ceiling = ceiling.min(before).max(floor);
-        let learned = limit.filter(|l| new.is_some() && l.rate_u() <= rate_before);
+        let learned = limit.filter(|_| new.is_some() && explains);
         if learned.is_some() {
             return Verdict {
                 ceiling,
