@@ -98,13 +98,19 @@ async fn twenty_names_of_one_site_behind_one_nginx_zone_share_one_budget() {
         "{:?}",
         f.served
     );
-    assert_eq!(f.served.robots, NAMES, "one robots.txt per origin");
+    // One robots.txt per origin, and one more for each that nginx answered
+    // 429 (it is fetched again after the pause, not read as unreachable).
+    assert!(
+        (NAMES..=NAMES + f.served.throttled).contains(&f.served.robots),
+        "{:?}",
+        f.served
+    );
     assert!(f.served.throttled <= 3, "{:?}", f.served);
     // The limit allows 2 requests/s, robots.txt included. Pages per second
     // is a figure of the machine as much as of the budget, so it is printed
     // above and measured by the benchmark; what the budget learned is
-    // asserted: the one group's ceiling stays at 80% of the 2/s that drew
-    // its 429, not far below the limit.
+    // asserted: the one group's ceiling is near the limit (90% of the 2/s
+    // its 429s showed), not far below it.
     let ceiling = f
         .lines
         .iter()

@@ -142,6 +142,18 @@ fn params() -> HostParams {
 /// `sends` requests one after the other, each answered `latency_ms`
 /// after it went (429 with `retry_after` when refused).
 fn crawl(kind: Kind, sends: usize, latency_ms: u64, retry_after: Option<&str>) -> Run {
+    crawl_late(kind, sends, latency_ms, retry_after, &[0])
+}
+
+/// [`crawl`] with the `i`th send starting `late[i % late.len()]` ms after
+/// its slot came (a busy scheduler, a connection being opened).
+fn crawl_late(
+    kind: Kind,
+    sends: usize,
+    latency_ms: u64,
+    retry_after: Option<&str>,
+    late: &[u64],
+) -> Run {
     let p = params();
     #[allow(clippy::disallowed_methods)]
     let t0 = Instant::now();
@@ -156,6 +168,7 @@ fn crawl(kind: Kind, sends: usize, latency_ms: u64, retry_after: Option<&str>) -
             Reservation::Wait(d) => now += d.as_millis() as u64,
             Reservation::Refuse(r) => panic!("{r:?} at {now} ms"),
         }
+        now += late[sent.len() % late.len()];
         loop {
             match b.try_start(&p, at(now), hold) {
                 Start::Go => break,
@@ -265,6 +278,50 @@ proptest! {
         prop_assert_eq!(later, 0, "{:?}: {:?}", kind, run.sent);
         prop_assert!(pace >= 0.8 * kind.rate(), "{kind:?}: {pace} {:?}", run.sent);
         prop_assert!(run.ceiling <= kind.rate(), "{kind:?}: {}", run.ceiling);
+    }
+
+    /// Once a window is learned the budget goes back to its pace at once,
+    /// not by halving and climbing again: the pause after the first 429 is
+    /// the learned window when the site gave no Retry-After (not a 3 s
+    /// backoff), and each of the twenty sends after it follows the one
+    /// before within the spacing of 80% of the limit.
+    #[test]
+    fn a_learned_window_is_resumed_at_its_pace_after_one_window(
+        kind in kind_strategy(),
+        latency_ms in 1u64..60,
+        retry_after in prop_oneof![Just(None), Just(Some("1"))],
+    ) {
+        let run = crawl(kind, 80, latency_ms, retry_after);
+        let first = run.first_refusal().expect("the climb meets the limit");
+        let pause = run.sent[first + 1].0 - run.sent[first].0;
+        prop_assert!(pause <= 1000 + latency_ms + 2, "{kind:?}: {pause} ms {:?}", run.sent);
+        let spacing = (1000.0 / (0.8 * kind.rate())).ceil() as u64 + 1;
+        let after = &run.sent[first + 1..(first + 21).min(run.sent.len())];
+        for pair in after.windows(2) {
+            let gap = pair[1].0 - pair[0].0;
+            prop_assert!(gap <= spacing, "{kind:?}: {gap} ms at {} {:?}", pair[1].0, run.sent);
+        }
+    }
+
+    /// Sends that start up to 80 ms after their slot (a loaded machine)
+    /// do not bring the next one closer than an interval: against nginx's
+    /// `limit_req` without a burst (any gap under its interval refused)
+    /// and the sliding windows, at most two 429s, none in the last 20 of
+    /// 80 sends. (A weighted counter lets a burst through where its
+    /// windows meet, so the first 429 can show a faster limit than its
+    /// own; the second, drawn under it, is halved from, as DESIGN says.)
+    #[test]
+    fn late_sends_do_not_draw_429s_once_the_limit_is_learned(
+        kind in prop_oneof![
+            kind_strategy(),
+            (2u64..=3).prop_map(|r| Kind::Gcra { interval_ms: 1000 / r, burst: 1 }),
+        ],
+        latency_ms in 1u64..30,
+        late in proptest::collection::vec(0u64..80, 1..12),
+    ) {
+        let run = crawl_late(kind, 80, latency_ms, None, &late);
+        prop_assert!(run.refusals() <= 2, "{kind:?}: {:?}", run.sent);
+        prop_assert!(run.sent[60..].iter().all(|s| s.1), "{kind:?}: {:?}", run.sent);
     }
 
     /// A fixed window (at any offset) lets the climb run past its rate

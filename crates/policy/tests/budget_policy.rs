@@ -682,8 +682,10 @@ fn a_429_on_the_loan_is_two_requests_in_a_second() {
     send(&mut b, &p, t0, ms(15));
     let t = throttled(respond(&mut b, &p, t0, ms(20), 429, Some("1")));
     // The pace the origin saw is halved, not the rate (1.2/s) it never
-    // refused.
-    assert_eq!((t.rate_before, t.ceiling, t.rate), (2.0, 1.6, 1.0));
+    // refused; and the ceiling is left alone: the site refused a pair's
+    // spacing, not a rate, and 80% of 2/s would hold a site that allows
+    // 3/s at 1.6 for hours.
+    assert_eq!((t.rate_before, t.ceiling, t.rate), (2.0, 8.0, 1.0));
     // Nothing is lent again: the next page waits the pause's end.
     assert_eq!(b.admit(&p, t0 + ms(20)), Reservation::Wait(ms(1000)));
     assert_eq!(b.admit(&p, t0 + ms(20)), Reservation::Wait(ms(2000)));
@@ -803,10 +805,13 @@ fn the_rate_that_drew_a_429_is_the_pace_of_the_second_before_it() {
         (2.222222, 1.111111, 1.777778)
     );
     // Two gaps over more than a second: only the last is inside it, and
-    // it is what a limit without burst refuses (500 ms: 2/s).
+    // it is what a limit without burst refuses (500 ms: 2/s). A 500 ms
+    // gap refused after a 600 ms one was let through reads, within the
+    // slack for the limiter's own arrival times, as one send per 500 ms:
+    // the ceiling is 90% of it.
     let mut b = HostBudget::new(&p, t0);
     let t = sends_then_429(&mut b, &p, t0, &[0, 600, 1100]);
-    assert_eq!((t.rate_before, t.ceiling), (2.0, 1.6));
+    assert_eq!((t.rate_before, t.ceiling), (2.0, 1.8));
 }
 
 #[test]
@@ -834,8 +839,9 @@ fn a_pace_the_origin_accepted_before_is_judged_over_the_whole_window() {
     let t = sends_then_429(&mut b, &p, t0, &[0, 1000, 2000, 2250, 2500, 2750, 3000]);
     // The sends fit 2 per second too (two accepted in the second before
     // the refusal, at most four in any second accepted): the ceiling is
-    // 90% of that rather than 80% of the pace.
-    assert_eq!((t.rate_before, t.ceiling, t.rate), (2.0, 1.8, 1.0));
+    // 90% of that rather than 80% of the pace, and the rate goes back to
+    // it after the pause instead of halving and climbing again.
+    assert_eq!((t.rate_before, t.ceiling, t.rate), (2.0, 1.8, 1.8));
     // The same sends but the last pace never accepted before: it is the
     // pace that drew the 429.
     let mut b = HostBudget::new(&p, t0);
@@ -849,13 +855,13 @@ fn a_429_never_lifts_a_ceiling_already_learned() {
     let t0 = Instant::now();
     let mut b = HostBudget::new(&p, t0);
     let t = sends_then_429(&mut b, &p, t0, &[0, 500, 1000]);
-    assert_eq!((t.rate_before, t.ceiling), (2.0, 1.6));
+    assert_eq!((t.rate_before, t.ceiling), (2.0, 1.8));
     // After the pause, two sends 100 ms apart (a burst of ours) draw
     // another: 10/s says nothing new of the site's limit.
     let t = sends_then_429(&mut b, &p, t0, &[5000, 5100]);
     assert_eq!(t.rate_before, 10.0);
     // The ceiling stays where it was, relaxed by 4.1 s of its 6 hours.
-    assert_eq!(t.ceiling, 1.601214);
+    assert!(t.ceiling > 1.8 && t.ceiling < 1.802, "{t:?}");
 }
 
 #[test]
@@ -945,4 +951,45 @@ fn the_throttles_that_opened_the_breaker_survive_a_restart_with_it() {
     assert_ne!(old, json);
     let old: PersistedHost = serde_json::from_str(&old).unwrap();
     assert!(old.breaker_throttles_ms.is_empty());
+}
+
+#[test]
+fn a_send_late_on_its_slot_pushes_the_next_one_an_interval_after_it() {
+    // At 2/s robots.txt and the page on its loan go at once and the next
+    // slot is two intervals on, at 1000 ms; that request started 70 ms
+    // after its slot (a busy scheduler). The origin counts the sends: the
+    // next goes 500 ms after it went, not 430.
+    let p = with(|p| p.start_rate = 2.0);
+    let t0 = Instant::now();
+    let mut b = HostBudget::new(&p, t0);
+    for _ in 0..2 {
+        assert_eq!(b.admit(&p, t0), Reservation::Go);
+        send(&mut b, &p, t0, ms(0));
+        b.finish(&p, t0);
+    }
+    assert_eq!(b.admit(&p, t0), Reservation::Wait(ms(1000)));
+    send(&mut b, &p, t0, ms(1070));
+    b.finish(&p, t0 + ms(1070));
+    assert_eq!(b.admit(&p, t0 + ms(1070)), Reservation::Wait(ms(500)));
+}
+
+#[test]
+fn a_429_under_a_limit_already_learned_is_halved_from() {
+    // 2 per second learned (ceiling 1.8) and gone back to at once; a send
+    // that came too soon all the same (a late one before it) draws a
+    // second 429: the margin was not enough, so DESIGN's rule applies,
+    // the rate is halved and the ceiling is 80% of the pace that drew it.
+    let p = with(|p| p.start_rate = 4.0);
+    let t0 = Instant::now();
+    let mut b = HostBudget::new(&p, t0);
+    let t = sends_then_429(&mut b, &p, t0, &[0, 1000, 2000, 2250, 2500, 2750, 3000]);
+    assert_eq!((t.ceiling, t.rate), (1.8, 1.8));
+    for at in [5000, 5556, 6112, 6668] {
+        send(&mut b, &p, t0, ms(at));
+        ok_rate(respond(&mut b, &p, t0, ms(at), 200, None));
+    }
+    send(&mut b, &p, t0, ms(7100));
+    let t = throttled(respond(&mut b, &p, t0, ms(7100), 429, Some("1")));
+    assert!((t.rate - 0.9).abs() < 0.01, "{t:?}");
+    assert!(t.ceiling < 1.8 && t.ceiling >= 1.6, "{t:?}");
 }

@@ -110,9 +110,19 @@ impl Announced {
     }
 
     /// Requests per second the announcement allows, if it says.
+    ///
+    /// Without a window, what remains over the time to the reset; but a
+    /// reset within the second (0 or 1 in whole seconds) brings the whole
+    /// limit back within it, so the pace is the limit per second. Read as
+    /// what remains over one second, a limit of 2 in a 1 s window
+    /// (express-rate-limit's `{ windowMs: 1000, limit: 2 }`, which sends
+    /// `Remaining: 1` after the window's first request) paced the host at
+    /// half its limit. Sending faster than the window allows still only
+    /// spends what remains: `Remaining: 0` pauses the host to the reset.
     pub fn rate(&self) -> Option<f64> {
         match (self.limit, self.window_s, self.remaining, self.reset_s) {
             (Some(q), Some(w), _, _) if q > 0 && w > 0 => Some(q as f64 / w as f64),
+            (Some(q), None, _, Some(t)) if q > 0 && t <= 1 => Some(q as f64),
             (_, None, Some(r), Some(t)) if r > 0 && t > 0 => Some(r as f64 / t as f64),
             _ => None,
         }
@@ -398,6 +408,37 @@ mod tests {
         ]);
         let a = Announced::from_headers(&h, wall).unwrap();
         assert_eq!((a.reset_s, a.rate()), (Some(60), Some(2.0)));
+    }
+
+    #[test]
+    fn a_reset_within_the_second_is_the_limit_per_second() {
+        // express-rate-limit, 2 per 1000 ms: after the window's first
+        // request 1 remains, and the reset (a Unix time rounded up) is
+        // within the next second or two of whole seconds.
+        let wall = UNIX_EPOCH + Duration::from_millis(1_700_000_000_300);
+        let h = headers(&[
+            ("x-ratelimit-limit", "2"),
+            ("x-ratelimit-remaining", "1"),
+            ("x-ratelimit-reset", "1700000002"),
+        ]);
+        let a = Announced::from_headers(&h, wall).unwrap();
+        assert_eq!((a.reset_s, a.rate()), (Some(1), Some(2.0)));
+        // Nothing remains: no pace, a pause to the reset.
+        let h = headers(&[
+            ("x-ratelimit-limit", "2"),
+            ("x-ratelimit-remaining", "0"),
+            ("x-ratelimit-reset", "1700000002"),
+        ]);
+        let a = Announced::from_headers(&h, wall).unwrap();
+        assert_eq!(a.exhausted_for(), Some(Duration::from_secs(1)));
+        // A reset further off: what remains over the time left.
+        let h = headers(&[
+            ("x-ratelimit-limit", "5000"),
+            ("x-ratelimit-remaining", "90"),
+            ("x-ratelimit-reset", "1700000031"),
+        ]);
+        let a = Announced::from_headers(&h, wall).unwrap();
+        assert_eq!(a.rate(), Some(3.0));
     }
 
     #[test]

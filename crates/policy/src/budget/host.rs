@@ -197,7 +197,17 @@ impl HostBudget {
         let owed = self.flags & LENT != 0;
         let tau = self.tau_ms(p, n);
         let pause = get(self.pause).unwrap_or(0);
-        let tat = get(self.tat).unwrap_or(0);
+        let tat = match (get(self.tat), get(self.slot).max(get(self.sent))) {
+            // The last slot was spaced at the rate when it was given; a
+            // rate that rose since (an answer came in between) spaces this
+            // one already, or each step of a climb lags a request behind.
+            // (With a burst, `tat` runs ahead of the last slot by design,
+            // and the slot after a loan repays it.)
+            (Some(t), Some(last)) if self.flags & (LENT | ON_LOAN | LOAN_SENT) == 0 && tau == 0 => {
+                t.min(last + interval)
+            }
+            (t, _) => t.unwrap_or(0),
+        };
         let slot = n.max(tat.saturating_sub(tau)).max(pause);
         let wait = self.at(slot).saturating_duration_since(now);
         if slot > n {
@@ -283,6 +293,15 @@ impl HostBudget {
         }
         self.in_flight = self.in_flight.saturating_add(1);
         self.note_send(n);
+        // The origin counts sends, not slots: one late on its slot (a busy
+        // scheduler, a connection being opened, a concurrency wait) must not
+        // bring the next closer than an interval to it. nginx `limit_req`
+        // without a burst refuses a gap 20 ms short of its interval. A slot
+        // lent to the next request is left where it is.
+        if self.flags & LENT == 0 {
+            let next = n + self.interval_ms(p, n);
+            self.tat = put(get(self.tat).map_or(next, |t| t.max(next)));
+        }
         Start::Go
     }
 

@@ -22,7 +22,8 @@
 //! the shortest when several fit: limiters count per whole seconds (or
 //! minutes), or space sends at 1/k s (k requests a second, no burst: then
 //! A is 1 and every accepted gap is at least the interval, since there is
-//! no calendar window to straddle). The limit learned is
+//! no calendar window to straddle; of the round intervals inside, the
+//! longest, the slowest limit the sends fit). The limit learned is
 //! the fastest of those, A/W; none is learned when no round window fits
 //! (the sends say too little yet, or the limiter counts otherwise).
 //!
@@ -114,28 +115,51 @@ pub fn estimate(sends: &[Sent]) -> Option<Learned> {
     if refused.is_empty() {
         return None;
     }
+    // An exact fit first; only when there is none, one with the slack.
+    fastest(&accepted, &refused, false).or_else(|| fastest(&accepted, &refused, true))
+}
+
+/// The fastest limit of those the sends fit (module docs), with the
+/// refused gaps of an interval taken `SLACK` shorter when `slack`.
+fn fastest(accepted: &[u64], refused: &[(u64, usize)], slack: bool) -> Option<Learned> {
     let mut fits = Vec::new();
     for allowance in 1..=accepted.len() {
-        let Some(lo) = at_least(&accepted, &refused, allowance) else {
+        let Some(lo) = at_least(accepted, refused, allowance) else {
             break;
         };
-        // An interval: one send each, every accepted gap at least one.
+        // An interval: one send each, every accepted gap at least one. The
+        // round intervals lie close together (250 and 333 ms, 4/s and 3/s),
+        // and a send late on its slot widens what fits: of those between
+        // the refused gap and the shortest accepted one, the longest is
+        // the one the sends have shown to be let through.
+        //
+        // The times are our sends, not the limiter's arrivals: a request
+        // that reached nginx a few ms after it left makes the next gap read
+        // 335 ms when nginx refused it under its 333 ms interval. With the
+        // slack a refused gap is taken a twentieth shorter (the accepted
+        // ones as they are, so that a faster interval is never made up).
         if allowance == 1 {
-            fits.push(fit(&INTERVALS_MS, 1, lo, at_most(&accepted, 1)));
+            let lo = if slack { lo - lo / SLACK } else { lo };
+            let hi = at_most(accepted, 1);
+            let longest = hi.and_then(|hi| INTERVALS_MS.iter().rev().find(|&&w| w <= hi));
+            fits.push(longest.and_then(|&w| fit(&[w], 1, lo, hi)));
         }
         // A window: up to twice the allowance where two windows meet (one
         // per window is an interval, above).
-        if allowance > 1 {
+        if allowance > 1 && !slack {
             fits.push(fit(
                 &WINDOWS_MS,
                 allowance,
                 lo,
-                at_most(&accepted, 2 * allowance),
+                at_most(accepted, 2 * allowance),
             ));
         }
     }
     fits.into_iter().flatten().max_by_key(|l| l.rate_u())
 }
+
+/// A refused gap under an interval is read this fraction shorter (1/20).
+const SLACK: u64 = 20;
 
 /// The shortest of `rounds` in `[lo, hi]`, as `allowance` per it; `None`
 /// when there is none, or when `hi` is unbounded (nothing accepted says

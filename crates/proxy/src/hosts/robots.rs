@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use dashmap::DashMap;
 use http::header::HeaderValue;
-use mannerly_policy::budget::{Announced, Refusal};
+use mannerly_policy::budget::{Announced, Reaction, Refusal};
 use mannerly_policy::conditional::CacheOutcome;
 use mannerly_policy::robots::Robots;
 use mannerly_policy::robots_cache::{
@@ -98,7 +98,7 @@ impl<F: SiteFile> RobotsCache<F> {
         target: &Target,
         deadline: Instant,
         user_agent: Option<&HeaderValue>,
-        on_fetch: impl FnOnce(&FetchReport),
+        on_fetch: impl FnMut(&FetchReport),
     ) -> Result<Rules<F>, Unfetched> {
         let slot = self.slot(target.root());
         if let Some(rules) = self.cached(&slot) {
@@ -115,6 +115,14 @@ impl<F: SiteFile> RobotsCache<F> {
 
     /// [`rules`](Self::rules) once the cache had no answer: one fetch per
     /// slot at a time, its result installed.
+    ///
+    /// A fetch the site throttled (429, or 503 with Retry-After) is made
+    /// again after the pause, as a page would be (`budget.retry_attempts`,
+    /// within the hold): a limiter that refused robots.txt for coming too
+    /// soon says nothing of what the site allows, and read as unreachable
+    /// it would refuse every page waiting on it. Only when the retries run
+    /// out is the 429 installed (unreachable: complete disallow for now, as
+    /// Google reads a 429 on robots.txt; a 5xx is never retried here).
     #[allow(clippy::too_many_arguments)]
     async fn fetch_rules(
         &self,
@@ -124,7 +132,7 @@ impl<F: SiteFile> RobotsCache<F> {
         target: &Target,
         deadline: Instant,
         user_agent: Option<&HeaderValue>,
-        on_fetch: impl FnOnce(&FetchReport),
+        on_fetch: impl FnMut(&FetchReport),
     ) -> Result<Rules<F>, Unfetched> {
         let key = target.root();
         let _fetching = slot.fetching.lock().await;
@@ -147,24 +155,9 @@ impl<F: SiteFile> RobotsCache<F> {
         // The copy held, this proxy's fetch or the cluster's, is asked
         // about with its validators: a 304 keeps it.
         let asked = self.validators(&slot);
-        let permit = budgets
-            .acquire(&target.host, deadline)
-            .await
-            .map_err(Unfetched::Budget)?;
-        let mut pacing = Pacing {
-            budgets,
-            deadline,
-            permit: Some(permit),
-            refused: None,
-        };
         let ask = (user_agent, asked.as_ref());
-        let report = self.fetch_timed(client, &url, ask, &mut pacing).await;
-        on_fetch(&report);
-        if let Some(refusal) = pacing.refused {
-            // A redirect the budget would not hold: the rules are unknown
-            // for now, as when the first request is refused.
-            return Err(Unfetched::Budget(refusal));
-        }
+        let fetched = self.fetch_retried(client, budgets, target, deadline, &url, ask, on_fetch);
+        let report = fetched.await?;
         let (rules, head) = self.install_fetched(key, &slot, &report);
         let fetched = Fetched {
             result: &report.result,
@@ -178,15 +171,71 @@ impl<F: SiteFile> RobotsCache<F> {
         }
     }
 
+    /// The fetch of `url`, made again after the pause each time the site
+    /// throttles it, as long as `budget.retry_attempts` and the hold allow
+    /// (see [`fetch_rules`](Self::fetch_rules)).
+    #[allow(clippy::too_many_arguments)]
+    async fn fetch_retried(
+        &self,
+        client: &UpstreamClient,
+        budgets: &Arc<Budgets>,
+        target: &Target,
+        deadline: Instant,
+        url: &str,
+        ask: (Option<&HeaderValue>, Option<&Validators>),
+        mut on_fetch: impl FnMut(&FetchReport),
+    ) -> Result<FetchReport, Unfetched> {
+        let mut attempts = 0;
+        let mut throttled: Option<FetchReport> = None;
+        loop {
+            let permit = match (budgets.acquire(&target.host, deadline).await, throttled) {
+                (Ok(permit), _) => permit,
+                // The pause outlasted the hold after all (another 429 of
+                // the host lengthened it): the 429 stands.
+                (Err(_), Some(report)) => return Ok(report),
+                (Err(refusal), None) => return Err(Unfetched::Budget(refusal)),
+            };
+            let mut pacing = Pacing {
+                budgets,
+                deadline,
+                permit: Some(permit),
+                refused: None,
+            };
+            let (report, pause) = self.fetch_timed(client, url, ask, &mut pacing).await;
+            on_fetch(&report);
+            if let Some(refusal) = pacing.refused {
+                // A redirect the budget would not hold: the rules are unknown
+                // for now, as when the first request is refused.
+                return Err(Unfetched::Budget(refusal));
+            }
+            let hold_left = deadline.saturating_duration_since(self.clock.now());
+            let again = pause.is_some_and(|pause| {
+                report.stop.is_none()
+                    && budgets.params(&target.host).may_retry(
+                        &http::Method::GET,
+                        attempts,
+                        pause,
+                        hold_left,
+                    )
+            });
+            if !again {
+                return Ok(report);
+            }
+            attempts += 1;
+            throttled = Some(report);
+        }
+    }
+
     /// One fetch of `url` within `robots.fetch_timeout_secs`, its last
-    /// turn given back with what the site answered.
+    /// turn given back with what the site answered; and the pause when
+    /// the site throttled it.
     async fn fetch_timed(
         &self,
         client: &UpstreamClient,
         url: &str,
         (user_agent, validators): (Option<&HeaderValue>, Option<&Validators>),
         pacing: &mut Pacing<'_>,
-    ) -> FetchReport {
+    ) -> (FetchReport, Option<Duration>) {
         let timeout = Duration::from_secs_f64(self.params.fetch_timeout_secs);
         let sent = self.clock.wall();
         let fetching = fetch(
@@ -209,15 +258,21 @@ impl<F: SiteFile> RobotsCache<F> {
         if report.stop.is_none() {
             report.sent = Some(sent);
         }
-        match (report.status, pacing.permit.take()) {
+        let pause = match (report.status, pacing.permit.take()) {
             (Some(status), Some(permit)) => {
                 let announced = Announced::from_headers(&report.headers, self.clock.wall());
                 let ra = report.retry_after.as_deref();
-                permit.respond(status, ra, announced.as_ref(), None).await;
+                match permit.respond(status, ra, announced.as_ref(), None).await {
+                    Reaction::Throttled(t) => Some(t.pause),
+                    _ => None,
+                }
             }
-            (_, permit) => drop(permit),
-        }
-        report
+            (_, permit) => {
+                drop(permit);
+                None
+            }
+        };
+        (report, pause)
     }
 
     /// Installs this proxy's own fetch, with the head of its answer (its

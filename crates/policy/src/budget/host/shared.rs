@@ -375,7 +375,8 @@ mod tests {
     fn the_latest_slot_survives_the_trip_and_layout_3_reads_without_it() {
         let t0 = Instant::now();
         let (p, mut a) = ahead_of_its_sends(t0);
-        let now = t0 + Duration::from_millis(900);
+        // The next slot is one interval (250 ms) after the last send.
+        let now = t0 + Duration::from_millis(1150);
         assert_eq!(a.admit(&p, now), Reservation::Go);
         assert!(get(a.slot).is_some());
         let mut bytes = a.encode(now, UNIX_EPOCH);

@@ -4,6 +4,7 @@
 use std::time::{Instant, SystemTime};
 
 use super::super::decision::Throttle;
+use super::super::limit::Learned;
 use super::super::params::HostParams;
 use super::super::retry_after::parse_retry_after;
 use super::{
@@ -68,27 +69,16 @@ impl HostBudget {
             return self.echo(p, n, now, wall, raw, rate);
         }
         let rate_before = self.drawn_rate_u(p, n);
-        let floor = p.floor_u();
-        let (ceiling, learned) = self.learned_ceiling_u(p, n, rate_before);
-        // Halved from the rate in force, or from the pace when the sends
-        // lagged it: a burst drew the 429, not the rate.
-        // Never below the floor, even when the sends lagged it.
-        // A 429 on the loan was drawn by two requests together, not by
-        // the rate, which the origin has not refused: the pace it saw is
-        // what is halved.
-        let from = match self.flags & LOAN_SENT {
-            0 => self.rate_u(p, n).min(rate_before),
-            _ => rate_before,
-        }
-        .max(floor);
-        let rate = scale(from, p.throttle_rate_factor)
-            .max(floor)
-            .min(ceiling)
-            .min(from);
+        let Verdict {
+            ceiling,
+            rate,
+            learned,
+            climb,
+        } = self.verdict(p, n, rate_before);
 
         self.record_throttle(n);
         self.flags &= !(LENT | ON_LOAN | LOAN_SENT | DISTRESS | LEARNED);
-        if learned {
+        if climb {
             self.flags |= LEARNED;
         }
         self.restart_window();
@@ -101,13 +91,22 @@ impl HostBudget {
         let retry_after = raw.and_then(|r| parse_retry_after(r, wall, p.max_pause()));
         let pause_ms = match retry_after {
             Some(d) => u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
-            None => backoff_ms(
-                p,
-                p.backoff_base_ms(),
-                p.backoff_max_ms(),
-                self.strikes,
-                jitter,
-            ),
+            None => match learned {
+                // The site's own window: by its end the sends that filled
+                // it no longer count, whatever way it counts them.
+                Some(limit) => limit
+                    .window_ms
+                    .saturating_mul(1 << u32::from(self.strikes.max(1) - 1).min(20))
+                    .min(p.backoff_max_ms())
+                    .min(p.max_pause_ms()),
+                None => backoff_ms(
+                    p,
+                    p.backoff_base_ms(),
+                    p.backoff_max_ms(),
+                    self.strikes,
+                    jitter,
+                ),
+            },
         };
         let (until, breaker_opened) = self.pause_end(p, n, now, pause_ms);
         let until = until.max(get(self.pause).unwrap_or(0));
@@ -132,19 +131,85 @@ impl HostBudget {
     }
 }
 
+/// What a throttle leaves of the pace: the ceiling, the rate, the limit
+/// the sends showed when it is one to go back to at once, and whether the
+/// rate climbs back by the slow-start factor (to a ceiling the sends
+/// showed, or past a loan's 429 that showed no rate) rather than a step.
+struct Verdict {
+    ceiling: u32,
+    rate: u32,
+    learned: Option<Learned>,
+    climb: bool,
+}
+
 impl HostBudget {
-    /// The ceiling a throttle leaves: `learned_share` of the limit the
-    /// sends show (`limit.rs`), else `ceiling_factor` of the rate that drew
-    /// it; and whether the limit was learned.
-    fn learned_ceiling_u(&self, p: &HostParams, n: u64, rate_before: u32) -> (u32, bool) {
-        let learned = get(self.sent)
-            .and_then(|sent| self.log.learned(sent))
-            .map(|limit| scale(limit.rate_u(), p.learned_share));
-        let ceiling = learned.unwrap_or_else(|| scale(rate_before, p.ceiling_factor));
+    /// The ceiling and rate a throttle leaves (docs/budgets.md):
+    ///
+    /// - a limit the sends show (`limit.rs`) that the pace which drew the
+    ///   429 was at or above: the ceiling is `learned_share` of it, and the
+    ///   rate goes there at once. Halving is for a limit not known; one
+    ///   read from the site's own answers is gone back to after its
+    ///   window, with the share's margin below it;
+    /// - a 429 on the first slot's loan with no limit shown: two requests
+    ///   together drew it, not a rate (the site refused a pair's spacing
+    ///   and has not refused any pace yet), so the ceiling is left where it
+    ///   stands and the halved rate climbs as before a first 429;
+    /// - else `ceiling_factor` of the rate that drew it, and the rate
+    ///   halved.
+    fn verdict(&self, p: &HostParams, n: u64, rate_before: u32) -> Verdict {
+        let floor = p.floor_u();
+        let before = self.ceiling_u(p, n);
+        let limit = get(self.sent).and_then(|sent| self.log.learned(sent));
+        let shown = limit.map(|l| scale(l.rate_u(), p.learned_share));
+        let loan = self.flags & LOAN_SENT != 0;
+        // A limit already held under (the ceiling, relaxing since, within
+        // 5% of its share) drew this 429 all the same: the share's margin
+        // was not enough, and DESIGN's rule applies.
+        let new = shown.filter(|&c| u64::from(c) * 100 < u64::from(before) * 95);
+        // A limit faster than the pace that drew the 429 does not explain
+        // it (a token bucket's burst let the climb run past its rate, and
+        // the sends fit a faster limit): DESIGN's 80% of that pace bounds
+        // it, and the rate is halved.
+        let explains = limit.is_some_and(|l| l.rate_u() <= rate_before);
+        let drawn = scale(rate_before, p.ceiling_factor);
+        let ceiling = match (new, shown) {
+            (Some(c), _) if explains => c,
+            (Some(c), _) => c.min(drawn),
+            (None, None) if loan => before,
+            _ => drawn,
+        };
         // A burst of ours above a ceiling already learned reads high; it
         // says nothing new of the site's limit and must not lift it.
-        let ceiling = ceiling.min(self.ceiling_u(p, n)).max(p.floor_u());
-        (ceiling, learned.is_some())
+        let ceiling = ceiling.min(before).max(floor);
+        let learned = limit.filter(|_| new.is_some() && explains);
+        if learned.is_some() {
+            return Verdict {
+                ceiling,
+                rate: ceiling,
+                learned,
+                climb: true,
+            };
+        }
+        // Halved from the rate in force, or from the pace when the sends
+        // lagged it: a burst drew the 429, not the rate. Never below the
+        // floor, even when the sends lagged it. A 429 on the loan was drawn
+        // by two requests together, not by the rate, which the origin has
+        // not refused: the pace it saw is what is halved.
+        let from = match loan {
+            false => self.rate_u(p, n).min(rate_before),
+            true => rate_before,
+        }
+        .max(floor);
+        let rate = scale(from, p.throttle_rate_factor)
+            .max(floor)
+            .min(ceiling)
+            .min(from);
+        Verdict {
+            ceiling,
+            rate,
+            learned: None,
+            climb: limit.is_some() || loan,
+        }
     }
 
     /// The end of a pause of `pause_ms` from `now`, or of the breaker's

@@ -3,6 +3,8 @@
 //! Crawl-delay reaches the budget and its Content-Signal the crawl's
 //! declared purposes. Real time: these send over sockets.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::{Method, Request};
@@ -104,6 +106,34 @@ async fn a_robots_txt_that_fails_refuses_everything_until_its_retry() {
         "{}",
         stop.reason()
     );
+}
+
+#[tokio::test]
+async fn a_robots_txt_answered_429_is_fetched_again_after_the_pause() {
+    // A limiter without a burst refuses robots.txt when it comes right
+    // after another request of the site: the 429 says "not so soon", not
+    // "unreachable", so the page waiting on it is not refused for it.
+    let asked = Arc::new(AtomicUsize::new(0));
+    let count = asked.clone();
+    let origin = Origin::start(move |path| match path {
+        "/robots.txt" if count.fetch_add(1, Ordering::SeqCst) == 0 => {
+            Some(reply("429 Too Many Requests", &[("retry-after", "1")], ""))
+        }
+        "/robots.txt" => Some(reply("200 OK", &[], PRIVATE)),
+        _ => Some(reply("200 OK", &[], "page")),
+    })
+    .await;
+    let f = Fixture::local(Config::default()).await;
+    let (_, checked) = check(&f, &origin, "/public").await;
+    assert!(checked.is_ok());
+    assert_eq!(robots_fetches(&origin), 2, "the 429, then the file");
+    let (_, checked) = check(&f, &origin, "/private/x").await;
+    stopped(checked, Outcome::Disallowed, 403, Source::Policy);
+    // A 5xx is the site unreachable: fetched once, everything refused.
+    let broken = Origin::start(|_| Some(reply("503 Service Unavailable", &[], ""))).await;
+    let (_, checked) = check(&f, &broken, "/page").await;
+    stopped(checked, Outcome::RobotsUnavailable, 503, Source::Policy);
+    assert_eq!(robots_fetches(&broken), 1);
 }
 
 #[tokio::test]
