@@ -250,25 +250,30 @@ if [[ $(id -u) == 0 ]]; then
   SQUID_USER=$(id -un proxy 2>/dev/null || echo nobody)
   chmod 711 "$WORK"; chown "$SQUID_USER" "$WORK/squiddisk-cache"
 fi
-cat > "$WORK/squiddisk.conf" <<CONF
-http_port 127.0.0.1:$SQUIDDISK_PORT
+# The part of a storing squid's configuration both storing peers share:
+# loopback clients only, a disk store in $WORK/$1 where every page is stale
+# at once, logs off, $WORK/$2.pid.
+squid_store_conf() {
+  cat <<CONF
 acl localnet src 127.0.0.1/32
 http_access allow localnet
 http_access deny all
 cache_mem 0 MB
 memory_cache_mode disk
-cache_dir $SQUID_STORE $WORK/squiddisk-cache 4096$([[ $SQUID_STORE == rock ]] || echo " 16 256")
+cache_dir $SQUID_STORE $WORK/$1 4096$([[ $SQUID_STORE == rock ]] || echo " 16 256")
 maximum_object_size 1 MB
 refresh_pattern . 0 0% 0
-access_log $([[ ${BENCH_SQUID_LOG:-0} == 1 ]] && echo "stdio:$WORK/squiddisk-cache/access.log" || echo none)
+access_log $([[ ${BENCH_SQUID_LOG:-0} == 1 ]] && echo "stdio:$WORK/$1/access.log" || echo none)
 cache_store_log none
-cache_log $WORK/squiddisk-cache/cache.log
+cache_log $WORK/$1/cache.log
 $([[ -n $SQUID_USER ]] && echo "cache_effective_user $SQUID_USER")
 logfile_rotate 0
-pid_filename $WORK/squiddisk.pid
+pid_filename $WORK/$2.pid
 coredump_dir $WORK
 shutdown_lifetime 0 seconds
 CONF
+}
+{ echo "http_port 127.0.0.1:$SQUIDDISK_PORT"; squid_store_conf squiddisk-cache squiddisk; } > "$WORK/squiddisk.conf"
 # A squid killed by an earlier run leaves its shared memory behind
 # (/dev/shm/squid-*); -z failed then, and passed once they were removed.
 "$SQUID" -N -z -f "$WORK/squiddisk.conf" >"$WORK/squiddisk-z.err" 2>&1 ||
@@ -295,7 +300,8 @@ if [[ " ${BENCH_PATHS:-https} " == *" https "* && " $PEERS " == *" squidbump "* 
     mkdir -p "$WORK/bump-cache"
     "$SQUID_CERTGEN" -c -s "$WORK/bump-certs" -M 16MB >/dev/null
     [[ -n $SQUID_USER ]] && chown -R "$SQUID_USER" "$WORK/bump-cache" "$WORK/bump-certs"
-    cat > "$WORK/squidbump.conf" <<CONF
+    {
+      cat <<CONF
 http_port 127.0.0.1:$BUMP_PORT ssl-bump generate-host-certificates=on dynamic_cert_mem_cache_size=16MB tls-cert=$WORK/bump-ca.pem tls-key=$WORK/bump-ca.key
 sslcrtd_program $SQUID_CERTGEN -s $WORK/bump-certs -M 16MB
 sslcrtd_children 2 startup=1 idle=1
@@ -303,23 +309,9 @@ acl step1 at_step SslBump1
 ssl_bump peek step1
 ssl_bump bump all
 tls_outgoing_options cafile=$WORK/origin-ca.pem
-acl localnet src 127.0.0.1/32
-http_access allow localnet
-http_access deny all
-cache_mem 0 MB
-memory_cache_mode disk
-cache_dir $SQUID_STORE $WORK/bump-cache 4096$([[ $SQUID_STORE == rock ]] || echo " 16 256")
-maximum_object_size 1 MB
-refresh_pattern . 0 0% 0
-access_log $([[ ${BENCH_SQUID_LOG:-0} == 1 ]] && echo "stdio:$WORK/bump-cache/access.log" || echo none)
-cache_store_log none
-cache_log $WORK/bump-cache/cache.log
-$([[ -n $SQUID_USER ]] && echo "cache_effective_user $SQUID_USER")
-logfile_rotate 0
-pid_filename $WORK/squidbump.pid
-coredump_dir $WORK
-shutdown_lifetime 0 seconds
 CONF
+      squid_store_conf bump-cache squidbump
+    } > "$WORK/squidbump.conf"
     "$SQUID" -N -z -f "$WORK/squidbump.conf" >"$WORK/squidbump-z.err" 2>&1 ||
       die "squid -z (squidbump) failed: $(tail -n 3 "$WORK/squidbump-z.err")"
     "${ON_PROXY_CPU[@]}" "$SQUID" -N -f "$WORK/squidbump.conf" 2>"$WORK/squidbump.err" & PIDS+=($!)
