@@ -535,7 +535,7 @@ for path in $PATHS; do
     cpu=-; [[ -n ${PEER_PID[$peer]:-} ]] && cpu="$(cpu_us "$m" "${USED[$m]}") ($(cpu_us "$m" "${UUSED[$m]}") user$(
       [[ -n ${SYSCALLS[$m]:-} ]] && awk -v c="${SYSCALLS[$m]}" -v n="$(awk '/ requests in / {print $1}' "$WORK/wrk-$m.txt")" \
         'BEGIN{ printf ", %.2f syscalls", c / n }' || true)$(
-      [[ -n ${IDLE[$m]:-} ]] && echo ", CPU 1 idle ${IDLE[$m]}%"))"
+      [[ -n ${IDLE[$m]:-} ]] && echo ", CPU 1 idle ${IDLE[$m]}%" || true))"
     all=$(for ((round = 1; round <= ROUNDS; round++)); do rps "$path-$peer-$round"; echo; done | paste -sd/)
     printf '%-7s %-9s %9s %9s %9s %8s %9s %9s %11s %s\n' "$path" "$peer" "$r" "$(ms "$m" 50%)" \
       "$(ms "$m" 99%)" "$(bad "$m")" "$(ratio "$r" "$s")" "$(ratio "$r" "$sd")" "$cpu" "$all"
