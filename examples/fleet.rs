@@ -176,7 +176,8 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
 /// `name`'s value summed over `text` (Prometheus text).
 fn series(text: &str, name: &str) -> f64 {
     text.lines()
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(|c| " {".contains(c)))
+        // '\x7b' is the opening brace of a label set.
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '\x7b']))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
