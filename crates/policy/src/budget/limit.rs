@@ -93,8 +93,28 @@ const WINDOWS_MS: [u64; 14] = [
     300_000, 600_000,
 ];
 
-/// The limit the sends show (module docs); `sends` oldest first.
+/// The limit the sends show (module docs); `sends` oldest first, the
+/// first the host ever had.
 pub fn estimate(sends: &[Sent]) -> Option<Learned> {
+    estimate_from(sends, History::Whole)
+}
+
+/// The limit the sends show when older ones may have gone before the
+/// first of `sends` (a full log): a refusal with fewer accepted sends
+/// before it than an allowance may have had the rest among those, so it
+/// bounds nothing for that allowance rather than ruling it out.
+pub fn estimate_recent(sends: &[Sent]) -> Option<Learned> {
+    estimate_from(sends, History::Recent)
+}
+
+/// Whether `sends` start at the host's first send.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum History {
+    Whole,
+    Recent,
+}
+
+fn estimate_from(sends: &[Sent], history: History) -> Option<Learned> {
     let accepted: Vec<u64> = sends
         .iter()
         .filter(|s| s.outcome == Outcome::Accepted)
@@ -116,15 +136,32 @@ pub fn estimate(sends: &[Sent]) -> Option<Learned> {
         return None;
     }
     // An exact fit first; only when there is none, one with the slack.
-    fastest(&accepted, &refused, false).or_else(|| fastest(&accepted, &refused, true))
+    let known = Known {
+        accepted: &accepted,
+        refused: &refused,
+        history,
+    };
+    fastest(known, false).or_else(|| fastest(known, true))
+}
+
+/// The answered sends: the accepted ones' times, and each refusal's time
+/// with how many accepted went before it.
+#[derive(Clone, Copy)]
+struct Known<'a> {
+    accepted: &'a [u64],
+    refused: &'a [(u64, usize)],
+    history: History,
 }
 
 /// The fastest limit of those the sends fit (module docs), with the
-/// refused gaps of an interval taken `SLACK` shorter when `slack`.
-fn fastest(accepted: &[u64], refused: &[(u64, usize)], slack: bool) -> Option<Learned> {
+/// refused gaps of an interval taken `SLACK` shorter when `slack`. Of
+/// limits equally fast, the shortest window: the pause that waits one out
+/// is the shortest that suffices.
+fn fastest(known: Known<'_>, slack: bool) -> Option<Learned> {
+    let accepted = known.accepted;
     let mut fits = Vec::new();
     for allowance in 1..=accepted.len() {
-        let Some(lo) = at_least(accepted, refused, allowance) else {
+        let Some(lo) = at_least(known, allowance) else {
             break;
         };
         // An interval: one send each, every accepted gap at least one. The
@@ -155,7 +192,9 @@ fn fastest(accepted: &[u64], refused: &[(u64, usize)], slack: bool) -> Option<Le
             ));
         }
     }
-    fits.into_iter().flatten().max_by_key(|l| l.rate_u())
+    fits.into_iter()
+        .flatten()
+        .max_by_key(|l| (l.rate_u(), std::cmp::Reverse(l.window_ms)))
 }
 
 /// A refused gap under an interval is read this fraction shorter (1/20).
@@ -174,14 +213,23 @@ fn fit(rounds: &[u64], allowance: usize, lo: u64, hi: Option<u64>) -> Option<Lea
 }
 
 /// The shortest window in which `allowance` accepted sends came before
-/// every refusal; `None` when a refusal had fewer before it.
-fn at_least(accepted: &[u64], refused: &[(u64, usize)], allowance: usize) -> Option<u64> {
-    refused.iter().try_fold(0, |lo: u64, &(t, before)| {
-        let nth = accepted.get(before.checked_sub(allowance)?)?;
+/// every refusal; `None` when a refusal had fewer before it (of a recent
+/// history: when every one had, since the older sends are not known).
+fn at_least(known: Known<'_>, allowance: usize) -> Option<u64> {
+    let mut lo = None;
+    for &(t, before) in known.refused {
+        let Some(i) = before.checked_sub(allowance) else {
+            match known.history {
+                History::Whole => return None,
+                History::Recent => continue,
+            }
+        };
         // The nth was inside the window: a send exactly one window after
         // it would have been let through.
-        Some(lo.max(t.saturating_sub(*nth) + 1))
-    })
+        let span = t.saturating_sub(known.accepted[i]) + 1;
+        lo = Some(lo.map_or(span, |lo: u64| lo.max(span)));
+    }
+    lo
 }
 
 /// The longest window under which no accepted send had `more` accepted

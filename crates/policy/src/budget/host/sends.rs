@@ -5,7 +5,7 @@
 //! order it was asked closely enough, and a send whose answer never came
 //! (a timeout, a reset) is marked as teaching nothing.
 
-use super::super::limit::{estimate, Learned, Outcome, Sent, LOG_LEN};
+use super::super::limit::{estimate, estimate_recent, Learned, Outcome, Sent, LOG_LEN};
 
 /// Longest gap kept between two sends; a longer one reads as this (no
 /// window this long matters once the next send comes).
@@ -74,7 +74,11 @@ impl SendLog {
             sends.push(Sent { at_ms: at, outcome });
         }
         sends.reverse();
-        estimate(&sends)
+        // A full log may have dropped the host's older sends.
+        match usize::from(self.len) < LOG_LEN {
+            true => estimate(&sends),
+            false => estimate_recent(&sends),
+        }
     }
 
     pub(super) fn encode(&self, out: &mut Vec<u8>) {
