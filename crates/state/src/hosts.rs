@@ -100,6 +100,11 @@ pub trait HostStore: Send + Sync {
         reserved: Instant,
     ) -> Start;
 
+    /// How long until the slot reserved on `host` and not yet sent on
+    /// comes ([`mannerly_policy::budget::HostBudget::reserved_wait`]): an
+    /// answer may have brought it forward since it was reserved.
+    fn reserved_wait(&self, host: &str, now: Instant) -> Option<Duration>;
+
     /// Releases an in-flight slot without a response; `true` when a
     /// concurrency waiter could start now.
     fn finish(&self, host: &str, now: Instant) -> bool;

@@ -150,6 +150,10 @@ impl HostStore for MemoryHosts {
         self.with(host, now, |b, p| b.admit_own_within(p, now, hold_left))
     }
 
+    fn reserved_wait(&self, host: &str, now: Instant) -> Option<Duration> {
+        self.hosts.get(host_key(host).as_ref())?.reserved_wait(now)
+    }
+
     fn try_start(&self, host: &str, now: Instant, hold_left: Duration) -> Start {
         self.with(host, now, |b, p| b.try_start(p, now, hold_left))
     }

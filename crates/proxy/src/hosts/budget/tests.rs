@@ -220,3 +220,35 @@ async fn lines_no_request_holds_are_bounded_and_a_held_one_stays() {
     p.respond(200, None, None, None).await;
     assert!(b.lines.len() <= super::LINES_MAX + 1);
 }
+
+/// Before a first 429 each success raises the rate by the slow-start
+/// factor, but the request behind one in flight reserved its slot when
+/// that one went, at the rate before its answer: without bringing the
+/// slot forward each step of the climb lags a request behind.
+#[tokio::test(start_paused = true)]
+async fn an_answer_that_raises_the_rate_brings_the_waiting_slot_forward() {
+    let b = budgets(BudgetParams::default()); // 1/s, x1.2 a success
+    let robots = b.acquire("example.org", hold(30)).await.expect("robots");
+    let page = b
+        .acquire("example.org", hold(30))
+        .await
+        .expect("on the loan");
+    robots.respond(200, None, None, None).await;
+    page.respond(200, None, None, None).await; // 1.44/s
+    let third = b.acquire("example.org", hold(30)).await.expect("third");
+    let t3 = Instant::now();
+    let waiter = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            let p = b.acquire("example.org", hold(30)).await;
+            (Instant::now() - t3, p.map(drop).is_ok())
+        })
+    };
+    tokio::time::advance(Duration::from_millis(10)).await;
+    tokio::task::yield_now().await;
+    assert!(!waiter.is_finished(), "the fourth waits its interval");
+    third.respond(200, None, None, None).await; // 1.728/s: 579 ms
+    let (waited, ok) = waiter.await.expect("waiter task");
+    assert!(ok);
+    assert_eq!(waited, Duration::from_millis(579), "not 1.44/s's 695 ms");
+}

@@ -72,6 +72,40 @@ impl Budgets {
         }
     }
 
+    /// [`Budgets::asleep_for`] towards a reserved slot. With the in-process
+    /// store an answer that raised the rate meanwhile (a climb) may have
+    /// brought the slot forward, so each freed slot reads the wait again.
+    /// (A shared budget's waiter sleeps to the slot it was given.)
+    async fn asleep_for_slot(
+        &self,
+        key: &str,
+        d: Duration,
+        mut changed: Pin<&mut Notified<'_>>,
+        line: &Line,
+        resets: u64,
+    ) -> bool {
+        let Backend::Memory(m) = &self.backend else {
+            return self.asleep_for(d, changed, line, resets).await;
+        };
+        let _asleep = self.sleeping();
+        let mut until = self.clock.now() + d;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(until) => return false,
+                _ = changed.as_mut() => {
+                    self.count_reset(line, resets);
+                    return true;
+                }
+                _ = line.freed.notified() => {
+                    let now = self.clock.now();
+                    if let Some(wait) = m.reserved_wait(key, now.into_std()) {
+                        until = until.min(now + wait);
+                    }
+                }
+            }
+        }
+    }
+
     /// One request at a time asks for its slot, in arrival order (tokio's
     /// mutex is fair): a slot is only reserved when it is next, so a rate
     /// that changed while others waited applies at once.
@@ -178,7 +212,10 @@ impl Budgets {
                 Reservation::Refuse(r) => return Err(r),
                 Reservation::Wait(d) => {
                     self.hear_long_wait(&key, d, &mut hearing);
-                    if self.asleep_for(d, changed.as_mut(), &line, resets).await {
+                    if self
+                        .asleep_for_slot(&key, d, changed.as_mut(), &line, resets)
+                        .await
+                    {
                         continue 'admit;
                     }
                 }
