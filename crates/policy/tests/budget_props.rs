@@ -100,6 +100,12 @@ proptest! {
                         // the pause's end.
                         last_slot = now;
                     }
+                    // An answer that raised the rate may have brought the
+                    // slot reserved behind its send forward: the schedule
+                    // goes on from there.
+                    if let Some(w) = b.reserved_wait(now) {
+                        last_slot = last_slot.min(now + w);
+                    }
                     None
                 }
                 Event::CrawlDelay(d) => { b.set_crawl_delay(&p, now, d); None }

@@ -60,6 +60,17 @@ impl SendLog {
         }
     }
 
+    /// Whether the two sends answered last were both refused, nothing let
+    /// through between them.
+    pub(super) fn refused_twice(&self) -> bool {
+        let mut answered =
+            (0..usize::from(self.len)).filter(|&i| (self.ok ^ self.no) & (1 << i) != 0);
+        let (Some(last), Some(before)) = (answered.next(), answered.next()) else {
+            return false;
+        };
+        self.no & (1 << last) != 0 && self.no & (1 << before) != 0
+    }
+
     /// The limit the answered sends show, the newest sent at `newest_ms`.
     pub(super) fn learned(&self, newest_ms: u64) -> Option<Learned> {
         let mut at = newest_ms;

@@ -181,6 +181,20 @@ impl HostBudget {
         // A burst of ours above a ceiling already learned reads high; it
         // says nothing new of the site's limit and must not lift it.
         let ceiling = ceiling.min(before).max(floor);
+        // The first send after a pause refused as well: the pause fell
+        // short of the site's window (mod_qos counts one in whole seconds
+        // from its first request), and one send after a pause is no pace to
+        // halve or to set a ceiling from. The pause doubles; the pace is a
+        // slower limit the sends now show, else it stays.
+        if self.log.refused_twice() {
+            let ceiling = new.map_or(before, |c| c.min(before).max(floor));
+            return Verdict {
+                ceiling,
+                rate: self.rate_u(p, n).min(ceiling),
+                learned: limit,
+                climb: new.is_some() || self.flags & LEARNED != 0,
+            };
+        }
         let learned = limit.filter(|_| new.is_some() && explains);
         if learned.is_some() {
             return Verdict {
