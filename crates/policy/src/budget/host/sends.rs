@@ -153,4 +153,27 @@ mod tests {
         assert_eq!(SendLog::decode(&bytes), log);
         assert_eq!(SendLog::decode(&bytes[1..]), SendLog::default());
     }
+
+    #[test]
+    fn two_refusals_in_a_row_are_told_apart_from_one_after_a_success() {
+        let mut log = SendLog::default();
+        log.push(None);
+        log.answer(Outcome::Refused);
+        assert!(!log.refused_twice(), "one refusal");
+        log.push(Some(1_000));
+        log.answer(Outcome::Accepted);
+        log.push(Some(300));
+        log.answer(Outcome::Refused);
+        assert!(!log.refused_twice(), "a success between");
+        // The first send after the pause, refused too; one still in flight
+        // behind it is not an answer.
+        log.push(Some(1_000));
+        log.push(Some(250));
+        log.answer(Outcome::Refused);
+        assert!(log.refused_twice());
+        log.answer(Outcome::Pending);
+        log.push(Some(2_000));
+        log.answer(Outcome::Refused);
+        assert!(log.refused_twice(), "a send never answered is skipped");
+    }
 }
