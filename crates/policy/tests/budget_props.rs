@@ -86,6 +86,10 @@ proptest! {
                 Event::Finish => { b.finish(&p, now); None }
                 Event::Response(status, ra, jitter) => {
                     let r = b.on_response(&p, now, wall, status, ra, jitter);
+                    // As the in-process store does after a success.
+                    if let mannerly_policy::budget::Reaction::Ok { .. } = r {
+                        b.bring_forward(&p, now);
+                    }
                     prop_assert!(r.rate() <= r.ceiling());
                     if matches!(
                         r,

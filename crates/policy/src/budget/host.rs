@@ -390,9 +390,6 @@ impl HostBudget {
             .saturating_add(p.step_u())
             .max(grown)
             .min(self.cap_u(p, n));
-        if self.rate_u(p, n) > rate {
-            self.bring_forward(p, n);
-        }
         if self.concurrency < p.concurrency_u()
             && u32::from(self.streak) % p.concurrency_recovery_successes.max(1) == 0
         {

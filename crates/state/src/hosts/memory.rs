@@ -191,7 +191,7 @@ impl HostStore for MemoryHosts {
         jitter: f64,
     ) -> Reaction {
         self.with(host, now, |b, p| {
-            b.on_timed_answer(
+            let reaction = b.on_timed_answer(
                 p,
                 now,
                 wall,
@@ -200,7 +200,13 @@ impl HostStore for MemoryHosts {
                 announced,
                 ttfb_ms,
                 jitter,
-            )
+            );
+            // The waiter on the slot is in this process and reads its wait
+            // again (`reserved_wait`); a shared budget's waiter would not.
+            if let Reaction::Ok { .. } = reaction {
+                b.bring_forward(p, now);
+            }
+            reaction
         })
     }
 

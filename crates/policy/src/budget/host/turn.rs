@@ -25,13 +25,18 @@ impl HostBudget {
         u32::try_from(spare).unwrap_or(u32::MAX).min(p.burst.max(1))
     }
 
-    /// After an answer raised the rate: the slot reserved behind the send
-    /// it answered was spaced at the rate before (a request reserves when
-    /// the one ahead of it goes, before that one's answer), so it comes
-    /// forward to an interval of the new rate after that send, or each step
-    /// of a climb would lag a request behind. Burst 1 only (with a burst
-    /// `tat` runs ahead of the slots by design), and not around the loan.
-    pub(super) fn bring_forward(&mut self, p: &HostParams, n: u64) {
+    /// After an answer that raised the rate: the slot reserved behind the
+    /// send it answered was spaced at the rate before (a request reserves
+    /// when the one ahead of it goes, before that one's answer), so it
+    /// comes forward to an interval of the new rate after that send, or
+    /// each step of a climb would lag a request behind. Burst 1 only (with
+    /// a burst `tat` runs ahead of the slots by design), and not around the
+    /// loan. Only for a store whose waiter reads its wait again
+    /// ([`HostBudget::reserved_wait`]): one that sleeps to the slot it was
+    /// given would send there all the same, and the next slot, spaced
+    /// from the earlier one, would come too close to it.
+    pub fn bring_forward(&mut self, p: &HostParams, now: Instant) {
+        let n = self.tick(now);
         if self.flags & (LENT | ON_LOAN | LOAN_SENT) != 0 || self.tau_ms(p, n) != 0 {
             return;
         }
