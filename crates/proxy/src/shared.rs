@@ -248,6 +248,20 @@ impl Shared {
         host: &str,
         client: SocketAddr,
     ) -> Box<AuditRecord> {
+        let group = self.budgets.group(host).key;
+        self.record_in(method, url, host, group, client)
+    }
+
+    /// [`Shared::record`] for a request whose host's group was looked up
+    /// already.
+    pub(crate) fn record_in(
+        &self,
+        method: &str,
+        url: &str,
+        host: &str,
+        group: String,
+        client: SocketAddr,
+    ) -> Box<AuditRecord> {
         // Boxed from the start: a record is some 950 bytes, and it moves
         // from the exchange to the answer's body and on to the writer.
         Box::new(AuditRecord {
@@ -257,7 +271,7 @@ impl Shared {
             method: method.to_string(),
             url: url.to_string(),
             host: host.to_string(),
-            group: Some(self.budgets.group(host).key),
+            group: Some(group),
             ..AuditRecord::default()
         })
     }
