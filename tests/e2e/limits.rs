@@ -106,9 +106,11 @@ async fn with_header_lines(max_headers: usize, lines: usize) -> String {
 #[tokio::test]
 async fn the_header_line_limit_is_the_configured_one_above_and_below_a_hundred() {
     // hyper's HTTP/1 parser takes 100 lines unless raised: a larger limit
-    // must reach it, a smaller one is ours to enforce.
+    // must reach it, a smaller one is ours to enforce. Above 100 the head
+    // is forwarded (the test origin, hyper at its default, refuses it in
+    // turn: its answer is passed on as fetched).
     let above = with_header_lines(150, 120).await;
-    assert!(above.starts_with("HTTP/1.1 200"), "{above}");
+    assert!(above.contains("mannerly-decision: fetched"), "{above}");
     let over = with_header_lines(150, 160).await;
     assert!(over.starts_with("HTTP/1.1 431"), "{over}");
     assert!(over.contains("more than 150 header lines"), "{over}");
