@@ -22,7 +22,7 @@ use crate::FastMap;
 /// Host budgets of one process. Operations on one host are serialised by the
 /// map's shard lock, held only for the few arithmetic steps of one call;
 /// other hosts on other shards are never slowed.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct MemoryHosts {
     params: super::BudgetTable,
     hosts: FastMap<Box<str>, Held>,
@@ -120,16 +120,6 @@ impl MemoryHosts {
         self.bound.hold(&self.hosts, table.max_hosts, |h, b| {
             budget_tier(b, &table.for_host(h), now).map(|t| (t, b.used))
         });
-    }
-}
-
-impl Default for MemoryHosts {
-    fn default() -> Self {
-        MemoryHosts {
-            params: super::BudgetTable::default(),
-            hosts: FastMap::default(),
-            bound: Bound::default(),
-        }
     }
 }
 
