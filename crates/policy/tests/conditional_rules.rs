@@ -5,8 +5,8 @@ use std::time::{Duration, SystemTime};
 
 use mannerly_policy::conditional::http::{header, request, HeaderMap, Method, StatusCode};
 use mannerly_policy::conditional::{
-    admit, invalidates_stored, merge_not_modified, plan, storable, Admission, BypassReason,
-    CacheEntryMeta, CacheKey, CacheParams, NoStore, Plan,
+    admit, admit_under, invalidates_stored, merge_not_modified, plan, storable, Admission,
+    BypassReason, CacheEntryMeta, CacheKey, CacheParams, NoStore, Plan,
 };
 
 #[path = "support/heads.rs"]
@@ -186,6 +186,58 @@ fn clients_own_validators_pass_through() {
             Admission::PassThrough(key()),
             "{name}"
         );
+    }
+}
+
+#[test]
+fn several_reasons_at_once_give_the_first_in_order_and_admit_under_agrees() {
+    let params = CacheParams::default();
+    let cases: [(&[(&str, &str)], Admission); 6] = [
+        (
+            &[
+                ("range", "bytes=0-1"),
+                ("cookie", "a=b"),
+                ("authorization", "x"),
+            ],
+            Admission::Bypass(BypassReason::Authorization),
+        ),
+        (
+            &[
+                ("cache-control", "no-store"),
+                ("if-range", "\"v\""),
+                ("cookie", "a=b"),
+            ],
+            Admission::Bypass(BypassReason::Cookie),
+        ),
+        (
+            &[
+                ("if-none-match", "\"v\""),
+                ("cache-control", "no-store"),
+                ("range", "bytes=0-1"),
+            ],
+            Admission::Bypass(BypassReason::Range),
+        ),
+        (
+            &[
+                ("if-match", "\"v\""),
+                ("cache-control", "max-age=0, No-Store"),
+            ],
+            Admission::Bypass(BypassReason::NoStore),
+        ),
+        (
+            &[("cache-control", "max-age=0"), ("if-unmodified-since", "x")],
+            Admission::PassThrough(key()),
+        ),
+        (
+            &[("accept", "*/*"), ("cache-control", "no-cache")],
+            Admission::Lookup(key()),
+        ),
+    ];
+    for (headers, want) in cases {
+        let r = req(headers);
+        assert_eq!(admit(&r, URL, &params), want, "{headers:?}");
+        let under = admit_under(&r, "https://example.com", &params);
+        assert_eq!(under, want, "{headers:?}");
     }
 }
 

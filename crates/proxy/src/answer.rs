@@ -49,7 +49,10 @@ fn header_owned(s: String) -> HeaderValue {
 
 /// The `Mannerly-Decision` value: the outcome, then `; key=value` details.
 pub(crate) fn decision_value(outcome: Outcome, details: &[(&str, String)]) -> HeaderValue {
-    let mut v = outcome.as_str().to_string();
+    // Sized once: grown as it was written, the string was copied twice.
+    let len = details.iter().map(|(k, d)| k.len() + d.len() + 5);
+    let mut v = String::with_capacity(outcome.as_str().len() + len.sum::<usize>());
+    v.push_str(outcome.as_str());
     for (k, d) in details {
         v.push_str("; ");
         v.push_str(k);

@@ -246,12 +246,16 @@ impl Exchange {
         user: Option<String>,
     ) -> Exchange {
         let url = target.url(req.uri().path_and_query());
-        let mut rec = shared.record(req.method().as_str(), &url, &target.host, client);
+        // Looked up once for the record and the hold (each look hashes
+        // the host's key in two maps).
+        let group = shared.budgets.group(&target.host).key;
+        let max_hold = shared.budgets.key_params(&group).max_hold();
+        let method = req.method().as_str();
+        let mut rec = shared.record_in(method, &url, &target.host, group, client);
         let live = shared.live();
         let wait = told::preferred(&live, req.headers(), client, user.as_deref());
         rec.user = user;
         rec.agent = Some(request::agent(&live, req.headers()));
-        let max_hold = shared.budgets.max_hold(&target.host);
         let start = shared.clock.now();
         let decode_for_client = live.crawler.compression && encoding::ask_for(req.headers());
         let mut x = Exchange {

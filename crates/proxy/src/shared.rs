@@ -31,6 +31,10 @@ use crate::tls::CertificateAuthority;
 use crate::upstream::{self, Guard, UpstreamClient};
 use mannerly_policy::prefs::TdmFile;
 
+/// The most header lines hyper's HTTP/1 server parses in a head unless its
+/// builder is told otherwise (`hyper::proto::h1::role::DEFAULT_MAX_HEADERS`).
+const HYPER_MAX_HEADERS: usize = 100;
+
 /// State shared by every connection.
 pub(crate) struct Shared {
     /// The configuration the proxy started with.
@@ -244,6 +248,20 @@ impl Shared {
         host: &str,
         client: SocketAddr,
     ) -> Box<AuditRecord> {
+        let group = self.budgets.group(host).key;
+        self.record_in(method, url, host, group, client)
+    }
+
+    /// [`Shared::record`] for a request whose host's group was looked up
+    /// already.
+    pub(crate) fn record_in(
+        &self,
+        method: &str,
+        url: &str,
+        host: &str,
+        group: String,
+        client: SocketAddr,
+    ) -> Box<AuditRecord> {
         // Boxed from the start: a record is some 950 bytes, and it moves
         // from the exchange to the answer's body and on to the writer.
         Box::new(AuditRecord {
@@ -253,7 +271,7 @@ impl Shared {
             method: method.to_string(),
             url: url.to_string(),
             host: host.to_string(),
-            group: Some(self.budgets.group(host).key),
+            group: Some(group),
             ..AuditRecord::default()
         })
     }
@@ -296,8 +314,15 @@ impl Shared {
         b.http1()
             .timer(TokioTimer::new())
             .header_read_timeout(self.cfg.proxy.header_read_timeout * 2)
-            .max_headers(self.cfg.proxy.max_headers)
             .max_buf_size(self.cfg.proxy.max_header_bytes.max(8192));
+        // Every HTTP/1 head has passed `clients::heads` and its limit
+        // before hyper parses it, so hyper's own limit (100 lines unless
+        // told) only needs raising. Told any number, hyper fills two
+        // arrays of that many slots for every head it parses (about 1,700
+        // instructions a request); left alone, it takes them uninitialised.
+        if self.cfg.proxy.max_headers > HYPER_MAX_HEADERS {
+            b.http1().max_headers(self.cfg.proxy.max_headers);
+        }
         // Client-side HTTP/2 (inside intercepted TLS): bounded streams and
         // header lists (a CONTINUATION flood counts against the list size),
         // and hyper's rapid-reset guards.

@@ -26,6 +26,12 @@ const PAYING_FIELDS: [HeaderName; 4] = [
 /// Takes a client's price and payment fields off its request: only what
 /// the proxy holds in its ledger is offered or paid.
 pub fn strip_paying_fields(headers: &mut HeaderMap) {
+    // Almost no request carries one: comparing the few names it has is
+    // cheaper than four removals, each hashing its name (~600
+    // instructions a request).
+    if !headers.keys().any(|n| PAYING_FIELDS.contains(n)) {
+        return;
+    }
     for name in PAYING_FIELDS {
         headers.remove(name);
     }

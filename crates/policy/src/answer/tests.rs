@@ -535,6 +535,19 @@ fn a_client_cannot_send_a_price_or_payment_of_its_own() {
     ]);
     pay::strip_paying_fields(&mut h);
     assert_eq!(h, head(&[("accept", "*/*")]));
+    for one in [
+        "crawler-max-price",
+        "crawler-exact-price",
+        "payment-signature",
+        "x-payment",
+    ] {
+        let mut h = head(&[("accept", "*/*"), (one, "USD 1")]);
+        pay::strip_paying_fields(&mut h);
+        assert_eq!(h, head(&[("accept", "*/*")]), "{one}");
+    }
+    let mut none = head(&[("accept", "*/*"), ("x-other", "1")]);
+    pay::strip_paying_fields(&mut none);
+    assert_eq!(none, head(&[("accept", "*/*"), ("x-other", "1")]));
 }
 
 #[test]

@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use dashmap::DashMap;
 use mannerly_policy::robots_cache::fetch_failed;
 use mannerly_policy::{AuditRecord, Outcome};
+use mannerly_state::FastMap;
 use serde::Serialize;
 
 /// Decisions kept per host for `/hosts/{host}`.
@@ -182,7 +182,7 @@ impl HostActivity {
 }
 
 pub(crate) struct Activity {
-    hosts: DashMap<Box<str>, HostActivity>,
+    hosts: FastMap<Box<str>, HostActivity>,
     latest: Mutex<VecDeque<Arc<Decision>>>,
     max_hosts: usize,
     evicting: AtomicUsize,
@@ -204,7 +204,7 @@ fn cut(s: &str) -> String {
 impl Activity {
     pub(super) fn new(max_hosts: usize) -> Activity {
         Activity {
-            hosts: DashMap::new(),
+            hosts: FastMap::default(),
             latest: Mutex::new(VecDeque::with_capacity(LATEST)),
             max_hosts: max_hosts.max(1),
             evicting: AtomicUsize::new(0),

@@ -16,7 +16,6 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use dashmap::DashMap;
 use mannerly_policy::budget::{
     host_key, Announced, BudgetParams, Failure, HostParams, HostView, PersistedHost, Reaction,
     Refusal, Reservation, ResetReport, Start, Strain, QUEUE_RETRY_AFTER,
@@ -24,6 +23,7 @@ use mannerly_policy::budget::{
 use mannerly_state::hosts::{Basis, Bound, HostStore, Lease, MemoryHosts, RedisHosts, Tier};
 use mannerly_state::responses::{ResponseStore, StoreError};
 use mannerly_state::wake::Wakes;
+use mannerly_state::FastMap;
 use tokio::sync::{Mutex, Notify};
 use tokio::time::Instant;
 
@@ -49,12 +49,12 @@ pub(crate) struct Budgets {
     backend: Backend,
     clock: Clock,
     groups: groups::Groups,
-    lines: DashMap<String, Arc<Line>>,
+    lines: FastMap<String, Arc<Line>>,
     /// Holds `lines` to `LINES_MAX` besides those in use (see `line`).
     lines_bound: Bound,
     seed: AtomicU64,
     /// Crawl-delays to apply to shared budgets before the next request.
-    crawl_delays: DashMap<String, Option<f64>>,
+    crawl_delays: FastMap<String, Option<f64>>,
     /// Other proxies' released slots, with the redis backend.
     wakes: std::sync::OnceLock<Wakes>,
     /// Concurrency waiters woken by another proxy's release (for metrics
@@ -127,10 +127,10 @@ impl Budgets {
             backend,
             clock,
             groups: groups::Groups::new(params),
-            lines: DashMap::new(),
+            lines: FastMap::default(),
             lines_bound: Bound::default(),
             seed: AtomicU64::new(0x9e37_79b9_7f4a_7c15),
-            crawl_delays: DashMap::new(),
+            crawl_delays: FastMap::default(),
             wakes: std::sync::OnceLock::new(),
             woken_by_message: AtomicU64::new(0),
             woken_by_reset: AtomicU64::new(0),

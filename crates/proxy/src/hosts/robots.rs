@@ -9,7 +9,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use dashmap::DashMap;
 use http::header::HeaderValue;
 use mannerly_policy::budget::{Announced, Reaction, Refusal};
 use mannerly_policy::conditional::CacheOutcome;
@@ -20,6 +19,7 @@ use mannerly_policy::robots_cache::{
 };
 use mannerly_policy::AuditRecord;
 use mannerly_state::robots::Fetched;
+use mannerly_state::FastMap;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
@@ -63,7 +63,7 @@ pub(crate) struct RobotsCache<F: SiteFile = Robots> {
     params: RobotsParams,
     clock: Clock,
     identity: Option<Arc<Signer>>,
-    slots: DashMap<String, Arc<Slot<F>>>,
+    slots: FastMap<String, Arc<Slot<F>>>,
     /// Body bytes of every entry held (`robots.max_bytes`).
     bytes: AtomicU64,
     /// Moves on with every new slot. A slot used in the same epoch as
@@ -79,7 +79,7 @@ impl<F: SiteFile> RobotsCache<F> {
             params,
             clock,
             identity,
-            slots: DashMap::new(),
+            slots: FastMap::default(),
             bytes: AtomicU64::new(0),
             epoch: AtomicU64::new(0),
         }

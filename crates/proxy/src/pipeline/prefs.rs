@@ -76,6 +76,17 @@ pub(crate) fn judge(
     const CONTENT_SIGNAL: HeaderName = HeaderName::from_static("content-signal");
     const TDM_RESERVATION: HeaderName = HeaderName::from_static("tdm-reservation");
     const TDM_POLICY: HeaderName = HeaderName::from_static("tdm-policy");
+    let stated = [CONTENT_USAGE, CONTENT_SIGNAL, TDM_RESERVATION, TDM_POLICY];
+    // Nearly every answer carries none of them: one pass over its names
+    // compares them, where six lookups hashed each name (and parsed the
+    // two robots fields' from text first), some 1,700 instructions.
+    let carried = headers
+        .keys()
+        .any(|n| stated.contains(n) || ROBOTS_FIELDS.iter().any(|r| n.as_str() == *r));
+    if !carried && meta.is_none_or(|m| m.tags.is_empty()) {
+        ignored_only(meta, rec);
+        return OnResponse::Pass;
+    }
     let values = |name: HeaderName| -> Vec<&str> {
         headers
             .get_all(name)
@@ -87,13 +98,7 @@ pub(crate) fn judge(
     let (tdm, tdm_policy) = (values(TDM_RESERVATION), values(TDM_POLICY));
     let page = page_statements(headers, meta);
     if usage.is_empty() && signal.is_empty() && tdm.is_empty() && page.is_empty() {
-        if let Some(scan) = meta.filter(|m| !m.ignored.is_empty()) {
-            let record = PrefsRecord {
-                ignored: scan.ignored.clone(),
-                ..PrefsRecord::default()
-            };
-            note(rec, &record);
-        }
+        ignored_only(meta, rec);
         return OnResponse::Pass;
     }
     let purposes = request_purposes(cfg, rec);
@@ -125,6 +130,18 @@ pub(crate) fn judge(
 
 /// The page-level statements of a response: its robots-tag field lines,
 /// then the robots `<meta>` tags of its head.
+/// An answer stating no preference: the line notes only the `<meta>` tags
+/// the scan ignored, if any.
+fn ignored_only(meta: Option<&MetaScan>, rec: &mut AuditRecord) {
+    if let Some(scan) = meta.filter(|m| !m.ignored.is_empty()) {
+        let record = PrefsRecord {
+            ignored: scan.ignored.clone(),
+            ..PrefsRecord::default()
+        };
+        note(rec, &record);
+    }
+}
+
 fn page_statements<'a>(headers: &'a HeaderMap, meta: Option<&'a MetaScan>) -> Vec<Statement<'a>> {
     let mut out = Vec::new();
     for name in ROBOTS_FIELDS {

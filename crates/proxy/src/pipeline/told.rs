@@ -21,6 +21,10 @@ use crate::body::ProxyBody;
 
 /// RFC 7240 §3.
 const PREFERENCE_APPLIED: HeaderName = HeaderName::from_static("preference-applied");
+/// The RateLimit fields, checked once (made per answer, each name's
+/// characters were checked every time).
+const POLICY_FIELD: HeaderName = HeaderName::from_static(FIELD_NAMES.policy);
+const LIMIT_FIELD: HeaderName = HeaderName::from_static(FIELD_NAMES.limit);
 
 mod wait;
 pub(super) use wait::{preferred, Wait, WaitBy};
@@ -57,21 +61,23 @@ impl Exchange {
     /// Adds what the answer tells of the host's budget and of the client's
     /// preference.
     pub(super) fn tell(&self, resp: &mut Response<ProxyBody>) {
+        let looked_up;
         let key = match &self.group {
-            Some(k) => k.clone(),
-            None => self.shared.budgets.group(&self.target.host).key,
+            Some(k) => k,
+            None => {
+                looked_up = self.shared.budgets.group(&self.target.host).key;
+                &looked_up
+            }
         };
         let h = resp.headers_mut();
-        if let Some(view) = self.shared.budgets.view(&key) {
+        if let Some(view) = self.shared.budgets.view(key) {
             let told = Told::of(&view);
-            let policy = HeaderName::from_static(FIELD_NAMES.policy);
-            let limit = HeaderName::from_static(FIELD_NAMES.limit);
             // Appended: the origin's members, if any, stay first.
             if let Ok(v) = HeaderValue::try_from(told.policy_item()) {
-                h.append(policy, v);
+                h.append(POLICY_FIELD, v);
             }
             if let Ok(v) = HeaderValue::try_from(told.limit_item()) {
-                h.append(limit, v);
+                h.append(LIMIT_FIELD, v);
             }
         }
         if let Some(Wait {

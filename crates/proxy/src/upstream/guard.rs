@@ -31,7 +31,7 @@ pub(crate) struct Guard {
     /// check of each request; the connector still checks every address it
     /// connects to, so a name that changes meanwhile is caught there.
     /// With when each passed and a `bound` stamp of it.
-    vetted: Arc<dashmap::DashMap<(String, u16), (tokio::time::Instant, u64)>>,
+    vetted: Arc<mannerly_state::FastMap<(String, u16), (tokio::time::Instant, u64)>>,
     bound: Arc<Bound>,
     clock: Clock,
 }
@@ -50,7 +50,7 @@ impl Guard {
         Guard {
             allow_private: cfg.allow_private,
             overrides: Arc::new(overrides),
-            vetted: Arc::new(dashmap::DashMap::new()),
+            vetted: Arc::new(mannerly_state::FastMap::default()),
             bound: Arc::default(),
             clock,
         }

@@ -17,7 +17,7 @@
 //! `max_pause_secs`, so they cannot pile up without end either). Each
 //! host dropped is counted by its tier ([`Evicted`]).
 
-use std::hash::Hash;
+use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
@@ -91,9 +91,9 @@ impl Bound {
     /// `class` gives an entry's tier and stamp, `None` for one that stays.
     /// When too few may go, the next pass waits until `max/8` more entries
     /// came. Call it with no guard of `map` held. Returns how many went.
-    pub fn hold<K: Eq + Hash + Clone, V>(
+    pub fn hold<K: Eq + Hash + Clone, V, S: BuildHasher + Clone>(
         &self,
-        map: &DashMap<K, V>,
+        map: &DashMap<K, V, S>,
         max: usize,
         class: impl Fn(&K, &V) -> Option<(Tier, u64)>,
     ) -> usize {
@@ -102,9 +102,9 @@ impl Bound {
 
     /// [`Bound::hold`], handing each entry dropped to `gone` (to undo what
     /// another map holds about it), with no guard of `map` held.
-    pub fn hold_then<K: Eq + Hash + Clone, V>(
+    pub fn hold_then<K: Eq + Hash + Clone, V, S: BuildHasher + Clone>(
         &self,
-        map: &DashMap<K, V>,
+        map: &DashMap<K, V, S>,
         max: usize,
         class: impl Fn(&K, &V) -> Option<(Tier, u64)>,
         mut gone_to: impl FnMut(K, V),

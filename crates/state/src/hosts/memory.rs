@@ -10,7 +10,6 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use dashmap::DashMap;
 use mannerly_policy::budget::{
     host_key, Announced, BudgetParams, Failure, HostBudget, HostParams, HostView, PersistedHost,
     Reaction, Reservation, ResetReport, Start,
@@ -18,14 +17,15 @@ use mannerly_policy::budget::{
 
 use super::bound::{budget_tier, Bound, Evicted};
 use super::HostStore;
+use crate::FastMap;
 
 /// Host budgets of one process. Operations on one host are serialised by the
 /// map's shard lock, held only for the few arithmetic steps of one call;
 /// other hosts on other shards are never slowed.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct MemoryHosts {
     params: super::BudgetTable,
-    hosts: DashMap<Box<str>, Held>,
+    hosts: FastMap<Box<str>, Held>,
     bound: Bound,
 }
 
@@ -58,7 +58,7 @@ impl MemoryHosts {
     pub fn new(params: BudgetParams) -> Result<MemoryHosts, mannerly_policy::ParamError> {
         Ok(MemoryHosts {
             params: super::BudgetTable::new(params.validate()?),
-            hosts: DashMap::new(),
+            hosts: FastMap::default(),
             bound: Bound::default(),
         })
     }
@@ -120,16 +120,6 @@ impl MemoryHosts {
         self.bound.hold(&self.hosts, table.max_hosts, |h, b| {
             budget_tier(b, &table.for_host(h), now).map(|t| (t, b.used))
         });
-    }
-}
-
-impl Default for MemoryHosts {
-    fn default() -> Self {
-        MemoryHosts {
-            params: super::BudgetTable::default(),
-            hosts: DashMap::new(),
-            bound: Bound::default(),
-        }
     }
 }
 

@@ -7,7 +7,7 @@
 //! parsing its record).
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
+use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use mannerly_policy::conditional::http::HeaderMap;
@@ -16,6 +16,7 @@ use mannerly_policy::conditional::{variant_key, CacheKey};
 use super::lru::Lru;
 use super::sharded::Sharded;
 use super::StoredResponse;
+use crate::FastHash;
 
 /// What a decoded entry takes beyond twice its encoded size (see
 /// [`Index::keep`]).
@@ -51,7 +52,7 @@ pub(crate) struct Index {
     /// Hash of a URL's primary key → its variants on disk. A hash collision
     /// only sends a lookup to the disk; the count keeps removals exact.
     urls: Sharded<u64, u32>,
-    hasher: RandomState,
+    hasher: FastHash,
     resident: Resident,
     /// Bumped by every committed write: a reader keeps what it read only if
     /// no write committed meanwhile, so an older copy never replaces a newer.
@@ -70,8 +71,8 @@ struct Resident {
     /// Behind a pointer: a decoded entry (headers, cache policy) is large,
     /// the table grows by copying its slots, and a hit hands out a share of
     /// the entry instead of a copy made under the index lock.
-    entries: HashMap<String, Arc<StoredResponse>>,
-    urls: HashMap<String, ResidentUrl>,
+    entries: HashMap<String, Arc<StoredResponse>, FastHash>,
+    urls: HashMap<String, ResidentUrl, FastHash>,
 }
 
 /// A URL's `Vary` names (every variant of a URL shares them) and its
@@ -97,7 +98,7 @@ impl Index {
             seqs: Sharded::default(),
             read_rows: Sharded::default(),
             urls: Sharded::default(),
-            hasher: RandomState::new(),
+            hasher: FastHash::default(),
             resident: Resident::new(resident_cap),
             generation: 0,
             superseded: HashMap::new(),
@@ -320,8 +321,8 @@ impl Resident {
         Resident {
             cap,
             lru: Lru::untracked(),
-            entries: HashMap::new(),
-            urls: HashMap::new(),
+            entries: HashMap::default(),
+            urls: HashMap::default(),
         }
     }
 

@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 use super::sharded::Sharded;
+use crate::FastHash;
 
 /// Recency and size of every entry. Reads only touch this index; the ticks
 /// reach the disk with the next write, so a read never costs a disk write.
@@ -12,7 +13,7 @@ pub(crate) struct Lru {
     entries: Sharded<String, (u64, u64)>,
     order: BTreeMap<u64, String>,
     total: u64,
-    dirty: HashSet<String>,
+    dirty: HashSet<String, FastHash>,
     /// Reads are not collected for persisting (an index of what is in
     /// memory only).
     untracked: bool,

@@ -14,14 +14,19 @@ use std::hash::Hash;
 
 use dashmap::DashMap;
 
+use crate::FastHash;
+
 const SHARDS: usize = 64;
 
 #[derive(Debug)]
-pub(crate) struct Sharded<K: Hash + Eq, V>(DashMap<K, V>);
+pub(crate) struct Sharded<K: Hash + Eq, V>(DashMap<K, V, FastHash>);
 
 impl<K: Hash + Eq, V> Default for Sharded<K, V> {
     fn default() -> Self {
-        Sharded(DashMap::with_shard_amount(SHARDS))
+        Sharded(DashMap::with_hasher_and_shard_amount(
+            FastHash::default(),
+            SHARDS,
+        ))
     }
 }
 

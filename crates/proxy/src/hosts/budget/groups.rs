@@ -8,10 +8,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use dashmap::DashMap;
 use mannerly_policy::budget::{host_key, BudgetParams};
 use mannerly_policy::site::{Group, GroupKind};
 use mannerly_state::hosts::{Bound, Tier};
+use mannerly_state::FastMap;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
@@ -25,15 +25,15 @@ pub(super) struct Groups {
     params: RwLock<Arc<BudgetParams>>,
     /// Host key → its group, as its last request was placed, and when
     /// (a `bound` stamp).
-    placed: DashMap<String, (Group, AtomicU64)>,
+    placed: FastMap<String, (Group, AtomicU64)>,
     bound: Bound,
     /// `PLACED_MAX` but in tests.
     placed_max: usize,
     /// Group key → the hosts `placed` holds in it: one group's members
     /// without a walk over every host (`/hosts/{host}`, asked per dispatch).
-    held: DashMap<String, Vec<String>>,
+    held: FastMap<String, Vec<String>>,
     /// Hosts with a Crawl-delay of their own inside a shared group.
-    spaced: DashMap<String, Arc<Spacing>>,
+    spaced: FastMap<String, Arc<Spacing>>,
     /// Orders `spaced` by when each delay was last set.
     spaced_bound: Bound,
 }
@@ -68,11 +68,11 @@ impl Groups {
     pub(super) fn new(params: BudgetParams) -> Groups {
         Groups {
             params: RwLock::new(Arc::new(params)),
-            placed: DashMap::new(),
+            placed: FastMap::default(),
             bound: Bound::default(),
             placed_max: PLACED_MAX,
-            held: DashMap::new(),
-            spaced: DashMap::new(),
+            held: FastMap::default(),
+            spaced: FastMap::default(),
             spaced_bound: Bound::default(),
         }
     }
