@@ -128,8 +128,6 @@ pub(crate) fn judge(
     }
 }
 
-/// The page-level statements of a response: its robots-tag field lines,
-/// then the robots `<meta>` tags of its head.
 /// An answer stating no preference: the line notes only the `<meta>` tags
 /// the scan ignored, if any.
 fn ignored_only(meta: Option<&MetaScan>, rec: &mut AuditRecord) {
@@ -142,6 +140,8 @@ fn ignored_only(meta: Option<&MetaScan>, rec: &mut AuditRecord) {
     }
 }
 
+/// The page-level statements of a response: its robots-tag field lines,
+/// then the robots `<meta>` tags of its head.
 fn page_statements<'a>(headers: &'a HeaderMap, meta: Option<&'a MetaScan>) -> Vec<Statement<'a>> {
     let mut out = Vec::new();
     for name in ROBOTS_FIELDS {
