@@ -40,9 +40,7 @@ pub use decision::{
 };
 pub use distress::{Distress, Failure};
 pub use host::{DecodeError, HostBudget, ENCODED_LEN};
-pub use limit::{
-    estimate, estimate_recent, fastest, fits, slowest_above, Learned, Outcome, Sent, LOG_LEN,
-};
+pub use limit::{estimate, estimate_recent, Learned, Outcome, Sent, LOG_LEN};
 pub use params::{
     BudgetParams, HostOverride, HostParams, DEFAULT_MAX_HOSTS, MAX_BREAKER_THRESHOLD,
 };

@@ -376,16 +376,17 @@ proptest! {
 /// faster limits than its own; what it refuses depends on where in a
 /// second the crawl began. At every phase of the clock (50 ms apart), none
 /// after the twentieth send past the first 429 (the thirtieth where three
-/// come) and at least 80% of the limit there, and at most two 429s but
-/// where noted:
+/// come), and at most two 429s and at least 80% of the limit there, but
+/// where noted (docs/budgets.md has the table):
 ///
-/// - 6 per 2 s at 0–200 ms: the climb's six pass in under a second, and
+/// - 6 per 2 s at 0–200 ms: the climb's six pass in under a second and
 ///   the fastest limit they fit, 6 per 1 s, is faster than the pace let
-///   through (2.57/s); the slowest they fit above it, 3/s, is held under,
-///   not 80% of that pace (69% of the limit);
+///   through (2.57/s). The sends fit 6 per 2 s as well, but they fit a
+///   token bucket of 2/s with a burst of 6 too, as nginx `burst=5`'s
+///   climb does; DESIGN's 80% of that pace holds it at 69% (one 429);
 /// - 6 per 2 s at 250–500 ms and 4 per 2 s at 350–500 ms: each 429 reads
 ///   one allowance a second less (5, then 4 per 1 s), each consistent with
-///   the sends so far, and a third comes (docs/budgets.md);
+///   the sends so far, and a third comes;
 /// - at 550–950 ms a limit read too fast is read again at the second 429,
 ///   and 4 per 2 s at 250–300 ms finds the first send after its pause
 ///   refused too (the pause doubles, the pace stays).
@@ -400,16 +401,17 @@ fn mod_qos_is_learned_at_every_phase_of_the_clock() {
                     offset_ms,
                 };
                 let run = crawl(kind, 80, latency_ms, None);
-                let (most, settle) = match (allowance, offset_ms) {
-                    (4, 350..=500) | (6, 250..=500) => (3, 30),
-                    _ => (2, 20),
+                let (most, settle, share) = match (allowance, offset_ms) {
+                    (4, 350..=500) | (6, 250..=500) => (3, 30, 0.8),
+                    (6, 0..=200) => (1, 20, 0.65),
+                    _ => (2, 20, 0.8),
                 };
                 let from = run.first_refusal().unwrap() + settle;
                 let later = run.sent[from..].iter().filter(|s| !s.1).count();
                 let pace = run.pace_after(from);
                 assert!(run.refusals() <= most, "{kind:?}: {:?}", run.sent);
                 assert_eq!(later, 0, "{kind:?}: {:?}", run.sent);
-                assert!(pace >= 0.8 * kind.rate(), "{kind:?}: {pace} {:?}", run.sent);
+                assert!(pace >= share * kind.rate(), "{kind:?}: {pace} {:?}", run.sent);
             }
         }
     }
@@ -469,11 +471,15 @@ fn estimate_reads_a_ramp_met_by_each_kind() {
     assert_eq!(learned[..4], [Some(2_000_000); 4], "{learned:?}");
 }
 
-/// A token bucket with a burst (nginx `limit_req burst=5`) fits windows
-/// that are only its likeness (5 per 2.5 s is no round window), and the
-/// climb runs past its rate on the burst: however the limit is read, the
-/// pace it settles at stays under the rate, so the bucket does not drain
-/// and no 429 comes after the first 60 of 110 sends.
+/// A token bucket with a burst (nginx `limit_req burst=5`) hides its rate
+/// until the burst is spent, and the climb's sends then fit windows faster
+/// than its rate: however the limit is read, the pace it settles at stays
+/// under the rate, so the bucket does not drain, and no 429 comes after
+/// the first 60 of 110 sends. (A reading that held a limit the sends fit
+/// above the pace let through, or weighed the fits by the clock's phases,
+/// held nginx `burst=5` at 2.11–2.25/s and drew a third 429 or the
+/// breaker.) At 3/s the first 429's fit is faster than the pace let
+/// through, and DESIGN's 80% of that pace holds it at 75%.
 #[test]
 fn a_token_bucket_with_a_burst_is_not_held_above_its_rate() {
     for allowance in [2u64, 3] {
@@ -485,7 +491,7 @@ fn a_token_bucket_with_a_burst_is_not_held_above_its_rate() {
             let run = crawl(kind, 110, latency_ms, None);
             assert!(run.sent[60..].iter().all(|s| s.1), "{kind:?}: {:?}", run.sent);
             assert!(run.ceiling <= kind.rate(), "{kind:?}: {}", run.ceiling);
-            assert!(run.pace_after(60) >= 0.8 * kind.rate(), "{kind:?}: {:?}", run.sent);
+            assert!(run.pace_after(60) >= 0.7 * kind.rate(), "{kind:?}: {:?}", run.sent);
         }
     }
 }

@@ -96,7 +96,7 @@ const WINDOWS_MS: [u64; 14] = [
 /// The limit the sends show (module docs); `sends` oldest first, the
 /// first the host ever had.
 pub fn estimate(sends: &[Sent]) -> Option<Learned> {
-    fastest(&fits(sends, false))
+    estimate_from(sends, History::Whole)
 }
 
 /// The limit the sends show when older ones may have gone before the
@@ -104,42 +104,7 @@ pub fn estimate(sends: &[Sent]) -> Option<Learned> {
 /// before it than an allowance may have had the rest among those, so it
 /// bounds nothing for that allowance rather than ruling it out.
 pub fn estimate_recent(sends: &[Sent]) -> Option<Learned> {
-    fastest(&fits(sends, true))
-}
-
-/// Every limit the sends fit (module docs; `recent` as for
-/// [`estimate_recent`]): for each allowance, each round window inside
-/// its bounds.
-pub fn fits(sends: &[Sent], recent: bool) -> Vec<Learned> {
-    let history = match recent {
-        true => History::Recent,
-        false => History::Whole,
-    };
-    estimate_from(sends, history)
-}
-
-/// The fastest of `fits`, the limit learned (module docs); of limits
-/// equally fast, the shortest window: the pause that waits one out is the
-/// shortest that suffices.
-pub fn fastest(fits: &[Learned]) -> Option<Learned> {
-    fits.iter()
-        .copied()
-        .max_by_key(|l| (l.rate_u(), std::cmp::Reverse(l.window_ms)))
-}
-
-/// The slowest of `fits` faster than `rate_u` (micro-requests a second).
-///
-/// A climb that ran past a window's limit in a burst fits faster limits
-/// than its own, which the sends cannot tell apart from it: six let
-/// through in under a second and the seventh refused fit 6 per 1 s as
-/// well as 6 per 2 s. When the fastest is faster than the pace the origin
-/// let through, the slowest above that pace is the one that explains the
-/// 429 and costs least to be wrong about.
-pub fn slowest_above(fits: &[Learned], rate_u: u32) -> Option<Learned> {
-    fits.iter()
-        .copied()
-        .filter(|l| l.rate_u() > rate_u)
-        .min_by_key(|l| (l.rate_u(), l.window_ms))
+    estimate_from(sends, History::Recent)
 }
 
 /// Whether `sends` start at the host's first send.
@@ -149,7 +114,7 @@ enum History {
     Recent,
 }
 
-fn estimate_from(sends: &[Sent], history: History) -> Vec<Learned> {
+fn estimate_from(sends: &[Sent], history: History) -> Option<Learned> {
     let accepted: Vec<u64> = sends
         .iter()
         .filter(|s| s.outcome == Outcome::Accepted)
@@ -168,7 +133,7 @@ fn estimate_from(sends: &[Sent], history: History) -> Vec<Learned> {
         }
     }
     if refused.is_empty() {
-        return Vec::new();
+        return None;
     }
     // An exact fit first; only when there is none, one with the slack.
     let known = Known {
@@ -176,11 +141,7 @@ fn estimate_from(sends: &[Sent], history: History) -> Vec<Learned> {
         refused: &refused,
         history,
     };
-    let exact = all_fits(known, false);
-    match exact.is_empty() {
-        true => all_fits(known, true),
-        false => exact,
-    }
+    fastest(known, false).or_else(|| fastest(known, true))
 }
 
 /// The answered sends: the accepted ones' times, and each refusal's time
@@ -192,9 +153,11 @@ struct Known<'a> {
     history: History,
 }
 
-/// The limits the sends fit (module docs), with the refused gaps of an
-/// interval taken `SLACK` shorter when `slack`.
-fn all_fits(known: Known<'_>, slack: bool) -> Vec<Learned> {
+/// The fastest limit of those the sends fit (module docs), with the
+/// refused gaps of an interval taken `SLACK` shorter when `slack`. Of
+/// limits equally fast, the shortest window: the pause that waits one out
+/// is the shortest that suffices.
+fn fastest(known: Known<'_>, slack: bool) -> Option<Learned> {
     let accepted = known.accepted;
     let mut fits = Vec::new();
     for allowance in 1..=accepted.len() {
@@ -216,15 +179,22 @@ fn all_fits(known: Known<'_>, slack: bool) -> Vec<Learned> {
             let lo = if slack { lo - lo / SLACK } else { lo };
             let hi = at_most(accepted, 1);
             let longest = hi.and_then(|hi| INTERVALS_MS.iter().rev().find(|&&w| w <= hi));
-            fits.extend(longest.and_then(|&w| fit(&[w], 1, lo, hi)));
+            fits.push(longest.and_then(|&w| fit(&[w], 1, lo, hi)));
         }
         // A window: up to twice the allowance where two windows meet (one
         // per window is an interval, above).
         if allowance > 1 && !slack {
-            fits.extend(windows(allowance, lo, at_most(accepted, 2 * allowance)));
+            fits.push(fit(
+                &WINDOWS_MS,
+                allowance,
+                lo,
+                at_most(accepted, 2 * allowance),
+            ));
         }
     }
-    fits
+    fits.into_iter()
+        .flatten()
+        .max_by_key(|l| (l.rate_u(), std::cmp::Reverse(l.window_ms)))
 }
 
 /// A refused gap under an interval is read this fraction shorter (1/20).
@@ -234,32 +204,12 @@ const SLACK: u64 = 20;
 /// when there is none, or when `hi` is unbounded (nothing accepted says
 /// how long the window may be, so any round one above the refusals fits).
 fn fit(rounds: &[u64], allowance: usize, lo: u64, hi: Option<u64>) -> Option<Learned> {
-    windows_of(rounds, allowance, lo, hi).next()
-}
-
-/// Each round window in `[lo, hi]`, as `allowance` per it (none when `hi`
-/// is unbounded, as for [`fit`]).
-fn windows(allowance: usize, lo: u64, hi: Option<u64>) -> Vec<Learned> {
-    windows_of(&WINDOWS_MS, allowance, lo, hi).collect()
-}
-
-fn windows_of(
-    rounds: &[u64],
-    allowance: usize,
-    lo: u64,
-    hi: Option<u64>,
-) -> impl Iterator<Item = Learned> + '_ {
-    let allowance = u32::try_from(allowance).ok().filter(|_| hi.is_some());
-    let hi = hi.unwrap_or(0);
-    rounds
-        .iter()
-        .filter(move |&&w| w >= lo && w <= hi)
-        .filter_map(move |&window_ms| {
-            Some(Learned {
-                allowance: allowance?,
-                window_ms,
-            })
-        })
+    let hi = hi?;
+    let &window_ms = rounds.iter().find(|&&w| w >= lo && w <= hi)?;
+    Some(Learned {
+        allowance: u32::try_from(allowance).ok()?,
+        window_ms,
+    })
 }
 
 /// The shortest window in which `allowance` accepted sends came before
@@ -334,40 +284,5 @@ mod tests {
         s[5] = Sent::answered(3_588, true);
         s.push(Sent::answered(3_990, false));
         assert_eq!(estimate(&s).unwrap().rate_u(), 2_000_000);
-    }
-
-    #[test]
-    fn of_limits_the_sends_cannot_tell_apart_the_slowest_above_a_pace_is_found() {
-        // Apache mod_qos, 6 per 2 s, its clock's second starting at the
-        // first send: the climb's six after 4 s pass in 849 ms, the
-        // seventh is refused.
-        let s = sends(&[
-            (0, true),
-            (1, true),
-            (2_000, true),
-            (2_579, true),
-            (3_062, true),
-            (3_464, true),
-            (3_799, true),
-            (4_079, true),
-            (4_312, true),
-            (4_506, true),
-            (4_668, true),
-            (4_803, true),
-            (4_928, true),
-            (5_053, false),
-        ]);
-        let fits = fits(&s, false);
-        let six_per = |window_ms| Learned {
-            allowance: 6,
-            window_ms,
-        };
-        assert_eq!(estimate(&s), Some(six_per(1_000)));
-        assert!(fits.contains(&six_per(2_000)), "{fits:?}");
-        // The pace let through since the first send was 2.57/s: the
-        // slowest above it is 3/s (three per second fits as well).
-        let slow = slowest_above(&fits, 2_572_729).unwrap();
-        assert_eq!(slow.rate_u(), 3_000_000, "{fits:?}");
-        assert_eq!(slowest_above(&fits, 6_000_000), None);
     }
 }

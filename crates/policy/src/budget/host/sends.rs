@@ -5,7 +5,7 @@
 //! order it was asked closely enough, and a send whose answer never came
 //! (a timeout, a reset) is marked as teaching nothing.
 
-use super::super::limit::{fits, Learned, Outcome, Sent, LOG_LEN};
+use super::super::limit::{estimate, estimate_recent, Learned, Outcome, Sent, LOG_LEN};
 
 /// Longest gap kept between two sends; a longer one reads as this (no
 /// window this long matters once the next send comes).
@@ -71,8 +71,8 @@ impl SendLog {
         self.no & (1 << last) != 0 && self.no & (1 << before) != 0
     }
 
-    /// Every limit the answered sends fit, the newest sent at `newest_ms`.
-    pub(super) fn fits(&self, newest_ms: u64) -> Vec<Learned> {
+    /// The limit the answered sends show, the newest sent at `newest_ms`.
+    pub(super) fn learned(&self, newest_ms: u64) -> Option<Learned> {
         let mut at = newest_ms;
         let mut sends = Vec::with_capacity(usize::from(self.len));
         for i in 0..usize::from(self.len) {
@@ -86,7 +86,10 @@ impl SendLog {
         }
         sends.reverse();
         // A full log may have dropped the host's older sends.
-        fits(&sends, usize::from(self.len) == LOG_LEN)
+        match usize::from(self.len) < LOG_LEN {
+            true => estimate(&sends),
+            false => estimate_recent(&sends),
+        }
     }
 
     pub(super) fn encode(&self, out: &mut Vec<u8>) {
@@ -120,7 +123,6 @@ impl SendLog {
 
 #[cfg(test)]
 mod tests {
-    use super::super::super::limit::fastest;
     use super::*;
 
     #[test]
@@ -143,7 +145,7 @@ mod tests {
         // through, the 482 ms one refused (nginx limit_req 2r/s).
         log.answer(Outcome::Accepted);
         log.answer(Outcome::Refused);
-        let learned = fastest(&log.fits(3_588)).unwrap();
+        let learned = log.learned(3_588).unwrap();
         assert_eq!((learned.allowance, learned.window_ms), (1, 500));
         let mut bytes = Vec::new();
         log.encode(&mut bytes);

@@ -4,7 +4,7 @@
 use std::time::{Instant, SystemTime};
 
 use super::super::decision::Throttle;
-use super::super::limit::{fastest, slowest_above, Learned};
+use super::super::limit::Learned;
 use super::super::params::HostParams;
 use super::super::retry_after::parse_retry_after;
 use super::{
@@ -145,9 +145,8 @@ struct Verdict {
 impl HostBudget {
     /// The ceiling and rate a throttle leaves (docs/budgets.md):
     ///
-    /// - a limit the sends show (`limit.rs`: the fastest they fit, or when
-    ///   that is faster than the pace which drew the 429, the slowest they
-    ///   fit above that pace): the ceiling is `learned_share` of it, and the
+    /// - a limit the sends show (`limit.rs`) that the pace which drew the
+    ///   429 was at or above: the ceiling is `learned_share` of it, and the
     ///   rate goes there at once. Halving is for a limit not known; one
     ///   read from the site's own answers is gone back to after its
     ///   window, with the share's margin below it;
@@ -160,24 +159,34 @@ impl HostBudget {
     fn verdict(&self, p: &HostParams, n: u64, rate_before: u32) -> Verdict {
         let floor = p.floor_u();
         let before = self.ceiling_u(p, n);
-        let fits = get(self.sent).map_or_else(Vec::new, |sent| self.log.fits(sent));
+        let limit = get(self.sent).and_then(|sent| self.log.learned(sent));
+        let shown = limit.map(|l| scale(l.rate_u(), p.learned_share));
         let loan = self.flags & LOAN_SENT != 0;
         // A limit already held under (the ceiling, relaxing since, within
         // 5% of its share) drew this 429 all the same: the share's margin
         // was not enough, and DESIGN's rule applies.
-        let new_ceiling = |limit: Option<Learned>| {
-            limit
-                .map(|l| scale(l.rate_u(), p.learned_share))
-                .filter(|&c| u64::from(c) * 100 < u64::from(before) * 95)
+        let new = shown.filter(|&c| u64::from(c) * 100 < u64::from(before) * 95);
+        // A limit faster than the pace that drew the 429 does not explain
+        // it (a token bucket's burst let the climb run past its rate, and
+        // the sends fit a faster limit): DESIGN's 80% of that pace bounds
+        // it, and the rate is halved.
+        let explains = limit.is_some_and(|l| l.rate_u() <= rate_before);
+        let drawn = scale(rate_before, p.ceiling_factor);
+        let ceiling = match (new, shown) {
+            (Some(c), _) if explains => c,
+            (Some(c), _) => c.min(drawn),
+            (None, None) if loan => before,
+            _ => drawn,
         };
+        // A burst of ours above a ceiling already learned reads high; it
+        // says nothing new of the site's limit and must not lift it.
+        let ceiling = ceiling.min(before).max(floor);
         // The first send after a pause refused as well: the pause fell
         // short of the site's window (mod_qos counts one in whole seconds
         // from its first request), and one send after a pause is no pace to
         // halve or to set a ceiling from. The pause doubles; the pace is a
         // slower limit the sends now show, else it stays.
         if self.log.refused_twice() {
-            let limit = fastest(&fits);
-            let new = new_ceiling(limit);
             let ceiling = new.map_or(before, |c| c.min(before).max(floor));
             return Verdict {
                 ceiling,
@@ -186,26 +195,7 @@ impl HostBudget {
                 climb: new.is_some() || self.flags & LEARNED != 0,
             };
         }
-        let limit = match fastest(&fits) {
-            // Faster than the pace the origin let through: the climb ran
-            // past a window's limit in a burst, and the sends fit faster
-            // limits than its own (`slowest_above`). Before, DESIGN's 80%
-            // of that pace bounded the ceiling, which held mod_qos 6 per
-            // 2 s at 69% of its limit for the ceiling's six hours.
-            Some(l) if l.rate_u() > rate_before => slowest_above(&fits, rate_before),
-            other => other,
-        };
-        let shown = limit.map(|l| scale(l.rate_u(), p.learned_share));
-        let new = new_ceiling(limit);
-        let ceiling = match (new, shown) {
-            (Some(c), _) => c,
-            (None, None) if loan => before,
-            _ => scale(rate_before, p.ceiling_factor),
-        };
-        // A burst of ours above a ceiling already learned reads high; it
-        // says nothing new of the site's limit and must not lift it.
-        let ceiling = ceiling.min(before).max(floor);
-        let learned = limit.filter(|_| new.is_some());
+        let learned = limit.filter(|_| new.is_some() && explains);
         if learned.is_some() {
             return Verdict {
                 ceiling,
