@@ -40,7 +40,9 @@ pub use decision::{
 };
 pub use distress::{Distress, Failure};
 pub use host::{DecodeError, HostBudget, ENCODED_LEN};
-pub use limit::{estimate, estimate_recent, Learned, Outcome, Sent, LOG_LEN};
+pub use limit::{
+    estimate, estimate_recent, estimate_weighed, Learned, Outcome, Sent, LOG_LEN, PHASES,
+};
 pub use params::{
     BudgetParams, HostOverride, HostParams, DEFAULT_MAX_HOSTS, MAX_BREAKER_THRESHOLD,
 };

@@ -384,9 +384,13 @@ proptest! {
 ///   through (2.57/s). The sends fit 6 per 2 s as well, but they fit a
 ///   token bucket of 2/s with a burst of 6 too, as nginx `burst=5`'s
 ///   climb does; DESIGN's 80% of that pace holds it at 69% (one 429);
-/// - 6 per 2 s at 250–500 ms and 4 per 2 s at 350–500 ms: each 429 reads
-///   one allowance a second less (5, then 4 per 1 s), each consistent with
-///   the sends so far, and a third comes;
+/// - 6 per 2 s at 250–500 ms: the first 429 reads 5 per 1 s, and the
+///   second, drawn under it, is read weighed by the clock's phases: 6 per
+///   2 s explains both episodes wherever they began, 4 per 1 s (the
+///   fastest fit, a third 429 before) only where a boundary fell just so;
+/// - 4 per 2 s at 350–500 ms: at the second 429, 3 per 1 s explains the
+///   answers at nearly as many phases as 4 per 2 s and is faster, and a
+///   third comes;
 /// - at 550–950 ms a limit read too fast is read again at the second 429,
 ///   and 4 per 2 s at 250–300 ms finds the first send after its pause
 ///   refused too (the pause doubles, the pace stays).
@@ -402,7 +406,7 @@ fn mod_qos_is_learned_at_every_phase_of_the_clock() {
                 };
                 let run = crawl(kind, 80, latency_ms, None);
                 let (most, settle, share) = match (allowance, offset_ms) {
-                    (4, 350..=500) | (6, 250..=500) => (3, 30, 0.8),
+                    (4, 350..=500) => (3, 30, 0.8),
                     (6, 0..=200) => (1, 20, 0.65),
                     _ => (2, 20, 0.8),
                 };
@@ -411,7 +415,11 @@ fn mod_qos_is_learned_at_every_phase_of_the_clock() {
                 let pace = run.pace_after(from);
                 assert!(run.refusals() <= most, "{kind:?}: {:?}", run.sent);
                 assert_eq!(later, 0, "{kind:?}: {:?}", run.sent);
-                assert!(pace >= share * kind.rate(), "{kind:?}: {pace} {:?}", run.sent);
+                assert!(
+                    pace >= share * kind.rate(),
+                    "{kind:?}: {pace} {:?}",
+                    run.sent
+                );
             }
         }
     }
@@ -489,9 +497,17 @@ fn a_token_bucket_with_a_burst_is_not_held_above_its_rate() {
                 burst: 5,
             };
             let run = crawl(kind, 110, latency_ms, None);
-            assert!(run.sent[60..].iter().all(|s| s.1), "{kind:?}: {:?}", run.sent);
+            assert!(
+                run.sent[60..].iter().all(|s| s.1),
+                "{kind:?}: {:?}",
+                run.sent
+            );
             assert!(run.ceiling <= kind.rate(), "{kind:?}: {}", run.ceiling);
-            assert!(run.pace_after(60) >= 0.7 * kind.rate(), "{kind:?}: {:?}", run.sent);
+            assert!(
+                run.pace_after(60) >= 0.7 * kind.rate(),
+                "{kind:?}: {:?}",
+                run.sent
+            );
         }
     }
 }

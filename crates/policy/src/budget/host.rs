@@ -119,6 +119,10 @@ pub(super) const DISTRESS: u8 = 16;
 /// (`limit.rs`): the rate climbs back to it as it climbs before a first
 /// 429, by a factor, not a step.
 pub(super) const LEARNED: u8 = 32;
+/// `flags`: the last throttle read a limit from the sends and went to its
+/// share at once; a 429 under it shows it was read too fast, and the next
+/// is read weighed by the clock's phases (`limit.rs`).
+pub(super) const AT_ONCE: u8 = 64;
 
 // === impl HostBudget ===
 

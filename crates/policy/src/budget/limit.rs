@@ -32,6 +32,10 @@
 //! fixed window that counts them only refuses sooner, which the next
 //! refusal shows).
 
+mod phase;
+
+pub use phase::PHASES;
+
 /// Sends remembered per host for the estimate.
 pub const LOG_LEN: usize = 16;
 
@@ -96,7 +100,7 @@ const WINDOWS_MS: [u64; 14] = [
 /// The limit the sends show (module docs); `sends` oldest first, the
 /// first the host ever had.
 pub fn estimate(sends: &[Sent]) -> Option<Learned> {
-    estimate_from(sends, History::Whole)
+    fastest(&estimate_from(sends, History::Whole))
 }
 
 /// The limit the sends show when older ones may have gone before the
@@ -104,7 +108,53 @@ pub fn estimate(sends: &[Sent]) -> Option<Learned> {
 /// before it than an allowance may have had the rest among those, so it
 /// bounds nothing for that allowance rather than ruling it out.
 pub fn estimate_recent(sends: &[Sent]) -> Option<Learned> {
-    estimate_from(sends, History::Recent)
+    fastest(&estimate_from(sends, History::Recent))
+}
+
+/// Of limits equally fast, the shortest window: the pause that waits one
+/// out is the shortest that suffices.
+fn fastest(fits: &[Learned]) -> Option<Learned> {
+    fits.iter()
+        .copied()
+        .max_by_key(|l| (l.rate_u(), std::cmp::Reverse(l.window_ms)))
+}
+
+/// The limit the sends show, weighed by the clock's phases (`phase.rs`),
+/// for a 429 drawn under a limit read at the one before (`recent` as for
+/// [`estimate_recent`]).
+///
+/// Each 429 of a climb met by a window of whole seconds (mod_qos) can
+/// read one allowance a second less than the last (5, then 4 per 1 s
+/// against 6 per 2 s), each consistent with the sends so far, because a
+/// fixed second at some offset fits them as well. The second episode
+/// tells them apart by its phases: 6 per 2 s explains both wherever they
+/// began, 4 per 1 s only where a boundary fell within a few milliseconds
+/// in each. So when the likeliest fit explains every answer at half the
+/// phases or more, the fastest of those within half of it is taken;
+/// else (a token bucket with a burst fits no window well, and a long
+/// window on a coarse grid would read it far too slow) the fastest fit,
+/// as [`estimate`] reads it.
+pub fn estimate_weighed(sends: &[Sent], recent: bool) -> Option<Learned> {
+    let history = match recent {
+        true => History::Recent,
+        false => History::Whole,
+    };
+    let fits = estimate_from(sends, history);
+    let phases: Vec<u64> = fits
+        .iter()
+        .map(|&l| phase::phases_explained(sends, l, recent))
+        .collect();
+    let best = phases.iter().copied().max().unwrap_or(0);
+    if best * 2 < PHASES {
+        return fastest(&fits);
+    }
+    let likely: Vec<Learned> = fits
+        .iter()
+        .zip(&phases)
+        .filter(|&(_, &n)| n * 2 >= best)
+        .map(|(&l, _)| l)
+        .collect();
+    fastest(&likely)
 }
 
 /// Whether `sends` start at the host's first send.
@@ -114,7 +164,8 @@ enum History {
     Recent,
 }
 
-fn estimate_from(sends: &[Sent], history: History) -> Option<Learned> {
+/// Every limit whose window lies inside the bounds the sends set.
+fn estimate_from(sends: &[Sent], history: History) -> Vec<Learned> {
     let accepted: Vec<u64> = sends
         .iter()
         .filter(|s| s.outcome == Outcome::Accepted)
@@ -133,7 +184,7 @@ fn estimate_from(sends: &[Sent], history: History) -> Option<Learned> {
         }
     }
     if refused.is_empty() {
-        return None;
+        return Vec::new();
     }
     // An exact fit first; only when there is none, one with the slack.
     let known = Known {
@@ -141,7 +192,11 @@ fn estimate_from(sends: &[Sent], history: History) -> Option<Learned> {
         refused: &refused,
         history,
     };
-    fastest(known, false).or_else(|| fastest(known, true))
+    let exact = all_fits(known, false);
+    match exact.is_empty() {
+        true => all_fits(known, true),
+        false => exact,
+    }
 }
 
 /// The answered sends: the accepted ones' times, and each refusal's time
@@ -153,11 +208,9 @@ struct Known<'a> {
     history: History,
 }
 
-/// The fastest limit of those the sends fit (module docs), with the
-/// refused gaps of an interval taken `SLACK` shorter when `slack`. Of
-/// limits equally fast, the shortest window: the pause that waits one out
-/// is the shortest that suffices.
-fn fastest(known: Known<'_>, slack: bool) -> Option<Learned> {
+/// The limits the sends fit (module docs), with the refused gaps of an
+/// interval taken `SLACK` shorter when `slack`.
+fn all_fits(known: Known<'_>, slack: bool) -> Vec<Learned> {
     let accepted = known.accepted;
     let mut fits = Vec::new();
     for allowance in 1..=accepted.len() {
@@ -179,22 +232,32 @@ fn fastest(known: Known<'_>, slack: bool) -> Option<Learned> {
             let lo = if slack { lo - lo / SLACK } else { lo };
             let hi = at_most(accepted, 1);
             let longest = hi.and_then(|hi| INTERVALS_MS.iter().rev().find(|&&w| w <= hi));
-            fits.push(longest.and_then(|&w| fit(&[w], 1, lo, hi)));
+            fits.extend(longest.and_then(|&w| fit(&[w], 1, lo, hi)));
         }
         // A window: up to twice the allowance where two windows meet (one
         // per window is an interval, above).
         if allowance > 1 && !slack {
-            fits.push(fit(
-                &WINDOWS_MS,
-                allowance,
-                lo,
-                at_most(accepted, 2 * allowance),
-            ));
+            let hi = at_most(accepted, 2 * allowance);
+            fits.extend(windows(allowance, lo, hi));
         }
     }
-    fits.into_iter()
-        .flatten()
-        .max_by_key(|l| (l.rate_u(), std::cmp::Reverse(l.window_ms)))
+    fits
+}
+
+/// Each round window in `[lo, hi]`, as `allowance` per it; none when `hi`
+/// is unbounded (as for [`fit`]).
+fn windows(allowance: usize, lo: u64, hi: Option<u64>) -> Vec<Learned> {
+    let (Some(hi), Ok(allowance)) = (hi, u32::try_from(allowance)) else {
+        return Vec::new();
+    };
+    WINDOWS_MS
+        .iter()
+        .filter(|&&w| w >= lo && w <= hi)
+        .map(|&window_ms| Learned {
+            allowance,
+            window_ms,
+        })
+        .collect()
 }
 
 /// A refused gap under an interval is read this fraction shorter (1/20).
@@ -284,5 +347,49 @@ mod tests {
         s[5] = Sent::answered(3_588, true);
         s.push(Sent::answered(3_990, false));
         assert_eq!(estimate(&s).unwrap().rate_u(), 2_000_000);
+    }
+
+    #[test]
+    fn a_second_episode_weighs_the_windows_by_their_phases() {
+        // mod_qos 6 per 2 s with its second 350 ms on: the climb's seventh
+        // in the window refused (read as 5 per 1 s), then one send each
+        // 223 ms after a 1 s pause: six let through, the seventh refused.
+        // 4 per 1 s (the fastest fit) explains both episodes only where a
+        // boundary fell within a few milliseconds; 6 per 2 s wherever
+        // they began.
+        let mut s = sends(&[
+            (0, true),
+            (1, true),
+            (2_000, true),
+            (2_579, true),
+            (3_062, true),
+            (3_464, true),
+            (3_799, true),
+            (4_079, true),
+            (4_312, true),
+            (4_506, true),
+            (4_668, true),
+            (4_803, true),
+            (4_928, false),
+        ]);
+        for t in [5_930, 6_153, 6_376, 6_599, 6_822, 7_045] {
+            s.push(Sent::answered(t, true));
+        }
+        s.push(Sent::answered(7_268, false));
+        let recent = &s[s.len() - LOG_LEN..];
+        let four = Learned {
+            allowance: 4,
+            window_ms: 1_000,
+        };
+        let six = Learned {
+            allowance: 6,
+            window_ms: 2_000,
+        };
+        assert_eq!(estimate_recent(recent), Some(four));
+        assert_eq!(phase::phases_explained(recent, six, true), PHASES);
+        assert!(phase::phases_explained(recent, four, true) * 4 < PHASES);
+        assert_eq!(estimate_weighed(recent, true), Some(six));
+        // A climb alone (one episode) is read as before.
+        assert_eq!(estimate_weighed(&s[..13], false), estimate(&s[..13]));
     }
 }

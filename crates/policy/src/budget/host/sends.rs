@@ -5,7 +5,9 @@
 //! order it was asked closely enough, and a send whose answer never came
 //! (a timeout, a reset) is marked as teaching nothing.
 
-use super::super::limit::{estimate, estimate_recent, Learned, Outcome, Sent, LOG_LEN};
+use super::super::limit::{
+    estimate, estimate_recent, estimate_weighed, Learned, Outcome, Sent, LOG_LEN,
+};
 
 /// Longest gap kept between two sends; a longer one reads as this (no
 /// window this long matters once the next send comes).
@@ -71,8 +73,9 @@ impl SendLog {
         self.no & (1 << last) != 0 && self.no & (1 << before) != 0
     }
 
-    /// The limit the answered sends show, the newest sent at `newest_ms`.
-    pub(super) fn learned(&self, newest_ms: u64) -> Option<Learned> {
+    /// The limit the answered sends show, the newest sent at `newest_ms`;
+    /// weighed by the clock's phases when `weighed` (`limit.rs`).
+    pub(super) fn learned(&self, newest_ms: u64, weighed: bool) -> Option<Learned> {
         let mut at = newest_ms;
         let mut sends = Vec::with_capacity(usize::from(self.len));
         for i in 0..usize::from(self.len) {
@@ -86,9 +89,11 @@ impl SendLog {
         }
         sends.reverse();
         // A full log may have dropped the host's older sends.
-        match usize::from(self.len) < LOG_LEN {
-            true => estimate(&sends),
-            false => estimate_recent(&sends),
+        let recent = usize::from(self.len) == LOG_LEN;
+        match (weighed, recent) {
+            (true, _) => estimate_weighed(&sends, recent),
+            (false, false) => estimate(&sends),
+            (false, true) => estimate_recent(&sends),
         }
     }
 
@@ -145,7 +150,7 @@ mod tests {
         // through, the 482 ms one refused (nginx limit_req 2r/s).
         log.answer(Outcome::Accepted);
         log.answer(Outcome::Refused);
-        let learned = log.learned(3_588).unwrap();
+        let learned = log.learned(3_588, false).unwrap();
         assert_eq!((learned.allowance, learned.window_ms), (1, 500));
         let mut bytes = Vec::new();
         log.encode(&mut bytes);

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use super::super::params::HostParams;
 use super::sends::{SendLog, SENDS_LEN};
 use super::{
-    get, HostBudget, BREAKER, DISTRESS, GAP_NONE, LEARNED, LENT, LOAN_SENT, MAX_SEND_GAP_MS, NONE,
-    ON_LOAN, RING,
+    get, HostBudget, AT_ONCE, BREAKER, DISTRESS, GAP_NONE, LEARNED, LENT, LOAN_SENT,
+    MAX_SEND_GAP_MS, NONE, ON_LOAN, RING,
 };
 
 /// First byte of an encoded budget; a layout change gets a new one.
@@ -33,7 +33,10 @@ const LAYOUT: u8 = 8;
 /// (`u16`s), events in the window, 500s in a row, the latest event's code
 /// and a spare byte; its flags byte adds the distress pause (bit 4).
 /// Layout 8 adds the last sends and what became of each (`sends.rs`), so
-/// that the limit a fleet's sends showed is read from all of them.
+/// that the limit a fleet's sends showed is read from all of them; its
+/// flags byte holds the limit climbed back to (bit 5) and, since issue
+/// 51's fourth round, the limit gone to at once (bit 6: a proxy before it
+/// drops that bit, and reads the next 429 as it read the last).
 pub const ENCODED_LEN: usize = LAYOUT_7_LEN + SENDS_LEN;
 /// Layouts 1 to 6 are still read, so that a cluster can be upgraded one
 /// proxy at a time. Layout 1 had no announced cap.
@@ -127,7 +130,9 @@ impl HostBudget {
         let streak = u16::from_le_bytes(take(2).try_into().unwrap_or([0; 2]));
         let strikes = take(1)[0];
         let flags = match (bytes[0], take(1)[0]) {
-            (LAYOUT, flags) => flags & (BREAKER | LENT | ON_LOAN | LOAN_SENT | DISTRESS | LEARNED),
+            (LAYOUT, flags) => {
+                flags & (BREAKER | LENT | ON_LOAN | LOAN_SENT | DISTRESS | LEARNED | AT_ONCE)
+            }
             (7, flags) => flags & (BREAKER | LENT | ON_LOAN | LOAN_SENT | DISTRESS),
             (6, flags) => flags & (BREAKER | LENT | ON_LOAN | LOAN_SENT),
             (_, breaker) => u8::from(breaker != 0) * BREAKER,

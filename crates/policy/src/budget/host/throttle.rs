@@ -8,8 +8,8 @@ use super::super::limit::Learned;
 use super::super::params::HostParams;
 use super::super::retry_after::parse_retry_after;
 use super::{
-    f, get, put, scale, scale_count, HostBudget, BREAKER, DISTRESS, LEARNED, LENT, LOAN_SENT, NONE,
-    ON_LOAN, RAW_RETRY_AFTER_MAX, RING,
+    f, get, put, scale, scale_count, HostBudget, AT_ONCE, BREAKER, DISTRESS, LEARNED, LENT,
+    LOAN_SENT, NONE, ON_LOAN, RAW_RETRY_AFTER_MAX, RING,
 };
 
 // === impl HostBudget (throttle) ===
@@ -74,12 +74,16 @@ impl HostBudget {
             rate,
             learned,
             climb,
+            at_once,
         } = self.verdict(p, n, rate_before);
 
         self.record_throttle(n);
-        self.flags &= !(LENT | ON_LOAN | LOAN_SENT | DISTRESS | LEARNED);
+        self.flags &= !(LENT | ON_LOAN | LOAN_SENT | DISTRESS | LEARNED | AT_ONCE);
         if climb {
             self.flags |= LEARNED;
+        }
+        if at_once {
+            self.flags |= AT_ONCE;
         }
         self.restart_window();
         self.ceiling = ceiling;
@@ -140,6 +144,7 @@ struct Verdict {
     rate: u32,
     learned: Option<Learned>,
     climb: bool,
+    at_once: bool,
 }
 
 impl HostBudget {
@@ -159,7 +164,8 @@ impl HostBudget {
     fn verdict(&self, p: &HostParams, n: u64, rate_before: u32) -> Verdict {
         let floor = p.floor_u();
         let before = self.ceiling_u(p, n);
-        let limit = get(self.sent).and_then(|sent| self.log.learned(sent));
+        let weighed = self.flags & AT_ONCE != 0;
+        let limit = get(self.sent).and_then(|sent| self.log.learned(sent, weighed));
         let shown = limit.map(|l| scale(l.rate_u(), p.learned_share));
         let loan = self.flags & LOAN_SENT != 0;
         // A limit already held under (the ceiling, relaxing since, within
@@ -193,6 +199,7 @@ impl HostBudget {
                 rate: self.rate_u(p, n).min(ceiling),
                 learned: limit,
                 climb: new.is_some() || self.flags & LEARNED != 0,
+                at_once: false,
             };
         }
         let learned = limit.filter(|_| new.is_some() && explains);
@@ -202,6 +209,7 @@ impl HostBudget {
                 rate: ceiling,
                 learned,
                 climb: true,
+                at_once: true,
             };
         }
         // Halved from the rate in force, or from the pace when the sends
@@ -223,6 +231,7 @@ impl HostBudget {
             rate,
             learned: None,
             climb: limit.is_some() || loan,
+            at_once: false,
         }
     }
 
