@@ -41,7 +41,8 @@ pub use decision::{
 pub use distress::{Distress, Failure};
 pub use host::{DecodeError, HostBudget, ENCODED_LEN};
 pub use limit::{
-    estimate, estimate_recent, estimate_weighed, Learned, Outcome, Sent, LOG_LEN, PHASES,
+    estimate, estimate_recent, estimate_weighed, slowest_above, Learned, Outcome, Sent, LOG_LEN,
+    PHASES,
 };
 pub use params::{
     BudgetParams, HostOverride, HostParams, DEFAULT_MAX_HOSTS, MAX_BREAKER_THRESHOLD,

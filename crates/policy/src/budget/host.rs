@@ -123,6 +123,10 @@ pub(super) const LEARNED: u8 = 32;
 /// share at once; a 429 under it shows it was read too fast, and the next
 /// is read weighed by the clock's phases (`limit.rs`).
 pub(super) const AT_ONCE: u8 = 64;
+/// `flags`: the limit gone to at once was a guess, the slowest the sends
+/// fit above the pace let through (`limit::slowest_above`); a 429 under
+/// it shows the guess was on the wrong side, and DESIGN's rule applies.
+pub(super) const GUESSED: u8 = 128;
 
 // === impl HostBudget ===
 

@@ -157,6 +157,26 @@ pub fn estimate_weighed(sends: &[Sent], recent: bool) -> Option<Learned> {
     fastest(&likely)
 }
 
+/// The slowest limit the sends fit that is faster than `rate_u`
+/// (micro-requests a second); `recent` as for [`estimate_recent`].
+///
+/// A climb that ran past a window's limit in a burst fits faster limits
+/// than its own: six let through in under a second and the seventh
+/// refused fit 6 per 1 s as well as 6 per 2 s, and nothing in the sends
+/// tells them apart. When the fastest is faster than the pace the origin
+/// let through, the slowest above that pace is the guess that explains
+/// the 429 and costs least to be wrong about.
+pub fn slowest_above(sends: &[Sent], recent: bool, rate_u: u32) -> Option<Learned> {
+    let history = match recent {
+        true => History::Recent,
+        false => History::Whole,
+    };
+    estimate_from(sends, history)
+        .into_iter()
+        .filter(|l| l.rate_u() > rate_u)
+        .min_by_key(|l| (l.rate_u(), l.window_ms))
+}
+
 /// Whether `sends` start at the host's first send.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum History {

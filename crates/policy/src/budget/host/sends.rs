@@ -6,7 +6,7 @@
 //! (a timeout, a reset) is marked as teaching nothing.
 
 use super::super::limit::{
-    estimate, estimate_recent, estimate_weighed, Learned, Outcome, Sent, LOG_LEN,
+    self, estimate, estimate_recent, estimate_weighed, Learned, Outcome, Sent, LOG_LEN,
 };
 
 /// Longest gap kept between two sends; a longer one reads as this (no
@@ -76,6 +76,23 @@ impl SendLog {
     /// The limit the answered sends show, the newest sent at `newest_ms`;
     /// weighed by the clock's phases when `weighed` (`limit.rs`).
     pub(super) fn learned(&self, newest_ms: u64, weighed: bool) -> Option<Learned> {
+        let (sends, recent) = self.answered(newest_ms);
+        match (weighed, recent) {
+            (true, _) => estimate_weighed(&sends, recent),
+            (false, false) => estimate(&sends),
+            (false, true) => estimate_recent(&sends),
+        }
+    }
+
+    /// The slowest limit the answered sends fit faster than `rate_u`.
+    pub(super) fn slowest_above(&self, newest_ms: u64, rate_u: u32) -> Option<Learned> {
+        let (sends, recent) = self.answered(newest_ms);
+        limit::slowest_above(&sends, recent, rate_u)
+    }
+
+    /// The answered sends, oldest first, and whether the log is full (it
+    /// may have dropped the host's older sends).
+    fn answered(&self, newest_ms: u64) -> (Vec<Sent>, bool) {
         let mut at = newest_ms;
         let mut sends = Vec::with_capacity(usize::from(self.len));
         for i in 0..usize::from(self.len) {
@@ -88,13 +105,7 @@ impl SendLog {
             sends.push(Sent { at_ms: at, outcome });
         }
         sends.reverse();
-        // A full log may have dropped the host's older sends.
-        let recent = usize::from(self.len) == LOG_LEN;
-        match (weighed, recent) {
-            (true, _) => estimate_weighed(&sends, recent),
-            (false, false) => estimate(&sends),
-            (false, true) => estimate_recent(&sends),
-        }
+        (sends, usize::from(self.len) == LOG_LEN)
     }
 
     pub(super) fn encode(&self, out: &mut Vec<u8>) {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use super::super::params::HostParams;
 use super::sends::{SendLog, SENDS_LEN};
 use super::{
-    get, HostBudget, AT_ONCE, BREAKER, DISTRESS, GAP_NONE, LEARNED, LENT, LOAN_SENT,
+    get, HostBudget, AT_ONCE, BREAKER, DISTRESS, GAP_NONE, GUESSED, LEARNED, LENT, LOAN_SENT,
     MAX_SEND_GAP_MS, NONE, ON_LOAN, RING,
 };
 
@@ -35,8 +35,9 @@ const LAYOUT: u8 = 8;
 /// Layout 8 adds the last sends and what became of each (`sends.rs`), so
 /// that the limit a fleet's sends showed is read from all of them; its
 /// flags byte holds the limit climbed back to (bit 5) and, since issue
-/// 51's fourth round, the limit gone to at once (bit 6: a proxy before it
-/// drops that bit, and reads the next 429 as it read the last).
+/// 51's fourth round, the limit gone to at once (bit 6) and whether it was
+/// a guess (bit 7): a proxy before it drops those bits, and reads the next
+/// 429 as it read the last.
 pub const ENCODED_LEN: usize = LAYOUT_7_LEN + SENDS_LEN;
 /// Layouts 1 to 6 are still read, so that a cluster can be upgraded one
 /// proxy at a time. Layout 1 had no announced cap.
@@ -131,7 +132,15 @@ impl HostBudget {
         let strikes = take(1)[0];
         let flags = match (bytes[0], take(1)[0]) {
             (LAYOUT, flags) => {
-                flags & (BREAKER | LENT | ON_LOAN | LOAN_SENT | DISTRESS | LEARNED | AT_ONCE)
+                flags
+                    & (BREAKER
+                        | LENT
+                        | ON_LOAN
+                        | LOAN_SENT
+                        | DISTRESS
+                        | LEARNED
+                        | AT_ONCE
+                        | GUESSED)
             }
             (7, flags) => flags & (BREAKER | LENT | ON_LOAN | LOAN_SENT | DISTRESS),
             (6, flags) => flags & (BREAKER | LENT | ON_LOAN | LOAN_SENT),
