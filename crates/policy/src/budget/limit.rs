@@ -140,9 +140,10 @@ pub fn estimate_weighed(sends: &[Sent], recent: bool) -> Option<Learned> {
         false => History::Whole,
     };
     let fits = estimate_from(sends, history);
+    let answers = answered(sends);
     let phases: Vec<u64> = fits
         .iter()
-        .map(|&l| phase::phases_explained(sends, l, recent))
+        .map(|&l| phase::phases_explained(&answers, l.allowance, l.window_ms, recent))
         .collect();
     let best = phases.iter().copied().max().unwrap_or(0);
     if best * 2 < PHASES {
@@ -175,6 +176,15 @@ pub fn slowest_above(sends: &[Sent], recent: bool, rate_u: u32) -> Option<Learne
         .into_iter()
         .filter(|l| l.rate_u() > rate_u)
         .min_by_key(|l| (l.rate_u(), l.window_ms))
+}
+
+/// The answered sends: when each went, and whether it was let through.
+fn answered(sends: &[Sent]) -> Vec<(u64, bool)> {
+    sends
+        .iter()
+        .filter(|s| s.outcome != Outcome::Pending)
+        .map(|s| (s.at_ms, s.outcome == Outcome::Accepted))
+        .collect()
 }
 
 /// Whether `sends` start at the host's first send.
@@ -406,8 +416,10 @@ mod tests {
             window_ms: 2_000,
         };
         assert_eq!(estimate_recent(recent), Some(four));
-        assert_eq!(phase::phases_explained(recent, six, true), PHASES);
-        assert!(phase::phases_explained(recent, four, true) * 4 < PHASES);
+        let answers = answered(recent);
+        let phases = |l: Learned| phase::phases_explained(&answers, l.allowance, l.window_ms, true);
+        assert_eq!(phases(six), PHASES);
+        assert!(phases(four) * 4 < PHASES);
         assert_eq!(estimate_weighed(recent, true), Some(six));
         // A climb alone (one episode) is read as before.
         assert_eq!(estimate_weighed(&s[..13], false), estimate(&s[..13]));

@@ -39,6 +39,9 @@ const LAYOUT: u8 = 8;
 /// a guess (bit 7): a proxy before it drops those bits, and reads the next
 /// 429 as it read the last.
 pub const ENCODED_LEN: usize = LAYOUT_7_LEN + SENDS_LEN;
+/// The flags layout 8 holds.
+const LAYOUT_FLAGS: u8 =
+    BREAKER | LENT | ON_LOAN | LOAN_SENT | DISTRESS | LEARNED | AT_ONCE | GUESSED;
 /// Layouts 1 to 6 are still read, so that a cluster can be upgraded one
 /// proxy at a time. Layout 1 had no announced cap.
 const LAYOUT_1_LEN: usize = 1 + 8 + 4 * (3 + RING + 5) + 2 * 2 + 2;
@@ -131,17 +134,7 @@ impl HostBudget {
         let streak = u16::from_le_bytes(take(2).try_into().unwrap_or([0; 2]));
         let strikes = take(1)[0];
         let flags = match (bytes[0], take(1)[0]) {
-            (LAYOUT, flags) => {
-                flags
-                    & (BREAKER
-                        | LENT
-                        | ON_LOAN
-                        | LOAN_SENT
-                        | DISTRESS
-                        | LEARNED
-                        | AT_ONCE
-                        | GUESSED)
-            }
+            (LAYOUT, flags) => flags & LAYOUT_FLAGS,
             (7, flags) => flags & (BREAKER | LENT | ON_LOAN | LOAN_SENT | DISTRESS),
             (6, flags) => flags & (BREAKER | LENT | ON_LOAN | LOAN_SENT),
             (_, breaker) => u8::from(breaker != 0) * BREAKER,

@@ -73,22 +73,12 @@ impl HostBudget {
             ceiling,
             rate,
             learned,
-            climb,
-            at_once,
-            guessed,
+            flags,
         } = self.verdict(p, n, rate_before);
 
         self.record_throttle(n);
         self.flags &= !(LENT | ON_LOAN | LOAN_SENT | DISTRESS | LEARNED | AT_ONCE | GUESSED);
-        if climb {
-            self.flags |= LEARNED;
-        }
-        if at_once {
-            self.flags |= AT_ONCE;
-        }
-        if guessed {
-            self.flags |= GUESSED;
-        }
+        self.flags |= flags;
         self.restart_window();
         self.ceiling = ceiling;
         self.rate = rate;
@@ -140,32 +130,39 @@ impl HostBudget {
 }
 
 /// What a throttle leaves of the pace: the ceiling, the rate, the limit
-/// the sends showed when it is one to go back to at once, and whether the
-/// rate climbs back by the slow-start factor (to a ceiling the sends
-/// showed, or past a loan's 429 that showed no rate) rather than a step.
+/// the sends showed when it is one to go back to at once, and the flags it
+/// sets: `LEARNED` when the rate climbs back by the slow-start factor (to
+/// a ceiling the sends showed, or past a loan's 429 that showed no rate)
+/// rather than a step, `AT_ONCE` and `GUESSED` for the limit gone to.
 struct Verdict {
     ceiling: u32,
     rate: u32,
     learned: Option<Learned>,
-    climb: bool,
-    at_once: bool,
-    guessed: bool,
+    flags: u8,
+}
+
+/// `flag` when `on`.
+fn bit(on: bool, flag: u8) -> u8 {
+    match on {
+        true => flag,
+        false => 0,
+    }
 }
 
 impl HostBudget {
     /// The ceiling and rate a throttle leaves (docs/budgets.md):
     ///
-    /// - a limit the sends show (`limit.rs`) that the pace which drew the
-    ///   429 was at or above: the ceiling is `learned_share` of it, and the
-    ///   rate goes there at once. Halving is for a limit not known; one
+    /// - a limit the sends show (`limit.rs`; when it is faster than the
+    ///   pace which drew the 429, the guess of [`HostBudget::guess`]): the
+    ///   ceiling is `learned_share` of it, and the rate goes there at once. Halving is for a limit not known; one
     ///   read from the site's own answers is gone back to after its
     ///   window, with the share's margin below it;
     /// - a 429 on the first slot's loan with no limit shown: two requests
     ///   together drew it, not a rate (the site refused a pair's spacing
     ///   and has not refused any pace yet), so the ceiling is left where it
     ///   stands and the halved rate climbs as before a first 429;
-    /// - else `ceiling_factor` of the rate that drew it, and the rate
-    ///   halved.
+    /// - else `ceiling_factor` of the rate that drew it (twice over after
+    ///   a wrong guess), and the rate halved.
     fn verdict(&self, p: &HostParams, n: u64, rate_before: u32) -> Verdict {
         let floor = p.floor_u();
         let before = self.ceiling_u(p, n);
@@ -188,31 +185,11 @@ impl HostBudget {
                 ceiling,
                 rate: self.rate_u(p, n).min(ceiling),
                 learned: limit,
-                climb: new.is_some() || self.flags & LEARNED != 0,
-                at_once: false,
-                guessed: false,
+                flags: bit(new.is_some() || self.flags & LEARNED != 0, LEARNED),
             };
         }
-        // A 429 under a guess (below) shows it on the wrong side of the
-        // pace: the site's limit is below what it let through, a token
-        // bucket's burst let the climb past it, and DESIGN's rule applies.
-        // Else a limit faster than the pace that drew the 429 does not
-        // explain it: the climb ran past a limit in a burst, and the sends
-        // fit faster limits than the site's. Whether it was a window's
-        // (mod_qos 6 per 2 s lets six through in under a second: 6 per 1 s
-        // and 6 per 2 s fit alike) or a token bucket's (nginx `burst=5`)
-        // the first 429 does not tell; the slowest limit above the pace is
-        // the guess gone to, and the next 429, if it comes, settles it.
-        // (DESIGN's 80% of that pace held mod_qos at 69-74%.)
         let wrong_guess = self.flags & GUESSED != 0;
-        let (limit, guessed) = match limit {
-            _ if wrong_guess => (None, false),
-            Some(l) if l.rate_u() > rate_before => (
-                get(self.sent).and_then(|sent| self.log.slowest_above(sent, rate_before)),
-                true,
-            ),
-            other => (other, false),
-        };
+        let (limit, guessed) = self.guess(limit, rate_before);
         let shown = limit.map(|l| scale(l.rate_u(), p.learned_share));
         let new = shown.filter(|&c| u64::from(c) * 100 < u64::from(before) * 95);
         // After a wrong guess DESIGN's factor is taken twice: the guess
@@ -238,9 +215,7 @@ impl HostBudget {
                 ceiling,
                 rate: ceiling,
                 learned,
-                climb: true,
-                at_once: true,
-                guessed,
+                flags: LEARNED | AT_ONCE | bit(guessed, GUESSED),
             };
         }
         // Halved from the rate in force, or from the pace when the sends
@@ -261,9 +236,30 @@ impl HostBudget {
             ceiling,
             rate,
             learned: None,
-            climb: limit.is_some() || loan || self.flags & GUESSED != 0,
-            at_once: false,
-            guessed: false,
+            flags: bit(limit.is_some() || loan || wrong_guess, LEARNED),
+        }
+    }
+
+    /// The limit to go to from the one the sends show, and whether it is a
+    /// guess. A 429 under a guess shows it on the wrong side of the pace:
+    /// the site's limit is below what it let through (a token bucket's
+    /// burst let the climb past it), and DESIGN's rule applies: none.
+    /// Else a limit faster than the pace that drew the 429 does not
+    /// explain it: the climb ran past a limit in a burst, and the sends fit
+    /// faster limits than the site's. Whether it was a window's (mod_qos 6
+    /// per 2 s lets six through in under a second: 6 per 1 s and 6 per 2 s
+    /// fit alike) or a token bucket's (nginx `burst=5`) the first 429 does
+    /// not tell; the slowest limit above the pace is the guess gone to, and
+    /// the next 429, if it comes, settles it. (DESIGN's 80% of that pace
+    /// held mod_qos at 69-74%.)
+    fn guess(&self, limit: Option<Learned>, rate_before: u32) -> (Option<Learned>, bool) {
+        match limit {
+            _ if self.flags & GUESSED != 0 => (None, false),
+            Some(l) if l.rate_u() > rate_before => (
+                get(self.sent).and_then(|sent| self.log.slowest_above(sent, rate_before)),
+                true,
+            ),
+            other => (other, false),
         }
     }
 

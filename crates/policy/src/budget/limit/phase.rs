@@ -15,64 +15,77 @@
 //! grid is a second); a sliding log (`moving-window`) explains the answers
 //! at every phase or at none.
 
-use super::{Learned, Outcome, Sent};
-
 /// Phases tried across a grid step.
 pub const PHASES: u64 = 50;
 
-/// At how many of [`PHASES`] phases windows of `limit` explain every
-/// answer in `sends` (oldest first), the best of the grids; all of them
-/// when a sliding log does. With `recent`, sends older than the first may
-/// have counted, so answers whose window reaches back before it are not
-/// judged.
-pub(super) fn phases_explained(sends: &[Sent], limit: Learned, recent: bool) -> u64 {
+/// At how many of [`PHASES`] phases windows of `allowance` per
+/// `window_ms` explain every answer (time sent, ms, and whether it was let
+/// through; oldest first), the best of the grids; all of them when a
+/// sliding log does. With `recent`, sends older than the first may have
+/// counted, so answers whose window reaches back before it are not judged.
+pub(super) fn phases_explained(
+    answers: &[(u64, bool)],
+    allowance: u32,
+    window_ms: u64,
+    recent: bool,
+) -> u64 {
+    let limit = Limit {
+        allowance: u64::from(allowance),
+        window_ms,
+    };
     // One send per interval is read from the gaps alone (limit.rs).
-    if limit.allowance <= 1 || sliding_explains(sends, limit, recent) {
+    if allowance <= 1 || sliding_explains(answers, limit, recent) {
         return PHASES;
     }
-    let mut grids = [limit.window_ms, 1_000];
+    let mut grids = [window_ms, 1_000];
     grids.sort_unstable();
     let mut best = 0;
-    for grid in grids.into_iter().filter(|&g| g <= limit.window_ms) {
+    for grid in grids.into_iter().filter(|&g| g <= window_ms) {
         let n = (0..PHASES)
-            .filter(|&k| windows_explain(sends, limit, grid, k * grid / PHASES, recent))
+            .filter(|&k| windows_explain(answers, limit, grid, k * grid / PHASES, recent))
             .count() as u64;
         best = best.max(n);
     }
     best
 }
 
-fn sliding_explains(sends: &[Sent], limit: Learned, recent: bool) -> bool {
-    let Some(first) = sends.first().map(|s| s.at_ms) else {
+#[derive(Clone, Copy)]
+struct Limit {
+    allowance: u64,
+    window_ms: u64,
+}
+
+fn sliding_explains(answers: &[(u64, bool)], limit: Limit, recent: bool) -> bool {
+    let Some(&(first, _)) = answers.first() else {
         return true;
     };
-    let allowance = u64::from(limit.allowance);
-    sends.iter().enumerate().all(|(i, s)| {
-        if recent && s.at_ms.saturating_sub(first) < limit.window_ms {
+    answers.iter().enumerate().all(|(i, &(at, let_through))| {
+        if recent && at.saturating_sub(first) < limit.window_ms {
             return true;
         }
-        let within = sends[..i]
+        let within = answers[..i]
             .iter()
-            .filter(|b| b.outcome == Outcome::Accepted && s.at_ms - b.at_ms < limit.window_ms)
+            .filter(|&&(b, ok)| ok && at - b < limit.window_ms)
             .count() as u64;
-        match s.outcome {
-            Outcome::Accepted => within < allowance,
-            Outcome::Refused => within >= allowance,
-            Outcome::Pending => true,
-        }
+        (within < limit.allowance) == let_through
     })
 }
 
 /// Windows of `limit.window_ms`, each begun at the grid point (`phase`
 /// plus whole `grid` steps) at or before the first send after the last
 /// window ended; every send counts, as these limiters count every hit.
-fn windows_explain(sends: &[Sent], limit: Learned, grid: u64, phase: u64, recent: bool) -> bool {
-    let allowance = u64::from(limit.allowance);
+fn windows_explain(
+    answers: &[(u64, bool)],
+    limit: Limit,
+    grid: u64,
+    phase: u64,
+    recent: bool,
+) -> bool {
     // Shifted a step on so that a grid point before the first send is
     // never below zero.
     let (mut end, mut count, mut windows) = (0u64, 0u64, 0u32);
-    for s in sends.iter().filter(|s| s.outcome != Outcome::Pending) {
-        let t = s.at_ms + grid;
+    for &(at, let_through) in answers {
+        let t = at + grid;
         if windows == 0 || t >= end {
             let start = phase + (t - phase) / grid * grid;
             end = start + limit.window_ms;
@@ -80,11 +93,7 @@ fn windows_explain(sends: &[Sent], limit: Learned, grid: u64, phase: u64, recent
             windows += 1;
         }
         let judged = !(recent && windows == 1);
-        let ok = match s.outcome {
-            Outcome::Accepted => count < allowance,
-            _ => count >= allowance,
-        };
-        if judged && !ok {
+        if judged && (count < limit.allowance) != let_through {
             return false;
         }
         count += 1;
