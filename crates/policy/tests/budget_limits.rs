@@ -333,10 +333,12 @@ proptest! {
     /// Sends that start up to 80 ms after their slot (a loaded machine)
     /// do not bring the next one closer than an interval: against nginx's
     /// `limit_req` without a burst (any gap under its interval refused)
-    /// and the sliding windows, at most two 429s, none in the last 20 of
-    /// 80 sends. (A weighted counter lets a burst through where its
+    /// and the sliding windows, at most two 429s in 100 sends, none in the
+    /// last 20. (A weighted counter lets a burst through where its
     /// windows meet, so the first 429 can show a faster limit than its
-    /// own; the second, drawn under it, is halved from, as DESIGN says.)
+    /// own, and late sends under 90% of it can meet such a burst as late
+    /// as the 60th send; the second 429, drawn under it, is halved from,
+    /// as DESIGN says, and none comes after.)
     #[test]
     fn late_sends_do_not_draw_429s_once_the_limit_is_learned(
         kind in prop_oneof![
@@ -346,9 +348,9 @@ proptest! {
         latency_ms in 1u64..30,
         late in proptest::collection::vec(0u64..80, 1..12),
     ) {
-        let run = crawl_late(kind, 80, latency_ms, None, &late);
+        let run = crawl_late(kind, 100, latency_ms, None, &late);
         prop_assert!(run.refusals() <= 2, "{kind:?}: {:?}", run.sent);
-        prop_assert!(run.sent[60..].iter().all(|s| s.1), "{kind:?}: {:?}", run.sent);
+        prop_assert!(run.sent[80..].iter().all(|s| s.1), "{kind:?}: {:?}", run.sent);
     }
 
     /// A fixed window (at any offset) lets the climb run past its rate
