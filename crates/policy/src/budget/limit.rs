@@ -135,10 +135,7 @@ fn fastest(fits: &[Learned]) -> Option<Learned> {
 /// window on a coarse grid would read it far too slow) the fastest fit,
 /// as [`estimate`] reads it.
 pub fn estimate_weighed(sends: &[Sent], recent: bool) -> Option<Learned> {
-    let history = match recent {
-        true => History::Recent,
-        false => History::Whole,
-    };
+    let history = History::of(recent);
     let fits = estimate_from(sends, history);
     let answers = answered(sends);
     let phases: Vec<u64> = fits
@@ -168,10 +165,7 @@ pub fn estimate_weighed(sends: &[Sent], recent: bool) -> Option<Learned> {
 /// let through, the slowest above that pace is the guess that explains
 /// the 429 and costs least to be wrong about.
 pub fn slowest_above(sends: &[Sent], recent: bool, rate_u: u32) -> Option<Learned> {
-    let history = match recent {
-        true => History::Recent,
-        false => History::Whole,
-    };
+    let history = History::of(recent);
     estimate_from(sends, history)
         .into_iter()
         .filter(|l| l.rate_u() > rate_u)
@@ -192,6 +186,16 @@ fn answered(sends: &[Sent]) -> Vec<(u64, bool)> {
 enum History {
     Whole,
     Recent,
+}
+
+impl History {
+    /// `Recent` for a log that may have dropped older sends.
+    fn of(recent: bool) -> History {
+        match recent {
+            true => History::Recent,
+            false => History::Whole,
+        }
+    }
 }
 
 /// Every limit whose window lies inside the bounds the sends set.
@@ -268,19 +272,19 @@ fn all_fits(known: Known<'_>, slack: bool) -> Vec<Learned> {
         // per window is an interval, above).
         if allowance > 1 && !slack {
             let hi = at_most(accepted, 2 * allowance);
-            fits.extend(windows(allowance, lo, hi));
+            fits.extend(windows(&WINDOWS_MS, allowance, lo, hi));
         }
     }
     fits
 }
 
-/// Each round window in `[lo, hi]`, as `allowance` per it; none when `hi`
+/// Each of `rounds` in `[lo, hi]`, as `allowance` per it; none when `hi`
 /// is unbounded (as for [`fit`]).
-fn windows(allowance: usize, lo: u64, hi: Option<u64>) -> Vec<Learned> {
+fn windows(rounds: &[u64], allowance: usize, lo: u64, hi: Option<u64>) -> Vec<Learned> {
     let (Some(hi), Ok(allowance)) = (hi, u32::try_from(allowance)) else {
         return Vec::new();
     };
-    WINDOWS_MS
+    rounds
         .iter()
         .filter(|&&w| w >= lo && w <= hi)
         .map(|&window_ms| Learned {
@@ -297,12 +301,7 @@ const SLACK: u64 = 20;
 /// when there is none, or when `hi` is unbounded (nothing accepted says
 /// how long the window may be, so any round one above the refusals fits).
 fn fit(rounds: &[u64], allowance: usize, lo: u64, hi: Option<u64>) -> Option<Learned> {
-    let hi = hi?;
-    let &window_ms = rounds.iter().find(|&&w| w >= lo && w <= hi)?;
-    Some(Learned {
-        allowance: u32::try_from(allowance).ok()?,
-        window_ms,
-    })
+    windows(rounds, allowance, lo, hi).into_iter().next()
 }
 
 /// The shortest window in which `allowance` accepted sends came before
