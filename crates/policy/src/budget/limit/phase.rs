@@ -65,7 +65,7 @@ fn sliding_explains(answers: &[(u64, bool)], limit: Limit, recent: bool) -> bool
         }
         let within = answers[..i]
             .iter()
-            .filter(|&&(b, ok)| ok && at - b < limit.window_ms)
+            .filter(|&&(b, ok)| ok && at.saturating_sub(b) < limit.window_ms)
             .count() as u64;
         (within < limit.allowance) == let_through
     })
