@@ -58,7 +58,8 @@
 # log, to check its result codes; off for figures), BENCH_PIN=1 (the proxy under test on CPU 0,
 # wrk, curl and the origin on CPU 1, with taskset; each row also says how
 # idle CPU 1 was during its run), BENCH_PERF=1
-# (perf record on mannerly during its first round, or round BENCH_PERF_ROUND;
+# (perf record on mannerly during its first round, or round BENCH_PERF_ROUND,
+# at BENCH_PERF_FREQ samples a second, default 499;
 # prints each path's top symbols;
 # needs perf: apt-get install -y linux-perf), BENCH_SYSCALLS=1 (perf stat
 # counts each proxy's system calls per request, beside its CPU time).
@@ -501,7 +502,7 @@ for path in $PATHS; do
       [[ $peer == squiddisk ]] && sq_before=$(squid_counters)
       perf_pid=
       if [[ $peer == mannerly && $round == ${BENCH_PERF_ROUND:-1} && ${BENCH_PERF:-0} == 1 ]]; then
-        perf record -F 499 ${BENCH_PERF_CALLGRAPH:--g} -o "$WORK/perf-$path.data" -p "$MANNERLY_PID" >/dev/null 2>&1 & perf_pid=$!
+        perf record -F ${BENCH_PERF_FREQ:-499} ${BENCH_PERF_CALLGRAPH:--g} -o "$WORK/perf-$path.data" -p "$MANNERLY_PID" >/dev/null 2>&1 & perf_pid=$!
       fi
       pid=${PEER_PID[$peer]:-}
       before=$([[ -n $pid ]] && ticks "$pid" || echo 0)
@@ -599,7 +600,7 @@ if [[ " $PATHS " == *" https "* ]]; then
     fi
     perf_pid=
     if [[ $round == 1 && ${BENCH_PERF:-0} == 1 ]]; then
-      perf record -F 499 ${BENCH_PERF_CALLGRAPH:--g} -o "$WORK/perf-https.data" -p "$MANNERLY_PID" >/dev/null 2>&1 & perf_pid=$!
+      perf record -F ${BENCH_PERF_FREQ:-499} ${BENCH_PERF_CALLGRAPH:--g} -o "$WORK/perf-https.data" -p "$MANNERLY_PID" >/dev/null 2>&1 & perf_pid=$!
     fi
     HTTPS_PID=$MANNERLY_PID https_run "mannerly-$round" "$N" "$TLS_PORT" "$WORK/data/ca.pem" "127.0.0.1:$MANNERLY_PORT"
     [[ -n $perf_pid ]] && { kill -INT "$perf_pid"; wait "$perf_pid" || true; }

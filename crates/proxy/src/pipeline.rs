@@ -360,6 +360,9 @@ impl Exchange {
         req: &Request<B>,
     ) -> Result<Rules<F>, Unfetched> {
         let shared = self.shared.clone();
+        if let Some(rules) = cache(&shared).fresh(self.target.root()) {
+            return Ok(rules);
+        }
         if cache(&shared).would_fetch(self.target.root()) {
             if let Some(stop) = self.quiet_before_fetch().await {
                 return Err(Unfetched::Stopped(stop));
@@ -566,7 +569,7 @@ impl Exchange {
         }
         // 1xx interim answers go on to an HTTP/1.1 client (RFC 9110
         // §15.2); hyper's client hands them over (HTTP/1 origins only).
-        if let Some(lane) = r.extensions_mut().remove::<Lane>() {
+        if let Some(lane) = parts.extensions.get::<Lane>() {
             lane.watch(parts.version, &mut r);
         }
         payment::put_offer(r.headers_mut(), self.paying.as_ref());

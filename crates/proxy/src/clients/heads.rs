@@ -87,6 +87,19 @@ enum State {
     Done { stand_in: bool },
 }
 
+impl State {
+    /// What follows a head framed so.
+    fn after_head(framing: Framing) -> State {
+        match framing {
+            Framing::None => State::Head,
+            Framing::Length(n) => State::Body(n),
+            Framing::Chunked => State::Chunked(Chunk::Size),
+            // hyper hands the raw stream on after a CONNECT.
+            Framing::Tunnel => State::Body(u64::MAX),
+        }
+    }
+}
+
 #[derive(Debug)]
 enum Chunk {
     /// Reading a chunk-size line.
@@ -175,6 +188,44 @@ impl<S> Heads<S> {
         }
     }
 
+    /// How much of `bytes`, read straight into hyper's buffer with nothing
+    /// gathered or waiting before them, hyper may have as it is: whole
+    /// acceptable heads and the bodies they frame. It stops at a head that
+    /// is partial or refused; the caller feeds the rest (`feed`), which
+    /// gathers or refuses it as before. Most reads are one whole head, and
+    /// so are never copied here.
+    fn pass(&mut self, bytes: &[u8]) -> usize {
+        let mut i = 0;
+        while i < bytes.len() {
+            match &mut self.state {
+                State::Head => {
+                    let l = self.limits;
+                    let Check::Complete { len, framing } =
+                        check(&bytes[i..], l.max_bytes, l.max_headers)
+                    else {
+                        return i;
+                    };
+                    i += len;
+                    self.timer = None;
+                    self.state = State::after_head(framing);
+                }
+                State::Body(n) => {
+                    let take = usize::try_from(*n)
+                        .unwrap_or(usize::MAX)
+                        .min(bytes.len() - i);
+                    *n -= take as u64;
+                    i += take;
+                    if *n == 0 {
+                        self.head_next();
+                    }
+                }
+                State::Chunked(_) => i += self.chunked(&bytes[i..]),
+                State::Done { .. } => return i,
+            }
+        }
+        i
+    }
+
     /// Checks the gathered head; moves to its body when it is complete.
     fn next_head(&mut self) {
         let l = self.limits;
@@ -184,13 +235,7 @@ impl<S> Heads<S> {
                 let head = self.pending.split_to(len);
                 self.ready.extend_from_slice(&head);
                 self.timer = None;
-                self.state = match framing {
-                    Framing::None => State::Head,
-                    Framing::Length(n) => State::Body(n),
-                    Framing::Chunked => State::Chunked(Chunk::Size),
-                    // hyper hands the raw stream on after a CONNECT.
-                    Framing::Tunnel => State::Body(u64::MAX),
-                };
+                self.state = State::after_head(framing);
                 if matches!(self.state, State::Head) && !self.pending.is_empty() {
                     self.next_head();
                 }
@@ -293,6 +338,36 @@ fn chunk_size(line: &[u8]) -> Option<u64> {
     u64::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()
 }
 
+impl<S: AsyncRead + Unpin> Heads<S> {
+    /// Reads into hyper's buffer, with nothing gathered before, and keeps
+    /// there what `pass` lets through; the rest is fed as bytes read into
+    /// a buffer of ours would be. `None`: nothing for hyper yet, so read
+    /// again. No head's clock runs here: one is armed only while part of a
+    /// head is gathered.
+    fn read_in_place(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Option<Poll<io::Result<()>>> {
+        let before = buf.filled().len();
+        match Pin::new(&mut self.inner).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {}
+            other => return Some(other),
+        }
+        let got = buf.filled().len() - before;
+        if got == 0 {
+            // The client closed.
+            return Some(Poll::Ready(Ok(())));
+        }
+        let passed = self.pass(&buf.filled()[before..]);
+        if passed < got {
+            self.feed(&buf.filled()[before + passed..]);
+            buf.set_filled(before + passed);
+        }
+        (passed > 0).then_some(Poll::Ready(Ok(())))
+    }
+}
+
 impl<S: AsyncRead + Unpin> AsyncRead for Heads<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
@@ -314,6 +389,12 @@ impl<S: AsyncRead + Unpin> AsyncRead for Heads<S> {
                 State::Done { stand_in: true } => return Poll::Pending,
                 State::Done { stand_in: false } => return Poll::Ready(Ok(())),
                 _ => {}
+            }
+            if this.pending.is_empty() && buf.remaining() > 0 {
+                match this.read_in_place(cx, buf) {
+                    Some(done) => return done,
+                    None => continue,
+                }
             }
             // Left uninitialised: a zeroed one cost a memset of its whole
             // size on every read, most of which find one short head or
@@ -392,6 +473,62 @@ mod tests {
         let (out, bad) = through(input.as_bytes()).await;
         assert_eq!(out, input);
         assert_eq!(bad, None);
+    }
+
+    /// What hyper reads `window` bytes at a time from `h`, the connection's
+    /// token written as `TOKEN`, and the refusal's status.
+    async fn read_by<S: AsyncRead + Unpin>(
+        mut h: Heads<S>,
+        refused: Refused,
+        window: usize,
+    ) -> (String, Option<u16>) {
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; window];
+        loop {
+            let read = tokio::time::timeout(Duration::from_secs(30), h.read(&mut buf)).await;
+            match read {
+                Ok(Ok(0)) | Err(_) => break,
+                Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
+                Ok(Err(e)) => panic!("read: {e}"),
+            }
+        }
+        let out = String::from_utf8_lossy(&out).replace(&refused.token, "TOKEN");
+        let bad = refused.bad.lock().expect("lock").take();
+        (out, bad.map(|b| b.status))
+    }
+
+    // Whole heads are checked in hyper's own buffer and the rest gathered
+    // here: wherever a read ends (inside a head, a body, a chunk line) and
+    // however small hyper's buffer, hyper gets the bytes and the refusal
+    // that gathering everything first gives.
+    #[tokio::test(start_paused = true)]
+    async fn heads_split_across_reads_pass_as_gathered() {
+        let good = "POST http://a.test/ HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello\
+            POST http://a.test/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3;x=y\r\nabc\r\n0\r\nT: 1\r\n\r\n\
+            GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n";
+        let bad = format!(
+            "GET http://a.test/1 HTTP/1.1\r\n\r\nGET http://a.test/2 HTTP/1.1\r\nX: {}\r\n\r\n",
+            "a".repeat(1100)
+        );
+        for input in [good.as_bytes(), bad.as_bytes()] {
+            let (h, refused) = Heads::new(&[][..], BytesMut::from(input), LIMITS);
+            let gathered = read_by(h, refused, 4096).await;
+            for window in [7, 64, 4096] {
+                for at in 0..=input.len() {
+                    let source = AsyncReadExt::chain(&input[..at], &input[at..]);
+                    let (h, refused) = Heads::new(source, BytesMut::new(), LIMITS);
+                    let split = read_by(h, refused, window).await;
+                    assert_eq!(split, gathered, "split at {at}, window {window}");
+                }
+            }
+        }
+        let (h, refused) = Heads::new(bad.as_bytes(), BytesMut::new(), LIMITS);
+        let (out, status) = read_by(h, refused, 4096).await;
+        assert_eq!(status, Some(431));
+        assert!(
+            out.starts_with("GET http://a.test/1 HTTP/1.1\r\n\r\nGET /.mannerly/refused-head"),
+            "{out}"
+        );
     }
 
     #[tokio::test(start_paused = true)]

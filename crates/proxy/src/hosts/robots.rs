@@ -49,6 +49,17 @@ struct Slot<F> {
     fetching: Mutex<()>,
 }
 
+impl<F> Slot<F> {
+    /// Marks the slot used at `epoch`, writing only when that changes it
+    /// (a store on every request would bounce the line between threads).
+    fn touch(&self, epoch: &AtomicU64) {
+        let now = epoch.load(Ordering::Relaxed);
+        if self.used.load(Ordering::Relaxed) != now {
+            self.used.store(now, Ordering::Relaxed);
+        }
+    }
+}
+
 /// Why `rules` has no rules to give.
 pub(crate) enum Unfetched {
     /// The host's budget would not hold the fetch (a policy refusal, which
@@ -343,6 +354,16 @@ impl<F: SiteFile> RobotsCache<F> {
         }
     }
 
+    /// The rules held for `key` while they need no fetch, with one lookup
+    /// and one clock reading: what nearly every request finds, so it skips
+    /// the fetch path's second lookup and its timing.
+    pub(crate) fn fresh(&self, key: &str) -> Option<Rules<F>> {
+        let slot = self.slots.get(key)?;
+        let rules = self.cached(&slot)?;
+        slot.touch(&self.epoch);
+        Some(rules)
+    }
+
     fn cached(&self, slot: &Slot<F>) -> Option<Rules<F>> {
         let now = self.clock.now_std();
         let guard = slot.entry.read().unwrap_or_else(|p| p.into_inner());
@@ -354,10 +375,7 @@ impl<F: SiteFile> RobotsCache<F> {
 
     fn slot(&self, key: &str) -> Arc<Slot<F>> {
         if let Some(s) = self.slots.get(key) {
-            let now = self.epoch.load(Ordering::Relaxed);
-            if s.used.load(Ordering::Relaxed) != now {
-                s.used.store(now, Ordering::Relaxed);
-            }
+            s.touch(&self.epoch);
             return s.clone();
         }
         if self.slots.len() >= self.params.max_entries {

@@ -98,15 +98,21 @@ pub(super) fn upstream_request(
     url: &str,
     via: HeaderValue,
 ) -> Result<Request<ProxyBody>, String> {
-    let mut parts = parts.clone();
+    // Made afresh, not from a clone of `parts`: the client's extensions
+    // (hyper's upgrade handle, the 1xx lane) are not the origin's, and
+    // the client's URI is replaced anyway.
+    let mut out = Request::new(body);
     // The URL is the target's root and the path: parsing it checks the
     // authority too.
-    parts.uri = url
+    *out.uri_mut() = url
         .parse::<Uri>()
         .map_err(|e| format!("cannot forward {url}: {e}"))?;
-    parts.version = Version::HTTP_11;
-    strip_hop_by_hop(&mut parts.headers);
-    parts.headers.append(http::header::VIA, via);
-    parts.headers.remove(HOST);
-    Ok(Request::from_parts(parts, body))
+    *out.method_mut() = parts.method.clone();
+    *out.version_mut() = Version::HTTP_11;
+    let headers = out.headers_mut();
+    *headers = parts.headers.clone();
+    strip_hop_by_hop(headers);
+    headers.append(http::header::VIA, via);
+    headers.remove(HOST);
+    Ok(out)
 }
