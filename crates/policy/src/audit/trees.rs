@@ -114,8 +114,10 @@ pub struct FileTrees {
     /// Formats 3 and 4's line tree (a leaf per line, its text), kept
     /// only where old checkpoints are checked.
     texts: Option<Frontier>,
-    /// Position of each host's entry.
-    names: HashMap<String, usize>,
+    /// Position of each host's entry. Looked in for every line written,
+    /// so hashed with foldhash, seeded at random per map as the proxy's
+    /// host-keyed maps are (`mannerly_state::FastMap`).
+    names: HashMap<String, usize, foldhash::fast::RandomState>,
     entries: Vec<HostEntry>,
     /// Positions by key, to find a new host's neighbour.
     order: BTreeMap<Hash, usize>,
@@ -161,13 +163,13 @@ impl FileTrees {
     pub fn record(&mut self, host: &str, line: impl AsRef<[u8]>, chain: &str) {
         let index = self.lines.size();
         self.push_line(line.as_ref(), chain);
-        let seq = self.next_seq(host);
+        // One look for the host: a new one's entry starts at seq 0.
         let position = match self.names.get(host) {
             Some(&p) => p,
             None => self.add_host(host),
         };
         let e = &mut self.entries[position];
-        (e.seq, e.last_index) = (seq, index);
+        (e.seq, e.last_index) = (e.seq + 1, index);
         match self.stale_at[position] {
             FRESH => {
                 self.stale_at[position] = self.stale.len() as u32;
