@@ -321,13 +321,7 @@ fn digest(prev_chain: &str, content: impl AsRef<[u8]>) -> String {
     let mut h = Sha256::new();
     h.update(prev_chain.as_bytes());
     h.update(content.as_ref());
-    let out = h.finalize();
-    let mut s = String::with_capacity(64);
-    for b in out {
-        s.push(char::from(HEX[(b >> 4) as usize]));
-        s.push(char::from(HEX[(b & 15) as usize]));
-    }
-    s
+    checkpoint::hex(&h.finalize())
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";

@@ -35,63 +35,74 @@ impl AuditRecord {
     }
 }
 
+/// A field's name as the line writes it: quoted, with its colon, made at
+/// compile time so that each field costs one copy.
+macro_rules! k {
+    ($name:literal) => {
+        concat!("\"", $name, "\":")
+    };
+}
+
 fn first_fields(w: &mut Json<'_>, r: &AuditRecord) {
-    w.string("ts", &r.ts);
-    w.skip_text("sent", r.sent.as_deref());
-    w.string("id", &r.id);
-    w.skip_number("attempt", r.attempt.map(u64::from));
-    w.skip_text("retry_of", r.retry_of.as_deref());
-    w.skip_text("retried_by", r.retried_by.as_deref());
-    w.text("client", r.client.as_deref());
-    w.text("user", r.user.as_deref());
-    w.string("method", &r.method);
-    w.string("url", &r.url);
-    w.string("host", &r.host);
-    w.skip_text("group", r.group.as_deref());
-    w.text("agent", r.agent.as_deref());
-    w.value("outcome", r.outcome.as_ref());
-    w.value("would", r.would.as_ref());
-    w.number("status", r.status.map(u64::from));
-    w.skip_number("target_status", r.target_status.map(u64::from));
-    w.text("rule", r.rule.as_deref());
-    w.text("reason", r.reason.as_deref());
-    w.text("source", r.source);
-    w.number("waited_ms", r.waited_ms);
-    w.skip_number("robots_ms", r.robots_ms);
-    w.number("upstream_ms", r.upstream_ms);
-    w.value("rate", r.rate.as_ref());
-    w.value("ceiling", r.ceiling.as_ref());
-    w.text("retry_after", r.retry_after.as_deref());
+    w.string(k!("ts"), &r.ts);
+    w.skip_text(k!("sent"), r.sent.as_deref());
+    w.string(k!("id"), &r.id);
+    w.skip_number(k!("attempt"), r.attempt.map(u64::from));
+    w.skip_text(k!("retry_of"), r.retry_of.as_deref());
+    w.skip_text(k!("retried_by"), r.retried_by.as_deref());
+    w.text(k!("client"), r.client.as_deref());
+    w.text(k!("user"), r.user.as_deref());
+    w.string(k!("method"), &r.method);
+    w.string(k!("url"), &r.url);
+    w.string(k!("host"), &r.host);
+    w.skip_text(k!("group"), r.group.as_deref());
+    w.text(k!("agent"), r.agent.as_deref());
+    w.value(k!("outcome"), r.outcome.as_ref());
+    w.value(k!("would"), r.would.as_ref());
+    w.number(k!("status"), r.status.map(u64::from));
+    w.skip_number(k!("target_status"), r.target_status.map(u64::from));
+    w.text(k!("rule"), r.rule.as_deref());
+    w.text(k!("reason"), r.reason.as_deref());
+    w.text(k!("source"), r.source);
+    w.number(k!("waited_ms"), r.waited_ms);
+    w.skip_number(k!("robots_ms"), r.robots_ms);
+    w.number(k!("upstream_ms"), r.upstream_ms);
+    w.value(k!("rate"), r.rate.as_ref());
+    w.value(k!("ceiling"), r.ceiling.as_ref());
+    w.text(k!("retry_after"), r.retry_after.as_deref());
 }
 
 fn last_fields(w: &mut Json<'_>, r: &AuditRecord) {
-    w.value("pause_s", r.pause_s.as_ref());
-    w.number("bytes", r.bytes);
-    w.skip_number("received", r.received);
-    w.number("saved_bytes", r.saved_bytes);
-    w.text("cache", r.cache);
-    w.value("prefs", r.prefs.as_ref());
-    w.boolean("signed", r.signed);
-    w.skip_text("state", r.state);
-    w.skip_value("announced", r.announced.as_ref());
-    w.skip_text("price", r.price.as_deref());
-    w.skip_text("pay_scheme", r.pay_scheme);
-    w.skip_text("offered", r.offered.as_deref());
-    w.skip_text("charged", r.charged.as_deref());
-    w.skip_text("pay_tx", r.pay_tx.as_deref());
-    w.skip_text("pay_limit", r.pay_limit);
-    w.skip_text("pay_error", r.pay_error.as_deref());
-    w.skip_text("saved_charge", r.saved_charge.as_deref());
-    w.text("keyid", r.keyid.as_deref());
-    w.skip_text("signature_asked", r.signature_asked.as_deref());
-    w.skip_text("signature_not_resent", r.signature_not_resent.as_deref());
-    w.skip_text("user_agent", r.user_agent.as_deref());
-    w.skip_number("host_seq", r.host_seq);
-    w.skip_text("distress", r.distress);
-    w.skip_number("baseline_ms", r.baseline_ms.map(u64::from));
-    w.skip_text("collapsed_into", r.collapsed_into.as_deref());
-    w.skip_number("wait_s", r.wait_s);
-    w.skip_text("wait_by", r.wait_by);
+    w.value(k!("pause_s"), r.pause_s.as_ref());
+    w.number(k!("bytes"), r.bytes);
+    w.skip_number(k!("received"), r.received);
+    w.number(k!("saved_bytes"), r.saved_bytes);
+    w.text(k!("cache"), r.cache);
+    w.value(k!("prefs"), r.prefs.as_ref());
+    w.boolean(k!("signed"), r.signed);
+    w.skip_text(k!("state"), r.state);
+    w.skip_value(k!("announced"), r.announced.as_ref());
+    w.skip_text(k!("price"), r.price.as_deref());
+    w.skip_text(k!("pay_scheme"), r.pay_scheme);
+    w.skip_text(k!("offered"), r.offered.as_deref());
+    w.skip_text(k!("charged"), r.charged.as_deref());
+    w.skip_text(k!("pay_tx"), r.pay_tx.as_deref());
+    w.skip_text(k!("pay_limit"), r.pay_limit);
+    w.skip_text(k!("pay_error"), r.pay_error.as_deref());
+    w.skip_text(k!("saved_charge"), r.saved_charge.as_deref());
+    w.text(k!("keyid"), r.keyid.as_deref());
+    w.skip_text(k!("signature_asked"), r.signature_asked.as_deref());
+    w.skip_text(
+        k!("signature_not_resent"),
+        r.signature_not_resent.as_deref(),
+    );
+    w.skip_text(k!("user_agent"), r.user_agent.as_deref());
+    w.skip_number(k!("host_seq"), r.host_seq);
+    w.skip_text(k!("distress"), r.distress);
+    w.skip_number(k!("baseline_ms"), r.baseline_ms.map(u64::from));
+    w.skip_text(k!("collapsed_into"), r.collapsed_into.as_deref());
+    w.skip_number(k!("wait_s"), r.wait_s);
+    w.skip_text(k!("wait_by"), r.wait_by);
 }
 
 /// An object being written.
@@ -102,12 +113,11 @@ struct Json<'a> {
 }
 
 impl Json<'_> {
-    fn key(&mut self, name: &str) {
+    /// `key` is the name as written, quoted and with its colon (`k!`).
+    fn key(&mut self, key: &str) {
         self.out.push(if self.first { OPEN } else { b',' });
         self.first = false;
-        self.out.push(b'"');
-        self.out.extend_from_slice(name.as_bytes());
-        self.out.extend_from_slice(b"\":");
+        self.out.extend_from_slice(key.as_bytes());
     }
 
     /// A string as `serde_json` escapes it: `"`, `\\` and control
@@ -135,27 +145,27 @@ impl Json<'_> {
         }
     }
 
-    fn string(&mut self, name: &str, s: &str) {
-        self.key(name);
+    fn string(&mut self, key: &str, s: &str) {
+        self.key(key);
         self.quoted(s);
     }
 
-    fn text(&mut self, name: &str, s: Option<&str>) {
-        self.key(name);
+    fn text(&mut self, key: &str, s: Option<&str>) {
+        self.key(key);
         match s {
             Some(s) => self.quoted(s),
             None => self.out.extend_from_slice(b"null"),
         }
     }
 
-    fn skip_text(&mut self, name: &str, s: Option<&str>) {
+    fn skip_text(&mut self, key: &str, s: Option<&str>) {
         if s.is_some() {
-            self.text(name, s);
+            self.text(key, s);
         }
     }
 
-    fn number(&mut self, name: &str, n: Option<u64>) {
-        self.key(name);
+    fn number(&mut self, key: &str, n: Option<u64>) {
+        self.key(key);
         match n {
             Some(n) => self
                 .out
@@ -164,31 +174,31 @@ impl Json<'_> {
         }
     }
 
-    fn skip_number(&mut self, name: &str, n: Option<u64>) {
+    fn skip_number(&mut self, key: &str, n: Option<u64>) {
         if n.is_some() {
-            self.number(name, n);
+            self.number(key, n);
         }
     }
 
-    fn boolean(&mut self, name: &str, b: bool) {
-        self.key(name);
+    fn boolean(&mut self, key: &str, b: bool) {
+        self.key(key);
         self.out
             .extend_from_slice(if b { b"true" as &[u8] } else { b"false" });
     }
 
     /// Anything else (floats, enums, nested records) as `serde_json`
     /// writes it.
-    fn value<T: Serialize>(&mut self, name: &str, v: Option<&T>) {
-        self.key(name);
+    fn value<T: Serialize>(&mut self, key: &str, v: Option<&T>) {
+        self.key(key);
         match v {
             Some(v) => self.serde(v),
             None => self.out.extend_from_slice(b"null"),
         }
     }
 
-    fn skip_value<T: Serialize>(&mut self, name: &str, v: Option<&T>) {
+    fn skip_value<T: Serialize>(&mut self, key: &str, v: Option<&T>) {
         if v.is_some() {
-            self.value(name, v);
+            self.value(key, v);
         }
     }
 }
