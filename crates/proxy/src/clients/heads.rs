@@ -510,7 +510,11 @@ mod tests {
             "GET http://a.test/1 HTTP/1.1\r\n\r\nGET http://a.test/2 HTTP/1.1\r\nX: {}\r\n\r\n",
             "a".repeat(1100)
         );
-        for input in [good.as_bytes(), bad.as_bytes()] {
+        // Both framings at once, the smuggler's head: refused whichever
+        // read it ends in.
+        let smuggled = "GET http://a.test/1 HTTP/1.1\r\n\r\nPOST http://a.test/2 HTTP/1.1\r\n\
+            Content-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\nabcGET http://a.test/3 HTTP/1.1\r\n\r\n";
+        for input in [good.as_bytes(), bad.as_bytes(), smuggled.as_bytes()] {
             let (h, refused) = Heads::new(&[][..], BytesMut::from(input), LIMITS);
             let gathered = read_by(h, refused, 4096).await;
             for window in [7, 64, 4096] {
@@ -522,6 +526,13 @@ mod tests {
                 }
             }
         }
+        let (h, refused) = Heads::new(smuggled.as_bytes(), BytesMut::new(), LIMITS);
+        let (out, status) = read_by(h, refused, 4096).await;
+        assert_eq!(status, Some(400));
+        assert!(
+            !out.contains("a.test/2") && !out.contains("a.test/3"),
+            "{out}"
+        );
         let (h, refused) = Heads::new(bad.as_bytes(), BytesMut::new(), LIMITS);
         let (out, status) = read_by(h, refused, 4096).await;
         assert_eq!(status, Some(431));
