@@ -171,11 +171,10 @@ impl<S> Heads<S> {
                     }
                 }
                 State::Body(n) => {
-                    let take = usize::try_from(*n).unwrap_or(usize::MAX).min(bytes.len());
+                    let (take, done) = take_counted(n, bytes.len());
                     self.ready.extend_from_slice(&bytes[..take]);
-                    *n -= take as u64;
                     bytes = &bytes[take..];
-                    if *n == 0 {
+                    if done {
                         self.head_next();
                     }
                 }
@@ -210,12 +209,9 @@ impl<S> Heads<S> {
                     self.state = State::after_head(framing);
                 }
                 State::Body(n) => {
-                    let take = usize::try_from(*n)
-                        .unwrap_or(usize::MAX)
-                        .min(bytes.len() - i);
-                    *n -= take as u64;
+                    let (take, done) = take_counted(n, bytes.len() - i);
                     i += take;
-                    if *n == 0 {
+                    if done {
                         self.head_next();
                     }
                 }
@@ -261,12 +257,9 @@ impl<S> Heads<S> {
             };
             match c {
                 Chunk::Data(n) => {
-                    let take = usize::try_from(*n)
-                        .unwrap_or(usize::MAX)
-                        .min(bytes.len() - i);
-                    *n -= take as u64;
+                    let (take, done) = take_counted(n, bytes.len() - i);
                     i += take;
-                    if *n == 0 {
+                    if done {
                         *c = Chunk::DataEnd;
                     }
                 }
@@ -328,6 +321,14 @@ impl<S> Heads<S> {
         self.timer = None;
         self.state = State::Done { stand_in: true };
     }
+}
+
+/// Takes what it can of `available` bytes off a run of `left` (a body's
+/// length, a chunk's data): how many, and whether the run is used up.
+fn take_counted(left: &mut u64, available: usize) -> (usize, bool) {
+    let take = usize::try_from(*left).unwrap_or(usize::MAX).min(available);
+    *left -= take as u64;
+    (take, *left == 0)
 }
 
 fn chunk_size(line: &[u8]) -> Option<u64> {
