@@ -36,10 +36,14 @@ impl AuditRecord {
 }
 
 /// A field's name as the line writes it: quoted, with its colon, made at
-/// compile time so that each field costs one copy.
+/// compile time so that each field costs one copy. Only `k!` makes one, so
+/// a bare name cannot reach the line unquoted.
+#[derive(Clone, Copy)]
+struct Key(&'static str);
+
 macro_rules! k {
     ($name:literal) => {
-        concat!("\"", $name, "\":")
+        Key(concat!("\"", $name, "\":"))
     };
 }
 
@@ -113,11 +117,10 @@ struct Json<'a> {
 }
 
 impl Json<'_> {
-    /// `key` is the name as written, quoted and with its colon (`k!`).
-    fn key(&mut self, key: &str) {
+    fn key(&mut self, key: Key) {
         self.out.push(if self.first { OPEN } else { b',' });
         self.first = false;
-        self.out.extend_from_slice(key.as_bytes());
+        self.out.extend_from_slice(key.0.as_bytes());
     }
 
     /// A string as `serde_json` escapes it: `"`, `\\` and control
@@ -145,12 +148,12 @@ impl Json<'_> {
         }
     }
 
-    fn string(&mut self, key: &str, s: &str) {
+    fn string(&mut self, key: Key, s: &str) {
         self.key(key);
         self.quoted(s);
     }
 
-    fn text(&mut self, key: &str, s: Option<&str>) {
+    fn text(&mut self, key: Key, s: Option<&str>) {
         self.key(key);
         match s {
             Some(s) => self.quoted(s),
@@ -158,13 +161,13 @@ impl Json<'_> {
         }
     }
 
-    fn skip_text(&mut self, key: &str, s: Option<&str>) {
+    fn skip_text(&mut self, key: Key, s: Option<&str>) {
         if s.is_some() {
             self.text(key, s);
         }
     }
 
-    fn number(&mut self, key: &str, n: Option<u64>) {
+    fn number(&mut self, key: Key, n: Option<u64>) {
         self.key(key);
         match n {
             Some(n) => self
@@ -174,13 +177,13 @@ impl Json<'_> {
         }
     }
 
-    fn skip_number(&mut self, key: &str, n: Option<u64>) {
+    fn skip_number(&mut self, key: Key, n: Option<u64>) {
         if n.is_some() {
             self.number(key, n);
         }
     }
 
-    fn boolean(&mut self, key: &str, b: bool) {
+    fn boolean(&mut self, key: Key, b: bool) {
         self.key(key);
         self.out
             .extend_from_slice(if b { b"true" as &[u8] } else { b"false" });
@@ -188,7 +191,7 @@ impl Json<'_> {
 
     /// Anything else (floats, enums, nested records) as `serde_json`
     /// writes it.
-    fn value<T: Serialize>(&mut self, key: &str, v: Option<&T>) {
+    fn value<T: Serialize>(&mut self, key: Key, v: Option<&T>) {
         self.key(key);
         match v {
             Some(v) => self.serde(v),
@@ -196,7 +199,7 @@ impl Json<'_> {
         }
     }
 
-    fn skip_value<T: Serialize>(&mut self, key: &str, v: Option<&T>) {
+    fn skip_value<T: Serialize>(&mut self, key: Key, v: Option<&T>) {
         if v.is_some() {
             self.value(key, v);
         }
