@@ -324,8 +324,6 @@ fn digest(prev_chain: &str, content: impl AsRef<[u8]>) -> String {
     checkpoint::hex(&h.finalize())
 }
 
-const HEX: &[u8; 16] = b"0123456789abcdef";
-
 /// Why a log failed verification, with the 1-based line number.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ChainError {
@@ -350,7 +348,7 @@ pub fn split_line(line: &str) -> Option<(String, &str)> {
     let rest = line.strip_suffix("\"}")?;
     let at = rest.rfind("\"chain\":\"")?;
     let chain = &rest[at + 9..];
-    if chain.len() != 64 || !chain.bytes().all(|b| HEX.contains(&b)) {
+    if chain.len() != 64 || !chain.bytes().all(|b| checkpoint::HEX.contains(&b)) {
         return None;
     }
     let mut content = rest[..at].to_string();

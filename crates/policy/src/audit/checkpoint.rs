@@ -185,9 +185,11 @@ pub fn parse_public_key(text: &str) -> Option<VerifyingKey> {
     VerifyingKey::from_bytes(&bytes).ok()
 }
 
+/// The digits of lower-case hex, the only hex the log writes.
+pub(crate) const HEX: &[u8; 16] = b"0123456789abcdef";
+
 /// Lower-case hex of `bytes`.
 pub fn hex(bytes: &[u8]) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(bytes.len() * 2);
     for b in bytes {
         s.push(char::from(HEX[(b >> 4) as usize]));
