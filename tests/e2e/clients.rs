@@ -175,6 +175,62 @@ async fn scrapy_with_the_proxy_variables_alone() {
     s.fetched_both("scrapy", cmd).await;
 }
 
+/// Python requests uploading a body in pieces (a generator: chunked, each
+/// piece its own write, a pause between), then a sized body and a GET, on
+/// the one kept-alive connection its session holds: every head and body
+/// byte the client wrote reaches the origin, in whichever reads of the
+/// proxy they arrive (`clients::heads` passes whole heads from hyper's
+/// buffer and gathers the rest).
+#[tokio::test]
+async fn python_requests_uploads_in_pieces_on_one_connection() {
+    if !have_tool("python3", "python3") || !have_python_module("requests") {
+        return;
+    }
+    let echo = |req: hyper::Request<hyper::body::Incoming>| async move {
+        use http_body_util::BodyExt;
+        let path = req.uri().path().to_string();
+        let body = req.into_body().collect().await.unwrap().to_bytes();
+        text(200, format!("{path} {}", String::from_utf8_lossy(&body)))
+    };
+    let origin = Origin::http(handler(echo)).await;
+    let port = origin.port();
+    let mut proxy =
+        TestProxy::start(|c| resolve_to_loopback(c, &format!("up.test:{port}"), port)).await;
+    let mut cmd = Command::new("python3");
+    cmd.env("http_proxy", proxy.url())
+        .env_remove("no_proxy")
+        .env_remove("NO_PROXY");
+    cmd.arg("-c").arg(
+        [
+            "import sys, time, requests",
+            "def pieces():",
+            "    for i in range(5):",
+            "        time.sleep(0.05)",
+            "        yield b'piece%d;' % i",
+            "s, u = requests.Session(), sys.argv[1]",
+            "print(s.post(u + '/up', data=pieces()).text)",
+            "print(s.post(u + '/sized', data=b'x' * 3000).text)",
+            "print(s.get(u + '/page').text)",
+        ]
+        .join("\n"),
+    );
+    cmd.arg(format!("http://up.test:{port}"));
+    let stdout = tool_stdout(cmd).await;
+    let want = format!(
+        "/up piece0;piece1;piece2;piece3;piece4;\n/sized {}\n/page \n",
+        "x".repeat(3000)
+    );
+    assert_eq!(stdout, want);
+    let lines = proxy.stop().await;
+    let fetched = with_outcome(&lines, "fetched");
+    assert_eq!(fetched.len(), 3, "{lines:#?}");
+    let clients: Vec<_> = fetched.iter().map(|l| l["client"].clone()).collect();
+    assert!(
+        clients.iter().all(|c| *c == clients[0]),
+        "one connection: {clients:?}"
+    );
+}
+
 /// Node's `EnvHttpProxyAgent` sends `CONNECT plain.test:PORT` for the
 /// `http://` page too: with the shipped `proxy.connect_ports` (443, 80),
 /// that tunnel's plain HTTP walks the pipeline whatever its port.
