@@ -58,7 +58,8 @@
 # log, to check its result codes; off for figures), BENCH_PIN=1 (the proxy under test on CPU 0,
 # wrk, curl and the origin on CPU 1, with taskset; each row also says how
 # idle CPU 1 was during its run), BENCH_PERF=1
-# (perf record on mannerly during its first round, or round BENCH_PERF_ROUND,
+# (perf record on mannerly, or on the peer BENCH_PERF_PEER, during its first
+# round, or round BENCH_PERF_ROUND,
 # at BENCH_PERF_FREQ samples a second, default 499;
 # prints each path's top symbols;
 # needs perf: apt-get install -y linux-perf), BENCH_SYSCALLS=1 (perf stat
@@ -501,8 +502,8 @@ for path in $PATHS; do
       fi
       [[ $peer == squiddisk ]] && sq_before=$(squid_counters)
       perf_pid=
-      if [[ $peer == mannerly && $round == ${BENCH_PERF_ROUND:-1} && ${BENCH_PERF:-0} == 1 ]]; then
-        perf record -F ${BENCH_PERF_FREQ:-499} ${BENCH_PERF_CALLGRAPH:--g} -o "$WORK/perf-$path.data" -p "$MANNERLY_PID" >/dev/null 2>&1 & perf_pid=$!
+      if [[ $peer == "${BENCH_PERF_PEER:-mannerly}" && $round == ${BENCH_PERF_ROUND:-1} && ${BENCH_PERF:-0} == 1 ]]; then
+        perf record -F ${BENCH_PERF_FREQ:-499} ${BENCH_PERF_CALLGRAPH:--g} -o "$WORK/perf-$path.data" -p "${PEER_PID[$peer]}" >/dev/null 2>&1 & perf_pid=$!
       fi
       pid=${PEER_PID[$peer]:-}
       before=$([[ -n $pid ]] && ticks "$pid" || echo 0)
@@ -691,7 +692,7 @@ fi
 
 if [[ ${BENCH_PERF:-0} == 1 ]]; then
   for path in $PATHS; do
-    echo; echo "== perf, mannerly, $path: top symbols (self time) =="
+    echo; echo "== perf, ${BENCH_PERF_PEER:-mannerly}, $path: top symbols (self time) =="
     perf report -i "$WORK/perf-$path.data" --no-children --sort symbol --stdio -g none --percent-limit 1.5 2>/dev/null | sed -E "s/ +-? +-? *$//" \
       | grep -v '^#' | grep -v '^$' | head -25
   done

@@ -50,11 +50,6 @@ impl Clock {
             Some((at, wall)) => wall + self.now().saturating_duration_since(at),
         }
     }
-
-    /// Wall-clock now as the audit log writes times: RFC 3339, ms, UTC.
-    pub(crate) fn stamp(&self) -> String {
-        stamp(self.wall())
-    }
 }
 
 /// `t` as the audit log writes times: RFC 3339, ms, UTC.

@@ -10,7 +10,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http::header::USER_AGENT;
@@ -112,8 +112,6 @@ struct Exchange {
     shared: Arc<Shared>,
     target: Target,
     client: SocketAddr,
-    url: String,
-    path: String,
     rec: Box<AuditRecord>,
     /// The reloadable configuration as the request found it: one snapshot
     /// for the whole walk, taken once (each look takes a lock and a count).
@@ -121,6 +119,12 @@ struct Exchange {
     enforce: bool,
     /// The longest the request may be held, robots.txt fetch included.
     deadline: Instant,
+    /// One reading of both clocks when the request came in: later wall
+    /// times of the request follow from monotonic readings taken anyway
+    /// (each clock read costs about as much as a hash of the line).
+    began: (Instant, SystemTime),
+    /// When the origin's answer head came in (monotonic).
+    answered: Instant,
     /// Time spent waiting for the budget so far, over every attempt.
     waited: Duration,
     /// Sends after a throttle so far.
@@ -238,6 +242,17 @@ impl CacheStep {
 // === impl Exchange: the steps ===
 
 impl Exchange {
+    /// Wall time at the monotonic reading `at`, taken during the request.
+    fn wall_at(&self, at: Instant) -> SystemTime {
+        self.began.1 + at.saturating_duration_since(self.began.0)
+    }
+
+    /// The request's path and query: the URL after its origin (`/` when
+    /// the request named none).
+    fn path(&self) -> &str {
+        &self.rec.url[self.target.root().len() - 1..]
+    }
+
     fn begin<B>(
         shared: Arc<Shared>,
         req: &Request<B>,
@@ -251,26 +266,23 @@ impl Exchange {
         let group = shared.budgets.group(&target.host).key;
         let max_hold = shared.budgets.key_params(&group).max_hold();
         let method = req.method().as_str();
-        let mut rec = shared.record_in(method, &url, &target.host, group, client);
+        let began = (shared.clock.now(), shared.clock.wall());
+        let mut rec = shared.record_in(method, url, &target.host, group, client, began.1);
         let live = shared.live();
         let wait = told::preferred(&live, req.headers(), client, user.as_deref());
         rec.user = user;
         rec.agent = Some(request::agent(&live, req.headers()));
-        let start = shared.clock.now();
+        let start = began.0;
         let decode_for_client = live.crawler.compression && encoding::ask_for(req.headers());
         let mut x = Exchange {
             enforce: live.policy.enforce,
             live,
-            path: req
-                .uri()
-                .path_and_query()
-                .map_or("/", PathAndQuery::as_str)
-                .to_string(),
             shared,
             target,
             client,
-            url,
             deadline: start,
+            began,
+            answered: start,
             rec,
             waited: Duration::ZERO,
             retries: 0,
@@ -332,7 +344,8 @@ impl Exchange {
         let refusal = match fetched {
             Ok(rules) => {
                 let (rec, said) = (&mut self.rec, &mut self.said);
-                let at = (host.as_str(), self.path.as_str());
+                let path = req.uri().path_and_query().map_or("/", PathAndQuery::as_str);
+                let at = (host.as_str(), path);
                 match (
                     request::robots_verdict(shared, &self.live, &rules, at, rec, said),
                     rules,
@@ -504,6 +517,10 @@ impl Exchange {
     /// before the host's turn, so that a slow client does not hold it; a
     /// silence past the idle limit is a 408.
     async fn client_body(&mut self, body: Incoming) -> Step<ClientBody> {
+        // Most requests have none: no clock read for a pace never kept.
+        if body.is_end_stream() {
+            return Ok(ClientBody::empty());
+        }
         let p = &self.shared.cfg.proxy;
         let pace = Pace {
             idle: p.body_idle_timeout,
@@ -511,8 +528,7 @@ impl Exchange {
             grace: p.body_rate_grace,
             start: self.shared.clock.now(),
         };
-        let spool = self.shared.cfg.data_dir.join("spool");
-        ClientBody::read(body, pace, self.received.clone(), &spool)
+        ClientBody::read(body, pace, self.received.clone(), &self.shared.cfg.data_dir)
             .await
             .map_err(|e| failure::client_body(&e))
     }
@@ -558,8 +574,8 @@ impl Exchange {
         cache: &CacheStep,
     ) -> Step<Request<ProxyBody>> {
         let via = self.shared.via.value();
-        let mut r =
-            request::upstream_request(parts, body, &self.url, via).map_err(failure::bad_request)?;
+        let mut r = request::upstream_request(parts, body, &self.rec.url, via)
+            .map_err(failure::bad_request)?;
         if let Some(validators) = &cache.validators {
             r.headers_mut().extend(validators.clone());
         }
@@ -608,13 +624,14 @@ impl Exchange {
     ) -> Step<Response<Incoming>> {
         let first_byte = self.shared.cfg.upstream.first_byte_timeout;
         let sending = self.shared.clock.now();
-        self.rec.sent = Some(self.shared.clock.stamp());
+        self.rec.sent = Some(crate::clock::stamp(self.wall_at(sending)));
         self.at = Stage::AtOrigin;
         if let Some(p) = self.paying.as_mut() {
             p.sent();
         }
         let sent = tokio::time::timeout(first_byte, self.shared.client.request(out)).await;
-        let took = self.shared.clock.now().saturating_duration_since(sending);
+        self.answered = self.shared.clock.now();
+        let took = self.answered.saturating_duration_since(sending);
         self.rec.upstream_ms = Some(took.as_millis() as u64);
         match sent {
             Ok(Ok(resp)) => {

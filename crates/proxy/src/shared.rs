@@ -249,7 +249,14 @@ impl Shared {
         client: SocketAddr,
     ) -> Box<AuditRecord> {
         let group = self.budgets.group(host).key;
-        self.record_in(method, url, host, group, client)
+        self.record_in(
+            method,
+            url.to_string(),
+            host,
+            group,
+            client,
+            self.clock.wall(),
+        )
     }
 
     /// [`Shared::record`] for a request whose host's group was looked up
@@ -257,19 +264,20 @@ impl Shared {
     pub(crate) fn record_in(
         &self,
         method: &str,
-        url: &str,
+        url: String,
         host: &str,
         group: String,
         client: SocketAddr,
+        at: std::time::SystemTime,
     ) -> Box<AuditRecord> {
         // Boxed from the start: a record is some 950 bytes, and it moves
         // from the exchange to the answer's body and on to the writer.
         Box::new(AuditRecord {
-            ts: self.clock.stamp(),
+            ts: crate::clock::stamp(at),
             id: self.next_id(),
             client: Some(client_text(client)),
             method: method.to_string(),
-            url: url.to_string(),
+            url,
             host: host.to_string(),
             group: Some(group),
             ..AuditRecord::default()

@@ -140,7 +140,8 @@ pub trait HostStore: Send + Sync {
 
     /// Applies the Crawl-delay of the robots.txt group that matched
     /// (`None` lifts it). Idempotent: call it after every robots lookup.
-    fn set_crawl_delay(&self, host: &str, now: Instant, delay_secs: Option<f64>);
+    /// `now` is read only when something changes.
+    fn set_crawl_delay(&self, host: &str, now: &dyn Fn() -> Instant, delay_secs: Option<f64>);
 
     /// The state of one host, `None` when the store holds nothing for it.
     fn view(&self, host: &str, now: Instant) -> Option<HostView>;

@@ -145,7 +145,7 @@ fn persisted_hosts_round_trip_through_a_restart() {
         0.0,
     );
     store.on_response("fine.example", t0, wall(), 200, None, None, None, 0.0);
-    store.set_crawl_delay("paused.example", t0, Some(10.0));
+    store.set_crawl_delay("paused.example", &|| t0, Some(10.0));
 
     let saved = store.persisted(t0 + secs(100), wall() + secs(100));
     assert_eq!(saved.len(), 1);

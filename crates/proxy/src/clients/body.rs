@@ -59,21 +59,26 @@ pub(crate) struct ClientBody {
 }
 
 impl ClientBody {
+    /// No body, as a GET has.
+    pub(crate) fn empty() -> ClientBody {
+        ClientBody {
+            body: None,
+            resendable: true,
+            buffered: Some(Bytes::new()),
+        }
+    }
+
     /// Reads `body` before the turn: whole into memory when it fits in
-    /// [`IN_MEMORY`], else spooled to a file in `spool` up to
+    /// [`IN_MEMORY`], else spooled to a file in `data_dir/spool` up to
     /// [`SPOOL_MAX`], waiting at most `idle` between its frames.
     pub(crate) async fn read(
         body: Incoming,
         pace: Pace,
         received: Received,
-        spool: &Path,
+        data_dir: &Path,
     ) -> Result<ClientBody, ClientBodyError> {
         if body.is_end_stream() {
-            return Ok(ClientBody {
-                body: None,
-                resendable: true,
-                buffered: Some(Bytes::new()),
-            });
+            return Ok(ClientBody::empty());
         }
         let mut body = Idle::new(body, pace, received);
         let mut mem = BytesMut::new();
@@ -95,7 +100,7 @@ impl ClientBody {
             }
             let f = match file.as_mut() {
                 Some(f) => f,
-                None => file.insert(open_spool(spool)?),
+                None => file.insert(open_spool(&data_dir.join("spool"))?),
             };
             f.write_all(&data).await.map_err(spool_error)?;
             spooled += data.len() as u64;

@@ -291,18 +291,25 @@ impl Budgets {
     /// budget's own, when the host is its group alone; else the host's
     /// spacing inside its group, which other members do not wait for.
     pub(crate) fn set_crawl_delay(&self, host: &str, delay: Option<f64>) {
-        let group = self.groups.of(host);
-        if !self.groups.alone(&group) {
-            self.groups.set_spacing(host, delay);
-            return;
-        }
-        match &self.backend {
-            Backend::Memory(m) => m.set_crawl_delay(&group.key, self.clock.now_std(), delay),
-            // Applied on the way into the host's next request, where a round
-            // trip may be awaited.
-            Backend::Redis(_) => {
-                self.crawl_delays.insert(group.key, delay);
+        // Called on every request: the placed group is read in place.
+        let alone = self.groups.with_of(host, |group| {
+            let alone = self.groups.alone(group);
+            if alone {
+                match &self.backend {
+                    Backend::Memory(m) => {
+                        m.set_crawl_delay(&group.key, &|| self.clock.now_std(), delay)
+                    }
+                    // Applied on the way into the host's next request, where a
+                    // round trip may be awaited.
+                    Backend::Redis(_) => {
+                        self.crawl_delays.insert(group.key.clone(), delay);
+                    }
+                }
             }
+            alone
+        });
+        if !alone {
+            self.groups.set_spacing(host, delay);
         }
     }
 

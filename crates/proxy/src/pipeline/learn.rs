@@ -39,7 +39,7 @@ impl Exchange {
             signing: self.shared.identity.is_some(),
             signed_as_asked: self.asked.is_some(),
         };
-        let wall = self.shared.clock.wall();
+        let wall = self.wall_at(self.answered);
         let Reading { budget, route } = answer::read(resp.status(), resp.headers(), &sent, wall);
         let status = budget.status;
         let reaction = self.hear(permit, budget).await;
@@ -113,8 +113,13 @@ impl Exchange {
     async fn invalidate(&mut self, parts: &Parts, status: u16, resp: &Response<Incoming>) {
         let status = StatusCode::from_u16(status).unwrap_or(resp.status());
         let cache = &self.shared.cache;
-        let keys =
-            conditional::invalidated_by(parts, &self.url, status, resp.headers(), cache.params());
+        let keys = conditional::invalidated_by(
+            parts,
+            &self.rec.url,
+            status,
+            resp.headers(),
+            cache.params(),
+        );
         if !keys.is_empty() {
             cache.remove_now(keys).await;
         }

@@ -38,7 +38,7 @@ impl Exchange {
             return Ok(());
         }
         let payments = self.shared.payments.clone();
-        let (host, path) = (&self.target.host, &self.path);
+        let (host, path) = (&self.target.host, self.path());
         let Some(max) = pay::standing_offer(&payments.params, host, path).cloned() else {
             return Ok(());
         };

@@ -210,16 +210,18 @@ impl HostStore for MemoryHosts {
         self.with(host, now, |b, p| b.on_failure(p, now, failure, jitter))
     }
 
-    fn set_crawl_delay(&self, host: &str, now: Instant, delay_secs: Option<f64>) {
+    fn set_crawl_delay(&self, host: &str, now: &dyn Fn() -> Instant, delay_secs: Option<f64>) {
         let key = host_key(host);
         if delay_secs.is_some() {
+            let now = now();
             return self.with(&key, now, |b, p| b.set_crawl_delay(p, now, delay_secs));
         }
         // No delay, as on nearly every request: a host not known yet has
-        // none to clear, and a known one is found with one lookup.
+        // none to clear, and a known one is found with one lookup (and no
+        // clock read).
         if let Some(mut b) = self.hosts.get_mut(key.as_ref()) {
             if b.has_crawl_delay() {
-                b.set_crawl_delay(&self.table().for_host(&key), now, None);
+                b.set_crawl_delay(&self.table().for_host(&key), now(), None);
             }
         }
     }

@@ -162,9 +162,15 @@ impl Groups {
     /// The group of `host`: where it was placed, else by its name (not
     /// remembered: only a request's guard step places a host).
     pub(super) fn of(&self, host: &str) -> Group {
+        self.with_of(host, Group::clone)
+    }
+
+    /// What `f` makes of the group of `host` ([`Groups::of`]), without
+    /// copying a placed one.
+    pub(super) fn with_of<R>(&self, host: &str, f: impl FnOnce(&Group) -> R) -> R {
         match self.placed.get(host_key(host).as_ref()) {
-            Some(p) => p.0.clone(),
-            None => self.params().group_of(host, None),
+            Some(p) => f(&p.0),
+            None => f(&self.params().group_of(host, None)),
         }
     }
 

@@ -95,7 +95,10 @@ impl Exchange {
         let fetched = self.site_file(|s| &s.tdmrep, req).await;
         let (shared, host) = (&self.shared, &self.target.host);
         let refusal = match fetched {
-            Ok(rules) => tdm_file_refusal(&live, &rules, &self.path, &mut self.rec),
+            Ok(rules) => {
+                let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
+                tdm_file_refusal(&live, &rules, path, &mut self.rec)
+            }
             Err(Unfetched::Budget(r)) => {
                 let by = shared.throttled_by.get(&shared.budgets.group(host).key);
                 let why = "tdmrep.json cannot be fetched: ";
