@@ -26,9 +26,10 @@ pub(crate) fn header_text(s: &str) -> HeaderValue {
     header_owned(s.to_owned())
 }
 
-/// [`header_text`] of a string already built: one on every answer (the
-/// decision, the id), so clean text becomes the value without a copy.
-fn header_owned(s: String) -> HeaderValue {
+/// [`header_text`] of a string already built: several on every answer (the
+/// decision, the id, the budget's fields), so clean text becomes the value
+/// without a copy.
+pub(crate) fn header_owned(s: String) -> HeaderValue {
     let clean = if s.len() <= 512 && s.bytes().all(|b| b.is_ascii_graphic() || b == b' ') {
         s
     } else {
@@ -43,7 +44,9 @@ fn header_owned(s: String) -> HeaderValue {
             })
             .collect()
     };
-    HeaderValue::from_maybe_shared(bytes::Bytes::from(clean))
+    // A boxed slice (shrunk in place) becomes `Bytes` as it is; a `String`
+    // with spare capacity would cost `Bytes` an allocation of its own.
+    HeaderValue::from_maybe_shared(bytes::Bytes::from(clean.into_bytes().into_boxed_slice()))
         .unwrap_or_else(|_| HeaderValue::from_static("?"))
 }
 

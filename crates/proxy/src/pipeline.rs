@@ -65,8 +65,10 @@ pub(crate) async fn handle(
     target: Target,
     client: SocketAddr,
     user: Option<String>,
+    lane: Option<Lane>,
 ) -> Response<ProxyBody> {
     let mut x = Exchange::begin(shared, &req, target, client, user);
+    x.lane = lane;
     let walked: Step<Response<ProxyBody>> = async {
         x.guard().await?; // 0. a target the proxy may reach
         x.user_agent(req.headers_mut())?; // 0b. the crawler's User-Agent
@@ -157,6 +159,9 @@ struct Exchange {
     group: Option<String>,
     /// How long the request prefers to be held at most, and who chose it.
     wait: Option<told::Wait>,
+    /// Where the origin's 1xx answers go on to the client (HTTP/1.1
+    /// clients only).
+    lane: Option<Lane>,
 }
 
 /// How far a request got; a client that goes away mid-walk leaves a line
@@ -297,6 +302,7 @@ impl Exchange {
             said: Vec::new(),
             group: None,
             wait,
+            lane: None,
         };
         let hold = x.hold(max_hold);
         x.deadline += hold;
@@ -585,7 +591,7 @@ impl Exchange {
         }
         // 1xx interim answers go on to an HTTP/1.1 client (RFC 9110
         // §15.2); hyper's client hands them over (HTTP/1 origins only).
-        if let Some(lane) = parts.extensions.get::<Lane>() {
+        if let Some(lane) = &self.lane {
             lane.watch(parts.version, &mut r);
         }
         payment::put_offer(r.headers_mut(), self.paying.as_ref());

@@ -26,14 +26,14 @@ const HOUR_MS: u64 = 3_600_000;
 /// URLs are cut to this length in the kept decisions.
 const URL_MAX: usize = 200;
 
-/// One decision as the dashboard shows it.
-#[derive(Clone, Debug, Serialize)]
+/// One decision as the dashboard shows it. Its texts (time, id, host,
+/// method, URL) share one allocation: a decision is kept for every request.
+#[derive(Clone, Debug)]
 pub(crate) struct Decision {
-    pub ts: String,
-    pub id: String,
-    pub host: String,
-    pub method: String,
-    pub url: String,
+    /// `ts`, `id`, `host`, `method` and `url`, one after the other.
+    text: Box<str>,
+    /// Where each of the first four ends in `text`.
+    ends: [usize; 4],
     pub outcome: &'static str,
     pub status: Option<u16>,
     pub waited_ms: Option<u64>,
@@ -43,17 +43,57 @@ pub(crate) struct Decision {
 impl Decision {
     /// Long URLs and reasons are cut so a kept decision stays small.
     fn of(rec: &AuditRecord, outcome: Outcome) -> Decision {
+        let url = cut(&rec.url);
+        let parts = [rec.ts.as_str(), &rec.id, &rec.host, &rec.method];
+        let mut text =
+            String::with_capacity(parts.iter().map(|p| p.len()).sum::<usize>() + url.len());
+        let mut ends = [0; 4];
+        for (end, part) in ends.iter_mut().zip(parts) {
+            text.push_str(part);
+            *end = text.len();
+        }
+        text.push_str(url);
         Decision {
-            ts: rec.ts.clone(),
-            id: rec.id.clone(),
-            host: rec.host.clone(),
-            method: rec.method.clone(),
-            url: cut(&rec.url),
+            text: text.into_boxed_str(),
+            ends,
             outcome: outcome.as_str(),
             status: rec.status,
             waited_ms: rec.waited_ms,
-            reason: rec.reason.as_deref().map(cut),
+            reason: rec.reason.as_deref().map(|r| cut(r).to_string()),
         }
+    }
+
+    /// The `i`th of the texts (0 `ts` ... 4 `url`).
+    fn text(&self, i: usize) -> &str {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        let end = self.ends.get(i).copied().unwrap_or(self.text.len());
+        &self.text[start..end]
+    }
+
+    pub(crate) fn ts(&self) -> &str {
+        self.text(0)
+    }
+
+    #[cfg(test)]
+    pub(crate) fn id(&self) -> &str {
+        self.text(1)
+    }
+}
+
+impl Serialize for Decision {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut d = s.serialize_struct("Decision", 9)?;
+        d.serialize_field("ts", self.text(0))?;
+        d.serialize_field("id", self.text(1))?;
+        d.serialize_field("host", self.text(2))?;
+        d.serialize_field("method", self.text(3))?;
+        d.serialize_field("url", self.text(4))?;
+        d.serialize_field("outcome", self.outcome)?;
+        d.serialize_field("status", &self.status)?;
+        d.serialize_field("waited_ms", &self.waited_ms)?;
+        d.serialize_field("reason", &self.reason)?;
+        d.end()
     }
 }
 
@@ -193,12 +233,12 @@ pub(crate) fn unix_ms(t: SystemTime) -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-fn cut(s: &str) -> String {
+fn cut(s: &str) -> &str {
     let mut end = s.len().min(URL_MAX);
     while !s.is_char_boundary(end) {
         end -= 1;
     }
-    s[..end].to_string()
+    &s[..end]
 }
 
 impl Activity {
@@ -296,7 +336,7 @@ impl Activity {
             .lock()
             .map(|l| l.iter().rev().map(|d| Decision::clone(d)).collect())
             .unwrap_or_default();
-        out.sort_by(|a, b| b.ts.cmp(&a.ts));
+        out.sort_by(|a, b| b.ts().cmp(a.ts()));
         out
     }
 
@@ -338,8 +378,27 @@ mod tests {
         a.observe(&rec("b.test", "2026-12-06T00:00:02.000Z", "2"), now);
         a.observe(&rec("c.test", "2026-12-06T00:00:03.000Z", "3"), now);
         a.observe(&rec("a.test", "2026-12-06T00:00:01.000Z", "1"), now);
-        let ids: Vec<String> = a.latest().into_iter().map(|d| d.id).collect();
+        let ids: Vec<String> = a.latest().iter().map(|d| d.id().to_string()).collect();
         assert_eq!(ids, ["3", "2", "1"]);
+    }
+
+    #[test]
+    fn a_decision_shows_each_field_by_name_with_long_texts_cut() {
+        let mut r = rec("b.test", "2026-12-06T00:00:02.000Z", "id-2");
+        r.url = format!("http://b.test/x{}", "é".repeat(150));
+        r.reason = Some("r".repeat(300));
+        r.waited_ms = Some(7);
+        let shown = serde_json::to_value(Decision::of(&r, Outcome::Fetched)).expect("json");
+        let url = &r.url[..r.url.floor_char_boundary(URL_MAX)];
+        assert_eq!(
+            shown,
+            serde_json::json!({
+                "ts": "2026-12-06T00:00:02.000Z", "id": "id-2", "host": "b.test",
+                "method": "GET", "url": url, "outcome": "fetched", "status": 200,
+                "waited_ms": 7, "reason": "r".repeat(URL_MAX),
+            })
+        );
+        assert!(url.len() < URL_MAX, "the cut fell inside a character");
     }
 
     #[test]

@@ -22,7 +22,7 @@ use crate::audit::AuditSink;
 use crate::body::ProxyBody;
 use crate::clients::heads::Heads;
 use crate::clients::intake::{read_head, Intake};
-use crate::clients::interim::Interim;
+use crate::clients::interim::{Interim, Lane};
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::error::StartError;
@@ -350,16 +350,15 @@ async fn serve_client(shared: Arc<Shared>, mut stream: TcpStream, peer: SocketAd
     let (io, lane) = Interim::new(io);
     let io = TokioIo::new(io);
     let svc_shared = shared.clone();
-    let svc = service_fn(move |mut req: Request<Incoming>| {
+    let svc = service_fn(move |req: Request<Incoming>| {
         let shared = svc_shared.clone();
         let bad = refused.take(&req);
         let lane = lane.clone();
         lane.begin();
-        req.extensions_mut().insert(lane.clone());
         async move {
             let mut resp = match bad {
                 Some(bad) => shared.refuse_head(bad, peer),
-                None => dispatch(shared, req, peer).await,
+                None => dispatch(shared, req, peer, lane.clone()).await,
             };
             crate::audit::line_written(&mut resp).await;
             lane.answered();
@@ -403,6 +402,7 @@ async fn dispatch(
     shared: Arc<Shared>,
     req: Request<Incoming>,
     peer: SocketAddr,
+    lane: Lane,
 ) -> Response<ProxyBody> {
     let user = match admit(&shared, &req, peer).await {
         Ok(user) => user,
@@ -419,7 +419,17 @@ async fn dispatch(
     }
     let mut resp = {
         match Target::from_absolute(req.uri()) {
-            Ok(target) => Box::pin(pipeline::handle(shared.clone(), req, target, peer, user)).await,
+            Ok(target) => {
+                Box::pin(pipeline::handle(
+                    shared.clone(),
+                    req,
+                    target,
+                    peer,
+                    user,
+                    Some(lane),
+                ))
+                .await
+            }
             Err(why) => {
                 let mut rec =
                     shared.record(req.method().as_str(), &req.uri().to_string(), "", peer);

@@ -161,7 +161,7 @@ fn service(
     Future = impl std::future::Future<Output = Result<Response<ProxyBody>, Infallible>> + Send,
 > + Clone {
     let shared = shared.clone();
-    service_fn(move |mut req: Request<Incoming>| {
+    service_fn(move |req: Request<Incoming>| {
         let shared = shared.clone();
         let (target, peer) = (target.clone(), peer.clone());
         let bad = h1.as_ref().and_then(|(r, _)| r.take(&req));
@@ -169,8 +169,8 @@ fn service(
         let lane = h1.as_ref().map(|(_, lane)| lane.clone());
         if let Some(lane) = &lane {
             lane.begin();
-            req.extensions_mut().insert(lane.clone());
         }
+        let walk_lane = lane.clone();
         let answered = move || {
             if let Some(lane) = &lane {
                 lane.answered();
@@ -185,8 +185,8 @@ fn service(
             }
             // Boxed, as on the proxy port: unboxed, the pipeline's future
             // is copied whole into this one and again into hyper's.
-            let handling =
-                pipeline::handle(shared.clone(), req, target, peer.addr, peer.user.clone());
+            let (client, user) = (peer.addr, peer.user.clone());
+            let handling = pipeline::handle(shared.clone(), req, target, client, user, walk_lane);
             let mut resp = Box::pin(handling).await;
             if shared.tracker.is_stopping() {
                 resp.headers_mut().insert(

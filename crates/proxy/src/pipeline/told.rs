@@ -73,12 +73,11 @@ impl Exchange {
         if let Some(view) = self.shared.budgets.view(key) {
             let told = Told::of(&view);
             // Appended: the origin's members, if any, stay first.
-            if let Ok(v) = HeaderValue::try_from(told.policy_item()) {
-                h.append(POLICY_FIELD, v);
-            }
-            if let Ok(v) = HeaderValue::try_from(told.limit_item()) {
-                h.append(LIMIT_FIELD, v);
-            }
+            h.append(
+                POLICY_FIELD,
+                crate::answer::header_owned(told.policy_item()),
+            );
+            h.append(LIMIT_FIELD, crate::answer::header_owned(told.limit_item()));
         }
         if let Some(Wait {
             secs,
