@@ -57,6 +57,8 @@ pub(crate) use writer::AuditStats;
 enum Msg {
     /// Records are queued for the timer thread to write (stdout target).
     Write,
+    /// `fsync` this handle of the file, off the writer's lock.
+    Sync(std::fs::File),
     Reopen,
     Close,
 }
@@ -70,6 +72,8 @@ struct Log {
     /// thread), so records are handed to the timer thread instead. A file
     /// takes a `write` without waiting for anyone.
     handoff: Option<mpsc::Sender<Msg>>,
+    /// The timer thread, for the early `fsync` (`Writer::early_sync`).
+    timers: mpsc::Sender<Msg>,
     soon: Soon,
 }
 
@@ -152,6 +156,10 @@ impl Log {
                 continue;
             }
             w.write_batch(batch);
+            if let Some(file) = w.early_sync() {
+                // A closed timer thread has synced and sealed already.
+                let _ = self.timers.send(Msg::Sync(file));
+            }
         }
     }
 }
@@ -332,6 +340,7 @@ pub fn open(cfg: &Config) -> Result<(AuditSink, AuditWriter), AuditError> {
         last_seal: now,
         last_sync: now,
         dirty: false,
+        unsynced: 0,
         closed: false,
         key,
         cfg: cfg.audit.clone(),
@@ -356,6 +365,7 @@ pub fn open(cfg: &Config) -> Result<(AuditSink, AuditWriter), AuditError> {
         writer: Mutex::new(w),
         queue: Mutex::new(Vec::new()),
         handoff: stdout.then(|| ctl.clone()),
+        timers: ctl.clone(),
         soon: Soon::default(),
     });
     let timers = log.clone();
@@ -416,6 +426,11 @@ fn run_timers(log: &Log, ctl: &mpsc::Receiver<Msg>) -> io::Result<u64> {
             .map_or(TICK, |d| d.min(TICK));
         match ctl.recv_timeout(wait) {
             Ok(Msg::Write) => log.write_queued(),
+            Ok(Msg::Sync(file)) => {
+                if let Err(e) = file.sync_data() {
+                    tracing::error!("audit log fsync failed: {e}");
+                }
+            }
             Ok(Msg::Reopen) => log.with_writer(|w| w.rotate(true)),
             Ok(Msg::Close) | Err(mpsc::RecvTimeoutError::Disconnected) => break,
             Err(mpsc::RecvTimeoutError::Timeout) => {}
@@ -574,6 +589,50 @@ mod tests {
         }
         assert!(rotations >= 1, "{total} hosts and no rotation");
         assert!(most < total / 2, "the writer held {most} hosts at once");
+        drop(sink);
+        writer.close().expect("close");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// Near a file's end the writer hands out a handle to `fsync` off its
+    /// lock, once per sixteenth of the rotation size written there and not
+    /// before the last eighth, so that the rotation's own `fsync`, under
+    /// the lock on the serving thread, finds little left to write.
+    #[test]
+    fn a_files_last_eighth_is_synced_off_the_lock_before_it_rotates() {
+        let (dir, mut cfg) = fresh("early-sync");
+        cfg.audit.rotate_bytes = 1 << 20;
+        // No batch `fsync` from the timer thread to race the counts.
+        cfg.audit.sync = crate::config::AuditSync::None;
+        let (sink, writer) = open(&cfg).expect("open");
+        let (mut early, mut rotations, mut last) = (Vec::new(), 0, 0);
+        for from in (0..60_000).step_by(100) {
+            let (bytes, handle) = sink.0.log.with_writer(|w| {
+                w.write_batch(distinct_hosts(from, 100));
+                (w.bytes, w.early_sync())
+            });
+            rotations += usize::from(bytes < last);
+            if handle.is_some() {
+                early.push(bytes);
+            }
+            last = bytes;
+        }
+        let size = cfg.audit.rotate_bytes;
+        assert!(rotations >= 3, "{rotations} rotations");
+        assert!(
+            early.len() >= rotations,
+            "early syncs at {early:?}, {rotations} rotations"
+        );
+        assert!(
+            early.len() <= 3 * (rotations + 1),
+            "early syncs at {early:?}"
+        );
+        for b in &early {
+            assert!(
+                b + size / 8 >= size,
+                "an early fsync at {b} of {size} bytes"
+            );
+        }
         drop(sink);
         writer.close().expect("close");
         let _ = std::fs::remove_dir_all(dir);
