@@ -298,9 +298,15 @@ fn init_tracing(format: LogFormat) -> Result<()> {
         Ok(v) if !v.trim().is_empty() => log_filter(&v)?,
         _ => tracing_subscriber::EnvFilter::new("info"),
     };
+    // A log line that cannot be written (stderr on a full disk, a closed
+    // pipe) is lost, never fatal: by default the library reports the
+    // failure with `eprintln!`, which panics when stderr fails too, on
+    // whichever thread logged (on the store's, a second panic while
+    // unwinding aborted the process).
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .log_internal_errors(false);
     match format {
         LogFormat::Json => logs.json().init(),
         LogFormat::Text => {

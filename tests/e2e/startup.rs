@@ -82,6 +82,34 @@ fn stop(mut proxy: RunningBinary) {
     assert!(status.success(), "{status:?}");
 }
 
+/// Logs that cannot be written (stderr on a full disk: `/dev/full`) are
+/// lost, not fatal: the proxy starts, answers, audits and stops cleanly.
+/// The log library's fallback `eprintln!` panicked on a failed write, on
+/// whichever thread logged; on the store's thread a second panic while
+/// unwinding aborted the whole process (seen with the disk full under a
+/// benchmark).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_log_that_cannot_be_written_stops_nothing() {
+    let origin = Origin::http(ok_origin()).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("/dev/full");
+    let proxy = RunningBinary::start_with(tmp.path(), &[], |c| {
+        c.stderr(full);
+    });
+    for i in 0..20 {
+        fetch(
+            &proxy,
+            &format!("http://127.0.0.1:{}/page{i}", origin.port()),
+        )
+        .await;
+    }
+    wait_lines(&tmp.path().join("audit.jsonl"), 20).await;
+    stop(proxy);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_second_start_on_a_running_proxys_data_dir_leaves_its_record_whole() {
     let origin = Origin::http(ok_origin()).await;

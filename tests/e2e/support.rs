@@ -439,16 +439,19 @@ impl RunningBinary {
         edit(&mut cmd);
         let mut child = cmd.spawn().unwrap();
         let log = Arc::new(Mutex::new(Vec::new()));
-        let (stderr, kept) = (child.stderr.take().unwrap(), log.clone());
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stderr)
-                .lines()
-                .map_while(Result::ok)
-            {
-                eprintln!("{line}");
-                kept.lock().unwrap().push(line);
-            }
-        });
+        // Read unless `edit` sent stderr elsewhere.
+        if let Some(stderr) = child.stderr.take() {
+            let kept = log.clone();
+            std::thread::spawn(move || {
+                for line in std::io::BufReader::new(stderr)
+                    .lines()
+                    .map_while(Result::ok)
+                {
+                    eprintln!("{line}");
+                    kept.lock().unwrap().push(line);
+                }
+            });
+        }
         // The banner is on stdout; logs stay on stderr.
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
