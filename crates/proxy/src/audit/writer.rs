@@ -185,8 +185,7 @@ impl Writer {
         // one fsync per checkpoint, not per line.
         if ok && (self.cfg.sync == AuditSync::Every || !heads.is_empty()) {
             ok = self.out.sync().is_ok();
-            self.last_sync = self.clock.now_std();
-            self.unsynced = 0;
+            self.synced(self.clock.now_std());
         } else {
             self.dirty = true;
         }
@@ -247,9 +246,7 @@ impl Writer {
         {
             return None;
         }
-        self.dirty = false;
-        self.last_sync = now;
-        self.unsynced = 0;
+        self.synced(now);
         match &self.out {
             Out::File(f) => match f.try_clone() {
                 Ok(f) => Some(f),
@@ -282,10 +279,15 @@ impl Writer {
         }
         let f = f.try_clone().ok()?;
         // What the batch `fsync` would cover is covered by this one.
-        self.unsynced = 0;
-        self.dirty = false;
-        self.last_sync = self.clock.now_std();
+        self.synced(self.clock.now_std());
         Some(f)
+    }
+
+    /// An `fsync` of everything written so far began at `now`.
+    fn synced(&mut self, now: Instant) {
+        self.dirty = false;
+        self.last_sync = now;
+        self.unsynced = 0;
     }
 
     pub(super) fn rotation_due(&self) -> bool {
@@ -310,8 +312,7 @@ impl Writer {
         if let Err(e) = self.out.sync() {
             tracing::error!("audit log fsync before rotation failed: {e}");
         }
-        self.dirty = false;
-        self.unsynced = 0;
+        self.synced(self.clock.now_std());
         if !reopen {
             let rotated = rotated_name(&path, &self.clock);
             if let Err(e) = std::fs::rename(&path, &rotated) {
