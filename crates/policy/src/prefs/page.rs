@@ -258,7 +258,7 @@ pub fn scan_meta(prefix: &[u8], whole: bool) -> MetaScan {
             }
             continue;
         }
-        if starts_with_ci(rest, b"</head") || starts_with_ci(rest, b"<body") {
+        if HEAD_END.iter().any(|end| starts_with_ci(rest, end)) {
             return scan;
         }
         let Some(gt) = find(prefix, lt, b">") else {
@@ -334,11 +334,25 @@ fn attributes(text: &str) -> Vec<(&str, &str)> {
     out
 }
 
+/// Whether the page's head has ended within `seen`, looking only at what
+/// could not have been judged when `seen` was `judged` bytes long: the
+/// reader asks after every frame, and a head can run to the prefix's end,
+/// so each byte is looked at once, not once per frame.
+pub fn head_closed(seen: &[u8], judged: usize) -> bool {
+    // A tag cut by the previous frame's end starts at most five bytes back.
+    let from = judged.saturating_sub(HEAD_END[0].len() - 1).min(seen.len());
+    memchr::memchr_iter(b'<', &seen[from..]).any(|at| {
+        HEAD_END
+            .iter()
+            .any(|end| starts_with_ci(&seen[from + at..], end))
+    })
+}
+
+/// What ends a head: its closing tag, or a body opened without one.
+const HEAD_END: [&[u8]; 2] = [b"</head", b"<body"];
+
 fn find(hay: &[u8], from: usize, needle: &[u8]) -> Option<usize> {
-    hay.get(from..)?
-        .windows(needle.len())
-        .position(|w| w == needle)
-        .map(|p| p + from)
+    memchr::memmem::find(hay.get(from..)?, needle).map(|p| p + from)
 }
 
 fn starts_with_ci(hay: &[u8], prefix: &[u8]) -> bool {

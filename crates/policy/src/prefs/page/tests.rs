@@ -178,3 +178,34 @@ fn odd_bytes_never_panic() {
     let scan = scan_meta(b"<meta\tname=robots\tcontent=noai\t/>", true);
     assert_eq!(scan.tags[0].content, "noai");
 }
+
+#[test]
+fn a_head_is_closed_by_its_end_tag_or_a_body_in_any_case() {
+    assert!(head_closed(b"<html><head><title>t</title></HEAD>", 0));
+    assert!(head_closed(b"<html><title>t</title><Body>", 0));
+    assert!(!head_closed(
+        b"<html><head><title>t</title><meta name=robots>",
+        0
+    ));
+    assert!(!head_closed(b"", 0));
+    assert!(!head_closed(b"<bod", 0));
+}
+
+#[test]
+fn a_head_closed_across_frames_is_found_at_every_split() {
+    let page = b"<html><head><meta name=robots content=noai></head><body>text</body>";
+    for k in 0..=page.len() {
+        let whole = head_closed(&page[..k], 0);
+        for judged in 0..=k {
+            // The reader asks again only while the head was still open.
+            if head_closed(&page[..judged], 0) {
+                continue;
+            }
+            assert_eq!(
+                head_closed(&page[..k], judged),
+                whole,
+                "{k} bytes, {judged} judged before"
+            );
+        }
+    }
+}

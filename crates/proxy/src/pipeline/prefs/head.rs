@@ -14,7 +14,7 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use mannerly_policy::conditional::CacheEntryMeta;
-use mannerly_policy::prefs::page::{scan_meta, MetaScan};
+use mannerly_policy::prefs::page::{head_closed, scan_meta, MetaScan};
 
 /// A body whose first frames were read already.
 pub(crate) struct Prefixed {
@@ -87,8 +87,9 @@ pub(crate) async fn read_meta(
         Readable::Yes => {}
     }
     let mut seen: Vec<u8> = Vec::new();
-    let mut whole = false;
-    while seen.len() < limit && !head_closed(&seen) {
+    let (mut judged, mut whole) = (0, false);
+    while seen.len() < limit && !head_closed(&seen, judged) {
+        judged = seen.len();
         match tokio::time::timeout(idle, body.rest.frame()).await {
             Ok(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref() {
@@ -166,10 +167,4 @@ fn readable(status: http::StatusCode, headers: &http::HeaderMap, limit: usize) -
         }),
         None => Readable::Yes,
     }
-}
-
-/// Whether the head of the page has ended within `seen`.
-fn head_closed(seen: &[u8]) -> bool {
-    seen.windows(6)
-        .any(|w| w.eq_ignore_ascii_case(b"</head") || w[..5].eq_ignore_ascii_case(b"<body"))
 }
