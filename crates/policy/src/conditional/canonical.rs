@@ -30,19 +30,27 @@ pub(super) fn canonical_request(
         .body(())
         .ok()?
         .into_parts();
-    let mut headers = without_hop_by_hop(&req.headers);
+    let mut headers = if trim {
+        // Only what is kept is copied (a crawler's request carries a
+        // dozen fields, each copy an allocation); `Connection` comes along
+        // so that the strip still drops a kept field it names.
+        let mut kept = HeaderMap::new();
+        for (name, value) in &req.headers {
+            if *name == header::CACHE_CONTROL
+                || *name == header::PRAGMA
+                || *name == header::CONNECTION
+                || name.as_str() == "proxy-connection"
+                || vary.iter().any(|k| k == name.as_str())
+            {
+                kept.append(name.clone(), owned(value));
+            }
+        }
+        crate::strip_hop_by_hop(&mut kept);
+        kept
+    } else {
+        without_hop_by_hop(&req.headers)
+    };
     headers.remove(header::HOST);
-    if trim {
-        headers = headers
-            .iter()
-            .filter(|(name, _)| {
-                *name == header::CACHE_CONTROL
-                    || *name == header::PRAGMA
-                    || vary.iter().any(|k| k == name.as_str())
-            })
-            .map(|(n, v)| (n.clone(), v.clone()))
-            .collect();
-    }
     for name in vary {
         let Ok(name) = HeaderName::from_bytes(name.as_bytes()) else {
             continue;
@@ -224,5 +232,56 @@ pub(super) fn policy_for(
             CachePolicy::new_options(canonical, &seen, now, options)
         }
         None => CachePolicy::new_options(canonical, head, now, options),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(fields: &[(&str, &str)]) -> request::Parts {
+        let mut b = Request::get("http://a.test/p");
+        for (n, v) in fields {
+            b = b.header(*n, *v);
+        }
+        b.body(()).unwrap().into_parts().0
+    }
+
+    #[test]
+    fn a_trimmed_request_keeps_its_cache_directives_and_vary_fields_only() {
+        let req = request(&[
+            ("host", "a.test"),
+            ("user-agent", "crawler/1"),
+            ("accept", "text/html"),
+            ("accept-language", "en, fr"),
+            ("cache-control", "Max-Age=0"),
+            ("pragma", "no-cache"),
+            ("connection", "keep-alive"),
+            ("te", "trailers"),
+        ]);
+        let key = CacheKey::new(&req.method, "http://a.test/p").unwrap();
+        let vary = ["accept-language".to_string(), "te".to_string()];
+        let out = canonical_request(&req, &key, &vary, true).unwrap();
+        let mut names: Vec<_> = out.headers.keys().map(HeaderName::as_str).collect();
+        names.sort_unstable();
+        assert_eq!(names, ["accept-language", "cache-control", "pragma"]);
+        assert_eq!(out.headers["cache-control"], "max-age=0");
+        assert_eq!(out.headers["accept-language"], "en,fr");
+        let whole = canonical_request(&req, &key, &vary, false).unwrap();
+        assert!(whole.headers.contains_key("user-agent") && !whole.headers.contains_key("te"));
+        assert!(!whole.headers.contains_key("host"));
+    }
+
+    #[test]
+    fn a_kept_field_the_connection_names_is_dropped_when_trimmed() {
+        let req = request(&[
+            ("cache-control", "no-cache"),
+            ("pragma", "no-cache"),
+            ("proxy-connection", "pragma"),
+            ("connection", "cache-control"),
+        ]);
+        let key = CacheKey::new(&req.method, "http://a.test/p").unwrap();
+        let out = canonical_request(&req, &key, &[], true).unwrap();
+        assert!(out.headers.is_empty(), "{:?}", out.headers);
     }
 }
