@@ -17,6 +17,9 @@ use mannerly_state::responses::{
 };
 use redb::{ReadableDatabase, ReadableTable, TableHandle};
 
+/// The disk store's table of records, as its tests read and damage it.
+const PAGES: redb::TableDefinition<u64, &[u8]> = redb::TableDefinition::new("pages_v2");
+
 /// The disk store at `path`, its writer on the system's monotonic clock.
 fn open(path: impl AsRef<Path>, limits: StoreLimits) -> Result<DiskStore, StoreError> {
     DiskStore::open(path, limits, Instant::now)
@@ -307,7 +310,6 @@ fn reopen_keeps_entries_records_and_recency() {
 /// no tick counts as the least recent.
 #[test]
 fn a_store_in_the_first_layout_is_moved_on_open() {
-    const PAGES: redb::TableDefinition<u64, &[u8]> = redb::TableDefinition::new("pages_v2");
     const SEQS: redb::TableDefinition<u64, (&str, u64)> = redb::TableDefinition::new("seqs_v2");
     const READS: redb::TableDefinition<&str, (u64, u64)> = redb::TableDefinition::new("reads_v2");
     const ENTRIES_V1: redb::TableDefinition<&str, &[u8]> =
@@ -397,7 +399,6 @@ fn a_store_in_the_first_layout_is_moved_on_open() {
 
 #[test]
 fn a_damaged_entry_is_a_miss_and_is_removed() {
-    const PAGES: redb::TableDefinition<u64, &[u8]> = redb::TableDefinition::new("pages_v2");
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("store.redb");
     let m = meta("/page", &[], &[("etag", "\"v1\"")]);
@@ -447,6 +448,47 @@ fn a_damaged_entry_is_a_miss_and_is_removed() {
     // The slot is usable again.
     store.put(&m, b"the page body").unwrap();
     assert_eq!(body_of(&store, "/page", &[]).unwrap(), b"the page body");
+}
+
+/// A store file written before records were checksummed with CRC-32
+/// (`MNR2`, SHA-256) is read by this build: the page is there after the
+/// upgrade, not dropped as damaged.
+#[test]
+fn a_page_stored_with_a_sha256_sum_before_is_read_after_the_upgrade() {
+    use sha2::{Digest, Sha256};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.redb");
+    let m = meta("/page", &[], &[("etag", "\"v1\"")]);
+    {
+        let store = open(&path, limits(1 << 20, 1 << 30)).unwrap();
+        store.put(&m, b"the page body").unwrap();
+    }
+    {
+        let db = redb::Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut table = txn.open_table(PAGES).unwrap();
+            let rows: Vec<(u64, Vec<u8>)> = table
+                .iter()
+                .unwrap()
+                .map(|row| row.unwrap())
+                .map(|(k, v)| (k.value(), v.value().to_vec()))
+                .collect();
+            assert_eq!(rows.len(), 1);
+            let (seq, record) = &rows[0];
+            assert_eq!(&record[..4], b"MNR3");
+            // The same record as the build before wrote it.
+            let mut old = b"MNR2".to_vec();
+            old.extend_from_slice(&record[4..record.len() - 4]);
+            let sum = Sha256::digest(&old);
+            old.extend_from_slice(&sum);
+            table.insert(*seq, old.as_slice()).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    let store = open(&path, limits(1 << 20, 1 << 30)).unwrap();
+    assert_eq!(body_of(&store, "/page", &[]).unwrap(), b"the page body");
+    assert_eq!(store.stats().corrupt_removed, 0);
 }
 
 #[test]
