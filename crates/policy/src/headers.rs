@@ -7,7 +7,7 @@ use http::header::{
 use http::HeaderMap;
 
 /// Made at compile time, so looking it up parses nothing.
-const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+pub(crate) const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
 /// Fields that belong to one connection and never cross a proxy or enter a
 /// stored response (RFC 9110 §7.6.1, plus the old `Proxy-Connection`).

@@ -39,7 +39,7 @@ pub(super) fn canonical_request(
             if *name == header::CACHE_CONTROL
                 || *name == header::PRAGMA
                 || *name == header::CONNECTION
-                || name.as_str() == "proxy-connection"
+                || *name == crate::headers::PROXY_CONNECTION
                 || vary.iter().any(|k| k == name.as_str())
             {
                 kept.append(name.clone(), owned(value));
