@@ -14,9 +14,9 @@
 //!
 //! The database commits atomically, so a crash cannot tear a record; the
 //! checksum catches everything else (a damaged disk, a bug, a hand edit).
-//! None of those is an adversary who would not recompute an unkeyed sum,
-//! so a CRC-32 catches what SHA-256 did, at a fraction of the cost of a
-//! sum taken on every write and every read of every page.
+//! None of those is an adversary, and an adversary would recompute an
+//! unkeyed sum of either kind: a CRC-32 catches what SHA-256 did, at a
+//! fraction of the cost of a sum taken on every write and read of a page.
 
 use mannerly_policy::conditional::CacheEntryMeta;
 use sha2::{Digest, Sha256};
