@@ -887,3 +887,41 @@ fn a_store_dropped_in_its_own_callback_closes_cleanly() {
     let reopened = reopened.expect("the file is closed");
     assert_eq!(body_of(&reopened, "/p", &[]).unwrap(), b"page");
 }
+
+/// With `sync = "none"`, pages committed unforced are forced once they add
+/// up to half a MiB, however little time passed: the forced commit writes
+/// them all while every later commit waits, so its size is bounded.
+#[test]
+fn unforced_pages_are_forced_once_half_a_mib_waits() {
+    let dir = tempfile::tempdir().unwrap();
+    // A clock that never moves: only the byte bound can force a commit.
+    let frozen = Instant::now();
+    let store = DiskStore::open_with(
+        dir.path().join("s.redb"),
+        limits(1 << 30, 1 << 30),
+        opts(0, CacheSync::None),
+        move || frozen,
+    )
+    .unwrap();
+    let body = vec![b'x'; 100 * 1024];
+    for i in 0..5 {
+        store
+            .put(&meta(&format!("/p{i}"), &[], &[("etag", "\"e\"")]), &body)
+            .unwrap();
+    }
+    let stats = store.stats();
+    assert_eq!((stats.commits, stats.forced_commits), (5, 0));
+    // The sixth brings the unforced pages to 600 KiB: its commit is forced.
+    store
+        .put(&meta("/p5", &[], &[("etag", "\"e\"")]), &body)
+        .unwrap();
+    let stats = store.stats();
+    assert_eq!((stats.commits, stats.forced_commits), (6, 1));
+    // The count starts again after a forced commit.
+    for i in 6..11 {
+        store
+            .put(&meta(&format!("/p{i}"), &[], &[("etag", "\"e\"")]), &body)
+            .unwrap();
+    }
+    assert_eq!(store.stats().forced_commits, 1);
+}

@@ -59,7 +59,7 @@ pub enum CacheSync {
     /// and forced to disk (`fsync`) before their audit lines say `stored`.
     Batch,
     /// Commits are not forced one by one; a forced commit follows within a
-    /// tenth of a second. A crash (of the process or the machine) may lose
+    /// tenth of a second, or once half a MiB of pages waits. A crash (of the process or the machine) may lose
     /// the pages stored in that time, never the store's consistency; the
     /// audit line says `stored` once committed (the next request finds the
     /// page). Host records (pauses, breakers, ceilings) are forced anyway.

@@ -231,7 +231,7 @@ const HELP: &[(&str, &str)] = &[
     ),
     (
         "mannerly_store_forced_commits_total",
-        "Store commits forced to disk; with cache.sync = \"none\" one follows within 0.1 s of the first unforced one.",
+        "Store commits forced to disk; with cache.sync = \"none\" one follows within 0.1 s of the first unforced one, or once 512 KiB of pages were committed unforced.",
     ),
     (
         "mannerly_store_evicted_total",

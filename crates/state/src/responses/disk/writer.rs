@@ -9,7 +9,16 @@
 //!
 //! With `sync = "none"` commits are not forced to disk one by one; one
 //! forced commit follows within [`SYNC_EVERY`] of the first unforced one
-//! (redb frees the pages of unforced commits only then), and one at exit.
+//! (redb frees the pages of unforced commits only then), or as soon as the
+//! unforced commits carry [`FORCE_AFTER_BYTES`] of pages, and one at exit.
+//!
+//! The byte bound is for the answers waiting meanwhile. redb keeps an
+//! unforced commit's pages in its own buffer, so the forced commit writes
+//! them all and then syncs, and no commit can start until it is done:
+//! every answer waiting for a "stored" line waits that long. Under a fresh
+//! crawl 0.1 s of pages made that 8-10 ms, every 0.1 s: the proxy's p99
+//! (bench/README, "Issue 52, seventh round"). Half a MiB makes it 2-4 ms;
+//! a slow trickle of pages still gets one forced commit per 0.1 s.
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
@@ -27,6 +36,9 @@ use crate::responses::{entry_size, record, PutOutcome, StoreError, StoredRespons
 const MAX_BATCH: usize = 512;
 /// With `sync = "none"`, the longest an unforced commit stays unforced.
 const SYNC_EVERY: Duration = Duration::from_millis(100);
+/// With `sync = "none"`, the most page bytes committed unforced before the
+/// next commit is forced.
+const FORCE_AFTER_BYTES: usize = 512 * 1024;
 
 /// A job's callback. Dropped without being called (the writer is gone, or
 /// panicked), it reports [`StoreError::Closed`], so that no caller waits
@@ -87,6 +99,14 @@ impl Job {
     fn is_host_record(&self) -> bool {
         matches!(self, Job::PutHost { .. } | Job::RemoveHost { .. })
     }
+
+    /// The page bytes the job writes.
+    fn page_bytes(&self) -> usize {
+        match self {
+            Job::Put { body, .. } => body.len(),
+            _ => 0,
+        }
+    }
 }
 
 /// A job's write, encoded and ready for the transaction.
@@ -136,15 +156,17 @@ impl Waiter {
 /// `now`; returns when every sender is gone and the queue is empty.
 pub(super) fn run(inner: &Inner, jobs: &Receiver<Job>, sync: CacheSync, now: impl Fn() -> Instant) {
     let age = |t: Instant| now().saturating_duration_since(t);
-    // The first commit not forced to disk since the last forced one.
+    // The first commit not forced to disk since the last forced one, and
+    // the page bytes of all those commits.
     let mut unforced: Option<Instant> = None;
+    let mut unforced_bytes = 0;
     loop {
         let first = match unforced {
             Some(since) => match jobs.recv_timeout(SYNC_EVERY.saturating_sub(age(since))) {
                 Ok(job) => job,
                 Err(RecvTimeoutError::Timeout) => {
                     if force(inner).is_ok() {
-                        unforced = None;
+                        (unforced, unforced_bytes) = (None, 0);
                     }
                     continue;
                 }
@@ -173,17 +195,22 @@ pub(super) fn run(inner: &Inner, jobs: &Receiver<Job>, sync: CacheSync, now: imp
         // Host records (pauses, breakers, ceilings) are forced whatever
         // the setting: a pause lost in a crash would send requests to a
         // host that asked for none, where a lost page is only fetched again.
+        let bytes: usize = batch.iter().map(Job::page_bytes).sum();
         let durable = match sync {
             CacheSync::Batch => true,
             CacheSync::None => {
                 batch.iter().any(Job::is_host_record)
                     || unforced.is_some_and(|t| age(t) >= SYNC_EVERY)
+                    || unforced_bytes + bytes >= FORCE_AFTER_BYTES
             }
         };
         let committed = commit(inner, batch, durable);
         match (durable, committed) {
-            (true, true) => unforced = None,
-            (false, true) => unforced = unforced.or_else(|| Some(now())),
+            (true, true) => (unforced, unforced_bytes) = (None, 0),
+            (false, true) => {
+                unforced = unforced.or_else(|| Some(now()));
+                unforced_bytes += bytes;
+            }
             (_, false) => {}
         }
     }
