@@ -145,46 +145,54 @@ impl<S> Interim<S> {
     }
 }
 
-impl<S: AsyncWrite + Unpin> Interim<S> {
-    /// Writes what is queued if it may go now. Ready once nothing queued
-    /// stands before hyper's next bytes.
-    fn drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let mut s = self.lane.state();
-        if s.queue.is_empty() {
+/// Writes what is queued if it may go now, under the lane's lock the
+/// caller holds (one lock for this and what the caller does with the
+/// state: the lock is taken on every read, write and flush of the
+/// connection). Ready once nothing queued stands before hyper's next bytes.
+fn drain<S: AsyncWrite + Unpin>(
+    inner: &mut S,
+    s: &mut LaneState,
+    cx: &mut Context<'_>,
+) -> Poll<io::Result<()>> {
+    if s.queue.is_empty() {
+        return Poll::Ready(Ok(()));
+    }
+    if !s.started {
+        if s.answered && s.wrote_after_answer {
+            // The final head may be out already: too late.
+            s.queue.clear();
             return Poll::Ready(Ok(()));
         }
-        if !s.started {
-            if s.answered && s.wrote_after_answer {
-                // The final head may be out already: too late.
-                s.queue.clear();
-                return Poll::Ready(Ok(()));
-            }
-            if !s.clean {
-                // hyper holds bytes of its own (an earlier response's
-                // tail): wait for its next flush.
-                return Poll::Ready(Ok(()));
-            }
+        if !s.clean {
+            // hyper holds bytes of its own (an earlier response's
+            // tail): wait for its next flush.
+            return Poll::Ready(Ok(()));
         }
-        while !s.queue.is_empty() {
-            s.started = true;
-            match Pin::new(&mut self.inner).poll_write(cx, &s.queue) {
-                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
-                Poll::Ready(Ok(n)) => s.queue.advance(n),
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                Poll::Pending => return Poll::Pending,
-            }
-        }
-        s.started = false;
-        Poll::Ready(Ok(()))
     }
+    while !s.queue.is_empty() {
+        s.started = true;
+        match Pin::new(&mut *inner).poll_write(cx, &s.queue) {
+            Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+            Poll::Ready(Ok(n)) => s.queue.advance(n),
+            Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+            Poll::Pending => return Poll::Pending,
+        }
+    }
+    s.started = false;
+    Poll::Ready(Ok(()))
+}
 
-    /// hyper is about to write bytes of its own.
-    fn hyper_writes(&mut self) {
+impl<S: AsyncWrite + Unpin> Interim<S> {
+    /// Drains what may go, then notes that hyper is about to write bytes
+    /// of its own.
+    fn before_hyper_writes(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let mut s = self.lane.state();
+        std::task::ready!(drain(&mut self.inner, &mut s, cx))?;
         s.clean = false;
         if s.answered {
             s.wrote_after_answer = true;
         }
+        Poll::Ready(Ok(()))
     }
 }
 
@@ -196,16 +204,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Interim<S> {
     ) -> Poll<io::Result<()>> {
         // While a request is with the origin, hyper waits on the read side
         // (to see the client go): the moment to send what came meanwhile.
+        let this = &mut *self;
         {
-            let mut s = self.lane.state();
+            let mut s = this.lane.state();
             if !s.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
                 s.waker = Some(cx.waker().clone());
             }
+            if let Poll::Ready(Err(e)) = drain(&mut this.inner, &mut s, cx) {
+                return Poll::Ready(Err(e));
+            }
         }
-        if let Poll::Ready(Err(e)) = self.drain(cx) {
-            return Poll::Ready(Err(e));
-        }
-        Pin::new(&mut self.inner).poll_read(cx, buf)
+        Pin::new(&mut this.inner).poll_read(cx, buf)
     }
 }
 
@@ -215,8 +224,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Interim<S> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        std::task::ready!(self.drain(cx))?;
-        self.hyper_writes();
+        std::task::ready!(self.before_hyper_writes(cx))?;
         Pin::new(&mut self.inner).poll_write(cx, buf)
     }
 
@@ -225,8 +233,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Interim<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        std::task::ready!(self.drain(cx))?;
-        self.hyper_writes();
+        std::task::ready!(self.before_hyper_writes(cx))?;
         Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
     }
 
@@ -235,10 +242,14 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Interim<S> {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        // hyper flushes the socket only once its own buffer is empty.
-        self.lane.state().clean = true;
-        std::task::ready!(self.drain(cx))?;
-        Pin::new(&mut self.inner).poll_flush(cx)
+        let this = &mut *self;
+        {
+            let mut s = this.lane.state();
+            // hyper flushes the socket only once its own buffer is empty.
+            s.clean = true;
+            std::task::ready!(drain(&mut this.inner, &mut s, cx))?;
+        }
+        Pin::new(&mut this.inner).poll_flush(cx)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
