@@ -192,10 +192,10 @@ pub(super) fn run(inner: &Inner, jobs: &Receiver<Job>, sync: CacheSync, now: imp
         if batch.is_empty() {
             continue;
         }
+        let bytes: usize = batch.iter().map(Job::page_bytes).sum();
         // Host records (pauses, breakers, ceilings) are forced whatever
         // the setting: a pause lost in a crash would send requests to a
         // host that asked for none, where a lost page is only fetched again.
-        let bytes: usize = batch.iter().map(Job::page_bytes).sum();
         let durable = match sync {
             CacheSync::Batch => true,
             CacheSync::None => {
