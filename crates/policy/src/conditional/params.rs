@@ -59,10 +59,11 @@ pub enum CacheSync {
     /// and forced to disk (`fsync`) before their audit lines say `stored`.
     Batch,
     /// Commits are not forced one by one; a forced commit follows within a
-    /// tenth of a second, or once half a MiB of pages waits. A crash (of the process or the machine) may lose
-    /// the pages stored in that time, never the store's consistency; the
-    /// audit line says `stored` once committed (the next request finds the
-    /// page). Host records (pauses, breakers, ceilings) are forced anyway.
+    /// tenth of a second, or once half a MiB of pages waits. A crash (of
+    /// the process or the machine) may lose the pages stored in that time,
+    /// never the store's consistency; the audit line says `stored` once
+    /// committed (the next request finds the page). Host records (pauses,
+    /// breakers, ceilings) are forced anyway.
     /// The default: a page lost in a crash is only fetched again, and an
     /// `fsync` per commit made every new page wait for the disk's slowest
     /// moments (p99 30-160 ms against 4 ms on the benchmark's disk).
