@@ -34,19 +34,13 @@ pub(super) fn canonical_request(
         // Only what is kept is copied (a crawler's request carries a
         // dozen fields, each copy an allocation); `Connection` comes along
         // so that the strip still drops a kept field it names.
-        let mut kept = HeaderMap::new();
-        for (name, value) in &req.headers {
-            if *name == header::CACHE_CONTROL
+        copied_without_hop_by_hop(&req.headers, HeaderMap::new(), |name| {
+            *name == header::CACHE_CONTROL
                 || *name == header::PRAGMA
                 || *name == header::CONNECTION
                 || *name == crate::headers::PROXY_CONNECTION
                 || vary.iter().any(|k| k == name.as_str())
-            {
-                kept.append(name.clone(), owned(value));
-            }
-        }
-        crate::strip_hop_by_hop(&mut kept);
-        kept
+        })
     } else {
         without_hop_by_hop(&req.headers)
     };
@@ -97,9 +91,20 @@ pub(super) fn response_head(status: StatusCode, headers: HeaderMap) -> response:
 /// that whole buffer alive (heaptrack: 64 MiB of resident entries held
 /// over 500 MB of read buffers).
 pub(super) fn without_hop_by_hop(headers: &HeaderMap) -> HeaderMap {
-    let mut out = HeaderMap::with_capacity(headers.len());
+    copied_without_hop_by_hop(headers, HeaderMap::with_capacity(headers.len()), |_| true)
+}
+
+/// [`without_hop_by_hop`] of the fields `copy` picks, into `out`; only
+/// those are copied.
+fn copied_without_hop_by_hop(
+    headers: &HeaderMap,
+    mut out: HeaderMap,
+    copy: impl Fn(&HeaderName) -> bool,
+) -> HeaderMap {
     for (name, value) in headers {
-        out.append(name.clone(), owned(value));
+        if copy(name) {
+            out.append(name.clone(), owned(value));
+        }
     }
     crate::strip_hop_by_hop(&mut out);
     out
