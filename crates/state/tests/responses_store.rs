@@ -409,29 +409,12 @@ fn a_damaged_entry_is_a_miss_and_is_removed() {
             .put(&meta("/other", &[], &[("etag", "\"o\"")]), b"fine")
             .unwrap();
     }
-    // Flip one body byte behind the store's back, then truncate another
-    // record as a torn write would.
-    {
-        let db = redb::Database::create(&path).unwrap();
-        let txn = db.begin_write().unwrap();
-        {
-            let mut table = txn.open_table(PAGES).unwrap();
-            let url = m.key().as_str();
-            let (seq, mut bytes) = {
-                let found = table
-                    .iter()
-                    .unwrap()
-                    .map(|row| row.unwrap())
-                    .map(|(k, v)| (k.value(), v.value().to_vec()))
-                    .find(|(_, v)| v.windows(url.len()).any(|w| w == url.as_bytes()));
-                found.expect("the page's record")
-            };
-            let at = bytes.len() - 40;
-            bytes[at] ^= 0xff;
-            table.insert(seq, bytes.as_slice()).unwrap();
-        }
-        txn.commit().unwrap();
-    }
+    // Flip one body byte behind the store's back.
+    rewrite_record(&path, m.key().as_str(), |mut bytes| {
+        let at = bytes.len() - 40;
+        bytes[at] ^= 0xff;
+        bytes
+    });
     let store = open(&path, limits(1 << 20, 1 << 30)).unwrap();
     assert!(store
         .get(&key("/page"), &HeaderMap::new())
@@ -463,32 +446,44 @@ fn a_page_stored_with_a_sha256_sum_before_is_read_after_the_upgrade() {
         let store = open(&path, limits(1 << 20, 1 << 30)).unwrap();
         store.put(&m, b"the page body").unwrap();
     }
-    {
-        let db = redb::Database::create(&path).unwrap();
-        let txn = db.begin_write().unwrap();
-        {
-            let mut table = txn.open_table(PAGES).unwrap();
-            let rows: Vec<(u64, Vec<u8>)> = table
-                .iter()
-                .unwrap()
-                .map(|row| row.unwrap())
-                .map(|(k, v)| (k.value(), v.value().to_vec()))
-                .collect();
-            assert_eq!(rows.len(), 1);
-            let (seq, record) = &rows[0];
-            assert_eq!(&record[..4], b"MNR3");
-            // The same record as the build before wrote it.
-            let mut old = b"MNR2".to_vec();
-            old.extend_from_slice(&record[4..record.len() - 4]);
-            let sum = Sha256::digest(&old);
-            old.extend_from_slice(&sum);
-            table.insert(*seq, old.as_slice()).unwrap();
-        }
-        txn.commit().unwrap();
-    }
+    let rows = rewrite_record(&path, m.key().as_str(), |record| {
+        assert_eq!(&record[..4], b"MNR3");
+        // The same record as the build before wrote it.
+        let mut old = b"MNR2".to_vec();
+        old.extend_from_slice(&record[4..record.len() - 4]);
+        let sum = Sha256::digest(&old);
+        old.extend_from_slice(&sum);
+        old
+    });
+    assert_eq!(rows, 1);
     let store = open(&path, limits(1 << 20, 1 << 30)).unwrap();
     assert_eq!(body_of(&store, "/page", &[]).unwrap(), b"the page body");
     assert_eq!(store.stats().corrupt_removed, 0);
+}
+
+/// Rewrites, behind the store's back, the record in the file at `path`
+/// that holds `url` with what `edit` makes of it. Returns how many records
+/// the file holds.
+fn rewrite_record(path: &Path, url: &str, edit: impl FnOnce(Vec<u8>) -> Vec<u8>) -> usize {
+    let db = redb::Database::create(path).unwrap();
+    let txn = db.begin_write().unwrap();
+    let rows = {
+        let mut table = txn.open_table(PAGES).unwrap();
+        let rows: Vec<(u64, Vec<u8>)> = table
+            .iter()
+            .unwrap()
+            .map(|row| row.unwrap())
+            .map(|(k, v)| (k.value(), v.value().to_vec()))
+            .collect();
+        let (seq, record) = rows
+            .iter()
+            .find(|(_, v)| v.windows(url.len()).any(|w| w == url.as_bytes()))
+            .expect("the page's record");
+        table.insert(*seq, edit(record.clone()).as_slice()).unwrap();
+        rows.len()
+    };
+    txn.commit().unwrap();
+    rows
 }
 
 #[test]
