@@ -361,3 +361,67 @@ async fn curl_sees_the_early_hints_through_the_proxy() {
         );
     }
 }
+
+/// Node's own HTTP server (`res.writeEarlyHints`, as a site on Node sends
+/// them), not an origin of ours: its 103 reaches curl through the proxy
+/// before the 200, and the stored page served next carries no hint.
+#[tokio::test]
+async fn curl_sees_the_early_hints_node_sends() {
+    use std::io::BufRead;
+    if !have_tool("node", "nodejs") || !have_tool("curl", "curl") {
+        return;
+    }
+    // The server prints its port, then answers every page with a hint
+    // and a page fresh for ten minutes.
+    let script = r#"
+        const http = require('http');
+        const server = http.createServer((req, res) => {
+          if (req.url === '/robots.txt') { res.writeHead(404); res.end(); return; }
+          res.writeEarlyHints({ link: '</style.css>; rel=preload' });
+          res.writeHead(200, { 'content-type': 'text/plain', 'cache-control': 'max-age=600', etag: '"n1"' });
+          res.end('page from node');
+        });
+        server.listen(0, '127.0.0.1', () => console.log(server.address().port));
+    "#;
+    let mut child = std::process::Command::new("node")
+        .args(["-e", script])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("node starts");
+    let mut port = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("node's stdout"))
+        .read_line(&mut port)
+        .expect("node prints its port");
+    struct Stop(std::process::Child);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _node = Stop(child);
+    let port = port.trim().to_string();
+    let mut proxy = TestProxy::start(|c| c.cache.serve_fresh = true).await;
+    let curl = |path: &str| {
+        let mut cmd = std::process::Command::new("curl");
+        cmd.args(["-sS", "-i", "--max-time", "60", "-x", &proxy.url()])
+            .arg(format!("http://127.0.0.1:{port}{path}"));
+        cmd
+    };
+    let out = tool_stdout(curl("/hinted")).await;
+    let hint = out.find("HTTP/1.1 103 Early Hints").expect(&out);
+    let link = out.find("link: </style.css>; rel=preload").expect(&out);
+    let ok = out.rfind("HTTP/1.1 200 OK").expect(&out);
+    assert!(hint < link && link < ok, "{out}");
+    assert!(out.ends_with("page from node"), "{out}");
+    let stored = wait_cache_lines(&proxy.audit_path, "/hinted", "stored", 1).await;
+    assert_eq!(stored.len(), 1);
+    // Served from the store: the final answer alone.
+    let again = tool_stdout(curl("/hinted")).await;
+    assert!(!again.contains("103"), "{again}");
+    assert!(again.starts_with("HTTP/1.1 200 OK"), "{again}");
+    assert!(again.ends_with("page from node"), "{again}");
+    let hits = wait_cache_lines(&proxy.audit_path, "/hinted", "hit", 1).await;
+    assert_eq!(hits.len(), 1, "the second answer came from the store");
+    proxy.stop().await;
+}
