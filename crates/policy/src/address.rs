@@ -139,6 +139,14 @@ fn classify_v6(ip: Ipv6Addr) -> AddressClass {
 /// `127.1`, `2130706433`, `0x7f.0.0.1`, `0177.0.0.1`, and `[::1]`.
 /// Returns `None` for a host name.
 pub fn parse_host_ip(host: &str) -> Option<IpAddr> {
+    // Every form below is written with these bytes alone (`+`: the radix
+    // parse takes a sign); a name has some other byte almost always, and is
+    // then no address without three parsers and an allocation trying it
+    // (hosts are read as addresses several times a request).
+    let address_bytes = |b: u8| b.is_ascii_hexdigit() || b".:[]xX+".contains(&b);
+    if !host.bytes().all(address_bytes) {
+        return None;
+    }
     let h = host.trim_end_matches('.');
     if let Some(inner) = h.strip_prefix('[').and_then(|r| r.strip_suffix(']')) {
         return inner.parse::<Ipv6Addr>().ok().map(IpAddr::V6);
@@ -266,6 +274,8 @@ mod tests {
             "[::ffff:127.0.0.1]",
             "[::ffff:7f00:1]",
             "127.0.0.1.",
+            "0X7F.0.0.1",
+            "127.+1",
         ] {
             assert_eq!(class(h), AddressClass::Loopback, "{h}");
         }
@@ -299,5 +309,10 @@ mod tests {
         assert_eq!(parse_host_ip("256.1.1.1"), None);
         assert_eq!(parse_host_ip("08.1.1.1"), None);
         assert_eq!(parse_host_ip(""), None);
+        // Names made of address bytes alone go through the parsers; others
+        // are no address at the first byte outside them.
+        assert_eq!(parse_host_ip("dead.beef"), None);
+        assert_eq!(parse_host_ip("localhost"), None);
+        assert_eq!(parse_host_ip("127.0.0.1z"), None);
     }
 }

@@ -584,7 +584,18 @@ impl Exchange {
         let mut r = request::upstream_request(parts, body, &self.rec.url, via)
             .map_err(failure::bad_request)?;
         if let Some(validators) = &cache.validators {
-            r.headers_mut().extend(validators.clone());
+            // Ours replace any the client sent, as `extend` with the map
+            // would, without a copy of the map for it.
+            let headers = r.headers_mut();
+            for name in validators.keys() {
+                let mut values = validators.get_all(name).iter();
+                if let Some(first) = values.next() {
+                    headers.insert(name.clone(), first.clone());
+                }
+                for value in values {
+                    headers.append(name.clone(), value.clone());
+                }
+            }
         }
         if self.decode_for_client {
             let (name, value) = encoding::asked();

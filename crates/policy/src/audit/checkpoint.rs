@@ -190,12 +190,14 @@ pub(crate) const HEX: &[u8; 16] = b"0123456789abcdef";
 
 /// Lower-case hex of `bytes`.
 pub fn hex(bytes: &[u8]) -> String {
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(char::from(HEX[(b >> 4) as usize]));
-        s.push(char::from(HEX[(b & 15) as usize]));
+    // Into bytes, then checked once: a `char` pushed at a time is encoded
+    // and its room checked each (every audit line's chain is hex).
+    let mut s = vec![0; bytes.len() * 2];
+    for (pair, b) in s.chunks_exact_mut(2).zip(bytes) {
+        pair[0] = HEX[usize::from(b >> 4)];
+        pair[1] = HEX[usize::from(b & 15)];
     }
-    s
+    String::from_utf8(s).unwrap_or_default()
 }
 
 pub(crate) fn unhex<const N: usize>(s: &str) -> Option<[u8; N]> {

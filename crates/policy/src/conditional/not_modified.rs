@@ -1,6 +1,7 @@
 //! Step 3, [`merge_not_modified`]: a 304 to our validators refreshes the
 //! stored response, which the client is then given.
 
+use std::borrow::Cow;
 use std::sync::OnceLock;
 use std::time::SystemTime;
 
@@ -99,8 +100,18 @@ pub fn merge_not_modified(
     now: SystemTime,
 ) -> Result<Revalidated, NotModifiedMismatch> {
     if !params.serve_fresh && not_modified.status == StatusCode::NOT_MODIFIED {
-        let mut answer = not_modified.headers.clone();
-        crate::strip_hop_by_hop(&mut answer);
+        // A 304 over h2 has no hop-by-hop field to strip (RFC 9113
+        // §8.2.2): then it is read where it is, not copied.
+        let doomed = crate::headers::hop_by_hop_names(&not_modified.headers);
+        let answer = if doomed.is_empty() {
+            Cow::Borrowed(&not_modified.headers)
+        } else {
+            let mut answer = not_modified.headers.clone();
+            for name in doomed {
+                answer.remove(name);
+            }
+            Cow::Owned(answer)
+        };
         let known = stored.not_modified.get().filter(|m| m.answered(&answer));
         let echo = match known {
             Some(_) => None,

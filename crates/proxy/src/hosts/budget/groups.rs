@@ -110,8 +110,19 @@ impl Groups {
 
     /// Places `host`, which resolved to `addr`, in its group.
     pub(super) fn place(&self, host: &str, addr: Option<IpAddr>) -> Group {
-        let group = self.params().group_of(host, addr);
+        let params = self.params();
         let key = host_key(host);
+        if !params.groups_by_address() {
+            // Then a host's group follows from its name and the rules
+            // alone, and new rules empty `placed`: a host placed already
+            // stays where it is, without reading its name against the
+            // public suffix list again (every request is placed).
+            if let Some(p) = self.placed.get(key.as_ref()) {
+                p.1.store(self.bound.stamp(), Ordering::Relaxed);
+                return p.0.clone();
+            }
+        }
+        let group = params.group_of(host, addr);
         if let Some(p) = self.placed.get(key.as_ref()).filter(|p| p.0 == group) {
             p.1.store(self.bound.stamp(), Ordering::Relaxed);
             return group;
