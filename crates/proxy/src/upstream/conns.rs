@@ -19,7 +19,7 @@
 use std::collections::BTreeMap;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -48,6 +48,12 @@ struct Idle {
 #[derive(Default)]
 struct ConnState {
     inner: Mutex<StateInner>,
+    /// `inner.closed`, for reads to see without the lock (they come
+    /// several times a request, and a lock is two locked instructions).
+    closed: AtomicBool,
+    /// `inner.reader` is set: hyper's connection task is the one reader,
+    /// and its waker wakes it whichever poll it came from.
+    has_reader: AtomicBool,
 }
 
 #[derive(Default)]
@@ -159,6 +165,7 @@ impl Conns {
             let mut s = lock(&oldest.inner);
             s.idle_since = None;
             s.closed = true;
+            oldest.closed.store(true, Ordering::Release);
             if let Some(w) = s.reader.take() {
                 w.wake();
             }
@@ -243,13 +250,16 @@ impl AsyncRead for Tracked {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        {
-            let mut s = lock(&this.handle.state.inner);
-            if s.closed {
-                // End of stream: hyper's connection task finishes.
-                return Poll::Ready(Ok(()));
-            }
-            s.reader = Some(cx.waker().clone());
+        let state = &this.handle.state;
+        if !state.has_reader.load(Ordering::Acquire) {
+            lock(&state.inner).reader = Some(cx.waker().clone());
+            state.has_reader.store(true, Ordering::Release);
+        }
+        // Checked after the waker is kept: a close after this check wakes
+        // the reader, which then sees it.
+        if state.closed.load(Ordering::Acquire) {
+            // End of stream: hyper's connection task finishes.
+            return Poll::Ready(Ok(()));
         }
         Pin::new(&mut this.stream).poll_read(cx, buf)
     }
