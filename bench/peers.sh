@@ -596,15 +596,23 @@ if [[ " $PATHS " == *" https "* ]]; then
   for ((round = 1; round <= ROUNDS; round++)); do
     https_run "direct-$round" "$N" "$TLS_PORT" "$WORK/origin-ca.pem"
     HTTPS_PID=$RELAY_PID https_run "relay-$round" "$N" "$RELAY_TLS_PORT" "$WORK/origin-ca.pem"
-    if [[ " $PEERS " == *" stack "* ]]; then
-      HTTPS_PID=$STACK_PID https_run "stack-$round" "$N" "$STACK_TLS_PORT" "$WORK/origin-ca.pem"
-    fi
+    # perf follows mannerly, or the stack relay (BENCH_PERF_PEER=stack).
+    perf_on() { # pid of the peer about to run
+      perf_pid=
+      if [[ $round == "${BENCH_PERF_ROUND:-1}" && ${BENCH_PERF:-0} == 1 ]]; then
+        perf record -F ${BENCH_PERF_FREQ:-499} ${BENCH_PERF_CALLGRAPH:--g} -o "$WORK/perf-https.data" -p "$1" >/dev/null 2>&1 & perf_pid=$!
+      fi
+    }
     perf_pid=
-    if [[ $round == 1 && ${BENCH_PERF:-0} == 1 ]]; then
-      perf record -F ${BENCH_PERF_FREQ:-499} ${BENCH_PERF_CALLGRAPH:--g} -o "$WORK/perf-https.data" -p "$MANNERLY_PID" >/dev/null 2>&1 & perf_pid=$!
+    perf_off() { [[ -z $perf_pid ]] || { kill -INT "$perf_pid"; wait "$perf_pid" || true; perf_pid=; }; }
+    if [[ " $PEERS " == *" stack "* ]]; then
+      [[ ${BENCH_PERF_PEER:-mannerly} == stack ]] && perf_on "$STACK_PID"
+      HTTPS_PID=$STACK_PID https_run "stack-$round" "$N" "$STACK_TLS_PORT" "$WORK/origin-ca.pem"
+      perf_off
     fi
+    [[ ${BENCH_PERF_PEER:-mannerly} == mannerly ]] && perf_on "$MANNERLY_PID"
     HTTPS_PID=$MANNERLY_PID https_run "mannerly-$round" "$N" "$TLS_PORT" "$WORK/data/ca.pem" "127.0.0.1:$MANNERLY_PORT"
-    [[ -n $perf_pid ]] && { kill -INT "$perf_pid"; wait "$perf_pid" || true; }
+    perf_off
     if [[ -n $BEFORE_PID ]]; then
       HTTPS_PID=$BEFORE_PID https_run "before-$round" "$N" "$TLS_PORT" "$WORK/data-before/ca.pem" "127.0.0.1:$BEFORE_PORT"
     fi
