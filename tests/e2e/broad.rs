@@ -107,6 +107,52 @@ async fn many_names_share_one_origin_and_idle_connections_stay_under_the_total_c
     assert_eq!(with_outcome(&lines, "fetched").len(), 20);
 }
 
+/// The same cap over TLS: the first reads of an upstream connection are
+/// its handshake's, in the task that connects, and the close of an idle
+/// one must wake hyper's connection task, which reads after them.
+#[tokio::test]
+async fn idle_tls_connections_stay_under_the_total_cap_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new(dir.path());
+    let page = handler(|req| async move {
+        match req.uri().path() {
+            "/robots.txt" => text(404, "none"),
+            _ => text(200, "page"),
+        }
+    });
+    let origin = Origin::https(page, &ca, &["*.tls.test"]).await;
+    let (port, roots) = (origin.port(), ca.pem_path.clone());
+    let mut p = TestProxy::start(move |c| {
+        c.upstream.extra_roots = vec![roots];
+        resolve_to_loopback(c, "*.tls.test:443", port);
+        c.upstream.pool_max_idle_total = 4;
+        c.budget = Default::default();
+    })
+    .await;
+    let client = p.client();
+    let pages = (0..12).map(|i| client.get(format!("https://h{i}.tls.test/page")).send());
+    for (i, resp) in futures_join(pages.collect()).await.into_iter().enumerate() {
+        let resp = resp.unwrap();
+        assert_eq!(resp.status(), 200, "host {i}");
+        assert_eq!(resp.text().await.unwrap(), "page", "host {i}");
+    }
+    let mut open = origin.seen.live.load(Ordering::SeqCst);
+    for _ in 0..100 {
+        if open <= 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        open = origin.seen.live.load(Ordering::SeqCst);
+    }
+    assert!(
+        open <= 4,
+        "{open} TLS connections open to the origin, cap 4"
+    );
+    assert!(origin.seen.connections.load(Ordering::SeqCst) >= 12);
+    let lines = p.stop().await;
+    assert_eq!(with_outcome(&lines, "fetched").len(), 12);
+}
+
 async fn futures_join<F: std::future::Future>(fs: Vec<F>) -> Vec<F::Output> {
     let handles: Vec<_> = fs.into_iter().map(Box::pin).collect();
     let mut out = Vec::new();

@@ -56,6 +56,8 @@ pub fn ok_origin() -> Handler {
 pub struct Seen {
     pub requests: Mutex<Vec<SeenRequest>>,
     pub connections: AtomicUsize,
+    /// Connections open now (accepted, not yet ended).
+    pub live: AtomicUsize,
 }
 
 #[derive(Clone, Debug)]
@@ -174,10 +176,12 @@ impl Origin {
                     _ = &mut stopped => return,
                 };
                 seen2.connections.fetch_add(1, Ordering::SeqCst);
+                seen2.live.fetch_add(1, Ordering::SeqCst);
                 let h = h.clone();
                 let seen = seen2.clone();
                 let tls = tls.clone();
                 tokio::spawn(async move {
+                    let live = seen.clone();
                     let svc = service_fn(move |req: Request<Incoming>| {
                         let h = h.clone();
                         let seen = seen.clone();
@@ -197,16 +201,17 @@ impl Origin {
                     let builder = auto::Builder::new(TokioExecutor::new());
                     match tls {
                         Some(cfg) => {
-                            let Ok(tls) = tokio_rustls::TlsAcceptor::from(cfg).accept(stream).await
-                            else {
-                                return;
-                            };
-                            let _ = builder.serve_connection(TokioIo::new(tls), svc).await;
+                            if let Ok(tls) =
+                                tokio_rustls::TlsAcceptor::from(cfg).accept(stream).await
+                            {
+                                let _ = builder.serve_connection(TokioIo::new(tls), svc).await;
+                            }
                         }
                         None => {
                             let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
                         }
                     }
+                    live.live.fetch_sub(1, Ordering::SeqCst);
                 });
             }
         });

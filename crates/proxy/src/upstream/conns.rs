@@ -51,9 +51,11 @@ struct ConnState {
     /// `inner.closed`, for reads to see without the lock (they come
     /// several times a request, and a lock is two locked instructions).
     closed: AtomicBool,
-    /// `inner.reader` is set: hyper's connection task is the one reader,
-    /// and its waker wakes it whichever poll it came from.
-    has_reader: AtomicBool,
+    /// What `inner.reader` wakes (`Waker::data`): a read by the same task
+    /// keeps it without the lock. The first reads of a TLS connection are
+    /// the handshake's, in the task that connects; hyper's connection task
+    /// reads after, and is the one a close must wake.
+    reader_id: AtomicUsize,
 }
 
 #[derive(Default)]
@@ -251,9 +253,10 @@ impl AsyncRead for Tracked {
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         let state = &this.handle.state;
-        if !state.has_reader.load(Ordering::Acquire) {
+        let reader = cx.waker().data() as usize;
+        if state.reader_id.load(Ordering::Acquire) != reader {
             lock(&state.inner).reader = Some(cx.waker().clone());
-            state.has_reader.store(true, Ordering::Release);
+            state.reader_id.store(reader, Ordering::Release);
         }
         // Checked after the waker is kept: a close after this check wakes
         // the reader, which then sees it.
