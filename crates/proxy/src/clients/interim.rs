@@ -129,8 +129,10 @@ impl Lane {
         }
         held.queue.extend_from_slice(bytes);
         s.queued.store(true, Ordering::Release);
-        if let Some(w) = held.waker.take() {
-            w.wake();
+        // Kept, not taken: the waker is kept once a request, and a later
+        // interim answer of the same request must wake the task too.
+        if let Some(w) = &held.waker {
+            w.wake_by_ref();
         }
     }
 }
@@ -292,6 +294,34 @@ mod tests {
         h.insert("link", "</s.css>; rel=preload".parse().expect("value"));
         h.insert("connection", "keep-alive".parse().expect("value"));
         head(StatusCode::EARLY_HINTS, &h)
+    }
+
+    /// Counts its wakes.
+    struct Wakes(std::sync::atomic::AtomicUsize);
+
+    impl std::task::Wake for Wakes {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn every_interim_answer_of_a_request_wakes_the_waiting_reader() {
+        let (_client, server) = tokio::io::duplex(4096);
+        let (mut io, lane) = Interim::new(server);
+        let wakes = Arc::new(Wakes(std::sync::atomic::AtomicUsize::new(0)));
+        let waker = Waker::from(wakes.clone());
+        let mut cx = Context::from_waker(&waker);
+        lane.begin();
+        let mut buf = [0u8; 16];
+        let mut read = ReadBuf::new(&mut buf);
+        // hyper waits on the read side while the request is at the origin;
+        // woken by each interim answer, it polls again and writes it.
+        for woken in 1..=2 {
+            assert!(Pin::new(&mut io).poll_read(&mut cx, &mut read).is_pending());
+            lane.push(&hint());
+            assert_eq!(wakes.0.load(Ordering::SeqCst), woken);
+        }
     }
 
     #[test]
