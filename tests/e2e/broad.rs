@@ -136,18 +136,12 @@ async fn idle_tls_connections_stay_under_the_total_cap_too() {
         assert_eq!(resp.status(), 200, "host {i}");
         assert_eq!(resp.text().await.unwrap(), "page", "host {i}");
     }
-    let mut open = origin.seen.live.load(Ordering::SeqCst);
-    for _ in 0..100 {
-        if open <= 4 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        open = origin.seen.live.load(Ordering::SeqCst);
-    }
-    assert!(
-        open <= 4,
-        "{open} TLS connections open to the origin, cap 4"
-    );
+    let seen = origin.seen.clone();
+    until("at most 4 TLS connections open to the origin", || {
+        let open = seen.live.load(Ordering::SeqCst);
+        async move { open <= 4 }
+    })
+    .await;
     assert!(origin.seen.connections.load(Ordering::SeqCst) >= 12);
     let lines = p.stop().await;
     assert_eq!(with_outcome(&lines, "fetched").len(), 12);
