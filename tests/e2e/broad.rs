@@ -126,6 +126,9 @@ async fn idle_tls_connections_stay_under_the_total_cap_too() {
         c.upstream.extra_roots = vec![roots];
         resolve_to_loopback(c, "*.tls.test:443", port);
         c.upstream.pool_max_idle_total = 4;
+        // Only the cap closes a connection within the wait below, not the
+        // pool's idle timeout.
+        c.upstream.pool_idle = Duration::from_secs(600);
         c.budget = Default::default();
     })
     .await;
@@ -145,6 +148,60 @@ async fn idle_tls_connections_stay_under_the_total_cap_too() {
     assert!(origin.seen.connections.load(Ordering::SeqCst) >= 12);
     let lines = p.stop().await;
     assert_eq!(with_outcome(&lines, "fetched").len(), 12);
+}
+
+/// The cap against nginx over TLS and h2, the origin users meet: the
+/// connections counted are the ones the kernel shows established to
+/// nginx's port, not an origin of ours counting itself.
+#[tokio::test]
+async fn idle_tls_connections_to_nginx_stay_under_the_total_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new(dir.path());
+    let site = r#"location = /robots.txt { return 404; }
+    location / { return 200 "page"; }"#;
+    let Some(nginx) = Nginx::start_tls(&ca, "*.tls.test", site) else {
+        return;
+    };
+    let (port, roots) = (nginx.port, ca.pem_path.clone());
+    let mut p = TestProxy::start(move |c| {
+        c.upstream.extra_roots = vec![roots];
+        resolve_to_loopback(c, "*.tls.test:443", port);
+        c.upstream.pool_max_idle_total = 4;
+        // Only the cap closes a connection within the wait below, not the
+        // pool's idle timeout.
+        c.upstream.pool_idle = Duration::from_secs(600);
+        c.budget = Default::default();
+    })
+    .await;
+    let client = p.client();
+    let pages = (0..12).map(|i| client.get(format!("https://h{i}.tls.test/page")).send());
+    for (i, resp) in futures_join(pages.collect()).await.into_iter().enumerate() {
+        let resp = resp.unwrap();
+        assert_eq!(resp.status(), 200, "host {i}");
+        assert_eq!(resp.text().await.unwrap(), "page", "host {i}");
+    }
+    until("at most 4 connections established to nginx", || {
+        let open = established_to(port);
+        async move { open <= 4 }
+    })
+    .await;
+    let lines = p.stop().await;
+    assert_eq!(with_outcome(&lines, "fetched").len(), 12);
+}
+
+/// TCP connections established to 127.0.0.1:`port`, as the kernel counts
+/// them (the server's end of each).
+fn established_to(port: u16) -> usize {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    let local = format!("0100007F:{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .filter(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 3 && f[1] == local && f[3] == "01"
+        })
+        .count()
 }
 
 async fn futures_join<F: std::future::Future>(fs: Vec<F>) -> Vec<F::Output> {
