@@ -194,7 +194,9 @@ impl BudgetParams {
     }
 
     /// Whether the group of a name can depend on its address: then the
-    /// proxy resolves it before asking [`BudgetParams::group_of`].
+    /// proxy resolves it before asking [`BudgetParams::group_of`]. When
+    /// not, the address changes no group (a test holds this), and the
+    /// proxy keeps a placed host's group until the rules change.
     pub fn groups_by_address(&self) -> bool {
         self.group_by == GroupBy::Ip || self.groups.values().any(|g| !g.addresses.is_empty())
     }

@@ -256,3 +256,43 @@ fn an_address_key_is_what_display_writes() {
     }
     assert_eq!(ip_key("2001:db8::1".parse().unwrap()), "[2001:db8::1]");
 }
+
+/// The proxy places a host once and keeps its group while the rules do not
+/// change, unless `groups_by_address` says so: the address must then make
+/// no difference to any host's group.
+#[test]
+fn without_grouping_by_address_the_address_changes_no_group() {
+    let by_name_only = [
+        BudgetParams {
+            group_by: GroupBy::Host,
+            ..BudgetParams::default()
+        },
+        BudgetParams::default(),
+        with_groups(serde_json::json!({
+            "groups": {"cdn": {"hosts": ["*.cdn.example.net"], "max_rate": 20.0}},
+            "hosts": {"slow.example.org": {"max_rate": 0.2, "start_rate": 0.2}},
+        }))
+        .unwrap(),
+    ];
+    let hosts = [
+        "www.example.com:8080",
+        "img.cdn.example.net",
+        "slow.example.org",
+        "localhost",
+        "192.0.2.1",
+        "[2001:db8::1]",
+    ];
+    let addrs = ["198.51.100.9", "2001:db8::7", "127.0.0.1"];
+    for p in &by_name_only {
+        assert!(!p.groups_by_address());
+        for host in hosts {
+            for addr in addrs {
+                assert_eq!(
+                    p.group_of(host, addr.parse().ok()),
+                    p.group_of(host, None),
+                    "{host} at {addr}"
+                );
+            }
+        }
+    }
+}
