@@ -121,24 +121,7 @@ async fn idle_tls_connections_stay_under_the_total_cap_too() {
         }
     });
     let origin = Origin::https(page, &ca, &["*.tls.test"]).await;
-    let (port, roots) = (origin.port(), ca.pem_path.clone());
-    let mut p = TestProxy::start(move |c| {
-        c.upstream.extra_roots = vec![roots];
-        resolve_to_loopback(c, "*.tls.test:443", port);
-        c.upstream.pool_max_idle_total = 4;
-        // Only the cap closes a connection within the wait below, not the
-        // pool's idle timeout.
-        c.upstream.pool_idle = Duration::from_secs(600);
-        c.budget = Default::default();
-    })
-    .await;
-    let client = p.client();
-    let pages = (0..12).map(|i| client.get(format!("https://h{i}.tls.test/page")).send());
-    for (i, resp) in futures_join(pages.collect()).await.into_iter().enumerate() {
-        let resp = resp.unwrap();
-        assert_eq!(resp.status(), 200, "host {i}");
-        assert_eq!(resp.text().await.unwrap(), "page", "host {i}");
-    }
+    let mut p = crawl_twelve_tls_hosts(&ca, origin.port()).await;
     let seen = origin.seen.clone();
     until("at most 4 TLS connections open to the origin", || {
         let open = seen.live.load(Ordering::SeqCst);
@@ -162,12 +145,27 @@ async fn idle_tls_connections_to_nginx_stay_under_the_total_cap() {
     let Some(nginx) = Nginx::start_tls(&ca, "*.tls.test", site) else {
         return;
     };
-    let (port, roots) = (nginx.port, ca.pem_path.clone());
-    let mut p = TestProxy::start(move |c| {
+    let port = nginx.port;
+    let mut p = crawl_twelve_tls_hosts(&ca, port).await;
+    until("at most 4 connections established to nginx", || {
+        let open = established_to(port);
+        async move { open <= 4 }
+    })
+    .await;
+    let lines = p.stop().await;
+    assert_eq!(with_outcome(&lines, "fetched").len(), 12);
+}
+
+/// A proxy trusting `ca`, with `*.tls.test:443` at `port` and at most 4
+/// idle upstream connections, after one page "page" from each of twelve
+/// hosts through interception.
+async fn crawl_twelve_tls_hosts(ca: &TestCa, port: u16) -> TestProxy {
+    let roots = ca.pem_path.clone();
+    let p = TestProxy::start(move |c| {
         c.upstream.extra_roots = vec![roots];
         resolve_to_loopback(c, "*.tls.test:443", port);
         c.upstream.pool_max_idle_total = 4;
-        // Only the cap closes a connection within the wait below, not the
+        // Only the cap closes a connection within the wait after, not the
         // pool's idle timeout.
         c.upstream.pool_idle = Duration::from_secs(600);
         c.budget = Default::default();
@@ -180,13 +178,7 @@ async fn idle_tls_connections_to_nginx_stay_under_the_total_cap() {
         assert_eq!(resp.status(), 200, "host {i}");
         assert_eq!(resp.text().await.unwrap(), "page", "host {i}");
     }
-    until("at most 4 connections established to nginx", || {
-        let open = established_to(port);
-        async move { open <= 4 }
-    })
-    .await;
-    let lines = p.stop().await;
-    assert_eq!(with_outcome(&lines, "fetched").len(), 12);
+    p
 }
 
 /// TCP connections established to 127.0.0.1:`port`, as the kernel counts
