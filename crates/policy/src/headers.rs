@@ -5,6 +5,7 @@ use http::header::{
     TRANSFER_ENCODING, UPGRADE,
 };
 use http::HeaderMap;
+use smallvec::SmallVec;
 
 /// Made at compile time, so looking it up parses nothing.
 pub(crate) const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
@@ -56,10 +57,14 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
+/// What a head strips: nearly always `Connection`, perhaps `Keep-Alive`,
+/// so held inline; a heap `Vec` for them was two allocations a request.
+pub(crate) type Doomed = SmallVec<[HeaderName; 4]>;
+
 /// The names [`strip_hop_by_hop`] removes from `headers`: none, for a
 /// reader that can then use them as they are rather than a stripped copy.
-pub(crate) fn hop_by_hop_names(headers: &HeaderMap) -> Vec<HeaderName> {
-    let mut doomed: Vec<HeaderName> = Vec::new();
+pub(crate) fn hop_by_hop_names(headers: &HeaderMap) -> Doomed {
+    let mut doomed = Doomed::new();
     let (mut connection, mut proxy_connection) = (false, false);
     for name in headers.keys().filter(|n| may_be_hop_by_hop(n)) {
         // A framing field spelt with an underscore: a server that reads `_`

@@ -52,10 +52,35 @@ pub(crate) fn header_owned(s: String) -> HeaderValue {
 
 /// The `Mannerly-Decision` value: the outcome, then `; key=value` details.
 pub(crate) fn decision_value(outcome: Outcome, details: &[(&str, String)]) -> HeaderValue {
+    decision(outcome, None, details)
+}
+
+/// [`decision_value`] with `waited_ms` as its first detail, as every
+/// answer that reached the origin or the store has: written in place, not
+/// made a string in a list first (two allocations an answer).
+pub(crate) fn decision_waited(
+    outcome: Outcome,
+    waited_ms: u64,
+    details: &[(&str, String)],
+) -> HeaderValue {
+    decision(outcome, Some(waited_ms), details)
+}
+
+fn decision(outcome: Outcome, waited_ms: Option<u64>, details: &[(&str, String)]) -> HeaderValue {
+    const WAITED: &str = "; waited_ms=";
     // Sized once: grown as it was written, the string was copied twice.
     let len = details.iter().map(|(k, d)| k.len() + d.len() + 5);
-    let mut v = String::with_capacity(outcome.as_str().len() + len.sum::<usize>());
+    let waited_len = if waited_ms.is_some() {
+        WAITED.len() + 20
+    } else {
+        0
+    };
+    let mut v = String::with_capacity(outcome.as_str().len() + waited_len + len.sum::<usize>());
     v.push_str(outcome.as_str());
+    if let Some(ms) = waited_ms {
+        v.push_str(WAITED);
+        v.push_str(itoa::Buffer::new().format(ms));
+    }
     for (k, d) in details {
         v.push_str("; ");
         v.push_str(k);
@@ -282,6 +307,22 @@ mod tests {
         let v = decision_value(Outcome::Fetched, &[("waited_ms", "0".into())]);
         assert_eq!(v, "fetched; waited_ms=0");
         assert_eq!(header_text("ü\n"), "??");
+    }
+
+    /// The waited time written in place reads as it did as a detail.
+    #[test]
+    fn waited_ms_in_place_is_the_first_detail() {
+        let details = [("cache", "hit".to_string()), ("why", "a b".to_string())];
+        for ms in [0, 7, 1_234, u64::MAX] {
+            let mut said = vec![("waited_ms", ms.to_string())];
+            said.extend(details.iter().cloned());
+            let listed = decision_value(Outcome::Fetched, &said);
+            assert_eq!(decision_waited(Outcome::Fetched, ms, &details), listed);
+            let alone = decision_value(Outcome::Revalidated, &said[..1]);
+            assert_eq!(decision_waited(Outcome::Revalidated, ms, &[]), alone);
+        }
+        let v = decision_waited(Outcome::Collapsed, 12, &details);
+        assert_eq!(v, "collapsed; waited_ms=12; cache=hit; why=\"a b\"");
     }
 
     #[test]

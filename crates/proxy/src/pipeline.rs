@@ -581,7 +581,7 @@ impl Exchange {
         cache: &CacheStep,
     ) -> Step<Request<ProxyBody>> {
         let via = self.shared.via.value();
-        let mut r = request::upstream_request(parts, body, &self.rec.url, via)
+        let mut r = request::upstream_request(parts, body, &self.target, &self.rec.url, via)
             .map_err(failure::bad_request)?;
         if let Some(validators) = &cache.validators {
             // Ours replace any the client sent, as `extend` with the map

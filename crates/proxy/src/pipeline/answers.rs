@@ -11,7 +11,7 @@ use mannerly_policy::encoding;
 use mannerly_policy::{strip_hop_by_hop, AuditRecord, Outcome};
 
 use super::{Exchange, Stage, StoredPage};
-use crate::answer::{decision_value, failure, header_text, Stop, DECISION, ID};
+use crate::answer::{decision_waited, failure, header_text, Stop, DECISION, ID};
 use crate::audit::AuditedBody;
 use crate::body::{boxed, full, ProxyBody};
 use crate::cache::Tee;
@@ -130,13 +130,13 @@ impl Exchange {
         let mut rec = self.take_record();
         let outcome = *rec.outcome.get_or_insert(Outcome::Fetched);
         let waited_ms = rec.waited_ms.unwrap_or(0);
-        let mut details = vec![("waited_ms", waited_ms.to_string())];
-        if outcome == Outcome::Fetched {
-            details.push(("cache", CacheOutcome::Hit.as_str().to_string()));
-        }
-        details = self.with_retries(&details);
+        let details = if outcome == Outcome::Fetched {
+            self.with_retries(&[("cache", CacheOutcome::Hit.as_str().to_string())])
+        } else {
+            self.with_retries(&[])
+        };
         strip_hop_by_hop(&mut headers);
-        headers.insert(DECISION, decision_value(outcome, &details));
+        headers.insert(DECISION, decision_waited(outcome, waited_ms, &details));
         headers.insert(ID, header_text(&rec.id));
         rec.status = Some(status.as_u16());
         rec.saved_bytes = Some(body.len() as u64);
@@ -204,11 +204,9 @@ fn forwarded_head<B: Forwardable>(
     // kept-alive HTTP/1.1 client connection after every answer.
     parts.version = Version::default();
     strip_hop_by_hop(&mut parts.headers);
-    let mut said = vec![("waited_ms", waited_ms.to_string())];
-    said.extend(details.iter().cloned());
     parts
         .headers
-        .insert(DECISION, decision_value(outcome, &said));
+        .insert(DECISION, decision_waited(outcome, waited_ms, details));
     parts.headers.insert(ID, header_text(&rec.id));
     rec.decided(outcome, parts.status.as_u16());
     (parts, body, rec)

@@ -4,6 +4,7 @@
 
 use http::header::{HOST, USER_AGENT};
 use http::request::Parts;
+use http::uri::{Authority, PathAndQuery};
 use http::{HeaderMap, HeaderValue, Request, Uri, Version};
 
 use mannerly_policy::robots_cache::Rules;
@@ -15,6 +16,35 @@ use crate::answer::{failure, Stop};
 use crate::body::ProxyBody;
 use crate::config::Config;
 use crate::shared::Shared;
+use crate::target::Target;
+
+/// The origin's URI: `url` (the target's root and the request's path),
+/// put together from the parts already parsed (the target's authority,
+/// the request's own path) rather than by parsing `url` whole again, which
+/// was 0.5% of a request. A path that is not one (`OPTIONS *`) takes the
+/// parse, and its verdict.
+fn origin_uri(parts: &Parts, target: &Target, url: &str) -> Result<Uri, String> {
+    let whole = || {
+        url.parse::<Uri>()
+            .map_err(|e| format!("cannot forward {url}: {e}"))
+    };
+    let path = match parts.uri.path_and_query() {
+        Some(p) if p.as_str().starts_with('/') => p.clone(),
+        Some(_) => return whole(),
+        None => PathAndQuery::from_static("/"),
+    };
+    let Ok(authority) = target.authority().parse::<Authority>() else {
+        return whole();
+    };
+    let mut uri = http::uri::Parts::default();
+    uri.scheme = Some(match target.scheme {
+        crate::target::Scheme::Http => http::uri::Scheme::HTTP,
+        crate::target::Scheme::Https => http::uri::Scheme::HTTPS,
+    });
+    uri.authority = Some(authority);
+    uri.path_and_query = Some(path);
+    Uri::from_parts(uri).or_else(|_| whole())
+}
 
 /// What robots.txt says about this request: `None` to go on, or the
 /// refusal. With `crawler.agents`, `said` gets the token that bound it.
@@ -95,6 +125,7 @@ pub(super) fn agent(live: &Config, headers: &HeaderMap) -> String {
 pub(super) fn upstream_request(
     parts: &Parts,
     body: ProxyBody,
+    target: &Target,
     url: &str,
     via: HeaderValue,
 ) -> Result<Request<ProxyBody>, String> {
@@ -102,11 +133,7 @@ pub(super) fn upstream_request(
     // (hyper's upgrade handle, the 1xx lane) are not the origin's, and
     // the client's URI is replaced anyway.
     let mut out = Request::new(body);
-    // The URL is the target's root and the path: parsing it checks the
-    // authority too.
-    *out.uri_mut() = url
-        .parse::<Uri>()
-        .map_err(|e| format!("cannot forward {url}: {e}"))?;
+    *out.uri_mut() = origin_uri(parts, target, url)?;
     *out.method_mut() = parts.method.clone();
     *out.version_mut() = Version::HTTP_11;
     let headers = out.headers_mut();

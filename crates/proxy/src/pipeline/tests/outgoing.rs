@@ -51,3 +51,31 @@ async fn the_origin_gets_the_clients_request_without_its_hops_and_with_our_valid
         assert!(!h.contains_key(gone), "{gone} was sent on");
     }
 }
+
+/// The origin's URI is put together from the parts already parsed; it is
+/// the URI that parsing the request's URL whole gives, for every form of
+/// target and path (ports, IPv6 literals, queries, no path, `*`).
+#[tokio::test(start_paused = true)]
+async fn the_origins_uri_is_the_parsed_url_for_every_form_of_target() {
+    let f = Fixture::new(Config::default()).await;
+    let cases = [
+        (Method::GET, "http://example.org/page?q=1&r=%20"),
+        (Method::GET, "http://Example.ORG:80/a"),
+        (Method::GET, "http://example.org:8080/a/b/"),
+        (Method::GET, "http://example.org"),
+        (Method::GET, "http://[2001:db8::1]:8443/x?y"),
+        (Method::GET, "http://[2001:db8::1]/"),
+        (Method::GET, "http://192.0.2.1:81/?"),
+        (Method::OPTIONS, "http://example.org"),
+    ];
+    for (method, uri) in cases {
+        let parts = request(method, uri, &[]);
+        let mut x = f.begin(&parts);
+        let cache = ask(&mut x, &parts).await;
+        let url = x.rec.url.clone();
+        let out = x.outgoing(&parts, empty(), &cache).expect("request");
+        let parsed: http::Uri = url.parse().expect("the record's URL parses");
+        assert_eq!(out.uri(), &parsed, "{uri}");
+        assert_eq!(out.uri().to_string(), url, "{uri}");
+    }
+}
