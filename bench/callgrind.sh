@@ -147,12 +147,35 @@ start() {
 
 # Stops pid $1 with signal $2 and waits until it is gone (it is not this
 # shell's child: `start` ran in a subshell).
+# Heap allocations a request: the calls into Rust's allocator (alloc,
+# zeroed alloc, realloc) in a callgrind file, divided by $2. Each costs
+# the allocator's work twice (and its free) beside the instructions of
+# whoever fills it.
+allocs() {
+  python3 - "$1" "$2" <<'PY'
+import re, sys
+names, total, cfn = {}, 0, None
+want = {"__rustc::__rust_alloc", "__rustc::__rust_alloc_zeroed", "__rustc::__rust_realloc"}
+for line in open(sys.argv[1], errors="replace"):
+    # A name is given once, with its number, wherever it first appears.
+    m = re.match(r"c?fn=\((\d+)\)(?: (.*))?", line.rstrip("\n"))
+    if m:
+        if m.group(2) is not None:
+            names[m.group(1)] = m.group(2)
+        if line.startswith("cfn="):
+            cfn = names.get(m.group(1))
+    elif line.startswith("calls=") and cfn in want:
+        total += int(line[6:].split()[0])
+print(f"{total / float(sys.argv[2]):.1f}")
+PY
+}
+
 stop() {
   kill "-$2" "$1" 2>/dev/null || true
   while kill -0 "$1" 2>/dev/null; do sleep 0.1; done
 }
 
-printf '%-8s %-40s %14s %8s\n' path binary instr/request failed
+printf '%-8s %-40s %14s %8s %12s\n' path binary instr/request failed allocs/request
 for path in $PATHS; do
   case $path in
     plain) url=/plain unique=0 ;;
@@ -196,7 +219,7 @@ for path in $PATHS; do
     stop "$pid" INT
     # The dump made after the crawl: the counts of the crawl alone.
     total=$(callgrind_annotate "$out.1" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
-    printf '%-8s %-40s %14s %8s\n' "$path" "$bin" "$(awk -v t="$total" -v n="$N" 'BEGIN{printf "%.0f", t / n}')" "$bad"
+    printf '%-8s %-40s %14s %8s %12s\n' "$path" "$bin" "$(awk -v t="$total" -v n="$N" 'BEGIN{printf "%.0f", t / n}')" "$bad" "$(allocs "$out.1" "$N")"
     if [[ ${BENCH_CG_TOP:-0} -gt 0 ]]; then
       # The proxy's own steps and the libraries it calls for them, not
       # the runtime's and hyper's frames that hold them.
@@ -238,6 +261,6 @@ for path in $PATHS; do
     # the relay, unlike mannerly, does not set its own handler.
     stop "$pid" TERM
     total=$(callgrind_annotate "$out.1" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
-    printf '%-8s %-40s %14s %8s\n' "$path" "stack ($STACK_RELAY)" "$(awk -v t="$total" -v n="$N" 'BEGIN{printf "%.0f", t / n}')" "$bad"
+    printf '%-8s %-40s %14s %8s %12s\n' "$path" "stack ($STACK_RELAY)" "$(awk -v t="$total" -v n="$N" 'BEGIN{printf "%.0f", t / n}')" "$bad" "$(allocs "$out.1" "$N")"
   fi
 done
