@@ -663,12 +663,12 @@ impl Exchange {
                 self.through_parent(resp)
             }
             Ok(Err(e)) => {
-                self.failed(permit.take(), failure::distress(&e)).await;
+                Box::pin(self.failed(permit.take(), failure::distress(&e))).await;
                 Err(failure::upstream(&e))
             }
             Err(_) => {
                 let timeout = Failure::Distress(Distress::FirstByteTimeout);
-                self.failed(permit.take(), timeout).await;
+                Box::pin(self.failed(permit.take(), timeout)).await;
                 Err(failure::no_first_byte(first_byte))
             }
         }

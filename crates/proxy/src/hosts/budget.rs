@@ -231,7 +231,7 @@ impl Budgets {
         let now = self.clock.now_std();
         let report = match &self.backend {
             Backend::Memory(m) => m.reset(host, now),
-            Backend::Redis(r) => Some(r.reset(host, now, self.clock.wall()).await.value),
+            Backend::Redis(r) => Some(Box::pin(r.reset(host, now, self.clock.wall())).await.value),
         };
         // Slots reserved behind the old pause are gone with it.
         if let Some(l) = self.lines.get(host_key(host).as_ref()) {
@@ -320,8 +320,7 @@ impl Budgets {
         let Some((_, delay)) = self.crawl_delays.remove(key) else {
             return;
         };
-        r.set_crawl_delay(key, self.clock.now_std(), self.clock.wall(), delay)
-            .await;
+        Box::pin(r.set_crawl_delay(key, self.clock.now_std(), self.clock.wall(), delay)).await;
     }
 
     /// Reserves `key`'s next slot: the reservation, with Redis what it was
@@ -342,9 +341,11 @@ impl Budgets {
             (Backend::Memory(m), Loan::Not) => (m.admit_own(key, now, hold_left), None, at),
             (Backend::Redis(r), Loan::May) => match r.take_early_admit(key, now, hold_left) {
                 Some((d, made)) => (d.value, Some(d.basis), Instant::from_std(made)),
-                None => shared(r.admit(key, now, wall, hold_left).await),
+                None => shared(Box::pin(r.admit(key, now, wall, hold_left)).await),
             },
-            (Backend::Redis(r), Loan::Not) => shared(r.admit_own(key, now, wall, hold_left).await),
+            (Backend::Redis(r), Loan::Not) => {
+                shared(Box::pin(r.admit_own(key, now, wall, hold_left)).await)
+            }
         }
     }
 
@@ -363,16 +364,15 @@ impl Budgets {
                 None,
             ),
             Backend::Redis(r) => {
-                let d = r
-                    .try_start_then_admit(
-                        key,
-                        now.into_std(),
-                        self.clock.wall(),
-                        hold_left,
-                        reserved.into_std(),
-                        next_hold,
-                    )
-                    .await;
+                let d = Box::pin(r.try_start_then_admit(
+                    key,
+                    now.into_std(),
+                    self.clock.wall(),
+                    hold_left,
+                    reserved.into_std(),
+                    next_hold,
+                ))
+                .await;
                 (d.value.0, d.value.1, Some(d.basis))
             }
         }
@@ -546,7 +546,7 @@ impl Permit {
             // Every shared start hands out a lease; without one there is
             // nothing to give back, only something to learn.
             (Backend::Redis(r), lease) => {
-                r.on_response(
+                Box::pin(r.on_response(
                     &self.host,
                     lease.as_ref().unwrap_or(&Lease::Local),
                     now,
@@ -556,7 +556,7 @@ impl Permit {
                     announced,
                     ttfb_ms,
                     jitter,
-                )
+                ))
                 .await
                 .value
             }
@@ -577,7 +577,7 @@ impl Permit {
             (Backend::Memory(m), _) => m.on_failure(&self.host, now, failure, jitter),
             (Backend::Redis(r), lease) => {
                 let lease = lease.as_ref().unwrap_or(&Lease::Local);
-                r.on_failure(&self.host, lease, now, b.clock.wall(), failure, jitter)
+                Box::pin(r.on_failure(&self.host, lease, now, b.clock.wall(), failure, jitter))
                     .await
                     .value
             }

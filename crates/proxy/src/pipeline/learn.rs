@@ -64,7 +64,7 @@ impl Exchange {
                 // The pause is on disk before it counts: before the 429 is
                 // answered or the request waits to be sent again, so a
                 // `kill -9` the moment after still finds the host paused.
-                self.shared.save_budgets_now().await;
+                Box::pin(self.shared.save_budgets_now()).await;
                 let veto = learned.throttle_veto;
                 Ok(self.throttled(parts, resp, &t, cache.outcome, veto))
             }
@@ -121,7 +121,7 @@ impl Exchange {
             cache.params(),
         );
         if !keys.is_empty() {
-            cache.remove_now(keys).await;
+            Box::pin(cache.remove_now(keys)).await;
         }
     }
 

@@ -80,7 +80,7 @@ impl Exchange {
         }
         let settled = charge.settled;
         let held = p.held.amount.clone();
-        match p.held.settle(settled).await {
+        match Box::pin(p.held.settle(settled)).await {
             Ok(Settled::Counted) => {}
             Ok(Settled::Foreign(counted)) => {
                 let counted = counted.map_or_else(
