@@ -23,7 +23,7 @@ use crate::target::Target;
 /// the request's own path) rather than by parsing `url` whole again, which
 /// was 0.5% of a request. A path that is not one (`OPTIONS *`) takes the
 /// parse, and its verdict.
-fn origin_uri(parts: &Parts, target: &Target, url: &str) -> Result<Uri, String> {
+pub(super) fn origin_uri(parts: &Parts, target: &Target, url: &str) -> Result<Uri, String> {
     let whole = || {
         url.parse::<Uri>()
             .map_err(|e| format!("cannot forward {url}: {e}"))

@@ -54,7 +54,7 @@ async fn the_origin_gets_the_clients_request_without_its_hops_and_with_our_valid
 
 /// The origin's URI is put together from the parts already parsed; it is
 /// the URI that parsing the request's URL whole gives, for every form of
-/// target and path (ports, IPv6 literals, queries, no path, `*`).
+/// target and path (ports, IPv6 literals, queries, no path).
 #[tokio::test(start_paused = true)]
 async fn the_origins_uri_is_the_parsed_url_for_every_form_of_target() {
     let f = Fixture::new(Config::default()).await;
@@ -77,5 +77,23 @@ async fn the_origins_uri_is_the_parsed_url_for_every_form_of_target() {
         let parsed: http::Uri = url.parse().expect("the record's URL parses");
         assert_eq!(out.uri(), &parsed, "{uri}");
         assert_eq!(out.uri().to_string(), url, "{uri}");
+    }
+}
+
+/// A request target that is no path (`OPTIONS *` inside a tunnel) gets
+/// what parsing its URL whole says, as before the URI was put together.
+#[test]
+fn a_target_that_is_no_path_gets_the_whole_urls_verdict() {
+    use crate::target::{Scheme, Target};
+    let target = Target::new(Scheme::Https, "example.org".into(), 443);
+    let parts = request(Method::OPTIONS, "*", &[]);
+    let url = target.url(parts.uri.path_and_query());
+    let made = super::super::request::origin_uri(&parts, &target, &url);
+    match url.parse::<http::Uri>() {
+        Ok(parsed) => assert_eq!(made.expect("parses whole"), parsed),
+        Err(e) => assert_eq!(
+            made.expect_err("refused whole"),
+            format!("cannot forward {url}: {e}")
+        ),
     }
 }
