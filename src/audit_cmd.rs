@@ -111,8 +111,9 @@ pub fn verify(
     let whole_set = files.len() > 1 || paths.iter().any(|p| p.is_dir());
     let mut v = Verifier::new(key).whole_set(whole_set);
     let mut seals = Seals::default();
-    for f in &files {
-        feed(&mut v, f, &mut seals)?;
+    let mut torn = None;
+    for (i, f) in files.iter().enumerate() {
+        torn = feed(&mut v, f, &mut seals, i + 1 == files.len())?;
     }
     let report = v.finish(|ts| {
         humantime::parse_rfc3339(ts)
@@ -122,7 +123,17 @@ pub fn verify(
     });
     print_files(&report);
     let live = files.last().and_then(|f| writer_running(config, f));
-    let code = verdict(&report, live.as_ref());
+    let mut code = verdict(&report, live.as_ref());
+    if let (Some(bytes), Some(last)) = (torn, files.last()) {
+        println!(
+            "torn: {} ends in {bytes} bytes that are not a line and have no newline: the start of a line whose write the proxy died in (kill -9, power loss); no answer waited on it, and the proxy drops it when it next opens the file",
+            last.display()
+        );
+        if report.problems.is_empty() && report.keyed {
+            // Not a clean stop, whatever the checkpoints say.
+            code = ExitCode::from(UNSEALED);
+        }
+    }
     match heads {
         Some(head) if !witnessed(&head, &seals) => Ok(ExitCode::from(1)),
         _ => Ok(code),
@@ -194,11 +205,21 @@ fn witnessed((chain, cp): &(String, Checkpoint), seals: &Seals) -> bool {
 /// Gives the verifier one file, line by line, noting its checkpoints.
 /// Bytes that are not UTF-8 are replaced rather than refused, so that the
 /// chain check, not this reader, names the line as tampered with.
-fn feed(v: &mut Verifier, f: &Path, seals: &mut Seals) -> Result<()> {
+///
+/// A last file's last line that has no newline and is not a line is the
+/// start of a line whose write the proxy died in: it is left out and
+/// returned (its length), not read as tampering. The proxy drops it when
+/// it next opens the file.
+fn feed(v: &mut Verifier, f: &Path, seals: &mut Seals, last_file: bool) -> Result<Option<usize>> {
     let name = f.display().to_string();
     v.start_file(&name);
     let mut n = 0;
-    each_line(f, |line| {
+    let mut torn = None;
+    each_line_ended(f, |line, ended| {
+        if last_file && !ended && split_line(line).is_none() {
+            torn = Some(line.len());
+            return Ok(());
+        }
         n += 1;
         v.line(line);
         if line.contains("\"outcome\":\"checkpoint\"") {
@@ -209,7 +230,8 @@ fn feed(v: &mut Verifier, f: &Path, seals: &mut Seals) -> Result<()> {
             }
         }
         Ok(())
-    })
+    })?;
+    Ok(torn)
 }
 
 /// One line per file: its length, whether its chain held, how far it is
@@ -321,6 +343,12 @@ fn verdict(report: &Report, live: Option<&(PathBuf, Option<u32>)>) -> ExitCode {
 /// Calls `f` with each line of a file, without its newline; bytes that are
 /// not UTF-8 are replaced, so the proofs, not this reader, refuse them.
 pub fn each_line(path: &Path, mut f: impl FnMut(&str) -> Result<()>) -> Result<()> {
+    each_line_ended(path, |line, _| f(line))
+}
+
+/// [`each_line`], also saying whether the line ended with a newline (only
+/// a file's last line can lack one).
+fn each_line_ended(path: &Path, mut f: impl FnMut(&str, bool) -> Result<()>) -> Result<()> {
     let name = path.display().to_string();
     let file = std::fs::File::open(path).with_context(|| name.clone())?;
     let mut r = std::io::BufReader::with_capacity(256 * 1024, file);
@@ -333,10 +361,11 @@ pub fn each_line(path: &Path, mut f: impl FnMut(&str) -> Result<()>) -> Result<(
         {
             return Ok(());
         }
+        let ended = buf.last() == Some(&b'\n');
         let line = String::from_utf8_lossy(&buf);
         let line = line.trim_end_matches(['\n', '\r']);
         if !line.is_empty() {
-            f(line)?;
+            f(line, ended)?;
         }
     }
 }

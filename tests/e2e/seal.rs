@@ -388,3 +388,68 @@ fn log_rows(path: &std::path::Path) -> Vec<String> {
         .map(str::to_string)
         .collect()
 }
+
+/// A kill -9 between two pages of one `write` leaves the start of a line
+/// with no newline (the kernel keeps the pages before the signal): `audit
+/// verify` names it as a crash, not as tampering, and a proxy started on
+/// the file drops it and chains on from the last whole line.
+#[tokio::test]
+async fn a_line_torn_by_a_crash_reads_as_a_crash_and_is_dropped_at_the_next_start() {
+    let origin = Origin::http(ok_origin()).await;
+    let data = tempfile::tempdir().unwrap();
+    let dir = data.path().to_path_buf();
+    let log = dir.join("audit.jsonl").display().to_string();
+    let (d, l) = (dir.clone(), log.clone());
+    let mut proxy = TestProxy::start(move |c| {
+        c.data_dir = d;
+        c.audit.path = l;
+        c.audit.checkpoint_lines = 10;
+    })
+    .await;
+    let c = proxy.client();
+    for i in 0..5 {
+        get_ok(&c, &format!("http://127.0.0.1:{}/t{i}", origin.port())).await;
+    }
+    let path = proxy.audit_path.clone();
+    proxy.stop().await;
+    let key = pubkey(&dir);
+    let whole = std::fs::read_to_string(&path).unwrap();
+    let rows = log_rows(&path);
+    // Half of a line like the others, as a write cut at a page leaves it.
+    let torn = &rows[1][..rows[1].len() / 2];
+    std::fs::write(&path, format!("{whole}{torn}")).unwrap();
+
+    let (code, out) = verify(Some(&key), &[&path]);
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("torn:") && !out.contains("FAILED"), "{out}");
+    assert!(out.contains(&format!("{} bytes", torn.len())), "{out}");
+
+    // The same bytes in the middle of a file are tampering.
+    let mid = data.path().join("mid.jsonl");
+    std::fs::write(&mid, format!("{torn}\n{whole}")).unwrap();
+    let (code, out) = verify(Some(&key), &[&mid]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("FAILED"), "{out}");
+    std::fs::remove_file(&mid).unwrap();
+
+    let mut proxy = TestProxy::start(move |c| {
+        c.data_dir = dir;
+        c.audit.path = log;
+    })
+    .await;
+    get_ok(
+        &proxy.client(),
+        &format!("http://127.0.0.1:{}/after", origin.port()),
+    )
+    .await;
+    proxy.stop().await;
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.starts_with(&whole), "the whole lines before it stay");
+    for line in text[whole.len()..].lines() {
+        let parsed = serde_json::from_str::<serde_json::Value>(line);
+        assert!(parsed.is_ok(), "the torn bytes are gone: {line}");
+    }
+    let (code, out) = verify(Some(&key), &[&path]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("last: clean shutdown"), "{out}");
+}

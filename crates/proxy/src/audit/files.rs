@@ -15,8 +15,9 @@ use crate::error::AuditError;
 /// from (the last line's, or the newest rotated file's when `path` is new).
 pub(super) fn open_file(path: &Path) -> Result<(File, u64, String), AuditError> {
     let mut file = datadir::open_append(path)?;
-    let (lines, last) =
-        scan(&mut file).map_err(|e| AuditError::Log(format!("{}: {e}", path.display())))?;
+    let log = |e: io::Error| AuditError::Log(format!("{}: {e}", path.display()));
+    drop_torn_tail(&mut file, path).map_err(log)?;
+    let (lines, last) = scan(&mut file).map_err(log)?;
     let prev = match last {
         Some(line) => last_chain(&line).ok_or_else(|| {
             AuditError::Log(format!(
@@ -30,6 +31,40 @@ pub(super) fn open_file(path: &Path) -> Result<(File, u64, String), AuditError> 
         },
     };
     Ok((file, lines, prev))
+}
+
+/// Drops what follows the file's last newline: the start of a line whose
+/// `write` the process died in (a kill -9 lands between two pages of one
+/// write, and the kernel keeps the pages before it). No answer waited on
+/// it: an answer is released only once its line's write has returned. Left
+/// in place, the next line would follow it on the same line, and the
+/// file would read as tampered with. Returns the bytes dropped.
+pub(super) fn drop_torn_tail(f: &mut File, path: &Path) -> io::Result<u64> {
+    let len = f.seek(SeekFrom::End(0))?;
+    if len == 0 {
+        return Ok(0);
+    }
+    let start = len.saturating_sub(256 * 1024);
+    f.seek(SeekFrom::Start(start))?;
+    let mut tail = Vec::new();
+    f.take(len - start).read_to_end(&mut tail)?;
+    if tail.last() == Some(&b'\n') {
+        return Ok(0);
+    }
+    let keep = match tail.iter().rposition(|b| *b == b'\n') {
+        Some(i) => start + i as u64 + 1,
+        None if start == 0 => 0,
+        // No newline in the last 256 KiB: no line of ours; left for
+        // `audit verify` to name.
+        None => return Ok(0),
+    };
+    f.set_len(keep)?;
+    tracing::warn!(
+        "{}: dropped {} bytes after its last newline: a line whose write the proxy died in (its answer was never released)",
+        path.display(),
+        len - keep
+    );
+    Ok(len - keep)
 }
 
 /// Counts the lines of a file and returns its last non-empty line.
@@ -164,4 +199,35 @@ pub(super) fn rotated_name(path: &Path, clock: &Clock) -> PathBuf {
 
 pub(super) fn now_rfc3339(clock: &Clock) -> String {
     humantime::format_rfc3339_millis(clock.wall()).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What is left of a file holding `bytes` once its torn tail is dropped,
+    /// and how many bytes went.
+    fn after_drop(bytes: &[u8]) -> (Vec<u8>, u64) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        std::fs::write(&path, bytes).unwrap();
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .read(true)
+            .open(&path)
+            .unwrap();
+        let dropped = drop_torn_tail(&mut f, &path).unwrap();
+        (std::fs::read(&path).unwrap(), dropped)
+    }
+
+    #[test]
+    fn only_what_follows_the_last_newline_is_dropped() {
+        assert_eq!(
+            after_drop(b"{\"a\":1}\n{\"b\""),
+            (b"{\"a\":1}\n".to_vec(), 4)
+        );
+        assert_eq!(after_drop(b"{\"a\":1}\n"), (b"{\"a\":1}\n".to_vec(), 0));
+        assert_eq!(after_drop(b""), (Vec::new(), 0));
+        assert_eq!(after_drop(b"{\"a\""), (Vec::new(), 4));
+    }
 }

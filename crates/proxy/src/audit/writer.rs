@@ -12,7 +12,7 @@ use mannerly_policy::{
 };
 use tokio::sync::oneshot;
 
-use super::files::{now_rfc3339, rebuild, rotated_name, scan};
+use super::files::{drop_torn_tail, now_rfc3339, rebuild, rotated_name, scan};
 use super::witness::Witness;
 use crate::clock::Clock;
 use crate::config::{AuditConfig, AuditSync, AuditTarget};
@@ -327,7 +327,12 @@ impl Writer {
         }
         match datadir::open_append(&path)
             .map_err(|e| e.to_string())
-            .and_then(|mut f| scan(&mut f).map(|(n, _)| (f, n)).map_err(|e| e.to_string()))
+            .and_then(|mut f| {
+                drop_torn_tail(&mut f, &path)
+                    .and_then(|_| scan(&mut f))
+                    .map(|(n, _)| (f, n))
+                    .map_err(|e| e.to_string())
+            })
             .and_then(|(f, n)| match n {
                 0 => Ok((f, n, (FileTrees::default(), self.prev.clone()))),
                 _ => rebuild(&path).map(|t| (f, n, t)).map_err(|e| e.to_string()),
