@@ -40,15 +40,9 @@ pub(super) fn open_file(path: &Path) -> Result<(File, u64, String), AuditError> 
 /// in place, the next line would follow it on the same line, and the
 /// file would read as tampered with. Returns the bytes dropped.
 pub(super) fn drop_torn_tail(f: &mut File, path: &Path) -> io::Result<u64> {
-    let len = f.seek(SeekFrom::End(0))?;
-    if len == 0 {
-        return Ok(0);
-    }
-    let start = len.saturating_sub(256 * 1024);
-    f.seek(SeekFrom::Start(start))?;
-    let mut tail = Vec::new();
-    f.take(len - start).read_to_end(&mut tail)?;
-    if tail.last() == Some(&b'\n') {
+    let (start, tail) = read_tail(f)?;
+    let len = start + tail.len() as u64;
+    if tail.is_empty() || tail.last() == Some(&b'\n') {
         return Ok(0);
     }
     let keep = match tail.iter().rposition(|b| *b == b'\n') {
@@ -67,6 +61,17 @@ pub(super) fn drop_torn_tail(f: &mut File, path: &Path) -> io::Result<u64> {
     Ok(len - keep)
 }
 
+/// The file's last 256 KiB (all of a smaller one) and where they start:
+/// enough for its last line, which is a few hundred bytes.
+fn read_tail(f: &mut File) -> io::Result<(u64, Vec<u8>)> {
+    let len = f.seek(SeekFrom::End(0))?;
+    let start = len.saturating_sub(256 * 1024);
+    f.seek(SeekFrom::Start(start))?;
+    let mut tail = Vec::new();
+    f.take(len - start).read_to_end(&mut tail)?;
+    Ok((start, tail))
+}
+
 /// Counts the lines of a file and returns its last non-empty line.
 pub(super) fn scan(f: &mut File) -> io::Result<(u64, Option<String>)> {
     f.seek(SeekFrom::Start(0))?;
@@ -79,14 +84,7 @@ pub(super) fn scan(f: &mut File) -> io::Result<(u64, Option<String>)> {
         }
         lines += buf[..n].iter().filter(|b| **b == b'\n').count() as u64;
     }
-    let len = f.seek(SeekFrom::End(0))?;
-    if len == 0 {
-        return Ok((0, None));
-    }
-    let start = len.saturating_sub(256 * 1024);
-    f.seek(SeekFrom::Start(start))?;
-    let mut tail = Vec::new();
-    f.take(len - start).read_to_end(&mut tail)?;
+    let (_, tail) = read_tail(f)?;
     let last = BufReader::new(&tail[..])
         .lines()
         .map_while(Result::ok)
