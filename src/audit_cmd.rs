@@ -111,9 +111,8 @@ pub fn verify(
     let whole_set = files.len() > 1 || paths.iter().any(|p| p.is_dir());
     let mut v = Verifier::new(key).whole_set(whole_set);
     let mut seals = Seals::default();
-    let mut torn = None;
-    for (i, f) in files.iter().enumerate() {
-        torn = feed(&mut v, f, &mut seals, i + 1 == files.len())?;
+    for f in &files {
+        feed(&mut v, f, &mut seals)?;
     }
     let report = v.finish(|ts| {
         humantime::parse_rfc3339(ts)
@@ -124,7 +123,7 @@ pub fn verify(
     print_files(&report);
     let live = files.last().and_then(|f| writer_running(config, f));
     let mut code = verdict(&report, live.as_ref());
-    if let (Some(bytes), Some(last)) = (torn, files.last()) {
+    if let (Some(bytes), Some(last)) = (report.torn, files.last()) {
         println!(
             "torn: {} ends in {bytes} bytes that are not a line and have no newline: the start of a line whose write the proxy died in (kill -9, power loss); no answer waited on it, and the proxy drops it when it next opens the file",
             last.display()
@@ -205,23 +204,19 @@ fn witnessed((chain, cp): &(String, Checkpoint), seals: &Seals) -> bool {
 /// Gives the verifier one file, line by line, noting its checkpoints.
 /// Bytes that are not UTF-8 are replaced rather than refused, so that the
 /// chain check, not this reader, names the line as tampered with.
-///
-/// A last file's last line that has no newline and is not a line is the
-/// start of a line whose write the proxy died in: it is left out and
-/// returned (its length), not read as tampering. The proxy drops it when
-/// it next opens the file.
-fn feed(v: &mut Verifier, f: &Path, seals: &mut Seals, last_file: bool) -> Result<Option<usize>> {
+/// A line without a newline (a file's last) goes to the verifier as such:
+/// the start of a line a crash cut is not tampering at the log's end.
+fn feed(v: &mut Verifier, f: &Path, seals: &mut Seals) -> Result<()> {
     let name = f.display().to_string();
     v.start_file(&name);
     let mut n = 0;
-    let mut torn = None;
     each_line_ended(f, |line, ended| {
-        if last_file && !ended && split_line(line).is_none() {
-            torn = Some(line.len());
-            return Ok(());
-        }
         n += 1;
-        v.line(line);
+        if ended {
+            v.line(line);
+        } else {
+            v.unended_line(line);
+        }
         if line.contains("\"outcome\":\"checkpoint\"") {
             if let Some(chain) = last_chain(line) {
                 seals.chains.insert(chain);
@@ -230,8 +225,7 @@ fn feed(v: &mut Verifier, f: &Path, seals: &mut Seals, last_file: bool) -> Resul
             }
         }
         Ok(())
-    })?;
-    Ok(torn)
+    })
 }
 
 /// One line per file: its length, whether its chain held, how far it is

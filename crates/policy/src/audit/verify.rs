@@ -133,6 +133,11 @@ pub struct Report {
     pub keyed: bool,
     /// The first file's first line chains from a file that was not given.
     pub starts_mid_log: bool,
+    /// Bytes that end the last file without a newline and are not a line:
+    /// the start of a line whose `write` the proxy died in (a kill -9
+    /// between two pages of one write). No answer waited on it; not a clean
+    /// stop, not tampering.
+    pub torn: Option<u64>,
 }
 
 /// One file of a verified log.
@@ -194,6 +199,8 @@ pub struct Verifier {
     trees: FileTrees,
     /// The chain value the current file's first line continues.
     file_start: Option<String>,
+    /// A line without a newline that is not a line: torn if nothing follows.
+    unended: Option<u64>,
 }
 
 impl Verifier {
@@ -215,6 +222,7 @@ impl Verifier {
             whole_set: false,
             trees: FileTrees::verifying(),
             file_start: None,
+            unended: None,
         }
     }
 
@@ -228,6 +236,7 @@ impl Verifier {
 
     /// Begins the next file of the log.
     pub fn start_file(&mut self, name: &str) {
+        self.not_the_end();
         self.report.files.push(FileReport {
             name: name.to_string(),
             ..FileReport::default()
@@ -252,10 +261,30 @@ impl Verifier {
         self.failed_file = true;
     }
 
+    /// A file's last line when it has no newline: a line like any other,
+    /// or, when it is not one, bytes of a torn write, which are tampering
+    /// unless they end the log ([`Report::torn`]).
+    pub fn unended_line(&mut self, text: &str) {
+        if split_line(text).is_some() || self.failed_file {
+            self.line(text);
+        } else {
+            self.unended = Some(text.len() as u64);
+        }
+    }
+
+    /// Torn bytes followed by more of the log were not a crash's.
+    fn not_the_end(&mut self) {
+        if self.unended.take().is_some() {
+            let (file, line) = (self.file().name.clone(), self.line + 1);
+            self.fail(Problem::Malformed { file, line });
+        }
+    }
+
     /// Checks one line (without its newline). After the first problem in a
     /// file the rest of that file is skipped; the next file is checked
     /// against the chain as it stood.
     pub fn line(&mut self, text: &str) {
+        self.not_the_end();
         if self.failed_file {
             return;
         }
@@ -384,6 +413,7 @@ impl Verifier {
     /// The findings. `parse_ts` turns an RFC 3339 time into seconds, for
     /// the check that the unsealed tail spans at most one interval.
     pub fn finish(mut self, parse_ts: impl Fn(&str) -> Option<f64>) -> Report {
+        self.report.torn = self.unended.take();
         let Some(last) = self.report.files.last().cloned() else {
             return self.report;
         };
@@ -502,6 +532,48 @@ mod tests {
         v.line(&first);
         v.line(&second);
         v.finish(|_| None)
+    }
+
+    /// Bytes without a newline that are not a line are a crash's torn write
+    /// at the end of the log, and tampering anywhere else.
+    #[test]
+    fn a_torn_line_is_a_crash_only_at_the_end_of_the_log() {
+        let content = r#"{"ts":"2026-01-01T00:00:00.000Z","id":"a","host":"a.test"}"#;
+        let (first, chain) = chain_line(GENESIS, content);
+        let (second, _) = chain_line(&chain, content);
+        let torn = &second[..second.len() / 2];
+        let read = |files: &[&[(&str, bool)]]| {
+            let mut v = Verifier::new(None);
+            for (i, lines) in files.iter().enumerate() {
+                v.start_file(&format!("f{i}"));
+                for (text, ended) in lines.iter() {
+                    if *ended {
+                        v.line(text);
+                    } else {
+                        v.unended_line(text);
+                    }
+                }
+            }
+            v.finish(|_| None)
+        };
+        let at_end = read(&[&[(&first, true), (torn, false)]]);
+        assert_eq!(at_end.problems, vec![]);
+        assert_eq!(at_end.torn, Some(torn.len() as u64));
+        assert_eq!(at_end.files[0].lines, 1);
+        // A whole line that lost only its newline is a line.
+        let whole = read(&[&[(&first, true), (&second, false)]]);
+        assert_eq!((whole.problems.clone(), whole.torn), (vec![], None));
+        assert_eq!(whole.files[0].lines, 2);
+        // Followed by another file: not the log's end.
+        let then_more = read(&[&[(&first, true), (torn, false)], &[(&second, true)]]);
+        assert_eq!(
+            then_more.problems,
+            vec![Problem::Malformed {
+                file: "f0".into(),
+                line: 2
+            }]
+        );
+        assert_eq!(then_more.torn, None);
     }
 
     #[test]
