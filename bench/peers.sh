@@ -418,6 +418,28 @@ ticks() { # pid, [user]
   done
   echo "$total"
 }
+# Work a peer defers (mannerly's store writer, squid's disk threads) goes on
+# after a run's last answer, on the CPU the next peer is pinned to. A run
+# waits for its peer to go quiet (under 4% of a CPU in each quarter second
+# of 1.25 s running, which outlasts the store's 1 s wait before it commits
+# reads alone; 30 s at most) and counts that CPU as the run's, so that no
+# run pays for the one before it (a fill's work is not billed to the timed
+# run after it). SETTLED: how long it stayed busy, in ms.
+declare -A SETTLED
+settle() { # pid, tag
+  local t0 t1 quiet=0 polls=0 hz
+  [[ -n $1 ]] || return 0
+  hz=$(getconf CLK_TCK)
+  t0=$(ticks "$1")
+  while ((quiet < 5 && polls < 120)); do
+    sleep 0.25
+    polls=$((polls + 1))
+    t1=$(ticks "$1")
+    if (( (t1 - t0) * 100 <= hz )); then quiet=$((quiet + 1)); else quiet=0; fi
+    t0=$t1
+  done
+  SETTLED[$2]=$(( (polls - quiet) * 250 ))
+}
 declare -A PEER_PID
 # Pinned mode: how idle the load CPU (CPU 1: wrk, curl and the origin) was
 # during a run. A write on CPU 0 that wakes a reader on an idle CPU 1 makes
@@ -489,16 +511,19 @@ for path in $PATHS; do
         # asks only for pages the fill stored (the line below says so).
         tag=fill-$round
         run "$tag" "$port" "$url" 1 "$tag" "${BENCH_RECRAWL_FILL:-$((DURATION * 3))}"
+        settle "${PEER_PID[$peer]:-}" "$tag"
         revalidated=$(outcomes revalidated) fetched=$(outcomes fetched)
       fi
       if [[ $path == recrawl && $peer == before ]]; then
         tag=fill-before-$round
         run "$tag" "$port" "$url" 1 "$tag" "${BENCH_RECRAWL_FILL:-$((DURATION * 3))}"
+        settle "${PEER_PID[$peer]:-}" "$tag"
       fi
       if [[ $path == recrawl && $peer == squiddisk ]]; then
         # squid's fill, the same length as mannerly's: pages on its disk.
         tag=fill-squiddisk-$round
         run "$tag" "$port" "$url" 1 "$tag" "${BENCH_RECRAWL_FILL:-$((DURATION * 3))}"
+        settle "${PEER_PID[$peer]:-}" "$tag"
       fi
       [[ $peer == squiddisk ]] && sq_before=$(squid_counters)
       perf_pid=
@@ -515,6 +540,7 @@ for path in $PATHS; do
       idle0=$(load_idle)
       run "$path-$peer-$round" "$port" "$url" "${UNIQ[$path]}" "$tag"
       [[ ${BENCH_PIN:-0} == 1 ]] && IDLE[$path-$peer-$round]=$(idle_pct "$idle0" "$(load_idle)")
+      settle "$pid" "$path-$peer-$round"
       if [[ -n $stat_pid ]]; then
         kill -INT "$stat_pid"; wait "$stat_pid" || true
         SYSCALLS[$path-$peer-$round]=$(awk -F, '/raw_syscalls/ {print $1}' "$WORK/sys-$path-$peer-$round.txt")
@@ -566,7 +592,6 @@ https_run() { # name, requests, port, CA file, [proxy host:port] (HTTPS_PID: the
     "${ON_LOAD_CPU[@]}" "$HTTPS_LOAD" --url "$url" --connect "127.0.0.1:$port" --cacert "$ca" \
       --requests "$n" --connections 16 ${proxy:+--proxy "$proxy"} \
       >"$WORK/https-$name.txt" 2>"$WORK/https-$name.err" || true
-    [[ -n $pid ]] && used=$(( $(ticks "$pid") - before ))
     read -r got secs p50 p99 bad <"$WORK/https-$name.txt" || { got=0 secs=1 p50=0 p99=0 bad=$n; }
   else
     : >"$WORK/urls-$name"
@@ -577,7 +602,6 @@ https_run() { # name, requests, port, CA file, [proxy host:port] (HTTPS_PID: the
       --resolve "localhost:$port:127.0.0.1" -w '%{http_code} %{time_total}\n' --cacert "$ca" ${proxy:+-x "http://$proxy"} \
       >"$WORK/https-$name.txt" 2>"$WORK/https-$name.err" || true
     t1=$(date +%s.%N)
-    [[ -n $pid ]] && used=$(( $(ticks "$pid") - before ))
     secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN{print b-a}')
     got=$(wc -l <"$WORK/https-$name.txt")
     bad=$(awk -v n="$n" '$1 != 200 {b++} END {print b + (n - NR)}' "$WORK/https-$name.txt")
@@ -586,6 +610,8 @@ https_run() { # name, requests, port, CA file, [proxy host:port] (HTTPS_PID: the
     p99=$(sed -n "$(( (got * 99 + 99) / 100 ))p" "$WORK/https-$name.sorted")
   fi
   [[ ${BENCH_PIN:-0} == 1 ]] && idle=$(idle_pct "$idle0" "$(load_idle)")
+  settle "$pid" "https-$name"
+  [[ -n $pid ]] && used=$(( $(ticks "$pid") - before ))
   [[ -n $pid ]] && cpu=$(awk -v t="$used" -v n="$got" -v hz="$(getconf CLK_TCK)" 'BEGIN{ if (n > 0) printf "%.1f", t * 1e6 / hz / n; else print "-" }')
   printf '%s %.0f %.2f %.2f %d %s %s\n' "$name" "$(awk -v g="$got" -v s="$secs" 'BEGIN{print g/s}')" \
     "${p50:-0}" "${p99:-0}" "$bad" "$cpu" "${idle:--}" >"$WORK/https-$name.sum"
@@ -707,6 +733,8 @@ if [[ ${BENCH_PERF:-0} == 1 ]]; then
 fi
 echo
 [[ " $PEERS " == *" squiddisk "* ]] && echo "squiddisk: $(squid_objects) objects on disk ($SQUID_STORE)"
+slow=$(for t in "${!SETTLED[@]}"; do if ((SETTLED[$t] >= 500)); then echo "$t ${SETTLED[$t]} ms"; fi; done | sort | paste -sd, | sed 's/,/, /g')
+echo "busy for 0.5 s or more after a run (counted in its CPU): ${slow:-none}"
 echo "mannerly audit: $(outcomes revalidated) revalidated, $(cat "$WORK"/data/audit.jsonl* | grep -c '"cache":"stored"' || true) stored, $(cat "$WORK"/data/audit.jsonl* | wc -l) lines in $(ls "$WORK"/data/audit.jsonl* | wc -l) file(s)"
 "$MANNERLY" audit verify "$WORK/data" >/dev/null 2>&1 && echo "audit chain: intact" || echo "audit chain: see mannerly audit verify (end unsealed while running is expected)"
 if [[ ${BENCH_PIN:-0} == 1 ]]; then

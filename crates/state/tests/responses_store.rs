@@ -305,6 +305,33 @@ fn reopen_keeps_entries_records_and_recency() {
     assert!(body_of(&store, "/1", &[]).is_some());
 }
 
+/// Reads that no write follows reach the disk on their own, a second or
+/// so later: a long spell of reads is not left for one write to carry.
+#[test]
+fn reads_reach_the_disk_without_a_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.redb");
+    let body = [1u8; 1000];
+    {
+        let store = open(&path, cap()).unwrap();
+        put_pages(&store, &["/1", "/2", "/3"], &body);
+        let commits = store.stats().commits;
+        assert!(body_of(&store, "/1", &[]).is_some());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while store.stats().commits == commits {
+            assert!(Instant::now() < deadline, "the read was not committed");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    // /1 was read after /2 and /3 were written: /2 is the oldest now.
+    let store = open(&path, cap()).unwrap();
+    store
+        .put(&meta("/4", &[], &[("etag", "\"e\"")]), &body)
+        .unwrap();
+    assert!(body_of(&store, "/2", &[]).is_none());
+    assert!(body_of(&store, "/1", &[]).is_some());
+}
+
 /// A store written in the first layout (records keyed by variant, ticks
 /// beside them) opens with its entries and their recency; an entry that had
 /// no tick counts as the least recent.
@@ -358,6 +385,9 @@ fn a_store_in_the_first_layout_is_moved_on_open() {
     }
     {
         let store = open(&path, cap()).unwrap();
+        // These reads must not reach the disk: the writer, held, cannot
+        // commit them on its own.
+        let _hold = store.hold_writer();
         assert_eq!(store.stats().entries, 3);
         for p in ["/1", "/2", "/3"] {
             assert_eq!(body_of(&store, p, &[]).unwrap(), body, "{p}");

@@ -192,6 +192,11 @@ impl Index {
         self.read_rows.get(variant).is_some()
     }
 
+    /// Whether [`Index::take_reads`] has anything to give.
+    pub(crate) fn has_reads(&self) -> bool {
+        self.lru.has_dirty()
+    }
+
     /// Reads since the last write, to persist with it: `(variant, tick,
     /// size)`; from then on they have a read row.
     pub(crate) fn take_reads(&mut self) -> Vec<(String, u64, u64)> {

@@ -120,6 +120,10 @@ impl Lru {
         out
     }
 
+    pub(crate) fn has_dirty(&self) -> bool {
+        !self.dirty.is_empty()
+    }
+
     /// Reads since the last write, to persist with it: `(key, tick, size)`.
     pub(crate) fn take_dirty(&mut self) -> Vec<(String, u64, u64)> {
         let dirty = std::mem::take(&mut self.dirty);

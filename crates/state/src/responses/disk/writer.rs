@@ -19,6 +19,9 @@
 //! crawl 0.1 s of pages made that 8-10 ms, every 0.1 s: the proxy's p99
 //! (bench/README, "Issue 52, seventh round"). Half a MiB makes it 2-4 ms;
 //! a slow trickle of pages still gets one forced commit per 0.1 s.
+//!
+//! Reads (recency ticks) ride with the next commit; after [`READS_EVERY`]
+//! with no job the writer commits them alone.
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
@@ -39,6 +42,12 @@ const SYNC_EVERY: Duration = Duration::from_millis(100);
 /// With `sync = "none"`, the most page bytes committed unforced before the
 /// next commit is forced.
 const FORCE_AFTER_BYTES: usize = 512 * 1024;
+/// The longest reads wait for a write to carry them to the disk: after
+/// that the idle writer commits them alone. Without it a long spell of
+/// reads (a re-crawl answered by 304s) made the next write carry every
+/// read since, one row each: after 143,000 revalidations the first page
+/// stored took the writer and its CPU for most of a second.
+const READS_EVERY: Duration = Duration::from_secs(1);
 
 /// A job's callback. Dropped without being called (the writer is gone, or
 /// panicked), it reports [`StoreError::Closed`], so that no caller waits
@@ -172,9 +181,18 @@ pub(super) fn run(inner: &Inner, jobs: &Receiver<Job>, sync: CacheSync, now: imp
                 }
                 Err(RecvTimeoutError::Disconnected) => break,
             },
-            None => match jobs.recv() {
+            None => match jobs.recv_timeout(READS_EVERY) {
                 Ok(job) => job,
-                Err(_) => break,
+                Err(RecvTimeoutError::Timeout) => {
+                    if reads_pending(inner) {
+                        let durable = matches!(sync, CacheSync::Batch);
+                        if commit(inner, Vec::new(), durable) && !durable {
+                            unforced = Some(now());
+                        }
+                    }
+                    continue;
+                }
+                Err(RecvTimeoutError::Disconnected) => break,
             },
         };
         let mut batch = Vec::new();
@@ -219,6 +237,11 @@ pub(super) fn run(inner: &Inner, jobs: &Receiver<Job>, sync: CacheSync, now: imp
             tracing::warn!("response store: last commit not forced to disk: {e}");
         }
     }
+}
+
+/// Whether reads wait to reach the disk.
+fn reads_pending(inner: &Inner) -> bool {
+    inner.index().is_ok_and(|index| index.has_reads())
 }
 
 /// An empty forced commit: makes every earlier unforced commit durable.
@@ -273,7 +296,7 @@ fn commit(inner: &Inner, batch: Vec<Job>, durable: bool) -> bool {
             Job::Hold(_) => {}
         }
     }
-    if ops.is_empty() {
+    if ops.is_empty() && !reads_pending(inner) {
         return true;
     }
     let mut keep = Vec::new();
