@@ -1,6 +1,6 @@
 //! What the disk store keeps in memory, so that the common lookups never
 //! wait for the disk: recency and size of every stored variant (to evict, and
-//! to persist recency with the next write), which URLs have anything stored
+//! to persist recency once reads pause), which URLs have anything stored
 //! (a miss is answered without a read transaction), and the most recently
 //! used entries read more than once, decoded (a revalidation of a page
 //! crawled again and again is answered without reading, checksumming and
@@ -192,13 +192,13 @@ impl Index {
         self.read_rows.get(variant).is_some()
     }
 
-    /// Whether [`Index::take_reads`] has anything to give.
-    pub(crate) fn has_reads(&self) -> bool {
-        self.lru.has_dirty()
+    /// How many reads [`Index::take_reads`] would give.
+    pub(crate) fn pending_reads(&self) -> usize {
+        self.lru.dirty_len()
     }
 
-    /// Reads since the last write, to persist with it: `(variant, tick,
-    /// size)`; from then on they have a read row.
+    /// Reads not yet on disk, to commit: `(variant, tick, size)`; from
+    /// then on they have a read row.
     pub(crate) fn take_reads(&mut self) -> Vec<(String, u64, u64)> {
         let reads = self.lru.take_dirty();
         for (variant, _, _) in &reads {
@@ -260,7 +260,8 @@ impl Index {
     /// second read on, like a doorkeeper's admission: a re-crawl reads each
     /// page once, and holding each one evicted another (re-crawl benchmark:
     /// insert and eviction were 9% of samples). Reads before a restart count
-    /// once persisted (with the next write).
+    /// once persisted (the writer commits
+    /// reads once they pause, and at exit).
     pub(crate) fn read_from_disk(&mut self, entry: Arc<StoredResponse>, size: u64, fresh: bool) {
         let again = self.read_since_written(entry.meta.variant());
         self.lru.touch(entry.meta.variant());

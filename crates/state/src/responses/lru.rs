@@ -6,7 +6,8 @@ use super::sharded::Sharded;
 use crate::FastHash;
 
 /// Recency and size of every entry. Reads only touch this index; the ticks
-/// reach the disk with the next write, so a read never costs a disk write.
+/// reach the disk later, many in one commit, so a read never costs a disk
+/// write of its own.
 #[derive(Debug, Default)]
 pub(crate) struct Lru {
     clock: u64,
@@ -120,11 +121,11 @@ impl Lru {
         out
     }
 
-    pub(crate) fn has_dirty(&self) -> bool {
-        !self.dirty.is_empty()
+    pub(crate) fn dirty_len(&self) -> usize {
+        self.dirty.len()
     }
 
-    /// Reads since the last write, to persist with it: `(key, tick, size)`.
+    /// Reads not yet persisted, to persist: `(key, tick, size)`.
     pub(crate) fn take_dirty(&mut self) -> Vec<(String, u64, u64)> {
         let dirty = std::mem::take(&mut self.dirty);
         dirty

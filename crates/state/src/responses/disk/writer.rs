@@ -20,8 +20,14 @@
 //! (bench/README, "Issue 52, seventh round"). Half a MiB makes it 2-4 ms;
 //! a slow trickle of pages still gets one forced commit per 0.1 s.
 //!
-//! Reads (recency ticks) ride with the next commit; after [`READS_EVERY`]
-//! with no job the writer commits them alone.
+//! Reads (recency ticks, one row per page in `reads_v2`, keyed by page)
+//! are committed on their own, in one transaction, once they stop coming
+//! ([`READS_QUIET`]), once the oldest has waited [`READS_AT_MOST`], and at
+//! exit. Rows keyed by page land all over the table: committed every
+//! second under a re-crawl of 500,000 pages they rewrote most of its leaves
+//! each time (recrawl p99 3-4x squid's); carried by the next page written,
+//! as before, a re-crawl's reads made that one commit take most of a
+//! second, on whatever the proxy did next.
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
@@ -42,12 +48,13 @@ const SYNC_EVERY: Duration = Duration::from_millis(100);
 /// With `sync = "none"`, the most page bytes committed unforced before the
 /// next commit is forced.
 const FORCE_AFTER_BYTES: usize = 512 * 1024;
-/// The longest reads wait for a write to carry them to the disk: after
-/// that the idle writer commits them alone. Without it a long spell of
-/// reads (a re-crawl answered by 304s) made the next write carry every
-/// read since, one row each: after 143,000 revalidations the first page
-/// stored took the writer and its CPU for most of a second.
-const READS_EVERY: Duration = Duration::from_secs(1);
+/// How often the idle writer looks at the reads gathered.
+const READS_EVERY: Duration = Duration::from_millis(250);
+/// Reads are committed once none came for this long (a crawl's spell of
+/// reads is over)...
+const READS_QUIET: Duration = Duration::from_millis(500);
+/// ...or once the oldest waited this long, however busy the store is.
+const READS_AT_MOST: Duration = Duration::from_secs(60);
 
 /// A job's callback. Dropped without being called (the writer is gone, or
 /// panicked), it reports [`StoreError::Closed`], so that no caller waits
@@ -169,7 +176,11 @@ pub(super) fn run(inner: &Inner, jobs: &Receiver<Job>, sync: CacheSync, now: imp
     // the page bytes of all those commits.
     let mut unforced: Option<Instant> = None;
     let mut unforced_bytes = 0;
+    let mut reads = Reads::default();
     loop {
+        if reads.due(pending_reads(inner), now()) && write_reads(inner) {
+            unforced = unforced.or_else(|| Some(now()));
+        }
         let first = match unforced {
             Some(since) => match jobs.recv_timeout(SYNC_EVERY.saturating_sub(age(since))) {
                 Ok(job) => job,
@@ -183,15 +194,7 @@ pub(super) fn run(inner: &Inner, jobs: &Receiver<Job>, sync: CacheSync, now: imp
             },
             None => match jobs.recv_timeout(READS_EVERY) {
                 Ok(job) => job,
-                Err(RecvTimeoutError::Timeout) => {
-                    if reads_pending(inner) {
-                        let durable = matches!(sync, CacheSync::Batch);
-                        if commit(inner, Vec::new(), durable) && !durable {
-                            unforced = Some(now());
-                        }
-                    }
-                    continue;
-                }
+                Err(RecvTimeoutError::Timeout) => continue,
                 Err(RecvTimeoutError::Disconnected) => break,
             },
         };
@@ -232,6 +235,9 @@ pub(super) fn run(inner: &Inner, jobs: &Receiver<Job>, sync: CacheSync, now: imp
             (_, false) => {}
         }
     }
+    if pending_reads(inner) > 0 && write_reads(inner) {
+        unforced = unforced.or_else(|| Some(now()));
+    }
     if unforced.is_some() {
         if let Err(e) = force(inner) {
             tracing::warn!("response store: last commit not forced to disk: {e}");
@@ -239,9 +245,68 @@ pub(super) fn run(inner: &Inner, jobs: &Receiver<Job>, sync: CacheSync, now: imp
     }
 }
 
-/// Whether reads wait to reach the disk.
-fn reads_pending(inner: &Inner) -> bool {
-    inner.index().is_ok_and(|index| index.has_reads())
+/// When the reads gathered are due: [`READS_QUIET`] after the last one,
+/// or [`READS_AT_MOST`] after the first.
+#[derive(Default)]
+struct Reads {
+    count: usize,
+    changed: Option<Instant>,
+    since: Option<Instant>,
+}
+
+impl Reads {
+    /// `count` reads wait at `now`; whether to commit them. Once they are
+    /// taken the count is 0, and the watch starts again.
+    fn due(&mut self, count: usize, now: Instant) -> bool {
+        if count == 0 {
+            *self = Reads::default();
+            return false;
+        }
+        let since = *self.since.get_or_insert(now);
+        if count != self.count {
+            (self.count, self.changed) = (count, Some(now));
+        }
+        let changed = self.changed.unwrap_or(now);
+        now.saturating_duration_since(changed) >= READS_QUIET
+            || now.saturating_duration_since(since) >= READS_AT_MOST
+    }
+}
+
+/// How many reads wait to reach the disk.
+fn pending_reads(inner: &Inner) -> usize {
+    inner.index().map_or(0, |index| index.pending_reads())
+}
+
+/// Commits the reads gathered, alone and unforced (the caller forces it
+/// with the next forced commit, or at once); returns whether it committed.
+fn write_reads(inner: &Inner) -> bool {
+    let written = (|| -> Result<(), StoreError> {
+        let mut txn = inner.db.begin_write()?;
+        txn.set_durability(Durability::None)?;
+        {
+            let mut rows = txn.open_table(READS)?;
+            let reads = inner.index()?.take_reads();
+            for (variant, tick, size) in reads {
+                rows.insert(variant.as_str(), (tick, size))?;
+            }
+        }
+        txn.commit()?;
+        Ok(())
+    })();
+    match written {
+        Ok(()) => {
+            inner.counters.add_commit(false);
+            true
+        }
+        Err(e) => {
+            tracing::warn!("response store: reads not written: {e}");
+            // The index took them as written: it is rebuilt from the disk.
+            if let (Ok(rows), Ok(mut index)) = (inner.rows(), inner.index()) {
+                index.reset(rows);
+            }
+            false
+        }
+    }
 }
 
 /// An empty forced commit: makes every earlier unforced commit durable.
@@ -296,7 +361,7 @@ fn commit(inner: &Inner, batch: Vec<Job>, durable: bool) -> bool {
             Job::Hold(_) => {}
         }
     }
-    if ops.is_empty() && !reads_pending(inner) {
+    if ops.is_empty() {
         return true;
     }
     let mut keep = Vec::new();
@@ -415,11 +480,6 @@ fn write(
                 }
             });
         }
-        // Reads since the last write reach the disk with this one.
-        let reads = inner.index()?.take_reads();
-        for (variant, tick, size) in reads {
-            t.reads.insert(variant.as_str(), (tick, size))?;
-        }
     }
     let gate = inner.commit_gate.lock().ok().and_then(|mut g| g.take());
     if let Some(gate) = gate {
@@ -496,4 +556,37 @@ fn put(
     let evicted = victims.len();
     keep.push((entry, size));
     Ok(Outcome::Put(PutOutcome::Stored { evicted }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[allow(clippy::disallowed_methods)] // any instant will do as the start
+    fn reads_are_due_once_they_pause_or_have_waited_long() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut reads = Reads::default();
+        assert!(!reads.due(0, at(0)));
+        // Still coming: not due, however many.
+        assert!(!reads.due(10, at(0)));
+        assert!(!reads.due(20, at(400)));
+        assert!(!reads.due(30, at(800)));
+        // None for READS_QUIET: due.
+        assert!(!reads.due(30, at(1_200)));
+        assert!(reads.due(30, at(1_300)));
+        // Taken: the watch starts again.
+        assert!(!reads.due(0, at(1_400)));
+        assert!(!reads.due(1, at(1_500)));
+        // Never pausing, they are due READS_AT_MOST after the first.
+        let mut n = 1;
+        let mut ms = 1_500;
+        while ms < 1_500 + 60_000 {
+            assert!(!reads.due(n, at(ms)), "{ms}");
+            n += 1;
+            ms += 250;
+        }
+        assert!(reads.due(n, at(ms)));
+    }
 }
