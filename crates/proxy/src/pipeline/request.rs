@@ -16,7 +16,7 @@ use crate::answer::{failure, Stop};
 use crate::body::ProxyBody;
 use crate::config::Config;
 use crate::shared::Shared;
-use crate::target::Target;
+use crate::target::{Scheme, Target};
 
 /// The origin's URI: `url` (the target's root and the request's path),
 /// put together from the parts already parsed (the target's authority,
@@ -118,10 +118,8 @@ pub(super) fn agent(live: &Config, headers: &HeaderMap) -> String {
     mannerly_policy::robots::product_token(ua).to_string()
 }
 
-/// Turns the client's request into the origin's. The client's Host goes:
-/// the client writes it from the URI's authority (`Host` over HTTP/1.1,
-/// `:authority` alone over h2, as RFC 9113 §8.3.1 asks; a strict h2 origin
-/// answers 400 to both at once).
+/// Turns the client's request into the origin's, its Host the target's
+/// ([`origin_host`]).
 pub(super) fn upstream_request(
     parts: &Parts,
     body: ProxyBody,
@@ -140,6 +138,35 @@ pub(super) fn upstream_request(
     *headers = parts.headers.clone();
     strip_hop_by_hop(headers);
     headers.append(http::header::VIA, via);
-    headers.remove(HOST);
+    origin_host(headers, target);
     Ok(out)
+}
+
+/// The origin's Host is the target's authority, whatever the client sent
+/// (RFC 9112 §3.2.2). Over h2 there is none (`:authority` alone, as RFC 9113
+/// §8.3.1 asks; a strict h2 origin answers 400 to both at once), and which
+/// protocol an https origin speaks is known only once ALPN has picked, so
+/// there the client writes it from the URI, or not. An http origin always
+/// gets HTTP/1.1: its Host is set here, the client's own value kept when it
+/// names the target already, where the client would `format!` a new one
+/// for every request.
+fn origin_host(headers: &mut HeaderMap, target: &Target) {
+    if target.scheme != Scheme::Http {
+        headers.remove(HOST);
+        return;
+    }
+    let authority = target.authority();
+    let mut given = headers.get_all(HOST).iter();
+    let named = matches!((given.next(), given.next()), (Some(one), None) if one == authority);
+    if named {
+        return;
+    }
+    match HeaderValue::from_str(authority) {
+        Ok(host) => {
+            headers.insert(HOST, host);
+        }
+        Err(_) => {
+            headers.remove(HOST);
+        }
+    }
 }

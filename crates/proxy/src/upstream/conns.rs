@@ -232,9 +232,10 @@ impl Tracked {
 
 impl Connection for Tracked {
     fn connected(&self) -> Connected {
-        self.stream
-            .connected()
-            .extra(ConnExtra(self.handle.clone()))
+        // Not the stream's own: hyper-util's `HttpInfo` (the two addresses)
+        // would be its extra too, copied into every response's extensions
+        // (a box, and the map grown for it), and nothing reads it.
+        Connected::new().extra(ConnExtra(self.handle.clone()))
     }
 }
 

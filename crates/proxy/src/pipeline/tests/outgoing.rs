@@ -1,6 +1,6 @@
 //! The origin's request made from the client's: absolute URI, HTTP/1.1,
-//! our Via, no Host (the client writes it from the URI), hop-by-hop
-//! fields gone, end-to-end fields kept, our validators added.
+//! our Via, the target's Host (an https origin's left to the client),
+//! hop-by-hop fields gone, end-to-end fields kept, our validators added.
 
 use http::{Method, Version};
 
@@ -39,8 +39,8 @@ async fn the_origin_gets_the_clients_request_without_its_hops_and_with_our_valid
     assert_eq!(h["accept"], "text/html");
     assert_eq!(h["user-agent"], "StepBot/1.0");
     assert_eq!(h["if-none-match"], "\"v1\"");
+    assert_eq!(h["host"], "example.org");
     for gone in [
-        "host",
         "connection",
         "x-hop",
         "keep-alive",
@@ -95,5 +95,54 @@ fn a_target_that_is_no_path_gets_the_whole_urls_verdict() {
             made.expect_err("refused whole"),
             format!("cannot forward {url}: {e}")
         ),
+    }
+}
+
+/// The origin's Host names the target, one field, whatever the client
+/// sent; an https origin gets none from us (its client writes Host over
+/// HTTP/1.1 and `:authority` alone over h2).
+#[tokio::test(start_paused = true)]
+async fn the_origins_host_is_the_targets_authority() {
+    let f = Fixture::new(Config::default()).await;
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], Option<&'a str>);
+    let cases: [Case; 7] = [
+        (
+            "http://example.org/a",
+            &[("host", "example.org")],
+            Some("example.org"),
+        ),
+        ("http://example.org/a", &[], Some("example.org")),
+        (
+            "http://example.org/a",
+            &[("host", "other.example")],
+            Some("example.org"),
+        ),
+        (
+            "http://Example.org:80/a",
+            &[("host", "Example.org:80")],
+            Some("example.org"),
+        ),
+        (
+            "http://example.org:8080/a",
+            &[("host", "example.org:8080"), ("host", "example.org:8080")],
+            Some("example.org:8080"),
+        ),
+        (
+            "http://[2001:db8::1]:8443/a",
+            &[],
+            Some("[2001:db8::1]:8443"),
+        ),
+        ("https://example.org/a", &[("host", "example.org")], None),
+    ];
+    for (uri, client, want) in cases {
+        let parts = request(Method::GET, uri, client);
+        let mut x = f.begin(&parts);
+        let cache = ask(&mut x, &parts).await;
+        let out = x.outgoing(&parts, empty(), &cache).expect("request");
+        let sent: Vec<_> = out.headers().get_all("host").iter().collect();
+        match want {
+            Some(host) => assert_eq!(sent, [host], "{uri} {client:?}"),
+            None => assert!(sent.is_empty(), "{uri}: {sent:?}"),
+        }
     }
 }
