@@ -15,7 +15,7 @@ use mannerly_policy::conditional::{storable, CacheEntryMeta, CacheKey, CachePara
 use mannerly_state::responses::{
     DiskOptions, DiskStore, MemoryStore, PutOutcome, ResponseStore, StoreError, StoreLimits,
 };
-use redb::{ReadableDatabase, ReadableTable, TableHandle};
+use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata, TableHandle};
 
 /// The disk store's table of records, as its tests read and damage it.
 const PAGES: redb::TableDefinition<u64, &[u8]> = redb::TableDefinition::new("pages_v2");
@@ -332,13 +332,75 @@ fn reads_reach_the_disk_without_a_write() {
     assert!(body_of(&store, "/1", &[]).is_some());
 }
 
+/// A store whose read ticks are keyed by variant (`reads_v2`) opens with
+/// them keyed by page, recency kept; a tick of a variant with no page is
+/// dropped, and the old table goes.
+#[test]
+fn read_ticks_keyed_by_variant_are_moved_on_open() {
+    const SEQS: redb::TableDefinition<u64, (&str, u64)> = redb::TableDefinition::new("seqs_v2");
+    const READS_V3: redb::TableDefinition<u64, u64> = redb::TableDefinition::new("reads_v3");
+    const READS_V2: redb::TableDefinition<&str, (u64, u64)> =
+        redb::TableDefinition::new("reads_v2");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.redb");
+    let body = [1u8; 1000];
+    {
+        let store = open(&path, cap()).unwrap();
+        put_pages(&store, &["/1", "/2", "/3"], &body);
+    }
+    // As the layout before wrote it: /1 read after the others were written.
+    {
+        let db = redb::Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let seqs = txn.open_table(SEQS).unwrap();
+            let last = seqs.last().unwrap().unwrap().0.value();
+            let first = key("/1").as_str().to_owned();
+            let variant = seqs
+                .iter()
+                .unwrap()
+                .map(|row| row.unwrap().1.value().0.to_owned())
+                .find(|v| v.starts_with(&first))
+                .unwrap();
+            let mut old = txn.open_table(READS_V2).unwrap();
+            old.insert(variant.as_str(), (last + 1, 1000)).unwrap();
+            let gone = variant.replace("/1", "/gone");
+            old.insert(gone.as_str(), (last + 2, 1000)).unwrap();
+        }
+        assert!(txn.delete_table(READS_V3).unwrap());
+        txn.commit().unwrap();
+    }
+    {
+        let store = open(&path, cap()).unwrap();
+        assert_eq!(store.stats().entries, 3);
+    }
+    {
+        let db = redb::Database::create(&path).unwrap();
+        let txn = db.begin_read().unwrap();
+        let names: Vec<String> = txn
+            .list_tables()
+            .unwrap()
+            .map(|t| t.name().to_string())
+            .collect();
+        assert!(!names.iter().any(|n| n == "reads_v2"), "{names:?}");
+        assert_eq!(txn.open_table(READS_V3).unwrap().len().unwrap(), 1);
+    }
+    // /1's read survived the move: /2 is the oldest now.
+    let store = open(&path, cap()).unwrap();
+    store
+        .put(&meta("/4", &[], &[("etag", "\"e\"")]), &body)
+        .unwrap();
+    assert!(body_of(&store, "/2", &[]).is_none());
+    assert!(body_of(&store, "/1", &[]).is_some());
+}
+
 /// A store written in the first layout (records keyed by variant, ticks
 /// beside them) opens with its entries and their recency; an entry that had
 /// no tick counts as the least recent.
 #[test]
 fn a_store_in_the_first_layout_is_moved_on_open() {
     const SEQS: redb::TableDefinition<u64, (&str, u64)> = redb::TableDefinition::new("seqs_v2");
-    const READS: redb::TableDefinition<&str, (u64, u64)> = redb::TableDefinition::new("reads_v2");
+    const READS: redb::TableDefinition<u64, u64> = redb::TableDefinition::new("reads_v3");
     const ENTRIES_V1: redb::TableDefinition<&str, &[u8]> =
         redb::TableDefinition::new("responses_v1");
     const ACCESS_V1: redb::TableDefinition<&str, (u64, u64)> =
@@ -369,14 +431,14 @@ fn a_store_in_the_first_layout_is_moved_on_open() {
                 let (variant, size) = value.value();
                 let page = pages.get(seq.value()).unwrap().unwrap();
                 entries.insert(variant, page.value()).unwrap();
-                let read = reads.get(variant).unwrap().map(|r| r.value().0);
+                let read = reads.get(seq.value()).unwrap().map(|r| r.value());
                 if !variant.starts_with(&third) {
                     let tick = read.unwrap_or(0).max(seq.value());
                     access.insert(variant, (tick, size)).unwrap();
                 }
             }
         }
-        for name in ["pages_v2", "seqs_v2", "reads_v2"] {
+        for name in ["pages_v2", "seqs_v2", "reads_v3"] {
             assert!(txn
                 .delete_table(redb::TableDefinition::<u64, &[u8]>::new(name))
                 .unwrap());

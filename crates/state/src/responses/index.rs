@@ -197,13 +197,18 @@ impl Index {
         self.lru.dirty_len()
     }
 
-    /// Reads not yet on disk, to commit: `(variant, tick, size)`; from
-    /// then on they have a read row.
-    pub(crate) fn take_reads(&mut self) -> Vec<(String, u64, u64)> {
-        let reads = self.lru.take_dirty();
-        for (variant, _, _) in &reads {
-            self.read_rows.insert(variant.clone(), ());
+    /// Reads not yet on disk, to commit: `(page key, tick)`, in the order
+    /// of the pages; from then on their variants have a read row, keyed by
+    /// the page they have now (deleted with it).
+    pub(crate) fn take_reads(&mut self) -> Vec<(u64, u64)> {
+        let mut reads = Vec::new();
+        for (variant, tick, _) in self.lru.take_dirty() {
+            if let Some(seq) = self.seqs.get(&variant) {
+                reads.push((seq, tick));
+                self.read_rows.insert(variant, ());
+            }
         }
+        reads.sort_unstable();
         reads
     }
 

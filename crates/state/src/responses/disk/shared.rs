@@ -46,15 +46,15 @@ impl Inner {
         let reads = txn.open_table(READS)?;
         let mut last_read = std::collections::HashMap::new();
         for row in reads.iter()? {
-            let (variant, value) = row?;
-            last_read.insert(variant.value().to_owned(), value.value().0);
+            let (seq, tick) = row?;
+            last_read.insert(seq.value(), tick.value());
         }
         let seqs = txn.open_table(SEQS)?;
         let mut rows = Vec::new();
         for row in seqs.iter()? {
             let (seq, value) = row?;
             let (variant, size) = value.value();
-            let read = last_read.get(variant).copied();
+            let read = last_read.get(&seq.value()).copied();
             rows.push(Row {
                 variant: variant.to_owned(),
                 seq: seq.value(),

@@ -1,6 +1,6 @@
 //! The disk store's file: its tables, and the move from the first layout.
 
-use redb::{ReadableTable, TableDefinition, WriteTransaction};
+use redb::{ReadableTable, ReadableTableMetadata, TableDefinition, WriteTransaction};
 
 use crate::responses::{entry_size, StoreError};
 
@@ -12,9 +12,15 @@ pub(super) const PAGES: TableDefinition<u64, &[u8]> = TableDefinition::new("page
 /// Page key → (variant key, size): rebuilds the index on open without
 /// reading any body.
 pub(super) const SEQS: TableDefinition<u64, (&str, u64)> = TableDefinition::new("seqs_v2");
-/// Variant key → (tick, size) of its latest read, for variants read since
-/// they were written: recency survives a restart.
-pub(super) const READS: TableDefinition<&str, (u64, u64)> = TableDefinition::new("reads_v2");
+/// Page key → tick of the page's latest read, for pages read since they
+/// were written: recency survives a restart. Keyed by page, the rows of a
+/// re-crawl's reads (pages read in the order they were written) land next
+/// to each other; keyed by variant (`reads_v2`), each landed on a leaf of
+/// its own, and committing 146,000 of them rewrote most of the table.
+pub(super) const READS: TableDefinition<u64, u64> = TableDefinition::new("reads_v3");
+/// The reads of the layout before: variant key → (tick, size). Moved to
+/// [`READS`] when a store written by it is opened.
+const READS_V2: TableDefinition<&str, (u64, u64)> = TableDefinition::new("reads_v2");
 /// Primary key → JSON list of the `Vary` names of its variants. No row: the
 /// URL's response has no `Vary` (its one variant is keyed by the URL alone).
 pub(super) const VARY: TableDefinition<&str, &str> = TableDefinition::new("vary_v1");
@@ -35,7 +41,42 @@ pub(super) fn prepare(txn: &WriteTransaction) -> Result<(), StoreError> {
     txn.open_table(READS)?;
     txn.open_table(VARY)?;
     txn.open_table(HOSTS)?;
-    migrate_v1(txn)
+    migrate_v1(txn)?;
+    migrate_reads_v2(txn)
+}
+
+/// Moves the read rows of a store written before they were keyed by page,
+/// in the transaction that opens it, and drops the old table. A row whose
+/// variant has no page any more is left behind.
+fn migrate_reads_v2(txn: &WriteTransaction) -> Result<(), StoreError> {
+    let moved = {
+        let old = txn.open_table(READS_V2)?;
+        if old.is_empty()? {
+            0
+        } else {
+            let seqs = txn.open_table(SEQS)?;
+            let mut page_of = std::collections::HashMap::new();
+            for row in seqs.iter()? {
+                let (seq, value) = row?;
+                page_of.insert(value.value().0.to_owned(), seq.value());
+            }
+            let mut reads = txn.open_table(READS)?;
+            let mut moved = 0u64;
+            for row in old.iter()? {
+                let (variant, value) = row?;
+                if let Some(&seq) = page_of.get(variant.value()) {
+                    reads.insert(seq, value.value().0)?;
+                    moved += 1;
+                }
+            }
+            moved
+        }
+    };
+    txn.delete_table(READS_V2)?;
+    if moved > 0 {
+        tracing::info!("response store: {moved} read ticks moved to rows keyed by page");
+    }
+    Ok(())
 }
 
 /// Moves the entries of a store written in the first layout (keyed by
