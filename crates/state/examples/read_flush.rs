@@ -99,11 +99,11 @@ fn main() {
             "a page went missing"
         );
     }
-    let (commits, forced) = (store.stats().commits, store.stats().forced_commits);
+    let (reads, forced) = (store.stats().read_commits, store.stats().forced_commits);
     let (cpu, wall) = (cpu_s(), Instant::now());
     wait_until("the reads' commit", || {
         let s = store.stats();
-        s.commits > commits && s.forced_commits > forced
+        s.read_commits > reads && s.forced_commits > forced
     });
     println!(
         "{n} reads committed: {:.3} s of CPU, {:.3} s after the last read",

@@ -89,6 +89,9 @@ pub struct StoreStats {
     pub corrupt_removed: u64,
     /// Write transactions committed since start (one per group of writes).
     pub commits: u64,
+    /// Commits of read ticks alone since start (recency kept across a
+    /// restart; one once reads pause, not one per read). Not in `commits`.
+    pub read_commits: u64,
     /// Forced to disk (`fsync`) since start: every commit with `sync =
     /// "batch"`; with `"none"`, commits carrying a host record, and the
     /// empty catch-up commits (not in `commits`).
@@ -192,6 +195,7 @@ struct Counters {
     evicted: AtomicU64,
     corrupt_removed: AtomicU64,
     commits: AtomicU64,
+    read_commits: AtomicU64,
     forced: AtomicU64,
 }
 
@@ -203,6 +207,7 @@ impl Counters {
             evicted: self.evicted.load(Ordering::Relaxed),
             corrupt_removed: self.corrupt_removed.load(Ordering::Relaxed),
             commits: self.commits.load(Ordering::Relaxed),
+            read_commits: self.read_commits.load(Ordering::Relaxed),
             forced_commits: self.forced.load(Ordering::Relaxed),
             resident_bytes,
         }
@@ -213,6 +218,10 @@ impl Counters {
         if forced {
             self.add_forced();
         }
+    }
+
+    fn add_read_commit(&self) {
+        self.read_commits.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A commit of no writes that forces earlier ones to disk.

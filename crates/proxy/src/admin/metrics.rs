@@ -230,6 +230,10 @@ const HELP: &[(&str, &str)] = &[
         "Store write transactions; under load one carries many pages.",
     ),
     (
+        "mannerly_store_read_commits_total",
+        "Store commits of read ticks alone (recency kept across a restart), once reads pause; not in mannerly_store_commits_total.",
+    ),
+    (
         "mannerly_store_forced_commits_total",
         "Store commits forced to disk; with cache.sync = \"none\" one follows within 0.1 s of the first unforced one, or once 512 KiB of pages were committed unforced.",
     ),
@@ -453,6 +457,7 @@ impl Metrics {
         gauge("mannerly_store_bytes", vec![]).set(g.store.bytes as f64);
         gauge("mannerly_store_resident_bytes", vec![]).set(g.store.resident_bytes as f64);
         total("mannerly_store_commits_total", g.store.commits);
+        total("mannerly_store_read_commits_total", g.store.read_commits);
         total(
             "mannerly_store_forced_commits_total",
             g.store.forced_commits,

@@ -294,7 +294,7 @@ fn write_reads(inner: &Inner) -> bool {
     })();
     match written {
         Ok(()) => {
-            inner.counters.add_commit(false);
+            inner.counters.add_read_commit();
             true
         }
         Err(e) => {
