@@ -452,17 +452,7 @@ impl Metrics {
         } else {
             0.0
         });
-        total("mannerly_store_errors_total", g.store_errors);
-        gauge("mannerly_store_entries", vec![]).set(g.store.entries as f64);
-        gauge("mannerly_store_bytes", vec![]).set(g.store.bytes as f64);
-        gauge("mannerly_store_resident_bytes", vec![]).set(g.store.resident_bytes as f64);
-        total("mannerly_store_commits_total", g.store.commits);
-        total("mannerly_store_read_commits_total", g.store.read_commits);
-        total(
-            "mannerly_store_forced_commits_total",
-            g.store.forced_commits,
-        );
-        total("mannerly_store_evicted_total", g.store.evicted);
+        self.render_store(g);
         let evicted = |held: &'static str, v: u64| {
             let labels = vec![Label::new("held", held)];
             r.register_counter(
@@ -512,6 +502,30 @@ impl Metrics {
         }
         self.render_spend();
         self.handle.render()
+    }
+
+    /// The response store's series.
+    fn render_store(&self, g: &Gauges) {
+        let r = &self.recorder;
+        let gauge = |name: &'static str, v: u64| {
+            r.register_gauge(&Key::from_name(name), &meta())
+                .set(v as f64);
+        };
+        let total = |name: &'static str, v: u64| {
+            r.register_counter(&Key::from_name(name), &meta())
+                .absolute(v)
+        };
+        total("mannerly_store_errors_total", g.store_errors);
+        gauge("mannerly_store_entries", g.store.entries);
+        gauge("mannerly_store_bytes", g.store.bytes);
+        gauge("mannerly_store_resident_bytes", g.store.resident_bytes);
+        total("mannerly_store_commits_total", g.store.commits);
+        total("mannerly_store_read_commits_total", g.store.read_commits);
+        total(
+            "mannerly_store_forced_commits_total",
+            g.store.forced_commits,
+        );
+        total("mannerly_store_evicted_total", g.store.evicted);
     }
 
     /// What was paid, per host and in all, by currency.
