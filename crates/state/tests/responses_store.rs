@@ -19,6 +19,10 @@ use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata, TableHandle};
 
 /// The disk store's table of records, as its tests read and damage it.
 const PAGES: redb::TableDefinition<u64, &[u8]> = redb::TableDefinition::new("pages_v2");
+/// Page key -> (variant, size), as the tests read it.
+const SEQS: redb::TableDefinition<u64, (&str, u64)> = redb::TableDefinition::new("seqs_v2");
+/// Page key -> tick of its latest read.
+const READS: redb::TableDefinition<u64, u64> = redb::TableDefinition::new("reads_v3");
 
 /// The disk store at `path`, its writer on the system's monotonic clock.
 fn open(path: impl AsRef<Path>, limits: StoreLimits) -> Result<DiskStore, StoreError> {
@@ -305,8 +309,8 @@ fn reopen_keeps_entries_records_and_recency() {
     assert!(body_of(&store, "/1", &[]).is_some());
 }
 
-/// Reads that no write follows reach the disk on their own, a second or
-/// so later: a long spell of reads is not left for one write to carry.
+/// Reads that no write follows reach the disk on their own once they
+/// pause: a long spell of reads is not left for one write to carry.
 #[test]
 fn reads_reach_the_disk_without_a_write() {
     let dir = tempfile::tempdir().unwrap();
@@ -325,12 +329,7 @@ fn reads_reach_the_disk_without_a_write() {
         assert_eq!(store.stats().commits, stats.commits, "no page was written");
     }
     // /1 was read after /2 and /3 were written: /2 is the oldest now.
-    let store = open(&path, cap()).unwrap();
-    store
-        .put(&meta("/4", &[], &[("etag", "\"e\"")]), &body)
-        .unwrap();
-    assert!(body_of(&store, "/2", &[]).is_none());
-    assert!(body_of(&store, "/1", &[]).is_some());
+    the_read_page_outlives_a_fourth(&path, &body);
 }
 
 /// A store whose read ticks are keyed by variant (`reads_v2`) opens with
@@ -338,8 +337,6 @@ fn reads_reach_the_disk_without_a_write() {
 /// dropped, and the old table goes.
 #[test]
 fn read_ticks_keyed_by_variant_are_moved_on_open() {
-    const SEQS: redb::TableDefinition<u64, (&str, u64)> = redb::TableDefinition::new("seqs_v2");
-    const READS_V3: redb::TableDefinition<u64, u64> = redb::TableDefinition::new("reads_v3");
     const READS_V2: redb::TableDefinition<&str, (u64, u64)> =
         redb::TableDefinition::new("reads_v2");
     let dir = tempfile::tempdir().unwrap();
@@ -368,7 +365,7 @@ fn read_ticks_keyed_by_variant_are_moved_on_open() {
             let gone = variant.replace("/1", "/gone");
             old.insert(gone.as_str(), (last + 2, 1000)).unwrap();
         }
-        assert!(txn.delete_table(READS_V3).unwrap());
+        assert!(txn.delete_table(READS).unwrap());
         txn.commit().unwrap();
     }
     {
@@ -384,12 +381,18 @@ fn read_ticks_keyed_by_variant_are_moved_on_open() {
             .map(|t| t.name().to_string())
             .collect();
         assert!(!names.iter().any(|n| n == "reads_v2"), "{names:?}");
-        assert_eq!(txn.open_table(READS_V3).unwrap().len().unwrap(), 1);
+        assert_eq!(txn.open_table(READS).unwrap().len().unwrap(), 1);
     }
     // /1's read survived the move: /2 is the oldest now.
-    let store = open(&path, cap()).unwrap();
+    the_read_page_outlives_a_fourth(&path, &body);
+}
+
+/// Opens the store at `path` (pages /1 to /3, /1 read after the others were
+/// written) and stores a fourth: /2, the least recent, goes; /1 stays.
+fn the_read_page_outlives_a_fourth(path: &Path, body: &[u8]) {
+    let store = open(path, cap()).unwrap();
     store
-        .put(&meta("/4", &[], &[("etag", "\"e\"")]), &body)
+        .put(&meta("/4", &[], &[("etag", "\"e\"")]), body)
         .unwrap();
     assert!(body_of(&store, "/2", &[]).is_none());
     assert!(body_of(&store, "/1", &[]).is_some());
@@ -400,8 +403,6 @@ fn read_ticks_keyed_by_variant_are_moved_on_open() {
 /// no tick counts as the least recent.
 #[test]
 fn a_store_in_the_first_layout_is_moved_on_open() {
-    const SEQS: redb::TableDefinition<u64, (&str, u64)> = redb::TableDefinition::new("seqs_v2");
-    const READS: redb::TableDefinition<u64, u64> = redb::TableDefinition::new("reads_v3");
     const ENTRIES_V1: redb::TableDefinition<&str, &[u8]> =
         redb::TableDefinition::new("responses_v1");
     const ACCESS_V1: redb::TableDefinition<&str, (u64, u64)> =
