@@ -15,6 +15,7 @@ use bytes::Bytes;
 use mannerly_policy::conditional::http::{HeaderMap, Method, Request, Response};
 use mannerly_policy::conditional::{storable, CacheKey, CacheParams};
 use mannerly_state::responses::{DiskStore, ResponseStore, StoreLimits};
+use mannerly_test_support::poll::poll_until;
 
 /// User and system time of this process, in seconds (`/proc/self/stat`).
 fn cpu_s() -> f64 {
@@ -34,12 +35,13 @@ fn cpu_s() -> f64 {
     (ticks(11) + ticks(12)) / 100.0
 }
 
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !done() {
-        assert!(Instant::now() < deadline, "{what} took over two minutes");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+fn wait_until(what: &str, done: impl FnMut() -> bool) {
+    poll_until(
+        what,
+        Duration::from_secs(120),
+        Duration::from_millis(5),
+        done,
+    );
 }
 
 fn main() {

@@ -15,6 +15,7 @@ use mannerly_policy::conditional::{storable, CacheEntryMeta, CacheKey, CachePara
 use mannerly_state::responses::{
     DiskOptions, DiskStore, MemoryStore, PutOutcome, ResponseStore, StoreError, StoreLimits,
 };
+use mannerly_test_support::poll::poll_until;
 use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata, TableHandle};
 
 /// The disk store's table of records, as its tests read and damage it.
@@ -321,11 +322,12 @@ fn reads_reach_the_disk_without_a_write() {
         put_pages(&store, &["/1", "/2", "/3"], &body);
         let stats = store.stats();
         assert!(body_of(&store, "/1", &[]).is_some());
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while store.stats().read_commits == stats.read_commits {
-            assert!(Instant::now() < deadline, "the read was not committed");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        poll_until(
+            "the read is committed",
+            Duration::from_secs(30),
+            Duration::from_millis(5),
+            || store.stats().read_commits > stats.read_commits,
+        );
         assert_eq!(store.stats().commits, stats.commits, "no page was written");
     }
     // /1 was read after /2 and /3 were written: /2 is the oldest now.

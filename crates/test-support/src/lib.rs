@@ -5,6 +5,7 @@
 //! keeps its test support; the scenarios, which start proxies, are the
 //! `scenarios` feature, so mannerly-state's tests take the starters alone.
 
+pub mod poll;
 pub mod redis_cluster;
 pub mod redis_server;
 

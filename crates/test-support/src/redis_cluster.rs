@@ -345,13 +345,8 @@ fn cli(port: u16, args: &[&str]) -> String {
 
 /// Polls `ok` for up to 60 s; a cluster that never gets there fails the test.
 fn wait_for(ok: impl Fn() -> bool, what: &str) {
-    for _ in 0..1200 {
-        if ok() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("timed out waiting until {what}");
+    // Each look runs redis-cli: not more often than every 50 ms.
+    crate::poll::poll_until(what, Duration::from_secs(60), Duration::from_millis(50), ok);
 }
 
 fn free_port() -> u16 {
