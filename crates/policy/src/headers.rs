@@ -1,8 +1,8 @@
 //! Header rules shared by every step: which fields belong to one connection.
 
 use http::header::{
-    HeaderName, CONNECTION, CONTENT_LENGTH, PROXY_AUTHENTICATE, PROXY_AUTHORIZATION, TE, TRAILER,
-    TRANSFER_ENCODING, UPGRADE,
+    HeaderName, HeaderValue, CONNECTION, CONTENT_LENGTH, HOST, PROXY_AUTHENTICATE,
+    PROXY_AUTHORIZATION, TE, TRAILER, TRANSFER_ENCODING, UPGRADE,
 };
 use http::HeaderMap;
 use smallvec::SmallVec;
@@ -115,6 +115,31 @@ pub(crate) fn hop_by_hop_names(headers: &HeaderMap) -> Doomed {
     doomed
 }
 
+/// Sets the origin's `Host` to `authority`, whatever the client sent (RFC
+/// 9112 §3.2.2): the client's own value is kept when it is the one field
+/// and names the target already (nothing copied); otherwise one field with
+/// `authority`. `None`: no `Host` at all, the caller's transport writes it
+/// (over h2 `:authority` stands alone, RFC 9113 §8.3.1). An authority that
+/// is no field value leaves none either.
+pub fn set_origin_host(headers: &mut HeaderMap, authority: Option<&str>) {
+    let Some(authority) = authority else {
+        headers.remove(HOST);
+        return;
+    };
+    let mut given = headers.get_all(HOST).iter();
+    if matches!((given.next(), given.next()), (Some(one), None) if one == authority) {
+        return;
+    }
+    match HeaderValue::from_str(authority) {
+        Ok(host) => {
+            headers.insert(HOST, host);
+        }
+        Err(_) => {
+            headers.remove(HOST);
+        }
+    }
+}
+
 /// A `Connection` option that is a hop-by-hop name, in any case: the
 /// field it names, if present, is doomed already.
 fn needs_no_lookup(option: &str) -> bool {
@@ -127,6 +152,38 @@ fn needs_no_lookup(option: &str) -> bool {
 mod tests {
     use super::*;
     use http::HeaderValue;
+
+    #[test]
+    fn the_origins_host_names_the_target_in_one_field() {
+        let with = |hosts: &[&str]| {
+            let mut h = HeaderMap::new();
+            for v in hosts {
+                h.append(HOST, HeaderValue::from_str(v).unwrap());
+            }
+            h
+        };
+        let cases: [(&[&str], Option<&str>, &[&str]); 6] = [
+            (&["example.org"], Some("example.org"), &["example.org"]),
+            (&[], Some("example.org:8080"), &["example.org:8080"]),
+            (&["other.example"], Some("example.org"), &["example.org"]),
+            (&["Example.org"], Some("example.org"), &["example.org"]),
+            (
+                &["example.org", "example.org"],
+                Some("example.org"),
+                &["example.org"],
+            ),
+            (&["example.org"], None, &[]),
+        ];
+        for (sent, authority, want) in cases {
+            let mut h = with(sent);
+            set_origin_host(&mut h, authority);
+            let got: Vec<_> = h.get_all(HOST).iter().collect();
+            assert_eq!(got, want, "{sent:?} {authority:?}");
+        }
+        let mut h = with(&["example.org"]);
+        set_origin_host(&mut h, Some("bad\nname"));
+        assert!(!h.contains_key(HOST), "no field value: no Host");
+    }
 
     /// The names left once `fields` are stripped, in their order.
     fn left_after(fields: &[(&'static str, &'static str)]) -> Vec<String> {

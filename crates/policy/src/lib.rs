@@ -35,6 +35,6 @@ pub use audit::{
 pub use budget::site;
 pub use cidr::Cidr;
 pub use ed25519_dalek::{SigningKey, VerifyingKey};
-pub use headers::strip_hop_by_hop;
+pub use headers::{set_origin_host, strip_hop_by_hop};
 pub use outcome::Outcome;
 pub use param::ParamError;

@@ -2,13 +2,13 @@
 //! decisions are made for, robots.txt's verdict on the path, and the
 //! origin's request made from the client's.
 
-use http::header::{HOST, USER_AGENT};
+use http::header::USER_AGENT;
 use http::request::Parts;
 use http::uri::{Authority, PathAndQuery};
 use http::{HeaderMap, HeaderValue, Request, Uri, Version};
 
 use mannerly_policy::robots_cache::Rules;
-use mannerly_policy::{strip_hop_by_hop, AuditRecord};
+use mannerly_policy::{set_origin_host, strip_hop_by_hop, AuditRecord};
 
 use super::identities::Identities;
 use super::prefs;
@@ -142,31 +142,12 @@ pub(super) fn upstream_request(
     Ok(out)
 }
 
-/// The origin's Host is the target's authority, whatever the client sent
-/// (RFC 9112 §3.2.2). Over h2 there is none (`:authority` alone, as RFC 9113
-/// §8.3.1 asks; a strict h2 origin answers 400 to both at once), and which
-/// protocol an https origin speaks is known only once ALPN has picked, so
-/// there the client writes it from the URI, or not. An http origin always
-/// gets HTTP/1.1: its Host is set here, the client's own value kept when it
-/// names the target already, where the client would `format!` a new one
-/// for every request.
+/// The origin's Host ([`set_origin_host`]). Which protocol an https origin
+/// speaks is known only once ALPN has picked, so there the client writes
+/// Host from the URI over HTTP/1.1, and none over h2 (a strict h2 origin
+/// answers 400 to both at once). An http origin always gets HTTP/1.1: its
+/// Host is set here, where the client would `format!` one for every request.
 fn origin_host(headers: &mut HeaderMap, target: &Target) {
-    if target.scheme != Scheme::Http {
-        headers.remove(HOST);
-        return;
-    }
-    let authority = target.authority();
-    let mut given = headers.get_all(HOST).iter();
-    let named = matches!((given.next(), given.next()), (Some(one), None) if one == authority);
-    if named {
-        return;
-    }
-    match HeaderValue::from_str(authority) {
-        Ok(host) => {
-            headers.insert(HOST, host);
-        }
-        Err(_) => {
-            headers.remove(HOST);
-        }
-    }
+    let http = target.scheme == Scheme::Http;
+    set_origin_host(headers, http.then(|| target.authority()));
 }
