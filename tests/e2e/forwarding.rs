@@ -222,6 +222,51 @@ async fn keep_alive_connections_are_reused_both_sides() {
     );
 }
 
+/// The Host a real name-based server routes by: curl through the proxy to
+/// nginx serving `origin.test` beside a default server that answers 421.
+/// With curl's own Host and with a foreign one, nginx sees exactly one Host,
+/// the target's, and serves the page.
+#[tokio::test]
+async fn nginx_routing_by_name_gets_the_targets_host_whatever_curl_sent() {
+    if !have_tool("curl", "curl") {
+        return;
+    }
+    let Some(nginx) = Nginx::start_http(
+        "origin.test",
+        "location = /h { default_type text/plain; return 200 \"right host\"; }",
+    ) else {
+        return;
+    };
+    let port = nginx.port;
+    let mut proxy = TestProxy::start(move |c| {
+        resolve_to_loopback(c, &format!("origin.test:{port}"), port);
+    })
+    .await;
+    let curl = |via: Option<&str>, host: Option<&str>| {
+        let mut cmd = std::process::Command::new("curl");
+        cmd.args(["-sS", "--noproxy", "", "-w", " %{http_code}"]);
+        match via {
+            Some(p) => cmd
+                .args(["-x", p])
+                .arg(format!("http://origin.test:{port}/h")),
+            None => cmd.arg(format!("http://127.0.0.1:{port}/h")),
+        };
+        if let Some(h) = host {
+            cmd.args(["-H", &format!("Host: {h}")]);
+        }
+        tool_stdout(cmd)
+    };
+    // The set-up tells hosts apart: straight to nginx, a foreign Host is 421.
+    assert_eq!(curl(None, Some("evil.test")).await, "not this host 421");
+    let via = proxy.url();
+    assert_eq!(curl(Some(&via), None).await, "right host 200");
+    assert_eq!(curl(Some(&via), Some("evil.test")).await, "right host 200");
+    let want = format!("GET /h HTTP/1.1 200 host=[origin.test:{port}]");
+    let log = nginx.access_log_with(&want, 2);
+    assert_eq!(log.matches(&want).count(), 2, "{log}");
+    proxy.stop().await;
+}
+
 #[tokio::test]
 async fn hop_by_hop_headers_are_stripped_and_host_is_the_target() {
     let origin = Origin::http(echo()).await;

@@ -708,20 +708,58 @@ impl Nginx {
         std::fs::write(dir.path().join("cert.pem"), cert).unwrap();
         std::fs::write(dir.path().join("key.pem"), key).unwrap();
         let port = free_port();
+        let servers = format!(
+            "server {{
+    listen 127.0.0.1:{port} ssl http2;
+    server_name {name};
+    ssl_certificate {d}/cert.pem; ssl_certificate_key {d}/key.pem;
+    {locations}
+  }}"
+        );
+        Some(Nginx::run(dir, port, "", &servers))
+    }
+
+    /// Starts nginx serving `name` over plain HTTP/1.1 by name: a request
+    /// whose Host names anything else gets the default server's 421. Its
+    /// access log holds `$request $status host=[$http_host]` a line, every
+    /// Host field the request carried joined by nginx. `None` where nginx
+    /// is not installed.
+    pub fn start_http(name: &str, locations: &str) -> Option<Nginx> {
+        if !have_tool("nginx", "nginx-light") {
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let servers = format!(
+            "server {{
+    listen 127.0.0.1:{port} default_server;
+    return 421 \"not this host\";
+  }}
+  server {{
+    listen 127.0.0.1:{port};
+    server_name {name};
+    {locations}
+  }}"
+        );
+        let format = "log_format hosts '$request $status host=[$http_host]';";
+        Some(Nginx::run(dir, port, format, &servers))
+    }
+
+    /// Writes the config (`head` before the access log, then `servers`),
+    /// starts nginx in `dir` and waits for `port`.
+    fn run(dir: tempfile::TempDir, port: u16, head: &str, servers: &str) -> Nginx {
+        let d = dir.path().display().to_string();
+        let log_as = if head.is_empty() { "" } else { " hosts" };
         let conf = format!(
             "daemon off; master_process off; worker_processes 1;
 pid {d}/nginx.pid; error_log {d}/error.log info;
 events {{ worker_connections 128; }}
 http {{
-  access_log {d}/access.log;
+  {head}
+  access_log {d}/access.log{log_as};
   client_body_temp_path {d}/body; proxy_temp_path {d}/proxy;
   fastcgi_temp_path {d}/fastcgi; uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;
-  server {{
-    listen 127.0.0.1:{port} ssl http2;
-    server_name {name};
-    ssl_certificate {d}/cert.pem; ssl_certificate_key {d}/key.pem;
-    {locations}
-  }}
+  {servers}
 }}
 "
         );
@@ -740,7 +778,7 @@ http {{
             assert!(std::time::Instant::now() < deadline, "nginx did not start");
             std::thread::sleep(Duration::from_millis(50));
         }
-        Some(Nginx { port, dir, child })
+        Nginx { port, dir, child }
     }
 
     /// nginx's access log so far.
