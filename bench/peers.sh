@@ -53,7 +53,8 @@
 # squid squiddisk squidbump tinyproxy mannerly" (subsets run fewer; squid,
 # squiddisk and squidbump are the ratios' bases), BENCH_BEFORE=/path/to/mannerly
 # (an older build as the peer "before", run as mannerly is: "no path slower
-# than before", round by round), BENCH_SQUID_STORE (squiddisk's cache_dir type: aufs,
+# than before", round by round), BENCH_STACK=/path/to/stack_relay (another
+# build of the stack peer), BENCH_SQUID_STORE (squiddisk's cache_dir type: aufs,
 # the default, ufs or rock), BENCH_SQUID_LOG=1 (squiddisk writes an access
 # log, to check its result codes; off for figures), BENCH_PIN=1 (the proxy under test on CPU 0,
 # wrk, curl and the origin on CPU 1, with taskset; each row also says how
@@ -120,7 +121,7 @@ HTTPS_LOAD=$TARGET_DIR/release/examples/https_load
 if [[ $HTTPS_CLIENT == load && " ${BENCH_PATHS:-https} " == *" https "* ]]; then
   [[ -x $HTTPS_LOAD ]] || die "$HTTPS_LOAD missing (cargo build --release --example https_load)"
 fi
-STACK_RELAY=$TARGET_DIR/release/examples/stack_relay
+STACK_RELAY=${BENCH_STACK:-$TARGET_DIR/release/examples/stack_relay}
 [[ -x $STACK_RELAY ]] || die "$STACK_RELAY missing (cargo build --release --example stack_relay)"
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/mannerly-peers.XXXXXX")

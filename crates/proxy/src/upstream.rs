@@ -1,105 +1,39 @@
 //! The client towards origins: name resolution with overrides, the guard
 //! against internal addresses (applied to every address that is connected
-//! to), TLS with webpki roots plus configured extras, HTTP/1.1 or h2 by ALPN.
+//! to), TLS with webpki roots plus configured extras, HTTP/1.1 or h2 by ALPN,
+//! and a pool of origin connections per serving thread (`pool`).
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use http::{Request, Uri};
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client;
-
-/// The largest response head taken from an origin (as the 64 KiB a
-/// client's head may have by default).
-pub(crate) const MAX_RESPONSE_HEAD: usize = 64 * 1024;
-use hyper_util::client::legacy::ResponseFuture;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use mannerly_policy::url;
+use http::{Request, Response, Uri};
+use hyper::body::Incoming;
 use rustls::RootCertStore;
 
 use crate::body::ProxyBody;
 use crate::config::UpstreamConfig;
 use crate::error::{ConnectError, StartError};
+use crate::upstream::connector::{Connecting, GuardedConnector};
 use crate::upstream::conns::Conns;
 use crate::upstream::parent::{Link, Parent};
+use crate::upstream::pool::{Pool, PoolConfig};
 
+/// The largest response head taken from an origin (as the 64 KiB a
+/// client's head may have by default).
+pub(crate) const MAX_RESPONSE_HEAD: usize = 64 * 1024;
+
+mod connector;
 pub(crate) mod conns;
 mod guard;
 pub(crate) mod parent;
 pub(crate) mod pinned;
+mod pool;
 mod resolve;
 
 pub(crate) use guard::{connect_any, Guard};
-
-/// A connector that resolves through the [`Guard`] and connects only to the
-/// addresses it checked. One `Arc`: hyper-util's client clones its
-/// connector on every request (twice, once for the connection it may have
-/// to open), and each `Arc` inside is an atomic add and subtract there.
-#[derive(Clone)]
-pub(crate) struct GuardedConnector(Arc<Connecting>);
-
-struct Connecting {
-    guard: Guard,
-    connect_timeout: Duration,
-    conns: Arc<Conns>,
-    parent: Option<Arc<Parent>>,
-}
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-impl tower_service::Service<Uri> for GuardedConnector {
-    type Response = TokioIo<Link>;
-    type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, uri: Uri) -> Self::Future {
-        let this = self.0.clone();
-        Box::pin(async move {
-            let Connecting {
-                guard,
-                connect_timeout: timeout,
-                conns,
-                parent,
-            } = &*this;
-            let timeout = *timeout;
-            let host = uri
-                .host()
-                .ok_or_else(|| ConnectError::NoHost(uri.to_string()))?
-                .to_string();
-            let port = uri.port_u16().unwrap_or_else(|| {
-                let scheme = uri.scheme_str().unwrap_or("http");
-                url::default_port(scheme).unwrap_or(url::HTTP_PORT)
-            });
-            let Some(_turn) = conns.connecting(timeout).await else {
-                return Err(ConnectError::ProxyBusy {
-                    host,
-                    why: format!(
-                        "no turn to open a connection within {timeout:?} (upstream.max_connecting)"
-                    ),
-                }
-                .into());
-            };
-            if let Some(parent) = parent.as_ref().filter(|p| p.serves(&host, port)) {
-                let tunnel = uri.scheme_str() == Some("https");
-                let link = parent
-                    .open(guard, conns, &host, port, tunnel, timeout)
-                    .await?;
-                return Ok(TokioIo::new(link));
-            }
-            let addrs = guard.resolve(&host, port).await?;
-            let stream = connect_any(&host, &addrs, timeout).await?;
-            Ok(TokioIo::new(Link::direct(conns.track(stream))))
-        })
-    }
-}
+pub(crate) use pool::SendError;
 
 std::thread_local! {
     /// Which serving thread this is (see `shards.rs`), as an index into
@@ -119,7 +53,7 @@ pub(crate) struct UpstreamClient {
     /// One pool per serving thread, and one (the first) for other threads.
     /// A pooled connection is driven by the thread that opened it; sharing
     /// one pool between threads would hand each answer across threads.
-    pools: Arc<[Client<HttpsConnector<GuardedConnector>, ProxyBody>]>,
+    pools: Arc<[Pool]>,
     parent: Option<Arc<Parent>>,
     guard: Guard,
     conns: Arc<Conns>,
@@ -129,14 +63,17 @@ pub(crate) struct UpstreamClient {
 impl UpstreamClient {
     /// Sends a request; a plain-HTTP one the parent carries gets the
     /// parent's credentials.
-    pub(crate) fn request(&self, mut req: Request<ProxyBody>) -> ResponseFuture {
+    pub(crate) fn request(
+        &self,
+        mut req: Request<ProxyBody>,
+    ) -> impl Future<Output = Result<Response<Incoming>, SendError>> + Send + '_ {
         if let Some(parent) = self.parent_for(req.uri()) {
             if req.uri().scheme_str() != Some("https") {
                 parent.authorize(&mut req);
             }
         }
         let i = POOL.with(std::cell::Cell::get);
-        self.pools[i.min(self.pools.len() - 1)].request(req)
+        self.pools[i.min(self.pools.len() - 1)].send(req)
     }
 
     /// The parent that carries requests to `uri`, if any.
@@ -239,19 +176,13 @@ pub(crate) fn client(
             conns: conns.clone(),
             parent: parent.clone(),
         })));
+    let pool = PoolConfig {
+        idle_for: cfg.pool_idle,
+        max_idle_per_host: cfg.pool_max_idle_per_host,
+        max_head: MAX_RESPONSE_HEAD,
+    };
     let pools = (0..=threads)
-        .map(|_| {
-            Client::builder(TokioExecutor::new())
-                .timer(TokioTimer::new())
-                .pool_timer(TokioTimer::new())
-                .pool_idle_timeout(cfg.pool_idle)
-                .pool_max_idle_per_host(cfg.pool_max_idle_per_host)
-                // A hostile origin's endless head is cut, not relayed
-                // (answered 502, `failure::upstream`).
-                .http1_max_buf_size(MAX_RESPONSE_HEAD)
-                .http2_max_header_list_size(MAX_RESPONSE_HEAD as u32)
-                .build(connector.clone())
-        })
+        .map(|_| Pool::new(connector.clone(), &pool, guard.clock().clone()))
         .collect();
     Ok(UpstreamClient {
         pools,

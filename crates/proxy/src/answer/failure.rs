@@ -19,7 +19,7 @@ use super::{Stop, Told};
 use crate::error::{find_in_chain, ClientBodyError, ConnectError, Source};
 use crate::payments::Refused;
 
-/// An error of the upstream client (hyper-util's, wrapping ours), read
+/// An error of the upstream client (the pool's, wrapping ours or hyper's), read
 /// down its chain: the client's body, our connector, TLS, else the origin.
 pub(crate) fn upstream(err: &(dyn Error + 'static)) -> Stop {
     if let Some(c) = find_in_chain::<ClientBodyError>(err) {

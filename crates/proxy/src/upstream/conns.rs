@@ -1,5 +1,5 @@
-//! Global bounds on upstream connections, which hyper-util's pool does not
-//! have (it caps idle connections per origin only): a broad crawl touches
+//! Global bounds on upstream connections, which the pool (`pool.rs`) does
+//! not keep (it caps idle connections per origin only): a broad crawl touches
 //! thousands of origins once each, and one idle connection per origin
 //! would run the process out of file descriptors.
 //!
@@ -12,7 +12,7 @@
 //! Every upstream TCP stream is a [`Tracked`] stream. It is busy from the
 //! moment a request is written on it until the pipeline has passed the
 //! whole response on ([`Conns::release`] through the [`ConnHandle`] that
-//! hyper-util copies into each response's extensions). Only idle streams
+//! the pool copies into each response's extensions). Only idle streams
 //! are ever closed. Closing one makes its reads end and its writes fail, so
 //! hyper's connection task ends and the pool forgets it.
 
@@ -80,7 +80,7 @@ pub(crate) struct ConnHandle {
     writes: u64,
 }
 
-/// Given to hyper-util as the connection's "extra": hyper-util clones it
+/// Given to the pool as the connection's "extra": the pool clones it
 /// into each response's extensions when the response head has arrived,
 /// before the connection can go back to the pool, and the clone is the
 /// snapshot a [`ConnHandle`] needs.

@@ -56,6 +56,11 @@ impl Guard {
         }
     }
 
+    /// The clock the guard reads.
+    pub(crate) fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
     /// The early check of a request's host name: like [`Guard::resolve`],
     /// but a name that passed within the last 30 s is not resolved again.
     pub(crate) async fn check_name(&self, host: &str, port: u16) -> Result<(), ConnectError> {
