@@ -201,8 +201,12 @@ impl Pool {
                 return Err(SendError::new(Stage::Target, why));
             }
         };
+        // After a kept h2 connection handed a request back, a new one: the
+        // pool may still list it until its task has ended.
+        let mut kept_ok = true;
         loop {
-            let (mut conn, reused) = match shared.checkout(&key) {
+            let kept = if kept_ok { shared.checkout(&key) } else { None };
+            let (mut conn, reused) = match kept {
                 Some(c) => (c, true),
                 None => (Box::pin(shared.connect(&key)).await?, false),
             };
@@ -214,10 +218,11 @@ impl Pool {
                     return Ok(resp);
                 }
                 Err(mut e) => match e.take_message() {
-                    // The origin closed a kept connection as it was taken.
+                    // The connection ended as the request was given to it.
                     Some(again) if reused => {
                         req = again;
                         *req.uri_mut() = absolute;
+                        kept_ok = matches!(conn.tx, Tx::H1(_));
                     }
                     _ => return Err(SendError::new(Stage::Send, e.into_error())),
                 },
@@ -295,9 +300,14 @@ impl Shared {
         if info.is_negotiated_h2() {
             // One h2 connection per origin: requests that opened theirs at
             // the same time take the first that is set up.
-            let _opening = match self.opening_h2(key).await {
-                Opening::Shared(conn) => return Ok(conn),
-                Opening::Ours(guard) => guard,
+            // With nothing kept (`pool_max_idle_per_host = 0`), each
+            // request has a connection of its own.
+            let _opening = match self.max_idle_per_host {
+                0 => None,
+                _ => match self.opening_h2(key).await {
+                    Opening::Shared(conn) => return Ok(conn),
+                    Opening::Ours(guard) => Some(guard),
+                },
             };
             let (mut tx, conn) = self.h2.handshake(io).await.map_err(handshake)?;
             tokio::spawn(async move {
@@ -390,9 +400,12 @@ impl Shared {
     }
 
     fn keep(self: &Arc<Self>, key: Key, conn: Conn) {
+        if self.max_idle_per_host == 0 {
+            return;
+        }
         let mut idle = lock(&self.idle);
         let list = idle.by_origin.entry(key).or_default();
-        if list.len() >= self.max_idle_per_host.max(1) {
+        if list.len() >= self.max_idle_per_host {
             list.remove(0);
         }
         list.push(Kept {
@@ -706,5 +719,15 @@ mod tests {
         get(&client, port, "/4").await;
         let seen = lock(&seen);
         assert_eq!((seen.opened, seen.closed), (3, 2), "{:?}", seen.heads);
+    }
+
+    #[tokio::test]
+    async fn with_pool_max_idle_per_host_0_nothing_is_kept() {
+        let (port, seen) = origin(false, 1).await;
+        let client = proxy_client(Duration::from_secs(60), 0);
+        get(&client, port, "/1").await;
+        until_seen(&seen, "the first connection closed", |s| s.closed == 1).await;
+        get(&client, port, "/2").await;
+        assert_eq!(lock(&seen).opened, 2);
     }
 }
