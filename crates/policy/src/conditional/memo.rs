@@ -127,19 +127,26 @@ impl NotModifiedMemo {
         })
     }
 
-    /// Whether `answer` (hop-by-hop fields removed) is the 304 this was
-    /// made from, but for per-answer fields.
-    pub(super) fn answered(&self, answer: &HeaderMap) -> bool {
+    /// Whether `answer`, read past its hop-by-hop fields `doomed`, is the
+    /// 304 this was made from, but for per-answer fields.
+    pub(super) fn answered(&self, answer: &HeaderMap, doomed: &[HeaderName]) -> bool {
         // A Warning is one of those lines, and the memo has none.
-        lasting_lines(answer).eq(self.answer.iter().map(|(n, v)| (n, v)))
+        lasting_lines(answer)
+            .filter(|(n, _)| !doomed.contains(n))
+            .eq(self.answer.iter().map(|(n, v)| (n, v)))
     }
 
-    /// The merge for `answer`: the per-answer fields from it, else from
-    /// the stored response.
-    pub(super) fn headers(&self, answer: &HeaderMap, stored: &HeaderMap) -> HeaderMap {
+    /// The merge for `answer` (read past `doomed`): the per-answer fields
+    /// from it, else from the stored response.
+    pub(super) fn headers(
+        &self,
+        answer: &HeaderMap,
+        doomed: &[HeaderName],
+        stored: &HeaderMap,
+    ) -> HeaderMap {
         let mut out = self.merged.clone();
         for name in PER_ANSWER_FIELDS {
-            let source = if answer.contains_key(&name) {
+            let source = if answer.contains_key(&name) && !doomed.contains(&name) {
                 answer
             } else {
                 stored

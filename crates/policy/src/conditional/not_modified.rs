@@ -100,28 +100,31 @@ pub fn merge_not_modified(
     now: SystemTime,
 ) -> Result<Revalidated, NotModifiedMismatch> {
     if !params.serve_fresh && not_modified.status == StatusCode::NOT_MODIFIED {
-        // A 304 over h2 has no hop-by-hop field to strip (RFC 9113
-        // §8.2.2): then it is read where it is, not copied.
-        let doomed = crate::headers::hop_by_hop_names(&not_modified.headers);
+        // The 304 is read past its hop-by-hop fields where it is; a
+        // stripped copy is made only for a first merge.
+        let answer = &not_modified.headers;
+        let doomed = crate::headers::hop_by_hop_names(answer);
+        if let Some(memo) = stored.not_modified.get() {
+            if memo.answered(answer, &doomed) {
+                return Ok(Revalidated {
+                    status: stored.status,
+                    headers: memo.headers(answer, &doomed, &stored.headers),
+                    write: WriteBack::Unchanged,
+                });
+            }
+        }
         let answer = if doomed.is_empty() {
-            Cow::Borrowed(&not_modified.headers)
+            Cow::Borrowed(answer)
         } else {
-            let mut answer = not_modified.headers.clone();
-            for name in doomed {
+            let mut answer = answer.clone();
+            for name in &doomed {
                 answer.remove(name);
             }
             Cow::Owned(answer)
         };
-        let known = stored.not_modified.get().filter(|m| m.answered(&answer));
-        let echo = match known {
-            Some(_) => None,
-            None => NotModifiedMemo::echoing(&answer, &stored.headers),
-        };
-        if let Some(memo) = known.or(echo.as_ref()) {
-            let headers = memo.headers(&answer, &stored.headers);
-            if let Some(echo) = echo {
-                let _ = stored.not_modified.set(echo);
-            }
+        if let Some(echo) = NotModifiedMemo::echoing(&answer, &stored.headers) {
+            let headers = echo.headers(&answer, &[], &stored.headers);
+            let _ = stored.not_modified.set(echo);
             return Ok(Revalidated {
                 status: stored.status,
                 headers,
@@ -373,7 +376,7 @@ mod tests {
                     );
                     assert_eq!(library.status, stored.status);
                     assert_eq!(
-                        memo.headers(&answer, &stored.headers),
+                        memo.headers(&answer, &[], &stored.headers),
                         library.headers,
                         "{stored_head:?} / {answer_head:?}"
                     );
