@@ -4,7 +4,9 @@
 //! hyper-util's pooled client with hyper-rustls towards the origin, rustls
 //! on both sides, mimalloc: the parts mannerly's serving thread is built
 //! from, set up as mannerly sets them up, with no policy, no store and no
-//! audit line.
+//! audit line. mannerly keeps origin connections in a pool of its own
+//! over hyper's `client::conn` now (`upstream/pool.rs`, cheaper per
+//! request); this relay keeps hyper-util's, the floor issue 52 defined.
 //!
 //!     cargo build --release --example stack_relay
 //!     target/release/examples/stack_relay --listen 127.0.0.1:8080 \
