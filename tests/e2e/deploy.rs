@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::redis_server::RedisServer;
-use super::support::stdout_lines;
+use super::support::{free_port, stdout_lines};
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -652,14 +652,6 @@ fn every_variable_the_deploy_files_set_is_a_documented_key() {
 }
 
 // === run the exact command line and environment ===
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// What changes between a container and this machine, and nothing else:
 /// paths move into a temp dir, ports to free ones, 0.0.0.0 to loopback

@@ -22,6 +22,9 @@ use mannerly_proxy::{Config, Proxy};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
+/// Ports for servers a test names by number: below the ephemeral range.
+pub use mannerly_test_support::ports::free_port;
+
 pub type OriginBody = BoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
 pub type Handler = Arc<
     dyn Fn(Request<Incoming>) -> Pin<Box<dyn Future<Output = Response<OriginBody>> + Send>>
@@ -663,15 +666,6 @@ pub fn have_tool(program: &str, package: &str) -> bool {
         eprintln!("skipped: {program} not installed (apt-get install {package})");
     }
     found
-}
-
-/// A free loopback port (bound, then released for a server we start).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 impl TestCa {

@@ -6,6 +6,7 @@
 //! `scenarios` feature, so mannerly-state's tests take the starters alone.
 
 pub mod poll;
+pub mod ports;
 pub mod redis_cluster;
 pub mod redis_server;
 

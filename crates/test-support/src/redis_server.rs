@@ -1,7 +1,6 @@
 //! A throwaway redis-server on a free loopback port, for tests and examples.
 //! Shared by the state tests, the end-to-end tests and the cluster examples.
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -43,7 +42,7 @@ impl RedisServer {
         // connection of a test running beside this one) between our probe
         // and redis-server's bind; then it exits, and another port is tried.
         for _ in 0..5 {
-            let port = free_port();
+            let port = crate::ports::free_port();
             let dir =
                 std::env::temp_dir().join(format!("mannerly-redis-{}-{port}", std::process::id()));
             let _ = std::fs::create_dir_all(&dir);
@@ -132,11 +131,4 @@ impl Drop for RedisServer {
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
 }
