@@ -29,21 +29,23 @@ use std::collections::HashMap;
 use std::error::Error as StdError;
 use std::fmt;
 use std::hash::{Hash, Hasher};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use http::uri::{Authority, PathAndQuery};
-use http::{HeaderValue, Request, Response, Uri};
+use http::{Request, Response, Uri};
 use hyper::body::Incoming;
 use hyper::client::conn::{http1, http2, TrySendError};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::{Connected, Connection};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+use mannerly_policy::{set_origin_host, url};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tower_service::Service;
 
 use super::connector::GuardedConnector;
+use super::conns::lock;
 use crate::body::ProxyBody;
 use crate::clock::Clock;
 
@@ -111,6 +113,16 @@ impl PartialEq for Key {
 }
 
 impl Eq for Key {}
+
+impl Key {
+    fn scheme(&self) -> &'static str {
+        if self.tls {
+            "https"
+        } else {
+            "http"
+        }
+    }
+}
 
 impl Hash for Key {
     fn hash<H: Hasher>(&self, h: &mut H) {
@@ -282,9 +294,8 @@ impl Shared {
     /// A new connection to `key`'s origin, ready for a request; an h2 one
     /// is kept at once for the requests that come while this one runs.
     async fn connect(self: &Arc<Self>, key: &Key) -> Result<Conn, SendError> {
-        let scheme = if key.tls { "https" } else { "http" };
         let uri = Uri::builder()
-            .scheme(scheme)
+            .scheme(key.scheme())
             .authority(key.authority.clone())
             .path_and_query("/")
             .build()
@@ -493,9 +504,8 @@ impl Conn {
             return req.uri().clone();
         };
         if !req.headers().contains_key(http::header::HOST) {
-            if let Some(host) = host_field(&key.authority, key.tls) {
-                req.headers_mut().insert(http::header::HOST, host);
-            }
+            let host = url::strip_default_port(key.scheme(), key.authority.as_str());
+            set_origin_host(req.headers_mut(), Some(host));
         }
         if self.info.is_proxied() {
             return req.uri().clone();
@@ -506,16 +516,6 @@ impl Conn {
         };
         std::mem::replace(req.uri_mut(), origin_form)
     }
-}
-
-/// Host for an origin: its authority without the scheme's default port.
-fn host_field(authority: &Authority, tls: bool) -> Option<HeaderValue> {
-    let default = if tls { 443 } else { 80 };
-    let value = match authority.port_u16() {
-        Some(p) if p == default => authority.host(),
-        _ => authority.as_str(),
-    };
-    HeaderValue::from_str(value).ok()
 }
 
 impl Tx {
@@ -535,10 +535,6 @@ impl Tx {
             Tx::H2(tx) => tx.try_send_request(req).await,
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]
