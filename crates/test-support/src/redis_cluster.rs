@@ -2,10 +2,11 @@
 //! yes` nodes on free ports joined by `redis-cli --cluster create` as three
 //! masters with one replica each. For the end-to-end tests and examples.
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
+
+use crate::ports::free_port;
 
 /// How long a master may be silent before its replica takes over. Short, so
 /// a failover happens inside a test; long enough that a loaded machine does
@@ -17,7 +18,6 @@ pub struct Node {
     child: Option<Child>,
     /// Its client port on 127.0.0.1.
     pub port: u16,
-    bus: u16,
 }
 
 /// A running cluster, stopped on drop.
@@ -55,15 +55,15 @@ fn tools_present(test: &str) -> bool {
 
 impl Node {
     /// Starts one cluster node in its own directory under `dir` and waits
-    /// until it answers. A free port can be taken by another process
-    /// (an outgoing connection of a test running beside this one) between
-    /// our probe and redis-server's bind; a node that exits on start is
-    /// tried again on other ports, and one that never answers fails the
-    /// test with the end of its log.
-    fn spawn(dir: &std::path::Path, taken: &[u16]) -> Node {
+    /// until it answers. Ports come from [`free_port`], never twice in a
+    /// process; one can still be taken by another process between our
+    /// probe and redis-server's bind: a node that exits on start is tried
+    /// again on other ports, and one that never answers fails the test
+    /// with the end of its log.
+    fn spawn(dir: &std::path::Path) -> Node {
         let mut last_log = String::new();
         for _ in 0..5 {
-            let (port, bus) = two_free_ports(taken);
+            let (port, bus) = (free_port(), free_port());
             let node_dir = dir.join(port.to_string());
             std::fs::create_dir_all(&node_dir).expect("node directory");
             let log = node_dir.join("redis.log");
@@ -91,7 +91,6 @@ impl Node {
                     return Node {
                         child: Some(child),
                         port,
-                        bus,
                     };
                 }
                 if child.try_wait().ok().flatten().is_some() {
@@ -127,8 +126,7 @@ impl RedisCluster {
         ));
         let mut nodes: Vec<Node> = Vec::new();
         for _ in 0..6 {
-            let taken: Vec<u16> = nodes.iter().flat_map(|n| [n.port, n.bus]).collect();
-            nodes.push(Node::spawn(&dir, &taken));
+            nodes.push(Node::spawn(&dir));
         }
         let cluster = RedisCluster { nodes, dir };
         let addrs: Vec<String> = cluster
@@ -347,25 +345,4 @@ fn cli(port: u16, args: &[&str]) -> String {
 fn wait_for(ok: impl Fn() -> bool, what: &str) {
     // Each look runs redis-cli: not more often than every 50 ms.
     crate::poll::poll_until(what, Duration::from_secs(60), Duration::from_millis(50), ok);
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
-}
-
-/// Two distinct free ports, neither in `taken`: both listeners are held
-/// until both are chosen, so the kernel cannot hand out one port twice.
-fn two_free_ports(taken: &[u16]) -> (u16, u16) {
-    let mut held = Vec::new();
-    while held.len() < 2 {
-        let l = TcpListener::bind("127.0.0.1:0").expect("a free loopback port");
-        let port = l.local_addr().expect("a bound address").port();
-        if !taken.contains(&port) {
-            held.push((l, port));
-        }
-    }
-    (held[0].1, held[1].1)
 }
