@@ -299,7 +299,8 @@ pub struct UpstreamConfig {
     /// How long an idle pooled connection to an origin is kept.
     #[serde(rename = "pool_idle_secs", deserialize_with = "seconds")]
     pub pool_idle: Duration,
-    /// Idle pooled connections kept per origin.
+    /// Idle pooled connections kept per origin (an h2 origin's one shared
+    /// connection included); 0 keeps none, h2 included.
     pub pool_max_idle_per_host: usize,
     /// Idle pooled connections kept over all origins; the one idle longest
     /// is closed first.

@@ -143,10 +143,10 @@ pub(super) fn upstream_request(
 }
 
 /// The origin's Host ([`set_origin_host`]). Which protocol an https origin
-/// speaks is known only once ALPN has picked, so there the client writes
-/// Host from the URI over HTTP/1.1, and none over h2 (a strict h2 origin
-/// answers 400 to both at once). An http origin always gets HTTP/1.1: its
-/// Host is set here, where the client would `format!` one for every request.
+/// speaks is known only once ALPN has picked, so there the pool
+/// (`upstream/pool.rs`) writes Host from the URI over HTTP/1.1, and none
+/// over h2 (a strict h2 origin answers 400 to both at once). An http origin
+/// always gets HTTP/1.1: its Host is set here, once, from the target.
 fn origin_host(headers: &mut HeaderMap, target: &Target) {
     let http = target.scheme == Scheme::Http;
     set_origin_host(headers, http.then(|| target.authority()));

@@ -51,7 +51,7 @@ use crate::clock::Clock;
 
 type BoxError = Box<dyn StdError + Send + Sync>;
 
-/// How a pool is set up (the `upstream` section, as hyper-util took it).
+/// How a pool is set up, from the `upstream` section.
 pub(crate) struct PoolConfig {
     pub(crate) idle_for: Duration,
     pub(crate) max_idle_per_host: usize,
