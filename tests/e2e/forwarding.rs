@@ -267,6 +267,50 @@ async fn nginx_routing_by_name_gets_the_targets_host_whatever_curl_sent() {
     proxy.stop().await;
 }
 
+/// The origin connections the pool keeps, as nginx counts them: six pages
+/// asked one after another by six curl runs (six client connections) reach
+/// nginx over one kept connection; with `pool_max_idle_per_host = 0` over
+/// six.
+#[tokio::test]
+async fn nginx_gets_a_crawl_over_one_kept_connection_and_over_one_each_with_none_kept() {
+    if !have_tool("curl", "curl") {
+        return;
+    }
+    for (kept, connections) in [(32, 1), (0, 6)] {
+        let Some(nginx) = Nginx::start_http(
+            "origin.test",
+            "location /p { default_type text/plain; return 200 \"page\"; }",
+        ) else {
+            return;
+        };
+        let port = nginx.port;
+        let mut proxy = TestProxy::start(move |c| {
+            resolve_to_loopback(c, &format!("origin.test:{port}"), port);
+            c.proxy.threads = 1;
+            c.upstream.pool_max_idle_per_host = kept;
+            // The pages go as fast as curl asks: the budget is not tested.
+            c.policy.enforce = false;
+        })
+        .await;
+        let via = proxy.url();
+        for i in 0..6 {
+            let mut curl = std::process::Command::new("curl");
+            curl.args(["-sS", "--noproxy", "", "-x", &via, "-w", " %{http_code}"])
+                .arg(format!("http://origin.test:{port}/p{i}"));
+            assert_eq!(tool_stdout(curl).await, "page 200");
+        }
+        let log = nginx.access_log_with("GET /p", 6);
+        let used: std::collections::BTreeSet<&str> = log
+            .lines()
+            .filter(|l| l.starts_with("GET /p"))
+            .filter_map(|l| l.split(" conn=").nth(1))
+            .collect();
+        assert_eq!(log.matches("GET /p").count(), 6, "{log}");
+        assert_eq!(used.len(), connections, "kept {kept}: {log}");
+        proxy.stop().await;
+    }
+}
+
 #[tokio::test]
 async fn hop_by_hop_headers_are_stripped_and_host_is_the_target() {
     let origin = Origin::http(echo()).await;

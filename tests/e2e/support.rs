@@ -735,7 +735,7 @@ impl Nginx {
     {locations}
   }}"
         );
-        let format = "log_format hosts '$request $status host=[$http_host]';";
+        let format = "log_format hosts '$request $status host=[$http_host] conn=$connection';";
         Some(Nginx::run(dir, port, format, &servers))
     }
 
