@@ -311,6 +311,53 @@ async fn nginx_gets_a_crawl_over_one_kept_connection_and_over_one_each_with_none
     }
 }
 
+/// An https origin that speaks HTTP/1.1 only (nginx without h2): the pool
+/// writes the Host the request needs there, the target's, once, and keeps
+/// the connection for the next page.
+#[tokio::test]
+async fn an_https_origin_over_http1_gets_the_targets_host_and_a_kept_connection() {
+    if !have_tool("curl", "curl") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new(dir.path());
+    let site = "location /p { default_type text/plain; return 200 \"page\"; }";
+    let Some(nginx) = Nginx::start_tls_http1(&ca, "origin.test", site) else {
+        return;
+    };
+    let port = nginx.port;
+    let roots = ca.pem_path.clone();
+    let mut proxy = TestProxy::start(move |c| {
+        c.proxy.threads = 1;
+        c.upstream.extra_roots = vec![roots];
+        c.proxy.connect_ports.push(port);
+        resolve_to_loopback(c, &format!("origin.test:{port}"), port);
+        c.policy.enforce = false;
+    })
+    .await;
+    let ca_file = proxy.dir.path().join("ca.pem");
+    let via = proxy.url();
+    for i in 0..2 {
+        let mut curl = std::process::Command::new("curl");
+        curl.args(["-sS", "--noproxy", "", "-x", &via, "--cacert"])
+            .arg(&ca_file)
+            .args(["-w", " %{http_code}"])
+            .arg(format!("https://origin.test:{port}/p{i}"));
+        assert_eq!(tool_stdout(curl).await, "page 200");
+    }
+    let log = nginx.access_log_with("GET /p", 2);
+    let pages: Vec<&str> = log.lines().filter(|l| l.starts_with("GET /p")).collect();
+    let want = format!("HTTP/1.1 200 host=[origin.test:{port}] conn=");
+    assert_eq!(pages.len(), 2, "{log}");
+    assert!(pages.iter().all(|l| l.contains(&want)), "{log}");
+    let conns: std::collections::BTreeSet<_> = pages
+        .iter()
+        .filter_map(|l| l.split(" conn=").nth(1))
+        .collect();
+    assert_eq!(conns.len(), 1, "{log}");
+    proxy.stop().await;
+}
+
 #[tokio::test]
 async fn hop_by_hop_headers_are_stripped_and_host_is_the_target() {
     let origin = Origin::http(echo()).await;

@@ -22,6 +22,9 @@ use mannerly_proxy::{Config, Proxy};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
+/// nginx's access log line for the tests of Host and kept connections.
+const HOSTS_LOG: &str = "log_format hosts '$request $status host=[$http_host] conn=$connection';";
+
 /// Ports for servers a test names by number: below the ephemeral range.
 pub use mannerly_test_support::ports::free_port;
 
@@ -693,6 +696,17 @@ impl Nginx {
     /// Starts nginx serving `name` over TLS (h2 and http/1.1 by ALPN) with
     /// a certificate from `ca`; `None` where nginx is not installed.
     pub fn start_tls(ca: &TestCa, name: &str, locations: &str) -> Option<Nginx> {
+        Nginx::tls(ca, name, locations, true)
+    }
+
+    /// As [`Nginx::start_tls`] without h2: ALPN leaves HTTP/1.1, where a
+    /// request needs its one Host (400 without). The access log is
+    /// [`Nginx::start_http`]'s.
+    pub fn start_tls_http1(ca: &TestCa, name: &str, locations: &str) -> Option<Nginx> {
+        Nginx::tls(ca, name, locations, false)
+    }
+
+    fn tls(ca: &TestCa, name: &str, locations: &str, h2: bool) -> Option<Nginx> {
         if !have_tool("nginx", "nginx-light") {
             return None;
         }
@@ -704,13 +718,15 @@ impl Nginx {
         let port = free_port();
         let servers = format!(
             "server {{
-    listen 127.0.0.1:{port} ssl http2;
+    listen 127.0.0.1:{port} ssl{http2};
     server_name {name};
     ssl_certificate {d}/cert.pem; ssl_certificate_key {d}/key.pem;
     {locations}
-  }}"
+  }}",
+            http2 = if h2 { " http2" } else { "" }
         );
-        Some(Nginx::run(dir, port, "", &servers))
+        let format = if h2 { "" } else { HOSTS_LOG };
+        Some(Nginx::run(dir, port, format, &servers))
     }
 
     /// Starts nginx serving `name` over plain HTTP/1.1 by name: a request
@@ -735,8 +751,7 @@ impl Nginx {
     {locations}
   }}"
         );
-        let format = "log_format hosts '$request $status host=[$http_host] conn=$connection';";
-        Some(Nginx::run(dir, port, format, &servers))
+        Some(Nginx::run(dir, port, HOSTS_LOG, &servers))
     }
 
     /// Writes the config (`head` before the access log, then `servers`),
