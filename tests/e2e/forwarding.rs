@@ -292,21 +292,14 @@ async fn nginx_gets_a_crawl_over_one_kept_connection_and_over_one_each_with_none
             c.policy.enforce = false;
         })
         .await;
-        let via = proxy.url();
         for i in 0..6 {
-            let mut curl = std::process::Command::new("curl");
-            curl.args(["-sS", "--noproxy", "", "-x", &via, "-w", " %{http_code}"])
-                .arg(format!("http://origin.test:{port}/p{i}"));
-            assert_eq!(tool_stdout(curl).await, "page 200");
+            let page = format!("http://origin.test:{port}/p{i}");
+            assert_eq!(curl_page(&proxy, &page, None).await, "page 200");
         }
         let log = nginx.access_log_with("GET /p", 6);
-        let used: std::collections::BTreeSet<&str> = log
-            .lines()
-            .filter(|l| l.starts_with("GET /p"))
-            .filter_map(|l| l.split(" conn=").nth(1))
-            .collect();
-        assert_eq!(log.matches("GET /p").count(), 6, "{log}");
-        assert_eq!(used.len(), connections, "kept {kept}: {log}");
+        let pages = page_lines(&log);
+        assert_eq!(pages.len(), 6, "{log}");
+        assert_eq!(connections_of(&pages), connections, "kept {kept}: {log}");
         proxy.stop().await;
     }
 }
@@ -336,26 +329,51 @@ async fn an_https_origin_over_http1_gets_the_targets_host_and_a_kept_connection(
     })
     .await;
     let ca_file = proxy.dir.path().join("ca.pem");
-    let via = proxy.url();
     for i in 0..2 {
-        let mut curl = std::process::Command::new("curl");
-        curl.args(["-sS", "--noproxy", "", "-x", &via, "--cacert"])
-            .arg(&ca_file)
-            .args(["-w", " %{http_code}"])
-            .arg(format!("https://origin.test:{port}/p{i}"));
-        assert_eq!(tool_stdout(curl).await, "page 200");
+        let page = format!("https://origin.test:{port}/p{i}");
+        assert_eq!(curl_page(&proxy, &page, Some(&ca_file)).await, "page 200");
     }
     let log = nginx.access_log_with("GET /p", 2);
-    let pages: Vec<&str> = log.lines().filter(|l| l.starts_with("GET /p")).collect();
+    let pages = page_lines(&log);
     let want = format!("HTTP/1.1 200 host=[origin.test:{port}] conn=");
     assert_eq!(pages.len(), 2, "{log}");
     assert!(pages.iter().all(|l| l.contains(&want)), "{log}");
-    let conns: std::collections::BTreeSet<_> = pages
+    assert_eq!(connections_of(&pages), 1, "{log}");
+    proxy.stop().await;
+}
+
+/// curl's body and status for `url` through `proxy` (trusting its CA at
+/// `ca_file` for https).
+async fn curl_page(proxy: &TestProxy, url: &str, ca_file: Option<&std::path::Path>) -> String {
+    let mut curl = std::process::Command::new("curl");
+    curl.args([
+        "-sS",
+        "--noproxy",
+        "",
+        "-x",
+        &proxy.url(),
+        "-w",
+        " %{http_code}",
+    ]);
+    if let Some(ca) = ca_file {
+        curl.arg("--cacert").arg(ca);
+    }
+    curl.arg(url);
+    tool_stdout(curl).await
+}
+
+/// nginx's access-log lines of the pages under `/p`.
+fn page_lines(log: &str) -> Vec<&str> {
+    log.lines().filter(|l| l.starts_with("GET /p")).collect()
+}
+
+/// How many connections (nginx's `$connection`) carried `lines`.
+fn connections_of(lines: &[&str]) -> usize {
+    let conns: std::collections::BTreeSet<_> = lines
         .iter()
         .filter_map(|l| l.split(" conn=").nth(1))
         .collect();
-    assert_eq!(conns.len(), 1, "{log}");
-    proxy.stop().await;
+    conns.len()
 }
 
 #[tokio::test]
