@@ -11,13 +11,23 @@ use crate::FastHash;
 #[derive(Debug, Default)]
 pub(crate) struct Lru {
     clock: u64,
-    entries: Sharded<String, (u64, u64)>,
+    entries: Sharded<String, Slot>,
     order: BTreeMap<u64, String>,
     total: u64,
+    /// The keys whose slot is marked `dirty`: the slot's mark spares a
+    /// read of a key already here a lookup in this set.
     dirty: HashSet<String, FastHash>,
     /// Reads are not collected for persisting (an index of what is in
     /// memory only).
     untracked: bool,
+}
+
+/// One entry's recency and size, and whether its tick waits in `dirty`.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    tick: u64,
+    size: u64,
+    dirty: bool,
 }
 
 impl Lru {
@@ -53,11 +63,11 @@ impl Lru {
 
     /// When `key` was last written or read.
     pub(crate) fn tick_of(&self, key: &str) -> Option<u64> {
-        self.entries.get(key).map(|(tick, _)| tick)
+        self.entries.get(key).map(|s| s.tick)
     }
 
     pub(crate) fn size_of(&self, key: &str) -> Option<u64> {
-        self.entries.get(key).map(|(_, size)| size)
+        self.entries.get(key).map(|s| s.size)
     }
 
     fn next_tick(&mut self) -> u64 {
@@ -65,18 +75,27 @@ impl Lru {
         self.clock
     }
 
-    /// Records a read of `key`. Every revalidation reads twice (the
-    /// resident copy and the store's index), so the key moves without
-    /// being copied, and is copied into `dirty` only when not there yet.
+    /// Records a read of `key`. Every revalidation reads (the resident
+    /// copy and the store's index), so the key moves without being copied,
+    /// is looked up once, and is copied into `dirty` only when its slot is
+    /// not marked yet.
     pub(crate) fn touch(&mut self, key: &str) {
         let tick = self.next_tick();
-        if let Some((old, size)) = self.entries.get(key) {
-            let owned = self.order.remove(&old).unwrap_or_else(|| key.to_owned());
-            self.order.insert(tick, owned);
-            self.entries.set(key, (tick, size));
-            if !self.untracked && !self.dirty.contains(key) {
-                self.dirty.insert(key.to_owned());
-            }
+        let track = !self.untracked;
+        let Some(old) = self.entries.update(key, |s| Slot {
+            tick,
+            dirty: s.dirty || track,
+            ..s
+        }) else {
+            return;
+        };
+        let owned = self
+            .order
+            .remove(&old.tick)
+            .unwrap_or_else(|| key.to_owned());
+        self.order.insert(tick, owned);
+        if track && !old.dirty {
+            self.dirty.insert(key.to_owned());
         }
     }
 
@@ -92,11 +111,18 @@ impl Lru {
         self.remove(&key);
         self.order.insert(tick, key.clone());
         self.total += size;
-        self.entries.insert(key, (tick, size));
+        self.entries.insert(
+            key,
+            Slot {
+                tick,
+                size,
+                dirty: false,
+            },
+        );
     }
 
     pub(crate) fn remove(&mut self, key: &str) -> Option<u64> {
-        let (tick, size) = self.entries.remove(key)?;
+        let Slot { tick, size, .. } = self.entries.remove(key)?;
         self.order.remove(&tick);
         self.total -= size;
         self.dirty.remove(key);
@@ -131,8 +157,8 @@ impl Lru {
         dirty
             .into_iter()
             .filter_map(|key| {
-                let (tick, size) = self.entries.get(&key)?;
-                Some((key, tick, size))
+                let s = self.entries.update(&key, |s| Slot { dirty: false, ..s })?;
+                Some((key, s.tick, s.size))
             })
             .collect()
     }
@@ -159,5 +185,33 @@ mod tests {
         assert_eq!(lru.total(), 30);
         lru.remove("b");
         assert_eq!((lru.total(), lru.len()), (20, 2));
+    }
+
+    #[test]
+    fn a_read_is_taken_for_persisting_once_and_again_after_it_was_taken() {
+        let mut lru = Lru::default();
+        lru.insert("a", 10);
+        lru.insert("b", 10);
+        assert_eq!(lru.dirty_len(), 0);
+        lru.touch("a");
+        lru.touch("a");
+        lru.touch("missing");
+        let tick = lru.tick_of("a").unwrap();
+        assert_eq!(lru.take_dirty(), vec![("a".to_string(), tick, 10)]);
+        assert_eq!(lru.dirty_len(), 0);
+        lru.touch("a");
+        assert_eq!(lru.dirty_len(), 1);
+        // A write persists its own tick: the read waiting is dropped.
+        lru.insert("a", 20);
+        assert!(lru.take_dirty().is_empty());
+        lru.touch("b");
+        lru.remove("b");
+        assert!(lru.take_dirty().is_empty());
+
+        let mut quiet = Lru::untracked();
+        quiet.insert("a", 10);
+        quiet.touch("a");
+        assert_eq!(quiet.dirty_len(), 0);
+        assert!(quiet.tick_of("a").unwrap() > 1);
     }
 }

@@ -44,14 +44,19 @@ impl<K: Hash + Eq + Clone, V: Copy> Sharded<K, V> {
         self.0.insert(key, value)
     }
 
-    /// Replaces the value of a key that is there, without a key of its
-    /// own to insert; `false` if it is not there.
-    pub(crate) fn set<Q>(&self, key: &Q, value: V) -> bool
+    /// Replaces the value of a key that is there with `f` of it, in one
+    /// lookup and without a key of its own to insert; the value replaced,
+    /// or `None` if it is not there.
+    pub(crate) fn update<Q>(&self, key: &Q, f: impl FnOnce(V) -> V) -> Option<V>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.0.get_mut(key).map(|mut v| *v = value).is_some()
+        self.0.get_mut(key).map(|mut v| {
+            let old = *v;
+            *v = f(old);
+            old
+        })
     }
 
     pub(crate) fn remove<Q>(&self, key: &Q) -> Option<V>
@@ -87,9 +92,10 @@ mod tests {
             assert_eq!(m.insert(format!("k{i}"), i), None);
         }
         assert_eq!(m.insert("k7".into(), 70), Some(7));
-        assert!(m.set("k8", 80));
-        assert!(!m.set("k1000", 1));
+        assert_eq!(m.update("k8", |v| v * 10), Some(8));
+        assert_eq!(m.update("k1000", |_| 1), None);
         assert_eq!(m.get("k8"), Some(80));
+        assert_eq!(m.get("k1000"), None);
         assert_eq!(m.len(), 1000);
         assert_eq!(m.get("k7"), Some(70));
         assert_eq!(m.remove("k7"), Some(70));
