@@ -36,8 +36,11 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::TcpListener;
 
+#[path = "../src/alloc.rs"]
+mod alloc;
+
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: alloc::Mimalloc = alloc::Mimalloc;
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 type Body = BoxBody<Bytes, hyper::Error>;

@@ -2,6 +2,8 @@
 //! rules, verify audit logs, manage the Web Bot Auth identity, see and
 //! reset hosts, report on conduct.
 
+#[cfg_attr(feature = "heap-profile", allow(dead_code))]
+mod alloc;
 mod nofile;
 mod sched;
 mod settings;
@@ -16,7 +18,7 @@ use mannerly_proxy::{AuditTarget, CertificateAuthority, Proxy};
 
 #[cfg(not(feature = "heap-profile"))]
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: alloc::Mimalloc = alloc::Mimalloc;
 
 #[derive(Parser)]
 #[command(
