@@ -33,8 +33,15 @@ pub(super) fn origin_uri(parts: &Parts, target: &Target, url: &str) -> Result<Ur
         Some(_) => return whole(),
         None => PathAndQuery::from_static("/"),
     };
-    let Ok(authority) = target.authority().parse::<Authority>() else {
-        return whole();
+    // The client's own authority when it is already the target's (the
+    // usual case): a clone shares its bytes, where parsing the target's
+    // text again validated and copied them.
+    let authority = match parts.uri.authority() {
+        Some(given) if given.as_str() == target.authority() => given.clone(),
+        _ => match target.authority().parse::<Authority>() {
+            Ok(parsed) => parsed,
+            Err(_) => return whole(),
+        },
     };
     let mut uri = http::uri::Parts::default();
     uri.scheme = Some(match target.scheme {
