@@ -64,7 +64,10 @@
 # at BENCH_PERF_FREQ samples a second, default 499;
 # prints each path's top symbols;
 # needs perf: apt-get install -y linux-perf), BENCH_SYSCALLS=1 (perf stat
-# counts each proxy's system calls per request, beside its CPU time).
+# counts each proxy's system calls per request, beside its CPU time),
+# BENCH_SCHED=1 (perf stat counts, on the whole machine during each run,
+# the loader and the origin included, wake-ups, context switches and the
+# interrupts that wake or preempt another CPU, per request).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -466,7 +469,21 @@ declare -A URL=([plain]=$ORIGIN/plain [reval]=$ORIGIN/etag/page.html [fresh]=$OR
 declare -A UNIQ=([plain]=0 [reval]=0 [fresh]=1 [recrawl]=1)
 PEER_PID=([relay]=$RELAY_PID [stack]=$STACK_PID [squid]=$SQUID_PID [squiddisk]=$SQUIDDISK_PID [tinyproxy]=$TINY_PID [mannerly]=$MANNERLY_PID
   [before]=$BEFORE_PID)
-declare -A USED UUSED SYSCALLS RECRAWL SQUID_DID IDLE
+# BENCH_SCHED: the machine's scheduling events during one run.
+SCHED_EVENTS=sched:sched_waking,sched:sched_switch,irq_vectors:call_function_single_entry,irq_vectors:reschedule_entry
+sched_on() { # output file; sets sched_pid
+  sched_pid=
+  [[ ${BENCH_SCHED:-0} == 1 ]] || return 0
+  perf stat -a -x, -e "$SCHED_EVENTS" -o "$1" >/dev/null 2>&1 & sched_pid=$!
+}
+sched_off() { # output file, requests: ", W wake-ups, S switches, I IPIs" per request
+  [[ -n $sched_pid ]] || return 0
+  kill -INT "$sched_pid"; wait "$sched_pid" || true
+  awk -F, -v n="$2" '$3 ~ /sched_waking/ {w=$1} $3 ~ /sched_switch/ {s=$1}
+    $3 ~ /call_function_single_entry|reschedule_entry/ {i+=$1}
+    END { if (n > 0) printf ", %.2f wake-ups, %.2f switches, %.2f IPIs", w / n, s / n, i / n }' "$1"
+}
+declare -A USED UUSED SYSCALLS SCHED RECRAWL SQUID_DID IDLE
 # squiddisk's own count of what it did, from its cache manager: requests,
 # answers from its store (a hit, or a 304 from the origin and the stored
 # body: TCP_REFRESH_UNMODIFIED counts as a hit), requests sent to the origin.
@@ -539,7 +556,12 @@ for path in $PATHS; do
         perf stat -x, -e raw_syscalls:sys_enter -p "$(pgrep -P "$pid" | paste -sd, | sed 's/.$/&,/')${pid}" -o "$WORK/sys-$path-$peer-$round.txt" >/dev/null 2>&1 & stat_pid=$!
       fi
       idle0=$(load_idle)
+      sched_on "$WORK/sched-$path-$peer-$round.txt"
       run "$path-$peer-$round" "$port" "$url" "${UNIQ[$path]}" "$tag"
+      # Not in a command substitution: its subshell could not wait for perf.
+      sched_off "$WORK/sched-$path-$peer-$round.txt" \
+        "$(awk '/ requests in / {print $1}' "$WORK/wrk-$path-$peer-$round.txt")" >"$WORK/sched-$path-$peer-$round.sum"
+      SCHED[$path-$peer-$round]=$(cat "$WORK/sched-$path-$peer-$round.sum")
       [[ ${BENCH_PIN:-0} == 1 ]] && IDLE[$path-$peer-$round]=$(idle_pct "$idle0" "$(load_idle)")
       settle "$pid" "$path-$peer-$round"
       if [[ -n $stat_pid ]]; then
@@ -563,7 +585,7 @@ for path in $PATHS; do
     r=$(rps "$m")
     cpu=-; [[ -n ${PEER_PID[$peer]:-} ]] && cpu="$(cpu_us "$m" "${USED[$m]}") ($(cpu_us "$m" "${UUSED[$m]}") user$(
       [[ -n ${SYSCALLS[$m]:-} ]] && awk -v c="${SYSCALLS[$m]}" -v n="$(awk '/ requests in / {print $1}' "$WORK/wrk-$m.txt")" \
-        'BEGIN{ printf ", %.2f syscalls", c / n }' || true)$(
+        'BEGIN{ printf ", %.2f syscalls", c / n }' || true)${SCHED[$m]:-}$(
       [[ -n ${IDLE[$m]:-} ]] && echo ", CPU 1 idle ${IDLE[$m]}%" || true))"
     all=$(for ((round = 1; round <= ROUNDS; round++)); do rps "$path-$peer-$round"; echo; done | paste -sd/)
     printf '%-7s %-9s %9s %9s %9s %8s %9s %9s %11s %s\n' "$path" "$peer" "$r" "$(ms "$m" 50%)" \
@@ -588,6 +610,7 @@ https_run() { # name, requests, port, CA file, [proxy host:port] (HTTPS_PID: the
   local url=https://localhost:$port/etag/page.html
   local secs got bad p50 p99 cpu=- idle0 idle=
   idle0=$(load_idle)
+  sched_on "$WORK/sched-https-$name.txt"
   if [[ $HTTPS_CLIENT == load ]]; then
     # One line: requests seconds p50_ms p99_ms failed.
     "${ON_LOAD_CPU[@]}" "$HTTPS_LOAD" --url "$url" --connect "127.0.0.1:$port" --cacert "$ca" \
@@ -610,6 +633,7 @@ https_run() { # name, requests, port, CA file, [proxy host:port] (HTTPS_PID: the
     p50=$(sed -n "$(( (got + 1) / 2 ))p" "$WORK/https-$name.sorted")
     p99=$(sed -n "$(( (got * 99 + 99) / 100 ))p" "$WORK/https-$name.sorted")
   fi
+  sched_off "$WORK/sched-https-$name.txt" "$got" >"$WORK/https-$name.sched"
   [[ ${BENCH_PIN:-0} == 1 ]] && idle=$(idle_pct "$idle0" "$(load_idle)")
   settle "$pid" "https-$name"
   [[ -n $pid ]] && used=$(( $(ticks "$pid") - before ))
@@ -665,7 +689,9 @@ if [[ " $PATHS " == *" https "* ]]; then
   m=$(https_median mitmproxy | awk '{print $2}'); m=${m:-0}
   for peer in direct relay stack squidbump mannerly before mitmproxy; do
     line=$(https_median "$peer"); [[ -n $line ]] || continue
-    read -r _ r p50 p99 bad cpu idle <<<"$line"
+    read -r name r p50 p99 bad cpu idle <<<"$line"
+    sched=$(cat "$WORK/https-$name.sched" 2>/dev/null || true)
+    [[ -n $sched ]] && cpu="$cpu${sched}"
     [[ $idle != - && -n $idle ]] && cpu="$cpu (CPU 1 idle $idle%)"
     all=$(for ((round = 1; round <= ROUNDS; round++)); do awk '{print $2}' "$WORK/https-$peer-$round.sum"; done | paste -sd/)
     printf '%-6s %-9s %9s %9s %9s %8s %9s %9s %9s %12s %11s %s\n' https "$peer" "$r" "$p50" "$p99" "$bad" \
