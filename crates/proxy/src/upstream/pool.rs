@@ -642,9 +642,13 @@ mod tests {
     }
 
     async fn get(client: &UpstreamClient, port: u16, path: &str) -> String {
-        let req = Request::get(format!("http://127.0.0.1:{port}{path}"))
-            .body(crate::body::empty())
-            .unwrap();
+        let uri = format!("http://127.0.0.1:{port}{path}").parse().unwrap();
+        get_uri(client, uri).await
+    }
+
+    /// The page at `uri`, which must be a 200.
+    async fn get_uri(client: &UpstreamClient, uri: Uri) -> String {
+        let req = Request::get(uri).body(crate::body::empty()).unwrap();
         let resp = client.request(req).await.expect("an answer");
         assert_eq!(resp.status(), 200);
         let body = resp.into_body().collect().await.unwrap().to_bytes();
@@ -747,11 +751,8 @@ mod tests {
         let head = format!("GET http://127.0.0.1:{port}/a HTTP/1.1\r\n\r\n");
         let buffer = bytes::Bytes::from(head.into_bytes());
         let target = buffer.slice(4..buffer.len() - 13);
-        let req = Request::get(Uri::from_maybe_shared(target).unwrap())
-            .body(crate::body::empty())
-            .unwrap();
-        let resp = client.request(req).await.expect("an answer");
-        resp.into_body().collect().await.unwrap();
+        let page = get_uri(&client, Uri::from_maybe_shared(target).unwrap()).await;
+        assert_eq!(page, "ok");
         let let_go = tokio::time::timeout(Duration::from_secs(10), async {
             while !buffer.is_unique() {
                 tokio::task::yield_now().await;
