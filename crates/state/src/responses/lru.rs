@@ -14,8 +14,9 @@ pub(crate) struct Lru {
     entries: Sharded<String, Slot>,
     order: BTreeMap<u64, String>,
     total: u64,
-    /// The keys whose slot is marked `dirty`: the slot's mark spares a
-    /// read of a key already here a lookup in this set.
+    /// Keys read since their tick was last persisted: exactly those whose
+    /// slot is marked `dirty`, so a read of a key already here is told by
+    /// its slot, without a lookup in this set.
     dirty: HashSet<String, FastHash>,
     /// Reads are not collected for persisting (an index of what is in
     /// memory only).
