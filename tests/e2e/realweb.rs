@@ -99,16 +99,45 @@ async fn https_to_an_h2_nginx_origin_is_forwarded_over_h2() {
     assert_eq!(with_outcome(&lines, "disallowed").len(), 1);
 }
 
+/// A test CA in a temporary directory and the h2 nginx with its
+/// certificate for `origin.test`, serving [`NGINX_SITE`]. `None` (skipped)
+/// without python3 or nginx.
+fn python_and_h2_nginx() -> Option<(tempfile::TempDir, TestCa, Nginx)> {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new(dir.path());
+    if !have_tool("python3", "python3") {
+        return None;
+    }
+    let nginx = Nginx::start_tls(&ca, "origin.test", NGINX_SITE)?;
+    Some((dir, ca, nginx))
+}
+
+/// What a Python script `python` printed, once it exited 0. `None`
+/// (skipped) when it exited 3, its way of saying the `packages` it imports
+/// are missing; in CI that fails instead, as `.ci/run` installs them.
+async fn python_stdout(mut python: std::process::Command, packages: &str) -> Option<String> {
+    let out = tokio::task::spawn_blocking(move || python.output().unwrap())
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    if out.status.code() == Some(3) {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI needs pip install {packages}"
+        );
+        eprintln!("skipped: {stdout}");
+        return None;
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    Some(stdout)
+}
+
 /// Python `requests` and `httpx`, trusting mannerly's CA as the README
 /// says, through mannerly to the h2 nginx.
 #[tokio::test]
 async fn python_requests_and_httpx_reach_an_h2_nginx_through_mannerly() {
-    let dir = tempfile::tempdir().unwrap();
-    let ca = TestCa::new(dir.path());
-    if !have_tool("python3", "python3") {
-        return;
-    }
-    let Some(nginx) = Nginx::start_tls(&ca, "origin.test", NGINX_SITE) else {
+    let Some((_dir, ca, nginx)) = python_and_h2_nginx() else {
         return;
     };
     let port = nginx.port;
@@ -137,34 +166,21 @@ with httpx.Client(timeout=30) as c:
 "#
     );
     let proxy_url = proxy.url();
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("python3")
-            .arg("-c")
-            .arg(script)
-            .env("HTTPS_PROXY", &proxy_url)
-            .env("https_proxy", &proxy_url)
-            .env("NO_PROXY", "")
-            .env("REQUESTS_CA_BUNDLE", &mannerly_ca)
-            .env("SSL_CERT_FILE", &mannerly_ca)
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    if out.status.code() == Some(3) {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI needs pip install requests httpx"
-        );
-        eprintln!("skipped: {stdout}");
+    let mut python = std::process::Command::new("python3");
+    python
+        .arg("-c")
+        .arg(script)
+        .env("HTTPS_PROXY", &proxy_url)
+        .env("https_proxy", &proxy_url)
+        .env("NO_PROXY", "")
+        .env("REQUESTS_CA_BUNDLE", &mannerly_ca)
+        .env("SSL_CERT_FILE", &mannerly_ca);
+    let Some(stdout) = python_stdout(python, "requests httpx").await else {
         return;
-    }
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    };
     assert!(
         stdout.contains("requests 200 fetched; waited_ms="),
-        "{stdout}\n{stderr}"
+        "{stdout}"
     );
     assert!(stdout.contains("hello from nginx"), "{stdout}");
     assert!(stdout.contains("httpx 200 fetched; waited_ms="), "{stdout}");
@@ -176,6 +192,106 @@ with httpx.Client(timeout=30) as c:
     );
     let lines = proxy.stop().await;
     assert_eq!(with_outcome(&lines, "fetched").len(), 2);
+}
+
+/// Python's `h2` (httpx's HTTP/2), speaking h2 to mannerly inside the
+/// intercepted tunnel, decodes each answer's HPACK block as it came: the
+/// `Mannerly-Id`, new on every answer, arrives as a literal never indexed
+/// (RFC 7541 §6.2.3), where indexing it evicted entries of the client's
+/// table that would repeat; `Mannerly-Decision`, which repeats, is indexed.
+#[tokio::test]
+async fn an_h2_client_gets_each_id_as_a_literal_never_indexed() {
+    let Some((_dir, ca, nginx)) = python_and_h2_nginx() else {
+        return;
+    };
+    let port = nginx.port;
+    let ca_path = ca.pem_path.clone();
+    let mut proxy = TestProxy::start(|c| {
+        to_origin_test(c, ca_path, port);
+        c.budget.start_rate = 1000.0;
+        c.budget.max_rate = 1000.0;
+        c.budget.burst = 100;
+    })
+    .await;
+    let mannerly_ca = proxy.dir.path().join("ca.pem");
+    let script = format!(
+        r#"
+import socket, ssl, sys
+try:
+    import h2.config, h2.connection, h2.events
+    from hpack import NeverIndexedHeaderTuple
+except ImportError:
+    print("MISSING h2")
+    sys.exit(3)
+s = socket.create_connection(("127.0.0.1", {proxy_port}), timeout=30)
+s.sendall(b"CONNECT origin.test:{port} HTTP/1.1\r\nHost: origin.test:{port}\r\n\r\n")
+head = b""
+while b"\r\n\r\n" not in head:
+    head += s.recv(4096)
+assert head.startswith(b"HTTP/1.1 200"), head
+ctx = ssl.create_default_context(cafile=sys.argv[1])
+ctx.set_alpn_protocols(["h2"])
+t = ctx.wrap_socket(s, server_hostname="origin.test")
+assert t.selected_alpn_protocol() == "h2", t.selected_alpn_protocol()
+c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+c.initiate_connection()
+t.sendall(c.data_to_send())
+for _ in range(3):
+    sid = c.get_next_available_stream_id()
+    c.send_headers(sid, [(":method", "GET"), (":path", "/page"), (":scheme", "https"),
+                         (":authority", "origin.test:{port}")], end_stream=True)
+    t.sendall(c.data_to_send())
+    done = False
+    while not done:
+        data = t.recv(65536)
+        if not data:
+            sys.exit("connection closed")
+        for e in c.receive_data(data):
+            if isinstance(e, h2.events.ResponseReceived):
+                for h in e.headers:
+                    if h[0] in ("mannerly-id", "mannerly-decision"):
+                        kind = "never" if isinstance(h, NeverIndexedHeaderTuple) else "indexable"
+                        print(h[0], kind, h[1])
+            elif isinstance(e, h2.events.DataReceived):
+                c.acknowledge_received_data(e.flow_controlled_length, e.stream_id)
+            elif isinstance(e, h2.events.StreamEnded):
+                done = True
+        t.sendall(c.data_to_send())
+"#,
+        proxy_port = proxy.addr.port(),
+    );
+    let mut python = std::process::Command::new("python3");
+    python.arg("-c").arg(script).arg(&mannerly_ca);
+    let Some(stdout) = python_stdout(python, "h2").await else {
+        return;
+    };
+    let field = |name: &str| -> Vec<(String, String)> {
+        stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix(name))
+            .filter_map(|rest| rest.trim().split_once(' '))
+            .map(|(kind, value)| (kind.to_string(), value.to_string()))
+            .collect()
+    };
+    let ids = field("mannerly-id");
+    assert_eq!(ids.len(), 3, "{stdout}");
+    assert!(ids.iter().all(|(kind, _)| kind == "never"), "{stdout}");
+    let distinct: std::collections::HashSet<_> = ids.iter().map(|(_, v)| v).collect();
+    assert_eq!(distinct.len(), 3, "{stdout}");
+    let decisions = field("mannerly-decision");
+    assert_eq!(decisions.len(), 3, "{stdout}");
+    assert!(
+        decisions
+            .iter()
+            .all(|(kind, v)| kind == "indexable" && v.starts_with("fetched")),
+        "{stdout}"
+    );
+    let lines = proxy.stop().await;
+    let fetched = with_outcome(&lines, "fetched");
+    assert_eq!(fetched.len(), 3, "{lines:#?}");
+    for (line, (_, id)) in fetched.iter().zip(&ids) {
+        assert_eq!(line["id"].as_str(), Some(id.as_str()), "{line}");
+    }
 }
 
 /// Node's undici, installed from the npm registry once into cargo's test

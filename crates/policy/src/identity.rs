@@ -337,9 +337,17 @@ impl Identity {
             HeaderValue::from_str(&signed.input),
             HeaderValue::from_str(&signed.signature),
         ];
-        let [Ok(agent), Ok(input), Ok(signature)] = values else {
+        let [Ok(agent), Ok(mut input), Ok(mut signature)] = values else {
             return None;
         };
+        // New on every request (the nonce, the times, the signature over
+        // them): over HTTP/2 they go as literals never indexed, as
+        // `Mannerly-Id` does to the client; indexed, each request's pair
+        // (some 200 bytes) evicted a twentieth of the connection's HPACK
+        // table and was never used again. The agent's value repeats and is
+        // indexed.
+        input.set_sensitive(true);
+        signature.set_sensitive(true);
         headers.insert(SIGNATURE_AGENT, agent);
         headers.insert(SIGNATURE_INPUT, input);
         headers.insert(SIGNATURE, signature);

@@ -26,6 +26,17 @@ pub(crate) fn header_text(s: &str) -> HeaderValue {
     header_owned(s.to_owned())
 }
 
+/// The `Mannerly-Id` value: marked sensitive, which HTTP/2 sends as a
+/// literal never indexed (RFC 7541 §6.2.3) and HTTP/1 ignores. An id is
+/// new on every answer, so indexing it only churned the connection's HPACK
+/// table: each insert evicted an entry that might repeat, and every later
+/// id was compared with the chain of earlier ones under the same name.
+pub(crate) fn id_value(id: &str) -> HeaderValue {
+    let mut v = header_text(id);
+    v.set_sensitive(true);
+    v
+}
+
 /// [`header_text`] of a string already built: several on every answer (the
 /// decision, the id, the budget's fields), so clean text becomes the value
 /// without a copy.
@@ -254,7 +265,7 @@ impl Stop {
             HeaderValue::from_static("text/plain; charset=utf-8"),
         );
         h.insert(DECISION, decision_value(self.outcome, &self.details));
-        h.insert(ID, header_text(id));
+        h.insert(ID, id_value(id));
         if let Some(r) = self.retry_after {
             h.insert(RETRY_AFTER, HeaderValue::from(r));
         }

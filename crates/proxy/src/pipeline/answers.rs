@@ -11,7 +11,7 @@ use mannerly_policy::encoding;
 use mannerly_policy::{strip_hop_by_hop, AuditRecord, Outcome};
 
 use super::{Exchange, Stage, StoredPage};
-use crate::answer::{decision_waited, failure, header_text, Stop, DECISION, ID};
+use crate::answer::{decision_waited, failure, id_value, Stop, DECISION, ID};
 use crate::audit::AuditedBody;
 use crate::body::{boxed, full, ProxyBody};
 use crate::cache::Tee;
@@ -137,7 +137,7 @@ impl Exchange {
         };
         strip_hop_by_hop(&mut headers);
         headers.insert(DECISION, decision_waited(outcome, waited_ms, &details));
-        headers.insert(ID, header_text(&rec.id));
+        headers.insert(ID, id_value(&rec.id));
         rec.status = Some(status.as_u16());
         rec.saved_bytes = Some(body.len() as u64);
         let audit = self.shared.audit.clone();
@@ -207,7 +207,7 @@ fn forwarded_head<B: Forwardable>(
     parts
         .headers
         .insert(DECISION, decision_waited(outcome, waited_ms, details));
-    parts.headers.insert(ID, header_text(&rec.id));
+    parts.headers.insert(ID, id_value(&rec.id));
     rec.decided(outcome, parts.status.as_u16());
     (parts, body, rec)
 }
