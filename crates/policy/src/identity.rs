@@ -340,12 +340,14 @@ impl Identity {
         let [Ok(agent), Ok(mut input), Ok(mut signature)] = values else {
             return None;
         };
-        // New on every request (the nonce, the times, the signature over
-        // them): over HTTP/2 they go as literals never indexed, as
-        // `Mannerly-Id` does to the client; indexed, each request's pair
-        // (some 200 bytes) evicted a twentieth of the connection's HPACK
-        // table and was never used again. The agent's value repeats and is
-        // indexed.
+        // The same only within one second (`created` and `expires` are
+        // whole seconds, and Ed25519 signs deterministically), and new with
+        // every nonce: at the paces a host's budget allows (1 a second to
+        // start, 8 at most by default) each value goes once or a few times
+        // on a connection. So over HTTP/2 they go as literals never
+        // indexed, as `Mannerly-Id` does to the client; indexed, each pair
+        // (some 200 bytes) evicted entries of the HPACK table that repeat.
+        // The agent's value repeats and is indexed.
         input.set_sensitive(true);
         signature.set_sensitive(true);
         headers.insert(SIGNATURE_AGENT, agent);

@@ -115,7 +115,8 @@ fn sign_adds_exactly_one_signature_with_the_drafts_parameters() {
     );
     let sig = p.headers[SIGNATURE].to_str().unwrap();
     assert!(sig.starts_with("sig1=:") && sig.ends_with(':'), "{sig}");
-    // New each request: never indexed by HTTP/2's HPACK; the agent repeats.
+    // New each second or nonce: never indexed by HTTP/2's HPACK; the
+    // agent repeats.
     assert!(p.headers[SIGNATURE].is_sensitive());
     assert!(p.headers[SIGNATURE_INPUT].is_sensitive());
     assert!(!p.headers[SIGNATURE_AGENT].is_sensitive());
