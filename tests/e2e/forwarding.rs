@@ -321,10 +321,8 @@ async fn an_https_origin_over_http1_gets_the_targets_host_and_a_kept_connection(
     let port = nginx.port;
     let roots = ca.pem_path.clone();
     let mut proxy = TestProxy::start(move |c| {
+        super::realweb::to_origin_test(c, roots, port);
         c.proxy.threads = 1;
-        c.upstream.extra_roots = vec![roots];
-        c.proxy.connect_ports.push(port);
-        resolve_to_loopback(c, &format!("origin.test:{port}"), port);
         c.policy.enforce = false;
     })
     .await;

@@ -984,10 +984,8 @@ async fn curl_over_several_connections_reaches_nginx_over_one_connection_per_ser
     let port = nginx.port;
     let roots = ca.pem_path.clone();
     let mut proxy = TestProxy::start(move |c| {
+        to_origin_test(c, roots, port);
         c.proxy.threads = 2;
-        c.upstream.extra_roots = vec![roots];
-        c.proxy.connect_ports.push(port);
-        resolve_to_loopback(c, &format!("origin.test:{port}"), port);
     })
     .await;
     let ca_file = proxy.dir.path().join("ca.pem");
