@@ -736,6 +736,67 @@ async fn by_default_every_request_verifies_with_cloudflares_npm_verifier() {
     proxy.stop().await;
 }
 
+/// The signature fields go to an h2 origin as literals never indexed
+/// (they repeat within a second at most): nginx's HPACK decoder, not ours,
+/// reads them whole on request after request of one connection, and what it
+/// read verifies with Cloudflare's npm verifier.
+#[tokio::test]
+async fn signatures_over_h2_reach_nginx_whole_and_verify_with_cloudflares_verifier() {
+    let Some(modules) = cloudflare_verifier() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new(dir.path());
+    // nginx says what it decoded, one field a line.
+    let site = "location = /robots.txt { return 404; }
+    location / { default_type text/plain; return 200 \"$server_protocol $connection\\n$http_signature_agent\\n$http_signature_input\\n$http_signature\\n\"; }";
+    let Some(nginx) = Nginx::start_tls(&ca, "origin.test", site) else {
+        return;
+    };
+    let (roots, port) = (ca.pem_path.clone(), nginx.port);
+    let (mut proxy, store) = signing_proxy(Form::Directory03, move |c| {
+        super::realweb::to_origin_test(c, roots, port);
+        c.budget.start_rate = 1000.0;
+        c.budget.max_rate = 1000.0;
+        c.budget.burst = 100;
+    })
+    .await;
+    let c = proxy.client();
+    let mut requests = Vec::new();
+    let mut connections = std::collections::BTreeSet::new();
+    for i in 0..3 {
+        let url = format!("https://origin.test:{port}/p{i}");
+        let r = c.get(&url).send().await.unwrap();
+        assert_eq!(r.status(), 200, "{url}: {}", decision(&r));
+        let body = r.text().await.unwrap();
+        let lines: Vec<&str> = body.lines().collect();
+        let [first, agent, input, signature] = lines[..] else {
+            panic!("{body}");
+        };
+        let (protocol, connection) = first.split_once(' ').unwrap();
+        assert_eq!(protocol, "HTTP/2.0", "{body}");
+        connections.insert(connection.to_string());
+        assert!(!input.is_empty() && !signature.is_empty(), "{body}");
+        requests.push(json!({"method": "GET", "url": url, "headers": [
+            ["signature-agent", agent],
+            ["signature-input", input],
+            ["signature", signature],
+        ]}));
+    }
+    assert_eq!(
+        connections.len(),
+        1,
+        "one kept h2 connection: {connections:?}"
+    );
+    let directory = store.directory(SystemTime::now()).unwrap();
+    let results = verify_cloudflare(&modules, &directory, AGENT, &requests);
+    assert_eq!(results.len(), 3);
+    for res in &results {
+        assert_eq!(res["ok"], true, "{res}");
+    }
+    proxy.stop().await;
+}
+
 /// The `Signature-Input` an origin received, or "".
 fn signature_input(h: &hyper::HeaderMap) -> String {
     h.get("signature-input")
