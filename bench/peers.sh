@@ -610,6 +610,10 @@ https_run() { # name, requests, port, CA file, [proxy host:port] (HTTPS_PID: the
   local url=https://localhost:$port/etag/page.html
   local secs got bad p50 p99 cpu=- idle0 idle=
   idle0=$(load_idle)
+  local stat_pid=
+  if [[ ${BENCH_SYSCALLS:-0} == 1 && -n $pid ]]; then
+    perf stat -x, -e raw_syscalls:sys_enter -p "$(pgrep -P "$pid" | paste -sd, | sed 's/.$/&,/')${pid}" -o "$WORK/sys-https-$name.txt" >/dev/null 2>&1 & stat_pid=$!
+  fi
   sched_on "$WORK/sched-https-$name.txt"
   if [[ $HTTPS_CLIENT == load ]]; then
     # One line: requests seconds p50_ms p99_ms failed.
@@ -634,6 +638,10 @@ https_run() { # name, requests, port, CA file, [proxy host:port] (HTTPS_PID: the
     p99=$(sed -n "$(( (got * 99 + 99) / 100 ))p" "$WORK/https-$name.sorted")
   fi
   sched_off "$WORK/sched-https-$name.txt" "$got" >"$WORK/https-$name.sched"
+  if [[ -n $stat_pid ]]; then
+    kill -INT "$stat_pid"; wait "$stat_pid" || true
+    awk -F, -v n="$got" '/raw_syscalls/ { if (n > 0) printf ", %.2f syscalls", $1 / n }' "$WORK/sys-https-$name.txt" >>"$WORK/https-$name.sched"
+  fi
   [[ ${BENCH_PIN:-0} == 1 ]] && idle=$(idle_pct "$idle0" "$(load_idle)")
   settle "$pid" "https-$name"
   [[ -n $pid ]] && used=$(( $(ticks "$pid") - before ))
