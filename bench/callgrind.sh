@@ -147,15 +147,17 @@ start() {
 
 # Stops pid $1 with signal $2 and waits until it is gone (it is not this
 # shell's child: `start` ran in a subshell).
-# Heap allocations a request: the calls into Rust's allocator (alloc,
-# zeroed alloc, realloc) in a callgrind file, divided by $2. Each costs
+# Heap allocations a request: the calls into mimalloc's allocating entry
+# points (malloc, zalloc, realloc, each plain or aligned) from outside
+# mimalloc in a callgrind file, divided by $2; counted there because the
+# release build's LTO inlines Rust's `__rust_alloc` shims away. Each costs
 # the allocator's work twice (and its free) beside the instructions of
 # whoever fills it.
 allocs() {
   python3 - "$1" "$2" <<'PY'
 import re, sys
-names, total, cfn = {}, 0, None
-want = {"__rustc::__rust_alloc", "__rustc::__rust_alloc_zeroed", "__rustc::__rust_realloc"}
+names, total, fn, cfn = {}, 0, None, None
+want = {f"mi_{k}{a}" for k in ("malloc", "zalloc", "realloc") for a in ("", "_aligned")}
 for line in open(sys.argv[1], errors="replace"):
     # A name is given once, with its number, wherever it first appears.
     m = re.match(r"c?fn=\((\d+)\)(?: (.*))?", line.rstrip("\n"))
@@ -164,7 +166,9 @@ for line in open(sys.argv[1], errors="replace"):
             names[m.group(1)] = m.group(2)
         if line.startswith("cfn="):
             cfn = names.get(m.group(1))
-    elif line.startswith("calls=") and cfn in want:
+        else:
+            fn = names.get(m.group(1)) or ""
+    elif line.startswith("calls=") and cfn in want and not fn.lstrip("_").startswith("mi_"):
         total += int(line[6:].split()[0])
 print(f"{total / float(sys.argv[2]):.1f}")
 PY
