@@ -145,8 +145,6 @@ start() {
   echo $!
 }
 
-# Stops pid $1 with signal $2 and waits until it is gone (it is not this
-# shell's child: `start` ran in a subshell).
 # Heap allocations a request: the calls into mimalloc's allocating entry
 # points (malloc, zalloc, realloc, each plain or aligned) from outside
 # mimalloc in a callgrind file, divided by $2; counted there because the
@@ -174,6 +172,8 @@ print(f"{total / float(sys.argv[2]):.1f}")
 PY
 }
 
+# Stops pid $1 with signal $2 and waits until it is gone (it is not this
+# shell's child: `start` ran in a subshell).
 stop() {
   kill "-$2" "$1" 2>/dev/null || true
   while kill -0 "$1" 2>/dev/null; do sleep 0.1; done

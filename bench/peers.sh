@@ -476,6 +476,19 @@ sched_on() { # output file; sets sched_pid
   [[ ${BENCH_SCHED:-0} == 1 ]] || return 0
   perf stat -a -x, -e "$SCHED_EVENTS" -o "$1" >/dev/null 2>&1 & sched_pid=$!
 }
+# BENCH_SYSCALLS: the system calls of the proxy under test (all its threads,
+# and its children's) during one run.
+syscalls_on() { # pid, output file; sets stat_pid
+  stat_pid=
+  [[ ${BENCH_SYSCALLS:-0} == 1 && -n $1 ]] || return 0
+  perf stat -x, -e raw_syscalls:sys_enter -p "$(pgrep -P "$1" | paste -sd, | sed 's/.$/&,/')$1" -o "$2" >/dev/null 2>&1 & stat_pid=$!
+}
+syscalls_off() { # output file; sets syscalls to the count, or empty
+  syscalls=
+  [[ -n $stat_pid ]] || return 0
+  kill -INT "$stat_pid"; wait "$stat_pid" || true
+  syscalls=$(awk -F, '/raw_syscalls/ {print $1}' "$1")
+}
 sched_off() { # output file, requests: ", W wake-ups, S switches, I IPIs" per request
   [[ -n $sched_pid ]] || return 0
   kill -INT "$sched_pid"; wait "$sched_pid" || true
@@ -551,10 +564,7 @@ for path in $PATHS; do
       pid=${PEER_PID[$peer]:-}
       before=$([[ -n $pid ]] && ticks "$pid" || echo 0)
       ubefore=$([[ -n $pid ]] && ticks "$pid" user || echo 0)
-      stat_pid=
-      if [[ ${BENCH_SYSCALLS:-0} == 1 && -n $pid ]]; then
-        perf stat -x, -e raw_syscalls:sys_enter -p "$(pgrep -P "$pid" | paste -sd, | sed 's/.$/&,/')${pid}" -o "$WORK/sys-$path-$peer-$round.txt" >/dev/null 2>&1 & stat_pid=$!
-      fi
+      syscalls_on "$pid" "$WORK/sys-$path-$peer-$round.txt"
       idle0=$(load_idle)
       sched_on "$WORK/sched-$path-$peer-$round.txt"
       run "$path-$peer-$round" "$port" "$url" "${UNIQ[$path]}" "$tag"
@@ -564,10 +574,9 @@ for path in $PATHS; do
       SCHED[$path-$peer-$round]=$(cat "$WORK/sched-$path-$peer-$round.sum")
       [[ ${BENCH_PIN:-0} == 1 ]] && IDLE[$path-$peer-$round]=$(idle_pct "$idle0" "$(load_idle)")
       settle "$pid" "$path-$peer-$round"
-      if [[ -n $stat_pid ]]; then
-        kill -INT "$stat_pid"; wait "$stat_pid" || true
-        SYSCALLS[$path-$peer-$round]=$(awk -F, '/raw_syscalls/ {print $1}' "$WORK/sys-$path-$peer-$round.txt")
-      fi
+      # Not in a command substitution, as sched_off above.
+      syscalls_off "$WORK/sys-$path-$peer-$round.txt"
+      [[ -n $syscalls ]] && SYSCALLS[$path-$peer-$round]=$syscalls
       UUSED[$path-$peer-$round]=$(( $([[ -n $pid ]] && ticks "$pid" user || echo 0) - ubefore ))
       if [[ $path == recrawl && $peer == mannerly ]]; then
         RECRAWL[$round]="$(($(outcomes revalidated) - revalidated)) revalidated, $(($(outcomes fetched) - fetched)) fetched"
@@ -610,10 +619,8 @@ https_run() { # name, requests, port, CA file, [proxy host:port] (HTTPS_PID: the
   local url=https://localhost:$port/etag/page.html
   local secs got bad p50 p99 cpu=- idle0 idle=
   idle0=$(load_idle)
-  local stat_pid=
-  if [[ ${BENCH_SYSCALLS:-0} == 1 && -n $pid ]]; then
-    perf stat -x, -e raw_syscalls:sys_enter -p "$(pgrep -P "$pid" | paste -sd, | sed 's/.$/&,/')${pid}" -o "$WORK/sys-https-$name.txt" >/dev/null 2>&1 & stat_pid=$!
-  fi
+  local stat_pid syscalls
+  syscalls_on "$pid" "$WORK/sys-https-$name.txt"
   sched_on "$WORK/sched-https-$name.txt"
   if [[ $HTTPS_CLIENT == load ]]; then
     # One line: requests seconds p50_ms p99_ms failed.
@@ -638,9 +645,9 @@ https_run() { # name, requests, port, CA file, [proxy host:port] (HTTPS_PID: the
     p99=$(sed -n "$(( (got * 99 + 99) / 100 ))p" "$WORK/https-$name.sorted")
   fi
   sched_off "$WORK/sched-https-$name.txt" "$got" >"$WORK/https-$name.sched"
-  if [[ -n $stat_pid ]]; then
-    kill -INT "$stat_pid"; wait "$stat_pid" || true
-    awk -F, -v n="$got" '/raw_syscalls/ { if (n > 0) printf ", %.2f syscalls", $1 / n }' "$WORK/sys-https-$name.txt" >>"$WORK/https-$name.sched"
+  syscalls_off "$WORK/sys-https-$name.txt"
+  if [[ -n $syscalls ]]; then
+    awk -v c="$syscalls" -v n="$got" 'BEGIN { if (n > 0) printf ", %.2f syscalls", c / n }' >>"$WORK/https-$name.sched"
   fi
   [[ ${BENCH_PIN:-0} == 1 ]] && idle=$(idle_pct "$idle0" "$(load_idle)")
   settle "$pid" "https-$name"
