@@ -756,9 +756,6 @@ async fn signatures_over_h2_reach_nginx_whole_and_verify_with_cloudflares_verifi
     let (roots, port) = (ca.pem_path.clone(), nginx.port);
     let (mut proxy, store) = signing_proxy(Form::Directory03, move |c| {
         super::realweb::to_origin_test(c, roots, port);
-        c.budget.start_rate = 1000.0;
-        c.budget.max_rate = 1000.0;
-        c.budget.burst = 100;
     })
     .await;
     let c = proxy.client();

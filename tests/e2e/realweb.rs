@@ -206,13 +206,7 @@ async fn an_h2_client_gets_each_id_as_a_literal_never_indexed() {
     };
     let port = nginx.port;
     let ca_path = ca.pem_path.clone();
-    let mut proxy = TestProxy::start(|c| {
-        to_origin_test(c, ca_path, port);
-        c.budget.start_rate = 1000.0;
-        c.budget.max_rate = 1000.0;
-        c.budget.burst = 100;
-    })
-    .await;
+    let mut proxy = TestProxy::start(|c| to_origin_test(c, ca_path, port)).await;
     let mannerly_ca = proxy.dir.path().join("ca.pem");
     let script = format!(
         r#"
