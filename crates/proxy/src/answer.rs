@@ -41,7 +41,13 @@ pub(crate) fn id_value(id: &str) -> HeaderValue {
 /// decision, the id, the budget's fields), so clean text becomes the value
 /// without a copy.
 pub(crate) fn header_owned(s: String) -> HeaderValue {
-    let clean = if s.len() <= 512 && s.bytes().all(|b| b.is_ascii_graphic() || b == b' ') {
+    // Every byte looked at, without stopping at the first bad one: a loop
+    // that cannot stop early compares sixteen bytes at a time, where `all`
+    // went byte by byte; `' '..='~'` is the graphic characters and space.
+    let printable = s
+        .bytes()
+        .fold(true, |ok, b| ok & (b.wrapping_sub(b' ') <= b'~' - b' '));
+    let clean = if s.len() <= 512 && printable {
         s
     } else {
         s.chars()
@@ -318,6 +324,24 @@ mod tests {
         let v = decision_value(Outcome::Fetched, &[("waited_ms", "0".into())]);
         assert_eq!(v, "fetched; waited_ms=0");
         assert_eq!(header_text("ü\n"), "??");
+    }
+
+    /// Every ASCII byte is kept when graphic or a space, else replaced;
+    /// text over 512 bytes is cut there.
+    #[test]
+    fn header_text_keeps_graphic_ascii_and_spaces_only() {
+        for b in 0u8..=127 {
+            let text = format!("a{}b", char::from(b));
+            let kept = b.is_ascii_graphic() || b == b' ';
+            let want = if kept {
+                text.clone()
+            } else {
+                "a?b".to_string()
+            };
+            assert_eq!(header_owned(text), want.as_str(), "byte {b:#04x}");
+        }
+        assert_eq!(header_owned("x".repeat(513)), "x".repeat(512).as_str());
+        assert_eq!(header_owned("x".repeat(512)), "x".repeat(512).as_str());
     }
 
     /// The waited time written in place reads as it did as a detail.

@@ -15,6 +15,7 @@ mod datadir;
 mod decode;
 mod error;
 mod flights;
+mod heap;
 mod hosts;
 mod identity;
 mod listen;

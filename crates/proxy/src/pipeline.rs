@@ -647,7 +647,12 @@ impl Exchange {
         if let Some(p) = self.paying.as_mut() {
             p.sent();
         }
-        let sent = tokio::time::timeout(first_byte, self.shared.client.request(out)).await;
+        // Pinned where it is made: `timeout` takes its future by value,
+        // and the send's 1.2 KiB was copied into it and on into this one.
+        let sent = {
+            let send = std::pin::pin!(self.shared.client.request(out));
+            tokio::time::timeout(first_byte, send).await
+        };
         self.answered = self.shared.clock.now();
         let took = self.answered.saturating_duration_since(sending);
         self.rec.upstream_ms = Some(took.as_millis() as u64);
