@@ -43,17 +43,15 @@ pub(crate) fn id_value(id: &str) -> HeaderValue {
 pub(crate) fn header_owned(s: String) -> HeaderValue {
     // Every byte looked at, without stopping at the first bad one: a loop
     // that cannot stop early compares sixteen bytes at a time, where `all`
-    // went byte by byte; `' '..='~'` is the graphic characters and space.
-    let printable = s
-        .bytes()
-        .fold(true, |ok, b| ok & (b.wrapping_sub(b' ') <= b'~' - b' '));
+    // went byte by byte.
+    let printable = s.bytes().fold(true, |ok, b| ok & shown(b));
     let clean = if s.len() <= 512 && printable {
         s
     } else {
         s.chars()
             .take(512)
             .map(|c| {
-                if c.is_ascii_graphic() || c == ' ' {
+                if c.is_ascii() && shown(c as u8) {
                     c
                 } else {
                     '?'
@@ -65,6 +63,12 @@ pub(crate) fn header_owned(s: String) -> HeaderValue {
     // with spare capacity would cost `Bytes` an allocation of its own.
     HeaderValue::from_maybe_shared(bytes::Bytes::from(clean.into_bytes().into_boxed_slice()))
         .unwrap_or_else(|_| HeaderValue::from_static("?"))
+}
+
+/// What a header value of ours keeps: the graphic characters and space,
+/// `' '..='~'`, as one comparison.
+const fn shown(b: u8) -> bool {
+    b.wrapping_sub(b' ') <= b'~' - b' '
 }
 
 /// The `Mannerly-Decision` value: the outcome, then `; key=value` details.
