@@ -67,13 +67,20 @@
 # counts each proxy's system calls per request, beside its CPU time),
 # BENCH_SCHED=1 (perf stat counts, on the whole machine during each run,
 # the loader and the origin included, wake-ups, context switches and the
-# interrupts that wake or preempt another CPU, per request).
+# interrupts that wake or preempt another CPU, per request). BENCH_CONNS
+# (wrk's connections, default 32) and BENCH_HTTPS_CONNS (https_load's,
+# default 16): fewer hold a faster peer to a slower one's rate, to compare
+# CPU per request at equal load (bench/README, "sixteenth round");
+# BENCH_HTTPS_RATE (requests a second https_load offers every peer, on a
+# schedule, instead of as fast as each answers).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 DURATION=${BENCH_DURATION:-6}
-CONNS=32
+CONNS=${BENCH_CONNS:-32}
+HTTPS_CONNS=${BENCH_HTTPS_CONNS:-16}
+HTTPS_RATE=${BENCH_HTTPS_RATE:-}
 ROUNDS=${BENCH_ROUNDS:-3}
 PEERS=${BENCH_PEERS:-direct relay stack squid squiddisk squidbump tinyproxy mannerly${BENCH_BEFORE:+ before}}
 # The peers of the plain-HTTP paths (squidbump is squiddisk there: it runs
@@ -611,7 +618,7 @@ for path in $PATHS; do
     done
   fi
 done
-# --- https: examples/https_load (or curl --parallel), 16 keep-alive connections
+# --- https: examples/https_load (or curl --parallel), BENCH_HTTPS_CONNS (16) keep-alive connections
 https_run() { # name, requests, port, CA file, [proxy host:port] (HTTPS_PID: the proxy, for its CPU)
   local name=$1 n=$2 port=$3 ca=$4 proxy=${5:-}
   local pid=${HTTPS_PID:-} before=0 used=0
@@ -625,7 +632,7 @@ https_run() { # name, requests, port, CA file, [proxy host:port] (HTTPS_PID: the
   if [[ $HTTPS_CLIENT == load ]]; then
     # One line: requests seconds p50_ms p99_ms failed.
     "${ON_LOAD_CPU[@]}" "$HTTPS_LOAD" --url "$url" --connect "127.0.0.1:$port" --cacert "$ca" \
-      --requests "$n" --connections 16 ${proxy:+--proxy "$proxy"} \
+      --requests "$n" --connections "$HTTPS_CONNS" ${HTTPS_RATE:+--rate "$HTTPS_RATE"} ${proxy:+--proxy "$proxy"} \
       >"$WORK/https-$name.txt" 2>"$WORK/https-$name.err" || true
     read -r got secs p50 p99 bad <"$WORK/https-$name.txt" || { got=0 secs=1 p50=0 p99=0 bad=$n; }
   else
@@ -780,7 +787,7 @@ echo "busy for 0.5 s or more after a run (counted in its CPU): ${slow:-none}"
 echo "mannerly audit: $(outcomes revalidated) revalidated, $(cat "$WORK"/data/audit.jsonl* | grep -c '"cache":"stored"' || true) stored, $(cat "$WORK"/data/audit.jsonl* | wc -l) lines in $(ls "$WORK"/data/audit.jsonl* | wc -l) file(s)"
 "$MANNERLY" audit verify "$WORK/data" >/dev/null 2>&1 && echo "audit chain: intact" || echo "audit chain: see mannerly audit verify (end unsealed while running is expected)"
 if [[ ${BENCH_PIN:-0} == 1 ]]; then
-  echo "(pinned: proxy under test on CPU 0, wrk/curl and the origin on CPU 1; ${DURATION}s per run, $CONNS connections, median of $ROUNDS rounds)"
+  echo "(pinned: proxy under test on CPU 0, wrk/curl and the origin on CPU 1; ${DURATION}s per run, $CONNS connections (https $HTTPS_CONNS), median of $ROUNDS rounds)"
 else
-  echo "($(nproc) CPUs shared by origin, proxies and wrk; ${DURATION}s per run, $CONNS connections, median of $ROUNDS rounds)"
+  echo "($(nproc) CPUs shared by origin, proxies and wrk; ${DURATION}s per run, $CONNS connections (https $HTTPS_CONNS), median of $ROUNDS rounds)"
 fi

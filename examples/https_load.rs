@@ -5,7 +5,7 @@
 //!     cargo build --release --example https_load
 //!     target/release/examples/https_load --url https://localhost:8443/page \
 //!         --connect 127.0.0.1:8443 --cacert ca.pem [--proxy 127.0.0.1:3128] \
-//!         [--requests 20000] [--connections 16]
+//!         [--requests 20000] [--connections 16] [--rate 30000]
 //!
 //! curl, the client before, spent more CPU per request than the proxies it
 //! measured, on the CPU it shares with the origin in the pinned mode, so
@@ -18,6 +18,12 @@
 //! A request that fails, or is answered other than 200, counts as failed;
 //! a connection that fails is opened again. Loopback only, by what it is
 //! given; it runs on one thread, so `taskset` can place it.
+//!
+//! With `--rate`, request `i` is not sent before `i / rate` seconds from
+//! the start (a schedule the connections share; a request behind it goes
+//! at once): peers compared at one rate serve the same offered load, where
+//! a closed loop runs each at its own pace and the faster one's loader
+//! idles less, so waking it costs the faster peer less.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -41,6 +47,16 @@ struct Args {
     cacert: String,
     requests: usize,
     connections: usize,
+    /// Requests a second offered, if paced.
+    rate: Option<f64>,
+}
+
+/// A flag's number, or an error that names the flag.
+fn number<T: std::str::FromStr>(flag: &str, v: String) -> Result<T, String>
+where
+    T::Err: std::fmt::Display,
+{
+    v.parse().map_err(|e| format!("{flag} {v}: {e}"))
 }
 
 fn args() -> Result<Args, Error> {
@@ -50,6 +66,7 @@ fn args() -> Result<Args, Error> {
     let mut cacert = None;
     let mut requests = 20_000;
     let mut connections = 16;
+    let mut rate = None;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
@@ -58,8 +75,15 @@ fn args() -> Result<Args, Error> {
             "--connect" => connect = Some(value()?),
             "--proxy" => proxy = Some(value()?),
             "--cacert" => cacert = Some(value()?),
-            "--requests" => requests = value()?.parse()?,
-            "--connections" => connections = value()?.parse()?,
+            "--requests" => requests = number(&flag, value()?)?,
+            "--connections" => connections = number(&flag, value()?)?,
+            "--rate" => {
+                let r: f64 = number(&flag, value()?)?;
+                if !(r.is_finite() && r > 0.0) {
+                    return Err(format!("--rate {r}: requests a second above 0").into());
+                }
+                rate = Some(r);
+            }
             other => return Err(format!("unknown argument {other}").into()),
         }
     }
@@ -82,6 +106,7 @@ fn args() -> Result<Args, Error> {
         cacert: cacert.ok_or("--cacert is required")?,
         requests,
         connections: connections.max(1),
+        rate,
     })
 }
 
@@ -131,6 +156,7 @@ async fn worker(
     args: Arc<Args>,
     tls: tokio_rustls::TlsConnector,
     left: Arc<AtomicUsize>,
+    start: tokio::time::Instant,
 ) -> (Vec<u32>, usize) {
     let mut took = Vec::new();
     let mut failed = 0;
@@ -145,10 +171,12 @@ async fn worker(
         .map_or("/", |p| p.as_str())
         .to_owned();
     let mut conn = None;
-    while left
-        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
-        .is_ok()
+    while let Ok(n) = left.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
     {
+        if let Some(rate) = args.rate {
+            let i = (args.requests - n) as f64;
+            tokio::time::sleep_until(start + std::time::Duration::from_secs_f64(i / rate)).await;
+        }
         let t0 = Instant::now();
         let send = match &mut conn {
             Some(send) => send,
@@ -201,8 +229,9 @@ fn main() -> Result<(), Error> {
     let (mut took, failed, secs) = rt.block_on(async {
         let left = Arc::new(AtomicUsize::new(args.requests));
         let t0 = Instant::now();
+        let start = tokio::time::Instant::now();
         let workers: Vec<_> = (0..args.connections)
-            .map(|_| tokio::spawn(worker(args.clone(), tls.clone(), left.clone())))
+            .map(|_| tokio::spawn(worker(args.clone(), tls.clone(), left.clone(), start)))
             .collect();
         let (mut took, mut failed) = (Vec::new(), 0);
         for w in workers {
