@@ -88,6 +88,10 @@ PEERS=${BENCH_PEERS:-direct relay stack squid squiddisk squidbump tinyproxy mann
 HTTP_PEERS=$(echo " $PEERS " | sed 's/ squidbump / /; s/^ //; s/ $//')
 THREADS=2
 die() { echo "peers.sh: $*" >&2; exit 1; }
+[[ $CONNS =~ ^[1-9][0-9]*$ ]] || die "BENCH_CONNS=$CONNS: a number of connections above 0"
+[[ $HTTPS_CONNS =~ ^[1-9][0-9]*$ ]] || die "BENCH_HTTPS_CONNS=$HTTPS_CONNS: a number of connections above 0"
+[[ -z $HTTPS_RATE || ( $HTTPS_RATE =~ ^[0-9]*[.]?[0-9]+$ && $HTTPS_RATE =~ [1-9] ) ]] ||
+  die "BENCH_HTTPS_RATE=$HTTPS_RATE: requests a second above 0"
 for t in nginx squid tinyproxy wrk curl; do
   command -v "$t" >/dev/null || [[ -x /usr/sbin/$t ]] || die "$t not found (apt-get install -y nginx-light squid tinyproxy wrk curl)"
 done
