@@ -59,7 +59,9 @@ pub use http;
 pub use admission::{admit, admit_under, Admission, BypassReason};
 pub use entry::CacheEntryMeta;
 pub use invalidation::invalidated_by;
-pub use key::{primary_key, variant_key, variant_prefix, vary_names, CacheKey, KeyError};
+pub use key::{
+    is_variant, primary_key, variant_key, variant_prefix, vary_names, CacheKey, KeyError,
+};
 pub use memo::Plan;
 pub use not_modified::{merge_not_modified, NotModifiedMismatch, Revalidated, WriteBack};
 pub use params::{CacheParams, CacheReads, CacheSync};

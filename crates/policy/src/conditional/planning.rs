@@ -11,7 +11,7 @@ use http_cache_semantics::BeforeRequest;
 use super::admission::CLIENT_VALIDATORS;
 use super::canonical::canonical_request;
 use super::memo::Plan;
-use super::{variant_key, CacheEntryMeta, CacheKey, CacheParams};
+use super::{is_variant, CacheEntryMeta, CacheKey, CacheParams};
 
 /// Plans a request that [`admit`](super::admit) returned `Lookup(key)` for.
 /// `stored` is the entry the store returned for `(key, req.headers)`, if any.
@@ -25,7 +25,7 @@ pub fn plan(
     let Some(meta) = stored else {
         return Plan::Fetch;
     };
-    if &meta.key != key || meta.variant != variant_key(key, &meta.vary, &req.headers) {
+    if &meta.key != key || !is_variant(&meta.variant, key, &meta.vary, &req.headers) {
         return Plan::Fetch;
     }
     // Written before every write passed the storability rule: a cookie
@@ -153,7 +153,7 @@ mod tests {
 
     use super::*;
     use crate::conditional::test_heads::{get, response, URL};
-    use crate::conditional::{admit, storable, Admission};
+    use crate::conditional::{admit, storable, variant_key, Admission};
 
     #[test]
     fn the_stored_validators_are_the_librarys_plan() {

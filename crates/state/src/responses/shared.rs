@@ -147,8 +147,31 @@ impl SharedPages {
     }
 
     fn key(&self, key: &CacheKey) -> String {
-        let sum = Sha256::digest(key.as_str().as_bytes());
-        let hex: String = sum.iter().map(|b| format!("{b:02x}")).collect();
-        format!("{}p:{hex}", self.prefix)
+        page_key(&self.prefix, key)
+    }
+}
+
+/// The Redis key of `key`'s page: other proxies of the fleet, and earlier
+/// versions of this one, find the page under the same spelling.
+fn page_key(prefix: &str, key: &CacheKey) -> String {
+    let sum = Sha256::digest(key.as_str().as_bytes());
+    format!("{prefix}p:{}", mannerly_policy::hex(&sum))
+}
+
+#[cfg(test)]
+mod tests {
+    use mannerly_policy::conditional::http::Method;
+
+    use super::*;
+
+    #[test]
+    fn a_page_key_is_the_prefix_then_the_hex_of_the_cache_keys_hash() {
+        let key = CacheKey::new(&Method::GET, "http://e.com/").unwrap();
+        // SHA-256 of "GET http://e.com/" in lower-case hex, as the fleet's
+        // stored keys spell it.
+        assert_eq!(
+            page_key("m:", &key),
+            "m:p:a56ebb7adbf636747d15afe5e526903cccd8e0b4426e766404c4642a7202e1c6"
+        );
     }
 }
