@@ -27,6 +27,9 @@
 # row per path (plain, reval, https) for examples/stack_relay, the relay
 # made of mannerly's own parts with no policy (bench/README, `stack`):
 # mannerly's count less the stack's is what mannerly's own work costs.
+# BENCH_CG_VARY=1 has the origin send `Vary: Accept-Encoding` with the
+# /etag/ pages (reval, fresh, recrawl, https), as most sites do, so their
+# cache keys carry a variant hash.
 #
 # Two of valgrind's limits inflate some counts, the same way for every
 # build: it does not offer the CPU's SHA extensions, so SHA-256 runs its
@@ -66,6 +69,8 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 ORIGIN_PORT=$(free_port)
 TLS_PORT=$(free_port)
 mkdir -p "$WORK/www/etag"
+ETAG_LOCATION="location /etag/ { root $WORK/www; }"
+[[ ${BENCH_CG_VARY:-0} == 1 ]] && ETAG_LOCATION="location /etag/ { root $WORK/www; add_header Vary Accept-Encoding; }"
 # The TLS origin's certificate, from a throwaway CA mannerly is told to trust.
 if [[ " $PATHS " == *" https "* ]]; then
   source "$ROOT/bench/origin_cert.sh"
@@ -76,7 +81,7 @@ if [[ " $PATHS " == *" https "* ]]; then
     ssl_certificate $WORK/origin.pem; ssl_certificate_key $WORK/origin.key;
     keepalive_requests 100000;
     location = /robots.txt { return 404; }
-    location /etag/ { root $WORK/www; }
+    $ETAG_LOCATION
   }"
 fi
 head -c 1024 /dev/zero | tr '\0' 'x' >"$WORK/www/etag/page.html"
@@ -93,7 +98,7 @@ http {
     listen 127.0.0.1:$ORIGIN_PORT;
     location = /robots.txt { return 404; }
     location = /plain { default_type text/plain; return 200 "$BODY"; }
-    location /etag/ { root $WORK/www; }
+    $ETAG_LOCATION
   }
   ${TLS_SERVER:-}
 }

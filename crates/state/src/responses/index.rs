@@ -11,7 +11,7 @@ use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use mannerly_policy::conditional::http::HeaderMap;
-use mannerly_policy::conditional::{variant_key, CacheKey};
+use mannerly_policy::conditional::{variant_key, variant_prefix, CacheKey};
 
 use super::lru::Lru;
 use super::sharded::Sharded;
@@ -212,11 +212,16 @@ impl Index {
         reads
     }
 
-    /// Every stored variant of the URL whose variant keys start with
-    /// `prefix`. A scan of the whole index: only for the rare writes that
-    /// need it (a URL whose `Vary` changed, a removal).
-    pub(crate) fn variants_with_prefix(&self, prefix: &str) -> Vec<String> {
-        self.seqs.keys_where(|v| v.starts_with(prefix))
+    /// Every stored variant of `key`'s URL. A URL with none, as every page
+    /// with `Vary` is the first time it is stored, is answered from the
+    /// URL counts; one with some takes a scan of the whole index, for the
+    /// rare writes that need it (a URL whose `Vary` changed, a removal).
+    pub(crate) fn variants_of(&self, key: &CacheKey) -> Vec<String> {
+        if !self.may_hold(key) {
+            return Vec::new();
+        }
+        let prefix = variant_prefix(key);
+        self.seqs.keys_where(|v| v.starts_with(&prefix))
     }
 
     /// Records a variant removed from disk (and drops its decoded copy).
@@ -381,5 +386,50 @@ impl Resident {
                 self.urls.remove(primary);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use mannerly_policy::conditional::http::Method;
+
+    use super::*;
+
+    fn key(url: &str) -> CacheKey {
+        CacheKey::new(&Method::GET, url).unwrap()
+    }
+
+    fn row(variant: String, seq: u64) -> Row {
+        Row {
+            variant,
+            seq,
+            tick: seq,
+            size: 100,
+            read_row: false,
+        }
+    }
+
+    #[test]
+    fn a_urls_variants_are_its_own_and_a_url_never_stored_has_none() {
+        let (a, ab, b) = (
+            key("http://e.com/a"),
+            key("http://e.com/ab"),
+            key("http://e.com/b"),
+        );
+        let a1 = format!("{}x1", variant_prefix(&a));
+        let a2 = format!("{}x2", variant_prefix(&a));
+        let ab1 = format!("{}x1", variant_prefix(&ab));
+        let mut index = Index::from_rows(vec![row(a1.clone(), 1), row(ab1.clone(), 2)], 1 << 20);
+        assert_eq!(index.variants_of(&a), std::slice::from_ref(&a1));
+        assert_eq!(index.variants_of(&ab), [ab1]);
+        assert!(index.variants_of(&b).is_empty());
+        index.stored(&a2, 100);
+        let mut got = index.variants_of(&a);
+        got.sort();
+        assert_eq!(got, [a1.clone(), a2.clone()]);
+        index.forget(&a1);
+        index.forget(&a2);
+        assert!(index.variants_of(&a).is_empty());
+        assert!(!index.may_hold(&a));
     }
 }

@@ -33,7 +33,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use mannerly_policy::conditional::{variant_prefix, CacheEntryMeta, CacheKey, CacheSync};
+use mannerly_policy::conditional::{CacheEntryMeta, CacheKey, CacheSync};
 use redb::{Durability, ReadableTable, Table};
 
 use super::shared::Inner;
@@ -459,7 +459,7 @@ fn write(
                     vary_json,
                 } => put(inner, &mut t, *meta, body, &bytes, &vary_json, keep)?,
                 Op::Remove(key) => {
-                    let variants = inner.index()?.variants_with_prefix(&variant_prefix(&key));
+                    let variants = inner.index()?.variants_of(&key);
                     for variant in &variants {
                         t.remove_variant(inner, variant)?;
                     }
@@ -511,9 +511,7 @@ fn put(
     let old_json = old.as_deref().unwrap_or(NO_VARY);
     if old_json != vary_json {
         // Old variants were keyed by other header names: unreachable now.
-        let orphans = inner
-            .index()?
-            .variants_with_prefix(&variant_prefix(meta.key()));
+        let orphans = inner.index()?.variants_of(meta.key());
         for variant in orphans {
             t.remove_variant(inner, &variant)?;
         }
