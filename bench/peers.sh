@@ -72,7 +72,9 @@
 # default 16): fewer hold a faster peer to a slower one's rate, to compare
 # CPU per request at equal load (bench/README, "sixteenth round");
 # BENCH_HTTPS_RATE (requests a second https_load offers every peer, on a
-# schedule, instead of as fast as each answers).
+# schedule, instead of as fast as each answers); BENCH_VARY=1 (the origin
+# sends `Vary: Accept-Encoding` with the pages of reval, fresh, re-crawl
+# and https, as most sites do).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -176,19 +178,22 @@ http {
   fastcgi_temp_path $WORK/$1-f; uwsgi_temp_path $WORK/$1-u; scgi_temp_path $WORK/$1-s;
 CONF
 }
+# BENCH_VARY=1: the stored pages say `Vary: Accept-Encoding`, as most sites'.
+ETAG_EXTRA=
+[[ ${BENCH_VARY:-0} == 1 ]] && ETAG_EXTRA="add_header Vary Accept-Encoding;"
 { nginx_head nginx 1; cat <<CONF
   server {
     listen 127.0.0.1:$ORIGIN_PORT;
     location = /robots.txt { return 404; }
     location = /plain { default_type text/plain; return 200 "$BODY"; }
-    location /etag/ { root $WORK/www; }
+    location /etag/ { root $WORK/www; $ETAG_EXTRA }
   }
   server {
     listen 127.0.0.1:$TLS_PORT ssl;
     ssl_certificate $WORK/origin.pem; ssl_certificate_key $WORK/origin.key;
     keepalive_requests 100000;
     location = /robots.txt { return 404; }
-    location /etag/ { root $WORK/www; }
+    location /etag/ { root $WORK/www; $ETAG_EXTRA }
   }
 }
 CONF

@@ -61,6 +61,9 @@ pub(crate) struct Index {
     /// written or removed since. Until the next commit the index is ahead
     /// of a reader's snapshot, which holds this page instead.
     superseded: HashMap<String, u64>,
+    /// Scans of the whole index by [`Index::variants_of`].
+    #[cfg(test)]
+    scans: std::cell::Cell<u64>,
 }
 
 /// Decoded entries, least recently used out first, within `cap` bytes.
@@ -102,6 +105,8 @@ impl Index {
             resident: Resident::new(resident_cap),
             generation: 0,
             superseded: HashMap::new(),
+            #[cfg(test)]
+            scans: std::cell::Cell::new(0),
         };
         let mut ticks = Vec::with_capacity(rows.len());
         for row in rows {
@@ -220,6 +225,8 @@ impl Index {
         if !self.may_hold(key) {
             return Vec::new();
         }
+        #[cfg(test)]
+        self.scans.set(self.scans.get() + 1);
         let prefix = variant_prefix(key);
         self.seqs.keys_where(|v| v.starts_with(&prefix))
     }
@@ -431,5 +438,30 @@ mod tests {
         index.forget(&a2);
         assert!(index.variants_of(&a).is_empty());
         assert!(!index.may_hold(&a));
+    }
+
+    #[test]
+    fn a_url_never_stored_is_answered_without_a_scan() {
+        let rows = (0..1000)
+            .map(|i| {
+                row(
+                    format!("{}x", variant_prefix(&key(&format!("http://e.com/{i}")))),
+                    i,
+                )
+            })
+            .collect();
+        let index = Index::from_rows(rows, 1 << 20);
+        for i in 1000..1100 {
+            assert!(index
+                .variants_of(&key(&format!("http://e.com/{i}")))
+                .is_empty());
+        }
+        assert_eq!(
+            index.scans.get(),
+            0,
+            "a new URL, as every first store of a page with Vary"
+        );
+        assert_eq!(index.variants_of(&key("http://e.com/7")).len(), 1);
+        assert_eq!(index.scans.get(), 1);
     }
 }
