@@ -348,7 +348,7 @@ pub fn split_line(line: &str) -> Option<(String, &str)> {
     let rest = line.strip_suffix("\"}")?;
     let at = rest.rfind("\"chain\":\"")?;
     let chain = &rest[at + 9..];
-    if chain.len() != 64 || !chain.bytes().all(|b| checkpoint::HEX.contains(&b)) {
+    if chain.len() != 64 || !chain.bytes().all(|b| crate::hex::DIGITS.contains(&b)) {
         return None;
     }
     let mut content = rest[..at].to_string();

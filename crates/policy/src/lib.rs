@@ -11,6 +11,7 @@ mod cidr;
 pub mod conditional;
 pub mod encoding;
 mod headers;
+mod hex;
 pub mod identity;
 mod outcome;
 mod param;

@@ -6,6 +6,7 @@ use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
 use serde::{Deserialize, Serialize};
 
 use super::trees::Heads;
+pub use crate::hex::hex;
 
 /// The `outcome` of a checkpoint line.
 pub const CHECKPOINT: &str = "checkpoint";
@@ -183,21 +184,6 @@ impl Checkpoint {
 pub fn parse_public_key(text: &str) -> Option<VerifyingKey> {
     let bytes = unhex::<32>(text.trim())?;
     VerifyingKey::from_bytes(&bytes).ok()
-}
-
-/// The digits of lower-case hex, the only hex the log writes.
-pub(crate) const HEX: &[u8; 16] = b"0123456789abcdef";
-
-/// Lower-case hex of `bytes`.
-pub fn hex(bytes: &[u8]) -> String {
-    // Into bytes, then checked once: a `char` pushed at a time is encoded
-    // and its room checked each (every audit line's chain is hex).
-    let mut s = vec![0; bytes.len() * 2];
-    for (pair, b) in s.chunks_exact_mut(2).zip(bytes) {
-        pair[0] = HEX[usize::from(b >> 4)];
-        pair[1] = HEX[usize::from(b & 15)];
-    }
-    String::from_utf8(s).unwrap_or_default()
 }
 
 pub(crate) fn unhex<const N: usize>(s: &str) -> Option<[u8; N]> {

@@ -148,7 +148,7 @@ pub fn variant_key(key: &CacheKey, vary: &[String], request_headers: &HeaderMap)
     out.push('\n');
     // One string for the digits, where `format!` made one per byte: most
     // sites send `Vary: Accept-Encoding`, so most stored pages have one.
-    out.push_str(&crate::audit::hex(&digest));
+    out.push_str(&crate::hex::hex(&digest));
     out
 }
 
