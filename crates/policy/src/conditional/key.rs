@@ -153,7 +153,7 @@ pub fn variant_key(key: &CacheKey, vary: &[String], request_headers: &HeaderMap)
 }
 
 /// Whether `variant` is the [`variant_key`] of `key` for this request.
-/// Without a `Vary`, the common case, no key is built to compare.
+/// For a page without `Vary`, no key is built to compare.
 pub fn is_variant(
     variant: &str,
     key: &CacheKey,

@@ -217,10 +217,10 @@ impl Index {
         reads
     }
 
-    /// Every stored variant of `key`'s URL. A URL with none, as every page
-    /// with `Vary` is the first time it is stored, is answered from the
-    /// URL counts; one with some takes a scan of the whole index, for the
-    /// rare writes that need it (a URL whose `Vary` changed, a removal).
+    /// Every stored variant of `key`'s URL. A URL with none (a page with
+    /// `Vary` stored for the first time) is answered from the URL counts;
+    /// one with some takes a scan of the whole index, for the rare writes
+    /// that need it (a URL whose `Vary` changed, a removal).
     pub(crate) fn variants_of(&self, key: &CacheKey) -> Vec<String> {
         if !self.may_hold(key) {
             return Vec::new();
