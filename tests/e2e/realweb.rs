@@ -866,6 +866,60 @@ async fn a_page_crawled_again_from_nginx_costs_no_store_write_per_304() {
     }
 }
 
+/// Pages that say `Vary: Accept-Encoding`, as most sites' do, from nginx:
+/// each new one is stored under its variant, and crawled again each is
+/// revalidated (nginx answers 304) and answered whole from the store.
+#[tokio::test]
+async fn pages_with_vary_from_nginx_are_stored_and_revalidated_each() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new(dir.path());
+    let pages: Vec<(String, String)> = (0..12)
+        .map(|i| {
+            let body = format!(
+                "<html><body>page {i} {}</body></html>\n",
+                "text ".repeat(50)
+            );
+            (format!("p{i}.html"), body)
+        })
+        .collect();
+    let site = static_site(dir.path(), &pages, "add_header Vary Accept-Encoding;");
+    let Some(nginx) = Nginx::start_tls(&ca, "origin.test", &site) else {
+        return;
+    };
+    let port = nginx.port;
+    let ca_path = ca.pem_path.clone();
+    let mut proxy = TestProxy::start(|c| crawl_of_origin_test(c, ca_path, port)).await;
+    let admin = proxy.admin.unwrap();
+    let client = proxy.client();
+    for round in ["fetched", "revalidated"] {
+        for (name, body) in &pages {
+            let url = format!("https://origin.test:{port}/{name}");
+            let r = client.get(&url).send().await.unwrap();
+            assert_eq!(r.status(), 200, "{}", nginx.error_log());
+            let vary = r.headers().get("vary").and_then(|v| v.to_str().ok());
+            assert_eq!(vary, Some("Accept-Encoding"), "{name}");
+            assert!(decision(&r).starts_with(round), "{name}: {}", decision(&r));
+            assert_eq!(&r.text().await.unwrap(), body);
+        }
+        if round == "fetched" {
+            // Each copy is stored before its audit line is written.
+            let stored = wait_cache_lines(&proxy.audit_path, ".html", "stored", pages.len()).await;
+            assert_eq!(stored.len(), pages.len());
+        }
+    }
+    let log = nginx.access_log_with("HTTP/2.0\" 304", pages.len());
+    assert_eq!(log.matches("HTTP/2.0\" 304").count(), pages.len(), "{log}");
+    let metrics = crate::e2e::admin::metrics_text(&format!("http://{admin}")).await;
+    let m = crate::e2e::admin::series(&metrics);
+    assert_eq!(
+        m.get("mannerly_store_entries").copied(),
+        Some(pages.len() as f64),
+        "{metrics}"
+    );
+    let lines = proxy.stop().await;
+    assert_eq!(with_outcome(&lines, "revalidated").len(), pages.len());
+}
+
 /// Limits as nginx announces them (headers added by `add_header`, sent over
 /// h2, so lower-case): the host is paced at 95% of the announced quota from
 /// the first answer on, and the audit line says what was announced.
