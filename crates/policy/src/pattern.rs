@@ -4,6 +4,8 @@
 
 use std::borrow::Cow;
 
+use crate::hex::digit;
+
 /// A pattern normalised once at parse time.
 ///
 /// `norm` holds the pattern in canonical percent-encoding without a trailing `$`;
@@ -110,15 +112,6 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 
 const HEX: &[u8; 16] = b"0123456789ABCDEF";
 
-fn hex_value(b: u8) -> Option<u8> {
-    match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        b'A'..=b'F' => Some(b - b'A' + 10),
-        _ => None,
-    }
-}
-
 fn is_unreserved(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
 }
@@ -145,8 +138,8 @@ fn normalise_into(input: &[u8], pattern: bool, out: &mut Vec<u8>) {
     while i < input.len() {
         let b = input[i];
         if b == b'%' {
-            let hi = input.get(i + 1).copied().and_then(hex_value);
-            let lo = input.get(i + 2).copied().and_then(hex_value);
+            let hi = input.get(i + 1).copied().and_then(digit);
+            let lo = input.get(i + 2).copied().and_then(digit);
             if let (Some(hi), Some(lo)) = (hi, lo) {
                 let decoded = hi << 4 | lo;
                 if is_unreserved(decoded) {

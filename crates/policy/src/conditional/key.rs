@@ -4,6 +4,7 @@ use http::{HeaderMap, Method, Uri};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::hex::digit;
 use crate::url;
 
 /// The primary cache key of a request: its method and normalised absolute URL,
@@ -222,7 +223,7 @@ fn normalise_escapes(mut input: &str, out: &mut String) {
     let mut i = 0;
     while i < bytes.len() {
         if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let (Some(hi), Some(lo)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+            if let (Some(hi), Some(lo)) = (digit(bytes[i + 1]), digit(bytes[i + 2])) {
                 let decoded = hi << 4 | lo;
                 if decoded.is_ascii_alphanumeric() || b"-._~".contains(&decoded) {
                     out.push(char::from(decoded));
@@ -238,15 +239,6 @@ fn normalise_escapes(mut input: &str, out: &mut String) {
         // http::Uri only lets ASCII through, so byte-to-char is lossless.
         out.push(char::from(bytes[i]));
         i += 1;
-    }
-}
-
-fn hex(b: u8) -> Option<u8> {
-    match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        b'A'..=b'F' => Some(b - b'A' + 10),
-        _ => None,
     }
 }
 
