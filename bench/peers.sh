@@ -74,7 +74,9 @@
 # BENCH_HTTPS_RATE (requests a second https_load offers every peer, on a
 # schedule, instead of as fast as each answers); BENCH_VARY=1 (the origin
 # sends `Vary: Accept-Encoding` with the pages of reval, fresh, re-crawl
-# and https, as most sites do).
+# and https, as most sites do); BENCH_PAGE_BYTES (default 1024: the size
+# of the stored page of reval, fresh, re-crawl and https; real sites'
+# pages are 50-100 KiB; plain's stays 1 KiB).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -158,7 +160,9 @@ mkdir -p "$WORK/www/etag"
 # mitmproxy are told to trust.
 source "$ROOT/bench/origin_cert.sh"
 origin_cert "$WORK" peers-origin-ca
-head -c 1024 /dev/zero | tr '\0' 'x' > "$WORK/www/etag/page.html"
+PAGE_BYTES=${BENCH_PAGE_BYTES:-1024}
+[[ $PAGE_BYTES =~ ^[1-9][0-9]*$ ]] || die "BENCH_PAGE_BYTES=$PAGE_BYTES is not a number of bytes above 0"
+head -c "$PAGE_BYTES" /dev/zero | tr '\0' 'x' > "$WORK/www/etag/page.html"
 BODY=$(head -c 1024 /dev/zero | tr '\0' 'y')
 # The top of an nginx config: name, worker processes; no logs, temp
 # paths in $WORK.
