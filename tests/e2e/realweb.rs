@@ -1074,7 +1074,8 @@ async fn curl_over_several_connections_reaches_nginx_over_one_connection_per_ser
 /// the blocking pool and then on the serving thread (`cache.reads`). A page
 /// read once is not held in memory; read again, it is; read before the
 /// restart (its tick committed as the proxy stopped), it is held from its
-/// first read after.
+/// first read after. The pages run from 1 KB to 300 KB, so most are stored
+/// in pieces (a record past 16 KiB is), and each comes back whole.
 #[tokio::test]
 async fn a_recrawl_after_a_restart_revalidates_every_page_from_disk_for_curl() {
     use mannerly_policy::conditional::CacheReads;
@@ -1084,7 +1085,12 @@ async fn a_recrawl_after_a_restart_revalidates_every_page_from_disk_for_curl() {
     const PAGES: usize = 8;
     let dir = tempfile::tempdir().unwrap();
     let ca = TestCa::new(dir.path());
-    let page = |i: usize| format!("<html><body>page {i} {}</body></html>\n", "x".repeat(900));
+    // Numbers in turn, so that a piece out of place or lost changes the page.
+    let page = |i: usize| {
+        let len = [900, 5_000, 16_400, 40_000, 65_600, 70_000, 150_000, 300_000][i];
+        let text: String = (0..len).map(|k| format!("{k} ")).collect::<String>();
+        format!("<html><body>page {i} {}</body></html>\n", &text[..len])
+    };
     let pages: Vec<_> = (0..PAGES)
         .map(|i| (format!("p{i}.html"), page(i)))
         .collect();

@@ -240,6 +240,6 @@ impl Counters {
 }
 
 /// Bytes an entry counts against `max_size`.
-fn entry_size(variant: &str, record: &[u8]) -> u64 {
-    u64::try_from(variant.len() + record.len()).unwrap_or(u64::MAX)
+fn entry_size(variant: &str, record_len: usize) -> u64 {
+    u64::try_from(variant.len() + record_len).unwrap_or(u64::MAX)
 }

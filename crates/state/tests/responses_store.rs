@@ -1013,3 +1013,228 @@ fn unforced_pages_are_forced_once_half_a_mib_waits() {
     }
     assert_eq!(store.stats().forced_commits, 1);
 }
+
+/// The pieces after a long record's first, as the tests read them.
+const TAILS: redb::TableDefinition<(u64, u32), &[u8]> = redb::TableDefinition::new("page_tails_v1");
+/// The store's piece: a 16 KiB page less redb's leaf overhead.
+const PIECE: usize = 16 * 1024 - 20;
+
+/// `len` bytes of a fixed pseudo-random sequence: a piece read back out of
+/// place, or twice, changes the body.
+fn varied(len: usize) -> Vec<u8> {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// Each page row's record length, and the number of tail rows of each page.
+fn rows_of(path: &Path) -> (Vec<usize>, std::collections::BTreeMap<u64, usize>) {
+    let db = redb::Database::create(path).unwrap();
+    let txn = db.begin_read().unwrap();
+    let pages = txn.open_table(PAGES).unwrap();
+    let lens = pages
+        .iter()
+        .unwrap()
+        .map(|r| r.unwrap().1.value().len())
+        .collect();
+    let mut tails = std::collections::BTreeMap::new();
+    for row in txn.open_table(TAILS).unwrap().iter().unwrap() {
+        *tails.entry(row.unwrap().0.value().0).or_insert(0) += 1;
+    }
+    (lens, tails)
+}
+
+/// A record longer than a piece is written in pieces and read back whole
+/// from disk after a reopen, at each edge: a record of exactly one piece
+/// (no tail), one byte more (a one-byte tail), several pieces, 300 KB.
+#[test]
+fn pages_longer_than_a_piece_are_read_back_whole_after_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.redb");
+    let m = |p: &str| meta(p, &[], &[("etag", "\"e\"")]);
+    // What a record adds to its body, for paths of one length.
+    {
+        let store = open(&path, limits(1 << 20, 1 << 30)).unwrap();
+        store.put(&m("/p0"), &varied(1000)).unwrap();
+    }
+    let overhead = rows_of(&path).0[0] - 1000;
+    let sizes = [
+        ("/p1", PIECE - overhead),
+        ("/p2", PIECE - overhead + 1),
+        ("/p3", 3 * PIECE + 5),
+        ("/p4", 300_000),
+    ];
+    {
+        let store = open(&path, limits(1 << 20, 1 << 30)).unwrap();
+        for (p, len) in sizes {
+            store.put(&m(p), &varied(len)).unwrap();
+        }
+    }
+    let (lens, tails) = rows_of(&path);
+    assert_eq!(lens.len(), 5);
+    assert!(lens.iter().all(|&l| l <= PIECE), "{lens:?}");
+    let mut counts: Vec<usize> = tails.values().copied().collect();
+    counts.sort_unstable();
+    // /p1: none; /p2: 1; /p3: 3 full pieces less the first, and the rest;
+    // /p4: 300 KB in pieces.
+    assert_eq!(counts, vec![1, 3, (300_000 + overhead).div_ceil(PIECE) - 1]);
+    let store = open(&path, limits(1 << 20, 1 << 30)).unwrap();
+    for (p, len) in sizes {
+        assert_eq!(body_of(&store, p, &[]).unwrap(), varied(len), "{p}");
+    }
+    assert_eq!(body_of(&store, "/p0", &[]).unwrap(), varied(1000));
+    assert_eq!(store.stats().corrupt_removed, 0);
+}
+
+/// A page in pieces leaves none of them behind when it is replaced,
+/// evicted or removed.
+#[test]
+fn a_page_in_pieces_leaves_no_piece_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.redb");
+    let m = |p: &str, e: &str| meta(p, &[], &[("etag", e)]);
+    let big = varied(5 * PIECE);
+    {
+        let store = open(&path, limits(1 << 20, 12 * PIECE as u64)).unwrap();
+        store.put(&m("/a", "\"1\""), &big).unwrap();
+        store.put(&m("/a", "\"2\""), b"small now").unwrap();
+        store.put(&m("/b", "\"1\""), &big).unwrap();
+        assert_eq!(store.remove(&key("/b")).unwrap(), 1);
+        store.put(&m("/c", "\"1\""), &big).unwrap();
+        // Read, /a is more recent than /c...
+        assert_eq!(body_of(&store, "/a", &[]).unwrap(), b"small now");
+        // ...so when three pages of five pieces do not fit in twelve, /c goes.
+        store.put(&m("/d", "\"1\""), &big).unwrap();
+        store.put(&m("/e", "\"1\""), &big).unwrap();
+        assert!(body_of(&store, "/c", &[]).is_none());
+        assert_eq!(store.stats().entries, 3);
+    }
+    let (lens, tails) = rows_of(&path);
+    assert_eq!(lens.len(), 3, "/a, /d and /e");
+    assert_eq!(tails.len(), 2, "only /d's and /e's pieces: {tails:?}");
+    assert!(tails.values().all(|&n| n == 5), "{tails:?}");
+    let store = open(&path, limits(1 << 20, 12 * PIECE as u64)).unwrap();
+    assert_eq!(body_of(&store, "/a", &[]).unwrap(), b"small now");
+    assert_eq!(body_of(&store, "/e", &[]).unwrap(), big);
+}
+
+/// Pages of 65 KiB, just past a power of two, take little more than their
+/// size in the file: written whole, redb gave each a 128 KiB page.
+#[test]
+fn pages_just_past_a_power_of_two_take_little_more_than_their_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.redb");
+    let body = varied(65 * 1024);
+    {
+        let store = open(&path, limits(1 << 20, 1 << 30)).unwrap();
+        for i in 0..200 {
+            store
+                .put(&meta(&format!("/{i}"), &[], &[("etag", "\"e\"")]), &body)
+                .unwrap();
+        }
+    }
+    let db = redb::Database::create(&path).unwrap();
+    let txn = db.begin_write().unwrap();
+    let stats = txn.stats().unwrap();
+    let allocated = stats.allocated_pages() * stats.page_size() as u64;
+    // A record is its body and less than 1 KiB of metadata.
+    let records = 200 * (body.len() as u64 + 1024);
+    assert!(
+        allocated < records * 115 / 100,
+        "{allocated} bytes allocated for about {records} bytes of records"
+    );
+}
+
+/// A record written whole before pieces (any length) is read as it is,
+/// and its replacement is written in pieces.
+#[test]
+fn a_long_page_written_whole_before_is_read_and_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.redb");
+    let body = varied(3 * PIECE);
+    {
+        let store = open(&path, limits(1 << 20, 1 << 30)).unwrap();
+        store
+            .put(&meta("/old", &[], &[("etag", "\"1\"")]), &body)
+            .unwrap();
+    }
+    // Join the pieces into one row, as the build before wrote it.
+    {
+        let db = redb::Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut pages = txn.open_table(PAGES).unwrap();
+            let mut tails = txn.open_table(TAILS).unwrap();
+            let (seq, mut whole) = {
+                let (k, v) = pages.first().unwrap().unwrap();
+                (k.value(), v.value().to_vec())
+            };
+            for row in tails.iter().unwrap() {
+                whole.extend_from_slice(row.unwrap().1.value());
+            }
+            tails.retain(|_, _| false).unwrap();
+            pages.insert(seq, whole.as_slice()).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    let (lens, tails) = rows_of(&path);
+    assert!(
+        lens[0] > 3 * PIECE && tails.is_empty(),
+        "{lens:?} {tails:?}"
+    );
+    {
+        let store = open(&path, limits(1 << 20, 1 << 30)).unwrap();
+        assert_eq!(body_of(&store, "/old", &[]).unwrap(), body);
+        assert_eq!(store.stats().corrupt_removed, 0);
+        let next = varied(4 * PIECE);
+        store
+            .put(&meta("/old", &[], &[("etag", "\"2\"")]), &next)
+            .unwrap();
+    }
+    let (lens, tails) = rows_of(&path);
+    assert_eq!((lens.len(), lens[0]), (1, PIECE));
+    assert_eq!(tails.values().copied().collect::<Vec<_>>(), vec![4]);
+    let store = open(&path, limits(1 << 20, 1 << 30)).unwrap();
+    assert_eq!(body_of(&store, "/old", &[]).unwrap(), varied(4 * PIECE));
+}
+
+/// A damaged piece makes the whole page a miss, and the page goes with all
+/// its pieces.
+#[test]
+fn a_damaged_piece_is_a_miss_and_the_page_goes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.redb");
+    {
+        let store = open(&path, limits(1 << 20, 1 << 30)).unwrap();
+        put_pages(&store, &["/page"], &varied(3 * PIECE));
+        put_pages(&store, &["/other"], b"fine");
+    }
+    {
+        let db = redb::Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut tails = txn.open_table(TAILS).unwrap();
+            let (k, mut piece) = {
+                let (k, v) = tails.first().unwrap().unwrap();
+                (k.value(), v.value().to_vec())
+            };
+            piece[100] ^= 0xff;
+            tails.insert(k, piece.as_slice()).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    {
+        let store = open(&path, limits(1 << 20, 1 << 30)).unwrap();
+        assert!(body_of(&store, "/page", &[]).is_none());
+        assert_eq!(store.stats().corrupt_removed, 1);
+        assert_eq!(body_of(&store, "/other", &[]).unwrap(), b"fine");
+    }
+    let (lens, tails) = rows_of(&path);
+    assert_eq!((lens.len(), tails.len()), (1, 0), "only /other is left");
+}

@@ -30,7 +30,7 @@ mod tables;
 mod writer;
 
 use shared::{CommitGate, Inner};
-use tables::{HOSTS, PAGES, VARY};
+use tables::{has_tails, HOSTS, PAGES, VARY};
 use writer::{Done, Job};
 
 /// redb's own page cache. Its default (1 GiB) let the proxy's memory grow
@@ -239,12 +239,13 @@ impl DiskStore {
                 let pages = txn.open_table(PAGES)?;
                 let mut page = None;
                 for (superseded, seq) in [(false, current), (true, before)] {
-                    if let Some(bytes) = seq.map(|seq| pages.get(seq)).transpose()?.flatten() {
-                        page = Some((superseded, bytes));
+                    let Some(seq) = seq else { continue };
+                    if let Some(bytes) = pages.get(seq)? {
+                        page = Some((superseded, seq, bytes));
                         break;
                     }
                 }
-                let Some((superseded, bytes)) = page else {
+                let Some((superseded, seq, first)) = page else {
                     // A commit that landed after this snapshot began and
                     // before the index was asked leaves the index naming a
                     // page only a newer snapshot holds.
@@ -253,9 +254,16 @@ impl DiskStore {
                     }
                     return Ok(None);
                 };
-                let bytes = bytes.value();
-                let found = record::decode(bytes).filter(|r| r.meta.variant() == variant);
-                let size = super::entry_size(&variant, bytes);
+                let first = first.value();
+                let (found, len) = if has_tails(first) {
+                    let whole = tables::whole_record(&txn, seq, first)?;
+                    let len = whole.len();
+                    (record::decode_owned(whole), len)
+                } else {
+                    (record::decode(first), first.len())
+                };
+                let found = found.filter(|r| r.meta.variant() == variant);
+                let size = super::entry_size(&variant, len);
                 (variant, found, size, superseded)
             };
             let Some(found) = found else {

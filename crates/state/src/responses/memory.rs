@@ -108,7 +108,7 @@ impl ResponseStore for MemoryStore {
             return Ok(refused);
         }
         let bytes = record::encode(meta, body)?;
-        let size = entry_size(meta.variant(), &bytes);
+        let size = entry_size(meta.variant(), bytes.len());
         if size > self.limits.max_size {
             return Ok(PutOutcome::TooLarge);
         }

@@ -86,6 +86,25 @@ fn frame(magic: &[u8; 4], meta: &[u8], body: &[u8]) -> Result<Vec<u8>, serde_jso
 
 /// `None` for anything that is not a whole, intact record.
 pub(crate) fn decode(bytes: &[u8]) -> Option<StoredResponse> {
+    let (meta, body) = parse(bytes)?;
+    Some(StoredResponse {
+        meta,
+        body: bytes::Bytes::copy_from_slice(&bytes[body]),
+    })
+}
+
+/// As [`decode`], for a record assembled from pieces: the body is a slice
+/// of `bytes`, not a copy of it.
+pub(crate) fn decode_owned(bytes: Vec<u8>) -> Option<StoredResponse> {
+    let (meta, body) = parse(&bytes)?;
+    Some(StoredResponse {
+        meta,
+        body: bytes::Bytes::from(bytes).slice(body),
+    })
+}
+
+/// A record's metadata, and where its body lies in `bytes`.
+fn parse(bytes: &[u8]) -> Option<(CacheEntryMeta, std::ops::Range<usize>)> {
     let (magic, _) = bytes.split_first_chunk::<4>()?;
     let sum = Sum::of_kind(magic)?;
     let split = bytes.len().checked_sub(sum.len())?;
@@ -99,15 +118,12 @@ pub(crate) fn decode(bytes: &[u8]) -> Option<StoredResponse> {
     if meta_len > rest.len() {
         return None;
     }
-    let (meta, body) = rest.split_at(meta_len);
+    let meta = &rest[..meta_len];
     let meta: CacheEntryMeta = match magic {
         MAGIC | MAGIC_SHA => postcard::from_bytes(meta).ok()?,
         _ => serde_json::from_slice(meta).ok()?,
     };
-    Some(StoredResponse {
-        meta,
-        body: bytes::Bytes::copy_from_slice(body),
-    })
+    Some((meta, 8 + meta_len..split))
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
 //! The disk store's file: its tables, and the move from the first layout.
 
-use redb::{ReadableTable, ReadableTableMetadata, TableDefinition, WriteTransaction};
+use redb::{
+    ReadTransaction, ReadableTable, ReadableTableMetadata, TableDefinition, WriteTransaction,
+};
 
 use crate::responses::{entry_size, StoreError};
 
@@ -9,6 +11,52 @@ use crate::responses::{entry_size, StoreError};
 /// of many responses writes a few pages at its right edge, where keys by URL
 /// hash put each response on a page of its own, anywhere in the file.
 pub(super) const PAGES: TableDefinition<u64, &[u8]> = TableDefinition::new("pages_v2");
+/// Page key and piece number (from 1) → the record's bytes after its first
+/// [`PIECE`]: a record longer than a piece is written as pieces, the first
+/// in [`PAGES`], the rest here.
+///
+/// redb gives each value larger than its 4 KiB page a page of its own whose
+/// size is the next power of two: a page of 65 KiB took 128 KiB of the file,
+/// zeroed and written whole and read back whole, and pages of 1-500 KiB
+/// took 1.40 times their size (bench/README, "seventeenth round"). In pieces
+/// that each fill a 16 KiB page, only the last piece is rounded up.
+pub(super) const TAILS: TableDefinition<(u64, u32), &[u8]> = TableDefinition::new("page_tails_v1");
+/// The size of a piece: a 16 KiB page less what redb's leaf holds beside
+/// one value (a 4-byte header, a 4-byte end offset and the 12-byte key of
+/// [`TAILS`]; [`PAGES`]' key is 4 bytes shorter).
+pub(super) const PIECE: usize = 16 * 1024 - 20;
+
+/// Whether the first piece `first` of a record may be followed by pieces in
+/// [`TAILS`]: only a first piece of exactly [`PIECE`] bytes is. A record
+/// written whole before (any length) is never one, unless exactly that long,
+/// and then [`TAILS`] has nothing for it.
+pub(super) fn has_tails(first: &[u8]) -> bool {
+    first.len() == PIECE
+}
+
+/// The range of [`TAILS`] rows that follow page `seq`'s first piece.
+pub(super) fn tails_of(seq: u64) -> std::ops::RangeInclusive<(u64, u32)> {
+    (seq, 1)..=(seq, u32::MAX)
+}
+
+/// Page `seq`'s record: its first piece `first` and the pieces that follow
+/// it in `txn`, in one buffer the decoded body can be a slice of.
+pub(super) fn whole_record(
+    txn: &ReadTransaction,
+    seq: u64,
+    first: &[u8],
+) -> Result<Vec<u8>, StoreError> {
+    let tails = txn.open_table(TAILS)?;
+    let pieces = tails.range(tails_of(seq))?.collect::<Result<Vec<_>, _>>()?;
+    let len = first.len() + pieces.iter().map(|(_, p)| p.value().len()).sum::<usize>();
+    let mut whole = Vec::with_capacity(len);
+    whole.extend_from_slice(first);
+    for (_, piece) in &pieces {
+        whole.extend_from_slice(piece.value());
+    }
+    Ok(whole)
+}
+
 /// Page key → (variant key, size): rebuilds the index on open without
 /// reading any body.
 pub(super) const SEQS: TableDefinition<u64, (&str, u64)> = TableDefinition::new("seqs_v2");
@@ -37,6 +85,7 @@ pub(super) const HOSTS: TableDefinition<&str, &[u8]> = TableDefinition::new("hos
 /// to this one, in `txn`.
 pub(super) fn prepare(txn: &WriteTransaction) -> Result<(), StoreError> {
     txn.open_table(PAGES)?;
+    txn.open_table(TAILS)?;
     txn.open_table(SEQS)?;
     txn.open_table(READS)?;
     txn.open_table(VARY)?;
@@ -109,7 +158,7 @@ fn migrate_v1(txn: &WriteTransaction) -> Result<(), StoreError> {
                 }
             };
             pages.insert(seq, bytes)?;
-            seqs.insert(seq, (variant, entry_size(variant, bytes)))?;
+            seqs.insert(seq, (variant, entry_size(variant, bytes.len())))?;
             moved += 1;
         }
         moved

@@ -37,7 +37,7 @@ use mannerly_policy::conditional::{CacheEntryMeta, CacheKey, CacheSync};
 use redb::{Durability, ReadableTable, Table};
 
 use super::shared::Inner;
-use super::tables::{HOSTS, NO_VARY, PAGES, READS, SEQS, VARY};
+use super::tables::{has_tails, tails_of, HOSTS, NO_VARY, PAGES, PIECE, READS, SEQS, TAILS, VARY};
 use crate::responses::{entry_size, record, PutOutcome, StoreError, StoredResponse};
 
 /// Jobs written in one transaction, at most.
@@ -398,6 +398,7 @@ fn commit(inner: &Inner, batch: Vec<Job>, durable: bool) -> bool {
 
 struct Tables<'t> {
     pages: Table<'t, u64, &'static [u8]>,
+    tails: Table<'t, (u64, u32), &'static [u8]>,
     seqs: Table<'t, u64, (&'static str, u64)>,
     reads: Table<'t, u64, u64>,
     vary: Table<'t, &'static str, &'static str>,
@@ -416,10 +417,27 @@ impl Tables<'_> {
         Ok(())
     }
 
+    /// Writes `record` as page `seq`: whole when it fits one piece, else in
+    /// pieces (see [`TAILS`]).
+    fn write_page(&mut self, seq: u64, record: &[u8]) -> Result<(), StoreError> {
+        let mut pieces = record.chunks(PIECE);
+        self.pages.insert(seq, pieces.next().unwrap_or_default())?;
+        for (n, piece) in (1..).zip(pieces) {
+            self.tails.insert((seq, n), piece)?;
+        }
+        Ok(())
+    }
+
     /// Deletes page `seq` and, with `read_row`, its read row.
     fn remove_page(&mut self, seq: Option<u64>, read_row: bool) -> Result<(), StoreError> {
         if let Some(seq) = seq {
-            self.pages.remove(seq)?;
+            let pieces = self
+                .pages
+                .remove(seq)?
+                .is_some_and(|first| has_tails(first.value()));
+            if pieces {
+                self.tails.retain_in(tails_of(seq), |_, _| false)?;
+            }
             self.seqs.remove(seq)?;
             if read_row {
                 self.reads.remove(seq)?;
@@ -445,6 +463,7 @@ fn write(
     {
         let mut t = Tables {
             pages: txn.open_table(PAGES)?,
+            tails: txn.open_table(TAILS)?,
             seqs: txn.open_table(SEQS)?,
             reads: txn.open_table(READS)?,
             vary: txn.open_table(VARY)?,
@@ -500,7 +519,7 @@ fn put(
     vary_json: &str,
     keep: &mut Vec<(Arc<StoredResponse>, u64)>,
 ) -> Result<Outcome, StoreError> {
-    let size = entry_size(meta.variant(), bytes);
+    let size = entry_size(meta.variant(), bytes.len());
     if size > inner.limits.max_size {
         return Ok(Outcome::Put(PutOutcome::TooLarge));
     }
@@ -549,7 +568,7 @@ fn put(
         t.remove_page(seq, read_row)?;
     }
     t.remove_page(old.0, old.1)?;
-    t.pages.insert(seq, bytes)?;
+    t.write_page(seq, bytes)?;
     t.seqs.insert(seq, (variant, size))?;
     let evicted = victims.len();
     keep.push((entry, size));
