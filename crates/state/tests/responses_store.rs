@@ -1079,6 +1079,9 @@ fn pages_longer_than_a_piece_are_read_back_whole_after_a_reopen() {
     let (lens, tails) = rows_of(&path);
     assert_eq!(lens.len(), 5);
     assert!(lens.iter().all(|&l| l <= PIECE), "{lens:?}");
+    // /p1's record is exactly one piece, and /p2's to /p4's first pieces are
+    // whole pieces: the edges were hit.
+    assert_eq!(lens.iter().filter(|&&l| l == PIECE).count(), 4, "{lens:?}");
     let mut counts: Vec<usize> = tails.values().copied().collect();
     counts.sort_unstable();
     // /p1: none; /p2: 1; /p3: 3 full pieces less the first, and the rest;
