@@ -17,6 +17,13 @@ async fn proxy_to_origin_test(ca: &TestCa, port: u16) -> TestProxy {
     TestProxy::start(|c| to_origin_test(c, ca_path, port)).await
 }
 
+/// [`proxy_to_origin_test`] set up for a crawl of the site
+/// ([`crawl_of_origin_test`]: admin listener, a budget that does not pace).
+async fn crawl_proxy_to_origin_test(ca: &TestCa, port: u16) -> TestProxy {
+    let ca_path = ca.pem_path.clone();
+    TestProxy::start(|c| crawl_of_origin_test(c, ca_path, port)).await
+}
+
 /// Trusts `ca_path` for origins and sends `origin.test:port` to the
 /// loopback `port`.
 pub(super) fn to_origin_test(
@@ -39,19 +46,26 @@ fn crawl_of_origin_test(c: &mut mannerly_proxy::Config, ca_path: std::path::Path
     c.budget.burst = 100;
 }
 
-/// Writes `pages` (file name, body) to `dir`/www and returns an nginx site
-/// that serves them as static files (ETag, Last-Modified, 304s), with
-/// `directives` in their location; robots.txt is a 404.
-fn static_site(dir: &std::path::Path, pages: &[(String, String)], directives: &str) -> String {
+/// Writes `pages` (file name, body) to `dir`/www and starts nginx with TLS
+/// for `origin.test` (certificate from `ca`), serving them as static files
+/// (ETag, Last-Modified, 304s) with `directives` in their location;
+/// robots.txt is a 404. `None` when nginx is absent (the test skips).
+fn static_nginx(
+    dir: &std::path::Path,
+    ca: &TestCa,
+    pages: &[(String, String)],
+    directives: &str,
+) -> Option<Nginx> {
     let www = dir.join("www");
     std::fs::create_dir(&www).unwrap();
     for (name, body) in pages {
         std::fs::write(www.join(name), body).unwrap();
     }
-    format!(
+    let site = format!(
         "location = /robots.txt {{ return 404; }}\n    location / {{ root {}; {directives} }}",
         www.display()
-    )
+    );
+    Nginx::start_tls(ca, "origin.test", &site)
 }
 
 /// nginx with `http2` is strict about RFC 9113 §8.3.1: a request with both
@@ -205,8 +219,7 @@ async fn an_h2_client_gets_each_id_as_a_literal_never_indexed() {
         return;
     };
     let port = nginx.port;
-    let ca_path = ca.pem_path.clone();
-    let mut proxy = TestProxy::start(|c| to_origin_test(c, ca_path, port)).await;
+    let mut proxy = proxy_to_origin_test(&ca, port).await;
     let mannerly_ca = proxy.dir.path().join("ca.pem");
     let script = format!(
         r#"
@@ -799,8 +812,7 @@ async fn a_page_crawled_again_from_nginx_costs_no_store_write_per_304() {
         return;
     };
     let port = nginx.port;
-    let ca_path = ca.pem_path.clone();
-    let mut proxy = TestProxy::start(|c| crawl_of_origin_test(c, ca_path, port)).await;
+    let mut proxy = crawl_proxy_to_origin_test(&ca, port).await;
     let admin = proxy.admin.unwrap();
     let client = proxy.client();
     let url = format!("https://origin.test:{port}/page.html");
@@ -882,13 +894,12 @@ async fn pages_with_vary_from_nginx_are_stored_and_revalidated_each() {
             (format!("p{i}.html"), body)
         })
         .collect();
-    let site = static_site(dir.path(), &pages, "add_header Vary Accept-Encoding;");
-    let Some(nginx) = Nginx::start_tls(&ca, "origin.test", &site) else {
+    let Some(nginx) = static_nginx(dir.path(), &ca, &pages, "add_header Vary Accept-Encoding;")
+    else {
         return;
     };
     let port = nginx.port;
-    let ca_path = ca.pem_path.clone();
-    let mut proxy = TestProxy::start(|c| crawl_of_origin_test(c, ca_path, port)).await;
+    let mut proxy = crawl_proxy_to_origin_test(&ca, port).await;
     let admin = proxy.admin.unwrap();
     let client = proxy.client();
     for round in ["fetched", "revalidated"] {
@@ -1094,8 +1105,7 @@ async fn a_recrawl_after_a_restart_revalidates_every_page_from_disk_for_curl() {
     let pages: Vec<_> = (0..PAGES)
         .map(|i| (format!("p{i}.html"), page(i)))
         .collect();
-    let site = static_site(dir.path(), &pages, "");
-    let Some(nginx) = Nginx::start_tls(&ca, "origin.test", &site) else {
+    let Some(nginx) = static_nginx(dir.path(), &ca, &pages, "") else {
         return;
     };
     let port = nginx.port;
@@ -1193,13 +1203,12 @@ async fn curl_asking_for_a_page_while_it_is_written_back_gets_it_revalidated() {
     let pages: Vec<_> = (0..CLIENTS)
         .flat_map(|c| (0..PAGES).map(move |i| (format!("c{c}p{i}.html"), page(c, i))))
         .collect();
-    let site = static_site(dir.path(), &pages, "add_header X-Served $msec always;");
-    let Some(nginx) = Nginx::start_tls(&ca, "origin.test", &site) else {
+    let Some(nginx) = static_nginx(dir.path(), &ca, &pages, "add_header X-Served $msec always;")
+    else {
         return;
     };
     let port = nginx.port;
-    let ca_path = ca.pem_path.clone();
-    let mut proxy = TestProxy::start(|c| crawl_of_origin_test(c, ca_path, port)).await;
+    let mut proxy = crawl_proxy_to_origin_test(&ca, port).await;
     let crawls: Vec<_> = (0..CLIENTS)
         .map(|c| {
             let mut cmd = std::process::Command::new("curl");
